@@ -1,0 +1,131 @@
+/**
+ * The signed manifest: schema, canonical encoding (RFC 8785) and strict parsing.
+ * Parsing accepts only the exact canonical bytes: duplicate keys, another key
+ * order, floats, -0 or unsafe integers are all rejected.
+ */
+import { createHash } from "node:crypto";
+import canonicalize from "canonicalize";
+import { z } from "zod";
+import { formatIssues } from "../config/load.js";
+import { policyError } from "../errors.js";
+
+export const FORMAT = "agentbak-bundle";
+export const FORMAT_VERSION = 1;
+const MAX_MANIFEST = 1024 * 1024;
+
+const int = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+const sha = z.string().regex(/^[0-9a-f]{64}$/);
+const time = z.string().regex(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+const scalar = z.union([z.string(), int, z.null()]);
+/** Component paths inside the payload: relative, no `..`, no empty or dot segments. */
+export const componentPath = z
+  .string()
+  .max(512)
+  .regex(/^(?:db|files|workspace)\/[A-Za-z0-9._+@=-]+(?:\/[A-Za-z0-9._+@=-]+)*$/)
+  .refine((p) => !p.split("/").some((s) => s === "." || s === ".."), "no . or .. segments");
+
+export const ComponentSchema = z.strictObject({
+  path: componentPath,
+  kind: z.enum(["sqlite", "file", "git-bundle", "git-patch", "workspace-file"]),
+  name: z.string(),
+  sha256: sha,
+  size: int,
+  records: z.record(z.string(), int).optional(),
+  schema_version: int.optional(),
+  mode: int.optional(),
+  /** where the component goes inside a restored root (relative, no ..) */
+  target: z
+    .string()
+    .max(1024)
+    .refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === "." || s === "") && !p.includes("\0"), "a relative path without . or ..")
+    .optional(),
+});
+
+export const ManifestSchema = z.strictObject({
+  format: z.literal(FORMAT),
+  format_version: int,
+  tool_version: z.string(),
+  agent_id: z.string(),
+  tenant: z.string(),
+  snapshot_id: z.string().regex(/^\d{8}T\d{6}\d{3}Z-[0-9a-f]{8}$/),
+  created_at: time,
+  expires_at: time,
+  sequence: int.min(1),
+  parent: z.strictObject({ snapshot_id: z.string(), manifest_sha256: sha }).nullable(),
+  label: z.string().nullable(),
+  idempotency_key: z.string().nullable(),
+  signer: z.strictObject({ fingerprint: z.string(), principal: z.string() }),
+  recipients: z.array(z.string()).min(1),
+  runtime: z.strictObject({
+    image_digest: z.string().nullable(),
+    agent_version: z.string().nullable(),
+    models: z.record(z.string(), z.string()),
+    host: z.string(),
+  }),
+  schema_version: int.nullable(),
+  components: z.array(ComponentSchema),
+  payload: z.strictObject({
+    sha256: sha,
+    size: int,
+    tar_size: int,
+    compression: z.literal("zstd"),
+    encryption: z.literal("age-x25519"),
+  }),
+  workspace: z
+    .strictObject({
+      path: z.string().refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === ""), "a relative path"),
+      commit: z.string().regex(/^[0-9a-f]{40,64}$/),
+      branch: z.string().nullable(),
+      dirty: z.boolean(),
+      uncommitted: z.enum(["include", "refuse", "ignore"]),
+      tree_sha256: sha,
+      files: int,
+    })
+    .nullable(),
+  credentials: z.array(z.strictObject({ name: z.string(), ref: z.string() })),
+  cursors: z.record(z.string(), scalar),
+  open_operations: z.array(z.strictObject({ id: scalar, idempotency_key: z.string() })),
+});
+
+export type Manifest = z.infer<typeof ManifestSchema>;
+export type Component = z.infer<typeof ComponentSchema>;
+
+/** The canonical bytes of a manifest. */
+export function encodeManifest(m: Manifest): Buffer {
+  const s = canonicalize(m);
+  if (s === undefined) throw new Error("manifest is not serialisable");
+  return Buffer.from(s, "utf8");
+}
+
+export const sha256hex = (b: Uint8Array | string) => createHash("sha256").update(b).digest("hex");
+
+/**
+ * Parses manifest bytes strictly.
+ * @throws Error naming the problem: `not canonical JSON`, `manifest.<path>: ...`.
+ */
+export function parseManifest(bytes: Buffer): Manifest {
+  if (bytes.length > MAX_MANIFEST) throw new Error("manifest larger than 1 MiB");
+  const text = bytes.toString("utf8");
+  if (!Buffer.from(text, "utf8").equals(bytes)) throw new Error("manifest is not valid UTF-8");
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new Error("manifest is not JSON");
+  }
+  // duplicate keys, other key orders, whitespace, -0 and float spellings all change the canonical form
+  if (canonicalize(raw) !== text) throw new Error("manifest is not canonical JSON (RFC 8785)");
+  const fv = (raw as { format_version?: unknown } | null)?.format_version;
+  if (typeof fv === "number" && fv > FORMAT_VERSION)
+    throw policyError(`bundle format version ${fv} is newer than this tool supports (${FORMAT_VERSION})`);
+  const parsed = ManifestSchema.safeParse(raw);
+  if (!parsed.success) throw new Error(`manifest invalid: ${formatIssues(parsed.error.issues)}`);
+  const m = parsed.data;
+  if (m.format_version !== FORMAT_VERSION) throw new Error(`unsupported bundle format version ${m.format_version}`);
+  const seen = new Set<string>();
+  for (const c of m.components) {
+    if (seen.has(c.path)) throw new Error(`manifest lists component ${c.path} twice`);
+    seen.add(c.path);
+  }
+  return m;
+}

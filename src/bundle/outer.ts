@@ -1,0 +1,105 @@
+/**
+ * The outer bundle container: a plain ustar archive with exactly three regular
+ * members, `manifest.json`, `manifest.sig`, `payload.age`, in that order.
+ * Reading is strict and bounded: anything else is a verification failure.
+ */
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { verifyError } from "../errors.js";
+
+export const MEMBERS = ["manifest.json", "manifest.sig", "payload.age"] as const;
+const BLOCK = 512;
+const LIMITS: Record<string, number> = { "manifest.json": 1024 * 1024, "manifest.sig": 16 * 1024 };
+
+/** A ustar header block for a regular file. */
+export function tarHeader(name: string, size: number, mtime: Date): Buffer {
+  const h = Buffer.alloc(BLOCK);
+  const put = (s: string, off: number, len: number) => h.write(s, off, len, "latin1");
+  const oct = (n: number, len: number) => n.toString(8).padStart(len - 1, "0") + "\0";
+  put(name, 0, 100);
+  put(oct(0o644, 8), 100, 8);
+  put(oct(0, 8), 108, 8);
+  put(oct(0, 8), 116, 8);
+  put(oct(size, 12), 124, 12);
+  put(oct(Math.floor(mtime.getTime() / 1000), 12), 136, 12);
+  put("        ", 148, 8);
+  put("0", 156, 1);
+  put("ustar\0", 257, 6);
+  put("00", 263, 2);
+  let sum = 0;
+  for (const b of h) sum += b;
+  put(sum.toString(8).padStart(6, "0") + "\0 ", 148, 8);
+  return h;
+}
+
+/** Zero padding after a member of `size` bytes. */
+export const tarPadding = (size: number) => Buffer.alloc((BLOCK - (size % BLOCK)) % BLOCK);
+/** The end-of-archive marker. */
+export const tarEnd = () => Buffer.alloc(BLOCK * 2);
+
+/** Where the members of a bundle file are. */
+export interface BundleLayout {
+  path: string;
+  manifest: Buffer;
+  signature: string;
+  payloadOffset: number;
+  payloadSize: number;
+  fileSize: number;
+}
+
+function parseOctal(b: Buffer, name: string): number {
+  const s = b.toString("latin1").replace(/\0.*$/s, "").trim();
+  if (!/^[0-7]{1,11}$/.test(s)) throw verifyError(`bundle member ${name}: invalid tar size field`);
+  return parseInt(s, 8);
+}
+
+/**
+ * Reads the layout of a bundle file without reading the payload.
+ * @throws AgentbakError(13) naming the member when the container is malformed.
+ */
+export function readLayout(path: string): BundleLayout {
+  const fd = openSync(path, "r");
+  try {
+    const fileSize = fstatSync(fd).size;
+    let off = 0;
+    const read = (n: number, at: number) => {
+      const b = Buffer.alloc(n);
+      if (at + n > fileSize || readSync(fd, b, 0, n, at) !== n) throw verifyError(`bundle truncated at byte ${at}`);
+      return b;
+    };
+    const out: { name: string; offset: number; size: number }[] = [];
+    for (const expected of MEMBERS) {
+      const h = read(BLOCK, off);
+      if (h.every((b) => b === 0)) throw verifyError(`bundle member ${expected} missing`);
+      let sum = 0;
+      for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 32 : h[i]!;
+      if (parseOctal(h.subarray(148, 156), expected) !== sum) throw verifyError(`bundle member ${expected}: tar header checksum mismatch`);
+      const name = h.subarray(0, 100).toString("latin1").replace(/\0.*$/s, "");
+      const prefix = h.subarray(345, 500).toString("latin1").replace(/\0.*$/s, "");
+      const type = String.fromCharCode(h[156]!);
+      if (prefix || name !== expected) throw verifyError(`bundle member ${out.length + 1} is "${(prefix ? prefix + "/" : "") + name}", expected ${expected}`);
+      if (type !== "0" && type !== "\0") throw verifyError(`bundle member ${expected} is not a regular file`);
+      const size = parseOctal(h.subarray(124, 136), expected);
+      const limit = LIMITS[expected];
+      if (limit !== undefined && size > limit) throw verifyError(`bundle member ${expected} is ${size} bytes, over the ${limit}-byte limit`);
+      off += BLOCK;
+      if (off + size > fileSize) throw verifyError(`bundle truncated inside ${expected}`);
+      out.push({ name, offset: off, size });
+      off += size + tarPadding(size).length;
+    }
+    // after the three members only zero blocks may follow
+    const rest = fileSize - off;
+    if (rest < BLOCK * 2) throw verifyError("bundle truncated: end-of-archive marker missing");
+    if (rest > 64 * 1024 || !read(rest, off).every((b) => b === 0)) throw verifyError("bundle has an extra member or trailing data");
+    const [m, s, p] = out as [(typeof out)[0], (typeof out)[0], (typeof out)[0]];
+    return {
+      path,
+      manifest: read(m.size, m.offset),
+      signature: read(s.size, s.offset).toString("latin1"),
+      payloadOffset: p.offset,
+      payloadSize: p.size,
+      fileSize,
+    };
+  } finally {
+    closeSync(fd);
+  }
+}

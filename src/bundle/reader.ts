@@ -1,0 +1,137 @@
+/**
+ * Reads and verifies a bundle, in the order DESIGN.md fixes: signature over
+ * the raw manifest bytes → strict manifest parse → payload digest → decrypt →
+ * component digests. Nothing from the payload is decrypted, decompressed or
+ * parsed before the signature and payload digest check out.
+ */
+import { createReadStream, createWriteStream, mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { Writable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import * as tar from "tar-stream";
+import { DecompressStream } from "zstd-napi";
+import { AgeDecryptStream, type AgeIdentity } from "../crypto/age.js";
+import { NS, verifyMessage } from "../crypto/sshsig.js";
+import { checkTrust, type AllowedSigner } from "../crypto/trust.js";
+import { AgentbakError, noKey, policyError, verifyError } from "../errors.js";
+import { parseManifest, sha256hex, type Manifest } from "./manifest.js";
+import { readLayout, type BundleLayout } from "./outer.js";
+import { HashTap } from "./streams.js";
+
+/** Trust inputs for signature checks. */
+export interface Trust {
+  signers: AllowedSigner[];
+  revoked: Buffer[];
+}
+
+/** A bundle whose signature, manifest and payload digest verified. */
+export interface VerifiedBundle {
+  layout: BundleLayout;
+  manifest: Manifest;
+  manifestSha256: string;
+  signer: { principal: string; fingerprint: string };
+}
+
+/** zstd window limit for decoding (8 MiB); our writer uses 2 MiB. */
+const WINDOW_LOG_MAX = 23;
+
+/**
+ * Checks the signature and manifest of a bundle without touching the payload.
+ * @throws AgentbakError(13) for format/signature/untrusted key, (14) for revoked or out-of-window signers and newer formats.
+ */
+export function verifyHeader(path: string, trust: Trust, now = new Date()): Omit<VerifiedBundle, "layout"> & { layout: BundleLayout } {
+  const layout = readLayout(path);
+  let key: Buffer;
+  try {
+    key = verifyMessage(layout.signature, NS.manifest, layout.manifest);
+  } catch (e) {
+    throw verifyError(`manifest.sig: ${(e as Error).message}`);
+  }
+  const t = checkTrust(trust.signers, trust.revoked, key, NS.manifest, now);
+  if (!t.trusted) throw t.kind === "unknown" || t.kind === "namespace" ? verifyError(`manifest.sig: ${t.reason}`) : policyError(t.reason);
+  let manifest: Manifest;
+  try {
+    manifest = parseManifest(layout.manifest);
+  } catch (e) {
+    if (e instanceof AgentbakError) throw e;
+    throw verifyError(`manifest.json: ${(e as Error).message}`);
+  }
+  if (manifest.signer.fingerprint !== t.fingerprint) throw verifyError(`manifest.json: names signer ${manifest.signer.fingerprint} but was signed by ${t.fingerprint}`);
+  if (layout.payloadSize !== manifest.payload.size) throw verifyError(`payload.age: ${layout.payloadSize} bytes, manifest says ${manifest.payload.size}`);
+  return { layout, manifest, manifestSha256: sha256hex(layout.manifest), signer: { principal: t.principal, fingerprint: t.fingerprint } };
+}
+
+const payloadStream = (l: BundleLayout) =>
+  createReadStream(l.path, { start: l.payloadOffset, end: l.payloadOffset + l.payloadSize - 1, highWaterMark: 1 << 20 });
+
+/**
+ * Full header check plus the payload digest (one streaming read).
+ * @throws AgentbakError(13) `payload.age: digest mismatch` when the payload is not the signed one.
+ */
+export async function verifyBundle(path: string, trust: Trust, now = new Date()): Promise<VerifiedBundle> {
+  const v = verifyHeader(path, trust, now);
+  const tap = new HashTap();
+  if (v.layout.payloadSize > 0) await pipeline(payloadStream(v.layout), tap, new Writable({ write: (_c, _e, cb) => cb() }));
+  if (tap.digest() !== v.manifest.payload.sha256) throw verifyError("payload.age: digest mismatch (not the payload the manifest signed)");
+  return v;
+}
+
+/** What decrypting and checking the payload found. */
+export interface PayloadCheck {
+  components: { path: string; sha256: string; size: number }[];
+}
+
+/**
+ * Decrypts the payload of a verified bundle and checks every component against
+ * the manifest. With `destDir`, each component is also written under it (at its
+ * manifest path); only regular files listed in the manifest, each once, within
+ * their declared size, are accepted.
+ * @throws AgentbakError(12) when no identity matches, (13) on any mismatch.
+ */
+export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], destDir?: string): Promise<PayloadCheck> {
+  const expected = new Map(v.manifest.components.map((c) => [c.path, c]));
+  const seen = new Set<string>();
+  const found: PayloadCheck["components"] = [];
+  const outerTap = new HashTap(v.manifest.payload.size, "payload.age");
+  const tarTap = new HashTap(v.manifest.payload.tar_size, "decompressed payload");
+  const extract = tar.extract();
+  extract.on("entry", (header, stream, next) => {
+    const fail = (m: string) => {
+      stream.resume();
+      extract.destroy(verifyError(`payload: ${m}`));
+    };
+    const name = header.name;
+    const c = expected.get(name);
+    if (header.type !== "file") return fail(`member ${JSON.stringify(name)} is a ${header.type}, only regular files are accepted`);
+    if (!c) return fail(`member ${JSON.stringify(name)} is not listed in the manifest`);
+    if (seen.has(name)) return fail(`member ${name} appears twice`);
+    if (header.size !== c.size) return fail(`member ${name} declares ${header.size} bytes, manifest says ${c.size}`);
+    seen.add(name);
+    const tap = new HashTap(c.size, name);
+    const sink = destDir
+      ? (mkdirSync(dirname(join(destDir, name)), { recursive: true }), createWriteStream(join(destDir, name), { flags: "wx", mode: 0o600 }))
+      : new Writable({ write: (_c, _e, cb) => cb() });
+    pipeline(stream, tap, sink).then(
+      () => {
+        const sha = tap.digest();
+        if (sha !== c.sha256) return extract.destroy(verifyError(`component ${name}: digest mismatch`));
+        found.push({ path: name, sha256: sha, size: tap.bytes });
+        next();
+      },
+      (e: Error) => extract.destroy(e instanceof AgentbakError ? e : verifyError(`component ${name}: ${e.message}`)),
+    );
+  });
+  try {
+    await pipeline(payloadStream(v.layout), outerTap, new AgeDecryptStream(identities), new DecompressStream({ windowLogMax: WINDOW_LOG_MAX }), tarTap, extract);
+  } catch (e) {
+    if (e instanceof AgentbakError) throw e;
+    const err = e as NodeJS.ErrnoException;
+    if (err.code === "NO_IDENTITY") throw noKey(`payload.age: ${err.message} (recipients: ${v.manifest.recipients.join(", ")})`);
+    throw verifyError(`payload: ${err.message}`);
+  }
+  if (outerTap.digest() !== v.manifest.payload.sha256) throw verifyError("payload.age: changed while being read");
+  if (tarTap.bytes !== v.manifest.payload.tar_size) throw verifyError(`payload: decompressed to ${tarTap.bytes} bytes, manifest says ${v.manifest.payload.tar_size}`);
+  for (const p of expected.keys()) if (!seen.has(p)) throw verifyError(`payload: component ${p} missing`);
+  return { components: found };
+}
+

@@ -1,0 +1,94 @@
+/**
+ * Writes a bundle: components → tar → zstd → age (payload, to a temp file,
+ * hashed as it is written), then the signed manifest, then the outer tar.
+ * Everything streams; memory does not grow with the size of the state.
+ */
+import { closeSync, createReadStream, createWriteStream, fsyncSync, openSync, rmSync, statSync } from "node:fs";
+import { once } from "node:events";
+import { pipeline } from "node:stream/promises";
+import * as tar from "tar-stream";
+import { CompressStream } from "zstd-napi";
+import { AgeEncryptStream } from "../crypto/age.js";
+import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
+import { encodeManifest, type Component, type Manifest } from "./manifest.js";
+import { tarEnd, tarHeader, tarPadding } from "./outer.js";
+import { HashTap } from "./streams.js";
+
+/** A staged component file and what the manifest says about it. */
+export interface StagedComponent extends Omit<Component, "sha256" | "size"> {
+  file: string;
+}
+
+/** The manifest fields the writer does not compute itself. */
+export type ManifestDraft = Omit<Manifest, "components" | "payload">;
+
+const ZSTD_LEVEL = 3;
+
+/**
+ * Packs, compresses and encrypts `components` into `payloadFile`.
+ * @returns the components with their digests and the payload's digest and sizes.
+ */
+export async function writePayload(components: StagedComponent[], recipients: string[], payloadFile: string): Promise<{ components: Component[]; payload: Manifest["payload"] }> {
+  const pack = tar.pack();
+  const tarTap = new HashTap();
+  const outTap = new HashTap();
+  const out = createWriteStream(payloadFile, { flags: "wx", mode: 0o600 });
+  const zstd = new CompressStream({ compressionLevel: ZSTD_LEVEL, nbWorkers: 2, windowLog: 21, checksumFlag: true });
+  const done = pipeline(pack, tarTap, zstd, new AgeEncryptStream(recipients), outTap, out);
+  const result: Component[] = [];
+  try {
+    for (const c of components) {
+      const size = statSync(c.file).size;
+      const tap = new HashTap(size, c.path);
+      const entry = pack.entry({ name: c.path, size, mode: 0o644, mtime: new Date(0), type: "file" });
+      await pipeline(createReadStream(c.file, { highWaterMark: 1 << 20 }), tap, entry);
+      if (tap.bytes !== size) throw new Error(`component ${c.path} changed size while being packed`);
+      const { file: _f, ...meta } = c;
+      result.push({ ...meta, sha256: tap.digest(), size });
+    }
+    pack.finalize();
+    await done;
+  } catch (e) {
+    pack.destroy(e as Error);
+    await done.catch(() => undefined);
+    throw e;
+  }
+  const fd = openSync(payloadFile, "r+");
+  fsyncSync(fd);
+  closeSync(fd);
+  return {
+    components: result,
+    payload: { sha256: outTap.digest(), size: outTap.bytes, tar_size: tarTap.bytes, compression: "zstd", encryption: "age-x25519" },
+  };
+}
+
+/**
+ * Writes the outer bundle tar to `outFile` (which must not exist) and fsyncs it.
+ * @returns the manifest bytes that were signed.
+ */
+export async function writeBundleFile(manifest: Manifest, key: SigningKey, payloadFile: string, outFile: string): Promise<Buffer> {
+  const mbytes = encodeManifest(manifest);
+  const sig = Buffer.from(signMessage(key, NS.manifest, mbytes));
+  const mtime = new Date(manifest.created_at);
+  const out = createWriteStream(outFile, { flags: "wx", mode: 0o644 });
+  const write = async (b: Buffer) => {
+    if (!out.write(b)) await once(out, "drain");
+  };
+  try {
+    await write(Buffer.concat([tarHeader("manifest.json", mbytes.length, mtime), mbytes, tarPadding(mbytes.length)]));
+    await write(Buffer.concat([tarHeader("manifest.sig", sig.length, mtime), sig, tarPadding(sig.length)]));
+    await write(tarHeader("payload.age", manifest.payload.size, mtime));
+    await pipeline(createReadStream(payloadFile, { highWaterMark: 1 << 20 }), out, { end: false });
+    await write(Buffer.concat([tarPadding(manifest.payload.size), tarEnd()]));
+    out.end();
+    await once(out, "finish");
+  } catch (e) {
+    out.destroy();
+    rmSync(outFile, { force: true });
+    throw e;
+  }
+  const fd = openSync(outFile, "r+");
+  fsyncSync(fd);
+  closeSync(fd);
+  return mbytes;
+}

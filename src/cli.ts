@@ -1,0 +1,172 @@
+/**
+ * The command table. Each action parses its flags, calls one command module
+ * (imported lazily) and renders the returned value; it holds no logic.
+ * Returns the exit code; only main.ts exits.
+ */
+import { Command, Option } from "commander";
+import { TOOL_VERSION } from "./version.js";
+import { Exit, type ExitCode } from "./errors.js";
+
+const EXIT_STATUS = `
+EXIT STATUS
+  0    success
+  1    failure (unexpected or internal)
+  2    usage error: bad flags, bad config, prompt needed without a TTY
+  3    completed with warnings
+  10   repository, snapshot or file not found
+  11   repository locked by another process
+  12   no usable key: no identity matches, or signing key missing
+  13   verification failed: signature, digest, format, integrity
+  14   refused by policy: untrusted/revoked signer, expired, rollback, tenant,
+       schema or version incompatible, not approved, secret found
+  15   drill ran and a check failed
+  130  interrupted`;
+
+const ENVIRONMENT = `
+ENVIRONMENT
+  AGENTBAK_CONFIG, AGENTBAK_REPOSITORY, AGENTBAK_IDENTITY_FILE, AGENTBAK_IDENTITY,
+  AGENTBAK_SIGNING_KEY_FILE, AGENTBAK_HOME (default ~/.config/agentbak).
+  Flags beat environment beats config.`;
+
+function help(cmd: Command, examples: string[]): Command {
+  return cmd.addHelpText("after", `\nEXAMPLES\n${examples.map((e) => "  " + e).join("\n")}\n${EXIT_STATUS}\n${ENVIRONMENT}\n`);
+}
+
+const cfgOpt = () => new Option("-c, --config <file>", "config file (default ./agentbak.json)");
+const repoOpt = () => new Option("--repo <path>", "repository (overrides AGENTBAK_REPOSITORY and config)");
+const jsonOpt = () => new Option("--json", "machine-readable result on stdout");
+
+/** Builds the program; `result` receives the exit code of the action that ran. */
+export function buildProgram(result: { code: ExitCode }): Command {
+  const program = new Command("agentbak")
+    .description("Verified, policy-checked backups and recovery drills for autonomous AI agents")
+    .version(TOOL_VERSION)
+    .showHelpAfterError("(run with --help for usage)")
+    .exitOverride();
+  help(program, ["agentbak init --agent-id billing-agent --tenant acme --yes", "agentbak backup", "agentbak verify latest --identity ~/.config/agentbak/age-identity.txt"]);
+
+  help(
+    program
+      .command("keygen")
+      .description("generate an age identity and an Ed25519 signing key, and trust the signer")
+      .option("--out <dir>", "folder for the key files (default AGENTBAK_HOME)")
+      .option("--principal <name>", "principal for allowed_signers", "agentbak")
+      .addOption(jsonOpt()),
+    ["agentbak keygen --out ./keys --principal ops@acme"],
+  ).action(async (o) => {
+    const { keygen } = await import("./commands/keygen.js");
+    const r = await keygen(o);
+    const ui = await import("./ui/output.js");
+    if (o.json) ui.emitJson(r);
+    else {
+      ui.ok(`keys written to ${r.dir}`);
+      ui.say(`  recipient: ${r.recipient}`);
+      ui.say(`  signer:    ${r.principal} ${r.signerFingerprint}`);
+    }
+  });
+
+  help(
+    program
+      .command("init")
+      .description("write agentbak.json, create a local repository, and generate keys if none")
+      .option("--dir <dir>", "folder for agentbak.json", ".")
+      .option("--agent-id <id>", "agent id")
+      .option("--tenant <t>", "tenant")
+      .option("--repo <path>", "repository path (relative to the config)", "./backups")
+      .option("--database <name=path...>", "SQLite database(s) to back up")
+      .option("--workspace <path>", "git workspace of the agent")
+      .option("-y, --yes", "accept defaults; never prompt")
+      .addOption(jsonOpt()),
+    ["agentbak init --agent-id billing-agent --tenant acme --database state=state/agent.sqlite --workspace workspace --yes"],
+  ).action(async (o) => {
+    const { init } = await import("./commands/init.js");
+    const r = await init({ ...o, agentId: o.agentId });
+    const ui = await import("./ui/output.js");
+    if (o.json) ui.emitJson(r);
+    else {
+      ui.ok(`wrote ${r.config}`);
+      ui.say(`  repository: ${r.repository}`);
+      ui.say(`  keys:       ${r.home}${r.keysCreated ? " (generated)" : ""}`);
+    }
+  });
+
+  help(
+    program
+      .command("backup")
+      .description("snapshot the agent's state into a signed, encrypted bundle")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--idempotency-key <key>", "the same key again returns the first receipt")
+      .option("--label <label>", "free-form label")
+      .option("--wait <duration>", "wait this long for the repository lock (e.g. 30s)")
+      .addOption(jsonOpt()),
+    ["agentbak backup", "agentbak backup --idempotency-key \"$CI_JOB_ID\" --json"],
+  ).action(async (o) => {
+    const ui = await import("./ui/output.js");
+    const { backup } = await import("./commands/backup.js");
+    const p = ui.progress("starting backup");
+    let r;
+    try {
+      r = await backup({ ...o, progress: (t: string) => p.update(t) });
+    } finally {
+      p.stop();
+    }
+    if (o.json) ui.emitJson(r);
+    else if (ui.isTTY() || r.repeated) {
+      ui.ok(`${r.repeated ? "already backed up" : "backed up"} ${r.agent_id} as ${r.snapshot_id} (sequence ${r.sequence}, ${r.size} bytes)`);
+      ui.say(`  ${r.path}`);
+    }
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
+  });
+
+  help(
+    program
+      .command("snapshots")
+      .description("list bundles; only those whose signature verifies are restorable")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--agent <id>", "only this agent")
+      .addOption(jsonOpt()),
+    ["agentbak snapshots", "agentbak snapshots --repo /srv/backups --agent billing-agent --json"],
+  ).action(async (o) => {
+    const { snapshots } = await import("./commands/snapshots.js");
+    const list = await snapshots(o);
+    const ui = await import("./ui/output.js");
+    if (o.json) return ui.emitJson(list);
+    ui.table(
+      ["SNAPSHOT", "AGENT", "SEQ", "CREATED", "SIZE", "STATUS"],
+      list.map((e) => [e.snapshot_id, e.agent_id, String(e.sequence ?? "-"), e.created_at ?? "-", String(e.size), e.status === "ok" ? "ok" : `${e.status}: ${e.problem}`]),
+    );
+  });
+
+  help(
+    program
+      .command("verify")
+      .description("verify a bundle: signature, manifest, payload digest; with an identity, every component")
+      .argument("<snapshot>", "snapshot id, latest, or a bundle file")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--identity <file>", "age identity file: decrypt and check every component")
+      .addOption(jsonOpt()),
+    ["agentbak verify latest", "agentbak verify ./20261129T120000000Z-1a2b3c4d.agentbak --identity key.txt --json"],
+  ).action(async (ref, o) => {
+    const { verify } = await import("./commands/verify.js");
+    const r = await verify(ref, o);
+    const ui = await import("./ui/output.js");
+    if (o.json) return ui.emitJson(r);
+    for (const c of r.checks) ui.ok(`${c.name}: ${c.detail}`);
+    ui.say(`${r.snapshot_id} verified${r.deep ? "" : " (pass --identity to check the contents too)"}`);
+  });
+
+  program
+    .command("config-schema")
+    .description("print the JSON Schema of agentbak.json")
+    .action(async () => {
+      const { configJsonSchema } = await import("./config/schema.js");
+      const ui = await import("./ui/output.js");
+      ui.emitJson(configJsonSchema());
+    });
+
+  return program;
+}

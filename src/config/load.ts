@@ -1,0 +1,71 @@
+/**
+ * Finding, reading and validating the config file.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, isAbsolute, resolve } from "node:path";
+import type { z } from "zod";
+import { usageError } from "../errors.js";
+import { ConfigSchema, type Config } from "./schema.js";
+
+/** A validated config with the folder its relative paths resolve against. */
+export interface LoadedConfig {
+  config: Config;
+  path: string;
+  dir: string;
+  /** Resolves a config-relative path. */
+  resolve(p: string): string;
+}
+
+/** Formats zod issues as `path.to.key: message` lines, one per issue. */
+export function formatIssues(issues: z.core.$ZodIssue[]): string {
+  return issues
+    .map((i) => {
+      const path = i.path.length ? i.path.join(".") : "(root)";
+      if (i.code === "unrecognized_keys") return `${path}: unknown key(s) ${i.keys.map((k) => `"${k}"`).join(", ")}`;
+      return `${path}: ${i.message}`;
+    })
+    .join("; ");
+}
+
+/** The config path from the flag, AGENTBAK_CONFIG, or ./agentbak.json when it exists. */
+export function configPath(flag?: string): string | undefined {
+  if (flag) return resolve(flag);
+  if (process.env.AGENTBAK_CONFIG) return resolve(process.env.AGENTBAK_CONFIG);
+  const def = resolve("agentbak.json");
+  return existsSync(def) ? def : undefined;
+}
+
+/**
+ * Reads and strictly validates a config file.
+ * @throws AgentbakError(2) naming the file and every bad key path.
+ */
+export function loadConfig(path: string): LoadedConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, "utf8"));
+  } catch (e) {
+    const err = e as NodeJS.ErrnoException;
+    throw usageError(`config ${path}: ${err.code === "ENOENT" ? "not found" : err.message}`);
+  }
+  const parsed = ConfigSchema.safeParse(raw);
+  if (!parsed.success) throw usageError(`config ${path}: ${formatIssues(parsed.error.issues)}`);
+  const dir = dirname(path);
+  return { config: parsed.data, path, dir, resolve: (p) => (isAbsolute(p) ? p : resolve(dir, p)) };
+}
+
+/** Loads the config when one is named or present; undefined otherwise. */
+export function loadConfigIfAny(flag?: string): LoadedConfig | undefined {
+  const p = configPath(flag);
+  return p ? loadConfig(p) : undefined;
+}
+
+/**
+ * The repository location: flag, then AGENTBAK_REPOSITORY, then config.
+ * @throws AgentbakError(2) when none is given.
+ */
+export function repositoryPath(flag: string | undefined, cfg: LoadedConfig | undefined): string {
+  if (flag) return resolve(flag);
+  if (process.env.AGENTBAK_REPOSITORY) return resolve(process.env.AGENTBAK_REPOSITORY);
+  if (cfg) return cfg.resolve(cfg.config.repository);
+  throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
+}

@@ -1,0 +1,335 @@
+/**
+ * The age v1 file format (C2SP age spec) for X25519 recipients, on node:crypto.
+ *
+ * The payload is encrypted with node's native ChaCha20-Poly1305 (the pure-JS
+ * age-encryption package runs an order of magnitude slower); files written here
+ * decrypt with the `age` CLI and files from `age` decrypt here (interop tests).
+ */
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHmac,
+  createPrivateKey,
+  createPublicKey,
+  diffieHellman,
+  generateKeyPairSync,
+  hkdfSync,
+  randomBytes,
+  timingSafeEqual,
+  type KeyObject,
+} from "node:crypto";
+import { Transform, type TransformCallback } from "node:stream";
+import { bech32Decode, bech32Encode } from "./bech32.js";
+
+const INTRO = "age-encryption.org/v1\n";
+const X25519_LABEL = "age-encryption.org/v1/X25519";
+const CHUNK = 64 * 1024;
+const TAG = 16;
+const MAX_HEADER = 64 * 1024;
+const PKCS8_X25519 = Buffer.from("302e020100300506032b656e04220420", "hex");
+const SPKI_X25519 = Buffer.from("302a300506032b656e032100", "hex");
+
+/** An age X25519 identity: the secret scalar and its public recipient. */
+export interface AgeIdentity {
+  secret: Buffer;
+  recipient: string;
+}
+
+const b64 = (b: Uint8Array) => Buffer.from(b).toString("base64").replace(/=+$/, "");
+function unb64(s: string): Buffer {
+  if (!/^[A-Za-z0-9+/]*$/.test(s)) throw new Error("invalid base64 in age header");
+  const b = Buffer.from(s, "base64");
+  if (b64(b) !== s) throw new Error("non-canonical base64 in age header");
+  return b;
+}
+
+const privKey = (secret: Uint8Array): KeyObject =>
+  createPrivateKey({ key: Buffer.concat([PKCS8_X25519, secret]), format: "der", type: "pkcs8" });
+const pubKey = (pub: Uint8Array): KeyObject =>
+  createPublicKey({ key: Buffer.concat([SPKI_X25519, pub]), format: "der", type: "spki" });
+const rawPublic = (k: KeyObject): Buffer => k.export({ format: "der", type: "spki" }).subarray(SPKI_X25519.length);
+const hkdf = (ikm: Uint8Array, salt: Uint8Array, info: string) =>
+  Buffer.from(hkdfSync("sha256", ikm, salt, info, 32));
+
+function sealOnce(key: Buffer, nonce: Buffer, plain: Uint8Array): Buffer {
+  const c = createCipheriv("chacha20-poly1305", key, nonce, { authTagLength: TAG });
+  const out = Buffer.concat([c.update(plain), c.final(), c.getAuthTag()]);
+  return out;
+}
+
+function openOnce(key: Buffer, nonce: Buffer, sealed: Uint8Array): Buffer | null {
+  if (sealed.length < TAG) return null;
+  const d = createDecipheriv("chacha20-poly1305", key, nonce, { authTagLength: TAG });
+  d.setAuthTag(sealed.subarray(sealed.length - TAG));
+  try {
+    return Buffer.concat([d.update(sealed.subarray(0, sealed.length - TAG)), d.final()]);
+  } catch {
+    return null;
+  }
+}
+
+/** Parses an `age1...` recipient into its 32-byte public key. @throws Error if malformed. */
+export function parseRecipient(r: string): Buffer {
+  const { hrp, data } = bech32Decode(r);
+  if (hrp !== "age" || data.length !== 32 || r !== r.toLowerCase()) throw new Error(`invalid age recipient ${r.slice(0, 12)}...`);
+  return Buffer.from(data);
+}
+
+/** Generates a new identity. */
+export function generateIdentity(): AgeIdentity {
+  const { privateKey } = generateKeyPairSync("x25519");
+  const secret = privateKey.export({ format: "der", type: "pkcs8" }).subarray(PKCS8_X25519.length);
+  return { secret: Buffer.from(secret), recipient: bech32Encode("age", rawPublic(createPublicKey(privateKey))) };
+}
+
+/** The `AGE-SECRET-KEY-1...` string of an identity. */
+export const identityString = (id: AgeIdentity) => bech32Encode("age-secret-key-", id.secret).toUpperCase();
+
+/**
+ * Parses identity file text in the age-keygen format (comments and blank lines
+ * allowed, one or more `AGE-SECRET-KEY-1` lines).
+ * @throws Error naming the line number when a line is not an identity.
+ */
+export function parseIdentities(text: string): AgeIdentity[] {
+  const out: AgeIdentity[] = [];
+  text.split(/\r?\n/).forEach((line, i) => {
+    const t = line.trim();
+    if (t === "" || t.startsWith("#")) return;
+    let decoded: { hrp: string; data: Uint8Array };
+    try {
+      decoded = bech32Decode(t);
+    } catch {
+      throw new Error(`identity line ${i + 1} is not an age identity`);
+    }
+    if (decoded.hrp !== "age-secret-key-" || decoded.data.length !== 32) throw new Error(`identity line ${i + 1} is not an X25519 age identity`);
+    const secret = Buffer.from(decoded.data);
+    out.push({ secret, recipient: bech32Encode("age", rawPublic(createPublicKey(privKey(secret)))) });
+  });
+  if (out.length === 0) throw new Error("no age identity found");
+  return out;
+}
+
+/** Builds an age header for `recipients` around a fresh file key. */
+function buildHeader(recipients: string[], fileKey: Buffer): Buffer {
+  let text = INTRO;
+  for (const r of recipients) {
+    const theirs = parseRecipient(r);
+    const eph = generateKeyPairSync("x25519");
+    const share = rawPublic(eph.publicKey);
+    const shared = diffieHellman({ privateKey: eph.privateKey, publicKey: pubKey(theirs) });
+    const wrapKey = hkdf(shared, Buffer.concat([share, theirs]), X25519_LABEL);
+    const body = sealOnce(wrapKey, Buffer.alloc(12), fileKey);
+    text += `-> X25519 ${b64(share)}\n${b64(body)}\n`;
+  }
+  text += "---";
+  const mac = createHmac("sha256", hkdf(fileKey, Buffer.alloc(0), "header")).update(text).digest();
+  return Buffer.from(`${text} ${b64(mac)}\n`);
+}
+
+interface Stanza {
+  type: string;
+  args: string[];
+  body: Buffer;
+}
+
+/**
+ * Parses a header from the start of `buf`.
+ * @returns null when more bytes are needed; otherwise the stanzas, the bytes covered by the MAC, the MAC and the header length.
+ * @throws Error when the header is malformed.
+ */
+function parseHeader(buf: Buffer): { stanzas: Stanza[]; macInput: Buffer; mac: Buffer; length: number } | null {
+  if (buf.length < INTRO.length) return null;
+  if (buf.subarray(0, INTRO.length).toString("latin1") !== INTRO) throw new Error("not an age v1 file");
+  let pos = INTRO.length;
+  const stanzas: Stanza[] = [];
+  const nextLine = (): string | null => {
+    const nl = buf.indexOf(0x0a, pos);
+    if (nl < 0) {
+      if (buf.length > MAX_HEADER) throw new Error("age header too long");
+      return null;
+    }
+    const line = buf.subarray(pos, nl).toString("latin1");
+    pos = nl + 1;
+    return line;
+  };
+  for (;;) {
+    const lineStart = pos;
+    const line = nextLine();
+    if (line === null) return null;
+    if (line.startsWith("--- ")) {
+      const mac = unb64(line.slice(4));
+      if (mac.length !== 32) throw new Error("invalid age header MAC length");
+      return { stanzas, macInput: buf.subarray(0, lineStart + 3), mac, length: pos };
+    }
+    if (!line.startsWith("-> ")) throw new Error("invalid age header line");
+    const parts = line.slice(3).split(" ");
+    if (parts.some((p) => p.length === 0 || /[^\x21-\x7e]/.test(p))) throw new Error("invalid age stanza arguments");
+    const bodyParts: Buffer[] = [];
+    for (;;) {
+      const bl = nextLine();
+      if (bl === null) return null;
+      if (bl.length > 64) throw new Error("age stanza body line too long");
+      bodyParts.push(unb64(bl));
+      if (bl.length < 64) break;
+    }
+    stanzas.push({ type: parts[0]!, args: parts.slice(1), body: Buffer.concat(bodyParts) });
+  }
+}
+
+function unwrapFileKey(stanzas: Stanza[], identities: AgeIdentity[]): Buffer | null {
+  for (const id of identities) {
+    const ourPub = parseRecipient(id.recipient);
+    for (const s of stanzas) {
+      if (s.type !== "X25519") continue;
+      if (s.args.length !== 1) throw new Error("invalid X25519 stanza");
+      const share = unb64(s.args[0]!);
+      if (share.length !== 32 || s.body.length !== 32) throw new Error("invalid X25519 stanza");
+      let shared: Buffer;
+      try {
+        shared = diffieHellman({ privateKey: privKey(id.secret), publicKey: pubKey(share) });
+      } catch {
+        throw new Error("invalid X25519 share");
+      }
+      if (shared.every((b) => b === 0)) throw new Error("invalid X25519 share");
+      const key = openOnce(hkdf(shared, Buffer.concat([share, ourPub]), X25519_LABEL), Buffer.alloc(12), s.body);
+      if (key) return key;
+    }
+  }
+  return null;
+}
+
+function chunkNonce(counter: number, last: boolean): Buffer {
+  const n = Buffer.alloc(12);
+  n.writeUIntBE(counter, 5, 6);
+  n[11] = last ? 1 : 0;
+  return n;
+}
+
+/**
+ * A Transform that age-encrypts its input to `recipients` (STREAM, 64 KiB chunks).
+ * @throws Error at construction when a recipient does not parse.
+ */
+export class AgeEncryptStream extends Transform {
+  private key: Buffer;
+  private pending: Buffer[] = [];
+  private pendingLen = 0;
+  private counter = 0;
+
+  constructor(recipients: string[]) {
+    super();
+    if (recipients.length === 0) throw new Error("no age recipients");
+    const fileKey = randomBytes(16);
+    const nonce = randomBytes(16);
+    this.key = hkdf(fileKey, nonce, "payload");
+    this.push(Buffer.concat([buildHeader(recipients, fileKey), nonce]));
+  }
+
+  private seal(plain: Buffer, last: boolean): Buffer {
+    return sealOnce(this.key, chunkNonce(this.counter++, last), plain);
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
+    this.pending.push(chunk);
+    this.pendingLen += chunk.length;
+    // keep at least one byte back so the final chunk is always known at flush time
+    if (this.pendingLen > CHUNK) {
+      let all = Buffer.concat(this.pending);
+      const out: Buffer[] = [];
+      while (all.length > CHUNK) {
+        out.push(this.seal(all.subarray(0, CHUNK), false));
+        all = all.subarray(CHUNK);
+      }
+      this.pending = [all];
+      this.pendingLen = all.length;
+      this.push(Buffer.concat(out));
+    }
+    done();
+  }
+
+  override _flush(done: TransformCallback): void {
+    this.push(this.seal(Buffer.concat(this.pending), true));
+    done();
+  }
+}
+
+/**
+ * A Transform that decrypts an age file with `identities`. Errors (stream
+ * 'error'): `not an age v1 file`, `no identity matched any of the file's
+ * recipients` (code NO_IDENTITY), `invalid header MAC`, `payload chunk N failed
+ * authentication`, `truncated age payload`, `trailing data after final chunk`.
+ */
+export class AgeDecryptStream extends Transform {
+  private buf: Buffer = Buffer.alloc(0);
+  private key: Buffer | null = null;
+  private counter = 0;
+  private done = false;
+
+  constructor(private readonly identities: AgeIdentity[]) {
+    super();
+  }
+
+  private fail(msg: string, code?: string): Error {
+    const e = new Error(msg) as NodeJS.ErrnoException;
+    if (code) e.code = code;
+    return e;
+  }
+
+  private openChunk(sealed: Buffer, last: boolean): Buffer | null {
+    return openOnce(this.key!, chunkNonce(this.counter, last), sealed);
+  }
+
+  private drain(final: boolean): Error | null {
+    if (!this.key) {
+      let h: ReturnType<typeof parseHeader>;
+      try {
+        h = parseHeader(this.buf);
+      } catch (e) {
+        return this.fail((e as Error).message);
+      }
+      if (!h) return final ? this.fail("truncated age header") : null;
+      if (this.buf.length < h.length + 16) return final ? this.fail("truncated age header") : null;
+      let fileKey: Buffer | null;
+      try {
+        fileKey = unwrapFileKey(h.stanzas, this.identities);
+      } catch (e) {
+        return this.fail((e as Error).message);
+      }
+      if (!fileKey) return this.fail("no identity matched any of the file's recipients", "NO_IDENTITY");
+      const mac = createHmac("sha256", hkdf(fileKey, Buffer.alloc(0), "header")).update(h.macInput).digest();
+      if (!timingSafeEqual(mac, h.mac)) return this.fail("invalid header MAC");
+      this.key = hkdf(fileKey, this.buf.subarray(h.length, h.length + 16), "payload");
+      this.buf = this.buf.subarray(h.length + 16);
+    }
+    const sealedSize = CHUNK + TAG;
+    const out: Buffer[] = [];
+    while (this.buf.length > sealedSize || (final && this.buf.length > 0)) {
+      if (this.done) return this.fail("trailing data after final chunk");
+      const take = Math.min(sealedSize, this.buf.length);
+      const sealed = this.buf.subarray(0, take);
+      const isTail = take === this.buf.length;
+      let plain = isTail && final ? this.openChunk(sealed, true) : null;
+      if (plain) this.done = true;
+      else {
+        plain = this.openChunk(sealed, false);
+        if (!plain) return this.fail(`payload chunk ${this.counter} failed authentication`);
+        if (plain.length < CHUNK) return this.fail(`payload chunk ${this.counter} failed authentication`);
+      }
+      if (this.done && plain.length === 0 && this.counter > 0) return this.fail("empty final chunk");
+      this.counter++;
+      this.buf = this.buf.subarray(take);
+      out.push(plain);
+    }
+    if (out.length) this.push(Buffer.concat(out));
+    if (final && !this.done) return this.fail("truncated age payload");
+    return null;
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
+    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    cb(this.drain(false));
+  }
+
+  override _flush(cb: TransformCallback): void {
+    cb(this.drain(true));
+  }
+}

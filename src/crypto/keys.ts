@@ -1,0 +1,88 @@
+/**
+ * Key files: where they live, how they are generated and loaded.
+ */
+import { appendFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join, resolve } from "node:path";
+import { noKey } from "../errors.js";
+import { writeFileAtomic, fsyncDir } from "../fsutil.js";
+import { generateIdentity, identityString, parseIdentities, type AgeIdentity } from "./age.js";
+import { encodePrivateKey, fingerprint, generateSigningKey, parsePrivateKey, publicKeyLine, NS, type SigningKey } from "./sshsig.js";
+
+/** AGENTBAK_HOME, default ~/.config/agentbak. */
+export const agentbakHome = () => resolve(process.env.AGENTBAK_HOME ?? join(homedir(), ".config", "agentbak"));
+
+/** What keygen wrote. */
+export interface KeygenResult {
+  dir: string;
+  recipient: string;
+  signerFingerprint: string;
+  principal: string;
+  files: string[];
+}
+
+/**
+ * Writes a fresh age identity and Ed25519 signing key into `dir` and appends
+ * the signer to `dir/allowed_signers`. Refuses to overwrite existing keys.
+ * @throws Error (EEXIST) when a key file is already there.
+ */
+export function keygen(dir: string, principal: string): KeygenResult {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const files = ["age-identity.txt", "age-recipient.txt", "signing-key", "signing-key.pub"].map((f) => join(dir, f));
+  for (const f of files) if (existsSync(f)) throw Object.assign(new Error(`key file exists: ${f}`), { code: "EEXIST", path: f });
+  const id = generateIdentity();
+  const sk = generateSigningKey(principal);
+  const created = new Date().toISOString();
+  writeFileAtomic(files[0]!, `# created: ${created}\n# public key: ${id.recipient}\n${identityString(id)}\n`, 0o600);
+  writeFileAtomic(files[1]!, `${id.recipient}\n`);
+  writeFileAtomic(files[2]!, encodePrivateKey(sk), 0o600);
+  writeFileAtomic(files[3]!, publicKeyLine(sk.publicKey, principal) + "\n");
+  const allowed = join(dir, "allowed_signers");
+  appendFileSync(allowed, `${principal} namespaces="${NS.manifest},${NS.report},${NS.receipt}" ${publicKeyLine(sk.publicKey)}\n`);
+  fsyncDir(dir);
+  return { dir, recipient: id.recipient, signerFingerprint: fingerprint(sk.publicKey), principal, files: [...files, allowed] };
+}
+
+/**
+ * Loads age identities: `AGENTBAK_IDENTITY` (the text itself), else the given
+ * file, else `AGENTBAK_IDENTITY_FILE`, else AGENTBAK_HOME/age-identity.txt.
+ * @throws AgentbakError(12) when none can be read.
+ */
+export function loadIdentities(file?: string): AgeIdentity[] {
+  const inline = file ? undefined : process.env.AGENTBAK_IDENTITY;
+  const path = file ?? process.env.AGENTBAK_IDENTITY_FILE ?? join(agentbakHome(), "age-identity.txt");
+  let text: string;
+  if (inline) text = inline;
+  else {
+    try {
+      text = readFileSync(path, "utf8");
+    } catch (e) {
+      throw noKey(`no usable identity: cannot read ${path} (${(e as NodeJS.ErrnoException).code})`);
+    }
+  }
+  try {
+    return parseIdentities(text);
+  } catch (e) {
+    throw noKey(`no usable identity in ${inline ? "AGENTBAK_IDENTITY" : path}: ${(e as Error).message}`);
+  }
+}
+
+/**
+ * Loads the signing key from `file`, AGENTBAK_SIGNING_KEY_FILE, or
+ * AGENTBAK_HOME/signing-key.
+ * @throws AgentbakError(12) when missing or unreadable.
+ */
+export function loadSigningKey(file?: string): SigningKey {
+  const path = file ?? process.env.AGENTBAK_SIGNING_KEY_FILE ?? join(agentbakHome(), "signing-key");
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw noKey(`signing key missing: cannot read ${path} (${(e as NodeJS.ErrnoException).code})`);
+  }
+  try {
+    return parsePrivateKey(text);
+  } catch (e) {
+    throw noKey(`signing key ${path} unusable: ${(e as Error).message}`);
+  }
+}

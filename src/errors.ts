@@ -1,0 +1,50 @@
+/**
+ * Typed errors. Every failure the user should see is an AgentbakError carrying
+ * its documented exit code; only src/main.ts turns one into a process exit.
+ */
+
+/** Exit codes from DESIGN.md; unknown codes mean failure. */
+export const Exit = {
+  ok: 0,
+  failure: 1,
+  usage: 2,
+  warnings: 3,
+  notFound: 10,
+  locked: 11,
+  noKey: 12,
+  verify: 13,
+  policy: 14,
+  drillFailed: 15,
+  interrupted: 130,
+} as const;
+
+export type ExitCode = (typeof Exit)[keyof typeof Exit];
+
+/** An error already phrased for the user: main prints the message and exits with `code`. */
+export class AgentbakError extends Error {
+  readonly code: ExitCode;
+  constructor(code: ExitCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = "AgentbakError";
+  }
+}
+
+export const usageError = (m: string) => new AgentbakError(Exit.usage, m);
+export const notFound = (m: string) => new AgentbakError(Exit.notFound, m);
+export const lockedError = (m: string) => new AgentbakError(Exit.locked, m);
+export const noKey = (m: string) => new AgentbakError(Exit.noKey, m);
+export const verifyError = (m: string) => new AgentbakError(Exit.verify, m);
+export const policyError = (m: string) => new AgentbakError(Exit.policy, m);
+
+/**
+ * Adds context to an error while keeping its exit code: `wrap(e, "restore db state")`
+ * gives "restore db state: <original message>".
+ */
+export function wrap(err: unknown, context: string): AgentbakError {
+  if (err instanceof AgentbakError) return new AgentbakError(err.code, `${context}: ${err.message}`, { cause: err });
+  const e = err as NodeJS.ErrnoException;
+  const detail = e?.code && e?.path ? `${e.code} ${e.path}` : e?.message ?? String(err);
+  const code = e?.code === "ENOENT" ? Exit.notFound : Exit.failure;
+  return new AgentbakError(code, `${context}: ${detail}`, { cause: err });
+}

@@ -1,0 +1,69 @@
+/**
+ * Durable file-system primitives: write to a temp name, fsync, rename, fsync
+ * the directory. Shared by keys, repository and restore.
+ */
+import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { basename, dirname, join } from "node:path";
+
+/** fsyncs a directory so a rename or create inside it survives a crash. */
+export function fsyncDir(dir: string): void {
+  const fd = openSync(dir, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** A sibling temp name that sweeps recognise (`.tmp-` prefix). */
+export const tempSibling = (path: string) => join(dirname(path), `.tmp-${basename(path)}-${process.pid}-${randomBytes(4).toString("hex")}`);
+
+function writeTemp(path: string, data: string | Uint8Array, mode: number): string {
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = tempSibling(path);
+  const fd = openSync(tmp, "wx", mode);
+  try {
+    writeSync(fd, typeof data === "string" ? Buffer.from(data) : data);
+    fsyncSync(fd);
+  } catch (e) {
+    closeSync(fd);
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+  closeSync(fd);
+  return tmp;
+}
+
+/** Atomically replaces `path` with `data` (temp, fsync, rename, fsync dir). */
+export function writeFileAtomic(path: string, data: string | Uint8Array, mode = 0o644): void {
+  const tmp = writeTemp(path, data, mode);
+  try {
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+  fsyncDir(dirname(path));
+}
+
+/**
+ * Atomically creates `path` with `data`, failing with EEXIST when it already
+ * exists (link(2) never overwrites).
+ */
+export function createFileExclusive(path: string, data: string | Uint8Array, mode = 0o644): void {
+  const tmp = writeTemp(path, data, mode);
+  try {
+    linkSync(tmp, path);
+  } finally {
+    unlinkSync(tmp);
+  }
+  fsyncDir(dirname(path));
+}
+
+/** Publishes a finished temp file at `path` without overwriting (link + unlink), then fsyncs the directory. */
+export function publishExclusive(tmp: string, path: string): void {
+  linkSync(tmp, path);
+  unlinkSync(tmp);
+  fsyncDir(dirname(path));
+}

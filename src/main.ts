@@ -1,0 +1,37 @@
+/**
+ * Entry point: runs the command table and is the only place that exits.
+ * User-facing errors print their message; unexpected ones print detail.
+ */
+import { CommanderError } from "commander";
+import { buildProgram } from "./cli.js";
+import { AgentbakError, Exit, type ExitCode } from "./errors.js";
+
+async function main(argv: string[]): Promise<ExitCode> {
+  const result = { code: Exit.ok as ExitCode };
+  try {
+    await buildProgram(result).parseAsync(argv);
+    return result.code;
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      if (e.code === "commander.helpDisplayed" || e.code === "commander.version" || e.code === "commander.help") return Exit.ok;
+      return Exit.usage;
+    }
+    if (e instanceof AgentbakError) {
+      process.stderr.write(`agentbak: ${e.message}\n`);
+      return e.code;
+    }
+    const err = e as Error;
+    process.stderr.write(`agentbak: internal error: ${err?.stack ?? String(e)}\nThis is a bug; please report it.\n`);
+    return Exit.failure;
+  }
+}
+
+process.on("SIGINT", () => {
+  process.stderr.write("agentbak: interrupted\n");
+  process.exit(Exit.interrupted);
+});
+process.on("SIGTERM", () => process.exit(Exit.interrupted));
+
+main(process.argv).then((code) => {
+  process.exitCode = code;
+});

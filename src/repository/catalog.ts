@@ -1,0 +1,78 @@
+/**
+ * The catalog: which bundles in a repository are restorable (signature and
+ * manifest verify), and what `ID`, `latest` and `FILE` resolve to.
+ */
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
+import { verifyHeader, type Trust } from "../bundle/reader.js";
+import { AgentbakError, notFound } from "../errors.js";
+import type { LocalRepository } from "./local.js";
+
+/** One listed bundle. `status` is "ok" only when its signature and manifest verify. */
+export interface CatalogEntry {
+  agent_id: string;
+  snapshot_id: string;
+  path: string;
+  size: number;
+  status: "ok" | "expired" | "invalid";
+  problem: string | null;
+  sequence: number | null;
+  created_at: string | null;
+  expires_at: string | null;
+  tenant: string | null;
+  label: string | null;
+  signer: string | null;
+  schema_version: number | null;
+}
+
+/** Lists bundles with their verification status, oldest first. */
+export function catalog(repo: LocalRepository, trust: Trust, agentId?: string, now = new Date()): CatalogEntry[] {
+  return repo.list(agentId).map((b) => {
+    const base = { agent_id: b.agentId, snapshot_id: b.snapshotId, path: b.path, size: b.size };
+    try {
+      const v = verifyHeader(b.path, trust, now);
+      const m = v.manifest;
+      const expired = new Date(m.expires_at) <= now;
+      return {
+        ...base,
+        status: expired ? "expired" : "ok",
+        problem: expired ? `expired at ${m.expires_at}` : m.agent_id !== b.agentId || m.snapshot_id !== b.snapshotId ? "manifest names another snapshot" : null,
+        sequence: m.sequence,
+        created_at: m.created_at,
+        expires_at: m.expires_at,
+        tenant: m.tenant,
+        label: m.label,
+        signer: v.signer.principal,
+        schema_version: m.schema_version,
+      } satisfies CatalogEntry;
+    } catch (e) {
+      if (!(e instanceof AgentbakError)) throw e;
+      return { ...base, status: "invalid", problem: e.message, sequence: null, created_at: null, expires_at: null, tenant: null, label: null, signer: null, schema_version: null } satisfies CatalogEntry;
+    }
+  }).map((e) => (e.status === "ok" && e.problem ? { ...e, status: "invalid" as const } : e));
+}
+
+/**
+ * Resolves `ref` (a snapshot id, `latest`, or a bundle file path) to a bundle path.
+ * `latest` is the verified, unexpired bundle with the highest sequence.
+ * @throws AgentbakError(10) when nothing matches.
+ */
+export function resolveSnapshot(repo: LocalRepository | undefined, ref: string, trust: Trust, agentId?: string, before?: Date): string {
+  if (ref.endsWith(".agentbak") || ref.includes("/")) {
+    const p = resolve(ref);
+    if (!existsSync(p)) throw notFound(`bundle file not found: ${p}`);
+    return p;
+  }
+  if (!repo) throw notFound(`snapshot ${ref}: no repository given`);
+  if (ref === "latest") {
+    const ok = catalog(repo, trust, agentId).filter((e) => e.status === "ok" && (!before || new Date(e.created_at!) < before));
+    const agents = new Set(ok.map((e) => e.agent_id));
+    if (!agentId && agents.size > 1) throw notFound(`"latest" is ambiguous: the repository holds ${[...agents].join(", ")}; pass --agent or a config`);
+    const best = ok.sort((a, b) => a.sequence! - b.sequence!).at(-1);
+    if (!best) throw notFound(`no verified snapshot${agentId ? ` of ${agentId}` : ""}${before ? ` before ${before.toISOString()}` : ""} in ${repo.root}`);
+    return best.path;
+  }
+  const hit = repo.list(agentId).filter((b) => b.snapshotId === ref);
+  if (hit.length === 0) throw notFound(`snapshot ${ref} not found in ${repo.root}`);
+  return hit[0]!.path;
+}

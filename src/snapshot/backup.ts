@@ -1,0 +1,266 @@
+/**
+ * The backup stage: quiesce, capture every state layer consistently, resume,
+ * check for secrets, write the signed bundle, publish it atomically.
+ */
+import { execa } from "execa";
+import { randomBytes } from "node:crypto";
+import { copyFileSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { hostname } from "node:os";
+import { join, relative, sep } from "node:path";
+import type { LoadedConfig } from "../config/load.js";
+import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
+import { AgentbakError, Exit, policyError, usageError, wrap } from "../errors.js";
+import { componentPath, sha256hex, type Manifest } from "../bundle/manifest.js";
+import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
+import { openRepository } from "../repository/local.js";
+import { TOOL_VERSION } from "../version.js";
+import { expandGlob } from "./glob.js";
+import { scanDatabase, scanValue, type SecretFinding } from "./secrets.js";
+import { openDefensive, snapshotDatabase } from "./sqlite.js";
+import { captureWorkspace, treeDigest, rebuildWorkspace } from "./workspace.js";
+
+/** What a backup returns (and what `--idempotency-key` replays). */
+export interface BackupReceipt {
+  snapshot_id: string;
+  agent_id: string;
+  sequence: number;
+  created_at: string;
+  manifest_sha256: string;
+  payload_sha256: string;
+  size: number;
+  parent: string | null;
+  path: string;
+  repeated: boolean;
+  warnings: string[];
+}
+
+export interface BackupOptions {
+  repo: string;
+  signingKey: SigningKey;
+  principal: string;
+  idempotencyKey?: string;
+  label?: string;
+  waitMs?: number;
+  progress?: (phase: string) => void;
+}
+
+/** A time-sortable snapshot id: UTC time to the millisecond plus 32 random bits. */
+export const newSnapshotId = (d: Date) => d.toISOString().replace(/[-:]/g, "").replace(".", "").replace(/Z$/, "Z") + "-" + randomBytes(4).toString("hex");
+
+/** A config path as a path inside a restored root; paths outside the config folder fall back to `fallback`. */
+function restoreTarget(lc: LoadedConfig, p: string, fallback: string): string {
+  const rel = relative(lc.dir, lc.resolve(p)).split(sep).join("/");
+  return rel === "" || rel.startsWith("..") || rel.startsWith("/") ? fallback : rel;
+}
+
+async function runHooks(cmds: string[], cwd: string, timeoutSeconds: number, phase: string): Promise<void> {
+  for (const cmd of cmds) {
+    try {
+      await execa(cmd, { shell: true, cwd, timeout: timeoutSeconds * 1000, env: { AGENTBAK_HOOK: phase }, stdio: ["ignore", "ignore", "pipe"] });
+    } catch (e) {
+      const err = e as { timedOut?: boolean; exitCode?: number; stderr?: string };
+      const why = err.timedOut ? `timed out after ${timeoutSeconds}s` : `exited ${err.exitCode ?? "?"}${err.stderr ? ": " + String(err.stderr).trim().split("\n")[0] : ""}`;
+      throw new AgentbakError(Exit.failure, `${phase} hook "${cmd}" ${why}`);
+    }
+  }
+}
+
+function scalar(v: unknown): string | number | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v === "number" && Number.isSafeInteger(v) && v >= 0) return v;
+  if (typeof v === "bigint") return v.toString();
+  return String(v);
+}
+
+/**
+ * Runs one backup of the configured agent.
+ * @throws AgentbakError: 10 repository/db missing, 11 locked, 14 secrets or refused dirty workspace, 1 hook failures.
+ */
+export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<BackupReceipt> {
+  const cfg = lc.config;
+  const repo = openRepository(opts.repo);
+  const agent = cfg.agent.id;
+  const lock = await repo.lock(`agent-${agent}`, opts.waitMs ?? 0);
+  const staging = repo.tempDir(`backup-${agent}`);
+  try {
+    repo.sweepTemp();
+    const idemRel = opts.idempotencyKey ? join("idempotency", agent, `backup-${sha256hex(opts.idempotencyKey)}.json`) : undefined;
+    if (idemRel) {
+      const prior = repo.readRecord<BackupReceipt>(idemRel);
+      if (prior) return { ...prior, repeated: true };
+    }
+    const warnings: string[] = [];
+    const created = new Date();
+    const snapshotId = newSnapshotId(created);
+    const staged: StagedComponent[] = [];
+    const dbFiles = new Map<string, string>();
+    let ws: Manifest["workspace"] = null;
+
+    opts.progress?.("quiescing agent");
+    let captureError: unknown;
+    try {
+      await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
+      opts.progress?.("snapshotting databases");
+      mkdirSync(join(staging, "db"), { recursive: true });
+      for (const d of cfg.databases) {
+        const dest = join(staging, "db", `${d.name}.sqlite`);
+        const r = await snapshotDatabase(d.name, lc.resolve(d.path), dest);
+        dbFiles.set(d.name, dest);
+        staged.push({ path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: dest, records: r.records, schema_version: r.schemaVersion, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`) });
+      }
+      for (const pattern of cfg.files) {
+        const matches = expandGlob(lc.dir, pattern);
+        for (const f of matches) {
+          const rel = relative(lc.dir, f).split(sep).join("/");
+          const path = `files/${rel}`;
+          if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
+          const dest = join(staging, path);
+          mkdirSync(join(dest, ".."), { recursive: true });
+          try {
+            copyFileSync(f, dest);
+          } catch (e) {
+            throw wrap(e, `files: ${pattern}`);
+          }
+          staged.push({ path, kind: "file", name: rel, file: dest, target: rel });
+        }
+      }
+      if (cfg.workspace) {
+        opts.progress?.("capturing workspace");
+        const wsDir = join(staging, "workspace");
+        mkdirSync(wsDir);
+        const cap = await captureWorkspace(lc.resolve(cfg.workspace.path), cfg.workspace.uncommitted, wsDir);
+        staged.push({ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile });
+        if (cap.patchFile) staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
+        // prove the capture reproduces the tree before trusting it
+        const check = join(staging, "ws-check");
+        await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
+        const digest = await treeDigest(check);
+        if (cap.uncommitted === "include") {
+          const live = await treeDigest(lc.resolve(cfg.workspace.path));
+          if (live.sha256 !== digest.sha256) warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
+        }
+        rmSync(check, { recursive: true, force: true });
+        ws = { path: restoreTarget(lc, cfg.workspace.path, "workspace"), commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files };
+      }
+    } catch (e) {
+      captureError = e;
+    } finally {
+      try {
+        await runHooks(cfg.hooks.post, lc.dir, cfg.hooks.timeoutSeconds, "post");
+      } catch (e) {
+        if (captureError) warnings.push((e as Error).message);
+        else captureError = e;
+      }
+    }
+    if (captureError) throw captureError;
+
+    // cursors, open operations and secret scans read the snapshot copies, so they describe the same instant
+    const cursors: Manifest["cursors"] = {};
+    const openOps: Manifest["open_operations"] = [];
+    const findings: SecretFinding[] = scanValue(cfg, "config");
+    const dbOf = (name: string, where: string) => {
+      const f = dbFiles.get(name);
+      if (!f) throw usageError(`${where}: no database named "${name}"`);
+      return f;
+    };
+    for (const [name, c] of Object.entries(cfg.cursors)) {
+      const db = openDefensive(dbOf(c.database, `cursors.${name}`));
+      try {
+        const row = db.prepare(c.sql).raw().get() as unknown[] | undefined;
+        cursors[name] = scalar(row?.[0]);
+      } catch (e) {
+        throw usageError(`cursors.${name}: ${(e as Error).message}`);
+      } finally {
+        db.close();
+      }
+    }
+    if (cfg.openOperations) {
+      const db = openDefensive(dbOf(cfg.openOperations.database, "openOperations"));
+      try {
+        for (const r of db.prepare(cfg.openOperations.sql).all() as Record<string, unknown>[])
+          openOps.push({ id: scalar(r.id), idempotency_key: String(r.idempotency_key ?? "") });
+      } catch (e) {
+        throw usageError(`openOperations: ${(e as Error).message}`);
+      } finally {
+        db.close();
+      }
+    }
+    if (cfg.secretScan.databases !== "off") {
+      const dbFindings: SecretFinding[] = [];
+      for (const [name, f] of dbFiles) {
+        const db = openDefensive(f);
+        try {
+          dbFindings.push(...scanDatabase(db, name));
+        } finally {
+          db.close();
+        }
+      }
+      if (cfg.secretScan.databases === "refuse") findings.push(...dbFindings);
+      else warnings.push(...dbFindings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
+    }
+    if (findings.length) throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${findings.map((f) => f.where).join(", ")}`);
+
+    opts.progress?.("writing bundle");
+    const payloadFile = join(staging, "payload.age");
+    const { components, payload } = await writePayload(staged, cfg.recipients, payloadFile);
+    const seqRel = join("state", `sequence-${agent}.json`);
+    const lastSeq = Math.max(repo.readRecord<{ sequence: number }>(seqRel)?.sequence ?? 0, 0);
+    const expires = new Date(created.getTime() + cfg.retention.expireDays * 86400_000);
+    const firstDb = staged.find((s) => s.kind === "sqlite");
+    const manifest: Manifest = {
+      format: "agentbak-bundle",
+      format_version: 1,
+      tool_version: TOOL_VERSION,
+      agent_id: agent,
+      tenant: cfg.agent.tenant,
+      snapshot_id: snapshotId,
+      created_at: created.toISOString(),
+      expires_at: expires.toISOString(),
+      sequence: lastSeq + 1,
+      parent: null,
+      label: opts.label ?? null,
+      idempotency_key: opts.idempotencyKey ?? null,
+      signer: { fingerprint: fingerprint(opts.signingKey.publicKey), principal: opts.principal },
+      recipients: cfg.recipients,
+      runtime: {
+        image_digest: cfg.runtime.imageDigest ?? null,
+        agent_version: cfg.runtime.agentVersion ?? null,
+        models: cfg.runtime.models ?? {},
+        host: hostname(),
+      },
+      schema_version: firstDb?.schema_version ?? null,
+      components,
+      payload,
+      workspace: ws,
+      credentials: cfg.credentials.map((c) => ({ name: c.name, ref: c.ref })),
+      cursors,
+      open_operations: openOps,
+    };
+    const mfind = scanValue(manifest, "manifest");
+    if (mfind.length) throw policyError(`refusing to back up: possible secret (${mfind[0]!.kind}) in ${mfind.map((f) => f.where).join(", ")}`);
+    const bundleTmp = join(staging, "bundle.agentbak");
+    const mbytes = await writeBundleFile(manifest, opts.signingKey, payloadFile, bundleTmp);
+    rmSync(payloadFile);
+    const path = repo.publish(bundleTmp, agent, snapshotId);
+    repo.writeRecord(seqRel, { sequence: manifest.sequence, snapshot_id: snapshotId });
+    const receipt: BackupReceipt = {
+      snapshot_id: snapshotId,
+      agent_id: agent,
+      sequence: manifest.sequence,
+      created_at: manifest.created_at,
+      manifest_sha256: sha256hex(mbytes),
+      payload_sha256: payload.sha256,
+      size: statSync(path).size,
+      parent: null,
+      path,
+      repeated: false,
+      warnings,
+    };
+    if (idemRel) repo.writeRecord(idemRel, receipt);
+    repo.audit({ event: "backup", agent_id: agent, snapshot_id: snapshotId, sequence: manifest.sequence, manifest_sha256: receipt.manifest_sha256, signer: manifest.signer.fingerprint });
+    return receipt;
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+    lock.release();
+  }
+}
