@@ -55,11 +55,22 @@ function restoreTarget(lc: LoadedConfig, p: string, fallback: string): string {
 
 async function runHooks(cmds: string[], cwd: string, timeoutSeconds: number, phase: string): Promise<void> {
   for (const cmd of cmds) {
-    try {
-      await execa(cmd, { shell: true, cwd, timeout: timeoutSeconds * 1000, env: { AGENTBAK_HOOK: phase }, stdio: ["ignore", "ignore", "pipe"] });
-    } catch (e) {
-      const err = e as { timedOut?: boolean; exitCode?: number; stderr?: string };
-      const why = err.timedOut ? `timed out after ${timeoutSeconds}s` : `exited ${err.exitCode ?? "?"}${err.stderr ? ": " + String(err.stderr).trim().split("\n")[0] : ""}`;
+    // own process group, so a timeout kills the hook and everything it started
+    const child = execa(cmd, { shell: true, cwd, detached: true, reject: false, env: { AGENTBAK_HOOK: phase }, stdio: ["ignore", "ignore", "pipe"] });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      try {
+        process.kill(-child.pid!, "SIGKILL");
+      } catch {
+        /* already gone */
+      }
+    }, timeoutSeconds * 1000);
+    const r = await child;
+    clearTimeout(timer);
+    if (timedOut || r.exitCode !== 0) {
+      const first = String(r.stderr ?? "").trim().split("\n")[0];
+      const why = timedOut ? `timed out after ${timeoutSeconds}s` : `exited ${r.exitCode ?? r.signal ?? "?"}${first ? ": " + first : ""}`;
       throw new AgentbakError(Exit.failure, `${phase} hook "${cmd}" ${why}`);
     }
   }

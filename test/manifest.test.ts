@@ -1,0 +1,76 @@
+// Strict manifest parsing: only the exact canonical bytes of a valid manifest are accepted.
+import { describe, expect, it } from "vitest";
+import fc from "fast-check";
+import canonicalize from "canonicalize";
+import { encodeManifest, parseManifest } from "../dist/bundle/manifest.js";
+
+const base = {
+  format: "agentbak-bundle",
+  format_version: 1,
+  tool_version: "0.1.0",
+  agent_id: "a",
+  tenant: "t",
+  snapshot_id: "20261129T120000000Z-0123abcd",
+  created_at: "2026-11-29T12:00:00.000Z",
+  expires_at: "2027-11-29T12:00:00.000Z",
+  sequence: 1,
+  parent: null,
+  label: null,
+  idempotency_key: null,
+  signer: { fingerprint: "SHA256:x", principal: "p" },
+  recipients: ["age1xyz"],
+  runtime: { image_digest: null, agent_version: null, models: {}, host: "h" },
+  schema_version: 3,
+  components: [{ path: "db/state.sqlite", kind: "sqlite", name: "state", sha256: "a".repeat(64), size: 10, target: "state/agent.sqlite" }],
+  payload: { sha256: "b".repeat(64), size: 100, tar_size: 2048, compression: "zstd", encryption: "age-x25519" },
+  workspace: null,
+  credentials: [{ name: "llm", ref: "env:KEY" }],
+  cursors: { last_event_id: 5 },
+  open_operations: [],
+};
+
+describe("manifest", () => {
+  it("round-trips: encode(parse(x)) == x", () => {
+    const bytes = encodeManifest(base as any);
+    expect(encodeManifest(parseManifest(bytes)).equals(bytes)).toBe(true);
+  });
+
+  const text = canonicalize(base)!;
+  it.each([
+    ["duplicate key", text.replace('{"agent_id":"a"', '{"agent_id":"a","agent_id":"b"')],
+    ["non-canonical order", text.replace('{"agent_id":"a","components"', '{"components"').replace('"format"', '"agent_id":"a","format"')],
+    ["whitespace", text.replace('"tenant":"t"', '"tenant": "t"')],
+    ["float", text.replace('"sequence":1', '"sequence":1.5')],
+    ["float spelled as 1.0", text.replace('"sequence":1', '"sequence":1.0')],
+    ["-0", text.replace('"last_event_id":5', '"last_event_id":-0')],
+    ["unsafe integer", text.replace('"sequence":1', '"sequence":9007199254740993')],
+    ["unknown key", canonicalize({ ...base, extra: 1 })!],
+    ["traversal in a component path", canonicalize({ ...base, components: [{ ...base.components[0], path: "db/../x" }] })!],
+    ["absolute restore target", canonicalize({ ...base, components: [{ ...base.components[0], target: "/etc/x" }] })!],
+    ["duplicate component", canonicalize({ ...base, components: [base.components[0], base.components[0]] })!],
+  ])("rejects %s", (_name, t) => {
+    expect(() => parseManifest(Buffer.from(t))).toThrow();
+  });
+
+  it("refuses a newer format version with a policy error naming both versions", () => {
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 2 })!))).toThrow(/version 2 .*\(1\)/);
+  });
+
+  it("accepts no mutation of a valid manifest other than re-canonicalised equivalents (property)", () => {
+    const bytes = Buffer.from(text);
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: bytes.length - 1 }), fc.integer({ min: 1, max: 255 }), (off, x) => {
+        const b = Buffer.from(bytes);
+        b[off]! ^= x;
+        try {
+          const m = parseManifest(b);
+          // the only acceptable outcome: a different but still canonical, valid manifest
+          return encodeManifest(m).equals(b);
+        } catch {
+          return true;
+        }
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
