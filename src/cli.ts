@@ -159,6 +159,87 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ui.say(`${r.snapshot_id} verified${r.deep ? "" : " (pass --identity to check the contents too)"}`);
   });
 
+  help(
+    program
+      .command("restore")
+      .description("verify, check policy and restore a snapshot into an empty folder; the agent starts suspended")
+      .argument("<snapshot>", "snapshot id, latest, or a bundle file")
+      .requiredOption("--target <dir>", "empty or absent folder to restore into")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--identity <file>", "age identity file")
+      .option("--dry-run", "print the plan; write nothing")
+      .option("-y, --yes", "approve without a prompt")
+      .option("--allow-rollback", "allow restoring an older sequence than seen here (still needs approval)")
+      .option("--allow-other-agent", "allow a bundle of another agent or tenant than the config's")
+      .option("--agent <id>", "expected agent id (default: the config's)")
+      .option("--tenant <t>", "expected tenant (default: the config's)")
+      .option("--request-id <id>", "the same id again returns the first result")
+      .option("--before <timestamp>", "with latest: the newest snapshot created before this time")
+      .addOption(jsonOpt()),
+    ["agentbak restore latest --target /srv/agents/billing-restored --dry-run", "agentbak restore 20261129T120000000Z-1a2b3c4d --target ./restored --yes --request-id INC-1234 --json"],
+  ).action(async (ref, o) => {
+    const ui = await import("./ui/output.js");
+    const { renderPlan } = await import("./ui/plan.js");
+    const { restore } = await import("./commands/restore.js");
+    const r = await restore(ref, {
+      ...o,
+      confirm: async (plan) => {
+        renderPlan(plan);
+        return ui.confirm("Restore this snapshot?", "--yes");
+      },
+    });
+    if (o.json) ui.emitJson(r);
+    else if (!r.restored) renderPlan(r.plan);
+    else ui.ok(`${r.repeated ? "already restored" : "restored"} ${r.plan.snapshot_id} into ${r.plan.target} at generation ${r.generation}; the agent is suspended until "agentbak activate --target ${r.plan.target}"`);
+    if (!o.json) for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length && r.restored) result.code = Exit.warnings;
+  });
+
+  help(
+    program
+      .command("activate")
+      .description("lift the suspension of a restored agent once the original runtime is stopped")
+      .requiredOption("--target <dir>", "a folder agentbak restored")
+      .addOption(repoOpt())
+      .option("-y, --yes", "confirm that the original runtime is stopped and open operations are reconciled or accepted")
+      .addOption(jsonOpt()),
+    ["agentbak activate --target ./restored --yes"],
+  ).action(async (o) => {
+    const ui = await import("./ui/output.js");
+    const { activate } = await import("./restore/activate.js");
+    const r = await activate(o.target, o.repo, async (rec) => {
+      if (o.yes) return true;
+      for (const op of rec.open_operations) ui.warn(`open operation ${op.id} (key ${op.idempotency_key}) was sent without a receipt`);
+      return ui.confirm(`Is the original ${rec.agent_id} runtime stopped, and are its open operations reconciled or accepted?`, "--yes");
+    });
+    if (o.json) ui.emitJson(r);
+    else ui.ok(r.already_active ? `${r.agent_id} at ${o.target} is already active` : `activated ${r.agent_id} at generation ${r.generation}`);
+  });
+
+  const fence = program.command("fence").description("fencing generations of restored agents");
+  help(
+    fence
+      .command("check")
+      .description("exit 0 when GENERATION is the agent's current one; 14 when superseded")
+      .requiredOption("--target <dir>", "a folder agentbak restored")
+      .requiredOption("--generation <n>", "the generation a writer carries")
+      .addOption(repoOpt())
+      .addOption(jsonOpt()),
+    ["agentbak fence check --target ./restored --generation \"$(cat ./restored/.agentbak/generation)\""],
+  ).action(async (o) => {
+    const ui = await import("./ui/output.js");
+    const { fenceCheck } = await import("./restore/activate.js");
+    const n = Number(o.generation);
+    if (!Number.isSafeInteger(n) || n < 0) {
+      const { usageError } = await import("./errors.js");
+      throw usageError(`--generation: not a whole number: ${o.generation}`);
+    }
+    const r = fenceCheck(o.target, n, o.repo);
+    if (o.json) ui.emitJson(r);
+    else ui.ok(`generation ${r.generation} is current`);
+  });
+
   program
     .command("config-schema")
     .description("print the JSON Schema of agentbak.json")

@@ -113,11 +113,13 @@ export function parseManifest(bytes: Buffer): Manifest {
   } catch {
     throw new Error("manifest is not JSON");
   }
+  const head = raw as { format_version?: unknown; sequence?: unknown } | null;
+  if (typeof head?.format_version === "number" && head.format_version > FORMAT_VERSION)
+    throw policyError(`bundle format version ${head.format_version} is newer than this tool supports (${FORMAT_VERSION})`);
+  if (typeof head?.sequence === "number" && !Number.isSafeInteger(head.sequence))
+    throw policyError(`checkpoint sequence ${head.sequence} is beyond the safe integer range; refusing a fast-forward`);
   // duplicate keys, other key orders, whitespace, -0 and float spellings all change the canonical form
   if (canonicalize(raw) !== text) throw new Error("manifest is not canonical JSON (RFC 8785)");
-  const fv = (raw as { format_version?: unknown } | null)?.format_version;
-  if (typeof fv === "number" && fv > FORMAT_VERSION)
-    throw policyError(`bundle format version ${fv} is newer than this tool supports (${FORMAT_VERSION})`);
   const parsed = ManifestSchema.safeParse(raw);
   if (!parsed.success) throw new Error(`manifest invalid: ${formatIssues(parsed.error.issues)}`);
   const m = parsed.data;

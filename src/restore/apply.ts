@@ -1,0 +1,230 @@
+/**
+ * The restore stage: verify, decide, plan, approve, then extract into a temp
+ * folder beside the target, check, place it with one rename, and leave the
+ * agent suspended behind a new fencing generation.
+ */
+import canonicalize from "canonicalize";
+import { randomBytes } from "node:crypto";
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
+import { basename, dirname, join, relative, resolve } from "node:path";
+import { verifyBundle, type Trust } from "../bundle/reader.js";
+import { sha256hex } from "../bundle/manifest.js";
+import type { LoadedConfig } from "../config/load.js";
+import type { AgeIdentity } from "../crypto/age.js";
+import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
+import { policyError, usageError, verifyError } from "../errors.js";
+import { fsyncDir, writeFileAtomic } from "../fsutil.js";
+import { resolveSnapshot } from "../repository/catalog.js";
+import { pidAlive, type LocalRepository } from "../repository/local.js";
+import { integrityCheck, openDefensive } from "../snapshot/sqlite.js";
+import { checkCredentials } from "./credentials.js";
+import { extractAndCheck, type Check } from "./extract.js";
+import { buildPlan, type RestorePlan } from "./plan.js";
+import { evaluatePolicy } from "./policy.js";
+import { currentGeneration, MARKER_DIR, raiseTrustedState, readTrustedState, reserveGeneration, SUSPENDED, type TargetRecord } from "./state.js";
+
+export interface RestoreOptions {
+  ref: string;
+  target: string;
+  repo?: LocalRepository;
+  lc?: LoadedConfig;
+  trust: Trust;
+  identities: () => AgeIdentity[];
+  signingKey: () => SigningKey | null;
+  dryRun?: boolean;
+  /** asks the operator; resolves true to go ahead (the command supplies --yes or a TTY prompt) */
+  approve: (plan: RestorePlan) => Promise<boolean>;
+  allowRollback?: boolean;
+  allowOtherAgent?: boolean;
+  expectAgent?: string;
+  expectTenant?: string;
+  requestId?: string;
+  before?: Date;
+  now?: Date;
+}
+
+export interface RestoreResult {
+  plan: RestorePlan;
+  restored: boolean;
+  repeated: boolean;
+  generation: number | null;
+  checks: Check[];
+  warnings: string[];
+  receipt_signed: boolean;
+}
+
+const SIDECAR = /-(wal|shm|journal)$/;
+
+function listFiles(dir: string, out: string[] = []): string[] {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) listFiles(p, out);
+    else out.push(p);
+  }
+  return out;
+}
+
+function fsyncTree(dir: string): void {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) fsyncTree(p);
+    else if (e.isFile()) {
+      const fd = openSync(p, "r");
+      fsyncSync(fd);
+      closeSync(fd);
+    }
+  }
+  fsyncDir(dir);
+}
+
+/**
+ * The target must be absent or empty. Stale SQLite sidecar files (-wal, -shm,
+ * -journal) left by another database are moved aside, never paired with a
+ * restored database.
+ * @returns the quarantine folder, if one was made.
+ */
+function prepareTarget(target: string): string | null {
+  if (!existsSync(target)) return null;
+  if (!statSync(target).isDirectory()) throw usageError(`target ${target} exists and is not a folder`);
+  const files = listFiles(target);
+  if (files.length === 0) return null;
+  const others = files.filter((f) => !SIDECAR.test(f));
+  if (others.length) throw usageError(`target ${target} is not empty (${relative(target, others[0]!)} ...); restore only into an empty or absent folder`);
+  const q = `${target}.quarantine-${Date.now()}`;
+  for (const f of files) {
+    const dest = join(q, relative(target, f));
+    mkdirSync(dirname(dest), { recursive: true });
+    renameSync(f, dest);
+  }
+  return q;
+}
+
+/** Removes staging folders beside `target` whose process is gone (kill -9 during a restore). */
+function sweepStaging(parent: string): void {
+  if (!existsSync(parent)) return;
+  for (const e of readdirSync(parent)) {
+    const m = e.match(/^\.agentbak-restore-.*-(\d+)-[0-9a-f]{8}$/);
+    if (m && !pidAlive(Number(m[1]))) rmSync(join(parent, e), { recursive: true, force: true });
+  }
+}
+
+/**
+ * Restores a snapshot into `target`.
+ * @throws AgentbakError: 2 target not empty / no approval without TTY, 10 not found, 11 locked, 12 no key, 13 verification, 14 policy.
+ */
+export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
+  const now = o.now ?? new Date();
+  const target = resolve(o.target);
+  const cfg = o.lc?.config;
+  const expectAgent = o.expectAgent ?? cfg?.agent.id;
+  const path = resolveSnapshot(o.repo, o.ref, o.trust, expectAgent, o.before);
+  const v = await verifyBundle(path, o.trust, now);
+  const m = v.manifest;
+  const seen = readTrustedState(m.agent_id);
+  const policy = evaluatePolicy({
+    manifest: m,
+    now,
+    expectAgent,
+    expectTenant: o.expectTenant ?? cfg?.agent.tenant,
+    allowOtherAgent: o.allowOtherAgent,
+    maxSchemaVersion: cfg?.runtime.maxSchemaVersion,
+    seen,
+    allowRollback: o.allowRollback,
+    staleAfterHours: cfg?.restore.staleAfterHours,
+  });
+  if (policy.refusals.length) throw policyError(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
+  const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
+  const nextGen = Math.max(o.repo ? currentGeneration(o.repo, m.agent_id) : 0, seen.generation) + 1;
+  const plan = buildPlan(m, path, target, credentials, policy, nextGen, now);
+  const warnings = [...policy.warnings, ...policy.needsApproval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
+  const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, ...x });
+  if (o.dryRun) return result({});
+
+  const reqRel = o.requestId ? join("idempotency", m.agent_id, `restore-${sha256hex(o.requestId)}.json`) : undefined;
+  const prior = reqRel && o.repo ? o.repo.readRecord<RestoreResult>(reqRel) : undefined;
+  if (prior) return { ...prior, repeated: true };
+  if (!(await o.approve(plan))) throw policyError(`restore of ${m.snapshot_id} not approved`);
+
+  const lock = o.repo ? await o.repo.lock(`restore-${m.agent_id}`) : null;
+  const parent = dirname(target);
+  mkdirSync(parent, { recursive: true });
+  const staging = join(parent, `.agentbak-restore-${basename(target)}-${process.pid}-${randomBytes(4).toString("hex")}`);
+  try {
+    const again = reqRel && o.repo ? o.repo.readRecord<RestoreResult>(reqRel) : undefined;
+    if (again) return { ...again, repeated: true };
+    sweepStaging(parent);
+    const quarantine = prepareTarget(target);
+    if (quarantine) warnings.push(`stale SQLite sidecar files in the target were moved to ${quarantine}`);
+    const ids = o.identities();
+    const root = join(staging, "root");
+    const x = await extractAndCheck(v, ids, root);
+    const generation = o.repo
+      ? reserveGeneration(o.repo, m.agent_id, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() })
+      : nextGen;
+    const record: TargetRecord = {
+      agent_id: m.agent_id,
+      tenant: m.tenant,
+      snapshot_id: m.snapshot_id,
+      sequence: m.sequence,
+      generation,
+      repository: o.repo?.root ?? "",
+      restored_at: now.toISOString(),
+      open_operations: m.open_operations,
+    };
+    writeFileAtomic(join(root, MARKER_DIR, "restore.json"), JSON.stringify(record, null, 2) + "\n");
+    writeFileAtomic(join(root, MARKER_DIR, "generation"), `${generation}\n`);
+    writeFileAtomic(
+      join(root, MARKER_DIR, SUSPENDED),
+      `suspended by agentbak restore of ${m.snapshot_id} at generation ${generation}; run "agentbak activate --target ${target}" once the original runtime is stopped\n`,
+    );
+    fsyncTree(root);
+    if (existsSync(target)) rmdirSync(target); // empty (checked above)
+    renameSync(root, target);
+    fsyncDir(parent);
+    // check again where it now lives; a failure removes what was placed
+    try {
+      for (const d of x.databases) {
+        const placed = join(target, relative(root, d.path));
+        const db = openDefensive(placed);
+        try {
+          const ic = integrityCheck(db);
+          if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`post-restore integrity check of ${d.name}: ${ic.slice(0, 3).join("; ")}`);
+        } finally {
+          db.close();
+        }
+      }
+    } catch (e) {
+      rmSync(target, { recursive: true, force: true });
+      throw e;
+    }
+    raiseTrustedState(m.agent_id, { highest_sequence: m.sequence, generation });
+    const checks: Check[] = [...x.checks, { name: "placement", ok: true, detail: `placed at ${target}; integrity_check ok after placement` }];
+    const receipt = {
+      kind: "restore-receipt",
+      snapshot_id: m.snapshot_id,
+      manifest_sha256: v.manifestSha256,
+      agent_id: m.agent_id,
+      tenant: m.tenant,
+      sequence: m.sequence,
+      target,
+      generation,
+      schema: { version: m.schema_version, max_supported: cfg?.runtime.maxSchemaVersion ?? null, migration: "none" },
+      checks: checks.map((c) => ({ name: c.name, ok: c.ok })),
+      credentials: credentials.map((c) => ({ name: c.name, ref: c.ref, status: c.status })),
+      open_operations: m.open_operations,
+      activation: "suspended",
+      request_id: o.requestId ?? null,
+      at: now.toISOString(),
+    };
+    const key = o.signingKey();
+    if (!key) warnings.push("no signing key: the restore receipt is recorded unsigned");
+    const body = canonicalize(receipt)!;
+    o.repo?.audit({ event: "restore", receipt, signature: key ? signMessage(key, NS.receipt, Buffer.from(body)) : null });
+    const res = result({ restored: true, generation, checks, receipt_signed: Boolean(key) });
+    if (reqRel && o.repo) o.repo.writeRecord(reqRel, res);
+    return res;
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+    lock?.release();
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * The restore plan: a pure description of what a restore would do, shown
+ * before approval and printed by --dry-run.
+ */
+import type { Manifest } from "../bundle/manifest.js";
+import type { CredentialStatus } from "./credentials.js";
+import type { PolicyDecision } from "./policy.js";
+
+export interface RestorePlan {
+  snapshot_id: string;
+  agent_id: string;
+  tenant: string;
+  sequence: number;
+  created_at: string;
+  age_hours: number;
+  bundle: string;
+  target: string;
+  writes: { path: string; kind: string; size: number }[];
+  workspace: { path: string; commit: string; branch: string | null; dirty: boolean } | null;
+  cursors: Manifest["cursors"];
+  open_operations: Manifest["open_operations"];
+  credentials: CredentialStatus[];
+  schema_version: number | null;
+  next_generation: number;
+  policy: PolicyDecision;
+}
+
+/** Builds the plan for restoring `m` into `target`. */
+export function buildPlan(m: Manifest, bundle: string, target: string, credentials: CredentialStatus[], policy: PolicyDecision, nextGeneration: number, now: Date): RestorePlan {
+  return {
+    snapshot_id: m.snapshot_id,
+    agent_id: m.agent_id,
+    tenant: m.tenant,
+    sequence: m.sequence,
+    created_at: m.created_at,
+    age_hours: Math.round(((now.getTime() - new Date(m.created_at).getTime()) / 3_600_000) * 10) / 10,
+    bundle,
+    target,
+    writes: m.components.filter((c) => c.kind === "sqlite" || c.kind === "file").map((c) => ({ path: c.target ?? c.path, kind: c.kind, size: c.size })),
+    workspace: m.workspace ? { path: m.workspace.path, commit: m.workspace.commit, branch: m.workspace.branch, dirty: m.workspace.dirty } : null,
+    cursors: m.cursors,
+    open_operations: m.open_operations,
+    credentials,
+    schema_version: m.schema_version,
+    next_generation: nextGeneration,
+    policy,
+  };
+}

@@ -1,0 +1,63 @@
+/**
+ * Restore policy: a pure function from what the bundle claims and what the
+ * restoring side knows to a decision. No disk, no clock of its own.
+ */
+import type { Manifest } from "../bundle/manifest.js";
+
+/** What the restoring side trusts (kept in AGENTBAK_HOME, not in the repository). */
+export interface TrustedState {
+  highest_sequence: number;
+  generation: number;
+}
+
+export interface PolicyInput {
+  manifest: Manifest;
+  now: Date;
+  /** the target's agent id and tenant (from its config or flags), if known */
+  expectAgent?: string;
+  expectTenant?: string;
+  allowOtherAgent?: boolean;
+  /** highest schema version this runtime supports */
+  maxSchemaVersion?: number;
+  seen?: TrustedState;
+  allowRollback?: boolean;
+  staleAfterHours?: number;
+}
+
+export interface PolicyDecision {
+  refusals: string[];
+  /** refusals that an approved override may lift (rollback) */
+  needsApproval: string[];
+  warnings: string[];
+}
+
+/** The largest forward jump in checkpoint sequence accepted without question. */
+export const MAX_SEQUENCE_JUMP = 1_000_000;
+
+/** Decides whether a verified bundle may be restored here. */
+export function evaluatePolicy(p: PolicyInput): PolicyDecision {
+  const m = p.manifest;
+  const d: PolicyDecision = { refusals: [], needsApproval: [], warnings: [] };
+  const expires = new Date(m.expires_at);
+  if (expires <= p.now) d.refusals.push(`snapshot ${m.snapshot_id} expired at ${m.expires_at}`);
+  if (!p.allowOtherAgent) {
+    if (p.expectTenant !== undefined && m.tenant !== p.expectTenant) d.refusals.push(`snapshot belongs to tenant "${m.tenant}", target is tenant "${p.expectTenant}"`);
+    if (p.expectAgent !== undefined && m.agent_id !== p.expectAgent) d.refusals.push(`snapshot is of agent "${m.agent_id}", target is agent "${p.expectAgent}"`);
+  }
+  if (p.maxSchemaVersion !== undefined && m.schema_version !== null && m.schema_version > p.maxSchemaVersion)
+    d.refusals.push(`state schema version ${m.schema_version} is newer than this runtime supports (${p.maxSchemaVersion})`);
+  if (p.seen) {
+    if (m.sequence < p.seen.highest_sequence) {
+      const msg = `rollback: snapshot sequence ${m.sequence} is older than the highest seen here (${p.seen.highest_sequence})`;
+      if (p.allowRollback) d.needsApproval.push(msg);
+      else d.refusals.push(`${msg}; pass --allow-rollback and approve to restore it anyway`);
+    }
+    if (m.sequence > p.seen.highest_sequence + MAX_SEQUENCE_JUMP)
+      d.refusals.push(`fast-forward: snapshot sequence ${m.sequence} jumps far beyond the highest seen here (${p.seen.highest_sequence})`);
+  }
+  const ageHours = (p.now.getTime() - new Date(m.created_at).getTime()) / 3_600_000;
+  if (ageHours < -0.1) d.refusals.push(`snapshot claims a creation time in the future (${m.created_at})`);
+  if (p.staleAfterHours !== undefined && ageHours > p.staleAfterHours)
+    d.warnings.push(`stale: snapshot is ${ageHours.toFixed(1)} hours old (threshold ${p.staleAfterHours}h)`);
+  return d;
+}
