@@ -96,6 +96,7 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
   const tarTap = new HashTap(v.manifest.payload.tar_size, "decompressed payload");
   const extract = tar.extract();
   extract.on("entry", (header, stream, next) => {
+    stream.on("error", () => undefined); // the extract's own error carries the reason
     const fail = (m: string) => {
       stream.resume();
       extract.destroy(verifyError(`payload: ${m}`));

@@ -93,10 +93,13 @@ function armor(label: string, body: Buffer): string {
   return `-----BEGIN ${label}-----\n${lines.join("\n")}\n-----END ${label}-----\n`;
 }
 
+/** Decodes an armored block; only the exact canonical armoring is accepted (one spelling per signature). */
 function dearmor(label: string, text: string): Buffer {
-  const m = text.match(new RegExp(`-----BEGIN ${label}-----([\\s\\S]*?)-----END ${label}-----`));
-  if (!m) throw new Error(`no ${label.toLowerCase()} block`);
-  return Buffer.from(m[1]!.replace(/\s+/g, ""), "base64");
+  const m = text.match(new RegExp(`^-----BEGIN ${label}-----\n([A-Za-z0-9+/=\n]*)\n-----END ${label}-----\n?$`));
+  if (!m) throw new Error(`malformed ${label.toLowerCase()} block`);
+  const body = Buffer.from(m[1]!.replace(/\n/g, ""), "base64");
+  if (armor(label, body).trimEnd() !== text.trimEnd()) throw new Error(`non-canonical ${label.toLowerCase()} encoding`);
+  return body;
 }
 
 /** The unencrypted `openssh-key-v1` private key file (ssh-keygen reads it). */

@@ -16,6 +16,8 @@ export interface CatalogEntry {
   size: number;
   status: "ok" | "expired" | "invalid";
   problem: string | null;
+  /** exit code of the problem, for invalid entries */
+  problem_code: number | null;
   sequence: number | null;
   created_at: string | null;
   expires_at: string | null;
@@ -37,6 +39,7 @@ export function catalog(repo: LocalRepository, trust: Trust, agentId?: string, n
         ...base,
         status: expired ? "expired" : "ok",
         problem: expired ? `expired at ${m.expires_at}` : m.agent_id !== b.agentId || m.snapshot_id !== b.snapshotId ? "manifest names another snapshot" : null,
+        problem_code: expired ? 14 : m.agent_id !== b.agentId || m.snapshot_id !== b.snapshotId ? 13 : null,
         sequence: m.sequence,
         created_at: m.created_at,
         expires_at: m.expires_at,
@@ -47,7 +50,7 @@ export function catalog(repo: LocalRepository, trust: Trust, agentId?: string, n
       } satisfies CatalogEntry;
     } catch (e) {
       if (!(e instanceof AgentbakError)) throw e;
-      return { ...base, status: "invalid", problem: e.message, sequence: null, created_at: null, expires_at: null, tenant: null, label: null, signer: null, schema_version: null } satisfies CatalogEntry;
+      return { ...base, status: "invalid", problem: e.message, problem_code: e.code, sequence: null, created_at: null, expires_at: null, tenant: null, label: null, signer: null, schema_version: null } satisfies CatalogEntry;
     }
   }).map((e) => (e.status === "ok" && e.problem ? { ...e, status: "invalid" as const } : e));
 }
@@ -65,7 +68,10 @@ export function resolveSnapshot(repo: LocalRepository | undefined, ref: string, 
   }
   if (!repo) throw notFound(`snapshot ${ref}: no repository given`);
   if (ref === "latest") {
-    const ok = catalog(repo, trust, agentId).filter((e) => e.status === "ok" && (!before || new Date(e.created_at!) < before));
+    const all = catalog(repo, trust, agentId);
+    const ok = all.filter((e) => e.status === "ok" && (!before || new Date(e.created_at!) < before));
+    const bad = all.filter((e) => e.status !== "ok").at(-1);
+    if (ok.length === 0 && bad) throw new AgentbakError(bad.problem_code === 14 ? 14 : 13, `no restorable snapshot; newest ${bad.snapshot_id}: ${bad.problem}`);
     const agents = new Set(ok.map((e) => e.agent_id));
     if (!agentId && agents.size > 1) throw notFound(`"latest" is ambiguous: the repository holds ${[...agents].join(", ")}; pass --agent or a config`);
     const best = ok.sort((a, b) => a.sequence! - b.sequence!).at(-1);

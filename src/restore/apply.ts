@@ -96,7 +96,17 @@ function prepareTarget(target: string): string | null {
     mkdirSync(dirname(dest), { recursive: true });
     renameSync(f, dest);
   }
+  removeEmptyDirs(target);
   return q;
+}
+
+/** Removes the now-empty folders under `dir` (rmdir fails on anything that is not empty). */
+function removeEmptyDirs(dir: string): void {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    if (!e.isDirectory()) continue;
+    removeEmptyDirs(join(dir, e.name));
+    rmdirSync(join(dir, e.name));
+  }
 }
 
 /** Removes staging folders beside `target` whose process is gone (kill -9 during a restore). */

@@ -67,7 +67,11 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
     const patch = m.components.some((c) => c.path === "workspace/changes.patch") ? join(raw, "workspace/changes.patch") : null;
     const dest = join(root, m.workspace.path);
     mkdirSync(dirname(dest), { recursive: true });
-    await rebuildWorkspace(bundle, patch, m.workspace.commit, m.workspace.branch, dest);
+    try {
+      await rebuildWorkspace(bundle, patch, m.workspace.commit, m.workspace.branch, dest);
+    } catch (e) {
+      throw verifyError(`workspace: cannot rebuild: ${(e as Error).message}`);
+    }
     const d = await treeDigest(dest);
     if (d.sha256 !== m.workspace.tree_sha256) throw verifyError(`workspace: rebuilt tree does not match the manifest (${d.files} files, ${m.workspace.files} recorded)`);
     checks.push({ name: "workspace", ok: true, detail: `commit ${m.workspace.commit.slice(0, 12)}, ${d.files} files, tree digest matches` });

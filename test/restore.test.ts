@@ -1,0 +1,379 @@
+// `agentbak restore`, `activate`, `fence check` through the real binary, and
+// every refusal with the target untouched.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execa } from "execa";
+import Database from "better-sqlite3";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync, appendFileSync, cpSync } from "node:fs";
+import { dirname, join } from "node:path";
+import canonicalize from "canonicalize";
+import { json, makeAgent, run, type TestAgent } from "./helpers.js";
+import { craft, manifestOf, payloadFrom, makeTar, ageEncrypt } from "./craft.js";
+import { compress } from "zstd-napi";
+import { verifyMessage, NS } from "../dist/crypto/sshsig.js";
+import { treeDigest } from "../dist/snapshot/workspace.js";
+
+const sha = (p: string) => createHash("sha256").update(readFileSync(p)).digest("hex");
+
+let a: TestAgent;
+let first: any;
+let second: any;
+beforeAll(async () => {
+  a = await makeAgent({ sizeMb: 3 });
+  first = json(await a.run(["backup", "--json"]));
+  second = json(await a.run(["backup", "--json"]));
+});
+afterAll(() => a.cleanup());
+
+/** Everything under the parent of `target`, for "untouched" checks. */
+function snapshotTree(dir: string): string[] {
+  const out: string[] = [];
+  const walk = (d: string) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      out.push(p);
+      if (e.isDirectory()) walk(p);
+    }
+  };
+  if (existsSync(dir)) walk(dir);
+  return out.sort();
+}
+
+describe("restore", () => {
+  let target: string;
+  let r: any;
+  it("restores byte-equal databases, identical files and workspace tree, suspended at generation 1", async () => {
+    target = join(a.tmp, "restored1");
+    const res = await a.run(["restore", second.snapshot_id, "--target", target, "--yes", "--json"]);
+    expect(res.code, res.stderr).toBe(3); // warnings: credentials missing here
+    r = json(res);
+    expect(r.restored).toBe(true);
+    expect(r.generation).toBe(1);
+    const m = manifestOf(second.path);
+    const dbc = m.components.find((c: any) => c.kind === "sqlite");
+    expect(sha(join(target, "state/agent.sqlite"))).toBe(dbc.sha256);
+    for (const f of ["memory/preferences.json", "memory/rules.json"]) expect(readFileSync(join(target, f)).equals(readFileSync(join(a.dir, f)))).toBe(true);
+    expect((await treeDigest(join(target, "workspace"))).sha256).toBe((await treeDigest(join(a.dir, "workspace"))).sha256);
+    expect((await execa("git", ["rev-parse", "HEAD"], { cwd: join(target, "workspace") })).stdout).toBe(a.commit);
+    expect((await execa("git", ["status", "--porcelain"], { cwd: join(target, "workspace") })).stdout).toContain("?? src/draft-reply.txt");
+    expect(existsSync(join(target, ".agentbak/SUSPENDED"))).toBe(true);
+    expect(readFileSync(join(target, ".agentbak/generation"), "utf8")).toBe("1\n");
+    expect(existsSync(join(target, "state/agent.sqlite-wal"))).toBe(false);
+    expect(readdirSync(a.tmp).filter((e) => e.startsWith(".agentbak-restore"))).toEqual([]);
+    expect(r.plan.credentials).toEqual([
+      expect.objectContaining({ name: "llm", status: "missing" }),
+      expect.objectContaining({ name: "mail", status: "missing" }),
+    ]);
+  });
+
+  it("appends a signed receipt to the audit log, without state contents", () => {
+    const lines = readFileSync(join(a.repo, "audit.log"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const e = lines.find((l) => l.event === "restore");
+    expect(e.receipt).toMatchObject({ snapshot_id: second.snapshot_id, generation: 1, activation: "suspended" });
+    const pub = verifyMessage(e.signature, NS.receipt, Buffer.from(canonicalize(e.receipt)!));
+    expect(pub.length).toBe(32);
+    expect(JSON.stringify(lines)).not.toContain("Dear customer");
+  });
+
+  it("credential references resolve afresh: env set and a readable file are present, values never printed", async () => {
+    const t2 = join(a.tmp, "plan-only");
+    mkdirSync(join(t2, "secrets"), { recursive: true });
+    writeFileSync(join(t2, "secrets/smtp-password"), "hunter2-value");
+    const res = await a.run(["restore", "latest", "--target", t2, "--dry-run", "--json"], { OPENAI_API_KEY: "sk-test-value-123" });
+    expect(res.code).toBe(0);
+    const p = json(res);
+    expect(p.restored).toBe(false);
+    expect(p.plan.credentials.map((c: any) => c.status)).toEqual(["present", "present"]);
+    expect(res.stdout + res.stderr).not.toContain("sk-test-value-123");
+    expect(res.stdout + res.stderr).not.toContain("hunter2");
+    expect(p.plan.open_operations).toEqual([{ id: "dlv-task-open-1", idempotency_key: "idem-task-open-1" }]);
+    expect(readdirSync(t2)).toEqual(["secrets"]);
+  });
+
+  it("dry-run writes nothing; without --yes and without a TTY it is a usage error", async () => {
+    const t = join(a.tmp, "dry");
+    expect((await a.run(["restore", "latest", "--target", t, "--dry-run"])).code).toBe(0);
+    expect(existsSync(t)).toBe(false);
+    const n = await a.run(["restore", "latest", "--target", t]);
+    expect(n.code).toBe(2);
+    expect(n.stderr).toMatch(/--yes/);
+    expect(existsSync(t)).toBe(false);
+  });
+
+  it("refuses a non-empty target and leaves it untouched", async () => {
+    const t = join(a.tmp, "busy");
+    mkdirSync(t);
+    writeFileSync(join(t, "keep.txt"), "mine");
+    const before = snapshotTree(t);
+    const res = await a.run(["restore", "latest", "--target", t, "--yes"]);
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(/not empty/);
+    expect(snapshotTree(t)).toEqual(before);
+    expect(readFileSync(join(t, "keep.txt"), "utf8")).toBe("mine");
+  });
+
+  it("stale -wal/-shm files at the target are quarantined, never paired with the restored database", async () => {
+    const t = join(a.tmp, "stale");
+    mkdirSync(join(t, "state"), { recursive: true });
+    writeFileSync(join(t, "state/agent.sqlite-wal"), Buffer.alloc(4096, 7));
+    writeFileSync(join(t, "state/agent.sqlite-shm"), Buffer.alloc(32768, 1));
+    const res = await a.run(["restore", "latest", "--target", t, "--yes", "--json", "--allow-rollback"]);
+    expect(res.code, res.stderr).toBe(3);
+    expect(existsSync(join(t, "state/agent.sqlite-wal"))).toBe(false);
+    const db = new Database(join(t, "state/agent.sqlite"), { readonly: true });
+    expect(db.pragma("integrity_check", { simple: true })).toBe("ok");
+    db.close();
+    expect(json(res).warnings.join(" ")).toMatch(/quarantine/);
+  });
+
+  it("the same --request-id returns the first result; fencing rejects a superseded generation", async () => {
+    const t1 = join(a.tmp, "req1");
+    const r1 = json(await a.run(["restore", "latest", "--target", t1, "--yes", "--json", "--request-id", "INC-7"]));
+    const r2 = json(await a.run(["restore", "latest", "--target", join(a.tmp, "req1-again"), "--yes", "--json", "--request-id", "INC-7"]));
+    expect(r2.repeated).toBe(true);
+    expect(r2.generation).toBe(r1.generation);
+    expect(existsSync(join(a.tmp, "req1-again"))).toBe(false);
+    const t2 = join(a.tmp, "req2");
+    const r3 = json(await a.run(["restore", "latest", "--target", t2, "--yes", "--json"]));
+    expect(r3.generation).toBe(r1.generation + 1);
+    const stale = await a.run(["fence", "check", "--target", t1, "--generation", String(r1.generation)]);
+    expect(stale.code).toBe(14);
+    expect(stale.stderr).toContain(`generation ${r1.generation} of billing-agent is superseded (current generation is ${r3.generation})`);
+    expect((await a.run(["fence", "check", "--target", t2, "--generation", String(r3.generation)])).code).toBe(0);
+    const act1 = await a.run(["activate", "--target", t1, "--yes"]);
+    expect(act1.code).toBe(14);
+    expect(existsSync(join(t1, ".agentbak/SUSPENDED"))).toBe(true);
+    const noTty = await a.run(["activate", "--target", t2]);
+    expect(noTty.code).toBe(2);
+    const act2 = await a.run(["activate", "--target", t2, "--yes", "--json"]);
+    expect(act2.code, act2.stderr).toBe(0);
+    expect(json(act2).activated).toBe(true);
+    expect(existsSync(join(t2, ".agentbak/SUSPENDED"))).toBe(false);
+  });
+
+  it("two restores of one agent at once: one runs, the other exits 11", async () => {
+    const big = await makeAgent({ sizeMb: 12 });
+    try {
+      expect((await big.run(["backup"])).code).toBe(0);
+      const rs = await Promise.all([1, 2, 3].map((i) => big.run(["restore", "latest", "--target", join(big.tmp, `c${i}`), "--yes"])));
+      const codes = rs.map((x) => x.code).sort();
+      expect(codes.filter((c) => c === 11).length).toBeGreaterThanOrEqual(1);
+      expect(codes.filter((c) => c === 0 || c === 3).length).toBeGreaterThanOrEqual(1);
+      for (const [i, x] of rs.entries()) if (x.code === 11) expect(existsSync(join(big.tmp, `c${i + 1}`))).toBe(false);
+    } finally {
+      big.cleanup();
+    }
+  });
+});
+
+describe("restore policy refusals (exit 14, target untouched)", () => {
+  const refused = async (args: string[], re: RegExp, env: Record<string, string> = {}, code = 14) => {
+    const t = join(a.tmp, `refused-${Math.random().toString(16).slice(2)}`);
+    const before = snapshotTree(a.tmp);
+    const res = await a.run(["restore", ...args, "--target", t, "--yes"], env);
+    expect(res.code, res.stderr).toBe(code);
+    expect(res.stderr).toMatch(re);
+    expect(existsSync(t)).toBe(false);
+    expect(snapshotTree(a.tmp)).toEqual(before);
+    return res;
+  };
+
+  it("rollback below the highest sequence seen here names both numbers; --allow-rollback with approval restores it", async () => {
+    await refused([first.snapshot_id], /rollback: snapshot sequence 1 is older than the highest seen here \(2\)/);
+    const ok = await a.run(["restore", first.snapshot_id, "--target", join(a.tmp, "rolled"), "--yes", "--allow-rollback", "--json"]);
+    expect(ok.code).toBe(3);
+    expect(json(ok).warnings.join(" ")).toMatch(/rollback/);
+  });
+
+  it("another tenant, and a schema newer than this runtime supports", async () => {
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    writeFileSync(join(a.dir, "other-tenant.json"), JSON.stringify({ ...cfg, agent: { ...cfg.agent, tenant: "globex" } }));
+    await refused(["latest", "-c", "other-tenant.json"], /tenant "acme", target is tenant "globex"/);
+    writeFileSync(join(a.dir, "old-runtime.json"), JSON.stringify({ ...cfg, runtime: { ...cfg.runtime, maxSchemaVersion: 2 } }));
+    await refused(["latest", "-c", "old-runtime.json"], /schema version 3 is newer than this runtime supports \(2\)/);
+  });
+
+  it("untrusted signer is 13 naming the fingerprint; a revoked signer is 14", async () => {
+    const other = join(a.tmp, "intruder");
+    await run(["keygen", "--out", other]);
+    const out = join(a.tmp, "resigned.agentbak");
+    const m = manifestOf(second.path);
+    const raw = readFileSync(second.path);
+    const { readLayout } = await import("../dist/bundle/outer.js");
+    const l = readLayout(second.path);
+    await craft({ baseManifest: m, payloadAge: raw.subarray(l.payloadOffset, l.payloadOffset + l.payloadSize), keyFile: join(other, "signing-key"), out });
+    const fp = (await execa("ssh-keygen", ["-l", "-f", join(other, "signing-key.pub")])).stdout.split(" ")[1];
+    await refused([out], new RegExp(`signer key ${fp!.replace(/[+/]/g, ".")} is not in allowed_signers`), {}, 13);
+    appendFileSync(join(a.home, "revoked_signers"), readFileSync(join(a.home, "signing-key.pub")));
+    try {
+      await refused(["latest"], /is revoked/);
+      const s = json(await a.run(["snapshots", "--json"]));
+      expect(s.every((e: any) => e.status === "invalid")).toBe(true);
+    } finally {
+      writeFileSync(join(a.home, "revoked_signers"), "");
+    }
+  });
+
+  it("expired (expiry = now and now - 1 s) and a newer bundle format", async () => {
+    const { readLayout } = await import("../dist/bundle/outer.js");
+    const l = readLayout(second.path);
+    const payload = readFileSync(second.path).subarray(l.payloadOffset, l.payloadOffset + l.payloadSize);
+    for (const ms of [0, 1000]) {
+      const out = join(a.tmp, `expired-${ms}.agentbak`);
+      await craft({ baseManifest: manifestOf(second.path), payloadAge: payload, keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.expires_at = new Date(Date.now() - ms).toISOString()) });
+      await refused([out], /expired at/);
+    }
+    const out = join(a.tmp, "v2.agentbak");
+    await craft({ baseManifest: manifestOf(second.path), payloadAge: payload, keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.format_version = 2) });
+    await refused([out], /format version 2 is newer than this tool supports \(1\)/);
+    const ff = join(a.tmp, "ff.agentbak");
+    await craft({ baseManifest: manifestOf(second.path), payloadAge: payload, keyFile: join(a.home, "signing-key"), out: ff, patch: (m) => (m.sequence = 2 ** 53) });
+    await refused([ff], /sequence 9007199254740992 is beyond the safe integer range/);
+  });
+
+  it("a bundle not encrypted to the given identity exits 12 with nothing written", async () => {
+    const other = join(a.tmp, "other-id2");
+    await run(["keygen", "--out", other]);
+    await refused(["latest", "--identity", join(other, "age-identity.txt")], /no identity matched/, {}, 12);
+  });
+});
+
+describe("hostile bundles (exit 13, nothing written)", () => {
+  const cases: [string, () => Promise<{ age: Buffer; tarSize: number; components: any[] }>, RegExp][] = [];
+  const file = (name: string, s = "x") => ({ name, data: Buffer.from(s) });
+  const recip = () => [a.recipient];
+  cases.push(["traversal ../x", () => payloadFrom([file("../x")], recip(), [file("files/x")]), /not listed|missing/]);
+  cases.push(["absolute /etc/x", () => payloadFrom([file("/etc/x")], recip(), [file("files/x")]), /not listed|missing/]);
+  cases.push(["a/../../x", () => payloadFrom([file("files/a/../../x")], recip(), [file("files/x")]), /not listed|missing/]);
+  cases.push(["symlink", () => payloadFrom([{ name: "files/x", type: "symlink", linkname: "/etc/passwd" }], recip(), [file("files/x")]), /symlink, only regular files/]);
+  cases.push(["hardlink", () => payloadFrom([file("files/a"), { name: "files/x", type: "link", linkname: "files/a" }], recip(), [file("files/a"), file("files/x")]), /link, only regular files/]);
+  cases.push(["fifo", () => payloadFrom([{ name: "files/x", type: "fifo" }], recip(), [file("files/x")]), /fifo, only regular files/]);
+  cases.push(["extra member", () => payloadFrom([file("files/a"), file("files/extra")], recip(), [file("files/a")]), /files\/extra" is not listed/]);
+  cases.push(["missing member", () => payloadFrom([file("files/a")], recip(), [file("files/a"), file("files/b")]), /component files\/b missing/]);
+  cases.push(["duplicate member", () => payloadFrom([file("files/a"), file("files/a")], recip(), [file("files/a")]), /appears twice/]);
+  cases.push(["declared size beyond the manifest's", () => payloadFrom([file("files/a", "x".repeat(5000))], recip(), [{ ...file("files/a", "x".repeat(5000)), size: 10 }]), /declares 5000 bytes, manifest says 10/]);
+  cases.push(["content differs from its digest", () => payloadFrom([file("files/a", "evil")], recip(), [file("files/a", "good")]), /digest mismatch/]);
+  cases.push([
+    "zstd bomb (1 GiB of zeros declared as a small tar)",
+    async () => {
+      const { CompressStream } = await import("zstd-napi");
+      const z = new CompressStream({ compressionLevel: 19 });
+      const parts: Buffer[] = [];
+      z.on("data", (c: Buffer) => parts.push(c));
+      const zero = Buffer.alloc(1 << 20);
+      for (let i = 0; i < 1024; i++) z.write(zero);
+      await new Promise((r) => z.end(r));
+      return { age: await ageEncrypt(Buffer.concat(parts), recip()), tarSize: 10240, components: [{ path: "files/a", kind: "file", name: "a", sha256: "0".repeat(64), size: 1, target: "a" }] };
+    },
+    /decompressed payload exceeds its declared size of 10240 bytes/,
+  ]);
+
+  it.each(cases)("%s", async (_n, make, re) => {
+    const p = await make();
+    const out = join(a.tmp, `hostile-${Math.random().toString(16).slice(2)}.agentbak`);
+    await craft({ baseManifest: { ...manifestOf(second.path), workspace: null }, payloadAge: p.age, tarSize: p.tarSize, keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.components = p.components) });
+    const t = join(a.tmp, "hostile-target");
+    const before = snapshotTree(a.tmp);
+    const t0 = Date.now();
+    const res = await a.run(["restore", out, "--target", t, "--yes", "--allow-rollback", "--json"]);
+    expect(res.code, res.stderr).toBe(13);
+    expect(res.stderr).toMatch(re);
+    expect(Date.now() - t0).toBeLessThan(20_000);
+    expect(existsSync(t)).toBe(false);
+    expect(snapshotTree(a.tmp)).toEqual(before);
+  });
+
+  it("swapped payload (another valid age file for the same recipient) fails on the digest, before decryption", async () => {
+    const { readLayout } = await import("../dist/bundle/outer.js");
+    const l1 = readLayout(first.path);
+    const l2 = readLayout(second.path);
+    const b = readFileSync(second.path);
+    const mixed = Buffer.concat([b.subarray(0, l2.payloadOffset - 512), readFileSync(first.path).subarray(l1.payloadOffset - 512)]);
+    const out = join(a.tmp, "mixed.agentbak");
+    writeFileSync(out, mixed);
+    const res = await a.run(["restore", out, "--target", join(a.tmp, "mx"), "--yes"]);
+    expect(res.code).toBe(13);
+    expect(res.stderr).toMatch(/payload\.age: (digest mismatch|\d+ bytes, manifest says)/);
+  });
+
+  it("a workspace patch that writes into .git (hooks, fsmonitor) never runs anything", async () => {
+    const x = join(a.tmp, "wsx");
+    mkdirSync(x);
+    await execa("sh", ["-c", `tar xOf '${second.path}' payload.age | age -d -i '${a.identity}' | zstd -d | tar x`], { cwd: x });
+    const pwned = join(a.tmp, "PWNED");
+    const evil = [
+      "diff --git a/.git/hooks/post-checkout b/.git/hooks/post-checkout",
+      "new file mode 100755",
+      "--- /dev/null",
+      "+++ b/.git/hooks/post-checkout",
+      "@@ -0,0 +1,2 @@",
+      "+#!/bin/sh",
+      `+touch ${pwned}`,
+      "diff --git a/.git/config b/.git/config",
+      "--- a/.git/config",
+      "+++ b/.git/config",
+      "@@ -1 +1,2 @@",
+      " [core]",
+      `+\tfsmonitor = touch ${pwned}`,
+      "",
+    ].join("\n");
+    writeFileSync(join(x, "workspace/changes.patch"), evil);
+    const members = ["db/state.sqlite", "files/memory/preferences.json", "files/memory/rules.json", "workspace/repo.bundle", "workspace/changes.patch"].map((n) => ({ name: n, data: readFileSync(join(x, n)) }));
+    const t = await makeTar(members);
+    const m0 = manifestOf(second.path);
+    const comps = m0.components.map((c: any) => {
+      const d = readFileSync(join(x, c.path));
+      return { ...c, sha256: createHash("sha256").update(d).digest("hex"), size: d.length };
+    });
+    const out = join(a.tmp, "evil-ws.agentbak");
+    await craft({ baseManifest: m0, payloadAge: await ageEncrypt(compress(t), [a.recipient]), tarSize: t.length, keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.components = comps) });
+    const res = await a.run(["restore", out, "--target", join(a.tmp, "evil-target"), "--yes", "--allow-rollback"]);
+    expect(res.code).toBe(13);
+    expect(res.stderr).toMatch(/workspace/);
+    expect(existsSync(pwned)).toBe(false);
+    expect(existsSync(join(a.tmp, "evil-target"))).toBe(false);
+  });
+});
+
+describe("tamper detection sweep", () => {
+  it("a bit flip at every byte of manifest.json, manifest.sig and the age header, and at 10,000 payload offsets: all detected", async () => {
+    const small = await makeAgent({ sizeMb: 0 });
+    try {
+      const cfg = JSON.parse(readFileSync(small.config, "utf8"));
+      delete cfg.workspace;
+      cfg.files = [];
+      writeFileSync(small.config, JSON.stringify(cfg));
+      const b = json(await small.run(["backup", "--json"]));
+      const { verifyBundle } = await import("../dist/bundle/reader.js");
+      const { loadTrust } = await import("../dist/crypto/trust.js");
+      const { readLayout } = await import("../dist/bundle/outer.js");
+      const trust = loadTrust(small.home);
+      const orig = readFileSync(b.path);
+      const l = readLayout(b.path);
+      const headerEnd = orig.indexOf("\n", orig.indexOf("--- ", l.payloadOffset)) + 1 + 16;
+      const offsets: number[] = [];
+      for (let i = 512; i < 512 + l.manifest.length; i++) offsets.push(i);
+      const sigStart = 512 + Math.ceil(l.manifest.length / 512) * 512 + 512;
+      for (let i = sigStart; i < sigStart + l.signature.length; i++) offsets.push(i);
+      for (let i = l.payloadOffset; i < headerEnd; i++) offsets.push(i);
+      for (let k = 0; k < 10_000; k++) offsets.push(headerEnd + Math.floor((k / 10_000) * (l.payloadOffset + l.payloadSize - headerEnd)));
+      const f = join(small.tmp, "flip.agentbak");
+      let detected = 0;
+      for (const off of offsets) {
+        const buf = Buffer.from(orig);
+        buf[off]! ^= 0x04;
+        writeFileSync(f, buf);
+        try {
+          await verifyBundle(f, trust);
+        } catch (e: any) {
+          if (e.code === 13 || e.code === 14) detected++;
+          else throw e;
+        }
+      }
+      expect(detected).toBe(offsets.length);
+      expect(offsets.length).toBe(l.manifest.length + l.signature.length + (headerEnd - l.payloadOffset) + 10_000);
+    } finally {
+      small.cleanup();
+    }
+  });
+});
