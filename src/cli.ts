@@ -240,6 +240,58 @@ export function buildProgram(result: { code: ExitCode }): Command {
     else ui.ok(`generation ${r.generation} is current`);
   });
 
+  help(
+    program
+      .command("drill")
+      .description("prove a bundle recovers: restore into a temp folder, check, replay crash points against the worker")
+      .argument("<snapshot>", "snapshot id, latest, random, or a bundle file")
+      .requiredOption("--spec <file>", "drill spec (drills/NAME.json)")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--identity <file>", "age identity file")
+      .option("--report <file>", "append-only report (default REPO/drills/report.jsonl)")
+      .option("--no-report", "do not append a report entry")
+      .option("--junit <file>", "write JUnit XML")
+      .option("--within <duration>", "with random: pick among snapshots this recent", "7d")
+      .option("--agent <id>", "agent (default: the config's)")
+      .addOption(jsonOpt()),
+    ["agentbak drill latest --spec drills/reference-agent.json", "agentbak drill random --within 7d --spec drills/reference-agent.json --junit drill.xml --json"],
+  ).action(async (ref, o) => {
+    const ui = await import("./ui/output.js");
+    const { drill } = await import("./commands/drill.js");
+    const p = ui.progress("drill");
+    let r;
+    try {
+      r = await drill(ref, { ...o, progress: (t: string) => p.update(t) });
+    } finally {
+      p.stop();
+    }
+    if (o.json) ui.emitJson(r);
+    else {
+      const { renderDrill } = await import("./ui/drill.js");
+      renderDrill(r);
+    }
+    result.code = !r.ok ? Exit.drillFailed : r.warnings ? Exit.warnings : Exit.ok;
+  });
+
+  const report = program.command("report").description("drill reports");
+  help(
+    report
+      .command("verify")
+      .description("check a drill report's hash chain and signatures; names the first bad entry")
+      .argument("<file>", "report file (JSON Lines)")
+      .addOption(cfgOpt())
+      .addOption(jsonOpt()),
+    ["agentbak report verify backups/drills/report.jsonl"],
+  ).action(async (file, o) => {
+    const ui = await import("./ui/output.js");
+    const { verifyReport } = await import("./drill/report.js");
+    const { context } = await import("./commands/common.js");
+    const r = verifyReport(file, context(o, false).trust);
+    if (o.json) ui.emitJson(r);
+    else ui.ok(`${r.entries} entries verified; head ${r.head_sha256.slice(0, 16)}…`);
+  });
+
   program
     .command("config-schema")
     .description("print the JSON Schema of agentbak.json")

@@ -5,6 +5,7 @@
 import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";
 import { AgentbakError, Exit, type ExitCode } from "./errors.js";
+import { runInterruptCleanups } from "./cleanup.js";
 
 async function main(argv: string[]): Promise<ExitCode> {
   const result = { code: Exit.ok as ExitCode };
@@ -26,11 +27,13 @@ async function main(argv: string[]): Promise<ExitCode> {
   }
 }
 
-process.on("SIGINT", () => {
+function interrupted(): void {
+  runInterruptCleanups();
   process.stderr.write("agentbak: interrupted\n");
   process.exit(Exit.interrupted);
-});
-process.on("SIGTERM", () => process.exit(Exit.interrupted));
+}
+process.on("SIGINT", interrupted);
+process.on("SIGTERM", interrupted);
 
 main(process.argv).then((code) => {
   process.exitCode = code;

@@ -26,6 +26,7 @@ const base = {
   workspace: null,
   credentials: [{ name: "llm", ref: "env:KEY" }],
   cursors: { last_event_id: 5 },
+  cursor_queries: { last_event_id: { database: "state", sql: "SELECT max(id) FROM events" } },
   open_operations: [],
 };
 

@@ -84,6 +84,8 @@ export const ManifestSchema = z.strictObject({
     .nullable(),
   credentials: z.array(z.strictObject({ name: z.string(), ref: z.string() })),
   cursors: z.record(z.string(), scalar),
+  /** the queries that produced the cursors, so a drill can compare them on the restored state */
+  cursor_queries: z.record(z.string(), z.strictObject({ database: z.string(), sql: z.string() })),
   open_operations: z.array(z.strictObject({ id: scalar, idempotency_key: z.string() })),
 });
 

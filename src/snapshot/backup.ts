@@ -245,6 +245,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
       workspace: ws,
       credentials: cfg.credentials.map((c) => ({ name: c.name, ref: c.ref })),
       cursors,
+      cursor_queries: Object.fromEntries(Object.entries(cfg.cursors).map(([k, c]) => [k, { database: c.database, sql: c.sql }])),
       open_operations: openOps,
     };
     const mfind = scanValue(manifest, "manifest");

@@ -1,0 +1,378 @@
+/**
+ * The drill: restore a bundle into a fresh temp folder, check it, and replay
+ * crash-point scenarios against the agent's own worker with delivery pointed
+ * at a local test sink. Never touches the live agent; always cleans up.
+ */
+import { execa } from "execa";
+import { chmodSync, cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
+import { verifyBundle, type Trust, type VerifiedBundle } from "../bundle/reader.js";
+import type { AgeIdentity } from "../crypto/age.js";
+import { pidAlive } from "../repository/local.js";
+import { onInterrupt } from "../cleanup.js";
+import { checkCredentials } from "../restore/credentials.js";
+import { extractAndCheck, type Check } from "../restore/extract.js";
+import { foreignKeyCheck, integrityCheck, openDefensive, userVersion } from "../snapshot/sqlite.js";
+import Database from "better-sqlite3";
+import { loadInvariants, runInvariants, type Invariant, type InvariantResult } from "./invariants.js";
+import { TestSink } from "./sink.js";
+import type { CrashPoint, LoadedSpec } from "./spec.js";
+
+/** One check in a drill; `scenario` is "restore" or a crash point. */
+export interface DrillCheck {
+  scenario: string;
+  name: string;
+  ok: boolean;
+  severity: "error" | "warning";
+  detail: string;
+  sample?: unknown[];
+}
+
+export interface ScenarioResult {
+  scenario: string;
+  ok: boolean;
+  died_at_point: boolean;
+  restarts: number;
+  effects: number;
+  receipt: string | null;
+  seconds: number;
+}
+
+export interface DrillResult {
+  ok: boolean;
+  warnings: boolean;
+  spec: string;
+  snapshot_id: string;
+  agent_id: string;
+  tenant: string;
+  sequence: number;
+  manifest_sha256: string;
+  runtime: VerifiedBundle["manifest"]["runtime"];
+  schema: { manifest: number | null; restored: Record<string, number> };
+  integrity: Record<string, string>;
+  credentials: { name: string; ref: string; status: string }[];
+  cursors: { name: string; manifest: unknown; restored: unknown; ok: boolean }[];
+  test_task_id: string | null;
+  receipts: Record<string, string | null>;
+  recovery_seconds: number;
+  total_seconds: number;
+  checks: DrillCheck[];
+  scenarios: ScenarioResult[];
+  unresolved: string[];
+}
+
+export interface DrillOptions {
+  bundle: string;
+  spec: LoadedSpec;
+  trust: Trust;
+  identities: () => AgeIdentity[];
+  progress?: (t: string) => void;
+}
+
+const DRILL_PREFIX = "agentbak-drill-";
+
+/** Removes temp folders of drills whose process is gone (kill -9). */
+export function sweepDrillTemps(): number {
+  let n = 0;
+  for (const e of readdirSync(tmpdir())) {
+    if (!e.startsWith(DRILL_PREFIX)) continue;
+    const dir = join(tmpdir(), e);
+    try {
+      const pid = Number(readFileSync(join(dir, "owner.pid"), "utf8"));
+      if (pid && pid !== process.pid && !pidAlive(pid)) {
+        rmSync(dir, { recursive: true, force: true });
+        n++;
+      }
+    } catch {
+      /* not ours or being created */
+    }
+  }
+  return n;
+}
+
+function blobSafe(rows: unknown[]): unknown[] {
+  return rows.map((r) =>
+    r && typeof r === "object" ? Object.fromEntries(Object.entries(r).map(([k, v]) => [k, Buffer.isBuffer(v) ? `<blob ${v.length} bytes>` : v])) : r,
+  );
+}
+
+function makeReadOnly(dir: string): void {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) {
+      if (e.name === ".git") continue;
+      makeReadOnly(p);
+    } else if (e.isFile()) chmodSync(p, statSync(p).mode & 0o555);
+  }
+}
+
+function makeWritable(dir: string): void {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) makeWritable(p);
+    else if (e.isFile()) chmodSync(p, statSync(p).mode | 0o200);
+  }
+}
+
+/**
+ * Runs a drill. Never throws for a failed check (the result says so); throws
+ * AgentbakError when the drill can not run (not found, verification, keys).
+ */
+export async function runDrill(o: DrillOptions): Promise<DrillResult> {
+  const t0 = Date.now();
+  const { spec } = o.spec;
+  sweepDrillTemps();
+  const v = await verifyBundle(o.bundle, o.trust);
+  const m = v.manifest;
+  const invariants = loadInvariants(o.spec.dir, spec.invariants);
+  const tmp = mkdtempSync(join(tmpdir(), DRILL_PREFIX));
+  const removeTemp = () => rmSync(tmp, { recursive: true, force: true });
+  const unregister = onInterrupt(removeTemp);
+  writeFileSync(join(tmp, "owner.pid"), String(process.pid));
+  const checks: DrillCheck[] = [];
+  const add = (c: DrillCheck) => checks.push(c);
+  const result: DrillResult = {
+    ok: false,
+    warnings: false,
+    spec: spec.name,
+    snapshot_id: m.snapshot_id,
+    agent_id: m.agent_id,
+    tenant: m.tenant,
+    sequence: m.sequence,
+    manifest_sha256: v.manifestSha256,
+    runtime: m.runtime,
+    schema: { manifest: m.schema_version, restored: {} },
+    integrity: {},
+    credentials: [],
+    cursors: [],
+    test_task_id: spec.inject?.taskId ?? null,
+    receipts: {},
+    recovery_seconds: 0,
+    total_seconds: 0,
+    checks,
+    scenarios: [],
+    unresolved: [],
+  };
+  try {
+    o.progress?.("restoring into a temp folder");
+    const restored = join(tmp, "restored");
+    let extracted: Check[];
+    let dbs: { name: string; path: string; schemaVersion: number | null }[];
+    try {
+      const x = await extractAndCheck(v, o.identities(), restored);
+      extracted = x.checks;
+      dbs = x.databases;
+    } catch (e) {
+      const err = e as { code?: number; message: string };
+      if (err.code === 12) throw e;
+      add({ scenario: "restore", name: "extract", ok: false, severity: "error", detail: err.message });
+      return finish();
+    }
+    for (const c of extracted) add({ scenario: "restore", name: c.name, ok: c.ok, severity: "error", detail: c.detail });
+    makeReadOnly(restored);
+    const dbMap = new Map(dbs.map((d) => [d.name, d.path]));
+    for (const d of dbs) {
+      const db = openDefensive(d.path);
+      try {
+        const ic = integrityCheck(db);
+        const fk = foreignKeyCheck(db);
+        const uv = userVersion(db);
+        result.integrity[d.name] = ic.join("; ");
+        result.schema.restored[d.name] = uv;
+        add({ scenario: "restore", name: `integrity_check:${d.name}`, ok: ic.length === 1 && ic[0] === "ok", severity: "error", detail: ic.slice(0, 5).join("; ") });
+        add({ scenario: "restore", name: `foreign_key_check:${d.name}`, ok: fk.length === 0, severity: "error", detail: fk.length ? fk.slice(0, 5).join("; ") : "ok" });
+        add({ scenario: "restore", name: `schema_version:${d.name}`, ok: uv === d.schemaVersion, severity: "error", detail: `user_version ${uv}, manifest ${d.schemaVersion}` });
+      } finally {
+        db.close();
+      }
+    }
+    for (const [name, q] of Object.entries(m.cursor_queries)) {
+      const p = dbMap.get(q.database);
+      let restoredValue: unknown = null;
+      let err: string | null = null;
+      if (p) {
+        const db = openDefensive(p);
+        try {
+          const row = db.prepare(q.sql).raw().get() as unknown[] | undefined;
+          restoredValue = row?.[0] ?? null;
+        } catch (e) {
+          err = (e as Error).message;
+        } finally {
+          db.close();
+        }
+      } else err = `no database ${q.database}`;
+      const same = err === null && String(restoredValue) === String(m.cursors[name]);
+      result.cursors.push({ name, manifest: m.cursors[name], restored: restoredValue, ok: same });
+      add({ scenario: "restore", name: `cursor:${name}`, ok: same, severity: "error", detail: err ?? `manifest ${m.cursors[name]}, restored ${restoredValue}` });
+    }
+    const creds = await checkCredentials(m.credentials, restored);
+    result.credentials = creds.map((c) => ({ name: c.name, ref: c.ref, status: c.status }));
+    for (const c of creds) {
+      add({ scenario: "restore", name: `credential:${c.name}`, ok: c.status === "present", severity: "warning", detail: `${c.ref}: ${c.status}` });
+      if (c.status !== "present") result.unresolved.push(`credential ${c.name} (${c.ref}) is ${c.status} here`);
+    }
+    addInvariants("restore", runInvariants(invariants, dbMap));
+    result.recovery_seconds = Math.round((Date.now() - t0) / 10) / 100;
+
+    if (spec.worker && spec.inject) {
+      const scenarios: (CrashPoint | "sink_kill")[] = [...spec.crashPoints];
+      if (spec.sinkKill) scenarios.push("sink_kill");
+      for (const [i, sc] of scenarios.entries()) {
+        o.progress?.(`scenario ${sc}`);
+        result.scenarios.push(await runScenario(sc, join(tmp, `run-${i}`), restored, dbs, invariants));
+      }
+    }
+    return finish();
+  } finally {
+    removeTemp();
+    unregister();
+  }
+
+  function addInvariants(scenario: string, rs: InvariantResult[]): boolean {
+    for (const r of rs)
+      add({
+        scenario,
+        name: `invariant:${r.name}`,
+        ok: r.ok,
+        severity: r.severity,
+        detail: r.error ? `error: ${r.error}` : r.ok ? "no offending rows" : `${r.rows} offending row(s)`,
+        ...(r.ok ? {} : { sample: blobSafe(r.sample) }),
+      });
+    return rs.every((r) => r.ok || r.severity === "warning");
+  }
+
+  function finish(): DrillResult {
+    result.total_seconds = Math.round((Date.now() - t0) / 10) / 100;
+    const failed = checks.filter((c) => !c.ok && c.severity === "error");
+    result.ok = failed.length === 0;
+    result.warnings = checks.some((c) => !c.ok && c.severity === "warning");
+    for (const f of failed) result.unresolved.push(`${f.scenario}: ${f.name}: ${f.detail}`);
+    return result;
+  }
+
+  async function runScenario(
+    sc: CrashPoint | "sink_kill",
+    dir: string,
+    restored: string,
+    dbs: { name: string; path: string }[],
+    invariants: Invariant[],
+  ): Promise<ScenarioResult> {
+    const s0 = Date.now();
+    const inject = spec.inject!;
+    const worker = spec.worker!;
+    const upgrade = sc === "during_migration" || sc === "old_backup_new_worker";
+    cpSync(restored, dir, { recursive: true });
+    makeWritable(dir);
+    const dbMap = new Map(dbs.map((d) => [d.name, join(dir, relative(restored, d.path))]));
+    const res: ScenarioResult = { scenario: sc, ok: false, died_at_point: false, restarts: 0, effects: 0, receipt: null, seconds: 0 };
+    const check = (name: string, ok: boolean, detail: string, sample?: unknown[]) => {
+      add({ scenario: sc, name, ok, severity: "error", detail, ...(sample ? { sample } : {}) });
+      return ok;
+    };
+    const injectDb = dbMap.get(inject.database);
+    if (!injectDb) {
+      check("inject", false, `no database named ${inject.database}`);
+      return res;
+    }
+    {
+      const db = new Database(injectDb);
+      try {
+        db.pragma("trusted_schema = OFF");
+        const stmt = db.prepare(inject.sql);
+        stmt.run(...(stmt.reader ? [] : inject.sql.includes(":taskId") ? [{ taskId: inject.taskId }] : []));
+      } catch (e) {
+        check("inject", false, `inject SQL failed: ${(e as Error).message}`);
+        return res;
+      } finally {
+        db.close();
+      }
+    }
+    const sink = new TestSink();
+    const url = await sink.start();
+    const command = upgrade && spec.upgrade?.command ? spec.upgrade.command : worker.command;
+    const baseEnv: Record<string, string> = {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      HOME: dir,
+      AGENTBAK_DRILL: "1",
+      AGENTBAK_RESTORE_DIR: dir,
+      AGENTBAK_SINK_URL: url,
+      AGENTBAK_TASK_ID: inject.taskId,
+      WORKER_ID: "drill-worker",
+      ...Object.fromEntries([...dbMap].map(([n, p]) => [`AGENTBAK_DB_${n.toUpperCase()}`, p])),
+      ...worker.env,
+      ...(upgrade ? spec.upgrade?.env ?? {} : {}),
+    };
+    const start = (crashPoint: string | null) =>
+      execa(command[0]!, command.slice(1).map((x) => (x.startsWith(".") ? o.spec.resolve(x) : x)), {
+        cwd: dir,
+        env: { ...baseEnv, ...(crashPoint ? { AGENTBAK_CRASH_POINT: crashPoint } : {}) },
+        extendEnv: false,
+        reject: false,
+        timeout: worker.timeoutSeconds * 1000,
+        stdin: "ignore",
+      });
+    const completed = () => {
+      const db = openDefensive(injectDb);
+      try {
+        return Boolean(db.prepare(inject.completedSql).get(inject.completedSql.includes(":taskId") ? { taskId: inject.taskId } : {}));
+      } finally {
+        db.close();
+      }
+    };
+    try {
+      // 1. run until the worker dies at the point
+      if (sc === "old_backup_new_worker") {
+        res.died_at_point = true;
+      } else {
+        let r;
+        if (sc === "sink_kill") {
+          // the sink commits the delivery, then kills the worker before answering
+          const child = start(null);
+          sink.onNextPost = () => child.kill("SIGKILL");
+          r = await child;
+        } else r = await start(sc);
+        res.died_at_point = r.signal === "SIGKILL" && !r.timedOut;
+        if (!check("died at crash point", res.died_at_point, res.died_at_point ? `worker killed with SIGKILL at ${sc}` : `worker exited ${r.exitCode ?? r.signal}${r.timedOut ? " (timed out)" : ""} without reaching ${sc}: ${String(r.stderr).trim().slice(0, 200)}`)) return res;
+        // 2. invariants right after the crash
+        addInvariants(sc, runInvariants(invariants, dbMap));
+      }
+      // 3. restart until it finishes
+      let finished = false;
+      let last = "";
+      for (let i = 0; i < spec.restarts && !finished; i++) {
+        const r = await start(null);
+        res.restarts++;
+        finished = r.exitCode === 0;
+        last = `exit ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n").at(-1)?.slice(0, 200) ?? ""}`;
+      }
+      check("worker recovers", finished, finished ? `finished after ${res.restarts} restart(s)` : `did not finish after ${res.restarts} restart(s); last ${last}`);
+      if (upgrade) {
+        const db = openDefensive(injectDb);
+        const uv = userVersion(db);
+        db.close();
+        const want = spec.upgrade?.schemaVersion;
+        check("migration", want === undefined ? uv >= (m.schema_version ?? 0) : uv === want, `user_version ${m.schema_version} -> ${uv}${want !== undefined ? ` (expected ${want})` : ""}`);
+      }
+      const done = completed();
+      check("task completed", done, done ? `${inject.taskId} is complete` : `${inject.taskId} is not complete (lost)`);
+      let effects = sink.effectsFor(inject.taskId);
+      res.effects = effects.length;
+      res.receipt = effects[0]?.receipt ?? null;
+      check("exactly one effect", effects.length === 1, `${effects.length} effect(s) at the sink for ${inject.taskId}${effects.length > 1 ? ` (keys ${effects.map((e) => e.key).join(", ")})` : ""}`);
+      addInvariants(sc, runInvariants(invariants, dbMap));
+      // 4. one more restart: still complete, still one effect
+      const again = await start(null);
+      effects = sink.effectsFor(inject.taskId);
+      check("stable after restart", again.exitCode === 0 && completed() && effects.length === res.effects, `restart exit ${again.exitCode ?? again.signal}; complete ${completed()}; effects ${effects.length}`);
+      res.ok = checks.filter((c) => c.scenario === sc).every((c) => c.ok || c.severity === "warning");
+      result.receipts[sc] = res.receipt;
+      return res;
+    } finally {
+      res.seconds = Math.round((Date.now() - s0) / 10) / 100;
+      await sink.stop();
+    }
+
+  }
+}
+

@@ -1,0 +1,59 @@
+/**
+ * Drill specs (drills/*.json): strict schema and loading. Relative paths and
+ * globs resolve against the spec file's folder.
+ */
+import { readFileSync } from "node:fs";
+import { dirname, isAbsolute, resolve } from "node:path";
+import { z } from "zod";
+import { formatIssues } from "../config/load.js";
+import { usageError } from "../errors.js";
+
+export const CRASH_POINTS = ["after_commit_before_delivery", "after_send_before_receipt", "after_receipt_before_complete", "during_migration", "old_backup_new_worker"] as const;
+export type CrashPoint = (typeof CRASH_POINTS)[number];
+
+const workerSchema = z.strictObject({
+  command: z.array(z.string()).min(1),
+  env: z.record(z.string(), z.string()).default({}),
+  timeoutSeconds: z.number().int().positive().default(30),
+});
+
+export const DrillSpecSchema = z.strictObject({
+  $schema: z.string().optional(),
+  name: z.string().min(1),
+  invariants: z.array(z.string()).min(1),
+  worker: workerSchema.optional(),
+  /** the newer worker for during_migration and old_backup_new_worker (default: worker with upgrade env) */
+  upgrade: z.strictObject({ command: z.array(z.string()).optional(), env: z.record(z.string(), z.string()).default({}), schemaVersion: z.number().int().optional() }).optional(),
+  inject: z
+    .strictObject({ database: z.string(), sql: z.string().min(1), taskId: z.string().min(1), completedSql: z.string().min(1) })
+    .optional(),
+  crashPoints: z.array(z.enum(CRASH_POINTS)).default([]),
+  sinkKill: z.boolean().default(false),
+  restarts: z.number().int().min(1).max(10).default(3),
+});
+
+export type DrillSpec = z.infer<typeof DrillSpecSchema>;
+
+export interface LoadedSpec {
+  spec: DrillSpec;
+  path: string;
+  dir: string;
+  resolve(p: string): string;
+}
+
+/** @throws AgentbakError(2) naming the file and bad keys; (10) when missing. */
+export function loadSpec(path: string): LoadedSpec {
+  const abs = resolve(path);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(abs, "utf8"));
+  } catch (e) {
+    const err = e as NodeJS.ErrnoException;
+    throw usageError(`drill spec ${abs}: ${err.code === "ENOENT" ? "not found" : err.message}`);
+  }
+  const r = DrillSpecSchema.safeParse(raw);
+  if (!r.success) throw usageError(`drill spec ${abs}: ${formatIssues(r.error.issues)}`);
+  if ((r.data.crashPoints.length || r.data.sinkKill) && (!r.data.worker || !r.data.inject)) throw usageError(`drill spec ${abs}: crashPoints and sinkKill need worker and inject`);
+  const dir = dirname(abs);
+  return { spec: r.data, path: abs, dir, resolve: (p) => (isAbsolute(p) ? p : resolve(dir, p)) };
+}

@@ -1,0 +1,31 @@
+/** Human rendering of a drill result (stderr). */
+import type { DrillCmdResult } from "../commands/drill.js";
+import { bad, bold, dim, ok, say, warn } from "./output.js";
+
+export function renderDrill(r: DrillCmdResult): void {
+  say(bold(`drill ${r.spec}: snapshot ${r.snapshot_id} of ${r.agent_id} (sequence ${r.sequence})`));
+  const scenarios = [...new Set(r.checks.map((c) => c.scenario))];
+  for (const sc of scenarios) {
+    say(bold(`  ${sc}`));
+    const own = r.checks.filter((c) => c.scenario === sc);
+    const invOk = own.filter((c) => c.name.startsWith("invariant:") && c.ok);
+    if (invOk.length) ok(`  invariants: ${invOk.length} checks hold`);
+    for (const c of own) {
+      if (c.ok && c.name.startsWith("invariant:")) continue;
+      line(c);
+    }
+  }
+  function line(c: DrillCmdResult["checks"][number]): void {
+    const line = `  ${c.name}: ${c.detail}`;
+    if (c.ok) ok(line);
+    else if (c.severity === "warning") warn(line);
+    else {
+      bad(line);
+      for (const row of c.sample ?? []) say(dim(`      ${JSON.stringify(row)}`));
+    }
+  }
+  say(`recovery time ${r.recovery_seconds}s, total ${r.total_seconds}s${r.report_file ? `; report entry ${r.report_index} in ${r.report_file}` : ""}`);
+  const failed = r.checks.filter((c) => !c.ok && c.severity === "error").length;
+  if (r.ok) ok(`drill passed (${r.checks.length} checks)`);
+  else bad(`drill FAILED: ${failed} check(s) failed`);
+}
