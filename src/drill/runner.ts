@@ -175,8 +175,15 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     for (const d of dbs) {
       const db = openDefensive(d.path);
       try {
-        const ic = integrityCheck(db);
-        const fk = foreignKeyCheck(db);
+        const safely = (f: () => string[]) => {
+          try {
+            return f();
+          } catch (e) {
+            return [(e as Error).message];
+          }
+        };
+        const ic = safely(() => integrityCheck(db));
+        const fk = safely(() => foreignKeyCheck(db));
         const uv = userVersion(db);
         result.integrity[d.name] = ic.join("; ");
         result.schema.restored[d.name] = uv;

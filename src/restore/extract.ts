@@ -42,9 +42,19 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
     if (c.kind === "sqlite") {
       const db = openDefensive(src);
       try {
-        const ic = integrityCheck(db);
+        let ic: string[];
+        try {
+          ic = integrityCheck(db);
+        } catch (e) {
+          ic = [(e as Error).message];
+        }
         if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${c.name}: integrity_check: ${ic.slice(0, 3).join("; ")}`);
-        const counts = tableCounts(db);
+        let counts: Record<string, number>;
+        try {
+          counts = tableCounts(db);
+        } catch (e) {
+          throw verifyError(`database ${c.name}: counting rows: ${(e as Error).message}`);
+        }
         for (const [t, n] of Object.entries(c.records ?? {}))
           if (counts[t] !== n) throw verifyError(`database ${c.name}: table ${t} has ${counts[t] ?? 0} rows, manifest says ${n}`);
         const uv = userVersion(db);
