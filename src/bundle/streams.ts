@@ -21,3 +21,12 @@ export class HashTap extends Transform {
     return this.hash.digest("hex");
   }
 }
+
+/** A pass-through that only counts bytes. */
+export class ByteCounter extends Transform {
+  bytes = 0;
+  override _transform(chunk: Buffer, _e: BufferEncoding, cb: TransformCallback): void {
+    this.bytes += chunk.length;
+    cb(null, chunk);
+  }
+}

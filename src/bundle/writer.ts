@@ -12,7 +12,7 @@ import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { encodeManifest, type Component, type Manifest } from "./manifest.js";
 import { tarEnd, tarHeader, tarPadding } from "./outer.js";
-import { HashTap } from "./streams.js";
+import { ByteCounter, HashTap } from "./streams.js";
 
 /** A staged component file and what the manifest says about it. */
 export interface StagedComponent extends Omit<Component, "sha256" | "size"> {
@@ -30,7 +30,7 @@ const ZSTD_LEVEL = 3;
  */
 export async function writePayload(components: StagedComponent[], recipients: string[], payloadFile: string): Promise<{ components: Component[]; payload: Manifest["payload"] }> {
   const pack = tar.pack();
-  const tarTap = new HashTap();
+  const tarTap = new ByteCounter();
   const outTap = new HashTap();
   const out = createWriteStream(payloadFile, { flags: "wx", mode: 0o600 });
   const zstd = new CompressStream({ compressionLevel: ZSTD_LEVEL, nbWorkers: 2, windowLog: 21, checksumFlag: true });
@@ -53,9 +53,7 @@ export async function writePayload(components: StagedComponent[], recipients: st
     await done.catch(() => undefined);
     throw e;
   }
-  const fd = openSync(payloadFile, "r+");
-  fsyncSync(fd);
-  closeSync(fd);
+  // no fsync here: the payload is a temp file; the bundle that holds it is fsynced
   return {
     components: result,
     payload: { sha256: outTap.digest(), size: outTap.bytes, tar_size: tarTap.bytes, compression: "zstd", encryption: "age-x25519" },

@@ -9,14 +9,15 @@ import { hostname } from "node:os";
 import { join, relative, sep } from "node:path";
 import type { LoadedConfig } from "../config/load.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
-import { AgentbakError, Exit, policyError, usageError, wrap } from "../errors.js";
+import { AgentbakError, Exit, policyError, usageError, verifyError, wrap } from "../errors.js";
 import { componentPath, sha256hex, type Manifest } from "../bundle/manifest.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
 import { openRepository } from "../repository/local.js";
 import { TOOL_VERSION } from "../version.js";
 import { expandGlob } from "./glob.js";
-import { scanDatabase, scanValue, type SecretFinding } from "./secrets.js";
-import { openDefensive, snapshotDatabase } from "./sqlite.js";
+import { inspectInWorker } from "./inspect.js";
+import { scanValue, type SecretFinding } from "./secrets.js";
+import { snapshotDatabase } from "./sqlite.js";
 import { captureWorkspace, treeDigest, rebuildWorkspace } from "./workspace.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
@@ -76,13 +77,6 @@ async function runHooks(cmds: string[], cwd: string, timeoutSeconds: number, pha
   }
 }
 
-function scalar(v: unknown): string | number | null {
-  if (v === null || v === undefined) return null;
-  if (typeof v === "number" && Number.isSafeInteger(v) && v >= 0) return v;
-  if (typeof v === "bigint") return v.toString();
-  return String(v);
-}
-
 /**
  * Runs one backup of the configured agent.
  * @throws AgentbakError: 10 repository/db missing, 11 locked, 14 secrets or refused dirty workspace, 1 hook failures.
@@ -115,9 +109,9 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
       mkdirSync(join(staging, "db"), { recursive: true });
       for (const d of cfg.databases) {
         const dest = join(staging, "db", `${d.name}.sqlite`);
-        const r = await snapshotDatabase(d.name, lc.resolve(d.path), dest);
+        await snapshotDatabase(d.name, lc.resolve(d.path), dest);
         dbFiles.set(d.name, dest);
-        staged.push({ path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: dest, records: r.records, schema_version: r.schemaVersion, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`) });
+        staged.push({ path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: dest, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`) });
       }
       for (const pattern of cfg.files) {
         const matches = expandGlob(lc.dir, pattern);
@@ -165,59 +159,41 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     }
     if (captureError) throw captureError;
 
-    // cursors, open operations and secret scans read the snapshot copies, so they describe the same instant
-    const cursors: Manifest["cursors"] = {};
-    const openOps: Manifest["open_operations"] = [];
-    const findings: SecretFinding[] = scanValue(cfg, "config");
-    const dbOf = (name: string, where: string) => {
-      const f = dbFiles.get(name);
-      if (!f) throw usageError(`${where}: no database named "${name}"`);
-      return f;
-    };
-    for (const [name, c] of Object.entries(cfg.cursors)) {
-      const db = openDefensive(dbOf(c.database, `cursors.${name}`));
-      try {
-        const row = db.prepare(c.sql).raw().get() as unknown[] | undefined;
-        cursors[name] = scalar(row?.[0]);
-      } catch (e) {
-        throw usageError(`cursors.${name}: ${(e as Error).message}`);
-      } finally {
-        db.close();
-      }
-    }
-    if (cfg.openOperations) {
-      const db = openDefensive(dbOf(cfg.openOperations.database, "openOperations"));
-      try {
-        for (const r of db.prepare(cfg.openOperations.sql).all() as Record<string, unknown>[])
-          openOps.push({ id: scalar(r.id), idempotency_key: String(r.idempotency_key ?? "") });
-      } catch (e) {
-        throw usageError(`openOperations: ${(e as Error).message}`);
-      } finally {
-        db.close();
-      }
-    }
-    if (cfg.secretScan.databases !== "off") {
-      const dbFindings: SecretFinding[] = [];
-      for (const [name, f] of dbFiles) {
-        const db = openDefensive(f);
-        try {
-          dbFindings.push(...scanDatabase(db, name));
-        } finally {
-          db.close();
-        }
-      }
-      if (cfg.secretScan.databases === "refuse") findings.push(...dbFindings);
-      else warnings.push(...dbFindings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
-    }
-    if (findings.length) throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${findings.map((f) => f.where).join(", ")}`);
-
-    opts.progress?.("writing bundle");
+    // integrity, counts, cursors, open operations and the secret scan read the snapshot copies (so they
+    // describe the same instant) in a worker thread while the payload is written; nothing is published unless they pass
+    opts.progress?.("checking snapshot and writing bundle");
+    const inspection = inspectInWorker({
+      dbs: [...dbFiles].map(([name, file]) => ({ name, file })),
+      cursors: cfg.cursors,
+      openOperations: cfg.openOperations,
+      scan: cfg.secretScan.databases,
+    });
+    inspection.catch(() => undefined); // awaited below; avoid an unhandled rejection while the payload is written
     const payloadFile = join(staging, "payload.age");
-    const { components, payload } = await writePayload(staged, cfg.recipients, payloadFile);
+    let written: Awaited<ReturnType<typeof writePayload>>;
+    try {
+      written = await writePayload(staged, cfg.recipients, payloadFile);
+    } finally {
+      await inspection.catch(() => undefined);
+    }
+    const ins = await inspection;
+    for (const d of ins.dbs)
+      if (d.integrity.length !== 1 || d.integrity[0] !== "ok") throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${d.integrity.slice(0, 3).join("; ")}`);
+    const findings: SecretFinding[] = scanValue(cfg, "config");
+    if (cfg.secretScan.databases === "refuse") findings.push(...ins.findings);
+    else warnings.push(...ins.findings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
+    if (findings.length) throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${findings.map((f) => f.where).join(", ")}`);
+    const cursors = ins.cursors;
+    const openOps = ins.openOperations;
+    const byName = new Map(ins.dbs.map((d) => [d.name, d]));
+    const components = written.components.map((c) =>
+      c.kind === "sqlite" ? { ...c, records: byName.get(c.name)!.records, schema_version: byName.get(c.name)!.schemaVersion } : c,
+    );
+    const payload = written.payload;
     const seqRel = join("state", `sequence-${agent}.json`);
     const lastSeq = Math.max(repo.readRecord<{ sequence: number }>(seqRel)?.sequence ?? 0, 0);
     const expires = new Date(created.getTime() + cfg.retention.expireDays * 86400_000);
-    const firstDb = staged.find((s) => s.kind === "sqlite");
+    const firstDb = components.find((s) => s.kind === "sqlite");
     const manifest: Manifest = {
       format: "agentbak-bundle",
       format_version: 1,

@@ -46,29 +46,38 @@ export function scanValue(value: unknown, path: string, out: SecretFinding[] = [
 
 const q = (s: string) => `"${s.replace(/"/g, '""')}"`;
 
+/** One literal alternation: V8 matches it far faster than nine SQL instr() passes. */
+const PREFILTER = new RegExp(TOKEN_PATTERNS.map((p) => p.prefix.replace(/[.*+?^${}()|[\]\\-]/g, "\\$&")).join("|"));
+
 /**
- * Scans every text column of every table for token formats. SQLite's instr()
- * prefilters in C; only candidate rows are tested with the full patterns.
+ * Scans every text column of every table for token formats, one pass per
+ * table, through a function registered on this connection only (schema code
+ * can not call it: it is not innocuous and trusted_schema is off).
  * @returns findings as `table.column rowid N`, at most `limit`.
  */
 export function scanDatabase(db: DB, dbName: string, limit = 20): SecretFinding[] {
   const out: SecretFinding[] = [];
+  db.function("agentbak_maybe_secret", { deterministic: true, varargs: true }, (...vs: unknown[]) => (vs.some((v) => typeof v === "string" && PREFILTER.test(v)) ? 1 : 0));
   const tables = db
     .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND sql NOT LIKE '%WITHOUT ROWID%'")
     .pluck()
     .all() as string[];
   for (const t of tables) {
-    const cols = (db.prepare(`PRAGMA table_info(${q(t)})`).all() as { name: string; type: string }[]).filter(
-      (c) => !/BLOB|INT|REAL|FLOA|DOUB|NUM/i.test(c.type),
-    );
-    for (const c of cols) {
-      const cond = TOKEN_PATTERNS.map((p) => `instr(${q(c.name)}, '${p.prefix}') > 0`).join(" OR ");
-      const rows = db.prepare(`SELECT rowid AS r, ${q(c.name)} AS v FROM ${q(t)} WHERE typeof(${q(c.name)}) = 'text' AND (${cond})`).iterate() as Iterable<{ r: number; v: string }>;
-      for (const row of rows) {
-        const k = detectSecret(row.v);
-        if (k) out.push({ where: `database ${dbName}: ${t}.${c.name} rowid ${row.r}`, kind: k });
-        if (out.length >= limit) return out;
-      }
+    const cols = (db.prepare(`PRAGMA table_info(${q(t)})`).all() as { name: string; type: string }[])
+      .filter((c) => !/BLOB|INT|REAL|FLOA|DOUB|NUM/i.test(c.type))
+      .map((c) => c.name);
+    if (!cols.length) continue;
+    // one call per row over all text columns; exact checks only for candidate rows
+    const candidates = db.prepare(`SELECT rowid FROM ${q(t)} WHERE agentbak_maybe_secret(${cols.map(q).join(", ")})`).pluck().all() as number[];
+    const get = db.prepare(`SELECT ${cols.map(q).join(", ")} FROM ${q(t)} WHERE rowid = ?`).raw();
+    for (const r of candidates) {
+      const vals = get.get(r) as unknown[];
+      cols.forEach((c, i) => {
+        const v = vals[i];
+        const k = typeof v === "string" ? detectSecret(v) : null;
+        if (k) out.push({ where: `database ${dbName}: ${t}.${c} rowid ${r}`, kind: k });
+      });
+      if (out.length >= limit) return out.slice(0, limit);
     }
   }
   return out;

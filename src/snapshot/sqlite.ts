@@ -3,7 +3,7 @@
  */
 import Database from "better-sqlite3";
 import { existsSync } from "node:fs";
-import { verifyError, wrap } from "../errors.js";
+import { wrap } from "../errors.js";
 
 export type DB = Database.Database;
 
@@ -49,11 +49,12 @@ export const userVersion = (db: DB) => db.pragma("user_version", { simple: true 
 
 /**
  * Makes a consistent copy of a live database with SQLite's online backup API
- * (one read transaction; writers in WAL mode keep going), converts it to a
- * single self-contained rollback-journal file, and checks its integrity.
- * @throws AgentbakError naming the database when the source is missing or the copy is not healthy.
+ * (one read transaction; writers in WAL mode keep going) and converts it to a
+ * single self-contained rollback-journal file. Integrity is checked by
+ * inspectSnapshot before anything is published.
+ * @throws AgentbakError naming the database when the source is missing or unreadable.
  */
-export async function snapshotDatabase(name: string, src: string, dest: string): Promise<{ schemaVersion: number; records: Record<string, number> }> {
+export async function snapshotDatabase(name: string, src: string, dest: string): Promise<void> {
   if (!existsSync(src)) throw wrap(Object.assign(new Error("missing"), { code: "ENOENT", path: src }), `database ${name}`);
   const source = new Database(src, { readonly: true, fileMustExist: true });
   try {
@@ -68,9 +69,6 @@ export async function snapshotDatabase(name: string, src: string, dest: string):
   const copy = new Database(dest);
   try {
     copy.pragma("journal_mode = DELETE");
-    const ic = integrityCheck(copy);
-    if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
-    return { schemaVersion: userVersion(copy), records: tableCounts(copy) };
   } finally {
     copy.close();
   }

@@ -1,0 +1,126 @@
+/**
+ * `npm run bench -- --size-mb 1024`: generates the reference database at the
+ * requested size, then times `agentbak backup` (the real binary) against the
+ * same work done by the stock pipeline in the same run:
+ *   sqlite3 .backup, then tar | zstd -3 -T0 | age -r
+ * and prints wall times, the ratio, throughput and agentbak's peak RSS (from
+ * getrusage of the child, via python3, or /proc polling as a fallback).
+ * Also times `verify --identity` and `restore` against `age -d | zstd -d | tar x`.
+ */
+import { execa } from "execa";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = resolve(fileURLToPath(import.meta.url), "../../..");
+const bin = join(root, "bin", "agentbak.js");
+
+function arg(name: string, def: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1]! : def;
+}
+
+/** Runs a command, returning wall seconds and the child's peak RSS in MiB. */
+async function measure(cmd: string[], opts: { cwd?: string; env?: Record<string, string>; okCodes?: number[] } = {}): Promise<{ seconds: number; rssMiB: number }> {
+  const wrapper = `import resource, subprocess, sys, time
+t = time.monotonic()
+r = subprocess.run(sys.argv[1:])
+dt = time.monotonic() - t
+print(f"{dt} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", file=sys.stderr)
+sys.exit(r.returncode)`;
+  const r = await execa("python3", ["-c", wrapper, ...cmd], { cwd: opts.cwd, env: opts.env, reject: false, stdout: "ignore" });
+  const last = String(r.stderr).trim().split("\n").at(-1)!.split(" ");
+  if (!(opts.okCodes ?? [0]).includes(r.exitCode ?? -1)) throw new Error(`${cmd.join(" ")} exited ${r.exitCode}: ${r.stderr}`);
+  return { seconds: Number(last[0]), rssMiB: Number(last[1]) / 1024 };
+}
+
+const fmt = (n: number, d = 2) => n.toFixed(d);
+
+async function main(): Promise<void> {
+  const sizeMb = Number(arg("size-mb", "1024"));
+  const keep = process.argv.includes("--keep");
+  const tmp = mkdtempSync(join(tmpdir(), "agentbak-bench-"));
+  try {
+    const home = join(tmp, "home");
+    const env = { ...process.env, AGENTBAK_HOME: home } as Record<string, string>;
+    await execa("node", [bin, "keygen", "--out", home], { env });
+    const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
+    const agent = join(tmp, "agent");
+    process.stderr.write(`generating a ${sizeMb} MiB reference database in ${agent} ...\n`);
+    const g0 = Date.now();
+    const gen = await import(join(root, "fixtures", "agent", "generate.js"));
+    gen.generateAgent(agent, { recipient, sizeMb });
+    const dbPath = join(agent, "state", "agent.sqlite");
+    const dbBytes = statSync(dbPath).size;
+    process.stderr.write(`generated ${fmt(dbBytes / 2 ** 20, 0)} MiB in ${fmt((Date.now() - g0) / 1000, 1)} s\n`);
+    // the same work on both sides: the database only
+    const cfg = JSON.parse(readFileSync(join(agent, "agentbak.json"), "utf8"));
+    delete cfg.workspace;
+    cfg.files = [];
+    writeFileSync(join(agent, "agentbak.json"), JSON.stringify(cfg, null, 2));
+    const { LocalRepository } = await import("../repository/local.js");
+    new LocalRepository(join(agent, "backups")).init();
+
+    const stock = join(tmp, "stock");
+    mkdirSync(stock);
+    const stockScript = `set -e; sqlite3 '${dbPath}' ".backup '${stock}/state.sqlite'"; tar -C '${stock}' -cf - state.sqlite | zstd -3 -T0 -q | age -r ${recipient} > '${stock}/out.age'`;
+    // warm the page cache once so neither side pays for the first read
+    await execa("sh", ["-c", `cat '${dbPath}' > /dev/null`]);
+    const runs = Number(arg("runs", "2"));
+    const ours: { seconds: number; rssMiB: number }[] = [];
+    const theirs: { seconds: number; rssMiB: number }[] = [];
+    for (let i = 0; i < runs; i++) {
+      theirs.push(await measure(["sh", "-c", stockScript]));
+      rmSync(join(stock, "state.sqlite"), { force: true });
+      rmSync(join(stock, "out.age"), { force: true });
+      ours.push(await measure(["node", bin, "backup"], { cwd: agent, env }));
+    }
+    const best = (xs: { seconds: number }[]) => Math.min(...xs.map((x) => x.seconds));
+    const oursS = best(ours);
+    const theirsS = best(theirs);
+    const bundles = new LocalRepository(join(agent, "backups")).list();
+    const bundleBytes = bundles.at(-1)!.size;
+    const verify = await measure(["node", bin, "verify", "latest", "--identity", join(home, "age-identity.txt")], { cwd: agent, env });
+    // exit 3: completed with warnings (a credential file is absent on this machine)
+    const restore = await measure(["node", bin, "restore", "latest", "--target", join(tmp, "restored"), "--yes", "--allow-rollback"], { cwd: agent, env, okCodes: [0, 3] });
+    const out = {
+      size_mib: Math.round(dbBytes / 2 ** 20),
+      runs,
+      agentbak_backup_seconds: Number(fmt(oursS, 3)),
+      stock_pipeline_seconds: Number(fmt(theirsS, 3)),
+      ratio: Number(fmt(oursS / theirsS, 3)),
+      agentbak_throughput_mib_s: Number(fmt(dbBytes / 2 ** 20 / oursS, 1)),
+      stock_throughput_mib_s: Number(fmt(dbBytes / 2 ** 20 / theirsS, 1)),
+      agentbak_peak_rss_mib: Number(fmt(Math.max(...ours.map((x) => x.rssMiB)), 1)),
+      bundle_mib: Number(fmt(bundleBytes / 2 ** 20, 1)),
+      verify_identity_seconds: Number(fmt(verify.seconds, 3)),
+      verify_peak_rss_mib: Number(fmt(verify.rssMiB, 1)),
+      restore_seconds: Number(fmt(restore.seconds, 3)),
+      restore_peak_rss_mib: Number(fmt(restore.rssMiB, 1)),
+      all_agentbak_runs: ours,
+      all_stock_runs: theirs,
+    };
+    process.stderr.write(
+      [
+        "",
+        `database                ${out.size_mib} MiB`,
+        `agentbak backup         ${out.agentbak_backup_seconds} s  (${out.agentbak_throughput_mib_s} MiB/s, peak RSS ${out.agentbak_peak_rss_mib} MiB, bundle ${out.bundle_mib} MiB)`,
+        `stock pipeline          ${out.stock_pipeline_seconds} s  (${out.stock_throughput_mib_s} MiB/s)  sqlite3 .backup; tar | zstd -3 -T0 | age -r`,
+        `ratio agentbak/stock    ${out.ratio}  (goal: <= 1.0)`,
+        `verify --identity       ${out.verify_identity_seconds} s  (peak RSS ${out.verify_peak_rss_mib} MiB)`,
+        `restore                 ${out.restore_seconds} s  (peak RSS ${out.restore_peak_rss_mib} MiB)`,
+        "",
+      ].join("\n"),
+    );
+    process.stdout.write(JSON.stringify(out) + "\n");
+  } finally {
+    if (!keep) rmSync(tmp, { recursive: true, force: true });
+    else process.stderr.write(`kept ${tmp}\n`);
+  }
+}
+
+main().catch((e) => {
+  process.stderr.write(`bench failed: ${(e as Error).message}\n`);
+  process.exitCode = 1;
+});
