@@ -21,6 +21,12 @@ async function main(argv: string[]): Promise<ExitCode> {
       process.stderr.write(`agentbak: ${e.message}\n`);
       return e.code;
     }
+    const sys = e as NodeJS.ErrnoException;
+    if (typeof sys?.code === "string" && /^E[A-Z]+$/.test(sys.code)) {
+      // an operating-system error (ENOSPC, EIO, EROFS, EACCES, ...): name the path and errno, no stack
+      process.stderr.write(`agentbak: ${sys.message}${sys.path && !sys.message.includes(sys.path) ? ` (${sys.path})` : ""}\n`);
+      return Exit.failure;
+    }
     const err = e as Error;
     process.stderr.write(`agentbak: internal error: ${err?.stack ?? String(e)}\nThis is a bug; please report it.\n`);
     return Exit.failure;

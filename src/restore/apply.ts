@@ -16,6 +16,7 @@ import { policyError, usageError, verifyError } from "../errors.js";
 import { fsyncDir, writeFileAtomic } from "../fsutil.js";
 import { resolveSnapshot } from "../repository/catalog.js";
 import { pidAlive, type LocalRepository } from "../repository/local.js";
+import { crashStep } from "../crashpoint.js";
 import { integrityCheck, openDefensive } from "../snapshot/sqlite.js";
 import { checkCredentials } from "./credentials.js";
 import { extractAndCheck, type Check } from "./extract.js";
@@ -160,17 +161,21 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   mkdirSync(parent, { recursive: true });
   const staging = join(parent, `.agentbak-restore-${basename(target)}-${process.pid}-${randomBytes(4).toString("hex")}`);
   try {
+    crashStep("locked");
     const again = reqRel && o.repo ? o.repo.readRecord<RestoreResult>(reqRel) : undefined;
     if (again) return { ...again, repeated: true };
     sweepStaging(parent);
+    mkdirSync(staging, { mode: 0o700 }); // not recursive: a read-only or missing parent fails here with its own errno
     const quarantine = prepareTarget(target);
     if (quarantine) warnings.push(`stale SQLite sidecar files in the target were moved to ${quarantine}`);
     const ids = o.identities();
     const root = join(staging, "root");
     const x = await extractAndCheck(v, ids, root);
+    crashStep("extracted");
     const generation = o.repo
       ? reserveGeneration(o.repo, m.agent_id, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() })
       : nextGen;
+    crashStep("generation-reserved");
     const record: TargetRecord = {
       agent_id: m.agent_id,
       tenant: m.tenant,
@@ -188,9 +193,11 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       `suspended by agentbak restore of ${m.snapshot_id} at generation ${generation}; run "agentbak activate --target ${target}" once the original runtime is stopped\n`,
     );
     fsyncTree(root);
+    crashStep("markers-written");
     if (existsSync(target)) rmdirSync(target); // empty (checked above)
     renameSync(root, target);
     fsyncDir(parent);
+    crashStep("placed");
     // check again where it now lives; a failure removes what was placed
     try {
       for (const d of x.databases) {
@@ -207,7 +214,9 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       rmSync(target, { recursive: true, force: true });
       throw e;
     }
+    crashStep("checked");
     raiseTrustedState(m.agent_id, { highest_sequence: m.sequence, generation });
+    crashStep("trusted-state-raised");
     const checks: Check[] = [...x.checks, { name: "placement", ok: true, detail: `placed at ${target}; integrity_check ok after placement` }];
     const receipt = {
       kind: "restore-receipt",

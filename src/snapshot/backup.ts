@@ -4,7 +4,8 @@
  */
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { copyFileSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { crashStep } from "../crashpoint.js";
 import { hostname } from "node:os";
 import { join, relative, sep } from "node:path";
 import type { LoadedConfig } from "../config/load.js";
@@ -88,11 +89,13 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
   const lock = await repo.lock(`agent-${agent}`, opts.waitMs ?? 0);
   const staging = repo.tempDir(`backup-${agent}`);
   try {
+    crashStep("locked");
     repo.sweepTemp();
     const idemRel = opts.idempotencyKey ? join("idempotency", agent, `backup-${sha256hex(opts.idempotencyKey)}.json`) : undefined;
     if (idemRel) {
+      // a record whose bundle is missing was written by a run that died before publishing
       const prior = repo.readRecord<BackupReceipt>(idemRel);
-      if (prior) return { ...prior, repeated: true };
+      if (prior && existsSync(prior.path)) return { ...prior, repeated: true };
     }
     const warnings: string[] = [];
     const created = new Date();
@@ -158,6 +161,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
       }
     }
     if (captureError) throw captureError;
+    crashStep("snapshotted");
 
     // integrity, counts, cursors, open operations and the secret scan read the snapshot copies (so they
     // describe the same instant) in a worker thread while the payload is written; nothing is published unless they pass
@@ -190,6 +194,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
       c.kind === "sqlite" ? { ...c, records: byName.get(c.name)!.records, schema_version: byName.get(c.name)!.schemaVersion } : c,
     );
     const payload = written.payload;
+    crashStep("payload-written");
     const seqRel = join("state", `sequence-${agent}.json`);
     const lastSeq = Math.max(repo.readRecord<{ sequence: number }>(seqRel)?.sequence ?? 0, 0);
     const expires = new Date(created.getTime() + cfg.retention.expireDays * 86400_000);
@@ -229,7 +234,8 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     const bundleTmp = join(staging, "bundle.agentbak");
     const mbytes = await writeBundleFile(manifest, opts.signingKey, payloadFile, bundleTmp);
     rmSync(payloadFile);
-    const path = repo.publish(bundleTmp, agent, snapshotId);
+    crashStep("bundle-written");
+    // reserve the sequence and record the idempotency key before publishing: a crash in between only burns a number
     repo.writeRecord(seqRel, { sequence: manifest.sequence, snapshot_id: snapshotId });
     const receipt: BackupReceipt = {
       snapshot_id: snapshotId,
@@ -238,14 +244,18 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
       created_at: manifest.created_at,
       manifest_sha256: sha256hex(mbytes),
       payload_sha256: payload.sha256,
-      size: statSync(path).size,
+      size: statSync(bundleTmp).size,
       parent: null,
-      path,
+      path: repo.bundlePath(agent, snapshotId),
       repeated: false,
       warnings,
     };
     if (idemRel) repo.writeRecord(idemRel, receipt);
+    crashStep("sequence-reserved");
+    repo.publish(bundleTmp, agent, snapshotId);
+    crashStep("published");
     repo.audit({ event: "backup", agent_id: agent, snapshot_id: snapshotId, sequence: manifest.sequence, manifest_sha256: receipt.manifest_sha256, signer: manifest.signer.fingerprint });
+    crashStep("recorded");
     return receipt;
   } finally {
     rmSync(staging, { recursive: true, force: true });

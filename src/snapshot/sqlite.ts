@@ -62,7 +62,7 @@ export async function snapshotDatabase(name: string, src: string, dest: string):
     // copy everything in as few steps as possible: a step holds one read transaction, so the copy is one committed state
     await source.backup(dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
   } catch (e) {
-    throw wrap(e, `database ${name}: online backup`);
+    throw wrap(e, `database ${name}: online backup to ${dest}`);
   } finally {
     source.close();
   }
