@@ -33,7 +33,7 @@ export async function writePayload(components: StagedComponent[], recipients: st
   const tarTap = new ByteCounter();
   const outTap = new HashTap();
   const out = createWriteStream(payloadFile, { flags: "wx", mode: 0o600 });
-  const zstd = new CompressStream({ compressionLevel: ZSTD_LEVEL, nbWorkers: 2, windowLog: 21, checksumFlag: true });
+  const zstd = new CompressStream({ compressionLevel: ZSTD_LEVEL, nbWorkers: 0, windowLog: 21, checksumFlag: true });
   const done = pipeline(pack, tarTap, zstd, new AgeEncryptStream(recipients), outTap, out);
   const result: Component[] = [];
   try {
