@@ -99,8 +99,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--idempotency-key <key>", "the same key again returns the first receipt")
       .option("--label <label>", "free-form label")
       .option("--wait <duration>", "wait this long for the repository lock (e.g. 30s)")
+      .option("--incremental", "store only the SQLite pages changed since the latest snapshot (default: config incremental.enabled)")
+      .option("--no-incremental", "force a full snapshot")
       .addOption(jsonOpt()),
-    ["agentbak backup", "agentbak backup --idempotency-key \"$CI_JOB_ID\" --json"],
+    ["agentbak backup", "agentbak backup --incremental", "agentbak backup --idempotency-key \"$CI_JOB_ID\" --json"],
   ).action(async (o) => {
     const ui = await import("./ui/output.js");
     const { backup } = await import("./commands/backup.js");
@@ -290,6 +292,73 @@ export function buildProgram(result: { code: ExitCode }): Command {
     const r = verifyReport(file, context(o, false).trust);
     if (o.json) ui.emitJson(r);
     else ui.ok(`${r.entries} entries verified; head ${r.head_sha256.slice(0, 16)}…`);
+  });
+
+  help(
+    program
+      .command("forget")
+      .description("apply retention rules; never removes what a kept chain needs or the newest drilled snapshot")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--keep-last <n>", "keep the N newest")
+      .option("--keep-hourly <n>", "keep the newest of each of the last N hours with a snapshot")
+      .option("--keep-daily <n>", "... days")
+      .option("--keep-weekly <n>", "... ISO weeks")
+      .option("--keep-monthly <n>", "... months")
+      .option("--keep-yearly <n>", "... years")
+      .option("--keep-within <duration>", "keep everything within this of the newest snapshot (e.g. 2d)")
+      .option("--dry-run", "show what would be kept and removed")
+      .option("--prune", "also remove leftovers: page indexes of removed bundles, temp files")
+      .option("--wait <duration>", "wait for the agent lock")
+      .addOption(jsonOpt()),
+    ["agentbak forget --keep-last 10 --keep-daily 30 --dry-run", "agentbak forget --prune --json"],
+  ).action(async (o) => {
+    const ui = await import("./ui/output.js");
+    const { forget } = await import("./commands/forget.js");
+    const r = await forget(o);
+    if (r.not_removed.length) result.code = Exit.warnings;
+    if (o.json) return ui.emitJson(r);
+    for (const k of r.kept) ui.say(`keep    ${k.snapshot_id}  ${ui.dim(k.reasons.join("; "))}`);
+    for (const id of r.removed) ui.say(`${r.dry_run ? "would remove" : "remove"}  ${id}`);
+    for (const n of r.not_removed) ui.warn(`not removed ${n.snapshot_id}: ${n.reason}`);
+  });
+
+  help(
+    program
+      .command("compact")
+      .description("rewrite an incremental snapshot as a full one so older links can be forgotten")
+      .argument("<snapshot>", "snapshot id or latest")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--identity <file>", "age identity file (the chain must be decrypted)")
+      .addOption(jsonOpt()),
+    ["agentbak compact latest --identity key.txt"],
+  ).action(async (ref, o) => {
+    const ui = await import("./ui/output.js");
+    const { compact } = await import("./commands/compact.js");
+    const r = await compact(ref, o);
+    if (o.json) ui.emitJson(r);
+    else ui.ok(r.already_full ? `${r.snapshot_id} is already a full snapshot` : `compacted ${r.replaces} into ${r.snapshot_id}`);
+  });
+
+  help(
+    program
+      .command("schedule")
+      .description("print a crontab line and a systemd service + timer for this config (installs nothing)")
+      .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d)")
+      .option("--drill-every <duration>", "also drill a random recent snapshot this often")
+      .option("--spec <file>", "drill spec for scheduled drills (default drills/checks-only.json)")
+      .addOption(cfgOpt())
+      .addOption(jsonOpt()),
+    ["agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json"],
+  ).action(async (o) => {
+    const ui = await import("./ui/output.js");
+    const { schedule } = await import("./commands/schedule.js");
+    const r = schedule(o);
+    if (o.json) return ui.emitJson(r);
+    ui.out(r.crontab.join("\n") + "\n");
+    for (const [name, body] of Object.entries(r.systemd)) ui.out(`\n# --- ${name} ---\n${body}`);
   });
 
   program

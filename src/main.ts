@@ -38,6 +38,10 @@ function interrupted(): void {
   process.stderr.write("agentbak: interrupted\n");
   process.exit(Exit.interrupted);
 }
+// a closed pipe (agentbak ... | head) is not an error of ours
+process.stdout.on("error", (e: NodeJS.ErrnoException) => {
+  if (e.code === "EPIPE") process.exit(process.exitCode ?? 0);
+});
 process.on("SIGINT", interrupted);
 process.on("SIGTERM", interrupted);
 

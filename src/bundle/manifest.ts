@@ -26,13 +26,21 @@ export const componentPath = z
 
 export const ComponentSchema = z.strictObject({
   path: componentPath,
-  kind: z.enum(["sqlite", "file", "git-bundle", "git-patch", "workspace-file"]),
+  kind: z.enum(["sqlite", "sqlite-delta", "file", "git-bundle", "git-patch"]),
   name: z.string(),
   sha256: sha,
   size: int,
   records: z.record(z.string(), int).optional(),
   schema_version: int.optional(),
   mode: int.optional(),
+  /** keyed page hashes of this database, kept beside the bundle for the next incremental */
+  page_index_sha256: sha.optional(),
+  /** sqlite-delta: the whole rebuilt database, and the delta's shape */
+  full_sha256: sha.optional(),
+  full_size: int.optional(),
+  page_size: int.optional(),
+  page_count: int.optional(),
+  changed_pages: int.optional(),
   /** where the component goes inside a restored root (relative, no ..) */
   target: z
     .string()
@@ -52,6 +60,8 @@ export const ManifestSchema = z.strictObject({
   expires_at: time,
   sequence: int.min(1),
   parent: z.strictObject({ snapshot_id: z.string(), manifest_sha256: sha }).nullable(),
+  /** set by compact: the incremental this full snapshot replaces (same state, same sequence) */
+  compacted_from: z.strictObject({ snapshot_id: z.string(), manifest_sha256: sha }).nullable().optional(),
   label: z.string().nullable(),
   idempotency_key: z.string().nullable(),
   signer: z.strictObject({ fingerprint: z.string(), principal: z.string() }),

@@ -88,7 +88,7 @@ export interface PayloadCheck {
  * their declared size, are accepted.
  * @throws AgentbakError(12) when no identity matches, (13) on any mismatch.
  */
-export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], destDir?: string): Promise<PayloadCheck> {
+export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], destDir?: string, only?: Set<string>): Promise<PayloadCheck> {
   const expected = new Map(v.manifest.components.map((c) => [c.path, c]));
   const seen = new Set<string>();
   const found: PayloadCheck["components"] = [];
@@ -109,7 +109,7 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
     if (header.size !== c.size) return fail(`member ${name} declares ${header.size} bytes, manifest says ${c.size}`);
     seen.add(name);
     const tap = new HashTap(c.size, name);
-    const sink = destDir
+    const sink = destDir && (!only || only.has(name))
       ? (mkdirSync(dirname(join(destDir, name)), { recursive: true }), createWriteStream(join(destDir, name), { flags: "wx", mode: 0o600 }))
       : new Writable({ write: (_c, _e, cb) => cb() });
     pipeline(stream, tap, sink).then(

@@ -9,6 +9,7 @@ export interface BackupCmdOptions extends GlobalOpts {
   idempotencyKey?: string;
   label?: string;
   wait?: string;
+  incremental?: boolean;
   principal?: string;
   progress?: (phase: string) => void;
 }
@@ -19,6 +20,8 @@ export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {
   const key = loadSigningKey(ctx.lc.config.signing.key ? ctx.lc.resolve(ctx.lc.config.signing.key) : undefined);
   return runBackup(ctx.lc, {
     repo: ctx.repoPath,
+    trust: ctx.trust,
+    incremental: opts.incremental,
     signingKey: key,
     principal: opts.principal ?? (key.comment || "agentbak"),
     idempotencyKey: opts.idempotencyKey,

@@ -39,7 +39,7 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
     const ids = loadIdentities(opts.identity);
     const tmp = mkdtempSync(join(tmpdir(), "agentbak-verify-"));
     try {
-      const x = await extractAndCheck(v, ids, join(tmp, "root"));
+      const x = await extractAndCheck(v, ids, join(tmp, "root"), ctx.trust);
       checks.push(...x.checks);
     } finally {
       rmSync(tmp, { recursive: true, force: true });

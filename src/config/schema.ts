@@ -53,6 +53,9 @@ export const ConfigSchema = z.strictObject({
   secretScan: z
     .strictObject({ databases: z.enum(["refuse", "warn", "off"]).default("refuse") })
     .default({ databases: "refuse" }),
+  incremental: z
+    .strictObject({ enabled: z.boolean().default(false), fullEvery: z.number().int().min(1).default(10) })
+    .default({ enabled: false, fullEvery: 10 }),
   signing: z.strictObject({ key: z.string().optional(), allowedSigners: z.string().optional() }).default({}),
   restore: z
     .strictObject({

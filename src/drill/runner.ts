@@ -160,7 +160,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     let extracted: Check[];
     let dbs: { name: string; path: string; schemaVersion: number | null }[];
     try {
-      const x = await extractAndCheck(v, o.identities(), restored);
+      const x = await extractAndCheck(v, o.identities(), restored, o.trust);
       extracted = x.checks;
       dbs = x.databases;
     } catch (e) {

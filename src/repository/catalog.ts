@@ -3,7 +3,7 @@
  * manifest verify), and what `ID`, `latest` and `FILE` resolve to.
  */
 import { existsSync } from "node:fs";
-import { resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { verifyHeader, type Trust } from "../bundle/reader.js";
 import { AgentbakError, notFound } from "../errors.js";
 import type { LocalRepository } from "./local.js";
@@ -35,6 +35,8 @@ export function catalog(repo: LocalRepository, trust: Trust, agentId?: string, n
       const v = verifyHeader(b.path, trust, now);
       const m = v.manifest;
       const expired = new Date(m.expires_at) <= now;
+      if (m.parent && !existsSync(join(dirname(b.path), `${m.parent.snapshot_id}.agentbak`)))
+        throw new AgentbakError(13, `chain broken: parent snapshot ${m.parent.snapshot_id} is missing`);
       return {
         ...base,
         status: expired ? "expired" : "ok",

@@ -170,7 +170,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     if (quarantine) warnings.push(`stale SQLite sidecar files in the target were moved to ${quarantine}`);
     const ids = o.identities();
     const root = join(staging, "root");
-    const x = await extractAndCheck(v, ids, root);
+    const x = await extractAndCheck(v, ids, root, o.trust);
     crashStep("extracted");
     const generation = o.repo
       ? reserveGeneration(o.repo, m.agent_id, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() })

@@ -13,7 +13,14 @@ import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, Exit, policyError, usageError, verifyError, wrap } from "../errors.js";
 import { componentPath, sha256hex, type Manifest } from "../bundle/manifest.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
-import { openRepository } from "../repository/local.js";
+import { writeFileAtomic } from "../fsutil.js";
+import { openRepository, type LocalRepository } from "../repository/local.js";
+import { catalog } from "../repository/catalog.js";
+import { verifyBundle, type Trust, type VerifiedBundle } from "../bundle/reader.js";
+import { agentbakHome } from "../crypto/keys.js";
+import { loadParent } from "../restore/extract.js";
+import { changedPages, decodeIndex, encodeIndex, indexFileName, indexPages, pageIndexKey, writeDelta, type PageIndex } from "./pages.js";
+import { readFileSync, writeFileSync } from "node:fs";
 import { TOOL_VERSION } from "../version.js";
 import { expandGlob } from "./glob.js";
 import { inspectInWorker } from "./inspect.js";
@@ -22,6 +29,20 @@ import { snapshotDatabase } from "./sqlite.js";
 import { captureWorkspace, treeDigest, rebuildWorkspace } from "./workspace.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
+/** The parent's page index for `db`, if it exists and matches the digest the parent's manifest signed. */
+function parentIndex(repo: LocalRepository, parent: VerifiedBundle, db: string): PageIndex | null {
+  const c = parent.manifest.components.find((x) => x.name === db && (x.kind === "sqlite" || x.kind === "sqlite-delta"));
+  const p = join(repo.agentDir(parent.manifest.agent_id), indexFileName(parent.manifest.snapshot_id, db));
+  if (!c?.page_index_sha256 || !existsSync(p)) return null;
+  const b = readFileSync(p);
+  if (sha256hex(b) !== c.page_index_sha256) return null;
+  try {
+    return decodeIndex(b);
+  } catch {
+    return null;
+  }
+}
+
 export interface BackupReceipt {
   snapshot_id: string;
   agent_id: string;
@@ -38,6 +59,9 @@ export interface BackupReceipt {
 
 export interface BackupOptions {
   repo: string;
+  trust: Trust;
+  /** page-level incremental against the latest verified snapshot (config incremental.enabled by default) */
+  incremental?: boolean;
   signingKey: SigningKey;
   principal: string;
   idempotencyKey?: string;
@@ -48,6 +72,23 @@ export interface BackupOptions {
 
 /** A time-sortable snapshot id: UTC time to the millisecond plus 32 random bits. */
 export const newSnapshotId = (d: Date) => d.toISOString().replace(/[-:]/g, "").replace(".", "").replace(/Z$/, "Z") + "-" + randomBytes(4).toString("hex");
+
+/** The parent for an incremental, or why there is none. */
+async function chooseParent(repo: LocalRepository, agent: string, trust: Trust, fullEvery: number): Promise<{ parent: VerifiedBundle | null; reason: string }> {
+  const latest = catalog(repo, trust, agent).filter((e) => e.status === "ok").sort((a, b) => a.sequence! - b.sequence!).at(-1);
+  if (!latest) return { parent: null, reason: "no verified snapshot to build on" };
+  let v: VerifiedBundle;
+  try {
+    v = await verifyBundle(latest.path, trust);
+    // the whole chain must verify, link by link, and be short enough
+    let depth = 0;
+    for (let cur = v; cur.manifest.parent; cur = await loadParent(cur, trust)) depth++;
+    if (depth + 1 > fullEvery) return { parent: null, reason: `a full snapshot is due after ${fullEvery} incrementals` };
+  } catch (e) {
+    return { parent: null, reason: `chain of ${latest.snapshot_id} is not usable (${(e as Error).message})` };
+  }
+  return { parent: v, reason: "" };
+}
 
 /** A config path as a path inside a restored root; paths outside the config folder fall back to `fallback`. */
 function restoreTarget(lc: LoadedConfig, p: string, fallback: string): string {
@@ -104,6 +145,12 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     const dbFiles = new Map<string, string>();
     let ws: Manifest["workspace"] = null;
 
+    const wantIncremental = opts.incremental ?? cfg.incremental.enabled;
+    const chosen = wantIncremental ? await chooseParent(repo, agent, opts.trust, cfg.incremental.fullEvery) : { parent: null, reason: "" };
+    if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
+    const pageKey = pageIndexKey(agentbakHome());
+    const newIndexes = new Map<string, Buffer>();
+    let usedParent = false;
     opts.progress?.("quiescing agent");
     let captureError: unknown;
     try {
@@ -114,7 +161,22 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
         const dest = join(staging, "db", `${d.name}.sqlite`);
         await snapshotDatabase(d.name, lc.resolve(d.path), dest);
         dbFiles.set(d.name, dest);
-        staged.push({ path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: dest, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`) });
+        const ix = indexPages(dest, pageKey);
+        const ixBytes = encodeIndex(ix);
+        newIndexes.set(d.name, ixBytes);
+        const target = restoreTarget(lc, d.path, `db/${d.name}.sqlite`);
+        const base = chosen.parent ? parentIndex(repo, chosen.parent, d.name) : null;
+        if (base) {
+          const pages = changedPages(base, ix);
+          const deltaFile = join(staging, "db", `${d.name}.delta`);
+          writeDelta(dest, pages, ix, deltaFile);
+          usedParent = true;
+          staged.push({
+            path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: deltaFile, target,
+            full_sha256: ix.sha256, full_size: ix.size, page_size: ix.pageSize, page_count: ix.pageCount, changed_pages: pages.length,
+            page_index_sha256: sha256hex(ixBytes),
+          });
+        } else staged.push({ path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: dest, target, page_index_sha256: sha256hex(ixBytes) });
       }
       for (const pattern of cfg.files) {
         const matches = expandGlob(lc.dir, pattern);
@@ -167,7 +229,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     // describe the same instant) in a worker thread while the payload is written; nothing is published unless they pass
     opts.progress?.("checking snapshot and writing bundle");
     const inspection = inspectInWorker({
-      dbs: [...dbFiles].map(([name, file]) => ({ name, file })),
+      dbs: [...dbFiles].map(([name, file]) => ({ name, file, delta: staged.find((c) => c.name === name && c.kind === "sqlite-delta")?.file })),
       cursors: cfg.cursors,
       openOperations: cfg.openOperations,
       scan: cfg.secretScan.databases,
@@ -191,14 +253,14 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     const openOps = ins.openOperations;
     const byName = new Map(ins.dbs.map((d) => [d.name, d]));
     const components = written.components.map((c) =>
-      c.kind === "sqlite" ? { ...c, records: byName.get(c.name)!.records, schema_version: byName.get(c.name)!.schemaVersion } : c,
+      c.kind === "sqlite" || c.kind === "sqlite-delta" ? { ...c, records: byName.get(c.name)!.records, schema_version: byName.get(c.name)!.schemaVersion } : c,
     );
     const payload = written.payload;
     crashStep("payload-written");
     const seqRel = join("state", `sequence-${agent}.json`);
     const lastSeq = Math.max(repo.readRecord<{ sequence: number }>(seqRel)?.sequence ?? 0, 0);
     const expires = new Date(created.getTime() + cfg.retention.expireDays * 86400_000);
-    const firstDb = components.find((s) => s.kind === "sqlite");
+    const firstDb = components.find((s) => s.kind === "sqlite" || s.kind === "sqlite-delta");
     const manifest: Manifest = {
       format: "agentbak-bundle",
       format_version: 1,
@@ -209,7 +271,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
       created_at: created.toISOString(),
       expires_at: expires.toISOString(),
       sequence: lastSeq + 1,
-      parent: null,
+      parent: usedParent && chosen.parent ? { snapshot_id: chosen.parent.manifest.snapshot_id, manifest_sha256: chosen.parent.manifestSha256 } : null,
       label: opts.label ?? null,
       idempotency_key: opts.idempotencyKey ?? null,
       signer: { fingerprint: fingerprint(opts.signingKey.publicKey), principal: opts.principal },
@@ -245,12 +307,13 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
       manifest_sha256: sha256hex(mbytes),
       payload_sha256: payload.sha256,
       size: statSync(bundleTmp).size,
-      parent: null,
+      parent: manifest.parent?.snapshot_id ?? null,
       path: repo.bundlePath(agent, snapshotId),
       repeated: false,
       warnings,
     };
     if (idemRel) repo.writeRecord(idemRel, receipt);
+    for (const [name, ix] of newIndexes) writeFileAtomic(join(repo.agentDir(agent), indexFileName(snapshotId, name)), ix, 0o600);
     crashStep("sequence-reserved");
     repo.publish(bundleTmp, agent, snapshotId);
     crashStep("published");

@@ -6,11 +6,12 @@
  */
 import { Worker } from "node:worker_threads";
 import { AgentbakError, Exit } from "../errors.js";
-import { scanDatabase, type SecretFinding } from "./secrets.js";
+import { bytesLookSecret, scanDatabase, type SecretFinding } from "./secrets.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion } from "./sqlite.js";
 
 export interface InspectInput {
-  dbs: { name: string; file: string }[];
+  /** `delta`: the page delta of an incremental; only its pages can hold new secrets */
+  dbs: { name: string; file: string; delta?: string }[];
   cursors: Record<string, { database: string; sql: string }>;
   openOperations?: { database: string; sql: string };
   scan: "refuse" | "warn" | "off";
@@ -49,7 +50,7 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
         integrity = [(e as Error).message];
       }
       out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: integrity[0] === "ok" ? tableCounts(db) : {}, integrity });
-      if (input.scan !== "off" && integrity[0] === "ok") out.findings.push(...scanDatabase(db, d.name));
+      if (input.scan !== "off" && integrity[0] === "ok" && (!d.delta || bytesLookSecret(d.delta))) out.findings.push(...scanDatabase(db, d.name));
     } finally {
       db.close();
     }

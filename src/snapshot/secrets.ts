@@ -2,6 +2,7 @@
  * Secret scanning: known token formats and private-key blocks. Findings name
  * where a secret is, never what it is.
  */
+import { readFileSync } from "node:fs";
 import type { DB } from "./sqlite.js";
 
 /** Token formats worth refusing; each has a literal prefix for a fast SQL prefilter. */
@@ -81,4 +82,15 @@ export function scanDatabase(db: DB, dbName: string, limit = 20): SecretFinding[
     }
   }
   return out;
+}
+
+/**
+ * Whether the raw bytes of a file (a page delta) hold anything token-like.
+ * Used for incrementals: pages that did not change can not hold a new secret,
+ * so the row scan runs only when the changed pages look suspicious. (A token
+ * split across two overflow pages is not seen here; full backups scan rows.)
+ */
+export function bytesLookSecret(file: string): boolean {
+  const text = readFileSync(file).toString("latin1");
+  return PREFILTER.test(text) && TOKEN_PATTERNS.some((p) => p.re.test(text));
 }

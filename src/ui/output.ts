@@ -18,6 +18,9 @@ export const bad = (line: string) => say(chalk.red("✗ ") + line);
 export const dim = (s: string) => chalk.dim(s);
 export const bold = (s: string) => chalk.bold(s);
 
+/** Writes plain text to stdout (for output meant to be piped, like a crontab). */
+export const out = (text: string) => void process.stdout.write(text);
+
 /** Writes one JSON document (or JSON Lines record) to stdout. */
 export const emitJson = (v: unknown) => void process.stdout.write(JSON.stringify(v) + "\n");
 
