@@ -182,7 +182,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
             return [(e as Error).message];
           }
         };
-        const ic = safely(() => integrityCheck(db));
+        const ic = integrityCheck(db);
         const fk = safely(() => foreignKeyCheck(db));
         const uv = userVersion(db);
         result.integrity[d.name] = ic.join("; ");

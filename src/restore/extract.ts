@@ -54,12 +54,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
     if (c.kind === "sqlite" || c.kind === "sqlite-delta") {
       const db = openDefensive(src);
       try {
-        let ic: string[];
-        try {
-          ic = integrityCheck(db);
-        } catch (e) {
-          ic = [(e as Error).message];
-        }
+        const ic = integrityCheck(db);
         if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${c.name}: integrity_check: ${ic.slice(0, 3).join("; ")}`);
         let counts: Record<string, number>;
         try {

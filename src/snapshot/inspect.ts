@@ -43,12 +43,7 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
   for (const d of input.dbs) {
     const db = openDefensive(d.file);
     try {
-      let integrity: string[];
-      try {
-        integrity = integrityCheck(db);
-      } catch (e) {
-        integrity = [(e as Error).message];
-      }
+      const integrity = integrityCheck(db);
       out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: integrity[0] === "ok" ? tableCounts(db) : {}, integrity });
       if (input.scan !== "off" && integrity[0] === "ok" && (!d.delta || bytesLookSecret(d.delta))) out.findings.push(...scanDatabase(db, d.name));
     } finally {

@@ -21,9 +21,17 @@ export function openDefensive(path: string, opts: { readonly?: boolean } = {}): 
   return db;
 }
 
-/** The full integrity_check result: ["ok"] when healthy. */
+/**
+ * The full integrity_check result: ["ok"] when healthy. Corruption that SQLite
+ * raises as an error instead of listing ("database disk image is malformed")
+ * is returned as the result too; this never throws for a damaged file.
+ */
 export function integrityCheck(db: DB): string[] {
-  return (db.pragma("integrity_check") as Record<string, unknown>[]).map((r) => String(Object.values(r)[0]));
+  try {
+    return (db.pragma("integrity_check") as Record<string, unknown>[]).map((r) => String(Object.values(r)[0]));
+  } catch (e) {
+    return [(e as Error).message];
+  }
 }
 
 /** foreign_key_check rows as readable strings. */

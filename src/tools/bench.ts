@@ -84,6 +84,24 @@ async function main(): Promise<void> {
     const verify = await measure(["node", bin, "verify", "latest", "--identity", join(home, "age-identity.txt")], { cwd: agent, env });
     // exit 3: completed with warnings (a credential file is absent on this machine)
     const restore = await measure(["node", bin, "restore", "latest", "--target", join(tmp, "restored"), "--yes", "--allow-rollback"], { cwd: agent, env, okCodes: [0, 3] });
+    // incremental: update 1% of the rows of every table at random, then back up again
+    {
+      const Database = (await import("better-sqlite3")).default;
+      const db = new Database(dbPath);
+      const updates = [
+        "UPDATE messages SET content = content || ' (revised)'",
+        "UPDATE memories SET text = text || ' (revised)'",
+        "UPDATE events SET data = '{\"revised\":true}'",
+        "UPDATE tasks SET payload = json_set(payload, '$.revised', 1)",
+        "UPDATE deliveries SET provider_receipt = provider_receipt || '-r'",
+        "UPDATE task_attempts SET outcome = 'ok-revised'",
+      ];
+      for (const u of updates) db.prepare(`${u} WHERE abs(random()) % 100 = 0`).run();
+      db.close();
+    }
+    const inc = await measure(["node", bin, "backup", "--incremental"], { cwd: agent, env });
+    const incBytes = new LocalRepository(join(agent, "backups")).list().at(-1)!.size;
+    const restic = await execa("sh", ["-c", "command -v restic"], { reject: false });
     const out = {
       size_mib: Math.round(dbBytes / 2 ** 20),
       runs,
@@ -98,6 +116,12 @@ async function main(): Promise<void> {
       verify_peak_rss_mib: Number(fmt(verify.rssMiB, 1)),
       restore_seconds: Number(fmt(restore.seconds, 3)),
       restore_peak_rss_mib: Number(fmt(restore.rssMiB, 1)),
+      incremental_seconds: Number(fmt(inc.seconds, 3)),
+      incremental_mib: Number(fmt(incBytes / 2 ** 20, 2)),
+      incremental_size_ratio: Number(fmt(incBytes / bundleBytes, 4)),
+      incremental_time_ratio: Number(fmt(inc.seconds / oursS, 3)),
+      incremental_peak_rss_mib: Number(fmt(inc.rssMiB, 1)),
+      restic: restic.exitCode === 0 ? "installed (not compared by this script)" : "not installed here",
       all_agentbak_runs: ours,
       all_stock_runs: theirs,
     };
@@ -110,6 +134,8 @@ async function main(): Promise<void> {
         `ratio agentbak/stock    ${out.ratio}  (goal: <= 1.0)`,
         `verify --identity       ${out.verify_identity_seconds} s  (peak RSS ${out.verify_peak_rss_mib} MiB)`,
         `restore                 ${out.restore_seconds} s  (peak RSS ${out.restore_peak_rss_mib} MiB)`,
+        `incremental (1% rows)   ${out.incremental_seconds} s  (${out.incremental_time_ratio} of full), ${out.incremental_mib} MiB (${(out.incremental_size_ratio * 100).toFixed(2)}% of full), peak RSS ${out.incremental_peak_rss_mib} MiB`,
+        `restic                  ${out.restic}`,
         "",
       ].join("\n"),
     );
