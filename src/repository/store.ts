@@ -1,0 +1,315 @@
+/**
+ * Object storage: one interface, two implementations (a local folder and an
+ * S3-compatible bucket). Objects are never overwritten when `ifNoneMatch` is
+ * asked for; large files are uploaded streaming (multipart on S3) with memory
+ * that does not grow with their size.
+ */
+import { closeSync, createReadStream, createWriteStream, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync } from "node:fs";
+import { dirname, join, relative, sep } from "node:path";
+import { pipeline } from "node:stream/promises";
+import type { Readable } from "node:stream";
+import { AgentbakError, Exit, notFound, usageError } from "../errors.js";
+import { createFileExclusive, fsyncDir, tempSibling } from "../fsutil.js";
+
+export interface UploadOptions {
+  /** S3 Object Lock: retain until this time in this mode */
+  retainUntil?: Date;
+  lockMode?: "GOVERNANCE" | "COMPLIANCE";
+}
+
+export interface ObjectStore {
+  readonly url: string;
+  /** Writes a small object; with ifNoneMatch returns false (and writes nothing) when it exists. */
+  put(key: string, body: Buffer | string, opts?: { ifNoneMatch?: boolean }): Promise<boolean>;
+  /** Uploads a file streaming. */
+  upload(key: string, file: string, opts?: UploadOptions): Promise<void>;
+  /** The whole object, or null when missing. */
+  get(key: string): Promise<Buffer | null>;
+  /** Bytes [start, end] inclusive. @throws AgentbakError(10) when missing. */
+  getRange(key: string, start: number, end: number): Promise<Buffer>;
+  /** Streams the object into a local file. @throws AgentbakError(10) when missing. */
+  download(key: string, file: string): Promise<void>;
+  /** Size, or null when missing. */
+  head(key: string): Promise<{ size: number } | null>;
+  /** Every key under the prefix, sorted. */
+  list(prefix: string): Promise<string[]>;
+  /** Deletes; @returns false when retention (Object Lock) refused it. Missing objects are not an error. */
+  delete(key: string): Promise<boolean>;
+}
+
+/** A folder as an object store (keys are relative paths). */
+export class LocalStore implements ObjectStore {
+  constructor(readonly root: string) {}
+  get url(): string {
+    return this.root;
+  }
+  private path(key: string): string {
+    if (key.split("/").some((s) => s === ".." || s === "")) throw usageError(`invalid object key ${key}`);
+    return join(this.root, ...key.split("/"));
+  }
+  async put(key: string, body: Buffer | string, opts: { ifNoneMatch?: boolean } = {}): Promise<boolean> {
+    const p = this.path(key);
+    mkdirSync(dirname(p), { recursive: true });
+    if (opts.ifNoneMatch) {
+      try {
+        createFileExclusive(p, body);
+        return true;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === "EEXIST") return false;
+        throw e;
+      }
+    }
+    const tmp = tempSibling(p);
+    await pipeline(async function* () {
+      yield typeof body === "string" ? Buffer.from(body) : body;
+    }, createWriteStream(tmp));
+    renameSync(tmp, p);
+    fsyncDir(dirname(p));
+    return true;
+  }
+  async upload(key: string, file: string): Promise<void> {
+    const p = this.path(key);
+    mkdirSync(dirname(p), { recursive: true });
+    const tmp = tempSibling(p);
+    try {
+      await pipeline(createReadStream(file), createWriteStream(tmp, { flags: "wx" }));
+      const fd = openSync(tmp, "r");
+      closeSync(fd);
+      renameSync(tmp, p);
+    } finally {
+      rmSync(tmp, { force: true });
+    }
+    fsyncDir(dirname(p));
+  }
+  async get(key: string): Promise<Buffer | null> {
+    const p = this.path(key);
+    return existsSync(p) ? readFileSync(p) : null;
+  }
+  async getRange(key: string, start: number, end: number): Promise<Buffer> {
+    const p = this.path(key);
+    if (!existsSync(p)) throw notFound(`object ${key} not found in ${this.root}`);
+    const fd = openSync(p, "r");
+    try {
+      const b = Buffer.alloc(end - start + 1);
+      const n = readSync(fd, b, 0, b.length, start);
+      return b.subarray(0, n);
+    } finally {
+      closeSync(fd);
+    }
+  }
+  async download(key: string, file: string): Promise<void> {
+    const p = this.path(key);
+    if (!existsSync(p)) throw notFound(`object ${key} not found in ${this.root}`);
+    await pipeline(createReadStream(p), createWriteStream(file, { flags: "wx" }));
+  }
+  async head(key: string): Promise<{ size: number } | null> {
+    const p = this.path(key);
+    return existsSync(p) ? { size: statSync(p).size } : null;
+  }
+  async list(prefix: string): Promise<string[]> {
+    const out: string[] = [];
+    const walk = (d: string) => {
+      if (!existsSync(d)) return;
+      for (const e of readdirSync(d, { withFileTypes: true })) {
+        const p = join(d, e.name);
+        if (e.isDirectory()) walk(p);
+        else if (!e.name.startsWith(".tmp-")) out.push(relative(this.root, p).split(sep).join("/"));
+      }
+    };
+    walk(this.root);
+    return out.filter((k) => k.startsWith(prefix)).sort();
+  }
+  async delete(key: string): Promise<boolean> {
+    rmSync(this.path(key), { force: true });
+    return true;
+  }
+}
+
+/** Parses `s3://bucket/prefix`. */
+export function parseS3Url(url: string): { bucket: string; prefix: string } {
+  const m = url.match(/^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:\/(.*))?$/);
+  if (!m) throw usageError(`invalid S3 repository URL ${url} (expected s3://BUCKET/PREFIX)`);
+  const prefix = (m[2] ?? "").replace(/\/+$/, "");
+  return { bucket: m[1]!, prefix: prefix ? prefix + "/" : "" };
+}
+
+type S3 = typeof import("@aws-sdk/client-s3");
+
+/**
+ * An S3-compatible bucket. Endpoint, region and path style come from
+ * AGENTBAK_S3_ENDPOINT, AWS_REGION (default us-east-1) and
+ * AGENTBAK_S3_PATH_STYLE (default on when an endpoint is set); credentials
+ * from the AWS SDK's standard provider chain, never printed.
+ */
+export class S3Store implements ObjectStore {
+  readonly bucket: string;
+  readonly prefix: string;
+  private sdk!: S3;
+  private client!: import("@aws-sdk/client-s3").S3Client;
+
+  constructor(readonly url: string) {
+    const p = parseS3Url(url);
+    this.bucket = p.bucket;
+    this.prefix = p.prefix;
+  }
+
+  /** Loads the SDK and makes the client (lazily: local repositories never load it). */
+  async init(): Promise<this> {
+    process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
+    this.sdk = await import("@aws-sdk/client-s3");
+    const endpoint = process.env.AGENTBAK_S3_ENDPOINT;
+    this.client = new this.sdk.S3Client({
+      endpoint,
+      region: process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? "us-east-1",
+      forcePathStyle: process.env.AGENTBAK_S3_PATH_STYLE ? process.env.AGENTBAK_S3_PATH_STYLE !== "0" : Boolean(endpoint),
+      requestChecksumCalculation: "WHEN_REQUIRED",
+      responseChecksumValidation: "WHEN_REQUIRED",
+      maxAttempts: 6, // bounded exponential backoff on 5xx, timeouts and resets
+    });
+    return this;
+  }
+
+  private k(key: string): string {
+    return this.prefix + key;
+  }
+
+  /** Maps SDK errors to exit codes; names bucket and operation, never credentials. */
+  private fail(op: string, key: string, e: unknown): AgentbakError {
+    const err = e as { name?: string; $metadata?: { httpStatusCode?: number }; code?: string; message?: string };
+    const status = err.$metadata?.httpStatusCode;
+    const where = `s3://${this.bucket}/${this.k(key)}`;
+    if (err.name === "NoSuchBucket") return new AgentbakError(Exit.notFound, `${op} ${where}: bucket ${this.bucket} does not exist`);
+    if (status === 403) return new AgentbakError(Exit.failure, `${op} ${where}: access denied (403) for bucket ${this.bucket}`);
+    if (status === 404 || err.name === "NoSuchKey" || err.name === "NotFound") return new AgentbakError(Exit.notFound, `${op} ${where}: not found`);
+    return new AgentbakError(Exit.failure, `${op} ${where}: ${err.name ?? "error"}${status ? ` (HTTP ${status})` : ""}${err.code ? ` ${err.code}` : ""}: ${err.message ?? ""}`.trim());
+  }
+
+  async put(key: string, body: Buffer | string, opts: { ifNoneMatch?: boolean } = {}): Promise<boolean> {
+    try {
+      await this.client.send(new this.sdk.PutObjectCommand({ Bucket: this.bucket, Key: this.k(key), Body: body, ...(opts.ifNoneMatch ? { IfNoneMatch: "*" } : {}) }));
+      return true;
+    } catch (e) {
+      const status = (e as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+      if (opts.ifNoneMatch && (status === 412 || status === 409)) return false;
+      throw this.fail("put", key, e);
+    }
+  }
+
+  async upload(key: string, file: string, opts: UploadOptions = {}): Promise<void> {
+    const { Upload } = await import("@aws-sdk/lib-storage");
+    const up = new Upload({
+      client: this.client,
+      params: {
+        Bucket: this.bucket,
+        Key: this.k(key),
+        Body: createReadStream(file, { highWaterMark: 1 << 20 }),
+        ...(opts.retainUntil ? { ObjectLockMode: opts.lockMode ?? "GOVERNANCE", ObjectLockRetainUntilDate: opts.retainUntil } : {}),
+      },
+      partSize: 8 * 1024 * 1024,
+      queueSize: 2,
+      leavePartsOnError: false, // failed multipart uploads are aborted
+    });
+    try {
+      await up.done();
+    } catch (e) {
+      throw this.fail("upload", key, e);
+    }
+  }
+
+  private async getStream(key: string, range?: string): Promise<Readable | null> {
+    try {
+      const r = await this.client.send(new this.sdk.GetObjectCommand({ Bucket: this.bucket, Key: this.k(key), ...(range ? { Range: range } : {}) }));
+      return r.Body as Readable;
+    } catch (e) {
+      const err = this.fail("get", key, e);
+      if (err.code === Exit.notFound && !/bucket/.test(err.message)) return null;
+      throw err;
+    }
+  }
+
+  async get(key: string): Promise<Buffer | null> {
+    const s = await this.getStream(key);
+    if (!s) return null;
+    const parts: Buffer[] = [];
+    for await (const c of s) parts.push(c as Buffer);
+    return Buffer.concat(parts);
+  }
+
+  async getRange(key: string, start: number, end: number): Promise<Buffer> {
+    const s = await this.getStream(key, `bytes=${start}-${end}`);
+    if (!s) throw notFound(`object s3://${this.bucket}/${this.k(key)} not found`);
+    const parts: Buffer[] = [];
+    for await (const c of s) parts.push(c as Buffer);
+    return Buffer.concat(parts);
+  }
+
+  async download(key: string, file: string): Promise<void> {
+    const s = await this.getStream(key);
+    if (!s) throw notFound(`object s3://${this.bucket}/${this.k(key)} not found`);
+    try {
+      await pipeline(s, createWriteStream(file, { flags: "wx" }));
+    } catch (e) {
+      rmSync(file, { force: true });
+      throw this.fail("download", key, e);
+    }
+  }
+
+  async head(key: string): Promise<{ size: number } | null> {
+    try {
+      const r = await this.client.send(new this.sdk.HeadObjectCommand({ Bucket: this.bucket, Key: this.k(key) }));
+      return { size: Number(r.ContentLength ?? 0) };
+    } catch (e) {
+      const err = this.fail("head", key, e);
+      if (err.code === Exit.notFound && !/bucket/.test(err.message)) return null;
+      throw err;
+    }
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    const out: string[] = [];
+    let token: string | undefined;
+    do {
+      let r;
+      try {
+        r = await this.client.send(new this.sdk.ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.k(prefix), ContinuationToken: token, MaxKeys: 1000 }));
+      } catch (e) {
+        throw this.fail("list", prefix, e);
+      }
+      for (const o of r.Contents ?? []) if (o.Key) out.push(o.Key.slice(this.prefix.length));
+      token = r.IsTruncated ? r.NextContinuationToken : undefined;
+    } while (token);
+    return out.sort();
+  }
+
+  async delete(key: string): Promise<boolean> {
+    try {
+      // with versioning (Object Lock), retention protects versions: delete each version explicitly
+      const versions = await this.client.send(new this.sdk.ListObjectVersionsCommand({ Bucket: this.bucket, Prefix: this.k(key) }));
+      const mine = (versions.Versions ?? []).filter((v) => v.Key === this.k(key));
+      if (mine.length === 0) {
+        await this.client.send(new this.sdk.DeleteObjectCommand({ Bucket: this.bucket, Key: this.k(key) }));
+        return true;
+      }
+      let all = true;
+      for (const v of mine) {
+        try {
+          await this.client.send(new this.sdk.DeleteObjectCommand({ Bucket: this.bucket, Key: this.k(key), VersionId: v.VersionId }));
+        } catch (e) {
+          if ((e as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 403) all = false;
+          else throw e;
+        }
+      }
+      return all;
+    } catch (e) {
+      if (e instanceof AgentbakError) throw e;
+      throw this.fail("delete", key, e);
+    }
+  }
+}
+
+/** The store for a repository location: `s3://...` or a local folder. */
+export async function openStore(location: string): Promise<ObjectStore> {
+  if (location.startsWith("s3://")) return new S3Store(location).init();
+  if (/^[a-z0-9]+:\/\//.test(location)) throw usageError(`unsupported repository URL ${location}`);
+  return new LocalStore(location);
+}
