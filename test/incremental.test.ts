@@ -53,6 +53,21 @@ describe("incremental chains", () => {
     }
   });
 
+  it("a token written between snapshots is still refused on an incremental (the changed pages are scanned)", async () => {
+    const db = new Database(dbPath());
+    const secret = "ghp_" + "Z".repeat(36);
+    const id = db.prepare("INSERT INTO messages (conversation_id, role, content, created_at) VALUES ('c', 'tool', ?, 'now')").run(`token ${secret}`).lastInsertRowid;
+    db.close();
+    const r = await a.run(["backup", "--incremental"]);
+    expect(r.code).toBe(14);
+    expect(r.stderr).toContain(`messages.content rowid ${id}`);
+    expect(r.stderr).not.toContain(secret);
+    const db2 = new Database(dbPath());
+    db2.prepare("DELETE FROM messages WHERE rowid = ?").run(id);
+    db2.close();
+    points.at(-1)!.dump = await dump(dbPath());
+  });
+
   it("every point of the chain restores byte-identical to the source at that point", async () => {
     for (const [i, p] of points.entries()) {
       const t = join(a.tmp, `chain-${i}`);

@@ -2,7 +2,7 @@
  * Secret scanning: known token formats and private-key blocks. Findings name
  * where a secret is, never what it is.
  */
-import { readFileSync } from "node:fs";
+import { closeSync, openSync, readSync } from "node:fs";
 import type { DB } from "./sqlite.js";
 
 /** Token formats worth refusing; each has a literal prefix for a fast SQL prefilter. */
@@ -91,6 +91,19 @@ export function scanDatabase(db: DB, dbName: string, limit = 20): SecretFinding[
  * split across two overflow pages is not seen here; full backups scan rows.)
  */
 export function bytesLookSecret(file: string): boolean {
-  const text = readFileSync(file).toString("latin1");
-  return PREFILTER.test(text) && TOKEN_PATTERNS.some((p) => p.re.test(text));
+  const CHUNK = 4 << 20;
+  const OVERLAP = 512; // longer than any token pattern's prefix and body, so none is cut in two
+  const buf = Buffer.alloc(CHUNK + OVERLAP);
+  const fd = openSync(file, "r");
+  try {
+    for (let off = 0; ; off += CHUNK) {
+      const n = readSync(fd, buf, 0, buf.length, off);
+      if (n <= 0) return false;
+      const text = buf.toString("latin1", 0, n);
+      if (PREFILTER.test(text) && TOKEN_PATTERNS.some((p) => p.re.test(text))) return true;
+      if (n < buf.length) return false;
+    }
+  } finally {
+    closeSync(fd);
+  }
 }
