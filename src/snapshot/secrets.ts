@@ -90,6 +90,9 @@ export function scanDatabase(db: DB, dbName: string, limit = 20): SecretFinding[
  * so the row scan runs only when the changed pages look suspicious. (A token
  * split across two overflow pages is not seen here; full backups scan rows.)
  */
+/** The patterns without word-boundary anchors: in raw page bytes neighbouring column values run together. */
+const RAW_PATTERNS = TOKEN_PATTERNS.map((p) => new RegExp(p.re.source.replace(/\\b/g, "")));
+
 export function bytesLookSecret(file: string): boolean {
   const CHUNK = 4 << 20;
   const OVERLAP = 512; // longer than any token pattern's prefix and body, so none is cut in two
@@ -100,7 +103,7 @@ export function bytesLookSecret(file: string): boolean {
       const n = readSync(fd, buf, 0, buf.length, off);
       if (n <= 0) return false;
       const text = buf.toString("latin1", 0, n);
-      if (PREFILTER.test(text) && TOKEN_PATTERNS.some((p) => p.re.test(text))) return true;
+      if (PREFILTER.test(text) && RAW_PATTERNS.some((re) => re.test(text))) return true;
       if (n < buf.length) return false;
     }
   } finally {
