@@ -361,6 +361,24 @@ export function buildProgram(result: { code: ExitCode }): Command {
     for (const [name, body] of Object.entries(r.systemd)) ui.out(`\n# --- ${name} ---\n${body}`);
   });
 
+  help(
+    program
+      .command("copy")
+      .description("replicate signed bundles between repositories (local or s3://), verifying each on arrival")
+      .argument("[snapshot...]", "snapshot ids (default: every verified snapshot)")
+      .requiredOption("--from <repo>", "source repository")
+      .requiredOption("--to <repo>", "destination repository")
+      .option("--agent <id>", "only this agent")
+      .addOption(jsonOpt()),
+    ["agentbak copy --from ./backups --to s3://backups-eu/agents", "agentbak copy --from s3://a/x --to s3://b/x 20261129T120000000Z-1a2b3c4d"],
+  ).action(async (ids, o) => {
+    const ui = await import("./ui/output.js");
+    const { copy } = await import("./commands/copy.js");
+    const r = await copy({ from: o.from, to: o.to, snapshots: ids, agent: o.agent });
+    if (o.json) return ui.emitJson(r);
+    ui.ok(`copied ${r.copied.length}, already there ${r.skipped.length} (${r.from} -> ${r.to})`);
+  });
+
   program
     .command("config-schema")
     .description("print the JSON Schema of agentbak.json")

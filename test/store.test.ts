@@ -7,16 +7,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { LocalStore, S3Store, type ObjectStore } from "../dist/repository/store.js";
+import { makeBucket } from "./s3/bucket.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 if (!endpoint) console.warn("S3 conformance tests skipped: AGENTBAK_TEST_S3_ENDPOINT is not set (.ci/run starts a Ceph RADOS Gateway and sets it)");
-
-export async function makeBucket(name: string, objectLock = false): Promise<void> {
-  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = "true";
-  const { S3Client, CreateBucketCommand } = await import("@aws-sdk/client-s3");
-  const c = new S3Client({ endpoint, region: "us-east-1", forcePathStyle: true });
-  await c.send(new CreateBucketCommand({ Bucket: name, ...(objectLock ? { ObjectLockEnabledForBucket: true } : {}) }));
-}
 
 const tmp = mkdtempSync(join(tmpdir(), "agentbak-store-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));

@@ -53,52 +53,63 @@ function parseOctal(b: Buffer, name: string): number {
 }
 
 /**
+ * Parses the container from a reader of byte ranges (a file, or the head and
+ * tail of a remote object) without reading the payload.
+ * @throws AgentbakError(13) naming the member when the container is malformed.
+ */
+export function parseLayout(path: string, fileSize: number, readAt: (n: number, at: number) => Buffer): BundleLayout {
+  let off = 0;
+  const read = (n: number, at: number) => {
+    if (at + n > fileSize) throw verifyError(`bundle truncated at byte ${at}`);
+    return readAt(n, at);
+  };
+  const out: { name: string; offset: number; size: number }[] = [];
+  for (const expected of MEMBERS) {
+    const h = read(BLOCK, off);
+    if (h.every((b) => b === 0)) throw verifyError(`bundle member ${expected} missing`);
+    let sum = 0;
+    for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 32 : h[i]!;
+    if (parseOctal(h.subarray(148, 156), expected) !== sum) throw verifyError(`bundle member ${expected}: tar header checksum mismatch`);
+    const name = h.subarray(0, 100).toString("latin1").replace(/\0.*$/s, "");
+    const prefix = h.subarray(345, 500).toString("latin1").replace(/\0.*$/s, "");
+    const type = String.fromCharCode(h[156]!);
+    if (prefix || name !== expected) throw verifyError(`bundle member ${out.length + 1} is "${(prefix ? prefix + "/" : "") + name}", expected ${expected}`);
+    if (type !== "0" && type !== "\0") throw verifyError(`bundle member ${expected} is not a regular file`);
+    const size = parseOctal(h.subarray(124, 136), expected);
+    const limit = LIMITS[expected];
+    if (limit !== undefined && size > limit) throw verifyError(`bundle member ${expected} is ${size} bytes, over the ${limit}-byte limit`);
+    off += BLOCK;
+    if (off + size > fileSize) throw verifyError(`bundle truncated inside ${expected}`);
+    out.push({ name, offset: off, size });
+    off += size + tarPadding(size).length;
+  }
+  // after the three members only zero blocks may follow
+  const rest = fileSize - off;
+  if (rest < BLOCK * 2) throw verifyError("bundle truncated: end-of-archive marker missing");
+  if (rest > 64 * 1024 || !read(rest, off).every((b) => b === 0)) throw verifyError("bundle has an extra member or trailing data");
+  const [m, sg, p] = out as [(typeof out)[0], (typeof out)[0], (typeof out)[0]];
+  return {
+    path,
+    manifest: read(m.size, m.offset),
+    signature: read(sg.size, sg.offset).toString("latin1"),
+    payloadOffset: p.offset,
+    payloadSize: p.size,
+    fileSize,
+  };
+}
+
+/**
  * Reads the layout of a bundle file without reading the payload.
  * @throws AgentbakError(13) naming the member when the container is malformed.
  */
 export function readLayout(path: string): BundleLayout {
   const fd = openSync(path, "r");
   try {
-    const fileSize = fstatSync(fd).size;
-    let off = 0;
-    const read = (n: number, at: number) => {
+    return parseLayout(path, fstatSync(fd).size, (n, at) => {
       const b = Buffer.alloc(n);
-      if (at + n > fileSize || readSync(fd, b, 0, n, at) !== n) throw verifyError(`bundle truncated at byte ${at}`);
+      if (readSync(fd, b, 0, n, at) !== n) throw verifyError(`bundle truncated at byte ${at}`);
       return b;
-    };
-    const out: { name: string; offset: number; size: number }[] = [];
-    for (const expected of MEMBERS) {
-      const h = read(BLOCK, off);
-      if (h.every((b) => b === 0)) throw verifyError(`bundle member ${expected} missing`);
-      let sum = 0;
-      for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 32 : h[i]!;
-      if (parseOctal(h.subarray(148, 156), expected) !== sum) throw verifyError(`bundle member ${expected}: tar header checksum mismatch`);
-      const name = h.subarray(0, 100).toString("latin1").replace(/\0.*$/s, "");
-      const prefix = h.subarray(345, 500).toString("latin1").replace(/\0.*$/s, "");
-      const type = String.fromCharCode(h[156]!);
-      if (prefix || name !== expected) throw verifyError(`bundle member ${out.length + 1} is "${(prefix ? prefix + "/" : "") + name}", expected ${expected}`);
-      if (type !== "0" && type !== "\0") throw verifyError(`bundle member ${expected} is not a regular file`);
-      const size = parseOctal(h.subarray(124, 136), expected);
-      const limit = LIMITS[expected];
-      if (limit !== undefined && size > limit) throw verifyError(`bundle member ${expected} is ${size} bytes, over the ${limit}-byte limit`);
-      off += BLOCK;
-      if (off + size > fileSize) throw verifyError(`bundle truncated inside ${expected}`);
-      out.push({ name, offset: off, size });
-      off += size + tarPadding(size).length;
-    }
-    // after the three members only zero blocks may follow
-    const rest = fileSize - off;
-    if (rest < BLOCK * 2) throw verifyError("bundle truncated: end-of-archive marker missing");
-    if (rest > 64 * 1024 || !read(rest, off).every((b) => b === 0)) throw verifyError("bundle has an extra member or trailing data");
-    const [m, s, p] = out as [(typeof out)[0], (typeof out)[0], (typeof out)[0]];
-    return {
-      path,
-      manifest: read(m.size, m.offset),
-      signature: read(s.size, s.offset).toString("latin1"),
-      payloadOffset: p.offset,
-      payloadSize: p.size,
-      fileSize,
-    };
+    });
   } finally {
     closeSync(fd);
   }

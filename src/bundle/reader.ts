@@ -39,8 +39,12 @@ const WINDOW_LOG_MAX = 23;
  * Checks the signature and manifest of a bundle without touching the payload.
  * @throws AgentbakError(13) for format/signature/untrusted key, (14) for revoked or out-of-window signers and newer formats.
  */
-export function verifyHeader(path: string, trust: Trust, now = new Date()): Omit<VerifiedBundle, "layout"> & { layout: BundleLayout } {
-  const layout = readLayout(path);
+export function verifyHeader(path: string, trust: Trust, now = new Date()): VerifiedBundle {
+  return verifyLayout(readLayout(path), trust, now);
+}
+
+/** verifyHeader for a layout read elsewhere (the head and tail of a remote object). */
+export function verifyLayout(layout: BundleLayout, trust: Trust, now = new Date()): VerifiedBundle {
   let key: Buffer;
   try {
     key = verifyMessage(layout.signature, NS.manifest, layout.manifest);

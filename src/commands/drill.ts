@@ -31,10 +31,25 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
   const isFile = ref.endsWith(".agentbak") || ref.includes("/");
   const ctx = context(opts, !isFile || Boolean(opts.repo || process.env.AGENTBAK_REPOSITORY || opts.config));
   const spec = loadSpec(opts.spec);
-  const repo = ctx.repoPath ? openRepository(ctx.repoPath) : undefined;
+  const repo = ctx.repoPath && !ctx.remote ? openRepository(ctx.repoPath) : undefined;
   const agent = opts.agent ?? ctx.lc?.config.agent.id;
   let bundle: string;
-  if (ref === "random") {
+  let done = () => undefined as void;
+  if (ctx.remote) {
+    const { openStore } = await import("../repository/store.js");
+    const { remoteCatalog, mirrorSnapshot } = await import("../repository/remote.js");
+    const store = await openStore(ctx.repoPath);
+    let id = ref;
+    if (ref === "random") {
+      const since = Date.now() - parseDuration(opts.within ?? "7d");
+      const pool = (await remoteCatalog(store, ctx.trust, agent)).filter((e) => e.status === "ok" && new Date(e.created_at!).getTime() >= since);
+      if (!pool.length) throw notFound(`no verified snapshot within ${opts.within ?? "7d"} in ${ctx.repoPath}`);
+      id = pool[Math.floor(Math.random() * pool.length)]!.snapshot_id;
+    }
+    const m = await mirrorSnapshot(store, id, ctx.trust, agent);
+    bundle = m.path;
+    done = m.cleanup;
+  } else if (ref === "random") {
     if (!repo) throw usageError("random needs a repository");
     const since = Date.now() - parseDuration(opts.within ?? "7d");
     const pool = catalog(repo, ctx.trust, agent).filter((e) => e.status === "ok" && new Date(e.created_at!).getTime() >= since);
@@ -43,7 +58,12 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
   } else bundle = resolveSnapshot(repo, ref, ctx.trust, agent);
   const reportFile = opts.report === false ? null : resolve(opts.report ?? (repo ? join(repo.root, "drills", "report.jsonl") : "agentbak-drill-report.jsonl"));
   const key = reportFile ? loadSigningKey(ctx.lc?.config.signing.key ? ctx.lc.resolve(ctx.lc.config.signing.key) : undefined) : null;
-  const r = await runDrill({ bundle, spec, trust: ctx.trust, identities: () => loadIdentities(opts.identity), progress: opts.progress });
+  let r: DrillResult;
+  try {
+    r = await runDrill({ bundle, spec, trust: ctx.trust, identities: () => loadIdentities(opts.identity), progress: opts.progress });
+  } finally {
+    done();
+  }
   let index: number | null = null;
   if (reportFile && key) {
     const e = appendReport(

@@ -5,7 +5,7 @@ import { runRestore, type RestoreResult } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { openRepository } from "../repository/local.js";
 import { usageError } from "../errors.js";
-import { context, type GlobalOpts } from "./common.js";
+import { context, localRef, type GlobalOpts } from "./common.js";
 
 export interface RestoreCmdOptions extends GlobalOpts {
   target: string;
@@ -29,10 +29,13 @@ export async function restore(ref: string, opts: RestoreCmdOptions): Promise<Res
     before = new Date(opts.before);
     if (Number.isNaN(before.getTime())) throw usageError(`--before: not a timestamp: ${opts.before}`);
   }
-  return runRestore({
-    ref,
+  const l = await localRef(ctx, ref, opts.agent ?? ctx.lc?.config.agent.id);
+  try {
+    return await runRestore({
+    ref: l.ref,
     target: opts.target,
-    repo: ctx.repoPath ? openRepository(ctx.repoPath) : undefined,
+    // from object storage the fencing generation is kept on this host only (AGENTBAK_HOME)
+    repo: ctx.repoPath && !ctx.remote ? openRepository(ctx.repoPath) : undefined,
     lc: ctx.lc,
     trust: ctx.trust,
     identities: () => loadIdentities(opts.identity),
@@ -52,4 +55,7 @@ export async function restore(ref: string, opts: RestoreCmdOptions): Promise<Res
     requestId: opts.requestId,
     before,
   });
+  } finally {
+    l.done();
+  }
 }

@@ -8,5 +8,11 @@ export interface SnapshotsOptions extends GlobalOpts {
 
 export async function snapshots(opts: SnapshotsOptions): Promise<CatalogEntry[]> {
   const ctx = context(opts);
-  return catalog(ctx.repo(), ctx.trust, opts.agent ?? ctx.lc?.config.agent.id);
+  const agent = opts.agent ?? ctx.lc?.config.agent.id;
+  if (ctx.remote) {
+    const { openStore } = await import("../repository/store.js");
+    const { remoteCatalog } = await import("../repository/remote.js");
+    return remoteCatalog(await openStore(ctx.repoPath), ctx.trust, agent);
+  }
+  return catalog(ctx.repo(), ctx.trust, agent);
 }

@@ -7,7 +7,7 @@ import { loadIdentities } from "../crypto/keys.js";
 import { resolveSnapshot } from "../repository/catalog.js";
 import { openRepository } from "../repository/local.js";
 import { extractAndCheck, type Check } from "../restore/extract.js";
-import { context, type GlobalOpts } from "./common.js";
+import { context, localRef, type Context, type GlobalOpts } from "./common.js";
 
 export interface VerifyOptions extends GlobalOpts {
   identity?: string;
@@ -26,7 +26,16 @@ export interface VerifyResult {
 
 export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyResult> {
   const ctx = context(opts, !(ref.endsWith(".agentbak") || ref.includes("/")));
-  const repo = ctx.repoPath ? openRepository(ctx.repoPath) : undefined;
+  const l = await localRef(ctx, ref, ctx.lc?.config.agent.id);
+  try {
+    return await verifyLocal(l.ref, ctx, opts);
+  } finally {
+    l.done();
+  }
+}
+
+async function verifyLocal(ref: string, ctx: Context, opts: VerifyOptions): Promise<VerifyResult> {
+  const repo = ctx.repoPath && !ctx.remote ? openRepository(ctx.repoPath) : undefined;
   const path = resolveSnapshot(repo, ref, ctx.trust, ctx.lc?.config.agent.id);
   const v = await verifyBundle(path, ctx.trust);
   const checks: Check[] = [

@@ -64,8 +64,9 @@ export function loadConfigIfAny(flag?: string): LoadedConfig | undefined {
  * @throws AgentbakError(2) when none is given.
  */
 export function repositoryPath(flag: string | undefined, cfg: LoadedConfig | undefined): string {
-  if (flag) return resolve(flag);
-  if (process.env.AGENTBAK_REPOSITORY) return resolve(process.env.AGENTBAK_REPOSITORY);
-  if (cfg) return cfg.resolve(cfg.config.repository);
+  const loc = (p: string, base: (x: string) => string) => (p.startsWith("s3://") ? p : base(p));
+  if (flag) return loc(flag, (x) => resolve(x));
+  if (process.env.AGENTBAK_REPOSITORY) return loc(process.env.AGENTBAK_REPOSITORY, (x) => resolve(x));
+  if (cfg) return loc(cfg.config.repository, cfg.resolve);
   throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
 }

@@ -4,7 +4,7 @@
  */
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { verifyHeader, type Trust } from "../bundle/reader.js";
+import { verifyHeader, type Trust, type VerifiedBundle } from "../bundle/reader.js";
 import { AgentbakError, notFound } from "../errors.js";
 import type { LocalRepository } from "./local.js";
 
@@ -27,34 +27,43 @@ export interface CatalogEntry {
   schema_version: number | null;
 }
 
+/** A catalog entry for a bundle, from its verified header or the error that stopped it. */
+export function describeEntry(base: { agentId: string; snapshotId: string; path: string; size: number }, v: VerifiedBundle | AgentbakError, now = new Date()): CatalogEntry {
+  const b = { agent_id: base.agentId, snapshot_id: base.snapshotId, path: base.path, size: base.size };
+  if (v instanceof AgentbakError)
+    return { ...b, status: "invalid", problem: v.message, problem_code: v.code, sequence: null, created_at: null, expires_at: null, tenant: null, label: null, signer: null, schema_version: null };
+  const m = v.manifest;
+  const expired = new Date(m.expires_at) <= now;
+  const mismatch = m.agent_id !== base.agentId || m.snapshot_id !== base.snapshotId;
+  return {
+    ...b,
+    status: mismatch ? "invalid" : expired ? "expired" : "ok",
+    problem: mismatch ? "manifest names another snapshot" : expired ? `expired at ${m.expires_at}` : null,
+    problem_code: mismatch ? 13 : expired ? 14 : null,
+    sequence: m.sequence,
+    created_at: m.created_at,
+    expires_at: m.expires_at,
+    tenant: m.tenant,
+    label: m.label,
+    signer: v.signer.principal,
+    schema_version: m.schema_version,
+  };
+}
+
 /** Lists bundles with their verification status, oldest first. */
 export function catalog(repo: LocalRepository, trust: Trust, agentId?: string, now = new Date()): CatalogEntry[] {
   return repo.list(agentId).map((b) => {
-    const base = { agent_id: b.agentId, snapshot_id: b.snapshotId, path: b.path, size: b.size };
+    let v: VerifiedBundle | AgentbakError;
     try {
-      const v = verifyHeader(b.path, trust, now);
-      const m = v.manifest;
-      const expired = new Date(m.expires_at) <= now;
-      if (m.parent && !existsSync(join(dirname(b.path), `${m.parent.snapshot_id}.agentbak`)))
-        throw new AgentbakError(13, `chain broken: parent snapshot ${m.parent.snapshot_id} is missing`);
-      return {
-        ...base,
-        status: expired ? "expired" : "ok",
-        problem: expired ? `expired at ${m.expires_at}` : m.agent_id !== b.agentId || m.snapshot_id !== b.snapshotId ? "manifest names another snapshot" : null,
-        problem_code: expired ? 14 : m.agent_id !== b.agentId || m.snapshot_id !== b.snapshotId ? 13 : null,
-        sequence: m.sequence,
-        created_at: m.created_at,
-        expires_at: m.expires_at,
-        tenant: m.tenant,
-        label: m.label,
-        signer: v.signer.principal,
-        schema_version: m.schema_version,
-      } satisfies CatalogEntry;
+      v = verifyHeader(b.path, trust, now);
+      if (v.manifest.parent && !existsSync(join(dirname(b.path), `${v.manifest.parent.snapshot_id}.agentbak`)))
+        v = new AgentbakError(13, `chain broken: parent snapshot ${v.manifest.parent.snapshot_id} is missing`);
     } catch (e) {
       if (!(e instanceof AgentbakError)) throw e;
-      return { ...base, status: "invalid", problem: e.message, problem_code: e.code, sequence: null, created_at: null, expires_at: null, tenant: null, label: null, signer: null, schema_version: null } satisfies CatalogEntry;
+      v = e;
     }
-  }).map((e) => (e.status === "ok" && e.problem ? { ...e, status: "invalid" as const } : e));
+    return describeEntry(b, v, now);
+  });
 }
 
 /**
