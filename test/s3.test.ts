@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, ROOT, type TestAgent } from "./helpers.js";
 import { makeBucket } from "./s3/bucket.js";
@@ -80,6 +80,33 @@ describe.skipIf(!endpoint)("s3:// repositories", () => {
     expect(c2.skipped.length).toBe(c1.copied.length);
     const d = await a.run(["drill", "random", "--repo", `s3://${other}/dr`, "--spec", join(ROOT, "drills/checks-only.json"), "--identity", a.identity, "--no-report", "--json"], s3env());
     expect([0, 3], d.stderr).toContain(d.code);
+  });
+
+  it("an object-lock bucket refuses deletion and forget reports it", async () => {
+    const locked = `lock-${randomBytes(4).toString("hex")}`;
+    await makeBucket(locked, true);
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    const lockedCfg = join(a.dir, "locked.json");
+    writeFileSync(lockedCfg, JSON.stringify({ ...cfg, repository: `s3://${locked}/x`, objectLock: { mode: "compliance", days: 1 } }));
+    const b1 = json(await a.run(["backup", "-c", lockedCfg, "--json"], s3env()));
+    const b2 = json(await a.run(["backup", "-c", lockedCfg, "--json"], s3env()));
+    const f = await a.run(["forget", "-c", lockedCfg, "--keep-last", "1", "--prune", "--json"], s3env());
+    expect(f.code, f.stderr).toBe(3);
+    const res = json(f);
+    expect(res.removed).toEqual([]);
+    expect(res.not_removed).toEqual([{ snapshot_id: b1.snapshot_id, reason: "object lock retention refused the deletion" }]);
+    expect(json(await a.run(["snapshots", "-c", lockedCfg, "--json"], s3env())).map((e: any) => e.snapshot_id)).toEqual([b1.snapshot_id, b2.snapshot_id]);
+    expect((await a.run(["verify", b1.snapshot_id, "-c", lockedCfg, "--identity", a.identity], s3env())).code).toBe(0);
+  });
+
+  it("a missing bucket exits 10; wrong credentials name the bucket and operation, never the secret", async () => {
+    const missing = await a.run(["snapshots", "--repo", `s3://no-such-bucket-${randomBytes(3).toString("hex")}/x`], s3env());
+    expect(missing.code).toBe(10);
+    expect(missing.stderr).toMatch(/bucket no-such-bucket-\w+ does not exist/);
+    const bad = await a.run(["snapshots", "--repo", repo()], { ...s3env(), AWS_SECRET_ACCESS_KEY: "wrong-secret-value-1234" });
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(new RegExp(`list s3://${bucket}/fleet/agents/\\S*: access denied \\(403\\) for bucket ${bucket}`));
+    expect(bad.stderr).not.toContain("wrong-secret-value-1234");
   });
 
   it.skipIf(!cephDir)("radosgw killed in the middle of an upload: the backup fails, nothing is listed, a retry succeeds", async () => {

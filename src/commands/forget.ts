@@ -44,6 +44,18 @@ export async function forget(opts: ForgetOptions): Promise<ForgetResult> {
   const policy: RetentionPolicy = anyFlag
     ? flags
     : { last: r?.keepLast, hourly: r?.keepHourly, daily: r?.keepDaily, weekly: r?.keepWeekly, monthly: r?.keepMonthly, yearly: r?.keepYearly };
+  if (ctx.remote) {
+    const { openStore } = await import("../repository/store.js");
+    const { remoteLock } = await import("../repository/remote.js");
+    const { forgetRemote } = await import("../repository/remote-forget.js");
+    const store = await openStore(ctx.repoPath);
+    const rl = await remoteLock(store, `agent-${agent}`, opts.wait ? parseDuration(opts.wait) : 0);
+    try {
+      return await forgetRemote(store, ctx.trust, agent, policy, { dryRun: opts.dryRun, prune: opts.prune });
+    } finally {
+      await rl.release();
+    }
+  }
   const repo = ctx.repo();
   // the same lock as backup: forget --prune and backup never interleave
   const lock = await repo.lock(`agent-${agent}`, opts.wait ? parseDuration(opts.wait) : 0);

@@ -53,6 +53,8 @@ export const ConfigSchema = z.strictObject({
   secretScan: z
     .strictObject({ databases: z.enum(["refuse", "warn", "off"]).default("refuse") })
     .default({ databases: "refuse" }),
+  /** S3 Object Lock for uploaded bundles: a compromised agent host can not delete its history */
+  objectLock: z.strictObject({ mode: z.enum(["governance", "compliance"]), days: z.number().int().positive() }).optional(),
   incremental: z
     .strictObject({ enabled: z.boolean().default(false), fullEvery: z.number().int().min(1).default(10) })
     .default({ enabled: false, fullEvery: 10 }),

@@ -35,6 +35,8 @@ export interface ObjectStore {
   list(prefix: string): Promise<string[]>;
   /** Deletes; @returns false when retention (Object Lock) refused it. Missing objects are not an error. */
   delete(key: string): Promise<boolean>;
+  /** Aborts multipart uploads (and removes temp files) older than `olderThanMs`; @returns how many. */
+  sweepIncomplete(olderThanMs: number): Promise<number>;
 }
 
 /** A folder as an object store (keys are relative paths). */
@@ -122,6 +124,22 @@ export class LocalStore implements ObjectStore {
   async delete(key: string): Promise<boolean> {
     rmSync(this.path(key), { force: true });
     return true;
+  }
+  async sweepIncomplete(olderThanMs: number): Promise<number> {
+    let n = 0;
+    const walk = (d: string) => {
+      if (!existsSync(d)) return;
+      for (const e of readdirSync(d, { withFileTypes: true })) {
+        const p = join(d, e.name);
+        if (e.isDirectory()) walk(p);
+        else if (e.name.startsWith(".tmp-") && Date.now() - statSync(p).mtimeMs > olderThanMs) {
+          rmSync(p, { force: true });
+          n++;
+        }
+      }
+    };
+    walk(this.root);
+    return n;
   }
 }
 
@@ -279,6 +297,21 @@ export class S3Store implements ObjectStore {
       token = r.IsTruncated ? r.NextContinuationToken : undefined;
     } while (token);
     return out.sort();
+  }
+
+  async sweepIncomplete(olderThanMs: number): Promise<number> {
+    let n = 0;
+    try {
+      const r = await this.client.send(new this.sdk.ListMultipartUploadsCommand({ Bucket: this.bucket, Prefix: this.prefix }));
+      for (const u of r.Uploads ?? []) {
+        if (u.Initiated && Date.now() - u.Initiated.getTime() < olderThanMs) continue;
+        await this.client.send(new this.sdk.AbortMultipartUploadCommand({ Bucket: this.bucket, Key: u.Key, UploadId: u.UploadId }));
+        n++;
+      }
+    } catch (e) {
+      throw this.fail("sweep multipart uploads in", "", e);
+    }
+    return n;
   }
 
   async delete(key: string): Promise<boolean> {

@@ -43,7 +43,8 @@ export async function runRemoteBackup(lc: LoadedConfig, store: ObjectStore, opts
     if (opts.incremental ?? lc.config.incremental.enabled) warnings.push("incremental backups into object storage are not supported yet: made a full snapshot");
     const r = await runBackup(lc, { ...opts, repo: local, incremental: false, idempotencyKey: undefined });
     // data first
-    await store.upload(bundleKey(agent, r.snapshot_id), r.path);
+    const ol = lc.config.objectLock;
+    await store.upload(bundleKey(agent, r.snapshot_id), r.path, ol ? { lockMode: ol.mode === "compliance" ? "COMPLIANCE" : "GOVERNANCE", retainUntil: new Date(Date.now() + ol.days * 86_400_000) } : {});
     for (const f of indexFilesOf(repo.agentDir(agent), r.snapshot_id)) await store.upload(`agents/${agent}/${f.split("/").at(-1)}`, f);
     await store.put(seqKey, readFileSync(join(local, "state", `sequence-${agent}.json`)));
     const receipt: BackupReceipt = { ...r, path: `${store.url}/${bundleKey(agent, r.snapshot_id)}`, warnings: [...r.warnings, ...warnings] };
