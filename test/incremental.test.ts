@@ -116,6 +116,23 @@ describe("incremental chains", () => {
     points.push({ id: json(r).snapshot_id, dump: "" }, { id: next.snapshot_id, dump: "" });
   });
 
+  it("an unverifiable parent (damaged payload) forces a full snapshot instead of building on it", async () => {
+    const dir = join(a.repo, "agents/billing-agent");
+    const parent = join(dir, `${points.at(-1)!.id}.agentbak`);
+    const original = readFileSync(parent);
+    const damaged = Buffer.from(original);
+    damaged[damaged.length - 3000]! ^= 1;
+    writeFileSync(parent, damaged);
+    try {
+      const r = await a.run(["backup", "--incremental", "--json"]);
+      expect(r.code).toBe(3);
+      expect(r.stderr).toMatch(/full snapshot instead of an incremental: chain of .* is not usable \(payload\.age: digest mismatch/);
+      expect(json(r).parent).toBe(null);
+    } finally {
+      writeFileSync(parent, original);
+    }
+  });
+
   it("compact rewrites an incremental as a full snapshot that verifies on its own", async () => {
     const r = await a.run(["compact", points.at(-1)!.id, "--identity", a.identity, "--json"]);
     expect(r.code, r.stderr).toBe(0);

@@ -102,6 +102,16 @@ async function main(): Promise<void> {
     const inc = await measure(["node", bin, "backup", "--incremental"], { cwd: agent, env });
     const incBytes = new LocalRepository(join(agent, "backups")).list().at(-1)!.size;
     const restic = await execa("sh", ["-c", "command -v restic"], { reject: false });
+    // the same full backup into an S3-compatible gateway, when one is configured (e.g. test/s3/ceph-start.sh)
+    const s3Endpoint = process.env.AGENTBAK_BENCH_S3_ENDPOINT ?? process.env.AGENTBAK_TEST_S3_ENDPOINT;
+    let s3: { seconds: number; rssMiB: number } | null = null;
+    if (s3Endpoint) {
+      process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = "true";
+      const { S3Client, CreateBucketCommand } = await import("@aws-sdk/client-s3");
+      const bucket = `bench-${Date.now()}`;
+      await new S3Client({ endpoint: s3Endpoint, region: process.env.AWS_REGION ?? "us-east-1", forcePathStyle: true }).send(new CreateBucketCommand({ Bucket: bucket }));
+      s3 = await measure(["node", bin, "backup", "--repo", `s3://${bucket}/bench`, "--no-incremental"], { cwd: agent, env: { ...env, AGENTBAK_S3_ENDPOINT: s3Endpoint } });
+    }
     const out = {
       size_mib: Math.round(dbBytes / 2 ** 20),
       runs,
@@ -121,6 +131,9 @@ async function main(): Promise<void> {
       incremental_size_ratio: Number(fmt(incBytes / bundleBytes, 4)),
       incremental_time_ratio: Number(fmt(inc.seconds / oursS, 3)),
       incremental_peak_rss_mib: Number(fmt(inc.rssMiB, 1)),
+      s3_backup_seconds: s3 ? Number(fmt(s3.seconds, 3)) : null,
+      s3_throughput_mib_s: s3 ? Number(fmt(dbBytes / 2 ** 20 / s3.seconds, 1)) : null,
+      s3_peak_rss_mib: s3 ? Number(fmt(s3.rssMiB, 1)) : null,
       restic: restic.exitCode === 0 ? "installed (not compared by this script)" : "not installed here",
       all_agentbak_runs: ours,
       all_stock_runs: theirs,
@@ -135,6 +148,7 @@ async function main(): Promise<void> {
         `verify --identity       ${out.verify_identity_seconds} s  (peak RSS ${out.verify_peak_rss_mib} MiB)`,
         `restore                 ${out.restore_seconds} s  (peak RSS ${out.restore_peak_rss_mib} MiB)`,
         `incremental (1% rows)   ${out.incremental_seconds} s  (${out.incremental_time_ratio} of full), ${out.incremental_mib} MiB (${(out.incremental_size_ratio * 100).toFixed(2)}% of full), peak RSS ${out.incremental_peak_rss_mib} MiB`,
+        `backup to S3 gateway    ${s3 ? `${out.s3_backup_seconds} s  (${out.s3_throughput_mib_s} MiB/s, peak RSS ${out.s3_peak_rss_mib} MiB)` : "skipped (set AGENTBAK_BENCH_S3_ENDPOINT)"}`,
         `restic                  ${out.restic}`,
         "",
       ].join("\n"),
