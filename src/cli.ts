@@ -237,7 +237,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       const { usageError } = await import("./errors.js");
       throw usageError(`--generation: not a whole number: ${o.generation}`);
     }
-    const r = fenceCheck(o.target, n, o.repo);
+    const r = await fenceCheck(o.target, n, o.repo);
     if (o.json) ui.emitJson(r);
     else ui.ok(`generation ${r.generation} is current`);
   });

@@ -82,6 +82,31 @@ describe.skipIf(!endpoint)("s3:// repositories", () => {
     expect([0, 3], d.stderr).toContain(d.code);
   });
 
+  it("restores from s3:// keep the fencing generation, request ids and signed receipts in the bucket", async () => {
+    const t1 = join(a.tmp, "fence-1");
+    const t2 = join(a.tmp, "fence-2");
+    const r1 = json(await a.run(["restore", "latest", "--repo", repo(), "--target", t1, "--yes", "--allow-rollback", "--request-id", "INC-S3", "--json"], s3env()));
+    const again = json(await a.run(["restore", "latest", "--repo", repo(), "--target", join(a.tmp, "fence-again"), "--yes", "--allow-rollback", "--request-id", "INC-S3", "--json"], s3env()));
+    expect(again.repeated).toBe(true);
+    expect(existsSync(join(a.tmp, "fence-again"))).toBe(false);
+    const r2 = json(await a.run(["restore", "latest", "--repo", repo(), "--target", t2, "--yes", "--allow-rollback", "--json"], s3env()));
+    expect(r2.generation).toBe(r1.generation + 1);
+    expect(JSON.parse(readFileSync(join(t2, ".agentbak/restore.json"), "utf8")).repository).toBe(repo());
+    const stale = await a.run(["fence", "check", "--target", t1, "--generation", String(r1.generation)], s3env());
+    expect(stale.code).toBe(14);
+    expect(stale.stderr).toMatch(/superseded \(current generation is \d+\)/);
+    expect((await a.run(["fence", "check", "--target", t2, "--generation", String(r2.generation)], s3env())).code).toBe(0);
+    expect((await a.run(["activate", "--target", t1, "--yes"], s3env())).code).toBe(14);
+    expect((await a.run(["activate", "--target", t2, "--yes"], s3env())).code).toBe(0);
+    process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = "true";
+    const { S3Store } = await import("../dist/repository/store.js");
+    process.env.AGENTBAK_S3_ENDPOINT = endpoint;
+    const st = await new S3Store(repo()).init();
+    const audits = await Promise.all((await st.list("audit/")).map(async (k) => JSON.parse(String(await st.get(k)))));
+    expect(audits.filter((e) => e.event === "restore").length).toBeGreaterThanOrEqual(2);
+    expect(audits.find((e) => e.event === "restore").signature).toMatch(/BEGIN SSH SIGNATURE/);
+  });
+
   it("an object-lock bucket refuses deletion and forget reports it", async () => {
     const locked = `lock-${randomBytes(4).toString("hex")}`;
     await makeBucket(locked, true);

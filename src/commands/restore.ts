@@ -4,6 +4,7 @@ import { loadIdentities, loadSigningKey } from "../crypto/keys.js";
 import { runRestore, type RestoreResult } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { openRepository } from "../repository/local.js";
+import { openRecords } from "../repository/records.js";
 import { usageError } from "../errors.js";
 import { context, localRef, type GlobalOpts } from "./common.js";
 
@@ -34,8 +35,8 @@ export async function restore(ref: string, opts: RestoreCmdOptions): Promise<Res
     return await runRestore({
     ref: l.ref,
     target: opts.target,
-    // from object storage the fencing generation is kept on this host only (AGENTBAK_HOME)
     repo: ctx.repoPath && !ctx.remote ? openRepository(ctx.repoPath) : undefined,
+    records: ctx.repoPath ? await openRecords(ctx.repoPath) : undefined,
     lc: ctx.lc,
     trust: ctx.trust,
     identities: () => loadIdentities(opts.identity),

@@ -1,11 +1,11 @@
 /**
  * Lifting the suspension of a restored agent, and fencing checks.
  */
-import { existsSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { AgentbakError, Exit, policyError } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
-import { openRepository } from "../repository/local.js";
+import { openRecords } from "../repository/records.js";
 import { currentGeneration, isSuspended, MARKER_DIR, readTargetRecord, SUSPENDED, type TargetRecord } from "./state.js";
 
 export interface ActivateResult {
@@ -27,14 +27,15 @@ export async function activate(target: string, repoOverride: string | undefined,
   const base = { target, agent_id: rec.agent_id, generation: rec.generation, open_operations: rec.open_operations };
   if (!isSuspended(target)) return { ...base, activated: false, already_active: true };
   const repoPath = repoOverride ?? rec.repository;
-  if (repoPath) {
-    const cur = currentGeneration(openRepository(repoPath), rec.agent_id);
+  const records = repoPath ? await openRecords(repoPath) : null;
+  if (records) {
+    const cur = await currentGeneration(records, rec.agent_id);
     if (cur !== rec.generation) throw policyError(`generation ${rec.generation} of ${rec.agent_id} is superseded by generation ${cur}; this restore must not be activated`);
   }
   if (!(await confirm(rec))) throw policyError("activation not confirmed");
   writeFileAtomic(join(target, MARKER_DIR, "activation.json"), JSON.stringify({ activated_at: new Date().toISOString(), generation: rec.generation, open_operations_accepted: rec.open_operations.length }, null, 2) + "\n");
   rmSync(join(target, MARKER_DIR, SUSPENDED));
-  if (repoPath && existsSync(repoPath)) openRepository(repoPath).audit({ event: "activate", agent_id: rec.agent_id, generation: rec.generation, target });
+  await records?.audit({ event: "activate", agent_id: rec.agent_id, generation: rec.generation, target });
   return { ...base, activated: true, already_active: false };
 }
 
@@ -49,11 +50,11 @@ export interface FenceResult {
  * Checks a generation number against the repository's current one.
  * @throws AgentbakError(14) naming both numbers when `generation` is superseded.
  */
-export function fenceCheck(target: string, generation: number, repoOverride?: string): FenceResult {
+export async function fenceCheck(target: string, generation: number, repoOverride?: string): Promise<FenceResult> {
   const rec = readTargetRecord(target);
   const repoPath = repoOverride ?? rec.repository;
   if (!repoPath) throw new AgentbakError(Exit.usage, "no repository recorded for this target: pass --repo");
-  const current = currentGeneration(openRepository(repoPath), rec.agent_id);
+  const current = await currentGeneration(await openRecords(repoPath), rec.agent_id);
   if (generation !== current) throw policyError(`fenced: generation ${generation} of ${rec.agent_id} is superseded (current generation is ${current})`);
   return { agent_id: rec.agent_id, generation, current, ok: true };
 }

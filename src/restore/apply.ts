@@ -16,6 +16,7 @@ import { policyError, usageError, verifyError } from "../errors.js";
 import { fsyncDir, writeFileAtomic } from "../fsutil.js";
 import { resolveSnapshot } from "../repository/catalog.js";
 import { pidAlive, type LocalRepository } from "../repository/local.js";
+import type { Records } from "../repository/records.js";
 import { crashStep } from "../crashpoint.js";
 import { integrityCheck, openDefensive } from "../snapshot/sqlite.js";
 import { checkCredentials } from "./credentials.js";
@@ -27,7 +28,10 @@ import { currentGeneration, MARKER_DIR, raiseTrustedState, readTrustedState, res
 export interface RestoreOptions {
   ref: string;
   target: string;
+  /** where bundles are looked up by id (local repositories) */
   repo?: LocalRepository;
+  /** where generations, request ids, the lock and the receipt go (local or object storage) */
+  records?: Records;
   lc?: LoadedConfig;
   trust: Trust;
   identities: () => AgeIdentity[];
@@ -145,24 +149,25 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   });
   if (policy.refusals.length) throw policyError(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
   const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
-  const nextGen = Math.max(o.repo ? currentGeneration(o.repo, m.agent_id) : 0, seen.generation) + 1;
+  const rec = o.records;
+  const nextGen = Math.max(rec ? await currentGeneration(rec, m.agent_id) : 0, seen.generation) + 1;
   const plan = buildPlan(m, path, target, credentials, policy, nextGen, now);
   const warnings = [...policy.warnings, ...policy.needsApproval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
   const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, ...x });
   if (o.dryRun) return result({});
 
-  const reqRel = o.requestId ? join("idempotency", m.agent_id, `restore-${sha256hex(o.requestId)}.json`) : undefined;
-  const prior = reqRel && o.repo ? o.repo.readRecord<RestoreResult>(reqRel) : undefined;
+  const reqRel = o.requestId ? `idempotency/${m.agent_id}/restore-${sha256hex(o.requestId)}.json` : undefined;
+  const prior = reqRel && rec ? await rec.read<RestoreResult>(reqRel) : undefined;
   if (prior) return { ...prior, repeated: true };
   if (!(await o.approve(plan))) throw policyError(`restore of ${m.snapshot_id} not approved`);
 
-  const lock = o.repo ? await o.repo.lock(`restore-${m.agent_id}`) : null;
+  const lock = rec ? await rec.lock(`restore-${m.agent_id}`) : null;
   const parent = dirname(target);
   mkdirSync(parent, { recursive: true });
   const staging = join(parent, `.agentbak-restore-${basename(target)}-${process.pid}-${randomBytes(4).toString("hex")}`);
   try {
     crashStep("locked");
-    const again = reqRel && o.repo ? o.repo.readRecord<RestoreResult>(reqRel) : undefined;
+    const again = reqRel && rec ? await rec.read<RestoreResult>(reqRel) : undefined;
     if (again) return { ...again, repeated: true };
     sweepStaging(parent);
     mkdirSync(staging, { mode: 0o700 }); // not recursive: a read-only or missing parent fails here with its own errno
@@ -172,9 +177,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const root = join(staging, "root");
     const x = await extractAndCheck(v, ids, root, o.trust);
     crashStep("extracted");
-    const generation = o.repo
-      ? reserveGeneration(o.repo, m.agent_id, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() })
-      : nextGen;
+    const generation = rec ? await reserveGeneration(rec, m.agent_id, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : nextGen;
     crashStep("generation-reserved");
     const record: TargetRecord = {
       agent_id: m.agent_id,
@@ -182,7 +185,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       snapshot_id: m.snapshot_id,
       sequence: m.sequence,
       generation,
-      repository: o.repo?.root ?? "",
+      repository: rec?.root ?? "",
       restored_at: now.toISOString(),
       open_operations: m.open_operations,
     };
@@ -238,12 +241,12 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const key = o.signingKey();
     if (!key) warnings.push("no signing key: the restore receipt is recorded unsigned");
     const body = canonicalize(receipt)!;
-    o.repo?.audit({ event: "restore", receipt, signature: key ? signMessage(key, NS.receipt, Buffer.from(body)) : null });
+    await rec?.audit({ event: "restore", receipt, signature: key ? signMessage(key, NS.receipt, Buffer.from(body)) : null });
     const res = result({ restored: true, generation, checks, receipt_signed: Boolean(key) });
-    if (reqRel && o.repo) o.repo.writeRecord(reqRel, res);
+    if (reqRel && rec) await rec.write(reqRel, res);
     return res;
   } finally {
     rmSync(staging, { recursive: true, force: true });
-    lock?.release();
+    await lock?.release();
   }
 }

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { agentbakHome } from "../crypto/keys.js";
 import { notFound } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
-import type { LocalRepository } from "../repository/local.js";
+import type { Records } from "../repository/records.js";
 import type { TrustedState } from "./policy.js";
 
 const homeStatePath = (agent: string) => join(agentbakHome(), "state", `${agent}.json`);
@@ -26,15 +26,15 @@ export function raiseTrustedState(agent: string, seen: TrustedState): void {
   writeFileAtomic(homeStatePath(agent), JSON.stringify({ highest_sequence: Math.max(cur.highest_sequence, seen.highest_sequence), generation: Math.max(cur.generation, seen.generation) }, null, 2) + "\n");
 }
 
-const genRel = (agent: string) => join("state", `generation-${agent}.json`);
+const genRel = (agent: string) => `state/generation-${agent}.json`;
 
 /** The current fencing generation of `agent` in the repository (0 when never restored). */
-export const currentGeneration = (repo: LocalRepository, agent: string) => repo.readRecord<{ generation: number }>(genRel(agent))?.generation ?? 0;
+export const currentGeneration = async (repo: Records, agent: string) => (await repo.read<{ generation: number }>(genRel(agent)))?.generation ?? 0;
 
 /** Reserves the next generation in the repository (a crash after this only burns a number). */
-export function reserveGeneration(repo: LocalRepository, agent: string, atLeast: number, info: Record<string, unknown>): number {
-  const next = Math.max(currentGeneration(repo, agent), atLeast) + 1;
-  repo.writeRecord(genRel(agent), { generation: next, ...info });
+export async function reserveGeneration(repo: Records, agent: string, atLeast: number, info: Record<string, unknown>): Promise<number> {
+  const next = Math.max(await currentGeneration(repo, agent), atLeast) + 1;
+  await repo.write(genRel(agent), { generation: next, ...info });
   return next;
 }
 
