@@ -13,7 +13,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
-import { verifyBundle, verifyLayout, type Trust, type VerifiedBundle } from "../bundle/reader.js";
+import { verifyBundle, verifyHeader as verifyHeaderOf, verifyLayout, type Trust, type VerifiedBundle } from "../bundle/reader.js";
 import { parseLayout } from "../bundle/outer.js";
 import { AgentbakError, lockedError, notFound, verifyError } from "../errors.js";
 import { onInterrupt } from "../cleanup.js";
@@ -157,3 +157,19 @@ export function indexFilesOf(localRepoAgentDir: string, id: string): string[] {
 }
 
 export { bundleKey, commitKey };
+
+/**
+ * Downloads the chain ending at snapshot `id` (bundles and page indexes) into
+ * a local agent folder, newest first, stopping at a full snapshot or at a link
+ * that is already there. Nothing is decrypted.
+ */
+export async function downloadChain(store: ObjectStore, agent: string, id: string, agentDir: string, trust: Trust): Promise<void> {
+  mkdirSync(agentDir, { recursive: true });
+  for (let cur: string | undefined = id; cur; ) {
+    const local = join(agentDir, `${cur}.agentbak`);
+    if (existsSync(local)) break;
+    await store.download(bundleKey(agent, cur), local);
+    for (const k of await store.list(`agents/${agent}/${cur}.`)) if (k.endsWith(".pageindex")) await store.download(k, join(agentDir, k.split("/").at(-1)!));
+    cur = verifyHeaderOf(local, trust).manifest.parent?.snapshot_id;
+  }
+}

@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import type { LoadedConfig } from "../config/load.js";
 import { sha256hex } from "../bundle/manifest.js";
 import { LocalRepository } from "../repository/local.js";
-import { bundleKey, commitKey, indexFilesOf, remoteLock } from "../repository/remote.js";
+import { bundleKey, commitKey, downloadChain, indexFilesOf, remoteCatalog, remoteLock } from "../repository/remote.js";
 import type { ObjectStore } from "../repository/store.js";
 import { runBackup, type BackupOptions, type BackupReceipt } from "./backup.js";
 import { onInterrupt } from "../cleanup.js";
@@ -39,15 +39,22 @@ export async function runRemoteBackup(lc: LoadedConfig, store: ObjectStore, opts
       mkdirSync(join(local, "state"), { recursive: true });
       writeFileSync(join(local, "state", `sequence-${agent}.json`), seq);
     }
-    const warnings: string[] = [];
-    if (opts.incremental ?? lc.config.incremental.enabled) warnings.push("incremental backups into object storage are not supported yet: made a full snapshot");
-    const r = await runBackup(lc, { ...opts, repo: local, incremental: false, idempotencyKey: undefined });
+    const incremental = opts.incremental ?? lc.config.incremental.enabled;
+    if (incremental) {
+      // the staging repository gets the latest chain (bundles and page indexes, never decrypted) so the
+      // incremental is computed, and the chain verified, exactly as for a local repository
+      const latest = (await remoteCatalog(store, opts.trust, agent)).filter((e) => e.status === "ok").sort((x, y) => x.sequence! - y.sequence!).at(-1);
+      if (latest) await downloadChain(store, agent, latest.snapshot_id, repo.agentDir(agent), opts.trust);
+    }
+    const before = new Set(repo.list(agent).map((b) => b.snapshotId));
+    const r = await runBackup(lc, { ...opts, repo: local, incremental, idempotencyKey: undefined });
+    if (before.has(r.snapshot_id)) throw new Error(`internal: ${r.snapshot_id} was already staged`);
     // data first
     const ol = lc.config.objectLock;
     await store.upload(bundleKey(agent, r.snapshot_id), r.path, ol ? { lockMode: ol.mode === "compliance" ? "COMPLIANCE" : "GOVERNANCE", retainUntil: new Date(Date.now() + ol.days * 86_400_000) } : {});
     for (const f of indexFilesOf(repo.agentDir(agent), r.snapshot_id)) await store.upload(`agents/${agent}/${f.split("/").at(-1)}`, f);
     await store.put(seqKey, readFileSync(join(local, "state", `sequence-${agent}.json`)));
-    const receipt: BackupReceipt = { ...r, path: `${store.url}/${bundleKey(agent, r.snapshot_id)}`, warnings: [...r.warnings, ...warnings] };
+    const receipt: BackupReceipt = { ...r, path: `${store.url}/${bundleKey(agent, r.snapshot_id)}` };
     if (idemKey) await store.put(idemKey, JSON.stringify(receipt));
     // the commit object makes it visible, last
     await store.put(commitKey(agent, r.snapshot_id), JSON.stringify({ snapshot_id: r.snapshot_id, manifest_sha256: r.manifest_sha256, committed_at: new Date().toISOString() }), { ifNoneMatch: true });
