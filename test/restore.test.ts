@@ -296,6 +296,28 @@ describe("hostile bundles (exit 13, nothing written)", () => {
     expect(res.stderr).toMatch(/payload\.age: (digest mismatch|\d+ bytes, manifest says)/);
   });
 
+  it("a database member left in WAL mode is refused: a snapshot is one self-contained file", async () => {
+    const x = join(a.tmp, "walx");
+    mkdirSync(x);
+    await execa("sh", ["-c", `tar xOf '${second.path}' payload.age | age -d -i '${a.identity}' | zstd -d | tar x`], { cwd: x });
+    const dbf = join(x, "db/state.sqlite");
+    const db = new Database(dbf);
+    db.pragma("journal_mode = WAL");
+    db.close();
+    const m0 = manifestOf(second.path);
+    const comps = m0.components.map((c: any) => {
+      const d = readFileSync(join(x, c.path));
+      return { ...c, sha256: createHash("sha256").update(d).digest("hex"), size: d.length };
+    });
+    const t = await makeTar(m0.components.map((c: any) => ({ name: c.path, data: readFileSync(join(x, c.path)) })));
+    const out = join(a.tmp, "wal-mode.agentbak");
+    await craft({ baseManifest: m0, payloadAge: await ageEncrypt(compress(t), [a.recipient]), tarSize: t.length, keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.components = comps) });
+    const res = await a.run(["restore", out, "--target", join(a.tmp, "wal-target"), "--yes", "--allow-rollback"]);
+    expect(res.code).toBe(13);
+    expect(res.stderr).toMatch(/in WAL mode .* self-contained/);
+    expect(existsSync(join(a.tmp, "wal-target"))).toBe(false);
+  });
+
   it("a workspace patch that writes into .git (hooks, fsmonitor) never runs anything", async () => {
     const x = join(a.tmp, "wsx");
     mkdirSync(x);
@@ -372,6 +394,21 @@ describe("tamper detection sweep", () => {
       }
       expect(detected).toBe(offsets.length);
       expect(offsets.length).toBe(l.manifest.length + l.signature.length + (headerEnd - l.payloadOffset) + 10_000);
+      // truncated at every tar block boundary and at every age chunk boundary (64 KiB + 16 of ciphertext)
+      const cuts = new Set<number>();
+      for (let i = 0; i < orig.length; i += 512) cuts.add(i);
+      for (let i = headerEnd; i < l.payloadOffset + l.payloadSize; i += 65536 + 16) cuts.add(i);
+      let refused = 0;
+      for (const cut of cuts) {
+        writeFileSync(f, orig.subarray(0, cut));
+        try {
+          await verifyBundle(f, trust);
+        } catch (e: any) {
+          if (e.code === 13) refused++;
+          else throw e;
+        }
+      }
+      expect(refused).toBe(cuts.size);
     } finally {
       small.cleanup();
     }

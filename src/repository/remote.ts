@@ -117,7 +117,13 @@ export async function remoteLock(store: ObjectStore, name: string, waitMs = 0): 
   const deadline = Date.now() + waitMs;
   const me = { pid: process.pid, host: hostname(), started_at: new Date().toISOString(), nonce: randomBytes(8).toString("hex") };
   for (;;) {
-    if (await store.put(key, JSON.stringify(me), { ifNoneMatch: true })) return { release: async () => void (await store.delete(key)) };
+    if (await store.put(key, JSON.stringify(me), { ifNoneMatch: true })) {
+      // read back: where conditional writes are not atomic (Ceph 16 ignores If-None-Match on versioned,
+      // Object Lock buckets) the last writer's nonce wins and the others back off
+      await new Promise((r) => setTimeout(r, 100));
+      const back = await store.get(key);
+      if (back && JSON.parse(String(back)).nonce === me.nonce) return { release: async () => void (await store.delete(key)) };
+    }
     const held = await store.get(key);
     let holder: { pid?: number; host?: string; started_at?: string } = {};
     try {

@@ -5,7 +5,7 @@
  * versions, and the rebuilt workspace tree. Used by verify, restore and drill.
  */
 import { createHash } from "node:crypto";
-import { chmodSync, createReadStream, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from "node:fs";
+import { chmodSync, closeSync, createReadStream, existsSync, mkdirSync, mkdtempSync, openSync, readSync, renameSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { readPayload, verifyBundle, type Trust, type VerifiedBundle } from "../bundle/reader.js";
@@ -52,6 +52,12 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
       src = rebuilt;
     }
     if (c.kind === "sqlite" || c.kind === "sqlite-delta") {
+      // a snapshot is one self-contained file: a header still in WAL mode (bytes 18-19 = 2) means frames may be missing
+      const head = Buffer.alloc(20);
+      const fd = openSync(src, "r");
+      readSync(fd, head, 0, 20, 0);
+      closeSync(fd);
+      if (head[18] !== 1 || head[19] !== 1) throw verifyError(`database ${c.name}: the file is in WAL mode (header ${head[18]}/${head[19]}); a snapshot must be one self-contained file`);
       const db = openDefensive(src);
       try {
         const ic = integrityCheck(db);
