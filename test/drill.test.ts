@@ -42,7 +42,14 @@ function hashTree(dir: string): string {
   return h.digest("hex");
 }
 
-const drillTemps = () => readdirSync(tmpdir()).filter((e) => e.startsWith("agentbak-drill-"));
+const drillTemps = () => readdirSync(join(a.tmp, "tmp")).filter((e) => e.startsWith("agentbak-drill-"));
+async function until(cond: () => boolean, ms = 30_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error("timed out waiting");
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
 
 beforeAll(async () => {
   a = await makeAgent({ sizeMb: 2 });
@@ -226,14 +233,15 @@ describe("drill lifecycle and report", () => {
   it("an interrupted drill removes its temp folder; a kill -9 leftover is swept by the next run", async () => {
     const before = drillTemps();
     const child = execa("node", [join(ROOT, "bin/agentbak.js"), "drill", "latest", "--spec", SPEC, "--identity", a.identity, "--no-report"], { cwd: a.dir, env: a.env, reject: false });
-    await new Promise((r) => setTimeout(r, 1500));
-    expect(drillTemps().length).toBeGreaterThan(before.length);
+    await until(() => drillTemps().length > before.length);
+    await new Promise((r) => setTimeout(r, 300)); // into the restore
     child.kill("SIGINT");
     const r = await child;
     expect(r.exitCode).toBe(130);
     expect(drillTemps()).toEqual(before);
     const k = execa("node", [join(ROOT, "bin/agentbak.js"), "drill", "latest", "--spec", SPEC, "--identity", a.identity, "--no-report"], { cwd: a.dir, env: a.env, reject: false });
-    await new Promise((r) => setTimeout(r, 1500));
+    await until(() => drillTemps().length > before.length);
+    await new Promise((r) => setTimeout(r, 300));
     k.kill("SIGKILL");
     await k;
     const left = drillTemps().filter((e) => !before.includes(e));

@@ -45,7 +45,9 @@ export interface TestAgent {
 export async function makeAgent(opts: { sizeMb?: number; seed?: number; agentId?: string; tenant?: string } = {}): Promise<TestAgent> {
   const tmp = mkdtempSync(join(tmpdir(), "agentbak-test-"));
   const home = join(tmp, "home");
-  const env = { AGENTBAK_HOME: home };
+  // a temp root of its own: drill and verify temp folders of parallel tests never mix
+  mkdirSync(join(tmp, "tmp"));
+  const env = { AGENTBAK_HOME: home, TMPDIR: join(tmp, "tmp") };
   const kg = await run(["keygen", "--out", home, "--json"], { env });
   if (kg.code !== 0) throw new Error(`keygen failed: ${kg.stderr}`);
   const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
