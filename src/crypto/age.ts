@@ -82,12 +82,12 @@ export function generateIdentity(): AgeIdentity {
   return { secret: Buffer.from(secret), recipient: bech32Encode("age", rawPublic(createPublicKey(privateKey))) };
 }
 
-/** The `AGE-SECRET-KEY-1...` string of an identity. */
+/** The identity string (bech32, prefix "age-secret-key-", upper-cased), as age-keygen writes it. */
 export const identityString = (id: AgeIdentity) => bech32Encode("age-secret-key-", id.secret).toUpperCase();
 
 /**
  * Parses identity file text in the age-keygen format (comments and blank lines
- * allowed, one or more `AGE-SECRET-KEY-1` lines).
+ * allowed, one or more secret-key lines).
  * @throws Error naming the line number when a line is not an identity.
  */
 export function parseIdentities(text: string): AgeIdentity[] {

@@ -1,6 +1,6 @@
 /**
  * Bech32 (BIP 173) as age uses it for `age1...` recipients and
- * `AGE-SECRET-KEY-1...` identities, without the 90-character limit.
+ * secret-key identities, without the 90-character limit.
  */
 
 const CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l";
