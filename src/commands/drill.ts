@@ -7,7 +7,7 @@ import { appendReport } from "../drill/report.js";
 import { junitXml, markdownSummary } from "../drill/junit.js";
 import { runDrill, type DrillResult } from "../drill/runner.js";
 import { loadSpec } from "../drill/spec.js";
-import { catalog, resolveSnapshot } from "../repository/catalog.js";
+import { catalog, pickRandom, resolveSnapshot, type CatalogEntry } from "../repository/catalog.js";
 import { openRepository } from "../repository/local.js";
 import { parseDuration } from "./duration.js";
 import { context, type GlobalOpts } from "./common.js";
@@ -33,6 +33,11 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
   const spec = loadSpec(opts.spec);
   const repo = ctx.repoPath && !ctx.remote ? openRepository(ctx.repoPath) : undefined;
   const agent = opts.agent ?? ctx.lc?.config.agent.id;
+  const randomOf = (entries: CatalogEntry[]) => {
+    const e = pickRandom(entries, parseDuration(opts.within ?? "7d"));
+    if (!e) throw notFound(`no verified snapshot within ${opts.within ?? "7d"} in ${ctx.repoPath}`);
+    return e;
+  };
   let bundle: string;
   let done = () => undefined as void;
   if (ctx.remote) {
@@ -40,21 +45,13 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
     const { remoteCatalog, mirrorSnapshot } = await import("../repository/remote.js");
     const store = await openStore(ctx.repoPath);
     let id = ref;
-    if (ref === "random") {
-      const since = Date.now() - parseDuration(opts.within ?? "7d");
-      const pool = (await remoteCatalog(store, ctx.trust, agent)).filter((e) => e.status === "ok" && new Date(e.created_at!).getTime() >= since);
-      if (!pool.length) throw notFound(`no verified snapshot within ${opts.within ?? "7d"} in ${ctx.repoPath}`);
-      id = pool[Math.floor(Math.random() * pool.length)]!.snapshot_id;
-    }
+    if (ref === "random") id = randomOf(await remoteCatalog(store, ctx.trust, agent)).snapshot_id;
     const m = await mirrorSnapshot(store, id, ctx.trust, agent);
     bundle = m.path;
     done = m.cleanup;
   } else if (ref === "random") {
     if (!repo) throw usageError("random needs a repository");
-    const since = Date.now() - parseDuration(opts.within ?? "7d");
-    const pool = catalog(repo, ctx.trust, agent).filter((e) => e.status === "ok" && new Date(e.created_at!).getTime() >= since);
-    if (!pool.length) throw notFound(`no verified snapshot within ${opts.within ?? "7d"} in ${repo.root}`);
-    bundle = pool[Math.floor(Math.random() * pool.length)]!.path;
+    bundle = randomOf(catalog(repo, ctx.trust, agent)).path;
   } else bundle = resolveSnapshot(repo, ref, ctx.trust, agent);
   const reportFile = opts.report === false ? null : resolve(opts.report ?? (repo ? join(repo.root, "drills", "report.jsonl") : "agentbak-drill-report.jsonl"));
   const key = reportFile ? loadSigningKey(ctx.lc?.config.signing.key ? ctx.lc.resolve(ctx.lc.config.signing.key) : undefined) : null;

@@ -80,16 +80,32 @@ export function resolveSnapshot(repo: LocalRepository | undefined, ref: string, 
   if (!repo) throw notFound(`snapshot ${ref}: no repository given`);
   if (ref === "latest") {
     const all = catalog(repo, trust, agentId);
-    const ok = all.filter((e) => e.status === "ok" && (!before || new Date(e.created_at!) < before));
     const bad = all.filter((e) => e.status !== "ok").at(-1);
-    if (ok.length === 0 && bad) throw new AgentbakError(bad.problem_code === 14 ? 14 : 13, `no restorable snapshot; newest ${bad.snapshot_id}: ${bad.problem}`);
-    const agents = new Set(ok.map((e) => e.agent_id));
-    if (!agentId && agents.size > 1) throw notFound(`"latest" is ambiguous: the repository holds ${[...agents].join(", ")}; pass --agent or a config`);
-    const best = ok.sort((a, b) => a.sequence! - b.sequence!).at(-1);
+    if (!all.some((e) => e.status === "ok") && bad) throw new AgentbakError(bad.problem_code === 14 ? 14 : 13, `no restorable snapshot; newest ${bad.snapshot_id}: ${bad.problem}`);
+    const best = pickLatest(all, repo.root, agentId, before);
     if (!best) throw notFound(`no verified snapshot${agentId ? ` of ${agentId}` : ""}${before ? ` before ${before.toISOString()}` : ""} in ${repo.root}`);
     return best.path;
   }
   const hit = repo.list(agentId).filter((b) => b.snapshotId === ref);
   if (hit.length === 0) throw notFound(`snapshot ${ref} not found in ${repo.root}`);
   return hit[0]!.path;
+}
+
+/**
+ * "latest": the verified, unexpired entry with the highest sequence (created
+ * before `before`, if given).
+ * @throws AgentbakError(10) when entries of several agents match and none was named.
+ */
+export function pickLatest(entries: CatalogEntry[], where: string, agentId?: string, before?: Date): CatalogEntry | undefined {
+  const ok = entries.filter((e) => e.status === "ok" && (!before || new Date(e.created_at!) < before));
+  const agents = new Set(ok.map((e) => e.agent_id));
+  if (!agentId && agents.size > 1) throw notFound(`"latest" is ambiguous: ${where} holds ${[...agents].join(", ")}; pass --agent or a config`);
+  return ok.sort((a, b) => a.sequence! - b.sequence!).at(-1);
+}
+
+/** "random": a verified entry created within `withinMs` of now, chosen at random. */
+export function pickRandom(entries: CatalogEntry[], withinMs: number): CatalogEntry | undefined {
+  const since = Date.now() - withinMs;
+  const pool = entries.filter((e) => e.status === "ok" && new Date(e.created_at!).getTime() >= since);
+  return pool[Math.floor(Math.random() * pool.length)];
 }

@@ -13,12 +13,12 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
-import { verifyBundle, verifyHeader as verifyHeaderOf, verifyLayout, type Trust, type VerifiedBundle } from "../bundle/reader.js";
+import { verifyHeader as verifyHeaderOf, verifyLayout, type Trust, type VerifiedBundle } from "../bundle/reader.js";
 import { parseLayout } from "../bundle/outer.js";
 import { AgentbakError, lockedError, notFound, verifyError } from "../errors.js";
 import { onInterrupt } from "../cleanup.js";
 import type { CatalogEntry } from "./catalog.js";
-import { describeEntry } from "./catalog.js";
+import { describeEntry, pickLatest } from "./catalog.js";
 import { LocalRepository, pidAlive } from "./local.js";
 import type { ObjectStore } from "./store.js";
 
@@ -80,30 +80,16 @@ export async function remoteCatalog(store: ObjectStore, trust: Trust, agent?: st
  */
 export async function mirrorSnapshot(store: ObjectStore, ref: string, trust: Trust, agent?: string): Promise<{ path: string; dir: string; cleanup(): void }> {
   const entries = (await remoteCatalog(store, trust, agent)).filter((e) => e.status !== "invalid" || e.snapshot_id === ref);
-  let pick: CatalogEntry | undefined;
-  if (ref === "latest") {
-    const agents = new Set(entries.map((e) => e.agent_id));
-    if (!agent && agents.size > 1) throw notFound(`"latest" is ambiguous: the repository holds ${[...agents].join(", ")}; pass --agent or a config`);
-    pick = entries.filter((e) => e.status === "ok").sort((a, b) => a.sequence! - b.sequence!).at(-1);
-  } else pick = entries.find((e) => e.snapshot_id === ref);
+  const pick = ref === "latest" ? pickLatest(entries, store.url, agent) : entries.find((e) => e.snapshot_id === ref);
   if (!pick) throw notFound(`snapshot ${ref} not found in ${store.url}`);
   const dir = mkdtempSync(join(tmpdir(), "agentbak-mirror-"));
   const cleanup = () => rmSync(dir, { recursive: true, force: true });
   const unregister = onInterrupt(cleanup);
   try {
     const agentDir = join(dir, "agents", pick.agent_id);
-    mkdirSync(agentDir, { recursive: true });
-    let id: string | undefined = pick.snapshot_id;
-    let first = "";
-    while (id) {
-      const local = join(agentDir, `${id}.agentbak`);
-      if (existsSync(local)) break;
-      await store.download(bundleKey(pick.agent_id, id), local);
-      first ||= local;
-      id = (await verifyBundle(local, trust)).manifest.parent?.snapshot_id;
-    }
+    await downloadChain(store, pick.agent_id, pick.snapshot_id, agentDir, trust);
     new LocalRepository(dir).init();
-    return { path: first, dir, cleanup: () => (cleanup(), unregister()) };
+    return { path: join(agentDir, `${pick.snapshot_id}.agentbak`), dir, cleanup: () => (cleanup(), unregister()) };
   } catch (e) {
     cleanup();
     unregister();
@@ -140,18 +126,6 @@ export async function remoteLock(store: ObjectStore, name: string, waitMs = 0): 
     if (Date.now() >= deadline) throw lockedError(`repository ${store.url} locked (${name}) by pid ${holder.pid ?? "?"} on ${holder.host ?? "?"} since ${holder.started_at ?? "?"}; pass --wait to wait`);
     await new Promise((r) => setTimeout(r, 200));
   }
-}
-
-/**
- * Publishes a finished local bundle (and its page indexes) into a remote
- * repository: data first, the commit object last. An existing commit is never
- * replaced. @returns false when the snapshot was already committed there.
- */
-export async function publishRemote(store: ObjectStore, localBundle: string, agent: string, id: string, indexFiles: string[] = []): Promise<boolean> {
-  if (await store.head(commitKey(agent, id))) return false;
-  await store.upload(bundleKey(agent, id), localBundle);
-  for (const f of indexFiles) await store.upload(`agents/${agent}/${f.split("/").at(-1)}`, f);
-  return store.put(commitKey(agent, id), JSON.stringify({ snapshot_id: id, committed_at: new Date().toISOString() }), { ifNoneMatch: true });
 }
 
 /** Page index files beside a local bundle. */

@@ -20,7 +20,7 @@ import { verifyBundle, type Trust, type VerifiedBundle } from "../bundle/reader.
 import { agentbakHome } from "../crypto/keys.js";
 import { loadParent } from "../restore/extract.js";
 import { changedPages, decodeIndex, encodeIndex, indexFileName, indexPages, pageIndexKey, writeDelta, type PageIndex } from "./pages.js";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { TOOL_VERSION } from "../version.js";
 import { expandGlob } from "./glob.js";
 import { inspectInWorker } from "./inspect.js";

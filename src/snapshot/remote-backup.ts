@@ -46,9 +46,7 @@ export async function runRemoteBackup(lc: LoadedConfig, store: ObjectStore, opts
       const latest = (await remoteCatalog(store, opts.trust, agent)).filter((e) => e.status === "ok").sort((x, y) => x.sequence! - y.sequence!).at(-1);
       if (latest) await downloadChain(store, agent, latest.snapshot_id, repo.agentDir(agent), opts.trust);
     }
-    const before = new Set(repo.list(agent).map((b) => b.snapshotId));
     const r = await runBackup(lc, { ...opts, repo: local, incremental, idempotencyKey: undefined });
-    if (before.has(r.snapshot_id)) throw new Error(`internal: ${r.snapshot_id} was already staged`);
     // data first
     const ol = lc.config.objectLock;
     await store.upload(bundleKey(agent, r.snapshot_id), r.path, ol ? { lockMode: ol.mode === "compliance" ? "COMPLIANCE" : "GOVERNANCE", retainUntil: new Date(Date.now() + ol.days * 86_400_000) } : {});
