@@ -4,7 +4,7 @@
  * at a local test sink. Never touches the live agent; always cleans up.
  */
 import { execa } from "execa";
-import { chmodSync, cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, cpSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { verifyBundle, type Trust, type VerifiedBundle } from "../bundle/reader.js";
@@ -76,16 +76,11 @@ const DRILL_PREFIX = "agentbak-drill-";
 export function sweepDrillTemps(): number {
   let n = 0;
   for (const e of readdirSync(tmpdir())) {
-    if (!e.startsWith(DRILL_PREFIX)) continue;
-    const dir = join(tmpdir(), e);
-    try {
-      const pid = Number(readFileSync(join(dir, "owner.pid"), "utf8"));
-      if (pid && pid !== process.pid && !pidAlive(pid)) {
-        rmSync(dir, { recursive: true, force: true });
-        n++;
-      }
-    } catch {
-      /* not ours or being created */
+    // the owner's pid is in the name (agentbak-drill-<pid>-XXXXXX): no window in which a folder has no owner
+    const pid = Number(e.match(/^agentbak-drill-(\d+)-/)?.[1]);
+    if (pid && pid !== process.pid && !pidAlive(pid)) {
+      rmSync(join(tmpdir(), e), { recursive: true, force: true });
+      n++;
     }
   }
   return n;
@@ -126,10 +121,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const v = await verifyBundle(o.bundle, o.trust);
   const m = v.manifest;
   const invariants = loadInvariants(o.spec.dir, spec.invariants);
-  const tmp = mkdtempSync(join(tmpdir(), DRILL_PREFIX));
+  const tmp = mkdtempSync(join(tmpdir(), `${DRILL_PREFIX}${process.pid}-`));
   const removeTemp = () => rmSync(tmp, { recursive: true, force: true });
   const unregister = onInterrupt(removeTemp);
-  writeFileSync(join(tmp, "owner.pid"), String(process.pid));
   const checks: DrillCheck[] = [];
   const add = (c: DrillCheck) => checks.push(c);
   const result: DrillResult = {
