@@ -60,7 +60,7 @@ export async function forget(opts: ForgetOptions): Promise<ForgetResult> {
   // the same lock as backup: forget --prune and backup never interleave
   const lock = await repo.lock(`agent-${agent}`, opts.wait ? parseDuration(opts.wait) : 0);
   try {
-    return runForget(repo, ctx.trust, agent, policy, { dryRun: opts.dryRun, prune: opts.prune });
+    return await runForget(repo, ctx.trust, agent, policy, { dryRun: opts.dryRun, prune: opts.prune });
   } finally {
     lock.release();
   }

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { verifyHeader, type Trust } from "../bundle/reader.js";
 import { usageError } from "../errors.js";
 import { fsyncDir } from "../fsutil.js";
-import { catalog } from "./catalog.js";
+import { catalog, type CatalogEntry } from "./catalog.js";
 import type { LocalRepository } from "./local.js";
 import { applyRetention, isEmptyPolicy, type RetentionPolicy } from "./retention.js";
 
@@ -39,43 +39,49 @@ function newestDrilled(repo: LocalRepository, agent: string): string | null {
 }
 
 /**
- * Applies `policy` to `agent`'s snapshots (the caller holds the agent lock).
+ * The plan, the same for every backend: retention rules, the newest
+ * drill-passed snapshot, and every parent a kept incremental needs are kept;
+ * bundles that do not verify are reported, never removed. `remove` is newest
+ * first, so an incremental goes before its parent.
  * @throws AgentbakError(2) for an empty policy.
  */
-export function forget(repo: LocalRepository, trust: Trust, agent: string, policy: RetentionPolicy, opts: { dryRun?: boolean; prune?: boolean }): ForgetResult {
+export async function planForget(
+  entries: CatalogEntry[],
+  policy: RetentionPolicy,
+  parentOf: (id: string) => string | null | Promise<string | null>,
+  drilled: string | null,
+): Promise<{ kept: ForgetResult["kept"]; remove: string[]; not_removed: ForgetResult["not_removed"] }> {
   if (isEmptyPolicy(policy)) throw usageError("no retention rule given: pass --keep-last, --keep-daily, ... or set retention in the config");
-  const entries = catalog(repo, trust, agent);
   const valid = entries.filter((e) => e.status !== "invalid");
-  const invalid = entries.filter((e) => e.status === "invalid");
   const { keep } = applyRetention(valid.map((e) => ({ id: e.snapshot_id, time: new Date(e.created_at!) })), policy);
-  const byId = new Map(valid.map((e) => [e.snapshot_id, e]));
-  const drilled = newestDrilled(repo, agent);
-  if (drilled && byId.has(drilled)) keep.set(drilled, [...(keep.get(drilled) ?? []), "newest snapshot that passed a drill"]);
-  // chains: a kept incremental keeps every link below it
-  for (const id of [...keep.keys()]) {
-    let cur = id;
-    for (;;) {
-      const e = byId.get(cur);
-      if (!e) break;
-      const parent = verifyHeader(e.path, trust).manifest.parent?.snapshot_id;
-      if (!parent) break;
-      keep.set(parent, [...(keep.get(parent) ?? []), `needed by ${id}`]);
+  const ids = new Set(valid.map((e) => e.snapshot_id));
+  if (drilled && ids.has(drilled)) keep.set(drilled, [...(keep.get(drilled) ?? []), "newest snapshot that passed a drill"]);
+  for (const id of [...keep.keys()])
+    for (let cur: string | null = id; cur && ids.has(cur); ) {
+      const parent: string | null = await parentOf(cur);
+      if (parent) keep.set(parent, [...(keep.get(parent) ?? []), `needed by ${id}`]);
       cur = parent;
     }
-  }
-  const removed = valid.filter((e) => !keep.has(e.snapshot_id)).map((e) => e.snapshot_id);
-  const result: ForgetResult = {
-    agent_id: agent,
-    dry_run: Boolean(opts.dryRun),
+  return {
     kept: valid.filter((e) => keep.has(e.snapshot_id)).map((e) => ({ snapshot_id: e.snapshot_id, reasons: keep.get(e.snapshot_id)! })),
-    removed,
-    not_removed: invalid.map((e) => ({ snapshot_id: e.snapshot_id, reason: `signature or manifest does not verify, left for an operator: ${e.problem}` })),
-    pruned: [],
+    remove: valid.map((e) => e.snapshot_id).filter((id) => !keep.has(id)).sort().reverse(),
+    not_removed: entries
+      .filter((e) => e.status === "invalid")
+      .map((e) => ({ snapshot_id: e.snapshot_id, reason: `signature or manifest does not verify, left for an operator: ${e.problem}` })),
   };
+}
+
+/** Applies `policy` to `agent`'s snapshots in a local repository (the caller holds the agent lock). */
+export async function forget(repo: LocalRepository, trust: Trust, agent: string, policy: RetentionPolicy, opts: { dryRun?: boolean; prune?: boolean }): Promise<ForgetResult> {
+  const entries = catalog(repo, trust, agent);
+  const byId = new Map(entries.map((e) => [e.snapshot_id, e]));
+  const plan = await planForget(entries, policy, (id) => verifyHeader(byId.get(id)!.path, trust).manifest.parent?.snapshot_id ?? null, newestDrilled(repo, agent));
+  const removed = plan.remove;
+  const result: ForgetResult = { agent_id: agent, dry_run: Boolean(opts.dryRun), kept: plan.kept, removed, not_removed: plan.not_removed, pruned: [] };
   if (opts.dryRun) return result;
   const dir = repo.agentDir(agent);
   // newest first: an incremental goes before its parent, so an interrupted forget never orphans a link
-  for (const id of [...removed].sort().reverse()) {
+  for (const id of removed) {
     rmSync(byId.get(id)!.path);
     for (const f of readdirSync(dir)) if (f.startsWith(`${id}.`) && f.endsWith(".pageindex")) rmSync(join(dir, f));
   }

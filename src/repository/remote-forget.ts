@@ -4,37 +4,17 @@
  * refuses the deletion the snapshot stays listed and is reported.
  */
 import type { Trust } from "../bundle/reader.js";
-import { usageError } from "../errors.js";
-import type { ForgetResult } from "./forget.js";
+import { planForget, type ForgetResult } from "./forget.js";
 import { bundleKey, commitKey, remoteCatalog, verifyRemoteHeader } from "./remote.js";
-import { applyRetention, isEmptyPolicy, type RetentionPolicy } from "./retention.js";
+import type { RetentionPolicy } from "./retention.js";
 import type { ObjectStore } from "./store.js";
 
 export async function forgetRemote(store: ObjectStore, trust: Trust, agent: string, policy: RetentionPolicy, opts: { dryRun?: boolean; prune?: boolean }): Promise<ForgetResult> {
-  if (isEmptyPolicy(policy)) throw usageError("no retention rule given: pass --keep-last, --keep-daily, ... or set retention in the config");
   const entries = await remoteCatalog(store, trust, agent);
-  const valid = entries.filter((e) => e.status !== "invalid");
-  const { keep } = applyRetention(valid.map((e) => ({ id: e.snapshot_id, time: new Date(e.created_at!) })), policy);
-  const byId = new Map(valid.map((e) => [e.snapshot_id, e]));
-  for (const id of [...keep.keys()]) {
-    let cur = id;
-    for (;;) {
-      if (!byId.has(cur)) break;
-      const parent = (await verifyRemoteHeader(store, agent, cur, trust)).manifest.parent?.snapshot_id;
-      if (!parent) break;
-      keep.set(parent, [...(keep.get(parent) ?? []), `needed by ${id}`]);
-      cur = parent;
-    }
-  }
-  const toRemove = valid.filter((e) => !keep.has(e.snapshot_id)).map((e) => e.snapshot_id).sort().reverse();
-  const result: ForgetResult = {
-    agent_id: agent,
-    dry_run: Boolean(opts.dryRun),
-    kept: valid.filter((e) => keep.has(e.snapshot_id)).map((e) => ({ snapshot_id: e.snapshot_id, reasons: keep.get(e.snapshot_id)! })),
-    removed: [],
-    not_removed: entries.filter((e) => e.status === "invalid").map((e) => ({ snapshot_id: e.snapshot_id, reason: `signature or manifest does not verify, left for an operator: ${e.problem}` })),
-    pruned: [],
-  };
+  // drill reports of s3:// repositories live where the drill ran, so there is no newest-drilled rule here
+  const plan = await planForget(entries, policy, async (id) => (await verifyRemoteHeader(store, agent, id, trust)).manifest.parent?.snapshot_id ?? null, null);
+  const toRemove = plan.remove;
+  const result: ForgetResult = { agent_id: agent, dry_run: Boolean(opts.dryRun), kept: plan.kept, removed: [], not_removed: plan.not_removed, pruned: [] };
   if (opts.dryRun) return { ...result, removed: toRemove };
   for (const id of toRemove) {
     // the bundle first: if retention refuses it, the snapshot stays listed (its commit object stays)
