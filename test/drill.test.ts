@@ -111,7 +111,6 @@ describe("drill with the reference worker", () => {
 
   it("a worker that dies before the crash point it was asked for is reported, not passed", async () => {
     const p = spec("no-crash", (s) => {
-      s.worker.env = { AGENTBAK_CRASH_POINT_OVERRIDE: "1" };
       s.worker.command = ["node", "-e", "process.exit(0)"];
       s.crashPoints = ["after_commit_before_delivery"];
       s.sinkKill = false;
