@@ -63,8 +63,7 @@ export async function craft(opts: { baseManifest: any; payloadAge: Buffer; tarSi
   const pf = opts.out + ".payload";
   writeFileSync(pf, opts.payloadAge);
   rmSync(opts.out, { force: true });
-  await writeBundleFile(m, key, pf, opts.out);
-  rmSync(pf);
+  await writeBundleFile(m, key, pf, opts.out); // consumes pf
 }
 
 /** A payload built from members, with manifest components describing the regular files among `listed`. */

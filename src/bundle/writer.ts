@@ -33,7 +33,7 @@ export async function writePayload(components: StagedComponent[], recipients: st
   const tarTap = new ByteCounter();
   const outTap = new HashTap();
   const out = createWriteStream(payloadFile, { flags: "wx", mode: 0o600 });
-  const zstd = new CompressStream({ compressionLevel: ZSTD_LEVEL, nbWorkers: 0, windowLog: 21, checksumFlag: true });
+  const zstd = new CompressStream({ compressionLevel: ZSTD_LEVEL, nbWorkers: 2, windowLog: 21, jobSize: 1 << 20, checksumFlag: true });
   const done = pipeline(pack, tarTap, zstd, new AgeEncryptStream(recipients), outTap, out);
   const result: Component[] = [];
   try {
@@ -61,7 +61,8 @@ export async function writePayload(components: StagedComponent[], recipients: st
 }
 
 /**
- * Writes the outer bundle tar to `outFile` (which must not exist) and fsyncs it.
+ * Writes the outer bundle tar to `outFile` (which must not exist) and fsyncs
+ * it. The payload file is consumed: removed once copied.
  * @returns the manifest bytes that were signed.
  */
 export async function writeBundleFile(manifest: Manifest, key: SigningKey, payloadFile: string, outFile: string): Promise<Buffer> {
@@ -85,6 +86,8 @@ export async function writeBundleFile(manifest: Manifest, key: SigningKey, paylo
     rmSync(outFile, { force: true });
     throw e;
   }
+  // the payload's unflushed pages would otherwise be written back along with the bundle's
+  rmSync(payloadFile, { force: true });
   const fd = openSync(outFile, "r+");
   fsyncSync(fd);
   closeSync(fd);

@@ -150,6 +150,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
     const pageKey = pageIndexKey(agentbakHome());
     const newIndexes = new Map<string, Buffer>();
+    const changed = new Map<string, number[]>();
     let usedParent = false;
     opts.progress?.("quiescing agent");
     let captureError: unknown;
@@ -161,13 +162,16 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
         const dest = join(staging, "db", `${d.name}.sqlite`);
         await snapshotDatabase(d.name, lc.resolve(d.path), dest);
         dbFiles.set(d.name, dest);
-        const ix = indexPages(dest, pageKey);
-        const ixBytes = encodeIndex(ix);
-        newIndexes.set(d.name, ixBytes);
         const target = restoreTarget(lc, d.path, `db/${d.name}.sqlite`);
         const base = chosen.parent ? parentIndex(repo, chosen.parent, d.name) : null;
         if (base) {
+          // an incremental needs the new page index before the payload: it decides what goes in
+          opts.progress?.("indexing pages");
+          const ix = indexPages(dest, pageKey);
+          const ixBytes = encodeIndex(ix);
+          newIndexes.set(d.name, ixBytes);
           const pages = changedPages(base, ix);
+          changed.set(d.name, pages);
           const deltaFile = join(staging, "db", `${d.name}.delta`);
           writeDelta(dest, pages, ix, deltaFile);
           usedParent = true;
@@ -176,7 +180,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
             full_sha256: ix.sha256, full_size: ix.size, page_size: ix.pageSize, page_count: ix.pageCount, changed_pages: pages.length,
             page_index_sha256: sha256hex(ixBytes),
           });
-        } else staged.push({ path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: dest, target, page_index_sha256: sha256hex(ixBytes) });
+        } else staged.push({ path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: dest, target }); // index made while inspecting
       }
       for (const pattern of cfg.files) {
         const matches = expandGlob(lc.dir, pattern);
@@ -229,7 +233,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     // describe the same instant) in a worker thread while the payload is written; nothing is published unless they pass
     opts.progress?.("checking snapshot and writing bundle");
     const inspection = inspectInWorker({
-      dbs: [...dbFiles].map(([name, file]) => ({ name, file, delta: staged.find((c) => c.name === name && c.kind === "sqlite-delta")?.file })),
+      dbs: [...dbFiles].map(([name, file]) => (changed.has(name) ? { name, file, changedPages: changed.get(name) } : { name, file, indexKey: pageKey })),
       cursors: cfg.cursors,
       openOperations: cfg.openOperations,
       scan: cfg.secretScan.databases,
@@ -242,6 +246,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     } finally {
       await inspection.catch(() => undefined);
     }
+    opts.progress?.("finishing snapshot checks");
     const ins = await inspection;
     for (const d of ins.dbs)
       if (d.integrity.length !== 1 || d.integrity[0] !== "ok") throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${d.integrity.slice(0, 3).join("; ")}`);
@@ -252,8 +257,11 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     const cursors = ins.cursors;
     const openOps = ins.openOperations;
     const byName = new Map(ins.dbs.map((d) => [d.name, d]));
+    for (const d of ins.dbs) if (d.index) newIndexes.set(d.name, encodeIndex(d.index));
     const components = written.components.map((c) =>
-      c.kind === "sqlite" || c.kind === "sqlite-delta" ? { ...c, records: byName.get(c.name)!.records, schema_version: byName.get(c.name)!.schemaVersion } : c,
+      c.kind === "sqlite" || c.kind === "sqlite-delta"
+        ? { ...c, records: byName.get(c.name)!.records, schema_version: byName.get(c.name)!.schemaVersion, page_index_sha256: sha256hex(newIndexes.get(c.name)!) }
+        : c,
     );
     const payload = written.payload;
     crashStep("payload-written");
@@ -294,8 +302,11 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     const mfind = scanValue(manifest, "manifest");
     if (mfind.length) throw policyError(`refusing to back up: possible secret (${mfind[0]!.kind}) in ${mfind.map((f) => f.where).join(", ")}`);
     const bundleTmp = join(staging, "bundle.agentbak");
+    opts.progress?.("signing and writing bundle");
+    // staged copies are no longer needed; removed now, their dirty pages are never written to disk
+    for (const c of staged) rmSync(c.file, { force: true });
+    for (const f of dbFiles.values()) rmSync(f, { force: true });
     const mbytes = await writeBundleFile(manifest, opts.signingKey, payloadFile, bundleTmp);
-    rmSync(payloadFile);
     crashStep("bundle-written");
     // reserve the sequence and record the idempotency key before publishing: a crash in between only burns a number
     repo.writeRecord(seqRel, { sequence: manifest.sequence, snapshot_id: snapshotId });

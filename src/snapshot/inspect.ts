@@ -6,19 +6,25 @@
  */
 import { Worker } from "node:worker_threads";
 import { AgentbakError, Exit } from "../errors.js";
-import { bytesLookSecret, scanDatabase, type SecretFinding } from "./secrets.js";
+import { statSync } from "node:fs";
+import { PageHasher, readPages, type PageIndex } from "./pages.js";
+import { PageScanner, scanFilePages } from "./pagescan.js";
+import { scanDatabase, type SecretFinding } from "./secrets.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion } from "./sqlite.js";
 
 export interface InspectInput {
-  /** `delta`: the page delta of an incremental; only its pages can hold new secrets */
-  dbs: { name: string; file: string; delta?: string }[];
+  /**
+   * `changedPages`: an incremental's changed pages (1-based); only they can hold new secrets.
+   * `indexKey`: compute the page index here (full backups), in the same read as the scan.
+   */
+  dbs: { name: string; file: string; changedPages?: number[]; indexKey?: Uint8Array }[];
   cursors: Record<string, { database: string; sql: string }>;
   openOperations?: { database: string; sql: string };
   scan: "refuse" | "warn" | "off";
 }
 
 export interface InspectResult {
-  dbs: { name: string; schemaVersion: number; records: Record<string, number>; integrity: string[] }[];
+  dbs: { name: string; schemaVersion: number; records: Record<string, number>; integrity: string[]; index?: PageIndex }[];
   cursors: Record<string, string | number | null>;
   openOperations: { id: string | number | null; idempotency_key: string }[];
   findings: SecretFinding[];
@@ -41,11 +47,35 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
   };
   const out: InspectResult = { dbs: [], cursors: {}, openOperations: [], findings: [] };
   for (const d of input.dbs) {
+    // one read of the file for the page index and the page-level secret scan
+    const scan = input.scan !== "off";
+    let index: PageIndex | undefined;
+    let suspicious: number[] | null = [];
+    if (d.indexKey) {
+      const size = statSync(d.file).size;
+      const scanner = scan ? new PageScanner(d.file, size) : null;
+      try {
+        let hasher: PageHasher | undefined;
+        readPages(d.file, (run, first, pageSize) => {
+          hasher ??= new PageHasher(Buffer.from(d.indexKey!), pageSize);
+          hasher.update(run);
+          if (scanner?.header.utf8) scanner.pages(run, first);
+        });
+        index = hasher?.index();
+        suspicious = scanner ? (scanner.header.utf8 ? scanner.suspicious : null) : [];
+      } finally {
+        scanner?.close();
+      }
+    } else if (scan) suspicious = scanFilePages(d.file, statSync(d.file).size, d.changedPages);
     const db = openDefensive(d.file);
     try {
       const integrity = integrityCheck(db);
-      out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: integrity[0] === "ok" ? tableCounts(db) : {}, integrity });
-      if (input.scan !== "off" && integrity[0] === "ok" && (!d.delta || bytesLookSecret(d.delta))) out.findings.push(...scanDatabase(db, d.name));
+      out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: integrity[0] === "ok" ? tableCounts(db) : {}, integrity, index });
+      // rows are read through SQL only to name where a suspicious value is (or for databases not in UTF-8)
+      if (scan && integrity[0] === "ok" && (suspicious === null || suspicious.length)) {
+        const named = scanDatabase(db, d.name);
+        out.findings.push(...(named.length ? named : suspicious!.slice(0, 20).map((p) => ({ where: `database ${d.name}: page ${p}`, kind: "token format" }))));
+      }
     } finally {
       db.close();
     }
@@ -78,7 +108,8 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
 /** Runs inspectSnapshot in a worker thread. */
 export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
   return new Promise((resolve, reject) => {
-    const w = new Worker(new URL("./inspect-worker.js", import.meta.url), { workerData: input });
+    // a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
+    const w = new Worker(new URL("./inspect-worker.js", import.meta.url), { workerData: input, resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
     w.once("message", (m: { ok: true; result: InspectResult } | { ok: false; code: number; message: string }) => {
       if (m.ok) resolve(m.result);
       else reject(new AgentbakError(m.code as 1, m.message));

@@ -39,38 +39,79 @@ function headerPageSize(fd: number): number {
   return v === 1 ? 65536 : v;
 }
 
+/** Keyed hashes of whole pages, fed a run of pages at a time. */
+export class PageHasher {
+  private readonly parts: Buffer[] = [];
+  private readonly scratch: Buffer;
+  private pages = 0;
+  constructor(
+    private readonly key: Buffer,
+    readonly pageSize: number,
+  ) {
+    this.scratch = Buffer.alloc(key.length + pageSize);
+    key.copy(this.scratch, 0);
+  }
+
+  /** Hashes the whole pages in `buf` (its length must be a multiple of the page size). */
+  update(buf: Buffer): void {
+    const n = buf.length / this.pageSize;
+    if (!Number.isInteger(n)) throw new Error(`database file size is not a multiple of its page size (${this.pageSize})`);
+    const hashes = Buffer.alloc(n * HASH_BYTES);
+    // one scratch buffer and the one-shot hash: no per-page objects (300k Hmac objects per GiB held ~100 MiB of native memory until GC)
+    for (let i = 0; i < n; i++) {
+      buf.copy(this.scratch, this.key.length, i * this.pageSize, (i + 1) * this.pageSize);
+      (hash("sha256", this.scratch, "buffer") as unknown as Buffer).copy(hashes, i * HASH_BYTES, 0, HASH_BYTES);
+    }
+    this.parts.push(hashes);
+    this.pages += n;
+  }
+
+  index(): PageIndex {
+    return { pageSize: this.pageSize, pageCount: this.pages, hashes: Buffer.concat(this.parts) };
+  }
+}
+
+/** Reads a database file in runs of whole pages (about 4 MiB each), calling `each` with each run and its first page's number. @returns the page size. */
+export function readPages(file: string, each: (run: Buffer, first: number, pageSize: number) => void): number {
+  const fd = openSync(file, "r");
+  try {
+    const pageSize = headerPageSize(fd);
+    const buf = Buffer.alloc(Math.max(1, Math.floor((4 << 20) / pageSize)) * pageSize);
+    for (let off = 0; ; ) {
+      const n = readSync(fd, buf, 0, buf.length, off);
+      if (n <= 0) break;
+      each(buf.subarray(0, n), off / pageSize + 1, pageSize);
+      off += n;
+    }
+    return pageSize;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Page size of a database file. @throws Error when it is not an SQLite file. */
+export function filePageSize(file: string): number {
+  const fd = openSync(file, "r");
+  try {
+    return headerPageSize(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /**
  * Reads a database file once: keyed page hashes and the whole file's sha256.
  */
 export function indexPages(file: string, key: Buffer): PageIndex & { sha256: string; size: number } {
-  const fd = openSync(file, "r");
-  try {
-    const pageSize = headerPageSize(fd);
-    const whole = createHash("sha256");
-    const chunkPages = Math.max(1, Math.floor((4 << 20) / pageSize));
-    const buf = Buffer.alloc(chunkPages * pageSize);
-    const parts: Buffer[] = [];
-    // one scratch buffer and the one-shot hash: no per-page objects (300k Hmac objects per GiB held ~100 MiB of native memory until GC)
-    const scratch = Buffer.alloc(key.length + pageSize);
-    key.copy(scratch, 0);
-    let size = 0;
-    for (;;) {
-      const n = readSync(fd, buf, 0, buf.length, size);
-      if (n <= 0) break;
-      if (n % pageSize !== 0) throw new Error(`database file size is not a multiple of its page size (${pageSize})`);
-      whole.update(buf.subarray(0, n));
-      const hashes = Buffer.alloc((n / pageSize) * HASH_BYTES);
-      for (let i = 0; i < n / pageSize; i++) {
-        buf.copy(scratch, key.length, i * pageSize, (i + 1) * pageSize);
-        (hash("sha256", scratch, "buffer") as unknown as Buffer).copy(hashes, i * HASH_BYTES, 0, HASH_BYTES);
-      }
-      parts.push(hashes);
-      size += n;
-    }
-    return { pageSize, pageCount: size / pageSize, hashes: Buffer.concat(parts), sha256: whole.digest("hex"), size };
-  } finally {
-    closeSync(fd);
-  }
+  const hasher = new PageHasher(key, filePageSize(file));
+  const whole = createHash("sha256");
+  let size = 0;
+  readPages(file, (run) => {
+    whole.update(run);
+    hasher.update(run);
+    size += run.length;
+  });
+  return { ...hasher.index(), sha256: whole.digest("hex"), size };
 }
 
 /** Serialises a page index. */

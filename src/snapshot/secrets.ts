@@ -2,7 +2,6 @@
  * Secret scanning: known token formats and private-key blocks. Findings name
  * where a secret is, never what it is.
  */
-import { closeSync, openSync, readSync } from "node:fs";
 import type { DB } from "./sqlite.js";
 
 /** Token formats worth refusing; each has a literal prefix for a fast SQL prefilter. */
@@ -86,28 +85,8 @@ export function scanDatabase(db: DB, dbName: string, limit = 20): SecretFinding[
 }
 
 /**
- * Whether the raw bytes of a file (a page delta) hold anything token-like.
- * Used for incrementals: pages that did not change can not hold a new secret,
- * so the row scan runs only when the changed pages look suspicious. (A token
- * split across two overflow pages is not seen here; full backups scan rows.)
+ * Every token format in one expression without word-boundary anchors: in raw
+ * page bytes neighbouring values run together, so this finds a superset of
+ * what detectSecret finds in a single value (pagescan.ts confirms per value).
  */
-/** The patterns without word-boundary anchors: in raw page bytes neighbouring column values run together. */
-const RAW_PATTERNS = TOKEN_PATTERNS.map((p) => new RegExp(p.re.source.replace(/\\b/g, "")));
-
-export function bytesLookSecret(file: string): boolean {
-  const CHUNK = 4 << 20;
-  const OVERLAP = 512; // longer than any token pattern's prefix and body, so none is cut in two
-  const buf = Buffer.alloc(CHUNK + OVERLAP);
-  const fd = openSync(file, "r");
-  try {
-    for (let off = 0; ; off += CHUNK) {
-      const n = readSync(fd, buf, 0, buf.length, off);
-      if (n <= 0) return false;
-      const text = buf.toString("latin1", 0, n);
-      if (PREFILTER.test(text) && RAW_PATTERNS.some((re) => re.test(text))) return true;
-      if (n < buf.length) return false;
-    }
-  } finally {
-    closeSync(fd);
-  }
-}
+export const RAW_PATTERN = new RegExp(TOKEN_PATTERNS.map((p) => `(?:${p.re.source.replace(/\\b/g, "")})`).join("|"));

@@ -1,0 +1,220 @@
+/**
+ * The secret scan at page level: reads a snapshot file's b-tree pages
+ * directly (SQLite file format, https://sqlite.org/fileformat2.html) and
+ * checks every text value for token formats, without decoding rows through
+ * SQL. A page is parsed only when its raw bytes hold something token-like;
+ * cells whose payload spills to overflow pages are reassembled by following
+ * the chain, so a value split across pages is still seen whole.
+ *
+ * It says which pages hold a suspicious value, not which table or rowid:
+ * scanDatabase names those, and runs only when this finds something.
+ * Databases not encoded in UTF-8 are reported as unsupported (the caller
+ * falls back to scanDatabase).
+ */
+import { closeSync, openSync, readSync } from "node:fs";
+import { detectSecret, RAW_PATTERN } from "./secrets.js";
+
+const TABLE_LEAF = 13;
+const INDEX_LEAF = 10;
+const INDEX_INTERIOR = 2;
+const TABLE_INTERIOR = 5;
+
+export interface PageScanHeader {
+  pageSize: number;
+  usable: number;
+  pageCount: number;
+  utf8: boolean;
+}
+
+/** Reads what the scan needs from a database file header. @throws Error when it is not an SQLite file. */
+export function readScanHeader(fd: number, fileSize: number): PageScanHeader {
+  const h = Buffer.alloc(100);
+  readSync(fd, h, 0, 100, 0);
+  if (h.subarray(0, 16).toString("latin1") !== "SQLite format 3\0") throw new Error("not an SQLite database");
+  const raw = h.readUInt16BE(16);
+  const pageSize = raw === 1 ? 65536 : raw;
+  return { pageSize, usable: pageSize - h[20]!, pageCount: Math.floor(fileSize / pageSize), utf8: h.readUInt32BE(56) <= 1 };
+}
+
+/** A varint at `off` in `b`: [value, bytes used]. Values beyond 2^53 lose precision, which only matters for rowids we do not need. */
+function varint(b: Buffer, off: number, end: number): [number, number] {
+  let v = 0;
+  for (let i = 0; i < 8; i++) {
+    if (off + i >= end) return [-1, 0];
+    const c = b[off + i]!;
+    v = v * 128 + (c & 0x7f);
+    if (c < 0x80) return [v, i + 1];
+  }
+  if (off + 8 >= end) return [-1, 0];
+  return [v * 256 + b[off + 8]!, 9];
+}
+
+/** Byte length of a record value of serial type `t`. */
+function serialSize(t: number): number {
+  if (t >= 12) return Math.floor((t - 12) / 2);
+  return [0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0][t] ?? 0;
+}
+
+/** Whether any text value of a record (`payload`) matches a token format. */
+function recordHasSecret(payload: Buffer): boolean {
+  const [hs, n] = varint(payload, 0, payload.length);
+  if (hs < 1 || hs > payload.length) return false;
+  let body = hs;
+  for (let p = n; p < hs; ) {
+    const [t, m] = varint(payload, p, hs);
+    if (m === 0) return false;
+    p += m;
+    const len = serialSize(t);
+    if (t >= 13 && t % 2 === 1 && body + len <= payload.length && detectSecret(payload.toString("utf8", body, body + len))) return true;
+    body += len;
+  }
+  return false;
+}
+
+/**
+ * Scans pages one at a time. Call page() for every page (in any order), then
+ * read `suspicious`. Overflow chains are read from the file itself.
+ */
+export class PageScanner {
+  readonly header: PageScanHeader;
+  /** 1-based page numbers holding a value that matches a token format */
+  readonly suspicious: number[] = [];
+  private readonly fd: number;
+  private readonly maxLocalTable: number;
+  private readonly maxLocalIndex: number;
+  private readonly minLocal: number;
+  private readonly scratch: Buffer;
+
+  constructor(file: string, fileSize: number) {
+    this.fd = openSync(file, "r");
+    try {
+      this.header = readScanHeader(this.fd, fileSize);
+    } catch (e) {
+      closeSync(this.fd);
+      throw e;
+    }
+    const u = this.header.usable;
+    this.maxLocalTable = u - 35;
+    this.maxLocalIndex = Math.floor(((u - 12) * 64) / 255) - 23;
+    this.minLocal = Math.floor(((u - 12) * 32) / 255) - 23;
+    this.scratch = Buffer.alloc(this.header.pageSize);
+  }
+
+  close(): void {
+    closeSync(this.fd);
+  }
+
+  /**
+   * Scans a run of whole pages held in `buf` (the first is page `first`):
+   * one regular-expression pass over the bytes picks the pages worth parsing;
+   * every b-tree page is still walked for cells that spill to overflow pages.
+   */
+  pages(buf: Buffer, first: number): void {
+    const ps = this.header.pageSize;
+    const count = Math.floor(buf.length / ps);
+    // 64 KiB strings: short-lived young-generation objects, where 4 MiB ones would pile up in the large-object space
+    const per = Math.max(1, Math.floor(65536 / ps));
+    const re = new RegExp(RAW_PATTERN.source, "g");
+    for (let at = 0; at < count; at += per) {
+      const n = Math.min(per, count - at);
+      const text = buf.toString("latin1", at * ps, (at + n) * ps);
+      const candidates = new Set<number>();
+      re.lastIndex = 0;
+      for (let m = re.exec(text); m; m = re.exec(text)) {
+        const i = Math.floor(m.index / ps);
+        candidates.add(i);
+        re.lastIndex = (i + 1) * ps; // one hit is enough for a page
+      }
+      for (let i = 0; i < n; i++) this.page(buf.subarray((at + i) * ps, (at + i + 1) * ps), first + at + i, candidates.has(i));
+    }
+  }
+
+  /** Scans one page; `parse` false checks only cells that spill to overflow pages. */
+  page(p: Buffer, pgno: number, parse = true): void {
+    const hdr = pgno === 1 ? 100 : 0;
+    const type = p[hdr];
+    if (type !== TABLE_LEAF && type !== INDEX_LEAF && type !== INDEX_INTERIOR) return; // table interiors, overflow, freelist: no values of their own
+    const cells = p.readUInt16BE(hdr + 3);
+    const ptrs = hdr + (type === INDEX_INTERIOR ? 12 : 8);
+    const u = this.header.usable;
+    const maxLocal = type === TABLE_LEAF ? this.maxLocalTable : this.maxLocalIndex;
+    for (let c = 0; c < cells && ptrs + 2 * c + 2 <= u; c++) {
+      let off = p.readUInt16BE(ptrs + 2 * c);
+      if (off < ptrs || off >= u) continue;
+      if (type === INDEX_INTERIOR) off += 4;
+      const [size, n] = varint(p, off, u);
+      if (n === 0 || size < 0) continue;
+      off += n;
+      if (type === TABLE_LEAF) {
+        const [, r] = varint(p, off, u);
+        if (r === 0) continue;
+        off += r;
+      }
+      let local = size;
+      if (size > maxLocal) {
+        const k = this.minLocal + ((size - this.minLocal) % (u - 4));
+        local = k <= maxLocal ? k : this.minLocal;
+      }
+      if (off + local > u) continue; // damaged cell: integrity_check reports it
+      if (local === size) {
+        if (parse && recordHasSecret(p.subarray(off, off + size))) return void this.suspicious.push(pgno);
+        continue;
+      }
+      if (off + local + 4 > u) continue;
+      const full = this.reassemble(p.subarray(off, off + local), p.readUInt32BE(off + local), size);
+      if (full && recordHasSecret(full)) return void this.suspicious.push(pgno);
+    }
+  }
+
+  /** A cell's whole payload: the local part, then the overflow chain from page `next`. Null when the chain is broken. */
+  private reassemble(localPart: Buffer, next: number, size: number): Buffer | null {
+    if (size > 1 << 30) return null;
+    const out = Buffer.allocUnsafe(size);
+    localPart.copy(out, 0);
+    let got = localPart.length;
+    const u = this.header.usable;
+    for (let hops = 0; got < size; hops++) {
+      if (next < 1 || next > this.header.pageCount || hops > this.header.pageCount) return null;
+      if (readSync(this.fd, this.scratch, 0, this.header.pageSize, (next - 1) * this.header.pageSize) !== this.header.pageSize) return null;
+      const take = Math.min(size - got, u - 4);
+      this.scratch.copy(out, got, 4, 4 + take);
+      got += take;
+      next = this.scratch.readUInt32BE(0);
+    }
+    return out;
+  }
+}
+
+/**
+ * Scans a whole file, or only the pages listed (1-based), for values that
+ * look like secrets. @returns the suspicious pages, or null when the database
+ * is not UTF-8 (the caller falls back to scanning rows).
+ */
+export function scanFilePages(file: string, fileSize: number, only?: number[]): number[] | null {
+  const s = new PageScanner(file, fileSize);
+  const fd = openSync(file, "r");
+  try {
+    if (!s.header.utf8) return null;
+    const ps = s.header.pageSize;
+    const b = Buffer.alloc(ps);
+    const read = (p: number) => readSync(fd, b, 0, ps, (p - 1) * ps) === ps;
+    // a changed page that is not a b-tree page may be an overflow page rewritten in place under an unchanged
+    // cell (an update to a value of the same length), whose owner we can not find from here: scan everything
+    const isBtree = (p: number) => read(p) && [TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR, TABLE_INTERIOR].includes(b[p === 1 ? 100 : 0]!);
+    if (only && only.every(isBtree)) {
+      for (const p of only) if (read(p)) s.page(b, p);
+      return s.suspicious;
+    }
+    const per = Math.max(1, Math.floor((4 << 20) / ps));
+    const buf = Buffer.alloc(per * ps);
+    for (let first = 1; first <= s.header.pageCount; first += per) {
+      const n = readSync(fd, buf, 0, buf.length, (first - 1) * ps);
+      if (n < ps) break;
+      s.pages(buf.subarray(0, n - (n % ps)), first);
+    }
+    return s.suspicious;
+  } finally {
+    closeSync(fd);
+    s.close();
+  }
+}
