@@ -23,7 +23,7 @@ import { changedPages, decodeIndex, encodeIndex, indexFileName, indexPages, page
 import { readFileSync } from "node:fs";
 import { TOOL_VERSION } from "../version.js";
 import { expandGlob } from "./glob.js";
-import { inspectInWorker } from "./inspect.js";
+import { inspectInWorker, scanChangedPages } from "./inspect.js";
 import { scanValue, type SecretFinding } from "./secrets.js";
 import { snapshotDatabase } from "./sqlite.js";
 import { captureWorkspace, treeDigest, rebuildWorkspace } from "./workspace.js";
@@ -150,7 +150,6 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
     const pageKey = pageIndexKey(agentbakHome());
     const newIndexes = new Map<string, Buffer>();
-    const changed = new Map<string, number[]>();
     let usedParent = false;
     opts.progress?.("quiescing agent");
     let captureError: unknown;
@@ -162,25 +161,6 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
         const dest = join(staging, "db", `${d.name}.sqlite`);
         await snapshotDatabase(d.name, lc.resolve(d.path), dest);
         dbFiles.set(d.name, dest);
-        const target = restoreTarget(lc, d.path, `db/${d.name}.sqlite`);
-        const base = chosen.parent ? parentIndex(repo, chosen.parent, d.name) : null;
-        if (base) {
-          // an incremental needs the new page index before the payload: it decides what goes in
-          opts.progress?.("indexing pages");
-          const ix = indexPages(dest, pageKey);
-          const ixBytes = encodeIndex(ix);
-          newIndexes.set(d.name, ixBytes);
-          const pages = changedPages(base, ix);
-          changed.set(d.name, pages);
-          const deltaFile = join(staging, "db", `${d.name}.delta`);
-          writeDelta(dest, pages, ix, deltaFile);
-          usedParent = true;
-          staged.push({
-            path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: deltaFile, target,
-            full_sha256: ix.sha256, full_size: ix.size, page_size: ix.pageSize, page_count: ix.pageCount, changed_pages: pages.length,
-            page_index_sha256: sha256hex(ixBytes),
-          });
-        } else staged.push({ path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: dest, target }); // index made while inspecting
       }
       for (const pattern of cfg.files) {
         const matches = expandGlob(lc.dir, pattern);
@@ -230,15 +210,50 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     crashStep("snapshotted");
 
     // integrity, counts, cursors, open operations and the secret scan read the snapshot copies (so they
-    // describe the same instant) in a worker thread while the payload is written; nothing is published unless they pass
+    // describe the same instant) in a worker thread while the rest is done here; nothing is published unless they pass
     opts.progress?.("checking snapshot and writing bundle");
+    const bases = new Map([...dbFiles.keys()].map((name) => [name, chosen.parent ? parentIndex(repo, chosen.parent, name) : null]));
+    const scanning = cfg.secretScan.databases !== "off";
     const inspection = inspectInWorker({
-      dbs: [...dbFiles].map(([name, file]) => (changed.has(name) ? { name, file, changedPages: changed.get(name) } : { name, file, indexKey: pageKey })),
+      // a full copy gets its page index and page scan from one read in the worker; an incremental's are made here
+      dbs: [...dbFiles].map(([name, file]) => (bases.get(name) ? { name, file, scan: false } : { name, file, indexKey: pageKey })),
       cursors: cfg.cursors,
       openOperations: cfg.openOperations,
       scan: cfg.secretScan.databases,
     });
-    inspection.catch(() => undefined); // awaited below; avoid an unhandled rejection while the payload is written
+    inspection.catch(() => undefined); // awaited below; avoid an unhandled rejection meanwhile
+    const dbStaged: StagedComponent[] = [];
+    const deltaFindings: SecretFinding[] = [];
+    try {
+      for (const d of cfg.databases) {
+        const dest = dbFiles.get(d.name)!;
+        const target = restoreTarget(lc, d.path, `db/${d.name}.sqlite`);
+        const base = bases.get(d.name);
+        if (!base) {
+          dbStaged.push({ path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: dest, target });
+          continue;
+        }
+        // an incremental needs the new page index before the payload: it decides what goes in
+        const ix = indexPages(dest, pageKey);
+        const ixBytes = encodeIndex(ix);
+        newIndexes.set(d.name, ixBytes);
+        const pages = changedPages(base, ix);
+        const deltaFile = join(staging, "db", `${d.name}.delta`);
+        writeDelta(dest, pages, ix, deltaFile);
+        usedParent = true;
+        dbStaged.push({
+          path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: deltaFile, target,
+          full_sha256: ix.sha256, full_size: ix.size, page_size: ix.pageSize, page_count: ix.pageCount, changed_pages: pages.length,
+          page_index_sha256: sha256hex(ixBytes),
+        });
+        // pages that did not change were scanned when their snapshot was made
+        if (scanning) deltaFindings.push(...scanChangedPages(dest, d.name, pages));
+      }
+    } catch (e) {
+      await inspection.catch(() => undefined);
+      throw e;
+    }
+    staged.unshift(...dbStaged);
     const payloadFile = join(staging, "payload.age");
     let written: Awaited<ReturnType<typeof writePayload>>;
     try {
@@ -251,8 +266,9 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     for (const d of ins.dbs)
       if (d.integrity.length !== 1 || d.integrity[0] !== "ok") throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${d.integrity.slice(0, 3).join("; ")}`);
     const findings: SecretFinding[] = scanValue(cfg, "config");
-    if (cfg.secretScan.databases === "refuse") findings.push(...ins.findings);
-    else warnings.push(...ins.findings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
+    const dbFindings = [...ins.findings, ...deltaFindings];
+    if (cfg.secretScan.databases === "refuse") findings.push(...dbFindings);
+    else warnings.push(...dbFindings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
     if (findings.length) throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${findings.map((f) => f.where).join(", ")}`);
     const cursors = ins.cursors;
     const openOps = ins.openOperations;

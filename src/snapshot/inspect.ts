@@ -10,14 +10,14 @@ import { statSync } from "node:fs";
 import { PageHasher, readPages, type PageIndex } from "./pages.js";
 import { PageScanner, scanFilePages } from "./pagescan.js";
 import { scanDatabase, type SecretFinding } from "./secrets.js";
-import { integrityCheck, openDefensive, tableCounts, userVersion } from "./sqlite.js";
+import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "./sqlite.js";
 
 export interface InspectInput {
   /**
-   * `changedPages`: an incremental's changed pages (1-based); only they can hold new secrets.
    * `indexKey`: compute the page index here (full backups), in the same read as the scan.
+   * `scan: false`: leave this database's secret scan to the caller (incrementals scan changed pages only).
    */
-  dbs: { name: string; file: string; changedPages?: number[]; indexKey?: Uint8Array }[];
+  dbs: { name: string; file: string; indexKey?: Uint8Array; scan?: boolean }[];
   cursors: Record<string, { database: string; sql: string }>;
   openOperations?: { database: string; sql: string };
   scan: "refuse" | "warn" | "off";
@@ -37,6 +37,28 @@ function scalar(v: unknown): string | number | null {
   return String(v);
 }
 
+/**
+ * Findings for the pages the page scan found suspicious: rows are read through
+ * SQL only to name where a value is (or for databases not in UTF-8, `null`).
+ */
+function nameSuspicious(db: DB, name: string, suspicious: number[] | null): SecretFinding[] {
+  if (suspicious !== null && !suspicious.length) return [];
+  const named = scanDatabase(db, name);
+  return named.length ? named : (suspicious ?? []).slice(0, 20).map((p) => ({ where: `database ${name}: page ${p}`, kind: "token format" }));
+}
+
+/** The secret scan of an incremental: only the pages that changed (1-based) can hold a new secret. */
+export function scanChangedPages(file: string, name: string, pages: number[]): SecretFinding[] {
+  const suspicious = scanFilePages(file, statSync(file).size, pages);
+  if (suspicious !== null && !suspicious.length) return [];
+  const db = openDefensive(file);
+  try {
+    return nameSuspicious(db, name, suspicious);
+  } finally {
+    db.close();
+  }
+}
+
 /** Runs every inspection synchronously. @throws AgentbakError(2) for bad cursor/open-operation SQL. */
 export function inspectSnapshot(input: InspectInput): InspectResult {
   const files = new Map(input.dbs.map((d) => [d.name, d.file]));
@@ -48,12 +70,11 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
   const out: InspectResult = { dbs: [], cursors: {}, openOperations: [], findings: [] };
   for (const d of input.dbs) {
     // one read of the file for the page index and the page-level secret scan
-    const scan = input.scan !== "off";
+    const scan = input.scan !== "off" && d.scan !== false;
     let index: PageIndex | undefined;
     let suspicious: number[] | null = [];
     if (d.indexKey) {
-      const size = statSync(d.file).size;
-      const scanner = scan ? new PageScanner(d.file, size) : null;
+      const scanner = scan ? new PageScanner(d.file, statSync(d.file).size) : null;
       try {
         let hasher: PageHasher | undefined;
         readPages(d.file, (run, first, pageSize) => {
@@ -66,16 +87,12 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
       } finally {
         scanner?.close();
       }
-    } else if (scan) suspicious = scanFilePages(d.file, statSync(d.file).size, d.changedPages);
+    } else if (scan) suspicious = scanFilePages(d.file, statSync(d.file).size);
     const db = openDefensive(d.file);
     try {
       const integrity = integrityCheck(db);
       out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: integrity[0] === "ok" ? tableCounts(db) : {}, integrity, index });
-      // rows are read through SQL only to name where a suspicious value is (or for databases not in UTF-8)
-      if (scan && integrity[0] === "ok" && (suspicious === null || suspicious.length)) {
-        const named = scanDatabase(db, d.name);
-        out.findings.push(...(named.length ? named : suspicious!.slice(0, 20).map((p) => ({ where: `database ${d.name}: page ${p}`, kind: "token format" }))));
-      }
+      if (scan && integrity[0] === "ok") out.findings.push(...nameSuspicious(db, d.name, suspicious));
     } finally {
       db.close();
     }
