@@ -5,7 +5,9 @@
  *   sqlite3 .backup, then tar | zstd -3 -T0 | age -r
  * and prints wall times, the ratio, throughput and agentbak's peak RSS (from
  * getrusage of the child, via python3, or /proc polling as a fallback).
- * Also times `verify --identity` and `restore` against `age -d | zstd -d | tar x`.
+ * Also times `verify --identity` and `restore`, an incremental after updating
+ * 1% of rows, and (when restic is installed) restic's full and follow-up
+ * backup of the same database copy, for the incremental's size comparison.
  */
 import { execa } from "execa";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -84,6 +86,25 @@ async function main(): Promise<void> {
     const verify = await measure(["node", bin, "verify", "latest", "--identity", join(home, "age-identity.txt")], { cwd: agent, env });
     // exit 3: completed with warnings (a credential file is absent on this machine)
     const restore = await measure(["node", bin, "restore", "latest", "--target", join(tmp, "restored"), "--yes", "--allow-rollback"], { cwd: agent, env, okCodes: [0, 3] });
+    // restic, when installed: the same database (a .backup copy) backed up, then again after the same update
+    const hasRestic = (await execa("sh", ["-c", "command -v restic"], { reject: false })).exitCode === 0;
+    const resticRepo = join(tmp, "restic-repo");
+    const resticSrc = join(tmp, "restic-src");
+    const resticEnv = { ...process.env, RESTIC_PASSWORD: "throwaway-bench-password", RESTIC_REPOSITORY: resticRepo } as Record<string, string>;
+    const duBytes = async (dir: string) => Number(String((await execa("du", ["-sb", dir])).stdout).split(/\s/)[0]);
+    const resticBackup = async () => {
+      rmSync(join(resticSrc, "state.sqlite"), { force: true });
+      await execa("sqlite3", [dbPath, `.backup '${join(resticSrc, "state.sqlite")}'`]);
+      const before = await duBytes(resticRepo);
+      const r = await measure(["restic", "backup", "-q", resticSrc], { env: resticEnv });
+      return { seconds: r.seconds, bytes: (await duBytes(resticRepo)) - before };
+    };
+    let resticFull: { seconds: number; bytes: number } | null = null;
+    if (hasRestic) {
+      mkdirSync(resticSrc);
+      await execa("restic", ["init", "-q"], { env: resticEnv });
+      resticFull = await resticBackup();
+    }
     // incremental: update 1% of the rows of every table at random, then back up again
     {
       const Database = (await import("better-sqlite3")).default;
@@ -101,7 +122,7 @@ async function main(): Promise<void> {
     }
     const inc = await measure(["node", bin, "backup", "--incremental"], { cwd: agent, env });
     const incBytes = new LocalRepository(join(agent, "backups")).list().at(-1)!.size;
-    const restic = await execa("sh", ["-c", "command -v restic"], { reject: false });
+    const resticInc = resticFull ? await resticBackup() : null;
     // the same full backup into an S3-compatible gateway, when one is configured (e.g. test/s3/ceph-start.sh)
     const s3Endpoint = process.env.AGENTBAK_BENCH_S3_ENDPOINT ?? process.env.AGENTBAK_TEST_S3_ENDPOINT;
     let s3: { seconds: number; rssMiB: number } | null = null;
@@ -134,7 +155,15 @@ async function main(): Promise<void> {
       s3_backup_seconds: s3 ? Number(fmt(s3.seconds, 3)) : null,
       s3_throughput_mib_s: s3 ? Number(fmt(dbBytes / 2 ** 20 / s3.seconds, 1)) : null,
       s3_peak_rss_mib: s3 ? Number(fmt(s3.rssMiB, 1)) : null,
-      restic: restic.exitCode === 0 ? "installed (not compared by this script)" : "not installed here",
+      restic: resticFull && resticInc
+        ? {
+            full_seconds: Number(fmt(resticFull.seconds, 3)),
+            full_mib: Number(fmt(resticFull.bytes / 2 ** 20, 1)),
+            incremental_seconds: Number(fmt(resticInc.seconds, 3)),
+            incremental_mib: Number(fmt(resticInc.bytes / 2 ** 20, 2)),
+            incremental_size_ratio: Number(fmt(resticInc.bytes / resticFull.bytes, 4)),
+          }
+        : "not installed here",
       all_agentbak_runs: ours,
       all_stock_runs: theirs,
     };
@@ -149,7 +178,9 @@ async function main(): Promise<void> {
         `restore                 ${out.restore_seconds} s  (peak RSS ${out.restore_peak_rss_mib} MiB)`,
         `incremental (1% rows)   ${out.incremental_seconds} s  (${out.incremental_time_ratio} of full), ${out.incremental_mib} MiB (${(out.incremental_size_ratio * 100).toFixed(2)}% of full), peak RSS ${out.incremental_peak_rss_mib} MiB`,
         `backup to S3 gateway    ${s3 ? `${out.s3_backup_seconds} s  (${out.s3_throughput_mib_s} MiB/s, peak RSS ${out.s3_peak_rss_mib} MiB)` : "skipped (set AGENTBAK_BENCH_S3_ENDPOINT)"}`,
-        `restic                  ${out.restic}`,
+        typeof out.restic === "string"
+          ? `restic                  ${out.restic}`
+          : `restic (same copy)      full ${out.restic.full_seconds} s, ${out.restic.full_mib} MiB; after the update ${out.restic.incremental_seconds} s, +${out.restic.incremental_mib} MiB (${(out.restic.incremental_size_ratio * 100).toFixed(2)}% of its full)`,
         "",
       ].join("\n"),
     );
