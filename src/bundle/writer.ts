@@ -5,6 +5,7 @@
  */
 import { closeSync, createReadStream, createWriteStream, fsyncSync, openSync, rmSync, statSync } from "node:fs";
 import { once } from "node:events";
+import { rm } from "node:fs/promises";
 import { pipeline } from "node:stream/promises";
 import * as tar from "tar-stream";
 import { CompressStream } from "zstd-napi";
@@ -86,10 +87,15 @@ export async function writeBundleFile(manifest: Manifest, key: SigningKey, paylo
     rmSync(outFile, { force: true });
     throw e;
   }
-  // the payload's unflushed pages would otherwise be written back along with the bundle's
-  rmSync(payloadFile, { force: true });
+  // removed beside the fsync (freeing a large file's blocks takes a while); once it is gone its unflushed pages
+  // are dropped instead of being written back along with the bundle's
+  const removed = rm(payloadFile, { force: true });
   const fd = openSync(outFile, "r+");
-  fsyncSync(fd);
-  closeSync(fd);
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+    await removed;
+  }
   return mbytes;
 }

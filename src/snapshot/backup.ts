@@ -5,6 +5,7 @@
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
 import { copyFileSync, existsSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import { crashStep } from "../crashpoint.js";
 import { hostname } from "node:os";
 import { join, relative, sep } from "node:path";
@@ -129,6 +130,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
   const agent = cfg.agent.id;
   const lock = await repo.lock(`agent-${agent}`, opts.waitMs ?? 0);
   const staging = repo.tempDir(`backup-${agent}`);
+  const removals: Promise<void>[] = [];
   try {
     crashStep("locked");
     repo.sweepTemp();
@@ -319,9 +321,9 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     if (mfind.length) throw policyError(`refusing to back up: possible secret (${mfind[0]!.kind}) in ${mfind.map((f) => f.where).join(", ")}`);
     const bundleTmp = join(staging, "bundle.agentbak");
     opts.progress?.("signing and writing bundle");
-    // staged copies are no longer needed; removed now, their dirty pages are never written to disk
-    for (const c of staged) rmSync(c.file, { force: true });
-    for (const f of dbFiles.values()) rmSync(f, { force: true });
+    // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
+    // rather than written back during the bundle's fsync
+    removals.push(...[...staged.map((c) => c.file), ...dbFiles.values()].map((f) => rm(f, { force: true })));
     const mbytes = await writeBundleFile(manifest, opts.signingKey, payloadFile, bundleTmp);
     crashStep("bundle-written");
     // reserve the sequence and record the idempotency key before publishing: a crash in between only burns a number
@@ -348,6 +350,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     crashStep("recorded");
     return receipt;
   } finally {
+    await Promise.allSettled(removals);
     rmSync(staging, { recursive: true, force: true });
     lock.release();
   }
