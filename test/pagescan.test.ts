@@ -52,6 +52,15 @@ describe("page-level secret scan", () => {
     }
   });
 
+  it("scans a value too large to hold in memory along its chain, a page at a time", () => {
+    const big = (tail: string) => db((d) => d.prepare("INSERT INTO notes (b) VALUES (?)").run("w ".repeat(3_000_000) + tail));
+    expect(scan(big("end"))).toEqual([]);
+    const p = big(token);
+    expect(scan(p)!.length).toBe(1);
+    const r = inspectSnapshot({ dbs: [{ name: "big", file: p }], cursors: {}, scan: "refuse" });
+    expect(r.findings).toEqual([{ where: "database big: notes.b rowid 3001", kind: "GitHub token" }]);
+  });
+
   it("finds a token in an index and in a WITHOUT ROWID table", () => {
     const p = db((d) => {
       d.exec("CREATE TABLE kv (k TEXT PRIMARY KEY, v INTEGER) WITHOUT ROWID");

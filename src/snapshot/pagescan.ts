@@ -14,6 +14,11 @@
 import { closeSync, openSync, readSync } from "node:fs";
 import { detectSecret, RAW_PATTERN } from "./secrets.js";
 
+/** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
+const REASSEMBLE_MAX = 4 << 20;
+/** Bytes carried from one overflow page to the next in a raw scan: longer than any token pattern needs to match. */
+const CARRY = 256;
+
 const TABLE_LEAF = 13;
 const INDEX_LEAF = 10;
 const INDEX_INTERIOR = 2;
@@ -161,27 +166,55 @@ export class PageScanner {
         continue;
       }
       if (off + local + 4 > u) continue;
-      const full = this.reassemble(p.subarray(off, off + local), p.readUInt32BE(off + local), size);
+      const next = p.readUInt32BE(off + local);
+      if (size > REASSEMBLE_MAX) {
+        // a very large value is not held in memory: its chain is scanned raw, a run at a time, and a hit leaves it to SQL
+        if (this.chainLooksSecret(p.subarray(off, off + local), next, size)) return void this.suspicious.push(pgno);
+        continue;
+      }
+      const full = this.reassemble(p.subarray(off, off + local), next, size);
       if (full && recordHasSecret(full)) return void this.suspicious.push(pgno);
     }
   }
 
+  /** Follows an overflow chain, calling `each` with each page's share of the payload; false when the chain is broken. */
+  private walkChain(next: number, remaining: number, each: (part: Buffer) => boolean | void): boolean {
+    const u = this.header.usable;
+    for (let hops = 0; remaining > 0; hops++) {
+      if (next < 1 || next > this.header.pageCount || hops > this.header.pageCount) return false;
+      if (readSync(this.fd, this.scratch, 0, this.header.pageSize, (next - 1) * this.header.pageSize) !== this.header.pageSize) return false;
+      const take = Math.min(remaining, u - 4);
+      if (each(this.scratch.subarray(4, 4 + take)) === true) return true;
+      remaining -= take;
+      next = this.scratch.readUInt32BE(0);
+    }
+    return true;
+  }
+
+  /** Whether the raw bytes of a large cell (local part and chain) hold anything token-like, with no more than a page in memory. */
+  private chainLooksSecret(localPart: Buffer, next: number, size: number): boolean {
+    const re = new RegExp(RAW_PATTERN.source);
+    let carry = localPart.toString("latin1");
+    if (re.test(carry)) return true;
+    let hit = false;
+    this.walkChain(next, size - localPart.length, (part) => {
+      const text = carry + part.toString("latin1");
+      if (re.test(text)) return (hit = true);
+      carry = text.slice(-CARRY);
+    });
+    return hit;
+  }
+
   /** A cell's whole payload: the local part, then the overflow chain from page `next`. Null when the chain is broken. */
   private reassemble(localPart: Buffer, next: number, size: number): Buffer | null {
-    if (size > 1 << 30) return null;
     const out = Buffer.allocUnsafe(size);
     localPart.copy(out, 0);
     let got = localPart.length;
-    const u = this.header.usable;
-    for (let hops = 0; got < size; hops++) {
-      if (next < 1 || next > this.header.pageCount || hops > this.header.pageCount) return null;
-      if (readSync(this.fd, this.scratch, 0, this.header.pageSize, (next - 1) * this.header.pageSize) !== this.header.pageSize) return null;
-      const take = Math.min(size - got, u - 4);
-      this.scratch.copy(out, got, 4, 4 + take);
-      got += take;
-      next = this.scratch.readUInt32BE(0);
-    }
-    return out;
+    const ok = this.walkChain(next, size - got, (part) => {
+      part.copy(out, got);
+      got += part.length;
+    });
+    return ok ? out : null;
   }
 }
 
