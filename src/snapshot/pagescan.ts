@@ -89,6 +89,7 @@ export class PageScanner {
   private readonly maxLocalIndex: number;
   private readonly minLocal: number;
   private readonly scratch: Buffer;
+  private chainBudget: number;
 
   constructor(file: string, fileSize: number) {
     this.fd = openSync(file, "r");
@@ -103,6 +104,7 @@ export class PageScanner {
     this.maxLocalIndex = Math.floor(((u - 12) * 64) / 255) - 23;
     this.minLocal = Math.floor(((u - 12) * 32) / 255) - 23;
     this.scratch = Buffer.alloc(this.header.pageSize);
+    this.chainBudget = this.header.pageCount;
   }
 
   close(): void {
@@ -180,8 +182,10 @@ export class PageScanner {
   /** Follows an overflow chain, calling `each` with each page's share of the payload; false when the chain is broken. */
   private walkChain(next: number, remaining: number, each: (part: Buffer) => boolean | void): boolean {
     const u = this.header.usable;
-    for (let hops = 0; remaining > 0; hops++) {
-      if (next < 1 || next > this.header.pageCount || hops > this.header.pageCount) return false;
+    while (remaining > 0) {
+      // in a sound file every overflow page belongs to one cell, so all chains together are at most pageCount long;
+      // beyond that the file is damaged (integrity_check says so) and chains are no longer followed
+      if (next < 1 || next > this.header.pageCount || this.chainBudget-- <= 0) return false;
       if (readSync(this.fd, this.scratch, 0, this.header.pageSize, (next - 1) * this.header.pageSize) !== this.header.pageSize) return false;
       const take = Math.min(remaining, u - 4);
       if (each(this.scratch.subarray(4, 4 + take)) === true) return true;
