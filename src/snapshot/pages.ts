@@ -89,29 +89,20 @@ export function readPages(file: string, each: (run: Buffer, first: number, pageS
   }
 }
 
-/** Page size of a database file. @throws Error when it is not an SQLite file. */
-export function filePageSize(file: string): number {
-  const fd = openSync(file, "r");
-  try {
-    return headerPageSize(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
-
 /**
  * Reads a database file once: keyed page hashes and the whole file's sha256.
  */
 export function indexPages(file: string, key: Buffer): PageIndex & { sha256: string; size: number } {
-  const hasher = new PageHasher(key, filePageSize(file));
+  let hasher: PageHasher | undefined;
   const whole = createHash("sha256");
   let size = 0;
-  readPages(file, (run) => {
-    whole.update(run);
+  const pageSize = readPages(file, (run, _first, ps) => {
+    hasher ??= new PageHasher(key, ps);
     hasher.update(run);
+    whole.update(run);
     size += run.length;
   });
-  return { ...hasher.index(), sha256: whole.digest("hex"), size };
+  return { ...(hasher ?? new PageHasher(key, pageSize)).index(), sha256: whole.digest("hex"), size };
 }
 
 /** Serialises a page index. */

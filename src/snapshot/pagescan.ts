@@ -12,6 +12,7 @@
  * falls back to scanDatabase).
  */
 import { closeSync, openSync, readSync } from "node:fs";
+import { readPages } from "./pages.js";
 import { detectSecret, RAW_PATTERN } from "./secrets.js";
 
 /** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
@@ -242,13 +243,7 @@ export function scanFilePages(file: string, fileSize: number, only?: number[]): 
       for (const p of only) if (read(p)) s.page(b, p);
       return s.suspicious;
     }
-    const per = Math.max(1, Math.floor((4 << 20) / ps));
-    const buf = Buffer.alloc(per * ps);
-    for (let first = 1; first <= s.header.pageCount; first += per) {
-      const n = readSync(fd, buf, 0, buf.length, (first - 1) * ps);
-      if (n < ps) break;
-      s.pages(buf.subarray(0, n - (n % ps)), first);
-    }
+    readPages(file, (run, first) => s.pages(run, first));
     return s.suspicious;
   } finally {
     closeSync(fd);
