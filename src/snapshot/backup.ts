@@ -246,7 +246,6 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
         dbStaged.push({
           path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: deltaFile, target,
           full_sha256: ix.sha256, full_size: ix.size, page_size: ix.pageSize, page_count: ix.pageCount, changed_pages: pages.length,
-          page_index_sha256: sha256hex(ixBytes),
         });
         // pages that did not change were scanned when their snapshot was made
         if (scanning) deltaFindings.push(...scanChangedPages(dest, d.name, pages));
@@ -276,6 +275,7 @@ export async function runBackup(lc: LoadedConfig, opts: BackupOptions): Promise<
     const openOps = ins.openOperations;
     const byName = new Map(ins.dbs.map((d) => [d.name, d]));
     for (const d of ins.dbs) if (d.index) newIndexes.set(d.name, encodeIndex(d.index));
+    // every database's page index is in newIndexes by now (made here for an incremental, in the worker for a full copy)
     const components = written.components.map((c) =>
       c.kind === "sqlite" || c.kind === "sqlite-delta"
         ? { ...c, records: byName.get(c.name)!.records, schema_version: byName.get(c.name)!.schemaVersion, page_index_sha256: sha256hex(newIndexes.get(c.name)!) }
