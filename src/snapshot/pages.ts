@@ -31,7 +31,7 @@ export interface PageIndex {
 }
 
 /** Page size from a database file header (offset 16, big-endian; 1 means 65536). */
-function headerPageSize(fd: number): number {
+export function headerPageSize(fd: number): number {
   const h = Buffer.alloc(100);
   readSync(fd, h, 0, 100, 0);
   if (h.subarray(0, 16).toString("latin1") !== "SQLite format 3\0") throw new Error("not an SQLite database");

@@ -4,7 +4,8 @@
  * checks every text value for token formats, without decoding rows through
  * SQL. A page is parsed only when its raw bytes hold something token-like;
  * cells whose payload spills to overflow pages are reassembled by following
- * the chain, so a value split across pages is still seen whole.
+ * the chain (values over 4 MiB are scanned raw along it instead), so a value
+ * split across pages is still seen whole.
  *
  * It says which pages hold a suspicious value, not which table or rowid:
  * scanDatabase names those, and runs only when this finds something.
@@ -12,7 +13,7 @@
  * falls back to scanDatabase).
  */
 import { closeSync, openSync, readSync } from "node:fs";
-import { readPages } from "./pages.js";
+import { headerPageSize, readPages } from "./pages.js";
 import { detectSecret, RAW_PATTERN } from "./secrets.js";
 
 /** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
@@ -34,11 +35,9 @@ export interface PageScanHeader {
 
 /** Reads what the scan needs from a database file header. @throws Error when it is not an SQLite file. */
 export function readScanHeader(fd: number, fileSize: number): PageScanHeader {
+  const pageSize = headerPageSize(fd);
   const h = Buffer.alloc(100);
   readSync(fd, h, 0, 100, 0);
-  if (h.subarray(0, 16).toString("latin1") !== "SQLite format 3\0") throw new Error("not an SQLite database");
-  const raw = h.readUInt16BE(16);
-  const pageSize = raw === 1 ? 65536 : raw;
   return { pageSize, usable: pageSize - h[20]!, pageCount: Math.floor(fileSize / pageSize), utf8: h.readUInt32BE(56) <= 1 };
 }
 
@@ -238,13 +237,26 @@ export function scanFilePages(file: string, fileSize: number, only?: number[]): 
     const read = (p: number) => readSync(fd, b, 0, ps, (p - 1) * ps) === ps;
     // a changed page that is not a b-tree page may be an overflow page rewritten in place under an unchanged
     // cell (an update to a value of the same length), whose owner we can not find from here: scan everything
-    const isBtree = (p: number) => read(p) && [TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR, TABLE_INTERIOR].includes(b[p === 1 ? 100 : 0]!);
-    if (only && only.every(isBtree)) {
-      for (const p of only) if (read(p)) s.page(b, p);
-      return s.suspicious;
+    const btree = (p: number) => [TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR, TABLE_INTERIOR].includes(b[p === 1 ? 100 : 0]!);
+    if (only) {
+      let all = true;
+      for (const p of only) {
+        if (!read(p) || !btree(p)) {
+          all = false;
+          break;
+        }
+        s.page(b, p);
+      }
+      if (all) return s.suspicious;
     }
-    readPages(file, (run, first) => s.pages(run, first));
-    return s.suspicious;
+    // the whole file, with a fresh scanner (and a fresh budget for overflow chains)
+    const whole = only ? new PageScanner(file, fileSize) : s;
+    try {
+      readPages(file, (run, first) => whole.pages(run, first));
+      return whole.suspicious;
+    } finally {
+      if (whole !== s) whole.close();
+    }
   } finally {
     closeSync(fd);
     s.close();
