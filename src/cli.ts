@@ -36,6 +36,26 @@ const cfgOpt = () => new Option("-c, --config <file>", "config file (default ./a
 const repoOpt = () => new Option("--repo <path>", "repository (overrides AGENTBAK_REPOSITORY and config)");
 const jsonOpt = () => new Option("--json", "machine-readable result on stdout");
 
+/** Writes a command's result: one JSON document on stdout with --json, else the human rendering. */
+async function show<R>(o: { json?: boolean }, r: R, human: (r: R) => void): Promise<void> {
+  const ui = await import("./ui/output.js");
+  if (o.json) ui.emitJson(r);
+  else human(r);
+}
+
+const render = () => import("./ui/render.js");
+
+/** Runs `fn` with a spinner on a TTY (none otherwise), passing it the spinner's text setter. */
+async function withProgress<R>(text: string, fn: (progress: (t: string) => void) => Promise<R>): Promise<R> {
+  const ui = await import("./ui/output.js");
+  const p = ui.progress(text);
+  try {
+    return await fn((t) => p.update(t));
+  } finally {
+    p.stop();
+  }
+}
+
 /** Builds the program; `result` receives the exit code of the action that ran. */
 export function buildProgram(result: { code: ExitCode }): Command {
   const program = new Command("agentbak")
@@ -55,39 +75,26 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak keygen --out ./keys --principal ops@acme"],
   ).action(async (o) => {
     const { keygen } = await import("./commands/keygen.js");
-    const r = await keygen(o);
-    const ui = await import("./ui/output.js");
-    if (o.json) ui.emitJson(r);
-    else {
-      ui.ok(`keys written to ${r.dir}`);
-      ui.say(`  recipient: ${r.recipient}`);
-      ui.say(`  signer:    ${r.principal} ${r.signerFingerprint}`);
-    }
+    await show(o, await keygen(o), (await render()).keygen);
   });
 
   help(
     program
       .command("init")
-      .description("write agentbak.json, create a local repository, and generate keys if none")
+      .description("write agentbak.json (unless it exists), create the repository it names (idempotent), and generate keys if none")
       .option("--dir <dir>", "folder for agentbak.json", ".")
+      .addOption(cfgOpt())
       .option("--agent-id <id>", "agent id")
       .option("--tenant <t>", "tenant")
-      .option("--repo <path>", "repository path (relative to the config)", "./backups")
+      .option("--repo <path>", "repository: a folder (relative to the config) or s3://BUCKET/PREFIX (default ./backups)")
       .option("--database <name=path...>", "SQLite database(s) to back up")
       .option("--workspace <path>", "git workspace of the agent")
       .option("-y, --yes", "accept defaults; never prompt")
       .addOption(jsonOpt()),
-    ["agentbak init --agent-id billing-agent --tenant acme --database state=state/agent.sqlite --workspace workspace --yes"],
+    ["agentbak init --agent-id billing-agent --tenant acme --database state=state/agent.sqlite --workspace workspace --yes", "agentbak init -c /srv/agents/billing/agentbak.json   # create the repository a hand-written config names"],
   ).action(async (o) => {
     const { init } = await import("./commands/init.js");
-    const r = await init({ ...o, agentId: o.agentId });
-    const ui = await import("./ui/output.js");
-    if (o.json) ui.emitJson(r);
-    else {
-      ui.ok(`wrote ${r.config}`);
-      ui.say(`  repository: ${r.repository}`);
-      ui.say(`  keys:       ${r.home}${r.keysCreated ? " (generated)" : ""}`);
-    }
+    await show(o, await init(o), (await render()).init);
   });
 
   help(
@@ -104,20 +111,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .addOption(jsonOpt()),
     ["agentbak backup", "agentbak backup --incremental", "agentbak backup --idempotency-key \"$CI_JOB_ID\" --json"],
   ).action(async (o) => {
-    const ui = await import("./ui/output.js");
     const { backup } = await import("./commands/backup.js");
-    const p = ui.progress("starting backup");
-    let r;
-    try {
-      r = await backup({ ...o, progress: (t: string) => p.update(t) });
-    } finally {
-      p.stop();
-    }
-    if (o.json) ui.emitJson(r);
-    else if (ui.isTTY() || r.repeated) {
-      ui.ok(`${r.repeated ? "already backed up" : "backed up"} ${r.agent_id} as ${r.snapshot_id} (sequence ${r.sequence}, ${r.size} bytes)`);
-      ui.say(`  ${r.path}`);
-    }
+    const r = await withProgress("starting backup", (progress) => backup({ ...o, progress }));
+    await show(o, r, (await render()).backup);
+    const ui = await import("./ui/output.js");
     for (const w of r.warnings) ui.warn(w);
     if (r.warnings.length) result.code = Exit.warnings;
   });
@@ -128,18 +125,13 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .description("list bundles; only those whose signature verifies are restorable")
       .addOption(cfgOpt())
       .addOption(repoOpt())
-      .option("--agent <id>", "only this agent")
+      .option("--agent <id>", "only this agent (default: the config's)")
+      .option("--tenant <t>", "only this tenant (default: the config's)")
       .addOption(jsonOpt()),
-    ["agentbak snapshots", "agentbak snapshots --repo /srv/backups --agent billing-agent --json"],
+    ["agentbak snapshots", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json"],
   ).action(async (o) => {
     const { snapshots } = await import("./commands/snapshots.js");
-    const list = await snapshots(o);
-    const ui = await import("./ui/output.js");
-    if (o.json) return ui.emitJson(list);
-    ui.table(
-      ["SNAPSHOT", "AGENT", "SEQ", "CREATED", "SIZE", "STATUS"],
-      list.map((e) => [e.snapshot_id, e.agent_id, String(e.sequence ?? "-"), e.created_at ?? "-", String(e.size), e.status === "ok" ? "ok" : `${e.status}: ${e.problem}`]),
-    );
+    await show(o, await snapshots(o), (await render()).snapshots);
   });
 
   help(
@@ -150,15 +142,13 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--identity <file>", "age identity file: decrypt and check every component")
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's)")
       .addOption(jsonOpt()),
-    ["agentbak verify latest", "agentbak verify ./20261129T120000000Z-1a2b3c4d.agentbak --identity key.txt --json"],
+    ["agentbak verify latest", "agentbak verify 20261129T12 --identity key.txt   # a unique id prefix", "agentbak verify ./20261129T120000000Z-1a2b3c4d.agentbak --identity key.txt --json"],
   ).action(async (ref, o) => {
     const { verify } = await import("./commands/verify.js");
-    const r = await verify(ref, o);
-    const ui = await import("./ui/output.js");
-    if (o.json) return ui.emitJson(r);
-    for (const c of r.checks) ui.ok(`${c.name}: ${c.detail}`);
-    ui.say(`${r.snapshot_id} verified${r.deep ? "" : " (pass --identity to check the contents too)"}`);
+    await show(o, await verify(ref, o), (await render()).verify);
   });
 
   help(
@@ -177,7 +167,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--agent <id>", "expected agent id (default: the config's)")
       .option("--tenant <t>", "expected tenant (default: the config's)")
       .option("--request-id <id>", "the same id again returns the first result")
-      .option("--before <timestamp>", "with latest: the newest snapshot created before this time")
+      .option("--before <timestamp>", "only a snapshot created before this time (with latest: the newest such)")
       .addOption(jsonOpt()),
     ["agentbak restore latest --target /srv/agents/billing-restored --dry-run", "agentbak restore 20261129T120000000Z-1a2b3c4d --target ./restored --yes --request-id INC-1234 --json"],
   ).action(async (ref, o) => {
@@ -191,10 +181,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
         return ui.confirm("Restore this snapshot?", "--yes");
       },
     });
-    if (o.json) ui.emitJson(r);
-    else if (!r.restored) renderPlan(r.plan);
-    else ui.ok(`${r.repeated ? "already restored" : "restored"} ${r.plan.snapshot_id} into ${r.plan.target} at generation ${r.generation}; the agent is suspended until "agentbak activate --target ${r.plan.target}"`);
-    if (!o.json) for (const w of r.warnings) ui.warn(w);
+    await show(o, r, (await render()).restore);
     if (r.warnings.length && r.restored) result.code = Exit.warnings;
   });
 
@@ -209,14 +196,15 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak activate --target ./restored --yes"],
   ).action(async (o) => {
     const ui = await import("./ui/output.js");
-    const { activate } = await import("./restore/activate.js");
-    const r = await activate(o.target, o.repo, async (rec) => {
-      if (o.yes) return true;
-      for (const op of rec.open_operations) ui.warn(`open operation ${op.id} (key ${op.idempotency_key}) was sent without a receipt`);
-      return ui.confirm(`Is the original ${rec.agent_id} runtime stopped, and are its open operations reconciled or accepted?`, "--yes");
+    const { activate } = await import("./commands/activate.js");
+    const r = await activate({
+      ...o,
+      confirm: async (rec) => {
+        for (const op of rec.open_operations) ui.warn(`open operation ${op.id} (key ${op.idempotency_key}) was sent without a receipt`);
+        return ui.confirm(`Is the original ${rec.agent_id} runtime stopped, and are its open operations reconciled or accepted?`, "--yes");
+      },
     });
-    if (o.json) ui.emitJson(r);
-    else ui.ok(r.already_active ? `${r.agent_id} at ${o.target} is already active` : `activated ${r.agent_id} at generation ${r.generation}`);
+    await show(o, r, (await render()).activate);
   });
 
   const fence = program.command("fence").description("fencing generations of restored agents");
@@ -230,49 +218,31 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .addOption(jsonOpt()),
     ["agentbak fence check --target ./restored --generation \"$(cat ./restored/.agentbak/generation)\""],
   ).action(async (o) => {
-    const ui = await import("./ui/output.js");
-    const { fenceCheck } = await import("./restore/activate.js");
-    const n = Number(o.generation);
-    if (!Number.isSafeInteger(n) || n < 0) {
-      const { usageError } = await import("./errors.js");
-      throw usageError(`--generation: not a whole number: ${o.generation}`);
-    }
-    const r = await fenceCheck(o.target, n, o.repo);
-    if (o.json) ui.emitJson(r);
-    else ui.ok(`generation ${r.generation} is current`);
+    const { fence } = await import("./commands/activate.js");
+    await show(o, await fence(o), (await render()).fence);
   });
 
   help(
     program
       .command("drill")
       .description("prove a bundle recovers: restore into a temp folder, check, replay crash points against the worker")
-      .argument("<snapshot>", "snapshot id, latest, random, or a bundle file")
+      .argument("<snapshot>", "snapshot id (or a unique prefix), latest, random, or a bundle file")
       .requiredOption("--spec <file>", "drill spec (drills/NAME.json)")
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--identity <file>", "age identity file")
-      .option("--report <file>", "append-only report (default REPO/drills/report.jsonl)")
+      .option("--report <file>", "append-only report file (default: the agent's report in the repository)")
       .option("--no-report", "do not append a report entry")
       .option("--junit <file>", "write JUnit XML")
       .option("--within <duration>", "with random: pick among snapshots this recent", "7d")
       .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's)")
       .addOption(jsonOpt()),
     ["agentbak drill latest --spec drills/reference-agent.json", "agentbak drill random --within 7d --spec drills/reference-agent.json --junit drill.xml --json"],
   ).action(async (ref, o) => {
-    const ui = await import("./ui/output.js");
     const { drill } = await import("./commands/drill.js");
-    const p = ui.progress("drill");
-    let r;
-    try {
-      r = await drill(ref, { ...o, progress: (t: string) => p.update(t) });
-    } finally {
-      p.stop();
-    }
-    if (o.json) ui.emitJson(r);
-    else {
-      const { renderDrill } = await import("./ui/drill.js");
-      renderDrill(r);
-    }
+    const r = await withProgress("drill", (progress) => drill(ref, { ...o, progress }));
+    await show(o, r, (await import("./ui/drill.js")).renderDrill);
     result.code = !r.ok ? Exit.drillFailed : r.warnings ? Exit.warnings : Exit.ok;
   });
 
@@ -281,17 +251,16 @@ export function buildProgram(result: { code: ExitCode }): Command {
     report
       .command("verify")
       .description("check a drill report's hash chain and signatures; names the first bad entry")
-      .argument("<file>", "report file (JSON Lines)")
+      .argument("[file]", "report file (JSON Lines); default: the agent's report in the repository")
       .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's)")
       .addOption(jsonOpt()),
-    ["agentbak report verify backups/drills/report.jsonl"],
+    ["agentbak report verify", "agentbak report verify ./drill-report.jsonl --json"],
   ).action(async (file, o) => {
-    const ui = await import("./ui/output.js");
-    const { verifyReport } = await import("./drill/report.js");
-    const { context } = await import("./commands/common.js");
-    const r = verifyReport(file, context(o, false).trust);
-    if (o.json) ui.emitJson(r);
-    else ui.ok(`${r.entries} entries verified; head ${r.head_sha256.slice(0, 16)}…`);
+    const { reportVerify } = await import("./commands/report.js");
+    await show(o, await reportVerify(file, o), (await render()).reportVerify);
   });
 
   help(
@@ -301,6 +270,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's, or the agent's only tenant)")
       .option("--keep-last <n>", "keep the N newest")
       .option("--keep-hourly <n>", "keep the newest of each of the last N hours with a snapshot")
       .option("--keep-daily <n>", "... days")
@@ -309,37 +279,32 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--keep-yearly <n>", "... years")
       .option("--keep-within <duration>", "keep everything within this of the newest snapshot (e.g. 2d)")
       .option("--dry-run", "show what would be kept and removed")
-      .option("--prune", "also remove leftovers: page indexes of removed bundles, temp files")
+      .option("--prune", "also remove leftovers: uncommitted bundles and page indexes, temp files, incomplete uploads")
       .option("--wait <duration>", "wait for the agent lock")
       .addOption(jsonOpt()),
     ["agentbak forget --keep-last 10 --keep-daily 30 --dry-run", "agentbak forget --prune --json"],
   ).action(async (o) => {
-    const ui = await import("./ui/output.js");
     const { forget } = await import("./commands/forget.js");
     const r = await forget(o);
     if (r.not_removed.length) result.code = Exit.warnings;
-    if (o.json) return ui.emitJson(r);
-    for (const k of r.kept) ui.say(`keep    ${k.snapshot_id}  ${ui.dim(k.reasons.join("; "))}`);
-    for (const id of r.removed) ui.say(`${r.dry_run ? "would remove" : "remove"}  ${id}`);
-    for (const n of r.not_removed) ui.warn(`not removed ${n.snapshot_id}: ${n.reason}`);
+    await show(o, r, (await render()).forget);
   });
 
   help(
     program
       .command("compact")
       .description("rewrite an incremental snapshot as a full one so older links can be forgotten")
-      .argument("<snapshot>", "snapshot id or latest")
+      .argument("<snapshot>", "snapshot id (or a unique prefix) or latest")
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--identity <file>", "age identity file (the chain must be decrypted)")
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's)")
       .addOption(jsonOpt()),
     ["agentbak compact latest --identity key.txt"],
   ).action(async (ref, o) => {
-    const ui = await import("./ui/output.js");
     const { compact } = await import("./commands/compact.js");
-    const r = await compact(ref, o);
-    if (o.json) ui.emitJson(r);
-    else ui.ok(r.already_full ? `${r.snapshot_id} is already a full snapshot` : `compacted ${r.replaces} into ${r.snapshot_id}`);
+    await show(o, await compact(ref, o), (await render()).compact);
   });
 
   help(
@@ -353,30 +318,24 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .addOption(jsonOpt()),
     ["agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json"],
   ).action(async (o) => {
-    const ui = await import("./ui/output.js");
     const { schedule } = await import("./commands/schedule.js");
-    const r = schedule(o);
-    if (o.json) return ui.emitJson(r);
-    ui.out(r.crontab.join("\n") + "\n");
-    for (const [name, body] of Object.entries(r.systemd)) ui.out(`\n# --- ${name} ---\n${body}`);
+    await show(o, schedule(o), (await render()).schedule);
   });
 
   help(
     program
       .command("copy")
-      .description("replicate signed bundles between repositories (local or s3://), verifying each on arrival")
+      .description("replicate signed bundles between repositories (folders or s3://), verifying each on arrival")
       .argument("[snapshot...]", "snapshot ids (default: every verified snapshot)")
       .requiredOption("--from <repo>", "source repository")
-      .requiredOption("--to <repo>", "destination repository")
+      .requiredOption("--to <repo>", "destination repository (created if missing)")
       .option("--agent <id>", "only this agent")
+      .option("--tenant <t>", "only this tenant")
       .addOption(jsonOpt()),
     ["agentbak copy --from ./backups --to s3://backups-eu/agents", "agentbak copy --from s3://a/x --to s3://b/x 20261129T120000000Z-1a2b3c4d"],
   ).action(async (ids, o) => {
-    const ui = await import("./ui/output.js");
     const { copy } = await import("./commands/copy.js");
-    const r = await copy({ from: o.from, to: o.to, snapshots: ids, agent: o.agent });
-    if (o.json) return ui.emitJson(r);
-    ui.ok(`copied ${r.copied.length}, already there ${r.skipped.length} (${r.from} -> ${r.to})`);
+    await show(o, await copy({ ...o, snapshots: ids }), (await render()).copy);
   });
 
   program
@@ -384,8 +343,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
     .description("print the JSON Schema of agentbak.json")
     .action(async () => {
       const { configJsonSchema } = await import("./config/schema.js");
-      const ui = await import("./ui/output.js");
-      ui.emitJson(configJsonSchema());
+      await show({ json: true }, configJsonSchema(), () => undefined);
     });
 
   return program;

@@ -3,6 +3,8 @@
  * its documented exit code; only src/main.ts turns one into a process exit.
  */
 
+import type { z } from "zod";
+
 /** Exit codes from DESIGN.md; unknown codes mean failure. */
 export const Exit = {
   ok: 0,
@@ -47,4 +49,15 @@ export function wrap(err: unknown, context: string): AgentbakError {
   const detail = e?.code && e?.path ? `${e.code} ${e.path}` : e?.message ?? String(err);
   const code = e?.code === "ENOENT" ? Exit.notFound : Exit.failure;
   return new AgentbakError(code, `${context}: ${detail}`, { cause: err });
+}
+
+/** Formats zod issues as `path.to.key: message`, joined with "; ". */
+export function formatIssues(issues: z.core.$ZodIssue[]): string {
+  return issues
+    .map((i) => {
+      const path = i.path.length ? i.path.join(".") : "(root)";
+      if (i.code === "unrecognized_keys") return `${path}: unknown key(s) ${i.keys.map((k) => `"${k}"`).join(", ")}`;
+      return `${path}: ${i.message}`;
+    })
+    .join("; ");
 }

@@ -2,7 +2,7 @@
  * Durable file-system primitives: write to a temp name, fsync, rename, fsync
  * the directory. Shared by keys, repository and restore.
  */
-import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { basename, dirname, join } from "node:path";
 
@@ -66,4 +66,65 @@ export function publishExclusive(tmp: string, path: string): void {
   linkSync(tmp, path);
   unlinkSync(tmp);
   fsyncDir(dirname(path));
+}
+
+/** Whether a process with this pid exists (EPERM means it does). */
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/**
+ * Creates a private folder `<parent>/<tag>-<pid>-<random>`. The owner's pid is
+ * in the name from the first instant, so a folder left by kill -9 is always
+ * recognisable to sweepDead.
+ */
+export function pidDir(parent: string, tag: string): string {
+  mkdirSync(parent, { recursive: true });
+  const d = join(parent, `${tag}-${process.pid}-${randomBytes(4).toString("hex")}`);
+  mkdirSync(d, { mode: 0o700 });
+  return d;
+}
+
+/**
+ * Removes entries of `parent` named `<tag>-<pid>-<hex>` (or `.tmp-<name>-<pid>-<hex>`
+ * files) whose process is gone. @returns how many were removed.
+ */
+export function sweepDead(parent: string, tag: string): number {
+  let names: string[];
+  try {
+    names = readdirSync(parent);
+  } catch {
+    return 0;
+  }
+  let n = 0;
+  for (const e of names) {
+    if (!e.startsWith(tag)) continue;
+    const pid = Number(e.match(/-(\d+)-[0-9a-f]{8}$/)?.[1]);
+    if (pid && pid !== process.pid && !pidAlive(pid)) {
+      rmSync(join(parent, e), { recursive: true, force: true });
+      n++;
+    }
+  }
+  return n;
+}
+
+/** fsyncs every file and folder under `dir`, then `dir` itself. */
+export function fsyncTree(dir: string): void {
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    const p = join(e.parentPath, e.name);
+    if (e.isFile() || e.isDirectory()) {
+      const fd = openSync(p, "r");
+      try {
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    }
+  }
+  fsyncDir(dir);
 }

@@ -15,7 +15,7 @@ beforeAll(async () => {
 afterAll(() => a.cleanup());
 
 const bundles = (t: TestAgent) => {
-  const d = join(t.repo, "agents", "billing-agent");
+  const d = join(t.repo, "tenants", "acme", "agents", "billing-agent", "snapshots");
   return existsSync(d) ? readdirSync(d).filter((f) => f.endsWith(".agentbak")) : [];
 };
 
@@ -53,7 +53,7 @@ describe("keygen and init", () => {
     const r = await run(["init", "--dir", d, "--agent-id", "x1", "--tenant", "acme", "--yes", "--json"], { env: { AGENTBAK_HOME: home } });
     expect(r.code).toBe(0);
     const out = json(r);
-    expect(out.keysCreated).toBe(true);
+    expect(out.keys_created).toBe(true);
     const cfg = JSON.parse(readFileSync(join(d, "agentbak.json"), "utf8"));
     expect(cfg.agent).toEqual({ id: "x1", tenant: "acme" });
     expect(cfg.recipients[0]).toBe(readFileSync(join(home, "age-recipient.txt"), "utf8").trim());

@@ -75,8 +75,8 @@ describe("I/O faults", () => {
     if (!(await mount("size=1m"))) return ctx.skip();
     try {
       const repo = join(mnt(), "repo");
-      const { LocalRepository } = await import("../dist/repository/local.js");
-      new LocalRepository(repo).init();
+      const { Repository } = await import("../dist/repository/repository.js");
+      await Repository.init(repo);
       const r = await a.run(["backup", "--repo", repo]);
       expect(r.code).toBe(1);
       expect(r.stderr).toMatch(/ENOSPC|disk is full/);

@@ -55,8 +55,8 @@ export async function makeAgent(opts: { sizeMb?: number; seed?: number; agentId?
   mkdirSync(dir);
   const g = generateAgent(dir, { recipient, sizeMb: opts.sizeMb ?? 2, seed: opts.seed ?? 1, agentId: opts.agentId, tenant: opts.tenant });
   const repo = join(dir, "backups");
-  const { LocalRepository } = await import("../dist/repository/local.js");
-  new LocalRepository(repo).init();
+  const init = await run(["init"], { cwd: dir, env });
+  if (init.code !== 0) throw new Error(`init failed: ${init.stderr}`);
   return {
     tmp,
     home,

@@ -74,14 +74,14 @@ describe("incremental chains", () => {
       const r = await a.run(["restore", p.id, "--target", t, "--yes", "--allow-rollback"]);
       expect([0, 3], r.stderr).toContain(r.code);
       expect(await dump(join(t, "state/agent.sqlite"))).toBe(p.dump);
-      const m = manifestOf(join(a.repo, "agents/billing-agent", `${p.id}.agentbak`));
+      const m = manifestOf(join(a.repo, "tenants/acme/agents/billing-agent/snapshots", `${p.id}.agentbak`));
       const c = m.components.find((x: any) => x.name === "state");
       expect(sha(join(t, "state/agent.sqlite"))).toBe(c.full_sha256 ?? c.sha256);
     }
   });
 
   it("a missing link or a substituted link fails verification with 13", async () => {
-    const dir = join(a.repo, "agents/billing-agent");
+    const dir = join(a.repo, "tenants/acme/agents/billing-agent/snapshots");
     const mid = join(dir, `${points[2]!.id}.agentbak`);
     const aside = join(a.tmp, "aside.agentbak");
     renameSync(mid, aside);
@@ -117,7 +117,7 @@ describe("incremental chains", () => {
   });
 
   it("an unverifiable parent (damaged payload) forces a full snapshot instead of building on it", async () => {
-    const dir = join(a.repo, "agents/billing-agent");
+    const dir = join(a.repo, "tenants/acme/agents/billing-agent/snapshots");
     const parent = join(dir, `${points.at(-1)!.id}.agentbak`);
     const original = readFileSync(parent);
     const damaged = Buffer.from(original);
@@ -149,7 +149,7 @@ describe("incremental chains", () => {
 describe("forget", () => {
   it("keeps what kept chains need and the newest drilled snapshot; reports what it could not verify", async () => {
     const all = json(await a.run(["snapshots", "--json"]));
-    const dir = join(a.repo, "agents/billing-agent");
+    const dir = join(a.repo, "tenants/acme/agents/billing-agent/snapshots");
     // a drill passes on the oldest snapshot
     const d = await a.run(["drill", all[0].snapshot_id, "--spec", join(process.cwd(), "drills/checks-only.json"), "--identity", a.identity]);
     expect([0, 3]).toContain(d.code);

@@ -11,7 +11,7 @@ import { json, makeAgent, run, type TestAgent } from "./helpers.js";
 import { craft, manifestOf, payloadFrom, makeTar, ageEncrypt } from "./craft.js";
 import { compress } from "zstd-napi";
 import { verifyMessage, NS } from "../dist/crypto/sshsig.js";
-import { treeDigest } from "../dist/snapshot/workspace.js";
+import { treeDigest } from "../dist/state/workspace.js";
 
 const sha = (p: string) => createHash("sha256").update(readFileSync(p)).digest("hex");
 
@@ -67,10 +67,10 @@ describe("restore", () => {
   });
 
   it("appends a signed receipt to the audit log, without state contents", () => {
-    const lines = readFileSync(join(a.repo, "audit.log"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const lines = readFileSync(join(a.repo, "tenants/acme/agents/billing-agent/audit.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
     const e = lines.find((l) => l.event === "restore");
     expect(e.receipt).toMatchObject({ snapshot_id: second.snapshot_id, generation: 1, activation: "suspended" });
-    const pub = verifyMessage(e.signature, NS.receipt, Buffer.from(canonicalize(e.receipt)!));
+    const pub = verifyMessage(e.receipt_signature, NS.receipt, Buffer.from(canonicalize(e.receipt)!));
     expect(pub.length).toBe(32);
     expect(JSON.stringify(lines)).not.toContain("Dear customer");
   });
@@ -188,7 +188,11 @@ describe("restore policy refusals (exit 14, target untouched)", () => {
   it("another tenant, and a schema newer than this runtime supports", async () => {
     const cfg = JSON.parse(readFileSync(a.config, "utf8"));
     writeFileSync(join(a.dir, "other-tenant.json"), JSON.stringify({ ...cfg, agent: { ...cfg.agent, tenant: "globex" } }));
-    await refused(["latest", "-c", "other-tenant.json"], /tenant "acme", target is tenant "globex"/);
+    // another tenant's snapshot never resolves as latest; offered as a file it is refused by policy
+    const none = await a.run(["restore", "latest", "--target", join(a.tmp, "other-tenant"), "--yes", "-c", "other-tenant.json"]);
+    expect(none.code, none.stderr).toBe(10);
+    expect(none.stderr).toMatch(/no verified snapshot in tenant globex, agent billing-agent/);
+    await refused([json(await a.run(["snapshots", "--json"])).at(-1).path, "-c", "other-tenant.json"], /tenant "acme", target is tenant "globex"/);
     writeFileSync(join(a.dir, "old-runtime.json"), JSON.stringify({ ...cfg, runtime: { ...cfg.runtime, maxSchemaVersion: 2 } }));
     await refused(["latest", "-c", "old-runtime.json"], /schema version 3 is newer than this runtime supports \(2\)/);
   });

@@ -23,6 +23,8 @@ beforeAll(async () => {
   a = await makeAgent({ sizeMb: 3 });
   bucket = `e2e-${randomBytes(4).toString("hex")}`;
   await makeBucket(bucket);
+  const i = await a.run(["init", "--repo", `s3://${bucket}/fleet`], s3env());
+  if (i.code !== 0) throw new Error(i.stderr);
 });
 afterAll(() => a?.cleanup());
 
@@ -34,7 +36,7 @@ describe.skipIf(!endpoint)("s3:// repositories", () => {
     const b = await a.run(["backup", "--repo", repo(), "--json"], s3env());
     expect(b.code, b.stderr).toBe(0);
     first = json(b);
-    expect(first.path).toBe(`${repo()}/agents/billing-agent/${first.snapshot_id}.agentbak`);
+    expect(first.path).toBe(`${repo()}/tenants/acme/agents/billing-agent/snapshots/${first.snapshot_id}.agentbak`);
     const s = json(await a.run(["snapshots", "--repo", repo(), "--json"], s3env()));
     expect(s.map((e: any) => [e.snapshot_id, e.status])).toEqual([[first.snapshot_id, "ok"]]);
     const v = await a.run(["verify", "latest", "--repo", repo(), "--identity", a.identity, "--json"], s3env());
@@ -64,7 +66,7 @@ describe.skipIf(!endpoint)("s3:// repositories", () => {
     try {
       const rs = await Promise.all([big.run(["backup", "--repo", repo(), "--json"], s3env()), big.run(["backup", "--repo", repo(), "--json"], s3env())]);
       expect(rs.map((r) => r.code).sort()).toEqual([0, 11]);
-      expect(rs.find((r) => r.code === 11)!.stderr).toMatch(/locked \(agent-billing-agent\) by pid \d+/);
+      expect(rs.find((r) => r.code === 11)!.stderr).toMatch(/locked \(agent lock of acme\/billing-agent in s3:\/\/\S+\) by pid \d+/);
     } finally {
       big.cleanup();
     }
@@ -99,12 +101,12 @@ describe.skipIf(!endpoint)("s3:// repositories", () => {
     expect((await a.run(["activate", "--target", t1, "--yes"], s3env())).code).toBe(14);
     expect((await a.run(["activate", "--target", t2, "--yes"], s3env())).code).toBe(0);
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = "true";
-    const { S3Store } = await import("../dist/repository/store.js");
+    const { S3Store } = await import("../dist/storage/s3.js");
     process.env.AGENTBAK_S3_ENDPOINT = endpoint;
     const st = await new S3Store(repo()).init();
-    const audits = await Promise.all((await st.list("audit/")).map(async (k) => JSON.parse(String(await st.get(k)))));
+    const audits = String(await st.get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
     expect(audits.filter((e) => e.event === "restore").length).toBeGreaterThanOrEqual(2);
-    expect(audits.find((e) => e.event === "restore").signature).toMatch(/BEGIN SSH SIGNATURE/);
+    expect(audits.find((e) => e.event === "restore").receipt_signature).toMatch(/BEGIN SSH SIGNATURE/);
   });
 
   it("incrementals into s3:// store only changed pages and restore byte-identical through the chain", async () => {
@@ -130,6 +132,7 @@ describe.skipIf(!endpoint)("s3:// repositories", () => {
     const cfg = JSON.parse(readFileSync(a.config, "utf8"));
     const lockedCfg = join(a.dir, "locked.json");
     writeFileSync(lockedCfg, JSON.stringify({ ...cfg, repository: `s3://${locked}/x`, objectLock: { mode: "compliance", days: 1 } }));
+    expect((await a.run(["init", "-c", lockedCfg], s3env())).code).toBe(0);
     const b1 = json(await a.run(["backup", "-c", lockedCfg, "--json"], s3env()));
     const b2 = json(await a.run(["backup", "-c", lockedCfg, "--json"], s3env()));
     const f = await a.run(["forget", "-c", lockedCfg, "--keep-last", "1", "--prune", "--json"], s3env());
@@ -147,7 +150,7 @@ describe.skipIf(!endpoint)("s3:// repositories", () => {
     expect(missing.stderr).toMatch(/bucket no-such-bucket-\w+ does not exist/);
     const bad = await a.run(["snapshots", "--repo", repo()], { ...s3env(), AWS_SECRET_ACCESS_KEY: "wrong-secret-value-1234" });
     expect(bad.code).toBe(1);
-    expect(bad.stderr).toMatch(new RegExp(`list s3://${bucket}/fleet/agents/\\S*: access denied \\(403\\) for bucket ${bucket}`));
+    expect(bad.stderr).toMatch(new RegExp(`s3://${bucket}/fleet/\\S*: access denied \\(403\\) for bucket ${bucket}`));
     expect(bad.stderr).not.toContain("wrong-secret-value-1234");
   });
 

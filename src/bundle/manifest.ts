@@ -6,8 +6,9 @@
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 import { z } from "zod";
-import { formatIssues } from "../config/load.js";
-import { policyError } from "../errors.js";
+import { ID_PATTERN } from "../config/schema.js";
+import { formatIssues, policyError } from "../errors.js";
+import { TOOL_VERSION } from "../version.js";
 
 export const FORMAT = "agentbak-bundle";
 export const FORMAT_VERSION = 1;
@@ -53,8 +54,9 @@ export const ManifestSchema = z.strictObject({
   format: z.literal(FORMAT),
   format_version: int,
   tool_version: z.string(),
-  agent_id: z.string(),
-  tenant: z.string(),
+  // both name folders in repositories and in AGENTBAK_HOME
+  agent_id: z.string().regex(ID_PATTERN),
+  tenant: z.string().regex(ID_PATTERN),
   snapshot_id: z.string().regex(/^\d{8}T\d{6}\d{3}Z-[0-9a-f]{8}$/),
   created_at: time,
   expires_at: time,
@@ -102,6 +104,93 @@ export const ManifestSchema = z.strictObject({
 export type Manifest = z.infer<typeof ManifestSchema>;
 export type Component = z.infer<typeof ComponentSchema>;
 
+/** Whether a component is a database (a whole copy or a page delta against the parent's). */
+export const isDatabase = (c: Pick<Component, "kind">) => c.kind === "sqlite" || c.kind === "sqlite-delta";
+
+/** "full" when a bundle restores on its own, "incremental" when it needs its parent chain. */
+export const snapshotKind = (m: Pick<Manifest, "parent">) => (m.parent ? "incremental" : "full");
+
+/** A database as a backup captured it: the payload member and what inspection found. */
+export interface CapturedDatabase {
+  name: string;
+  /** where it goes in a restored root */
+  target: string;
+  written: { path: string; sha256: string; size: number };
+  /** a page delta against the parent's copy, or null for a whole copy */
+  delta: { full_sha256: string; full_size: number; page_size: number; page_count: number; changed_pages: number } | null;
+  records: Record<string, number>;
+  schemaVersion: number;
+  pageIndexSha256: string;
+}
+
+/** Everything a manifest states, as the backup pipeline produced it. */
+export interface ManifestInput {
+  agent: { id: string; tenant: string };
+  snapshotId: string;
+  created: Date;
+  expireDays: number;
+  sequence: number;
+  parent: { snapshot_id: string; manifest_sha256: string } | null;
+  label: string | null;
+  idempotencyKey: string | null;
+  signer: { fingerprint: string; principal: string };
+  recipients: string[];
+  runtime: Manifest["runtime"];
+  databases: CapturedDatabase[];
+  /** every other component (files, workspace), as written */
+  others: Component[];
+  payload: Manifest["payload"];
+  workspace: Manifest["workspace"];
+  credentials: Manifest["credentials"];
+  cursors: Manifest["cursors"];
+  cursorQueries: Manifest["cursor_queries"];
+  openOperations: Manifest["open_operations"];
+}
+
+/**
+ * The manifest for one backup: a pure function of what the pipeline captured
+ * (databases first, in config order, then the other components).
+ */
+export function buildManifest(i: ManifestInput): Manifest {
+  const databases: Component[] = i.databases.map((d) => ({
+    path: d.written.path,
+    kind: d.delta ? "sqlite-delta" : "sqlite",
+    name: d.name,
+    sha256: d.written.sha256,
+    size: d.written.size,
+    target: d.target,
+    records: d.records,
+    schema_version: d.schemaVersion,
+    page_index_sha256: d.pageIndexSha256,
+    ...(d.delta ?? {}),
+  }));
+  return {
+    format: FORMAT,
+    format_version: FORMAT_VERSION,
+    tool_version: TOOL_VERSION,
+    agent_id: i.agent.id,
+    tenant: i.agent.tenant,
+    snapshot_id: i.snapshotId,
+    created_at: i.created.toISOString(),
+    expires_at: new Date(i.created.getTime() + i.expireDays * 86_400_000).toISOString(),
+    sequence: i.sequence,
+    parent: i.parent,
+    label: i.label,
+    idempotency_key: i.idempotencyKey,
+    signer: i.signer,
+    recipients: i.recipients,
+    runtime: i.runtime,
+    schema_version: i.databases[0]?.schemaVersion ?? null,
+    components: [...databases, ...i.others],
+    payload: i.payload,
+    workspace: i.workspace,
+    credentials: i.credentials,
+    cursors: i.cursors,
+    cursor_queries: i.cursorQueries,
+    open_operations: i.openOperations,
+  };
+}
+
 /** The canonical bytes of a manifest. */
 export function encodeManifest(m: Manifest): Buffer {
   const s = canonicalize(m);
@@ -128,7 +217,7 @@ export function parseManifest(bytes: Buffer): Manifest {
   const head = raw as { format_version?: unknown; sequence?: unknown } | null;
   if (typeof head?.format_version === "number" && head.format_version > FORMAT_VERSION)
     throw policyError(`bundle format version ${head.format_version} is newer than this tool supports (${FORMAT_VERSION})`);
-  if (typeof head?.sequence === "number" && !Number.isSafeInteger(head.sequence))
+  if (typeof head?.sequence === "number" && Number.isInteger(head.sequence) && !Number.isSafeInteger(head.sequence))
     throw policyError(`checkpoint sequence ${head.sequence} is beyond the safe integer range; refusing a fast-forward`);
   // duplicate keys, other key orders, whitespace, -0 and float spellings all change the canonical form
   if (canonicalize(raw) !== text) throw new Error("manifest is not canonical JSON (RFC 8785)");

@@ -114,3 +114,32 @@ export function readLayout(path: string): BundleLayout {
     closeSync(fd);
   }
 }
+
+/** Thrown by a range reader that does not hold the bytes asked for yet. */
+class NeedBytes {
+  constructor(readonly at: number, readonly n: number) {}
+}
+
+/**
+ * Reads the layout of a bundle through a byte-range reader (an object in a
+ * store) with a few exact range reads: the head, then whatever the member
+ * headers say is still missing, then the tail after the payload.
+ * @throws AgentbakError(13) naming the member when the container is malformed.
+ */
+export async function readLayoutRanges(name: string, size: number, readRange: (start: number, end: number) => Promise<Buffer>): Promise<BundleLayout> {
+  const have: { start: number; buf: Buffer }[] = [];
+  if (size > 0) have.push({ start: 0, buf: await readRange(0, Math.min(size, 64 * 1024) - 1) });
+  for (;;) {
+    try {
+      return parseLayout(name, size, (n, at) => {
+        const c = have.find((h) => at >= h.start && at + n <= h.start + h.buf.length);
+        if (!c) throw new NeedBytes(at, n);
+        return c.buf.subarray(at - c.start, at - c.start + n);
+      });
+    } catch (e) {
+      if (!(e instanceof NeedBytes)) throw e;
+      // parseLayout bounds every member it reads before asking, so this ends
+      have.push({ start: e.at, buf: await readRange(e.at, Math.min(size, e.at + Math.max(e.n, 64 * 1024)) - 1) });
+    }
+  }
+}

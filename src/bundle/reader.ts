@@ -12,17 +12,13 @@ import * as tar from "tar-stream";
 import { DecompressStream } from "zstd-napi";
 import { AgeDecryptStream, type AgeIdentity } from "../crypto/age.js";
 import { NS, verifyMessage } from "../crypto/sshsig.js";
-import { checkTrust, type AllowedSigner } from "../crypto/trust.js";
+import { checkTrust, type Trust } from "../crypto/trust.js";
 import { AgentbakError, noKey, policyError, verifyError } from "../errors.js";
 import { parseManifest, sha256hex, type Manifest } from "./manifest.js";
 import { readLayout, type BundleLayout } from "./outer.js";
 import { HashTap } from "./streams.js";
 
-/** Trust inputs for signature checks. */
-export interface Trust {
-  signers: AllowedSigner[];
-  revoked: Buffer[];
-}
+export type { Trust };
 
 /** A bundle whose signature, manifest and payload digest verified. */
 export interface VerifiedBundle {

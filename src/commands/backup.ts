@@ -1,9 +1,8 @@
 /** `agentbak backup`: one signed, encrypted snapshot of the configured agent. */
+import { runBackup, type BackupReceipt } from "../capture/backup.js";
 import { usageError } from "../errors.js";
-import { loadSigningKey } from "../crypto/keys.js";
-import { runBackup, type BackupReceipt } from "../snapshot/backup.js";
 import { parseDuration } from "./duration.js";
-import { context, type GlobalOpts } from "./common.js";
+import { context, type GlobalOpts } from "./context.js";
 
 export interface BackupCmdOptions extends GlobalOpts {
   idempotencyKey?: string;
@@ -17,9 +16,11 @@ export interface BackupCmdOptions extends GlobalOpts {
 export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {
   const ctx = context(opts);
   if (!ctx.lc) throw usageError("backup needs a config: pass -c FILE or create ./agentbak.json (agentbak init)");
-  const key = loadSigningKey(ctx.lc.config.signing.key ? ctx.lc.resolve(ctx.lc.config.signing.key) : undefined);
-  const run = {
+  const key = ctx.signingKey();
+  return runBackup(ctx.lc, {
+    repo: await ctx.repository(),
     trust: ctx.trust,
+    home: ctx.home,
     signingKey: key,
     principal: opts.principal ?? (key.comment || "agentbak"),
     idempotencyKey: opts.idempotencyKey,
@@ -27,11 +28,5 @@ export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {
     waitMs: opts.wait ? parseDuration(opts.wait) : 0,
     incremental: opts.incremental,
     progress: opts.progress,
-  };
-  if (ctx.remote) {
-    const { openStore } = await import("../repository/store.js");
-    const { runRemoteBackup } = await import("../snapshot/remote-backup.js");
-    return runRemoteBackup(ctx.lc, await openStore(ctx.repoPath), run);
-  }
-  return runBackup(ctx.lc, { ...run, repo: ctx.repoPath });
+  });
 }

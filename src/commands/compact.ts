@@ -1,14 +1,10 @@
 /** `agentbak compact`: rewrite an incremental as a full snapshot. */
-import { verifyBundle } from "../bundle/reader.js";
-import { loadIdentities, loadSigningKey } from "../crypto/keys.js";
-import { resolveSnapshot } from "../repository/catalog.js";
-import { compact as run, type CompactResult } from "../snapshot/compact.js";
-import { context, type GlobalOpts } from "./common.js";
+import { compact as run, type CompactResult } from "../capture/compact.js";
+import { context, type GlobalOpts } from "./context.js";
 
-export async function compact(ref: string, opts: GlobalOpts & { identity?: string }): Promise<CompactResult> {
+export async function compact(ref: string, opts: GlobalOpts & { identity?: string; agent?: string; tenant?: string }): Promise<CompactResult> {
   const ctx = context(opts);
-  const repo = ctx.repo();
-  const v = await verifyBundle(resolveSnapshot(repo, ref, ctx.trust, ctx.lc?.config.agent.id), ctx.trust);
-  const key = loadSigningKey(ctx.lc?.config.signing.key ? ctx.lc.resolve(ctx.lc.config.signing.key) : undefined);
-  return run(repo, v, ctx.trust, loadIdentities(opts.identity), key, key.comment || "agentbak");
+  const s = await ctx.resolve(ref, ctx.agentFilter(opts));
+  const key = ctx.signingKey();
+  return run(await ctx.repository(), s, ctx.trust, ctx.identities(opts.identity), key, key.comment || "agentbak");
 }

@@ -3,10 +3,11 @@ import { usageError } from "../errors.js";
 import { forget as runForget, type ForgetResult } from "../repository/forget.js";
 import type { RetentionPolicy } from "../repository/retention.js";
 import { parseDuration } from "./duration.js";
-import { context, type GlobalOpts } from "./common.js";
+import { agentOf, context, type GlobalOpts } from "./context.js";
 
 export interface ForgetOptions extends GlobalOpts {
   agent?: string;
+  tenant?: string;
   keepLast?: string;
   keepHourly?: string;
   keepDaily?: string;
@@ -28,8 +29,6 @@ const count = (flag: string, v?: string) => {
 
 export async function forget(opts: ForgetOptions): Promise<ForgetResult> {
   const ctx = context(opts);
-  const agent = opts.agent ?? ctx.lc?.config.agent.id;
-  if (!agent) throw usageError("which agent? pass --agent or a config");
   const r = ctx.lc?.config.retention;
   const flags: RetentionPolicy = {
     last: count("--keep-last", opts.keepLast),
@@ -40,28 +39,16 @@ export async function forget(opts: ForgetOptions): Promise<ForgetResult> {
     yearly: count("--keep-yearly", opts.keepYearly),
     within: opts.keepWithin ? parseDuration(opts.keepWithin) : undefined,
   };
-  const anyFlag = Object.values(flags).some((v) => v !== undefined);
-  const policy: RetentionPolicy = anyFlag
+  const policy: RetentionPolicy = Object.values(flags).some((v) => v !== undefined)
     ? flags
     : { last: r?.keepLast, hourly: r?.keepHourly, daily: r?.keepDaily, weekly: r?.keepWeekly, monthly: r?.keepMonthly, yearly: r?.keepYearly };
-  if (ctx.remote) {
-    const { openStore } = await import("../repository/store.js");
-    const { remoteLock } = await import("../repository/remote.js");
-    const { forgetRemote } = await import("../repository/remote-forget.js");
-    const store = await openStore(ctx.repoPath);
-    const rl = await remoteLock(store, `agent-${agent}`, opts.wait ? parseDuration(opts.wait) : 0);
-    try {
-      return await forgetRemote(store, ctx.trust, agent, policy, { dryRun: opts.dryRun, prune: opts.prune });
-    } finally {
-      await rl.release();
-    }
-  }
-  const repo = ctx.repo();
+  const repo = await ctx.repository();
+  const a = await agentOf(ctx, opts);
   // the same lock as backup: forget --prune and backup never interleave
-  const lock = await repo.lock(`agent-${agent}`, opts.wait ? parseDuration(opts.wait) : 0);
+  const lock = await repo.lock(a, "agent", opts.wait ? parseDuration(opts.wait) : 0);
   try {
-    return await runForget(repo, ctx.trust, agent, policy, { dryRun: opts.dryRun, prune: opts.prune });
+    return await runForget(repo, ctx.trust, a, policy, { dryRun: opts.dryRun, prune: opts.prune, signingKey: ctx.maybeSigningKey() });
   } finally {
-    lock.release();
+    await lock.release();
   }
 }

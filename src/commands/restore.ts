@@ -1,12 +1,8 @@
 /** `agentbak restore`: verified, policy-checked, approved restore into an empty folder. */
-
-import { loadIdentities, loadSigningKey } from "../crypto/keys.js";
+import { usageError } from "../errors.js";
 import { runRestore, type RestoreResult } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
-import { openRepository } from "../repository/local.js";
-import { openRecords } from "../repository/records.js";
-import { usageError } from "../errors.js";
-import { context, localRef, type GlobalOpts } from "./common.js";
+import { context, type GlobalOpts } from "./context.js";
 
 export interface RestoreCmdOptions extends GlobalOpts {
   target: string;
@@ -22,41 +18,37 @@ export interface RestoreCmdOptions extends GlobalOpts {
   confirm: (plan: RestorePlan) => Promise<boolean>;
 }
 
+/** Parses --before. @throws AgentbakError(2) when it is not a time. */
+export function parseBefore(s: string | undefined): Date | undefined {
+  if (s === undefined) return undefined;
+  const d = new Date(s);
+  if (Number.isNaN(d.getTime())) throw usageError(`--before: not a timestamp: ${s}`);
+  return d;
+}
+
 export async function restore(ref: string, opts: RestoreCmdOptions): Promise<RestoreResult> {
-  const isFile = ref.endsWith(".agentbak") || ref.includes("/");
-  const ctx = context(opts, !isFile || Boolean(opts.repo || process.env.AGENTBAK_REPOSITORY || opts.config));
-  let before: Date | undefined;
-  if (opts.before) {
-    before = new Date(opts.before);
-    if (Number.isNaN(before.getTime())) throw usageError(`--before: not a timestamp: ${opts.before}`);
-  }
-  const l = await localRef(ctx, ref, opts.agent ?? ctx.lc?.config.agent.id);
+  const ctx = context(opts);
+  const f = ctx.agentFilter(opts);
+  const bundle = await ctx.openRef(ref, { ...f, before: parseBefore(opts.before) });
   try {
     return await runRestore({
-    ref: l.ref,
-    target: opts.target,
-    repo: ctx.repoPath && !ctx.remote ? openRepository(ctx.repoPath) : undefined,
-    records: ctx.repoPath ? await openRecords(ctx.repoPath) : undefined,
-    lc: ctx.lc,
-    trust: ctx.trust,
-    identities: () => loadIdentities(opts.identity),
-    signingKey: () => {
-      try {
-        return loadSigningKey(ctx.lc?.config.signing.key ? ctx.lc.resolve(ctx.lc.config.signing.key) : undefined);
-      } catch {
-        return null;
-      }
-    },
-    dryRun: opts.dryRun,
-    approve: async (plan) => (opts.yes ? true : opts.confirm(plan)),
-    allowRollback: opts.allowRollback,
-    allowOtherAgent: opts.allowOtherAgent,
-    expectAgent: opts.agent,
-    expectTenant: opts.tenant,
-    requestId: opts.requestId,
-    before,
-  });
+      bundle,
+      target: opts.target,
+      // the repository keeps generations, request ids, the lock and the receipt, wherever the bundle came from
+      repo: await ctx.maybeRepository(),
+      lc: ctx.lc,
+      trust: ctx.trust,
+      identities: () => ctx.identities(opts.identity),
+      signingKey: () => ctx.maybeSigningKey(),
+      dryRun: opts.dryRun,
+      approve: async (plan) => (opts.yes ? true : opts.confirm(plan)),
+      allowRollback: opts.allowRollback,
+      allowOtherAgent: opts.allowOtherAgent,
+      expectAgent: f.agent,
+      expectTenant: f.tenant,
+      requestId: opts.requestId,
+    });
   } finally {
-    l.done();
+    bundle.release();
   }
 }

@@ -3,8 +3,8 @@
  */
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
-import type { z } from "zod";
-import { usageError } from "../errors.js";
+import { formatIssues, usageError } from "../errors.js";
+import { isUrl } from "../storage/store.js";
 import { ConfigSchema, type Config } from "./schema.js";
 
 /** A validated config with the folder its relative paths resolve against. */
@@ -14,17 +14,6 @@ export interface LoadedConfig {
   dir: string;
   /** Resolves a config-relative path. */
   resolve(p: string): string;
-}
-
-/** Formats zod issues as `path.to.key: message` lines, one per issue. */
-export function formatIssues(issues: z.core.$ZodIssue[]): string {
-  return issues
-    .map((i) => {
-      const path = i.path.length ? i.path.join(".") : "(root)";
-      if (i.code === "unrecognized_keys") return `${path}: unknown key(s) ${i.keys.map((k) => `"${k}"`).join(", ")}`;
-      return `${path}: ${i.message}`;
-    })
-    .join("; ");
 }
 
 /** The config path from the flag, AGENTBAK_CONFIG, or ./agentbak.json when it exists. */
@@ -60,13 +49,14 @@ export function loadConfigIfAny(flag?: string): LoadedConfig | undefined {
 }
 
 /**
- * The repository location: flag, then AGENTBAK_REPOSITORY, then config.
- * @throws AgentbakError(2) when none is given.
+ * The repository location: flag, then AGENTBAK_REPOSITORY, then config
+ * (folders resolved: the flag and environment against the working folder,
+ * the config's against the config's folder); undefined when none is named.
  */
-export function repositoryPath(flag: string | undefined, cfg: LoadedConfig | undefined): string {
-  const loc = (p: string, base: (x: string) => string) => (p.startsWith("s3://") ? p : base(p));
+export function repositoryLocation(flag: string | undefined, cfg: LoadedConfig | undefined): string | undefined {
+  const loc = (p: string, base: (x: string) => string) => (isUrl(p) ? p : base(p));
   if (flag) return loc(flag, (x) => resolve(x));
   if (process.env.AGENTBAK_REPOSITORY) return loc(process.env.AGENTBAK_REPOSITORY, (x) => resolve(x));
   if (cfg) return loc(cfg.config.repository, cfg.resolve);
-  throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
+  return undefined;
 }

@@ -3,15 +3,26 @@
  * and exported as JSON Schema for editors (`agentbak config schema`).
  */
 import { z } from "zod";
+import { parseRecipient } from "../crypto/age.js";
 
-const id = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, "lowercase letters, digits, . _ - (max 64)");
+/** Agent ids and tenants: also folder names in repositories and in AGENTBAK_HOME. */
+export const ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+const id = z.string().regex(ID_PATTERN, "lowercase letters, digits, . _ - (max 64)");
+const recipient = z.string().refine((r) => {
+  try {
+    parseRecipient(r);
+    return true;
+  } catch {
+    return false;
+  }
+}, "not an age X25519 recipient (age1..., 62 characters, valid bech32 checksum)");
 const sqlRef = z.strictObject({ database: z.string(), sql: z.string().min(1) });
 
-export const ConfigSchema = z.strictObject({
+const ConfigObject = z.strictObject({
   $schema: z.string().optional(),
   agent: z.strictObject({ id, tenant: id }),
   repository: z.string().min(1),
-  recipients: z.array(z.string().regex(/^age1[0-9a-z]{58}$/, "an age1... X25519 recipient")).min(1),
+  recipients: z.array(recipient).min(1),
   databases: z
     .array(z.strictObject({ name: z.string().regex(/^[a-z][a-z0-9_]{0,31}$/, "lowercase name"), path: z.string().min(1) }))
     .default([]),
@@ -65,6 +76,19 @@ export const ConfigSchema = z.strictObject({
       credentialCheck: z.record(z.string(), z.array(z.string())).optional(),
     })
     .default({ staleAfterHours: 24 }),
+});
+
+/** The config: every key, plus what one key can not say alone (names that must exist or be unique). */
+export const ConfigSchema = ConfigObject.superRefine((c, ctx) => {
+  const names = new Set<string>();
+  c.databases.forEach((d, i) => {
+    if (names.has(d.name)) ctx.addIssue({ code: "custom", path: ["databases", i, "name"], message: `database name "${d.name}" is used twice` });
+    names.add(d.name);
+  });
+  for (const [k, q] of Object.entries(c.cursors))
+    if (!names.has(q.database)) ctx.addIssue({ code: "custom", path: ["cursors", k, "database"], message: `no database named "${q.database}"` });
+  if (c.openOperations && !names.has(c.openOperations.database))
+    ctx.addIssue({ code: "custom", path: ["openOperations", "database"], message: `no database named "${c.openOperations.database}"` });
 });
 
 export type Config = z.infer<typeof ConfigSchema>;

@@ -19,7 +19,14 @@ import {
   type KeyObject,
 } from "node:crypto";
 import { Transform, type TransformCallback } from "node:stream";
-import { bech32Decode, bech32Encode } from "./bech32.js";
+import { bech32 } from "@scure/base";
+
+/** bech32 (BIP 173) as age uses it: no length limit; upper- or lower-case input. */
+function bech32Decode(s: string): { hrp: string; data: Uint8Array } {
+  const { prefix, words } = bech32.decode(s as `${string}1${string}`, false);
+  return { hrp: prefix, data: bech32.fromWords(words) };
+}
+const bech32Encode = (hrp: string, data: Uint8Array) => bech32.encode(hrp, bech32.toWords(data), false);
 
 const INTRO = "age-encryption.org/v1\n";
 const X25519_LABEL = "age-encryption.org/v1/X25519";

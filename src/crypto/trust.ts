@@ -15,6 +15,12 @@ export interface AllowedSigner {
   line: number;
 }
 
+/** Trust inputs for signature checks: allowed signers and revoked keys. */
+export interface Trust {
+  signers: AllowedSigner[];
+  revoked: Buffer[];
+}
+
 /** The outcome of a trust check; `reason` is set when not trusted. */
 export type TrustResult =
   | { trusted: true; principal: string; fingerprint: string }
@@ -107,7 +113,7 @@ export function checkTrust(signers: AllowedSigner[], revoked: Buffer[], key: Buf
  * and AGENTBAK_HOME/revoked_signers. A missing allowed_signers file trusts no one.
  * @throws Error when the file is malformed.
  */
-export function loadTrust(home: string, allowedSignersPath?: string): { signers: AllowedSigner[]; revoked: Buffer[] } {
+export function loadTrust(home: string, allowedSignersPath?: string): Trust {
   const path = allowedSignersPath ?? `${home}/allowed_signers`;
   const signers = existsSync(path) ? parseAllowedSigners(readFileSync(path, "utf8")) : [];
   return { signers, revoked: readRevoked(`${home}/revoked_signers`) };

@@ -6,8 +6,8 @@
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { usageError } from "../errors.js";
-import { expandGlob } from "../snapshot/glob.js";
-import { openDefensive } from "../snapshot/sqlite.js";
+import { globSync } from "tinyglobby";
+import { openDefensive } from "../state/sqlite.js";
 
 export interface Invariant {
   name: string;
@@ -31,7 +31,7 @@ export interface InvariantResult {
 export function loadInvariants(base: string, globs: string[]): Invariant[] {
   const out: Invariant[] = [];
   for (const g of globs) {
-    const files = expandGlob(base, g).filter((f) => f.endsWith(".sql"));
+    const files = globSync(g, { cwd: base, absolute: true, onlyFiles: true, expandDirectories: false }).filter((f) => f.endsWith(".sql")).sort();
     if (files.length === 0) throw usageError(`invariants: "${g}" matches no .sql file`);
     for (const f of files) {
       const sql = readFileSync(f, "utf8");

@@ -4,16 +4,18 @@
  * at a local test sink. Never touches the live agent; always cleans up.
  */
 import { execa } from "execa";
-import { chmodSync, cpSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { chmodSync, cpSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
-import { verifyBundle, type Trust, type VerifiedBundle } from "../bundle/reader.js";
+import type { LinkSource } from "../bundle/chain.js";
+import { extractAndCheck, type Check } from "../bundle/extract.js";
+import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
 import type { AgeIdentity } from "../crypto/age.js";
-import { pidAlive } from "../repository/local.js";
+import type { Trust } from "../crypto/trust.js";
 import { onInterrupt } from "../cleanup.js";
-import { checkCredentials } from "../restore/credentials.js";
-import { extractAndCheck, type Check } from "../restore/extract.js";
-import { foreignKeyCheck, integrityCheck, openDefensive, userVersion } from "../snapshot/sqlite.js";
+import { pidDir, sweepDead } from "../fsutil.js";
+import { checkCredentials } from "../state/credentials.js";
+import { foreignKeyCheck, integrityCheck, openDefensive, userVersion } from "../state/sqlite.js";
 import Database from "better-sqlite3";
 import { loadInvariants, runInvariants, type Invariant, type InvariantResult } from "./invariants.js";
 import { TestSink } from "./sink.js";
@@ -63,28 +65,17 @@ export interface DrillResult {
 }
 
 export interface DrillOptions {
-  bundle: string;
+  bundle: { path: string; links: LinkSource };
   spec: LoadedSpec;
   trust: Trust;
   identities: () => AgeIdentity[];
   progress?: (t: string) => void;
 }
 
-const DRILL_PREFIX = "agentbak-drill-";
+const DRILL_PREFIX = "agentbak-drill";
 
 /** Removes temp folders of drills whose process is gone (kill -9). */
-export function sweepDrillTemps(): number {
-  let n = 0;
-  for (const e of readdirSync(tmpdir())) {
-    // the owner's pid is in the name (agentbak-drill-<pid>-XXXXXX): no window in which a folder has no owner
-    const pid = Number(e.match(/^agentbak-drill-(\d+)-/)?.[1]);
-    if (pid && pid !== process.pid && !pidAlive(pid)) {
-      rmSync(join(tmpdir(), e), { recursive: true, force: true });
-      n++;
-    }
-  }
-  return n;
-}
+export const sweepDrillTemps = () => sweepDead(tmpdir(), `${DRILL_PREFIX}-`);
 
 function blobSafe(rows: unknown[]): unknown[] {
   return rows.map((r) =>
@@ -92,23 +83,15 @@ function blobSafe(rows: unknown[]): unknown[] {
   );
 }
 
-function makeReadOnly(dir: string): void {
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) {
-      if (e.name === ".git") continue;
-      makeReadOnly(p);
-    } else if (e.isFile()) chmodSync(p, statSync(p).mode & 0o555);
+/** Every regular file under `dir` outside `.git`, with `mode` applied to its permission bits. */
+function chmodFiles(dir: string, mode: (m: number) => number): void {
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    const p = join(e.parentPath, e.name);
+    if (e.isFile() && !relative(dir, p).split("/").includes(".git")) chmodSync(p, mode(statSync(p).mode));
   }
 }
-
-function makeWritable(dir: string): void {
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) makeWritable(p);
-    else if (e.isFile()) chmodSync(p, statSync(p).mode | 0o200);
-  }
-}
+const makeReadOnly = (dir: string) => chmodFiles(dir, (m) => m & 0o555);
+const makeWritable = (dir: string) => chmodFiles(dir, (m) => m | 0o200);
 
 /**
  * Runs a drill. Never throws for a failed check (the result says so); throws
@@ -118,10 +101,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const t0 = Date.now();
   const { spec } = o.spec;
   sweepDrillTemps();
-  const v = await verifyBundle(o.bundle, o.trust);
+  const v = await verifyBundle(o.bundle.path, o.trust);
   const m = v.manifest;
   const invariants = loadInvariants(o.spec.dir, spec.invariants);
-  const tmp = mkdtempSync(join(tmpdir(), `${DRILL_PREFIX}${process.pid}-`));
+  const tmp = pidDir(tmpdir(), DRILL_PREFIX);
   const removeTemp = () => rmSync(tmp, { recursive: true, force: true });
   const unregister = onInterrupt(removeTemp);
   const checks: DrillCheck[] = [];
@@ -154,7 +137,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     let extracted: Check[];
     let dbs: { name: string; path: string; schemaVersion: number | null }[];
     try {
-      const x = await extractAndCheck(v, o.identities(), restored, o.trust);
+      const x = await extractAndCheck(v, o.identities(), restored, o.trust, o.bundle.links);
       extracted = x.checks;
       dbs = x.databases;
     } catch (e) {

@@ -1,18 +1,17 @@
 /**
  * forget: apply retention to an agent's snapshots. Never removes a snapshot a
  * kept snapshot's chain needs, never the newest snapshot that passed a drill,
- * never a bundle whose signature does not verify (it says so instead).
+ * never a bundle whose signature does not verify (it says so instead), and
+ * reports what the store's retention (Object Lock) refused.
  */
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { join } from "node:path";
-import { verifyHeader, type Trust } from "../bundle/reader.js";
+import type { Trust } from "../crypto/trust.js";
+import type { SigningKey } from "../crypto/sshsig.js";
 import { usageError } from "../errors.js";
-import { fsyncDir } from "../fsutil.js";
-import { catalog, type CatalogEntry } from "./catalog.js";
-import type { LocalRepository } from "./local.js";
+import type { AgentRef, Repository, Snapshot } from "./repository.js";
 import { applyRetention, isEmptyPolicy, type RetentionPolicy } from "./retention.js";
 
 export interface ForgetResult {
+  tenant: string;
   agent_id: string;
   dry_run: boolean;
   kept: { snapshot_id: string; reasons: string[] }[];
@@ -21,16 +20,14 @@ export interface ForgetResult {
   pruned: string[];
 }
 
-/** The newest snapshot of `agent` with a passing drill in the repository's report, if any. */
-function newestDrilled(repo: LocalRepository, agent: string): string | null {
-  const p = join(repo.root, "drills", "report.jsonl");
-  if (!existsSync(p)) return null;
+/** The newest snapshot with a passing drill in a report's text, if any. */
+export function newestDrilled(reportText: string): string | null {
   let best: { seq: number; id: string } | null = null;
-  for (const line of readFileSync(p, "utf8").split("\n")) {
+  for (const line of reportText.split("\n")) {
     if (!line) continue;
     try {
-      const e = JSON.parse(line) as { agent_id?: string; result?: string; sequence?: number; snapshot_id?: string };
-      if (e.agent_id === agent && e.result === "pass" && typeof e.sequence === "number" && (!best || e.sequence > best.seq)) best = { seq: e.sequence, id: String(e.snapshot_id) };
+      const e = JSON.parse(line) as { result?: string; sequence?: number; snapshot_id?: string };
+      if (e.result === "pass" && typeof e.sequence === "number" && (!best || e.sequence > best.seq)) best = { seq: e.sequence, id: String(e.snapshot_id) };
     } catch {
       /* report verify is the place that judges the report */
     }
@@ -39,69 +36,41 @@ function newestDrilled(repo: LocalRepository, agent: string): string | null {
 }
 
 /**
- * The plan, the same for every backend: retention rules, the newest
- * drill-passed snapshot, and every parent a kept incremental needs are kept;
- * bundles that do not verify are reported, never removed. `remove` is newest
- * first, so an incremental goes before its parent.
+ * The plan: retention rules, the newest drill-passed snapshot, and every
+ * parent a kept incremental needs are kept; bundles that do not verify are
+ * reported, never removed. `remove` is newest first, so an incremental goes
+ * before its parent.
  * @throws AgentbakError(2) for an empty policy.
  */
-export async function planForget(
-  entries: CatalogEntry[],
-  policy: RetentionPolicy,
-  parentOf: (id: string) => string | null | Promise<string | null>,
-  drilled: string | null,
-): Promise<{ kept: ForgetResult["kept"]; remove: string[]; not_removed: ForgetResult["not_removed"] }> {
+export function planForget(entries: Snapshot[], policy: RetentionPolicy, drilled: string | null): { kept: ForgetResult["kept"]; remove: Snapshot[]; not_removed: ForgetResult["not_removed"] } {
   if (isEmptyPolicy(policy)) throw usageError("no retention rule given: pass --keep-last, --keep-daily, ... or set retention in the config");
   const valid = entries.filter((e) => e.status !== "invalid");
   const { keep } = applyRetention(valid.map((e) => ({ id: e.snapshot_id, time: new Date(e.created_at!) })), policy);
-  const ids = new Set(valid.map((e) => e.snapshot_id));
-  if (drilled && ids.has(drilled)) keep.set(drilled, [...(keep.get(drilled) ?? []), "newest snapshot that passed a drill"]);
+  const byId = new Map(valid.map((e) => [e.snapshot_id, e]));
+  if (drilled && byId.has(drilled)) keep.set(drilled, [...(keep.get(drilled) ?? []), "newest snapshot that passed a drill"]);
   for (const id of [...keep.keys()])
-    for (let cur: string | null = id; cur && ids.has(cur); ) {
-      const parent: string | null = await parentOf(cur);
-      if (parent) keep.set(parent, [...(keep.get(parent) ?? []), `needed by ${id}`]);
-      cur = parent;
-    }
+    for (let parent = byId.get(id)?.parent ?? null; parent && byId.has(parent); parent = byId.get(parent)!.parent) keep.set(parent, [...(keep.get(parent) ?? []), `needed by ${id}`]);
   return {
     kept: valid.filter((e) => keep.has(e.snapshot_id)).map((e) => ({ snapshot_id: e.snapshot_id, reasons: keep.get(e.snapshot_id)! })),
-    remove: valid.map((e) => e.snapshot_id).filter((id) => !keep.has(id)).sort().reverse(),
+    remove: valid.filter((e) => !keep.has(e.snapshot_id)).sort((x, y) => (x.snapshot_id < y.snapshot_id ? 1 : -1)),
     not_removed: entries
       .filter((e) => e.status === "invalid")
       .map((e) => ({ snapshot_id: e.snapshot_id, reason: `signature or manifest does not verify, left for an operator: ${e.problem}` })),
   };
 }
 
-/** Applies `policy` to `agent`'s snapshots in a local repository (the caller holds the agent lock). */
-export async function forget(repo: LocalRepository, trust: Trust, agent: string, policy: RetentionPolicy, opts: { dryRun?: boolean; prune?: boolean }): Promise<ForgetResult> {
-  const entries = catalog(repo, trust, agent);
-  const byId = new Map(entries.map((e) => [e.snapshot_id, e]));
-  const plan = await planForget(entries, policy, (id) => verifyHeader(byId.get(id)!.path, trust).manifest.parent?.snapshot_id ?? null, newestDrilled(repo, agent));
-  const removed = plan.remove;
-  const result: ForgetResult = { agent_id: agent, dry_run: Boolean(opts.dryRun), kept: plan.kept, removed, not_removed: plan.not_removed, pruned: [] };
-  if (opts.dryRun) return result;
-  const dir = repo.agentDir(agent);
+/** Applies `policy` to `a`'s snapshots (the caller holds the agent lock). */
+export async function forget(repo: Repository, trust: Trust, a: AgentRef, policy: RetentionPolicy, opts: { dryRun?: boolean; prune?: boolean; signingKey: SigningKey | null }): Promise<ForgetResult> {
+  const entries = await repo.list(trust, a);
+  const plan = planForget(entries, policy, newestDrilled(await repo.drillReport(a)));
+  const result: ForgetResult = { tenant: a.tenant, agent_id: a.agent, dry_run: Boolean(opts.dryRun), kept: plan.kept, removed: [], not_removed: plan.not_removed, pruned: [] };
+  if (opts.dryRun) return { ...result, removed: plan.remove.map((e) => e.snapshot_id) };
   // newest first: an incremental goes before its parent, so an interrupted forget never orphans a link
-  for (const id of removed) {
-    rmSync(byId.get(id)!.path);
-    for (const f of readdirSync(dir)) if (f.startsWith(`${id}.`) && f.endsWith(".pageindex")) rmSync(join(dir, f));
+  for (const e of plan.remove) {
+    if (await repo.remove(e)) result.removed.push(e.snapshot_id);
+    else result.not_removed.push({ snapshot_id: e.snapshot_id, reason: "object lock retention refused the deletion" });
   }
-  if (opts.prune) {
-    const live = new Set(repo.list(agent).map((b) => b.snapshotId));
-    for (const f of readdirSync(dir)) {
-      const id = f.split(".")[0]!;
-      if (f.endsWith(".pageindex") && !live.has(id)) {
-        rmSync(join(dir, f));
-        result.pruned.push(f);
-      }
-      if (f.startsWith(".tmp-")) {
-        rmSync(join(dir, f), { force: true });
-        result.pruned.push(f);
-      }
-    }
-    const swept = repo.sweepTemp();
-    if (swept) result.pruned.push(`${swept} temp folder(s)`);
-  }
-  if (existsSync(dir)) fsyncDir(dir);
-  repo.audit({ event: "forget", agent_id: agent, removed, kept: result.kept.map((k) => k.snapshot_id) });
+  if (opts.prune) result.pruned.push(...(await repo.sweep(a)));
+  await repo.audit(a, { event: "forget", removed: result.removed, kept: result.kept.map((k) => k.snapshot_id), not_removed: result.not_removed.map((n) => n.snapshot_id) }, opts.signingKey);
   return result;
 }

@@ -4,34 +4,31 @@
  * agent suspended behind a new fencing generation.
  */
 import canonicalize from "canonicalize";
-import { randomBytes } from "node:crypto";
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
-import { verifyBundle, type Trust } from "../bundle/reader.js";
-import { sha256hex } from "../bundle/manifest.js";
+import type { LinkSource } from "../bundle/chain.js";
+import { extractAndCheck, type Check } from "../bundle/extract.js";
+import { verifyBundle } from "../bundle/reader.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
-import { policyError, usageError, verifyError } from "../errors.js";
-import { fsyncDir, writeFileAtomic } from "../fsutil.js";
-import { resolveSnapshot } from "../repository/catalog.js";
-import { pidAlive, type LocalRepository } from "../repository/local.js";
-import type { Records } from "../repository/records.js";
+import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { integrityCheck, openDefensive } from "../snapshot/sqlite.js";
-import { checkCredentials } from "./credentials.js";
-import { extractAndCheck, type Check } from "./extract.js";
+import { policyError, usageError, verifyError } from "../errors.js";
+import { fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
+import type { Repository } from "../repository/repository.js";
+import { checkCredentials } from "../state/credentials.js";
+import { integrityCheck, openDefensive } from "../state/sqlite.js";
 import { buildPlan, type RestorePlan } from "./plan.js";
 import { evaluatePolicy } from "./policy.js";
-import { currentGeneration, MARKER_DIR, raiseTrustedState, readTrustedState, reserveGeneration, SUSPENDED, type TargetRecord } from "./state.js";
+import { MARKER_DIR, raiseTrustedState, readTrustedState, SUSPENDED, type TargetRecord } from "./state.js";
 
 export interface RestoreOptions {
-  ref: string;
+  /** the bundle to restore, as a local file, and where its chain's links come from */
+  bundle: { path: string; links: LinkSource };
   target: string;
-  /** where bundles are looked up by id (local repositories) */
-  repo?: LocalRepository;
-  /** where generations, request ids, the lock and the receipt go (local or object storage) */
-  records?: Records;
+  /** where generations, request ids, the lock and the receipt go */
+  repo?: Repository;
   lc?: LoadedConfig;
   trust: Trust;
   identities: () => AgeIdentity[];
@@ -44,7 +41,6 @@ export interface RestoreOptions {
   expectAgent?: string;
   expectTenant?: string;
   requestId?: string;
-  before?: Date;
   now?: Date;
 }
 
@@ -60,28 +56,6 @@ export interface RestoreResult {
 
 const SIDECAR = /-(wal|shm|journal)$/;
 
-function listFiles(dir: string, out: string[] = []): string[] {
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) listFiles(p, out);
-    else out.push(p);
-  }
-  return out;
-}
-
-function fsyncTree(dir: string): void {
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) fsyncTree(p);
-    else if (e.isFile()) {
-      const fd = openSync(p, "r");
-      fsyncSync(fd);
-      closeSync(fd);
-    }
-  }
-  fsyncDir(dir);
-}
-
 /**
  * The target must be absent or empty. Stale SQLite sidecar files (-wal, -shm,
  * -journal) left by another database are moved aside, never paired with a
@@ -91,7 +65,7 @@ function fsyncTree(dir: string): void {
 function prepareTarget(target: string): string | null {
   if (!existsSync(target)) return null;
   if (!statSync(target).isDirectory()) throw usageError(`target ${target} exists and is not a folder`);
-  const files = listFiles(target);
+  const files = readdirSync(target, { withFileTypes: true, recursive: true }).filter((e) => !e.isDirectory()).map((e) => join(e.parentPath, e.name));
   if (files.length === 0) return null;
   const others = files.filter((f) => !SIDECAR.test(f));
   if (others.length) throw usageError(`target ${target} is not empty (${relative(target, others[0]!)} ...); restore only into an empty or absent folder`);
@@ -114,15 +88,6 @@ function removeEmptyDirs(dir: string): void {
   }
 }
 
-/** Removes staging folders beside `target` whose process is gone (kill -9 during a restore). */
-function sweepStaging(parent: string): void {
-  if (!existsSync(parent)) return;
-  for (const e of readdirSync(parent)) {
-    const m = e.match(/^\.agentbak-restore-.*-(\d+)-[0-9a-f]{8}$/);
-    if (m && !pidAlive(Number(m[1]))) rmSync(join(parent, e), { recursive: true, force: true });
-  }
-}
-
 /**
  * Restores a snapshot into `target`.
  * @throws AgentbakError: 2 target not empty / no approval without TTY, 10 not found, 11 locked, 12 no key, 13 verification, 14 policy.
@@ -132,10 +97,10 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const target = resolve(o.target);
   const cfg = o.lc?.config;
   const expectAgent = o.expectAgent ?? cfg?.agent.id;
-  const path = resolveSnapshot(o.repo, o.ref, o.trust, expectAgent, o.before);
-  const v = await verifyBundle(path, o.trust, now);
+  const v = await verifyBundle(o.bundle.path, o.trust, now);
   const m = v.manifest;
-  const seen = readTrustedState(m.agent_id);
+  const a = { tenant: m.tenant, agent: m.agent_id };
+  const seen = readTrustedState(a);
   const policy = evaluatePolicy({
     manifest: m,
     now,
@@ -149,35 +114,35 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   });
   if (policy.refusals.length) throw policyError(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
   const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
-  const rec = o.records;
-  const nextGen = Math.max(rec ? await currentGeneration(rec, m.agent_id) : 0, seen.generation) + 1;
-  const plan = buildPlan(m, path, target, credentials, policy, nextGen, now);
+  const repo = o.repo;
+  const nextGen = Math.max(repo ? await repo.generation(a) : 0, seen.generation) + 1;
+  const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now);
   const warnings = [...policy.warnings, ...policy.needsApproval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
   const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, ...x });
   if (o.dryRun) return result({});
 
-  const reqRel = o.requestId ? `idempotency/${m.agent_id}/restore-${sha256hex(o.requestId)}.json` : undefined;
-  const prior = reqRel && rec ? await rec.read<RestoreResult>(reqRel) : undefined;
+  const prior = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
   if (prior) return { ...prior, repeated: true };
   if (!(await o.approve(plan))) throw policyError(`restore of ${m.snapshot_id} not approved`);
 
-  const lock = rec ? await rec.lock(`restore-${m.agent_id}`) : null;
+  const lock = repo ? await repo.lock(a, "restore") : null;
   const parent = dirname(target);
   mkdirSync(parent, { recursive: true });
-  const staging = join(parent, `.agentbak-restore-${basename(target)}-${process.pid}-${randomBytes(4).toString("hex")}`);
+  const stagingTag = `.agentbak-restore-${basename(target)}`;
+  let staging: string | null = null;
   try {
     crashStep("locked");
-    const again = reqRel && rec ? await rec.read<RestoreResult>(reqRel) : undefined;
+    const again = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
     if (again) return { ...again, repeated: true };
-    sweepStaging(parent);
-    mkdirSync(staging, { mode: 0o700 }); // not recursive: a read-only or missing parent fails here with its own errno
+    sweepDead(parent, ".agentbak-restore-");
+    staging = pidDir(parent, stagingTag);
     const quarantine = prepareTarget(target);
     if (quarantine) warnings.push(`stale SQLite sidecar files in the target were moved to ${quarantine}`);
     const ids = o.identities();
     const root = join(staging, "root");
-    const x = await extractAndCheck(v, ids, root, o.trust);
+    const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links);
     crashStep("extracted");
-    const generation = rec ? await reserveGeneration(rec, m.agent_id, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : nextGen;
+    const generation = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : nextGen;
     crashStep("generation-reserved");
     const record: TargetRecord = {
       agent_id: m.agent_id,
@@ -185,7 +150,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       snapshot_id: m.snapshot_id,
       sequence: m.sequence,
       generation,
-      repository: rec?.root ?? "",
+      repository: repo?.location ?? "",
       restored_at: now.toISOString(),
       open_operations: m.open_operations,
     };
@@ -218,7 +183,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       throw e;
     }
     crashStep("checked");
-    raiseTrustedState(m.agent_id, { highest_sequence: m.sequence, generation });
+    raiseTrustedState(a, { highest_sequence: m.sequence, generation });
     crashStep("trusted-state-raised");
     const checks: Check[] = [...x.checks, { name: "placement", ok: true, detail: `placed at ${target}; integrity_check ok after placement` }];
     const receipt = {
@@ -241,12 +206,12 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const key = o.signingKey();
     if (!key) warnings.push("no signing key: the restore receipt is recorded unsigned");
     const body = canonicalize(receipt)!;
-    await rec?.audit({ event: "restore", receipt, signature: key ? signMessage(key, NS.receipt, Buffer.from(body)) : null });
+    await repo?.audit(a, { event: "restore", receipt, receipt_signature: key ? signMessage(key, NS.receipt, Buffer.from(body)) : null }, key);
     const res = result({ restored: true, generation, checks, receipt_signed: Boolean(key) });
-    if (reqRel && rec) await rec.write(reqRel, res);
+    if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, res);
     return res;
   } finally {
-    rmSync(staging, { recursive: true, force: true });
+    if (staging) rmSync(staging, { recursive: true, force: true });
     await lock?.release();
   }
 }

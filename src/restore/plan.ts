@@ -2,8 +2,8 @@
  * The restore plan: a pure description of what a restore would do, shown
  * before approval and printed by --dry-run.
  */
-import type { Manifest } from "../bundle/manifest.js";
-import type { CredentialStatus } from "./credentials.js";
+import { isDatabase, type Manifest } from "../bundle/manifest.js";
+import type { CredentialStatus } from "../state/credentials.js";
 import type { PolicyDecision } from "./policy.js";
 
 export interface RestorePlan {
@@ -36,7 +36,7 @@ export function buildPlan(m: Manifest, bundle: string, target: string, credentia
     age_hours: Math.round(((now.getTime() - new Date(m.created_at).getTime()) / 3_600_000) * 10) / 10,
     bundle,
     target,
-    writes: m.components.filter((c) => c.kind === "sqlite" || c.kind === "file").map((c) => ({ path: c.target ?? c.path, kind: c.kind, size: c.size })),
+    writes: m.components.filter((c) => isDatabase(c) || c.kind === "file").map((c) => ({ path: c.target ?? c.path, kind: c.kind, size: c.full_size ?? c.size })),
     workspace: m.workspace ? { path: m.workspace.path, commit: m.workspace.commit, branch: m.workspace.branch, dirty: m.workspace.dirty } : null,
     cursors: m.cursors,
     open_operations: m.open_operations,

@@ -1,41 +1,41 @@
 /**
- * State the restoring side keeps for itself (AGENTBAK_HOME/state/<agent>.json:
- * highest checkpoint sequence and generation seen), the fencing generation in
- * the repository, and the markers written into a restored target.
+ * State the restoring side keeps for itself (AGENTBAK_HOME/state/<tenant>/<agent>.json:
+ * highest checkpoint sequence and generation seen) and the markers written
+ * into a restored target.
  */
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { agentbakHome } from "../crypto/keys.js";
-import { notFound } from "../errors.js";
+import { AgentbakError, Exit, notFound } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
-import type { Records } from "../repository/records.js";
+import type { AgentRef } from "../repository/repository.js";
 import type { TrustedState } from "./policy.js";
 
-const homeStatePath = (agent: string) => join(agentbakHome(), "state", `${agent}.json`);
+const homeStatePath = (a: AgentRef) => join(agentbakHome(), "state", a.tenant, `${a.agent}.json`);
+/** agentbak 0.1 kept one file per agent id, whatever the tenant: read as a floor */
+const v1StatePath = (agent: string) => join(agentbakHome(), "state", `${agent}.json`);
 
-/** The trusted state for `agent`, or zeros when none was recorded. */
-export function readTrustedState(agent: string): TrustedState {
-  const p = homeStatePath(agent);
+function readState(p: string): TrustedState {
   if (!existsSync(p)) return { highest_sequence: 0, generation: 0 };
-  return JSON.parse(readFileSync(p, "utf8")) as TrustedState;
+  try {
+    const s = JSON.parse(readFileSync(p, "utf8")) as Partial<TrustedState>;
+    return { highest_sequence: Number(s.highest_sequence) || 0, generation: Number(s.generation) || 0 };
+  } catch {
+    throw new AgentbakError(Exit.failure, `trusted state ${p} is not JSON; it records the highest sequence restored here and must not be guessed`);
+  }
+}
+
+/** The trusted state for `a`, or zeros when none was recorded. */
+export function readTrustedState(a: AgentRef): TrustedState {
+  const cur = readState(homeStatePath(a));
+  const v1 = readState(v1StatePath(a.agent));
+  return { highest_sequence: Math.max(cur.highest_sequence, v1.highest_sequence), generation: Math.max(cur.generation, v1.generation) };
 }
 
 /** Raises the trusted state (never lowers it). */
-export function raiseTrustedState(agent: string, seen: TrustedState): void {
-  const cur = readTrustedState(agent);
-  writeFileAtomic(homeStatePath(agent), JSON.stringify({ highest_sequence: Math.max(cur.highest_sequence, seen.highest_sequence), generation: Math.max(cur.generation, seen.generation) }, null, 2) + "\n");
-}
-
-const genRel = (agent: string) => `state/generation-${agent}.json`;
-
-/** The current fencing generation of `agent` in the repository (0 when never restored). */
-export const currentGeneration = async (repo: Records, agent: string) => (await repo.read<{ generation: number }>(genRel(agent)))?.generation ?? 0;
-
-/** Reserves the next generation in the repository (a crash after this only burns a number). */
-export async function reserveGeneration(repo: Records, agent: string, atLeast: number, info: Record<string, unknown>): Promise<number> {
-  const next = Math.max(await currentGeneration(repo, agent), atLeast) + 1;
-  await repo.write(genRel(agent), { generation: next, ...info });
-  return next;
+export function raiseTrustedState(a: AgentRef, seen: TrustedState): void {
+  const cur = readTrustedState(a);
+  writeFileAtomic(homeStatePath(a), JSON.stringify({ highest_sequence: Math.max(cur.highest_sequence, seen.highest_sequence), generation: Math.max(cur.generation, seen.generation) }, null, 2) + "\n");
 }
 
 /** Files inside a restored target. */

@@ -61,8 +61,8 @@ async function main(): Promise<void> {
     delete cfg.workspace;
     cfg.files = [];
     writeFileSync(join(agent, "agentbak.json"), JSON.stringify(cfg, null, 2));
-    const { LocalRepository } = await import("../repository/local.js");
-    new LocalRepository(join(agent, "backups")).init();
+    const { Repository } = await import("../repository/repository.js");
+    await Repository.init(join(agent, "backups"));
 
     const stock = join(tmp, "stock");
     mkdirSync(stock);
@@ -81,8 +81,9 @@ async function main(): Promise<void> {
     const best = (xs: { seconds: number }[]) => Math.min(...xs.map((x) => x.seconds));
     const oursS = best(ours);
     const theirsS = best(theirs);
-    const bundles = new LocalRepository(join(agent, "backups")).list();
-    const bundleBytes = bundles.at(-1)!.size;
+    // the newest bundle's size, as the operator would read it
+    const lastSize = async () => (JSON.parse(String((await execa("node", [bin, "snapshots", "--json"], { cwd: agent, env })).stdout)) as { size: number }[]).at(-1)!.size;
+    const bundleBytes = await lastSize();
     const verify = await measure(["node", bin, "verify", "latest", "--identity", join(home, "age-identity.txt")], { cwd: agent, env });
     // exit 3: completed with warnings (a credential file is absent on this machine)
     const restore = await measure(["node", bin, "restore", "latest", "--target", join(tmp, "restored"), "--yes", "--allow-rollback"], { cwd: agent, env, okCodes: [0, 3] });
@@ -121,7 +122,7 @@ async function main(): Promise<void> {
       db.close();
     }
     const inc = await measure(["node", bin, "backup", "--incremental"], { cwd: agent, env });
-    const incBytes = new LocalRepository(join(agent, "backups")).list().at(-1)!.size;
+    const incBytes = await lastSize();
     const resticInc = resticFull ? await resticBackup() : null;
     // the same full backup into an S3-compatible gateway, when one is configured (e.g. test/s3/ceph-start.sh)
     const s3Endpoint = process.env.AGENTBAK_BENCH_S3_ENDPOINT ?? process.env.AGENTBAK_TEST_S3_ENDPOINT;
@@ -131,7 +132,9 @@ async function main(): Promise<void> {
       const { S3Client, CreateBucketCommand } = await import("@aws-sdk/client-s3");
       const bucket = `bench-${Date.now()}`;
       await new S3Client({ endpoint: s3Endpoint, region: process.env.AWS_REGION ?? "us-east-1", forcePathStyle: true }).send(new CreateBucketCommand({ Bucket: bucket }));
-      s3 = await measure(["node", bin, "backup", "--repo", `s3://${bucket}/bench`, "--no-incremental"], { cwd: agent, env: { ...env, AGENTBAK_S3_ENDPOINT: s3Endpoint } });
+      const s3env = { ...env, AGENTBAK_S3_ENDPOINT: s3Endpoint };
+      await execa("node", [bin, "init", "--repo", `s3://${bucket}/bench`], { cwd: agent, env: s3env });
+      s3 = await measure(["node", bin, "backup", "--repo", `s3://${bucket}/bench`, "--no-incremental"], { cwd: agent, env: s3env });
     }
     const out = {
       size_mib: Math.round(dbBytes / 2 ** 20),

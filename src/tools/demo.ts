@@ -31,9 +31,8 @@ async function main(): Promise<void> {
   const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
   const gen = await import(join(root, "fixtures", "agent", "generate.js"));
   gen.generateAgent(agent, { recipient, sizeMb: 8 });
-  const { LocalRepository } = await import("../repository/local.js");
-  new LocalRepository(join(agent, "backups")).init();
   process.stderr.write(`\nbuilt the reference agent in ${agent}: SQLite state (WAL), git workspace with uncommitted work, memory files\n`);
+  await step("create the repository its agentbak.json names", ["init"], env, agent);
   const receipt = JSON.parse(await step("back it up", ["backup", "--json"], env, agent));
   await step("list snapshots", ["snapshots"], env, agent);
   await step("verify signature, payload and every component", ["verify", "latest", "--identity", join(home, "age-identity.txt")], env, agent);
@@ -45,7 +44,7 @@ async function main(): Promise<void> {
     env,
     agent,
   );
-  await step("verify the drill report's hash chain and signatures", ["report", "verify", join(agent, "backups", "drills", "report.jsonl")], env, agent);
+  await step("verify the drill report's hash chain and signatures", ["report", "verify"], env, agent);
   process.stderr.write(`\nbundle: ${receipt.path}\n`);
   process.stderr.write(`open it with stock tools: tar xf <bundle>; age -d -i ${join(home, "age-identity.txt")} payload.age | zstd -d | tar x\n`);
 }

@@ -1,5 +1,7 @@
 /** Human rendering of a drill result (stderr). */
-import type { DrillCmdResult } from "../commands/drill.js";
+import type { DrillResult } from "../drill/runner.js";
+
+type DrillCmdResult = DrillResult & { report_file: string | null; report_index: number | null };
 import { bad, bold, dim, ok, say, warn } from "./output.js";
 
 export function renderDrill(r: DrillCmdResult): void {

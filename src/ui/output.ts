@@ -31,12 +31,12 @@ export function progress(text: string): { update(t: string): void; stop(): void 
   return { update: (t) => void (s.text = t), stop: () => void s.stop() };
 }
 
-/** Prints rows as an aligned table to stderr. */
+/** Prints rows as an aligned table to stdout (a listing is a command's result). */
 export function table(headers: string[], rows: string[][]): void {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   const fmt = (r: string[]) => r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
-  say(bold(fmt(headers)));
-  for (const r of rows) say(fmt(r));
+  out(bold(fmt(headers)) + "\n");
+  for (const r of rows) out(fmt(r) + "\n");
 }
 
 /**

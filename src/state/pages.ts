@@ -9,7 +9,7 @@
  * whose sha256 the manifest records.
  */
 import { createHash, hash, randomBytes } from "node:crypto";
-import { closeSync, copyFileSync, existsSync, ftruncateSync, openSync, readFileSync, readSync, writeSync } from "node:fs";
+import { closeSync, existsSync, ftruncateSync, openSync, readFileSync, readSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { writeFileAtomic } from "../fsutil.js";
 
@@ -158,14 +158,13 @@ export function writeDelta(dbFile: string, pages: number[], ix: PageIndex, out: 
 }
 
 /**
- * Rebuilds a database: copies `baseFile` to `out`, writes the delta's pages,
- * truncates to the delta's page count.
+ * Applies a delta to a database file in place: writes the delta's pages and
+ * truncates to its page count.
  * @throws Error when the delta is malformed.
  */
-export function applyDelta(baseFile: string, deltaFile: string, out: string): void {
-  copyFileSync(baseFile, out);
+export function applyDelta(file: string, deltaFile: string): void {
   const d = openSync(deltaFile, "r");
-  const o = openSync(out, "r+");
+  const o = openSync(file, "r+");
   try {
     const h = Buffer.alloc(20);
     if (readSync(d, h, 0, 20, 0) !== 20 || !h.subarray(0, 8).equals(DELTA_MAGIC)) throw new Error("not a page delta");
@@ -188,6 +187,3 @@ export function applyDelta(baseFile: string, deltaFile: string, out: string): vo
     closeSync(o);
   }
 }
-
-/** Where a snapshot's page index lives in the repository. */
-export const indexFileName = (snapshotId: string, db: string) => `${snapshotId}.${db}.pageindex`;

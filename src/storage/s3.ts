@@ -1,147 +1,17 @@
 /**
- * Object storage: one interface, two implementations (a local folder and an
- * S3-compatible bucket). Objects are never overwritten when `ifNoneMatch` is
- * asked for; large files are uploaded streaming (multipart on S3) with memory
- * that does not grow with their size.
+ * An S3-compatible bucket as an object store. Uploads stream in 8 MiB parts
+ * (a failed one is aborted, so no partial object appears); transient errors
+ * are retried with bounded backoff; errors name bucket and operation, never
+ * credentials.
  */
-import { closeSync, createReadStream, createWriteStream, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync } from "node:fs";
-import { dirname, join, relative, sep } from "node:path";
+import { createReadStream, createWriteStream, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import type { Readable } from "node:stream";
 import { AgentbakError, Exit, notFound, usageError } from "../errors.js";
-import { createFileExclusive, fsyncDir, tempSibling } from "../fsutil.js";
-
-export interface UploadOptions {
-  /** S3 Object Lock: retain until this time in this mode */
-  retainUntil?: Date;
-  lockMode?: "GOVERNANCE" | "COMPLIANCE";
-}
-
-export interface ObjectStore {
-  readonly url: string;
-  /** Writes a small object; with ifNoneMatch returns false (and writes nothing) when it exists. */
-  put(key: string, body: Buffer | string, opts?: { ifNoneMatch?: boolean }): Promise<boolean>;
-  /** Uploads a file streaming. */
-  upload(key: string, file: string, opts?: UploadOptions): Promise<void>;
-  /** The whole object, or null when missing. */
-  get(key: string): Promise<Buffer | null>;
-  /** Bytes [start, end] inclusive. @throws AgentbakError(10) when missing. */
-  getRange(key: string, start: number, end: number): Promise<Buffer>;
-  /** Streams the object into a local file. @throws AgentbakError(10) when missing. */
-  download(key: string, file: string): Promise<void>;
-  /** Size, or null when missing. */
-  head(key: string): Promise<{ size: number } | null>;
-  /** Every key under the prefix, sorted. */
-  list(prefix: string): Promise<string[]>;
-  /** Deletes; @returns false when retention (Object Lock) refused it. Missing objects are not an error. */
-  delete(key: string): Promise<boolean>;
-  /** Aborts multipart uploads (and removes temp files) older than `olderThanMs`; @returns how many. */
-  sweepIncomplete(olderThanMs: number): Promise<number>;
-}
-
-/** A folder as an object store (keys are relative paths). */
-export class LocalStore implements ObjectStore {
-  constructor(readonly root: string) {}
-  get url(): string {
-    return this.root;
-  }
-  private path(key: string): string {
-    if (key.split("/").some((s) => s === ".." || s === "")) throw usageError(`invalid object key ${key}`);
-    return join(this.root, ...key.split("/"));
-  }
-  async put(key: string, body: Buffer | string, opts: { ifNoneMatch?: boolean } = {}): Promise<boolean> {
-    const p = this.path(key);
-    mkdirSync(dirname(p), { recursive: true });
-    if (opts.ifNoneMatch) {
-      try {
-        createFileExclusive(p, body);
-        return true;
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code === "EEXIST") return false;
-        throw e;
-      }
-    }
-    const tmp = tempSibling(p);
-    await pipeline(async function* () {
-      yield typeof body === "string" ? Buffer.from(body) : body;
-    }, createWriteStream(tmp));
-    renameSync(tmp, p);
-    fsyncDir(dirname(p));
-    return true;
-  }
-  async upload(key: string, file: string): Promise<void> {
-    const p = this.path(key);
-    mkdirSync(dirname(p), { recursive: true });
-    const tmp = tempSibling(p);
-    try {
-      await pipeline(createReadStream(file), createWriteStream(tmp, { flags: "wx" }));
-      const fd = openSync(tmp, "r");
-      closeSync(fd);
-      renameSync(tmp, p);
-    } finally {
-      rmSync(tmp, { force: true });
-    }
-    fsyncDir(dirname(p));
-  }
-  async get(key: string): Promise<Buffer | null> {
-    const p = this.path(key);
-    return existsSync(p) ? readFileSync(p) : null;
-  }
-  async getRange(key: string, start: number, end: number): Promise<Buffer> {
-    const p = this.path(key);
-    if (!existsSync(p)) throw notFound(`object ${key} not found in ${this.root}`);
-    const fd = openSync(p, "r");
-    try {
-      const b = Buffer.alloc(end - start + 1);
-      const n = readSync(fd, b, 0, b.length, start);
-      return b.subarray(0, n);
-    } finally {
-      closeSync(fd);
-    }
-  }
-  async download(key: string, file: string): Promise<void> {
-    const p = this.path(key);
-    if (!existsSync(p)) throw notFound(`object ${key} not found in ${this.root}`);
-    await pipeline(createReadStream(p), createWriteStream(file, { flags: "wx" }));
-  }
-  async head(key: string): Promise<{ size: number } | null> {
-    const p = this.path(key);
-    return existsSync(p) ? { size: statSync(p).size } : null;
-  }
-  async list(prefix: string): Promise<string[]> {
-    const out: string[] = [];
-    const walk = (d: string) => {
-      if (!existsSync(d)) return;
-      for (const e of readdirSync(d, { withFileTypes: true })) {
-        const p = join(d, e.name);
-        if (e.isDirectory()) walk(p);
-        else if (!e.name.startsWith(".tmp-")) out.push(relative(this.root, p).split(sep).join("/"));
-      }
-    };
-    walk(this.root);
-    return out.filter((k) => k.startsWith(prefix)).sort();
-  }
-  async delete(key: string): Promise<boolean> {
-    rmSync(this.path(key), { force: true });
-    return true;
-  }
-  async sweepIncomplete(olderThanMs: number): Promise<number> {
-    let n = 0;
-    const walk = (d: string) => {
-      if (!existsSync(d)) return;
-      for (const e of readdirSync(d, { withFileTypes: true })) {
-        const p = join(d, e.name);
-        if (e.isDirectory()) walk(p);
-        else if (e.name.startsWith(".tmp-") && Date.now() - statSync(p).mtimeMs > olderThanMs) {
-          rmSync(p, { force: true });
-          n++;
-        }
-      }
-    };
-    walk(this.root);
-    return n;
-  }
-}
+import { pidDir, sweepDead } from "../fsutil.js";
+import { checkKey, type ObjectStore, type UploadOptions } from "./store.js";
 
 /** Parses `s3://bucket/prefix`. */
 export function parseS3Url(url: string): { bucket: string; prefix: string } {
@@ -160,6 +30,7 @@ type S3 = typeof import("@aws-sdk/client-s3");
  * from the AWS SDK's standard provider chain, never printed.
  */
 export class S3Store implements ObjectStore {
+  readonly inPlace = false;
   readonly bucket: string;
   readonly prefix: string;
   private sdk!: S3;
@@ -188,6 +59,8 @@ export class S3Store implements ObjectStore {
   }
 
   private k(key: string): string {
+    const bare = key.replace(/\/$/, ""); // a listing prefix may end with "/"
+    if (bare) checkKey(bare);
     return this.prefix + key;
   }
 
@@ -272,10 +145,10 @@ export class S3Store implements ObjectStore {
     }
   }
 
-  async head(key: string): Promise<{ size: number } | null> {
+  async head(key: string): Promise<{ size: number; mtimeMs: number; etag: string } | null> {
     try {
       const r = await this.client.send(new this.sdk.HeadObjectCommand({ Bucket: this.bucket, Key: this.k(key) }));
-      return { size: Number(r.ContentLength ?? 0) };
+      return { size: Number(r.ContentLength ?? 0), mtimeMs: r.LastModified?.getTime() ?? 0, etag: `${r.ETag ?? ""}:${r.VersionId ?? ""}` };
     } catch (e) {
       const err = this.fail("head", key, e);
       if (err.code === Exit.notFound && !/bucket/.test(err.message)) return null;
@@ -299,8 +172,24 @@ export class S3Store implements ObjectStore {
     return out.sort();
   }
 
-  async sweepIncomplete(olderThanMs: number): Promise<number> {
-    let n = 0;
+  async append(key: string, line: string): Promise<void> {
+    // objects can not be appended to: read and rewrite (callers serialise appends with a lock)
+    const cur = await this.get(key);
+    await this.put(key, cur ? Buffer.concat([cur, Buffer.from(line)]) : line);
+  }
+
+  async localPath(key: string, tempDir: string): Promise<string> {
+    const file = join(tempDir, key.split("/").at(-1)!);
+    await this.download(key, file);
+    return file;
+  }
+
+  tempDir(tag: string): string {
+    return pidDir(tmpdir(), `agentbak-${tag}`);
+  }
+
+  async sweep(olderThanMs: number): Promise<number> {
+    let n = sweepDead(tmpdir(), "agentbak-");
     try {
       const r = await this.client.send(new this.sdk.ListMultipartUploadsCommand({ Bucket: this.bucket, Prefix: this.prefix }));
       for (const u of r.Uploads ?? []) {
@@ -338,11 +227,4 @@ export class S3Store implements ObjectStore {
       throw this.fail("delete", key, e);
     }
   }
-}
-
-/** The store for a repository location: `s3://...` or a local folder. */
-export async function openStore(location: string): Promise<ObjectStore> {
-  if (location.startsWith("s3://")) return new S3Store(location).init();
-  if (/^[a-z0-9]+:\/\//.test(location)) throw usageError(`unsupported repository URL ${location}`);
-  return new LocalStore(location);
 }

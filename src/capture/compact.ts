@@ -1,0 +1,79 @@
+/**
+ * compact: rewrites an incremental snapshot as a full one (same state and
+ * sequence, new id, signed, `compacted_from` linking what it replaces) so
+ * older links of its chain can be forgotten. Needs an identity: the chain is
+ * decrypted to rebuild the databases.
+ */
+import { mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { rebuildDatabases, verifyChain } from "../bundle/chain.js";
+import { isDatabase, sha256hex, type Manifest } from "../bundle/manifest.js";
+import { readPayload, verifyBundle } from "../bundle/reader.js";
+import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
+import type { AgeIdentity } from "../crypto/age.js";
+import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
+import type { Trust } from "../crypto/trust.js";
+import { onInterrupt } from "../cleanup.js";
+import { verifyError } from "../errors.js";
+import type { Repository, Snapshot } from "../repository/repository.js";
+import { newSnapshotId } from "./backup.js";
+
+export interface CompactResult {
+  snapshot_id: string;
+  replaces: string;
+  path: string | null;
+  already_full: boolean;
+}
+
+/** Rewrites snapshot `s` (an incremental) as a full bundle in the same repository. */
+export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: AgeIdentity[], key: SigningKey, principal: string): Promise<CompactResult> {
+  const a = { tenant: s.tenant!, agent: s.agent_id };
+  if (s.kind !== "incremental") return { snapshot_id: s.snapshot_id, replaces: s.snapshot_id, path: null, already_full: true };
+  const lock = await repo.lock(a, "agent");
+  const opened = await repo.open(s, trust);
+  const staging = repo.store.tempDir(`compact-${a.agent}`);
+  const unregister = onInterrupt(() => rmSync(staging, { recursive: true, force: true }));
+  try {
+    const v = await verifyBundle(opened.path, trust);
+    const m = v.manifest;
+    const chain = await verifyChain(v, opened.links, trust);
+    const raw = join(staging, "raw");
+    const work = join(staging, "chain");
+    mkdirSync(raw);
+    mkdirSync(work);
+    await readPayload(v, ids, raw);
+    const rebuilt = await rebuildDatabases(v, chain, raw, ids, work);
+    const staged: StagedComponent[] = m.components.map((c) => {
+      const { sha256: _s, size: _z, full_sha256: _f, full_size: _fs, page_size: _p, page_count: _c, changed_pages: _n, ...meta } = c;
+      return c.kind === "sqlite-delta" ? { ...meta, kind: "sqlite", path: `db/${c.name}.sqlite`, file: rebuilt.get(c.name)! } : { ...meta, file: join(raw, c.path) };
+    });
+    const written = await writePayload(staged, m.recipients, join(staging, "payload.age"));
+    for (const [i, c] of m.components.entries())
+      if (c.kind === "sqlite-delta" && written.components[i]!.sha256 !== c.full_sha256) throw verifyError(`compact: database ${c.name} rebuilt for ${m.snapshot_id} does not match its recorded sha256`);
+    const id = newSnapshotId(new Date());
+    const manifest: Manifest = {
+      ...m,
+      snapshot_id: id,
+      parent: null,
+      compacted_from: { snapshot_id: m.snapshot_id, manifest_sha256: v.manifestSha256 },
+      signer: { fingerprint: fingerprint(key.publicKey), principal },
+      components: written.components,
+      payload: written.payload,
+    };
+    const file = join(staging, `${id}.agentbak`);
+    const mbytes = await writeBundleFile(manifest, key, join(staging, "payload.age"), file);
+    // the page indexes describe the same pages: the next incremental builds on the compacted snapshot
+    const indexes: [string, Buffer][] = [];
+    for (const c of m.components.filter((x) => isDatabase(x) && x.page_index_sha256)) {
+      const ix = await repo.pageIndex(s, c.name);
+      if (ix) indexes.push([c.name, ix]);
+    }
+    const published = await repo.publish(a, { snapshotId: id, file, sequence: m.sequence, indexes, trust, audit: { event: "compact", replaces: m.snapshot_id, manifest_sha256: sha256hex(mbytes) }, signingKey: key });
+    return { snapshot_id: id, replaces: m.snapshot_id, path: published.path, already_full: false };
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+    unregister();
+    opened.release();
+    await lock.release();
+  }
+}

@@ -1,0 +1,137 @@
+/**
+ * What commands share, read once: the config (if any), trust, the repository
+ * (flag, then AGENTBAK_REPOSITORY, then config), the agent a command is about,
+ * keys on demand, and one way to turn a reference (ID, unique prefix, latest,
+ * random, or a bundle file) into a local bundle file.
+ */
+import { existsSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import type { LinkSource } from "../bundle/chain.js";
+import { loadConfigIfAny, repositoryLocation, type LoadedConfig } from "../config/load.js";
+import type { AgeIdentity } from "../crypto/age.js";
+import { agentbakHome, loadIdentities, loadSigningKey } from "../crypto/keys.js";
+import type { SigningKey } from "../crypto/sshsig.js";
+import { loadTrust, type Trust } from "../crypto/trust.js";
+import { notFound, usageError, wrap } from "../errors.js";
+import { Repository, type AgentRef, type ResolveFilter, type Snapshot } from "../repository/repository.js";
+
+export interface GlobalOpts {
+  config?: string;
+  repo?: string;
+  json?: boolean;
+}
+
+/** A bundle ready to read: a local file, its chain's links, and the repository entry when it came from one. */
+export interface BundleRef {
+  path: string;
+  links: LinkSource;
+  snapshot: Snapshot | null;
+  release(): void;
+}
+
+export interface Context {
+  lc: LoadedConfig | undefined;
+  home: string;
+  trust: Trust;
+  /** where the repository is, if any was named */
+  repoLocation: string | undefined;
+  /** The repository. @throws AgentbakError(2) when none is named, (10) when it does not exist. */
+  repository(): Promise<Repository>;
+  /** The repository when one is named, else undefined. */
+  maybeRepository(): Promise<Repository | undefined>;
+  /** The tenant and agent a command is about: flags, then the config. */
+  agentFilter(flags: { agent?: string; tenant?: string }): { tenant?: string; agent?: string };
+  /** The signing key (config `signing.key`, AGENTBAK_SIGNING_KEY_FILE, or AGENTBAK_HOME). @throws AgentbakError(12). */
+  signingKey(): SigningKey;
+  /** The signing key, or null when there is none. */
+  maybeSigningKey(): SigningKey | null;
+  identities(file?: string): AgeIdentity[];
+  /** A reference to a snapshot in the repository. @throws AgentbakError(10) when nothing matches, (2) when ambiguous. */
+  resolve(ref: string, f?: ResolveFilter): Promise<Snapshot>;
+  /**
+   * A reference as a local bundle file.
+   * @throws AgentbakError(10) when nothing matches, (2) when ambiguous.
+   */
+  openRef(ref: string, f?: ResolveFilter): Promise<BundleRef>;
+}
+
+/** A reference names a bundle file (rather than a snapshot in a repository). */
+export const isFileRef = (ref: string) => ref.endsWith(".agentbak") || ref.includes("/");
+
+/** Loads config and trust, and prepares the rest lazily. @throws AgentbakError(2) for a bad config or allowed_signers. */
+export function context(opts: GlobalOpts): Context {
+  const lc = loadConfigIfAny(opts.config);
+  const home = agentbakHome();
+  let trust: Trust;
+  try {
+    trust = loadTrust(home, lc?.config.signing.allowedSigners ? lc.resolve(lc.config.signing.allowedSigners) : undefined);
+  } catch (e) {
+    throw wrap(e, "allowed_signers");
+  }
+  const repoLocation = repositoryLocation(opts.repo, lc);
+  let repo: Promise<Repository> | undefined;
+  const keyFile = lc?.config.signing.key ? lc.resolve(lc.config.signing.key) : undefined;
+  let key: SigningKey | undefined;
+  const ctx: Context = {
+    lc,
+    home,
+    trust,
+    repoLocation,
+    repository() {
+      if (!repoLocation) throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
+      return (repo ??= Repository.open(repoLocation));
+    },
+    async maybeRepository() {
+      return repoLocation ? ctx.repository() : undefined;
+    },
+    agentFilter(flags) {
+      return { tenant: flags.tenant ?? lc?.config.agent.tenant, agent: flags.agent ?? lc?.config.agent.id };
+    },
+    signingKey() {
+      return (key ??= loadSigningKey(keyFile));
+    },
+    maybeSigningKey() {
+      try {
+        return ctx.signingKey();
+      } catch {
+        return null;
+      }
+    },
+    identities: (file) => loadIdentities(file),
+    async resolve(ref, f = {}) {
+      if (isFileRef(ref)) throw usageError(`${ref} is a file; pass a snapshot id, a unique prefix of one, or latest`);
+      return (await ctx.repository()).resolve(ref, trust, f);
+    },
+    async openRef(ref, f = {}) {
+      if (isFileRef(ref)) {
+        const path = resolve(ref);
+        if (!existsSync(path)) throw notFound(`bundle file not found: ${path}`);
+        // the links of a bundle file sit beside it, as in a copied snapshots folder
+        const links: LinkSource = async (id) => {
+          const p = join(dirname(path), `${id}.agentbak`);
+          if (!existsSync(p)) throw notFound(`bundle ${p} not found`);
+          return p;
+        };
+        return { path, links, snapshot: null, release: () => undefined };
+      }
+      const s = await ctx.resolve(ref, f);
+      const opened = await (await ctx.repository()).open(s, trust);
+      return { ...opened, snapshot: s };
+    },
+  };
+  return ctx;
+}
+
+/**
+ * The one agent a command acts on: flags, then config; a tenant not given is
+ * the only tenant the repository holds for that agent.
+ * @throws AgentbakError(2) when it can not be told.
+ */
+export async function agentOf(ctx: Context, flags: { agent?: string; tenant?: string }): Promise<AgentRef> {
+  const f = ctx.agentFilter(flags);
+  if (!f.agent) throw usageError("which agent? pass --agent (and --tenant) or a config");
+  if (f.tenant) return { tenant: f.tenant, agent: f.agent };
+  const tenants = [...new Set((await (await ctx.repository()).list(ctx.trust, { agent: f.agent })).map((e) => e.tenant).filter((t): t is string => Boolean(t)))];
+  if (tenants.length !== 1) throw usageError(`which tenant of agent ${f.agent}? pass --tenant${tenants.length ? ` (${tenants.join(", ")})` : ""}`);
+  return { tenant: tenants[0]!, agent: f.agent };
+}

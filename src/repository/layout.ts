@@ -1,0 +1,64 @@
+/**
+ * Where everything lives in a repository: every key is spelled here and
+ * nowhere else. Layout v2 keeps each tenant's agents apart:
+ *
+ *   agentbak-repository.json
+ *   tenants/<tenant>/agents/<agent>/snapshots/<id>.agentbak   the bundle
+ *   tenants/<tenant>/agents/<agent>/snapshots/<id>.commit     written last: the snapshot exists
+ *   tenants/<tenant>/agents/<agent>/snapshots/<id>.<db>.pageindex
+ *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json
+ *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
+ *   tenants/<tenant>/agents/<agent>/locks/<name>.lock
+ *   tenants/<tenant>/agents/<agent>/audit.jsonl, drills/report.jsonl
+ *
+ * Layout v1 (`agents/<agent>/<id>.agentbak`, records under `state/`) is still
+ * read: its bundles are listed under the tenant their signed manifest names.
+ */
+import { createHash } from "node:crypto";
+
+/** One agent of one tenant: the unit of isolation in a repository. */
+export interface AgentRef {
+  tenant: string;
+  agent: string;
+}
+
+export const REPO_CONFIG = "agentbak-repository.json";
+export const LAYOUT_VERSION = 2;
+
+const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+const agentDir = (a: AgentRef) => `tenants/${a.tenant}/agents/${a.agent}`;
+
+/** The folder (key prefix, no trailing slash) holding an agent's snapshots. */
+export const snapshotsDir = (a: AgentRef) => `${agentDir(a)}/snapshots`;
+
+export const keys = {
+  bundle: (dir: string, id: string) => `${dir}/${id}.agentbak`,
+  commit: (dir: string, id: string) => `${dir}/${id}.commit`,
+  pageIndex: (dir: string, id: string, db: string) => `${dir}/${id}.${db}.pageindex`,
+  sequence: (a: AgentRef) => `${agentDir(a)}/sequence.json`,
+  generation: (a: AgentRef) => `${agentDir(a)}/generation.json`,
+  idempotency: (a: AgentRef, kind: "backup" | "restore", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
+  lock: (a: AgentRef, name: "agent" | "restore" | "log") => `${agentDir(a)}/locks/${name}.lock`,
+  audit: (a: AgentRef) => `${agentDir(a)}/audit.jsonl`,
+  drillReport: (a: AgentRef) => `${agentDir(a)}/drills/report.jsonl`,
+};
+
+/** Layout v1: read, never written. */
+export const legacy = {
+  dir: (agent: string) => `agents/${agent}`,
+  sequence: (agent: string) => `state/sequence-${agent}.json`,
+  generation: (agent: string) => `state/generation-${agent}.json`,
+};
+
+/** A snapshot's files in a snapshots folder, from any key in it: bundle, commit or page index. */
+export function parseSnapshotKey(key: string): { dir: string; id: string; ext: string } | null {
+  const m = key.match(/^(tenants\/[^/]+\/agents\/[^/]+\/snapshots|agents\/[^/]+)\/(\d{8}T\d{9}Z-[0-9a-f]{8})\.(.+)$/);
+  return m ? { dir: m[1]!, id: m[2]!, ext: m[3]! } : null;
+}
+
+/** The agent (and, in layout v2, the tenant) a snapshots folder belongs to. */
+export function ownerOf(dir: string): { tenant: string | null; agent: string } {
+  const v2 = dir.match(/^tenants\/([^/]+)\/agents\/([^/]+)\/snapshots$/);
+  if (v2) return { tenant: v2[1]!, agent: v2[2]! };
+  return { tenant: null, agent: dir.slice("agents/".length) };
+}

@@ -1,0 +1,57 @@
+/**
+ * Replication between repositories (any store to any store): signed bundles
+ * and their page indexes, parents first, each verified before it is sent and
+ * read back in full on arrival before it is committed; idempotent.
+ */
+import { copyFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { verifyBundle } from "../bundle/reader.js";
+import { isDatabase } from "../bundle/manifest.js";
+import type { SigningKey } from "../crypto/sshsig.js";
+import type { Trust } from "../crypto/trust.js";
+import { onInterrupt } from "../cleanup.js";
+import type { Repository } from "./repository.js";
+
+export interface CopyResult {
+  from: string;
+  to: string;
+  copied: string[];
+  skipped: string[];
+}
+
+/** Copies the verified snapshots of `src` (all, or the ids given) into `dst`. */
+export async function replicate(src: Repository, dst: Repository, trust: Trust, o: { ids: string[]; tenant?: string; agent?: string; signingKey: SigningKey | null }): Promise<CopyResult> {
+  const picked = (await src.list(trust, { tenant: o.tenant, agent: o.agent }))
+    .filter((e) => e.status === "ok" && e.header && (o.ids.length === 0 || o.ids.includes(e.snapshot_id)))
+    .sort((x, y) => x.tenant!.localeCompare(y.tenant!) || x.agent_id.localeCompare(y.agent_id) || x.sequence! - y.sequence!);
+  const res: CopyResult = { from: src.location, to: dst.location, copied: [], skipped: [] };
+  for (const e of picked) {
+    const a = { tenant: e.tenant!, agent: e.agent_id };
+    if (await dst.committed(a, e.snapshot_id)) {
+      res.skipped.push(e.snapshot_id);
+      continue;
+    }
+    const lock = await dst.lock(a, "agent", 60_000);
+    const opened = await src.open(e, trust);
+    const tmp = dst.store.tempDir("copy");
+    const unregister = onInterrupt(() => rmSync(tmp, { recursive: true, force: true }));
+    try {
+      await verifyBundle(opened.path, trust); // before it is sent
+      const file = join(tmp, `${e.snapshot_id}.agentbak`);
+      copyFileSync(opened.path, file); // publishing may consume the file it is given
+      const indexes: [string, Buffer][] = [];
+      for (const c of e.header!.manifest.components.filter((x) => isDatabase(x) && x.page_index_sha256)) {
+        const ix = await src.pageIndex(e, c.name);
+        if (ix) indexes.push([c.name, ix]);
+      }
+      await dst.publish(a, { snapshotId: e.snapshot_id, file, sequence: e.sequence!, indexes, trust, verifyFully: true, audit: { event: "copy", from: src.location }, signingKey: o.signingKey });
+      res.copied.push(e.snapshot_id);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+      unregister();
+      opened.release();
+      await lock.release();
+    }
+  }
+  return res;
+}

@@ -1,0 +1,532 @@
+/**
+ * A repository: agentbak's layout, locks, catalog, records and logs, written
+ * once over the ObjectStore interface (restic's repository/backend split).
+ * Nothing here knows whether the store is a folder or a bucket.
+ *
+ * A snapshot becomes visible when its commit marker is written, last, with a
+ * conditional write: bundle, page indexes and records go first, so an
+ * interrupted backup, copy or compact never shows up and `latest` never moves
+ * to a half-written bundle.
+ */
+import { randomBytes } from "node:crypto";
+import { rmSync } from "node:fs";
+import { hostname, userInfo } from "node:os";
+import { verifyBundle, verifyLayout, type VerifiedBundle } from "../bundle/reader.js";
+import { readLayoutRanges } from "../bundle/outer.js";
+import { snapshotKind } from "../bundle/manifest.js";
+import type { LinkSource } from "../bundle/chain.js";
+import { nextLine, verifyChainText, type ChainVerifyResult } from "../crypto/chainlog.js";
+import type { SigningKey } from "../crypto/sshsig.js";
+import type { Trust } from "../crypto/trust.js";
+import { crashStep } from "../crashpoint.js";
+import { onInterrupt } from "../cleanup.js";
+import { AgentbakError, Exit, lockedError, notFound, usageError, verifyError } from "../errors.js";
+import { pidAlive } from "../fsutil.js";
+import { openStore, type ObjectStore } from "../storage/store.js";
+import { keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotsDir, type AgentRef } from "./layout.js";
+
+export type { AgentRef };
+
+/** One listed snapshot. `status` is "ok" only when its signature and manifest verify and its chain is complete. */
+export interface CatalogEntry {
+  tenant: string | null;
+  agent_id: string;
+  snapshot_id: string;
+  kind: "full" | "incremental" | null;
+  parent: string | null;
+  sequence: number | null;
+  created_at: string | null;
+  expires_at: string | null;
+  label: string | null;
+  size: number;
+  status: "ok" | "expired" | "invalid";
+  problem: string | null;
+  /** exit code of the problem, for entries that are not ok */
+  problem_code: number | null;
+  signer: string | null;
+  schema_version: number | null;
+  /** where the bundle is, for people (a file path or a URL) */
+  path: string;
+}
+
+/** A catalog entry and what the repository needs to read it. */
+export interface Snapshot extends CatalogEntry {
+  /** the snapshots folder key and the bundle key */
+  dir: string;
+  key: string;
+  header: VerifiedBundle | null;
+}
+
+/** A held lock. */
+export interface Lock {
+  release(): Promise<void>;
+}
+
+/** A bundle as a local file (in place when the store allows), with its chain's links; release() removes fetched copies. */
+export interface OpenedBundle {
+  path: string;
+  links: LinkSource;
+  release(): void;
+}
+
+/** What `resolve` narrows to. */
+export interface ResolveFilter {
+  tenant?: string;
+  agent?: string;
+  /** created strictly before */
+  before?: Date;
+  /** created within this many milliseconds of now (random) */
+  within?: number;
+}
+
+const STALE_LOCK_MS = 6 * 3_600_000;
+const ID_RE = /^\d{8}T\d{9}Z-[0-9a-f]{8}$/;
+
+export const catalogEntry = (e: Snapshot): CatalogEntry => {
+  const { dir: _d, key: _k, header: _h, ...entry } = e;
+  return entry;
+};
+
+export class Repository {
+  private catalogCache: Promise<Snapshot[]> | null = null;
+
+  private constructor(readonly store: ObjectStore) {}
+
+  /** Where the repository is, for people and for records. */
+  get location(): string {
+    return this.store.url;
+  }
+
+  /**
+   * Opens an existing repository.
+   * @throws AgentbakError(10) when there is none at `location`.
+   */
+  static async open(location: string): Promise<Repository> {
+    const store = await openStore(location);
+    const repo = new Repository(store);
+    const cfg = await store.get(REPO_CONFIG);
+    // repositories in object storage made by agentbak 0.1 had no config object
+    if (!cfg && (await store.list("agents/")).length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
+    return repo;
+  }
+
+  /** Creates the repository at `location` if it does not exist (idempotent). @returns whether it was created. */
+  static async init(location: string): Promise<{ repo: Repository; created: boolean }> {
+    const store = await openStore(location);
+    const body = JSON.stringify({ format: "agentbak-repository", version: LAYOUT_VERSION, created_at: new Date().toISOString() }, null, 2) + "\n";
+    const created = await store.put(REPO_CONFIG, body, { ifNoneMatch: true });
+    return { repo: new Repository(store), created };
+  }
+
+  // ---- small records ----
+
+  async readJson<T>(key: string): Promise<T | undefined> {
+    const b = await this.store.get(key);
+    if (!b) return undefined;
+    try {
+      return JSON.parse(String(b)) as T;
+    } catch {
+      throw verifyError(`repository record ${key} in ${this.location} is not JSON`);
+    }
+  }
+
+  async writeJson(key: string, value: unknown, opts: { ifNoneMatch?: boolean } = {}): Promise<boolean> {
+    return this.store.put(key, JSON.stringify(value, null, 2) + "\n", opts);
+  }
+
+  // ---- locks ----
+
+  /**
+   * Takes an agent's lock: one object created with a conditional write,
+   * holding owner pid, host and start time. A lock whose owner on this host is
+   * gone, or that is older than 6 hours, is stale and taken over.
+   * @throws AgentbakError(11) naming the holder when held and `waitMs` runs out.
+   */
+  async lock(a: AgentRef, name: "agent" | "restore" | "log", waitMs = 0): Promise<Lock> {
+    const key = keys.lock(a, name);
+    const deadline = Date.now() + waitMs;
+    const me = { pid: process.pid, host: hostname(), started_at: new Date().toISOString(), nonce: randomBytes(8).toString("hex") };
+    const ours = async () => {
+      const b = await this.store.get(key);
+      try {
+        return Boolean(b) && JSON.parse(String(b)).nonce === me.nonce;
+      } catch {
+        return false;
+      }
+    };
+    const release = async () => {
+      if (await ours()) await this.store.delete(key);
+    };
+    for (let delay = 50; ; delay = Math.min(delay * 2, 500)) {
+      if (await this.store.put(key, JSON.stringify(me), { ifNoneMatch: true })) {
+        // where a conditional write is not atomic (Ceph 16 ignores If-None-Match on versioned buckets)
+        // the last writer's nonce wins and the others back off
+        if (!this.store.inPlace) await new Promise((r) => setTimeout(r, 100));
+        if (await ours()) {
+          const unregister = onInterrupt(() => void this.store.delete(key).catch(() => undefined));
+          return { release: async () => (unregister(), release()) };
+        }
+      }
+      let holder: { pid?: number; host?: string; started_at?: string } = {};
+      try {
+        holder = JSON.parse(String((await this.store.get(key)) ?? "{}"));
+      } catch {
+        /* being written; try again */
+      }
+      const age = holder.started_at ? Date.now() - new Date(holder.started_at).getTime() : 0;
+      if ((holder.host === hostname() && holder.pid !== undefined && !pidAlive(holder.pid)) || age > STALE_LOCK_MS) {
+        await this.store.delete(key);
+        continue;
+      }
+      if (Date.now() >= deadline)
+        throw lockedError(`repository locked (${name} lock of ${a.tenant}/${a.agent} in ${this.location}) by pid ${holder.pid ?? "?"} on ${holder.host ?? "?"} since ${holder.started_at ?? "?"}; pass --wait to wait`);
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  }
+
+  // ---- catalog ----
+
+  /**
+   * Every committed snapshot (filtered), oldest first, with its verified
+   * header or the reason it did not verify.
+   */
+  async list(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date()): Promise<Snapshot[]> {
+    const all = await (this.catalogCache ??= this.readCatalog(trust, now));
+    return all.filter((e) => (!f.agent || e.agent_id === f.agent) && (!f.tenant || e.tenant === f.tenant || (e.tenant === null && !f.agent)));
+  }
+
+  /** Forgets what list() read, after this process changed the repository. */
+  private invalidate(): void {
+    this.catalogCache = null;
+  }
+
+  private async readCatalog(trust: Trust, now: Date): Promise<Snapshot[]> {
+    const found = new Map<string, { dir: string; id: string; bundle: boolean; commit: boolean }>();
+    const v1Listed = (await this.store.list("agents/")).map((k) => parseSnapshotKey(k));
+    for (const p of [...(await this.store.list("tenants/")).map((k) => parseSnapshotKey(k)), ...v1Listed]) {
+      if (!p || (p.ext !== "agentbak" && p.ext !== "commit")) continue;
+      const k = `${p.dir}/${p.id}`;
+      const e = found.get(k) ?? { dir: p.dir, id: p.id, bundle: false, commit: false };
+      if (p.ext === "agentbak") e.bundle = true;
+      else e.commit = true;
+      found.set(k, e);
+    }
+    // layout v1 folders published bundles with link(2): in a store that writes objects whole, a bundle there is committed
+    const committed = [...found.values()].filter((e) => e.commit || (e.bundle && this.store.inPlace && e.dir.startsWith("agents/")));
+    const out: Snapshot[] = [];
+    for (const c of committed) out.push(await this.describeSnapshot(c.dir, c.id, c.bundle, trust, now));
+    // a missing parent breaks a chain; a damaged one is found when the chain is verified
+    const present = new Set(committed.filter((c) => c.bundle).map((c) => `${c.dir}/${c.id}`));
+    for (const e of out) {
+      const parent = e.header?.manifest.parent?.snapshot_id;
+      // a parent may sit in the v1 folder of the same agent
+      if (parent && !present.has(`${e.dir}/${parent}`) && !present.has(`${legacy.dir(e.agent_id)}/${parent}`))
+        Object.assign(e, { status: "invalid", problem: `chain broken: parent snapshot ${parent} is missing`, problem_code: Exit.verify });
+    }
+    return out.sort((x, y) => (x.tenant ?? "").localeCompare(y.tenant ?? "") || x.agent_id.localeCompare(y.agent_id) || (x.snapshot_id < y.snapshot_id ? -1 : 1));
+  }
+
+  private async describeSnapshot(dir: string, id: string, hasBundle: boolean, trust: Trust, now: Date): Promise<Snapshot> {
+    const owner = ownerOf(dir);
+    const key = keys.bundle(dir, id);
+    const base = { dir, key, agent_id: owner.agent, snapshot_id: id, path: this.store.inPlace ? `${this.location}/${key}` : `${this.location}/${key}` };
+    const bad = (e: AgentbakError, size = 0): Snapshot => ({
+      ...base,
+      tenant: owner.tenant,
+      kind: null,
+      parent: null,
+      sequence: null,
+      created_at: null,
+      expires_at: null,
+      label: null,
+      size,
+      status: "invalid",
+      problem: e.message,
+      problem_code: e.code,
+      signer: null,
+      schema_version: null,
+      header: null,
+    });
+    const h = hasBundle ? await this.store.head(key) : null;
+    if (!h) return bad(notFound(`${key}: committed but the bundle object is missing`));
+    let v: VerifiedBundle;
+    try {
+      v = verifyLayout(await readLayoutRanges(base.path, h.size, (s, e) => this.store.getRange(key, s, e)), trust, now);
+    } catch (e) {
+      if (!(e instanceof AgentbakError)) throw e;
+      return bad(e, h.size);
+    }
+    const m = v.manifest;
+    const mismatch = m.agent_id !== owner.agent || m.snapshot_id !== id || (owner.tenant !== null && m.tenant !== owner.tenant);
+    const expired = new Date(m.expires_at) <= now;
+    return {
+      ...base,
+      tenant: m.tenant,
+      kind: snapshotKind(m),
+      parent: m.parent?.snapshot_id ?? null,
+      sequence: m.sequence,
+      created_at: m.created_at,
+      expires_at: m.expires_at,
+      label: m.label,
+      size: h.size,
+      status: mismatch ? "invalid" : expired ? "expired" : "ok",
+      problem: mismatch ? "manifest names another snapshot, agent or tenant than where it is stored" : expired ? `expired at ${m.expires_at}` : null,
+      problem_code: mismatch ? Exit.verify : expired ? Exit.policy : null,
+      signer: v.signer.principal,
+      schema_version: m.schema_version,
+      header: mismatch ? null : v,
+    };
+  }
+
+  /**
+   * Resolves a reference to one snapshot: `latest` (the verified, unexpired
+   * snapshot with the highest sequence), `random` (one created within
+   * `within`), a snapshot id, or a unique prefix of one.
+   * @throws AgentbakError(10) when nothing matches, (2) when a prefix or `latest` is ambiguous, (13/14) when the match does not verify.
+   */
+  async resolve(ref: string, trust: Trust, f: ResolveFilter = {}): Promise<Snapshot> {
+    const all = await this.list(trust, f);
+    const where = `${f.tenant ? `tenant ${f.tenant}, ` : ""}${f.agent ? `agent ${f.agent}, ` : ""}${this.location}`;
+    const timely = (e: Snapshot) => !f.before || (e.created_at !== null && new Date(e.created_at) < f.before);
+    const cond = f.before ? ` created before ${f.before.toISOString()}` : "";
+    if (ref === "latest" || ref === "random") {
+      const ok = all.filter((e) => e.status === "ok" && timely(e) && (ref === "latest" || Date.now() - new Date(e.created_at!).getTime() <= (f.within ?? Infinity)));
+      const agents = new Set(ok.map((e) => `${e.tenant}/${e.agent_id}`));
+      if (agents.size > 1) throw usageError(`"${ref}" is ambiguous: ${where} holds ${[...agents].join(", ")}; pass --agent and --tenant or a config`);
+      if (!ok.length) {
+        const bad = all.filter((e) => e.status !== "ok").at(-1);
+        if (bad && !all.some((e) => e.status === "ok")) throw new AgentbakError(bad.problem_code === Exit.policy ? Exit.policy : Exit.verify, `no restorable snapshot; newest ${bad.snapshot_id}: ${bad.problem}`);
+        throw notFound(`no verified snapshot${cond}${ref === "random" && f.within !== undefined ? ` within ${Math.round(f.within / 3_600_000)}h` : ""} in ${where}`);
+      }
+      if (ref === "latest") return ok.sort((x, y) => x.sequence! - y.sequence!).at(-1)!;
+      return ok[Math.floor(Math.random() * ok.length)]!;
+    }
+    if (!/^[0-9TZ-]+[0-9a-f-]*$/.test(ref)) throw usageError(`not a snapshot reference: ${JSON.stringify(ref.slice(0, 80))} (an id, a unique prefix of one, latest, or a bundle file)`);
+    const hits = all.filter((e) => e.snapshot_id.startsWith(ref));
+    if (hits.length > 1 && !hits.some((e) => e.snapshot_id === ref))
+      throw usageError(`snapshot prefix ${ref} is ambiguous in ${where}: ${hits.slice(0, 5).map((e) => e.snapshot_id).join(", ")}${hits.length > 5 ? ", ..." : ""}`);
+    const hit = hits.find((e) => e.snapshot_id === ref) ?? hits[0];
+    if (!hit) throw notFound(`snapshot ${ref} not found in ${where}`);
+    if (!timely(hit)) throw notFound(`snapshot ${hit.snapshot_id} was created at ${hit.created_at}, not before ${f.before!.toISOString()}`);
+    return hit;
+  }
+
+  /**
+   * A snapshot's bundle as a local file: in place for a folder, downloaded
+   * into a private temp folder otherwise; its chain's links come the same way.
+   * @throws AgentbakError(10) when the bundle is missing.
+   */
+  async open(s: Snapshot, trust: Trust): Promise<OpenedBundle> {
+    let tmp: string | null = null;
+    const temp = () => (tmp ??= this.store.tempDir("fetch"));
+    const fetchKey = (key: string) => this.store.localPath(key, this.store.inPlace ? "" : temp());
+    const cleanup = () => tmp && rmSync(tmp, { recursive: true, force: true });
+    const unregister = onInterrupt(cleanup);
+    const release = () => (cleanup(), unregister());
+    try {
+      const path = await fetchKey(s.key);
+      const links: LinkSource = async (id) => {
+        if (!ID_RE.test(id)) throw notFound(`snapshot ${id} not found`);
+        const inList = (await this.list(trust, { agent: s.agent_id })).find((e) => e.snapshot_id === id && (e.dir === s.dir || e.dir === legacy.dir(s.agent_id)));
+        if (!inList) throw notFound(`snapshot ${id} not found in ${this.location}`);
+        if (!inList.header) throw new AgentbakError(inList.problem_code === Exit.notFound ? Exit.notFound : Exit.verify, inList.problem ?? "does not verify");
+        return fetchKey(inList.key);
+      };
+      return { path, links, release };
+    } catch (e) {
+      release();
+      throw e;
+    }
+  }
+
+  /** A snapshot's page index for `db`, or null. */
+  async pageIndex(s: Snapshot, db: string): Promise<Buffer | null> {
+    return this.store.get(keys.pageIndex(s.dir, s.snapshot_id, db));
+  }
+
+  // ---- writing snapshots ----
+
+  /** The next checkpoint sequence for `a`: above every sequence recorded here and `floor` (this host's watermark). */
+  async nextSequence(a: AgentRef, trust: Trust, floor = 0): Promise<number> {
+    const rec = (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
+    const v1 = (await this.readJson<{ sequence: number }>(legacy.sequence(a.agent)))?.sequence ?? 0;
+    const listed = Math.max(0, ...(await this.list(trust, a)).map((e) => e.sequence ?? 0));
+    return Math.max(rec, v1, listed, floor) + 1;
+  }
+
+  /**
+   * Publishes a finished bundle: sequence record, idempotency record and page
+   * indexes, then the bundle (a link in a folder; never half-visible), then the
+   * bundle is read back through the reader, then the commit marker, last,
+   * makes it visible. The caller holds the agent lock. `file` may be consumed.
+   * @returns the new snapshot's catalog entry.
+   */
+  async publish(
+    a: AgentRef,
+    p: {
+      snapshotId: string;
+      file: string;
+      sequence: number;
+      indexes: [string, Buffer][];
+      idempotency?: { key: string; receipt: (path: string) => unknown };
+      retainUntil?: Date;
+      lockMode?: "GOVERNANCE" | "COMPLIANCE";
+      trust: Trust;
+      /** read the whole bundle back (payload digest), not just its signed header */
+      verifyFully?: boolean;
+      audit: Record<string, unknown>;
+      signingKey: SigningKey | null;
+    },
+  ): Promise<Snapshot> {
+    const dir = snapshotsDir(a);
+    const key = keys.bundle(dir, p.snapshotId);
+    const path = `${this.location}/${key}`;
+    const seq = (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
+    if (p.sequence > seq) await this.writeJson(keys.sequence(a), { sequence: p.sequence, snapshot_id: p.snapshotId });
+    if (p.idempotency) await this.writeJson(keys.idempotency(a, "backup", p.idempotency.key), p.idempotency.receipt(path));
+    for (const [db, ix] of p.indexes) await this.store.put(keys.pageIndex(dir, p.snapshotId, db), ix);
+    crashStep("sequence-reserved");
+    await this.store.delete(key); // an uncommitted leftover of a dead run (the caller holds the lock)
+    await this.store.upload(key, p.file, { retainUntil: p.retainUntil, lockMode: p.lockMode });
+    crashStep("uploaded");
+    // read back what landed before anyone can see it
+    const tmp = this.store.tempDir("arrival");
+    try {
+      const local = p.verifyFully ? await this.store.localPath(key, tmp) : null;
+      const v = local ? await verifyBundle(local, p.trust) : verifyLayout(await readLayoutRanges(path, (await this.store.head(key))?.size ?? 0, (s, e) => this.store.getRange(key, s, e)), p.trust);
+      if (v.manifest.snapshot_id !== p.snapshotId || v.manifest.agent_id !== a.agent || v.manifest.tenant !== a.tenant) throw verifyError(`${key}: the bundle that arrived names another snapshot`);
+    } catch (e) {
+      await this.store.delete(key);
+      throw e instanceof AgentbakError ? new AgentbakError(e.code, `${key} failed verification on arrival: ${e.message}`) : e;
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+    if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
+      throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} is already committed in ${this.location}; refusing to overwrite`);
+    crashStep("published");
+    this.invalidate();
+    await this.audit(a, { event: "backup", snapshot_id: p.snapshotId, sequence: p.sequence, ...p.audit }, p.signingKey);
+    crashStep("recorded");
+    const s = (await this.list(p.trust, a)).find((e) => e.snapshot_id === p.snapshotId);
+    if (!s) throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} was committed but is not listed`);
+    return s;
+  }
+
+  /** Whether snapshot `id` of `a` is committed here. */
+  async committed(a: AgentRef, id: string): Promise<boolean> {
+    return Boolean(await this.store.head(keys.commit(snapshotsDir(a), id)));
+  }
+
+  /** The receipt an idempotency key recorded, if its snapshot was committed. */
+  async idempotent<T extends { snapshot_id: string }>(a: AgentRef, key: string): Promise<T | undefined> {
+    const prior = await this.readJson<T>(keys.idempotency(a, "backup", key));
+    if (!prior) return undefined;
+    // a record whose snapshot never committed was written by a run that died before publishing
+    return (await this.store.head(keys.commit(snapshotsDir(a), prior.snapshot_id))) ? prior : undefined;
+  }
+
+  /**
+   * Removes what runs that died left behind for `a`: staging folders, bundles
+   * and page indexes never committed (the caller holds the agent lock, so no
+   * live writer owns them). @returns the keys removed.
+   */
+  async sweep(a: AgentRef): Promise<string[]> {
+    const removed: string[] = [];
+    const n = await this.store.sweep(3_600_000);
+    if (n) removed.push(`${n} temp file(s), folder(s) or incomplete upload(s)`);
+    for (const dir of [snapshotsDir(a), legacy.dir(a.agent)]) {
+      const listed = (await this.store.list(`${dir}/`)).map((k) => ({ k, p: parseSnapshotKey(k) })).filter((x) => x.p?.dir === dir);
+      const committed = new Set(listed.filter((x) => x.p!.ext === "commit").map((x) => x.p!.id));
+      const v1Committed = dir === legacy.dir(a.agent) && this.store.inPlace;
+      for (const { k, p } of listed) {
+        if (committed.has(p!.id) || p!.ext === "commit" || v1Committed) continue;
+        if (await this.store.delete(k)) removed.push(k);
+      }
+    }
+    if (removed.length) this.invalidate();
+    return removed;
+  }
+
+  /**
+   * Removes a snapshot: the bundle first (when retention refuses, it stays
+   * listed), then its page indexes, then its commit marker.
+   * @returns false when the store's retention refused the deletion.
+   */
+  async remove(s: Snapshot): Promise<boolean> {
+    if (!(await this.store.delete(s.key))) return false;
+    for (const k of await this.store.list(`${s.dir}/${s.snapshot_id}.`)) if (k.endsWith(".pageindex")) await this.store.delete(k);
+    await this.store.delete(keys.commit(s.dir, s.snapshot_id));
+    this.invalidate();
+    return true;
+  }
+
+  // ---- restore records ----
+
+  /** The current fencing generation of `a` (0 when never restored). */
+  async generation(a: AgentRef): Promise<number> {
+    const cur = (await this.readJson<{ generation: number }>(keys.generation(a)))?.generation ?? 0;
+    const v1 = (await this.readJson<{ generation: number }>(legacy.generation(a.agent)))?.generation ?? 0;
+    return Math.max(cur, v1);
+  }
+
+  /** Reserves the next generation (a crash after this only burns a number). The caller holds the restore lock. */
+  async reserveGeneration(a: AgentRef, atLeast: number, info: Record<string, unknown>): Promise<number> {
+    const next = Math.max(await this.generation(a), atLeast) + 1;
+    await this.writeJson(keys.generation(a), { generation: next, ...info });
+    return next;
+  }
+
+  async restoreRecord<T>(a: AgentRef, requestId: string): Promise<T | undefined> {
+    return this.readJson<T>(keys.idempotency(a, "restore", requestId));
+  }
+
+  async writeRestoreRecord(a: AgentRef, requestId: string, value: unknown): Promise<void> {
+    await this.writeJson(keys.idempotency(a, "restore", requestId), value);
+  }
+
+  // ---- logs ----
+
+  /**
+   * Appends an entry to `a`'s audit log (hash-chained; signed when a key is
+   * given). Never pass state contents.
+   */
+  async audit(a: AgentRef, entry: Record<string, unknown>, key: SigningKey | null): Promise<void> {
+    const who = { host: hostname(), user: safeUser() };
+    await this.appendChained(a, keys.audit(a), { at: new Date().toISOString(), ...who, tenant: a.tenant, agent_id: a.agent, ...entry }, key, "agentbak-receipt");
+  }
+
+  /** Appends a signed drill report entry for `a`. @returns the entry and where the report is. */
+  async appendDrillReport(a: AgentRef, body: Record<string, unknown>, key: SigningKey): Promise<{ entry: Record<string, unknown>; location: string }> {
+    const entry = await this.appendChained(a, keys.drillReport(a), body, key, "agentbak-report");
+    return { entry, location: `${this.location}/${keys.drillReport(a)}` };
+  }
+
+  /** The text of `a`'s drill report ("" when there is none). */
+  async drillReport(a: AgentRef): Promise<string> {
+    return String((await this.store.get(keys.drillReport(a))) ?? "");
+  }
+
+  /** Verifies `a`'s audit log chain (unsigned entries are allowed: a restore without a signing key). */
+  async verifyAudit(a: AgentRef, trust: Trust): Promise<ChainVerifyResult> {
+    return verifyChainText(String((await this.store.get(keys.audit(a))) ?? ""), trust, "agentbak-receipt", "audit entry", true);
+  }
+
+  private async appendChained(a: AgentRef, key: string, body: Record<string, unknown>, signingKey: SigningKey | null, ns: string): Promise<Record<string, unknown>> {
+    const lock = await this.lock(a, "log", 30_000);
+    try {
+      const { line, entry } = nextLine(String((await this.store.get(key)) ?? ""), body, signingKey, ns);
+      await this.store.append(key, line);
+      return entry;
+    } finally {
+      await lock.release();
+    }
+  }
+}
+
+function safeUser(): string | null {
+  try {
+    return userInfo().username;
+  } catch {
+    return process.env.USER ?? null;
+  }
+}

@@ -1,0 +1,187 @@
+/**
+ * A local folder as an object store. Objects appear whole or not at all:
+ * small ones are written to a temp name, fsynced and renamed (or linked, when
+ * they must not exist yet); uploads are linked into place with link(2), so
+ * an existing object is never overwritten.
+ */
+import { appendFileSync, closeSync, copyFileSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
+import { dirname, join, resolve, sep } from "node:path";
+import { tmpdir } from "node:os";
+import { type AgentbakError, notFound } from "../errors.js";
+import { createFileExclusive, fsyncDir, pidDir, sweepDead, tempSibling, writeFileAtomic } from "../fsutil.js";
+import { checkKey, type ObjectStore } from "./store.js";
+
+const TMP = "tmp";
+
+export class LocalStore implements ObjectStore {
+  readonly root: string;
+  readonly inPlace = true;
+
+  constructor(root: string) {
+    this.root = resolve(root);
+  }
+
+  get url(): string {
+    return this.root;
+  }
+
+  private path(key: string): string {
+    return join(this.root, ...checkKey(key));
+  }
+
+  private missing(key: string): AgentbakError {
+    return notFound(`object ${key} not found in ${this.root}`);
+  }
+
+  async put(key: string, body: Buffer | string, opts: { ifNoneMatch?: boolean } = {}): Promise<boolean> {
+    const p = this.path(key);
+    if (!opts.ifNoneMatch) {
+      writeFileAtomic(p, body);
+      return true;
+    }
+    try {
+      createFileExclusive(p, body);
+      return true;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "EEXIST") return false;
+      throw e;
+    }
+  }
+
+  async upload(key: string, file: string): Promise<void> {
+    const p = this.path(key);
+    mkdirSync(dirname(p), { recursive: true });
+    let src = file;
+    try {
+      linkSync(file, p); // same filesystem: the finished file itself, never a partial copy
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EXDEV") throw e;
+      src = tempSibling(p);
+      try {
+        copyFileSync(file, src);
+        const fd = openSync(src, "r");
+        try {
+          fsyncSync(fd);
+        } finally {
+          closeSync(fd);
+        }
+        linkSync(src, p);
+      } finally {
+        rmSync(src, { force: true });
+      }
+    }
+    if (src === file) unlinkSync(file);
+    fsyncDir(dirname(p));
+  }
+
+  async append(key: string, line: string): Promise<void> {
+    const p = this.path(key);
+    const created = !existsSync(p);
+    mkdirSync(dirname(p), { recursive: true });
+    appendFileSync(p, line);
+    const fd = openSync(p, "r+");
+    try {
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    if (created) fsyncDir(dirname(p));
+  }
+
+  async get(key: string): Promise<Buffer | null> {
+    try {
+      return readFileSync(this.path(key));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw e;
+    }
+  }
+
+  async getRange(key: string, start: number, end: number): Promise<Buffer> {
+    let fd: number;
+    try {
+      fd = openSync(this.path(key), "r");
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") throw this.missing(key);
+      throw e;
+    }
+    try {
+      const b = Buffer.alloc(end - start + 1);
+      const n = readSync(fd, b, 0, b.length, start);
+      return b.subarray(0, n);
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  async download(key: string, file: string): Promise<void> {
+    const p = this.path(key);
+    if (!existsSync(p)) throw this.missing(key);
+    copyFileSync(p, file, 1 /* COPYFILE_EXCL */);
+  }
+
+  async localPath(key: string): Promise<string> {
+    const p = this.path(key);
+    if (!existsSync(p)) throw this.missing(key);
+    return p;
+  }
+
+  async head(key: string): Promise<{ size: number; mtimeMs: number; etag: string } | null> {
+    try {
+      const st = statSync(this.path(key));
+      return { size: st.size, mtimeMs: st.mtimeMs, etag: `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}` };
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw e;
+    }
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    // walk only the folder the prefix names
+    const dirKey = prefix.includes("/") ? prefix.slice(0, prefix.lastIndexOf("/")) : "";
+    const dir = dirKey ? this.path(dirKey) : this.root;
+    let entries;
+    try {
+      entries = readdirSync(dir, { withFileTypes: true, recursive: true });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return [];
+      throw e;
+    }
+    const out: string[] = [];
+    for (const e of entries) {
+      if (!e.isFile() || e.name.startsWith(".tmp-")) continue;
+      const rel = join(e.parentPath, e.name).slice(this.root.length + 1).split(sep).join("/");
+      if (rel.startsWith(prefix) && !rel.startsWith(`${TMP}/`)) out.push(rel);
+    }
+    return out.sort();
+  }
+
+  async delete(key: string): Promise<boolean> {
+    rmSync(this.path(key), { force: true });
+    return true;
+  }
+
+  tempDir(tag: string): string {
+    // inside the repository: the same filesystem, so an upload is a link
+    try {
+      return pidDir(join(this.root, TMP), tag);
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code !== "EACCES" && code !== "EROFS" && code !== "EPERM") throw e;
+      return pidDir(tmpdir(), `agentbak-${tag}`);
+    }
+  }
+
+  async sweep(): Promise<number> {
+    // staging folders and temp siblings of objects, left by processes that are gone
+    let n = sweepDead(join(this.root, TMP), "");
+    const folders = new Set<string>();
+    try {
+      for (const e of readdirSync(this.root, { withFileTypes: true, recursive: true })) if (e.isFile() && e.name.startsWith(".tmp-")) folders.add(e.parentPath);
+    } catch {
+      return n;
+    }
+    for (const f of folders) n += sweepDead(f, ".tmp-");
+    return n;
+  }
+}
