@@ -6,15 +6,17 @@ import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, renam
 import { randomBytes } from "node:crypto";
 import { basename, dirname, join } from "node:path";
 
-/** fsyncs a directory so a rename or create inside it survives a crash. */
-export function fsyncDir(dir: string): void {
-  const fd = openSync(dir, "r");
+/** fsyncs a file or folder (a folder, so that a rename or create inside it survives a crash). */
+export function fsyncPath(path: string): void {
+  const fd = openSync(path, "r");
   try {
     fsyncSync(fd);
   } finally {
     closeSync(fd);
   }
 }
+
+export const fsyncDir = fsyncPath;
 
 /** A sibling temp name that sweeps recognise (`.tmp-` prefix). */
 export const tempSibling = (path: string) => join(dirname(path), `.tmp-${basename(path)}-${process.pid}-${randomBytes(4).toString("hex")}`);
@@ -115,16 +117,6 @@ export function sweepDead(parent: string, tag: string): number {
 
 /** fsyncs every file and folder under `dir`, then `dir` itself. */
 export function fsyncTree(dir: string): void {
-  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
-    const p = join(e.parentPath, e.name);
-    if (e.isFile() || e.isDirectory()) {
-      const fd = openSync(p, "r");
-      try {
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-    }
-  }
-  fsyncDir(dir);
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) if (e.isFile() || e.isDirectory()) fsyncPath(join(e.parentPath, e.name));
+  fsyncPath(dir);
 }

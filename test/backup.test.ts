@@ -4,7 +4,7 @@ import { execa } from "execa";
 import Database from "better-sqlite3";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, ROOT, run, type TestAgent } from "./helpers.js";
+import { json, makeAgent, ROOT, run, SNAPS, type TestAgent } from "./helpers.js";
 // @ts-expect-error plain JS fixture
 import { transfers } from "../fixtures/agent/writer.js";
 
@@ -14,10 +14,7 @@ beforeAll(async () => {
 });
 afterAll(() => a.cleanup());
 
-const bundles = (t: TestAgent) => {
-  const d = join(t.repo, "tenants", "acme", "agents", "billing-agent", "snapshots");
-  return existsSync(d) ? readdirSync(d).filter((f) => f.endsWith(".agentbak")) : [];
-};
+const bundles = async (t: TestAgent) => ((await (await t.store()).list(`${SNAPS}/`)) as string[]).filter((k) => k.endsWith(".agentbak"));
 
 describe("keygen and init", () => {
   it("keygen writes age and OpenSSH key files with private ones at 0600", () => {
@@ -85,16 +82,17 @@ describe("backup, snapshots, verify", () => {
     expect(receipt.snapshot_id).toMatch(/^\d{8}T\d{9}Z-[0-9a-f]{8}$/);
     expect(receipt.sequence).toBe(1);
     expect(receipt.manifest_sha256).toMatch(/^[0-9a-f]{64}$/);
-    expect(statSync(receipt.path).size).toBe(receipt.size);
+    receipt.file = await a.file(receipt.path);
+    expect(statSync(receipt.file).size).toBe(receipt.size);
     expect(r.stderr).toBe(""); // quiet without a TTY
   });
 
   it("interop: tar, ssh-keygen, age, zstd, sqlite3 and git open the bundle", async () => {
     const x = join(a.tmp, "x");
     mkdirSync(x);
-    const tf = await execa("tar", ["tf", receipt.path]);
+    const tf = await execa("tar", ["tf", receipt.file]);
     expect(tf.stdout.split("\n")).toEqual(["manifest.json", "manifest.sig", "payload.age"]);
-    await execa("tar", ["xf", receipt.path], { cwd: x });
+    await execa("tar", ["xf", receipt.file], { cwd: x });
     const v = await execa("ssh-keygen", ["-Y", "verify", "-f", join(a.home, "allowed_signers"), "-I", "agentbak", "-n", "agentbak-manifest", "-s", "manifest.sig"], { cwd: x, inputFile: join(x, "manifest.json") });
     expect(v.stdout).toMatch(/Good "agentbak-manifest" signature/);
     await execa("sh", ["-c", `age -d -i '${a.identity}' payload.age | zstd -d | tar x`], { cwd: x });
@@ -138,17 +136,17 @@ describe("backup, snapshots, verify", () => {
 
   it("the same idempotency key returns the first receipt and writes no new bundle", async () => {
     const r1 = json(await a.run(["backup", "--json", "--idempotency-key", "job-42"]));
-    const n = bundles(a).length;
+    const n = (await bundles(a)).length;
     const r2 = json(await a.run(["backup", "--json", "--idempotency-key", "job-42"]));
     expect(r2.snapshot_id).toBe(r1.snapshot_id);
     expect(r2.repeated).toBe(true);
-    expect(bundles(a).length).toBe(n);
+    expect((await bundles(a)).length).toBe(n);
     expect(r1.sequence).toBe(2);
   });
 
   it("verify fails with 13 when the bundle is altered, naming the part", async () => {
     const p = join(a.tmp, "tampered.agentbak");
-    const b = readFileSync(receipt.path);
+    const b = readFileSync(receipt.file);
     b[b.length - 2000]! ^= 1; // inside the payload
     writeFileSync(p, b);
     const r = await a.run(["verify", p]);
@@ -178,7 +176,7 @@ describe("backup refusals and hooks", () => {
       expect(r.code).toBe(14);
       expect(r.stderr).toContain(`messages.content rowid ${id}`);
       expect(r.stderr).not.toContain(secret);
-      expect(bundles(t)).toHaveLength(0);
+      expect(await bundles(t)).toHaveLength(0);
       // warn mode: backs up, exit 3 with the warning
       const cfg = JSON.parse(readFileSync(t.config, "utf8"));
       cfg.secretScan = { databases: "warn" };
@@ -186,7 +184,7 @@ describe("backup refusals and hooks", () => {
       const w = await t.run(["backup"]);
       expect(w.code).toBe(3);
       expect(w.stderr).toMatch(/possible secret \(OpenAI API key\)/);
-      expect(bundles(t)).toHaveLength(1);
+      expect(await bundles(t)).toHaveLength(1);
     } finally {
       t.cleanup();
     }
@@ -220,7 +218,7 @@ describe("backup refusals and hooks", () => {
       writeFileSync(t.config, JSON.stringify(cfg));
       const ok = await t.run(["backup", "--json"]);
       expect(ok.code, ok.stderr).toBe(0);
-      const tf = await execa("tar", ["xOf", json(ok).path, "manifest.json"]);
+      const tf = await execa("tar", ["xOf", await t.file(json(ok).path), "manifest.json"]);
       const m = JSON.parse(tf.stdout);
       expect(m.components.map((c: any) => c.path)).not.toContain("workspace/changes.patch");
       expect(m.workspace.dirty).toBe(true);
@@ -239,8 +237,8 @@ describe("backup refusals and hooks", () => {
       expect(r.code).toBe(1);
       expect(r.stderr).toMatch(/pre hook .* exited 3/);
       expect(readFileSync(join(t.dir, "hooks.log"), "utf8")).toBe("pre\npost\n");
-      expect(bundles(t)).toHaveLength(0);
-      expect(readdirSync(join(t.repo, "tmp"))).toEqual([]);
+      expect(await bundles(t)).toHaveLength(0);
+      expect(t.leftovers()).toEqual([]);
       cfg.hooks = { pre: ["sleep 5"], post: [], timeoutSeconds: 1 };
       writeFileSync(t.config, JSON.stringify(cfg));
       const slow = await t.run(["backup"]);
@@ -260,7 +258,7 @@ describe("backup refusals and hooks", () => {
       expect(r.code, r.stderr).toBe(0);
       const x = join(t.tmp, "x");
       mkdirSync(x);
-      await execa("sh", ["-c", `tar xOf '${json(r).path}' payload.age | age -d -i '${t.identity}' | zstd -d | tar x`], { cwd: x });
+      await execa("sh", ["-c", `tar xOf '${await t.file(json(r).path)}' payload.age | age -d -i '${t.identity}' | zstd -d | tar x`], { cwd: x });
       const db = new Database(join(x, "db/state.sqlite"), { readonly: true });
       const bal = Object.fromEntries((db.prepare("SELECT account, balance FROM budget").all() as any[]).map((r) => [r.account, r.balance]));
       const n = Number(db.prepare("SELECT value FROM agent_state WHERE key = 'transfers'").pluck().get());

@@ -53,7 +53,7 @@ async function until(cond: () => boolean, ms = 30_000): Promise<void> {
 
 beforeAll(async () => {
   a = await makeAgent({ sizeMb: 2 });
-  bundle = json(await a.run(["backup", "--json"])).path;
+  bundle = await a.file(json(await a.run(["backup", "--json"])).path);
 });
 afterAll(() => a.cleanup());
 
@@ -83,7 +83,7 @@ describe("drill with the reference worker", () => {
     expect((xml.match(/<testcase /g) ?? []).length).toBe(d.checks.length);
     expect(xml).toContain('failures="0"');
     expect(readFileSync(summary, "utf8")).toMatch(/### agentbak drill reference-agent: passed/);
-    const entry = JSON.parse(readFileSync(d.report_file, "utf8").trim().split("\n").at(-1)!);
+    const entry = JSON.parse(readFileSync(await a.file(d.report_file), "utf8").trim().split("\n").at(-1)!);
     expect(entry).toMatchObject({ result: "pass", snapshot_id: d.snapshot_id, test_task_id: "drill-task-1", recovery_seconds: d.recovery_seconds });
     expect(entry.runtime.agent_version).toBe("1.4.2");
     expect(entry.schema.migrations).toEqual(expect.arrayContaining([expect.objectContaining({ scenario: "during_migration", ok: true })]));

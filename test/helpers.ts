@@ -1,8 +1,9 @@
 // Shared test helpers: temp agents with throwaway keys, and the real binary.
 import { execa } from "execa";
-import { mkdtempSync, rmSync, readFileSync, mkdirSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 // @ts-expect-error plain JS fixture
 import { generateAgent } from "../fixtures/agent/generate.js";
 
@@ -27,10 +28,39 @@ export async function run(args: string[], opts: { cwd?: string; env?: Record<str
   return { code: r.exitCode ?? -1, stdout: String(r.stdout), stderr: String(r.stderr) };
 }
 
+/**
+ * Which store the repository tests run against: a local folder, or (the "s3"
+ * project in vitest.config.ts) a fresh bucket on the test gateway.
+ */
+export const STORE = (process.env.AGENTBAK_TEST_STORE ?? "local") as "local" | "s3";
+/** Where an agent's snapshots live in a repository (layout v2). */
+export const SNAPS = "tenants/acme/agents/billing-agent/snapshots";
+
+/** A bucket on the test gateway (AGENTBAK_TEST_S3_ENDPOINT). */
+export async function makeBucket(name: string, objectLock = false): Promise<void> {
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = "true";
+  const { S3Client, CreateBucketCommand } = await import("@aws-sdk/client-s3");
+  const c = new S3Client({ endpoint: process.env.AGENTBAK_TEST_S3_ENDPOINT, region: "us-east-1", forcePathStyle: true });
+  await c.send(new CreateBucketCommand({ Bucket: name, ...(objectLock ? { ObjectLockEnabledForBucket: true } : {}) }));
+}
+
+/** The store behind a repository location, to inspect or damage it as a test must. */
+export async function storeAt(location: string): Promise<any> {
+  if (location.startsWith("s3://")) {
+    process.env.AGENTBAK_S3_ENDPOINT = process.env.AGENTBAK_TEST_S3_ENDPOINT;
+    process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED = "true";
+    const { S3Store } = await import("../dist/storage/s3.js");
+    return new S3Store(location).init();
+  }
+  const { LocalStore } = await import("../dist/storage/local.js");
+  return new LocalStore(location);
+}
+
 export interface TestAgent {
   tmp: string;
   home: string;
   dir: string;
+  /** the repository: a folder, or s3://bucket/prefix in the "s3" project */
   repo: string;
   config: string;
   recipient: string;
@@ -38,6 +68,12 @@ export interface TestAgent {
   env: Record<string, string>;
   commit: string;
   run(args: string[], extraEnv?: Record<string, string | undefined>): Promise<RunResult>;
+  /** A bundle as a local file: the path itself for a folder repository, a download for a bucket. */
+  file(path: string): Promise<string>;
+  /** The repository's object store (folder or bucket). */
+  store(): Promise<any>;
+  /** Staging files and folders left behind (repository temp folder and this agent's TMPDIR). */
+  leftovers(): string[];
   cleanup(): void;
 }
 
@@ -54,7 +90,14 @@ export async function makeAgent(opts: { sizeMb?: number; seed?: number; agentId?
   const dir = join(tmp, "agent");
   mkdirSync(dir);
   const g = generateAgent(dir, { recipient, sizeMb: opts.sizeMb ?? 2, seed: opts.seed ?? 1, agentId: opts.agentId, tenant: opts.tenant });
-  const repo = join(dir, "backups");
+  let repo = join(dir, "backups");
+  if (STORE === "s3") {
+    const bucket = `t-${randomBytes(5).toString("hex")}`;
+    await makeBucket(bucket);
+    repo = `s3://${bucket}/repo`;
+    const cfg = JSON.parse(readFileSync(g.config, "utf8"));
+    writeFileSync(g.config, JSON.stringify({ ...cfg, repository: repo }, null, 2));
+  }
   const init = await run(["init"], { cwd: dir, env });
   if (init.code !== 0) throw new Error(`init failed: ${init.stderr}`);
   return {
@@ -68,6 +111,19 @@ export async function makeAgent(opts: { sizeMb?: number; seed?: number; agentId?
     env,
     commit: g.commit,
     run: (args, extraEnv = {}) => run(args, { cwd: dir, env: { ...env, ...extraEnv } }),
+    async file(path) {
+      if (!path.startsWith("s3://")) return path;
+      const key = path.slice(repo.length + 1);
+      const out = join(tmp, "downloads", `${randomBytes(4).toString("hex")}-${basename(key)}`);
+      mkdirSync(join(tmp, "downloads"), { recursive: true });
+      await (await storeAt(repo)).download(key, out);
+      return out;
+    },
+    store: () => storeAt(repo),
+    leftovers: () => [
+      ...(STORE === "local" && existsSync(join(repo, "tmp")) ? readdirSync(join(repo, "tmp")) : []),
+      ...readdirSync(join(tmp, "tmp")).filter((e) => e.startsWith("agentbak-")),
+    ],
     cleanup: () => rmSync(tmp, { recursive: true, force: true }),
   };
 }

@@ -5,7 +5,7 @@ import Database from "better-sqlite3";
 import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, type TestAgent } from "./helpers.js";
+import { json, makeAgent, SNAPS, type TestAgent } from "./helpers.js";
 import { manifestOf } from "./craft.js";
 
 let a: TestAgent;
@@ -46,7 +46,7 @@ describe("incremental chains", () => {
       const inc = json(r);
       expect(inc.parent).toBe(points.at(-1)!.id);
       points.push({ id: inc.snapshot_id, dump: await dump(dbPath()) });
-      const c = manifestOf(inc.path).components.find((x: any) => x.name === "state");
+      const c = manifestOf(await a.file(inc.path)).components.find((x: any) => x.name === "state");
       expect(c.kind).toBe("sqlite-delta");
       if (step < 4) expect(c.changed_pages).toBeLessThan(c.page_count); // VACUUM (step 4) rewrites every page
       if (step === 1) expect(inc.size).toBeLessThan(full.size * 0.6);
@@ -74,17 +74,17 @@ describe("incremental chains", () => {
       const r = await a.run(["restore", p.id, "--target", t, "--yes", "--allow-rollback"]);
       expect([0, 3], r.stderr).toContain(r.code);
       expect(await dump(join(t, "state/agent.sqlite"))).toBe(p.dump);
-      const m = manifestOf(join(a.repo, "tenants/acme/agents/billing-agent/snapshots", `${p.id}.agentbak`));
+      const m = manifestOf(await a.file(`${a.repo}/${SNAPS}/${p.id}.agentbak`));
       const c = m.components.find((x: any) => x.name === "state");
       expect(sha(join(t, "state/agent.sqlite"))).toBe(c.full_sha256 ?? c.sha256);
     }
   });
 
   it("a missing link or a substituted link fails verification with 13", async () => {
-    const dir = join(a.repo, "tenants/acme/agents/billing-agent/snapshots");
-    const mid = join(dir, `${points[2]!.id}.agentbak`);
-    const aside = join(a.tmp, "aside.agentbak");
-    renameSync(mid, aside);
+    const st = await a.store();
+    const mid = `${SNAPS}/${points[2]!.id}.agentbak`;
+    const aside = await st.get(mid);
+    await st.delete(mid);
     try {
       const r = await a.run(["verify", points[4]!.id, "--identity", a.identity]);
       expect(r.code).toBe(13);
@@ -92,13 +92,12 @@ describe("incremental chains", () => {
       const s = json(await a.run(["snapshots", "--json"]));
       expect(s.find((e: any) => e.snapshot_id === points[3]!.id).status).toBe("invalid");
       // another valid bundle under the missing one's name
-      copyFileSync(join(dir, `${points[1]!.id}.agentbak`), mid);
+      await st.put(mid, await st.get(`${SNAPS}/${points[1]!.id}.agentbak`));
       const sub = await a.run(["verify", points[4]!.id, "--identity", a.identity]);
       expect(sub.code).toBe(13);
       expect(sub.stderr).toMatch(/does not match the manifest digest|manifest names another snapshot/);
     } finally {
-      rmSync(mid, { force: true });
-      renameSync(aside, mid);
+      await st.put(mid, aside);
     }
     expect((await a.run(["verify", points[4]!.id, "--identity", a.identity])).code).toBe(0);
   });
@@ -117,19 +116,19 @@ describe("incremental chains", () => {
   });
 
   it("an unverifiable parent (damaged payload) forces a full snapshot instead of building on it", async () => {
-    const dir = join(a.repo, "tenants/acme/agents/billing-agent/snapshots");
-    const parent = join(dir, `${points.at(-1)!.id}.agentbak`);
-    const original = readFileSync(parent);
+    const st = await a.store();
+    const parent = `${SNAPS}/${points.at(-1)!.id}.agentbak`;
+    const original: Buffer = await st.get(parent);
     const damaged = Buffer.from(original);
     damaged[damaged.length - 3000]! ^= 1;
-    writeFileSync(parent, damaged);
+    await st.put(parent, damaged);
     try {
       const r = await a.run(["backup", "--incremental", "--json"]);
       expect(r.code).toBe(3);
       expect(r.stderr).toMatch(/full snapshot instead of an incremental: chain of .* is not usable \(payload\.age: digest mismatch/);
       expect(json(r).parent).toBe(null);
     } finally {
-      writeFileSync(parent, original);
+      await st.put(parent, original);
     }
   });
 
@@ -138,7 +137,7 @@ describe("incremental chains", () => {
     expect(r.code, r.stderr).toBe(0);
     const c = json(r);
     expect(c.replaces).toBe(points.at(-1)!.id);
-    const m = manifestOf(c.path);
+    const m = manifestOf(await a.file(c.path));
     expect(m.parent).toBe(null);
     expect(m.compacted_from.snapshot_id).toBe(points.at(-1)!.id);
     expect(m.components.find((x: any) => x.name === "state").kind).toBe("sqlite");
@@ -149,35 +148,37 @@ describe("incremental chains", () => {
 describe("forget", () => {
   it("keeps what kept chains need and the newest drilled snapshot; reports what it could not verify", async () => {
     const all = json(await a.run(["snapshots", "--json"]));
-    const dir = join(a.repo, "tenants/acme/agents/billing-agent/snapshots");
+    const st = await a.store();
+    const bundleKey = (id: string) => `${SNAPS}/${id}.agentbak`;
     // a drill passes on the oldest snapshot
     const d = await a.run(["drill", all[0].snapshot_id, "--spec", join(process.cwd(), "drills/checks-only.json"), "--identity", a.identity]);
     expect([0, 3]).toContain(d.code);
     // one bundle is damaged: forget must leave it and say so
     const victim = all[1].snapshot_id;
-    const vb = readFileSync(join(dir, `${victim}.agentbak`));
+    const vb: Buffer = await st.get(bundleKey(victim));
     vb[600]! ^= 1;
-    writeFileSync(join(dir, `${victim}.agentbak`), vb);
+    await st.put(bundleKey(victim), vb);
     const dry = json(await a.run(["forget", "--keep-last", "1", "--dry-run", "--json"]));
     const keptIds = dry.kept.map((k: any) => k.snapshot_id);
     expect(keptIds).toContain(all[0].snapshot_id);
     expect(dry.kept.find((k: any) => k.snapshot_id === all[0].snapshot_id).reasons).toContain("newest snapshot that passed a drill");
     expect(dry.not_removed.map((n: any) => n.snapshot_id)).toEqual([victim]);
     const newestInc = all.filter((e: any) => e.status === "ok").at(-1);
-    expect(existsSync(join(dir, `${newestInc.snapshot_id}.agentbak`))).toBe(true);
+    expect(await st.head(bundleKey(newestInc.snapshot_id))).not.toBe(null);
     const r = await a.run(["forget", "--keep-last", "1", "--prune", "--json"]);
     expect(r.code).toBe(3); // the damaged bundle is reported
     const res = json(r);
-    for (const id of res.removed) expect(existsSync(join(dir, `${id}.agentbak`))).toBe(false);
-    expect(existsSync(join(dir, `${victim}.agentbak`))).toBe(true);
+    for (const id of res.removed) expect(await st.head(bundleKey(id))).toBe(null);
+    expect(await st.head(bundleKey(victim))).not.toBe(null);
     // everything still listed as ok verifies deeply (chains intact)
     for (const e of json(await a.run(["snapshots", "--json"])).filter((e: any) => e.status === "ok")) {
       const v = await a.run(["verify", e.snapshot_id, "--identity", a.identity]);
       expect(v.code, `${e.snapshot_id}: ${v.stderr}`).toBe(0);
     }
-    // no page index is left without its bundle
-    const live = new Set(readdirSync(dir).filter((f) => f.endsWith(".agentbak")).map((f) => f.split(".")[0]));
-    for (const f of readdirSync(dir).filter((f) => f.endsWith(".pageindex"))) expect(live.has(f.split(".")[0])).toBe(true);
+    // no page index or commit marker is left without its bundle
+    const keys: string[] = await st.list(`${SNAPS}/`);
+    const live = new Set(keys.filter((f) => f.endsWith(".agentbak")).map((f) => f.split("/").at(-1)!.split(".")[0]));
+    for (const f of keys.filter((f) => !f.endsWith(".agentbak"))) expect(live.has(f.split("/").at(-1)!.split(".")[0]), f).toBe(true);
   });
 
   it("forget --prune and backup never interleave: one waits or exits 11, the repository stays consistent", async () => {

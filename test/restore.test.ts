@@ -22,6 +22,9 @@ beforeAll(async () => {
   a = await makeAgent({ sizeMb: 3 });
   first = json(await a.run(["backup", "--json"]));
   second = json(await a.run(["backup", "--json"]));
+  // the bundles as local files (downloaded when the repository is a bucket), for the tests that craft from them
+  first.path = await a.file(first.path);
+  second.path = await a.file(second.path);
 });
 afterAll(() => a.cleanup());
 
@@ -66,8 +69,9 @@ describe("restore", () => {
     ]);
   });
 
-  it("appends a signed receipt to the audit log, without state contents", () => {
-    const lines = readFileSync(join(a.repo, "tenants/acme/agents/billing-agent/audit.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+  it("appends a signed receipt to the hash-chained audit log, without state contents", async () => {
+    const lines = String(await (await a.store()).get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.index)).toEqual(lines.map((_, i) => i));
     const e = lines.find((l) => l.event === "restore");
     expect(e.receipt).toMatchObject({ snapshot_id: second.snapshot_id, generation: 1, activation: "suspended" });
     const pub = verifyMessage(e.receipt_signature, NS.receipt, Buffer.from(canonicalize(e.receipt)!));
@@ -192,7 +196,7 @@ describe("restore policy refusals (exit 14, target untouched)", () => {
     const none = await a.run(["restore", "latest", "--target", join(a.tmp, "other-tenant"), "--yes", "-c", "other-tenant.json"]);
     expect(none.code, none.stderr).toBe(10);
     expect(none.stderr).toMatch(/no verified snapshot in tenant globex, agent billing-agent/);
-    await refused([json(await a.run(["snapshots", "--json"])).at(-1).path, "-c", "other-tenant.json"], /tenant "acme", target is tenant "globex"/);
+    await refused([second.path, "-c", "other-tenant.json"], /tenant "acme", target is tenant "globex"/);
     writeFileSync(join(a.dir, "old-runtime.json"), JSON.stringify({ ...cfg, runtime: { ...cfg.runtime, maxSchemaVersion: 2 } }));
     await refused(["latest", "-c", "old-runtime.json"], /schema version 3 is newer than this runtime supports \(2\)/);
   });
@@ -370,6 +374,7 @@ describe("tamper detection sweep", () => {
       cfg.files = [];
       writeFileSync(small.config, JSON.stringify(cfg));
       const b = json(await small.run(["backup", "--json"]));
+      b.path = await small.file(b.path);
       const { verifyBundle } = await import("../dist/bundle/reader.js");
       const { loadTrust } = await import("../dist/crypto/trust.js");
       const { readLayout } = await import("../dist/bundle/outer.js");

@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { LocalStore } from "../dist/storage/local.js";
 import { S3Store } from "../dist/storage/s3.js";
 import type { ObjectStore } from "../dist/storage/store.js";
-import { makeBucket } from "./s3/bucket.js";
+import { makeBucket } from "./helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 if (!endpoint) console.warn("S3 conformance tests skipped: AGENTBAK_TEST_S3_ENDPOINT is not set (.ci/run starts a Ceph RADOS Gateway and sets it)");

@@ -3,7 +3,8 @@
  * hashed as it is written), then the signed manifest, then the outer tar.
  * Everything streams; memory does not grow with the size of the state.
  */
-import { closeSync, createReadStream, createWriteStream, fsyncSync, openSync, rmSync, statSync } from "node:fs";
+import { createReadStream, createWriteStream, rmSync, statSync } from "node:fs";
+import { fsyncPath } from "../fsutil.js";
 import { once } from "node:events";
 import { rm } from "node:fs/promises";
 import { pipeline } from "node:stream/promises";
@@ -93,11 +94,9 @@ export async function writeBundleFile(manifest: Manifest, key: SigningKey, paylo
   // removed beside the fsync (freeing a large file's blocks takes a while); once it is gone its unflushed pages
   // are dropped instead of being written back along with the bundle's
   const removed = rm(payloadFile, { force: true });
-  const fd = openSync(outFile, "r+");
   try {
-    fsyncSync(fd);
+    fsyncPath(outFile);
   } finally {
-    closeSync(fd);
     await removed;
   }
   return mbytes;

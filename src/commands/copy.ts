@@ -2,7 +2,7 @@
 import { resolve } from "node:path";
 import { Repository } from "../repository/repository.js";
 import { replicate, type CopyResult } from "../repository/replicate.js";
-import { isUrl } from "../storage/store.js";
+import { isUrl } from "../storage/open.js";
 import { context } from "./context.js";
 
 export async function copy(opts: { from: string; to: string; snapshots: string[]; agent?: string; tenant?: string }): Promise<CopyResult> {

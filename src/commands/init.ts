@@ -11,7 +11,7 @@ import { agentbakHome, keygen } from "../crypto/keys.js";
 import { formatIssues, usageError } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
 import { Repository } from "../repository/repository.js";
-import { isUrl } from "../storage/store.js";
+import { isUrl } from "../storage/open.js";
 import { askText } from "../ui/output.js";
 
 export interface InitOptions {

@@ -4,7 +4,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { formatIssues, usageError } from "../errors.js";
-import { isUrl } from "../storage/store.js";
+import { isUrl } from "../storage/open.js";
 import { ConfigSchema, type Config } from "./schema.js";
 
 /** A validated config with the folder its relative paths resolve against. */

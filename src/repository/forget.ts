@@ -20,13 +20,14 @@ export interface ForgetResult {
   pruned: string[];
 }
 
-/** The newest snapshot with a passing drill in a report's text, if any. */
-export function newestDrilled(reportText: string): string | null {
+/** The newest snapshot of `a` with a passing drill in a report's text, if any. */
+export function newestDrilled(reportText: string, a: AgentRef): string | null {
   let best: { seq: number; id: string } | null = null;
   for (const line of reportText.split("\n")) {
     if (!line) continue;
     try {
-      const e = JSON.parse(line) as { result?: string; sequence?: number; snapshot_id?: string };
+      const e = JSON.parse(line) as { result?: string; sequence?: number; snapshot_id?: string; agent_id?: string; tenant?: string };
+      if (e.agent_id !== a.agent || (e.tenant ?? a.tenant) !== a.tenant) continue;
       if (e.result === "pass" && typeof e.sequence === "number" && (!best || e.sequence > best.seq)) best = { seq: e.sequence, id: String(e.snapshot_id) };
     } catch {
       /* report verify is the place that judges the report */
@@ -62,7 +63,7 @@ export function planForget(entries: Snapshot[], policy: RetentionPolicy, drilled
 /** Applies `policy` to `a`'s snapshots (the caller holds the agent lock). */
 export async function forget(repo: Repository, trust: Trust, a: AgentRef, policy: RetentionPolicy, opts: { dryRun?: boolean; prune?: boolean; signingKey: SigningKey | null }): Promise<ForgetResult> {
   const entries = await repo.list(trust, a);
-  const plan = planForget(entries, policy, newestDrilled(await repo.drillReport(a)));
+  const plan = planForget(entries, policy, newestDrilled(await repo.drillHistory(a), a));
   const result: ForgetResult = { tenant: a.tenant, agent_id: a.agent, dry_run: Boolean(opts.dryRun), kept: plan.kept, removed: [], not_removed: plan.not_removed, pruned: [] };
   if (opts.dryRun) return { ...result, removed: plan.remove.map((e) => e.snapshot_id) };
   // newest first: an incremental goes before its parent, so an interrupted forget never orphans a link

@@ -48,6 +48,7 @@ export const legacy = {
   dir: (agent: string) => `agents/${agent}`,
   sequence: (agent: string) => `state/sequence-${agent}.json`,
   generation: (agent: string) => `state/generation-${agent}.json`,
+  drillReport: "drills/report.jsonl",
 };
 
 /** A snapshot's files in a snapshots folder, from any key in it: bundle, commit or page index. */

@@ -22,7 +22,8 @@ import { crashStep } from "../crashpoint.js";
 import { onInterrupt } from "../cleanup.js";
 import { AgentbakError, Exit, lockedError, notFound, usageError, verifyError } from "../errors.js";
 import { pidAlive } from "../fsutil.js";
-import { openStore, type ObjectStore } from "../storage/store.js";
+import { openStore } from "../storage/open.js";
+import type { ObjectStore } from "../storage/store.js";
 import { keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotsDir, type AgentRef } from "./layout.js";
 
 export type { AgentRef };
@@ -230,23 +231,8 @@ export class Repository {
     const owner = ownerOf(dir);
     const key = keys.bundle(dir, id);
     const base = { dir, key, agent_id: owner.agent, snapshot_id: id, path: this.store.inPlace ? `${this.location}/${key}` : `${this.location}/${key}` };
-    const bad = (e: AgentbakError, size = 0): Snapshot => ({
-      ...base,
-      tenant: owner.tenant,
-      kind: null,
-      parent: null,
-      sequence: null,
-      created_at: null,
-      expires_at: null,
-      label: null,
-      size,
-      status: "invalid",
-      problem: e.message,
-      problem_code: e.code,
-      signer: null,
-      schema_version: null,
-      header: null,
-    });
+    const unread = { tenant: owner.tenant, kind: null, parent: null, sequence: null, created_at: null, expires_at: null, label: null, signer: null, schema_version: null, header: null };
+    const bad = (e: AgentbakError, size = 0): Snapshot => ({ ...base, ...unread, size, status: "invalid", problem: e.message, problem_code: e.code });
     const h = hasBundle ? await this.store.head(key) : null;
     if (!h) return bad(notFound(`${key}: committed but the bundle object is missing`));
     let v: VerifiedBundle;
@@ -504,6 +490,11 @@ export class Repository {
   /** The text of `a`'s drill report ("" when there is none). */
   async drillReport(a: AgentRef): Promise<string> {
     return String((await this.store.get(keys.drillReport(a))) ?? "");
+  }
+
+  /** Every drill report entry that may concern `a`: its report, then layout v1's report shared by all agents. */
+  async drillHistory(a: AgentRef): Promise<string> {
+    return (await this.drillReport(a)) + String((await this.store.get(legacy.drillReport)) ?? "");
   }
 
   /** Verifies `a`'s audit log chain (unsigned entries are allowed: a restore without a signing key). */

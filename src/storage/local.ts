@@ -4,11 +4,11 @@
  * they must not exist yet); uploads are linked into place with link(2), so
  * an existing object is never overwritten.
  */
-import { appendFileSync, closeSync, copyFileSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
+import { appendFileSync, closeSync, copyFileSync, existsSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
 import { dirname, join, resolve, sep } from "node:path";
 import { tmpdir } from "node:os";
 import { type AgentbakError, notFound } from "../errors.js";
-import { createFileExclusive, fsyncDir, pidDir, sweepDead, tempSibling, writeFileAtomic } from "../fsutil.js";
+import { createFileExclusive, fsyncDir, fsyncPath, pidDir, sweepDead, tempSibling, writeFileAtomic } from "../fsutil.js";
 import { checkKey, type ObjectStore } from "./store.js";
 
 const TMP = "tmp";
@@ -59,12 +59,7 @@ export class LocalStore implements ObjectStore {
       src = tempSibling(p);
       try {
         copyFileSync(file, src);
-        const fd = openSync(src, "r");
-        try {
-          fsyncSync(fd);
-        } finally {
-          closeSync(fd);
-        }
+        fsyncPath(src);
         linkSync(src, p);
       } finally {
         rmSync(src, { force: true });
@@ -79,12 +74,7 @@ export class LocalStore implements ObjectStore {
     const created = !existsSync(p);
     mkdirSync(dirname(p), { recursive: true });
     appendFileSync(p, line);
-    const fd = openSync(p, "r+");
-    try {
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
+    fsyncPath(p);
     if (created) fsyncDir(dirname(p));
   }
 

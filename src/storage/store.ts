@@ -53,23 +53,6 @@ export interface ObjectStore {
   sweep(olderThanMs: number): Promise<number>;
 }
 
-/**
- * The store for a location: `s3://bucket/prefix` or a local folder.
- * @throws AgentbakError(2) for another URL scheme.
- */
-export async function openStore(location: string): Promise<ObjectStore> {
-  if (location.startsWith("s3://")) {
-    const { S3Store } = await import("./s3.js");
-    return new S3Store(location).init();
-  }
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(location)) throw usageError(`unsupported repository URL ${location} (a folder or s3://BUCKET/PREFIX)`);
-  const { LocalStore } = await import("./local.js");
-  return new LocalStore(location);
-}
-
-/** Whether `location` names object storage rather than a folder (paths are resolved only for folders). */
-export const isUrl = (location: string) => /^[a-z][a-z0-9+.-]*:\/\//i.test(location);
-
 /** Checks a key: relative, slash-separated, no empty, `.` or `..` segments. @throws AgentbakError(2). */
 export function checkKey(key: string): string[] {
   const parts = key.split("/");

@@ -1,0 +1,61 @@
+/**
+ * The layers of src/, held by a lint that runs with the tests (npm test):
+ *
+ *   base (errors, fsutil, cleanup, crashpoint, version)
+ *   crypto, storage, state          -> base only (and config for schema checks: none)
+ *   config                          -> base, crypto, storage
+ *   bundle                          -> base, crypto, state, config
+ *   repository                      -> base, storage, crypto, bundle, config
+ *   capture, restore, drill         -> the layers above; never each other
+ *   commands                        -> anything below; ui never imports commands
+ *   cli -> commands, ui; main -> cli
+ */
+const BASE = "^src/(errors|fsutil|cleanup|crashpoint|version)\\.ts$";
+const layer = (name, allowed) => ({
+  name: `${name}-imports-only-${allowed.join("-") || "base"}`,
+  severity: "error",
+  comment: `src/${name} may import only base modules${allowed.length ? " and " + allowed.join(", ") : ""}`,
+  from: { path: `^src/${name}/` },
+  to: { path: "^src/", pathNot: [BASE, `^src/${name}/`, ...allowed.map((a) => `^src/${a}/`)] },
+});
+
+module.exports = {
+  forbidden: [
+    {
+      name: "base-imports-no-layer",
+      severity: "error",
+      comment: "base modules (errors, fsutil, cleanup, crashpoint, version) import no layer",
+      from: { path: BASE },
+      to: { path: "^src/", pathNot: BASE },
+    },
+    layer("crypto", []),
+    layer("storage", []),
+    layer("state", []),
+    layer("config", ["crypto", "storage"]),
+    layer("bundle", ["crypto", "state", "config"]),
+    layer("repository", ["storage", "crypto", "bundle", "config"]),
+    layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
+    layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository"]),
+    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository"]),
+    layer("ui", ["crypto", "state", "bundle", "config", "repository", "capture", "restore", "drill"]),
+    {
+      name: "only-cli-imports-commands",
+      severity: "error",
+      from: { path: "^src/", pathNot: "^src/(cli\\.ts|commands/)" },
+      to: { path: "^src/commands/" },
+    },
+    {
+      name: "only-main-imports-cli",
+      severity: "error",
+      from: { path: "^src/", pathNot: "^src/main\\.ts$" },
+      to: { path: "^src/cli\\.ts$" },
+    },
+    { name: "no-circular", severity: "error", from: {}, to: { circular: true, dependencyTypesNot: ["type-only"] } },
+  ],
+  options: {
+    doNotFollow: { path: "node_modules" },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: "tsconfig.json" },
+    exclude: { path: "^src/tools/" },
+  },
+};

@@ -1,0 +1,21 @@
+/** Which store a repository location names: a folder or `s3://bucket/prefix`. */
+import { usageError } from "../errors.js";
+import type { ObjectStore } from "./store.js";
+
+/**
+ * The store for a location: `s3://bucket/prefix` or a local folder.
+ * @throws AgentbakError(2) for another URL scheme.
+ */
+export async function openStore(location: string): Promise<ObjectStore> {
+  if (location.startsWith("s3://")) {
+    const { S3Store } = await import("./s3.js");
+    return new S3Store(location).init();
+  }
+  if (isUrl(location)) throw usageError(`unsupported repository URL ${location} (a folder or s3://BUCKET/PREFIX)`);
+  const { LocalStore } = await import("./local.js");
+  return new LocalStore(location);
+}
+
+/** Whether `location` names object storage rather than a folder (paths are resolved only for folders). */
+export const isUrl = (location: string) => /^[a-z][a-z0-9+.-]*:\/\//i.test(location);
+

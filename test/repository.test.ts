@@ -1,0 +1,183 @@
+// One repository over one storage interface: every case here runs against a
+// local folder and (the "s3" project) an S3 bucket, through the real binary.
+// Each of the first cases failed on agentbak 0.1 (issue 10).
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import Database from "better-sqlite3";
+import { createHash } from "node:crypto";
+import { appendFileSync, cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { json, makeAgent, ROOT, SNAPS, STORE, storeAt, type TestAgent } from "./helpers.js";
+import { manifestOf } from "./craft.js";
+
+let a: TestAgent;
+const snaps: any[] = [];
+const sha = (p: string) => createHash("sha256").update(readFileSync(p)).digest("hex");
+const edit = (t: TestAgent, n: number) => {
+  const db = new Database(join(t.dir, "state/agent.sqlite"));
+  db.prepare("UPDATE messages SET content = content || ' (edit)' WHERE id % ? = 0").run(n);
+  db.close();
+};
+
+beforeAll(async () => {
+  a = await makeAgent({ sizeMb: 2 });
+  snaps.push(json(await a.run(["backup", "--json", "--idempotency-key", "job-1"])));
+  await new Promise((r) => setTimeout(r, 20));
+  edit(a, 13);
+  snaps.push(json(await a.run(["backup", "--json", "--incremental"])));
+});
+afterAll(() => a.cleanup());
+
+describe(`repository (${STORE})`, () => {
+  it("the signed manifest records the request's idempotency key, whatever the store", async () => {
+    expect(manifestOf(await a.file(snaps[0].path)).idempotency_key).toBe("job-1");
+    expect(snaps[0].path.startsWith(`${a.repo}/${SNAPS}/`)).toBe(true);
+  });
+
+  it("restore latest --before T takes the newest snapshot created before T; an id created after T is refused, not ignored", async () => {
+    const t = join(a.tmp, "before");
+    const before = new Date(new Date(snaps[1].created_at).getTime() - 1).toISOString();
+    const r = await a.run(["restore", "latest", "--before", before, "--target", t, "--dry-run", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r).plan.snapshot_id).toBe(snaps[0].snapshot_id);
+    const late = await a.run(["restore", snaps[1].snapshot_id, "--before", before, "--target", t, "--dry-run", "--json"]);
+    expect(late.code).toBe(10);
+    expect(late.stderr).toMatch(new RegExp(`${snaps[1].snapshot_id} was created at .*, not before`));
+    expect(existsSync(t)).toBe(false);
+  });
+
+  it("a unique prefix of an id resolves; an ambiguous one is a usage error naming the candidates", async () => {
+    const id: string = snaps[1].snapshot_id;
+    const v = await a.run(["verify", id.slice(0, id.length - 4), "--json"]);
+    expect(v.code, v.stderr).toBe(0);
+    expect(json(v).snapshot_id).toBe(id);
+    const amb = await a.run(["verify", id.slice(0, 8)]);
+    expect(amb.code).toBe(2);
+    expect(amb.stderr).toMatch(/prefix \d+ is ambiguous/);
+  });
+
+  it("restore --dry-run of an incremental lists the database it writes", async () => {
+    const r = json(await a.run(["restore", snaps[1].snapshot_id, "--target", join(a.tmp, "plan"), "--dry-run", "--json"]));
+    const w = r.plan.writes.find((x: any) => x.path === "state/agent.sqlite");
+    expect(w).toMatchObject({ kind: "sqlite-delta" });
+    expect(w.size).toBe(manifestOf(await a.file(snaps[1].path)).components.find((c: any) => c.name === "state").full_size);
+  });
+
+  it("copy into a fresh folder repository creates it, with page indexes, and the copy restores byte-equal", async () => {
+    const to = join(a.tmp, "fresh-copy");
+    const c = await a.run(["copy", "--from", a.repo, "--to", to, "--json"]);
+    expect(c.code, c.stderr).toBe(0);
+    expect(json(c).copied).toEqual(snaps.map((s) => s.snapshot_id));
+    expect(existsSync(join(to, SNAPS, `${snaps[1].snapshot_id}.state.pageindex`))).toBe(true);
+    const t1 = join(a.tmp, "from-copy");
+    const t2 = join(a.tmp, "from-origin");
+    expect([0, 3]).toContain((await a.run(["restore", snaps[1].snapshot_id, "--repo", to, "--target", t1, "--yes", "--allow-rollback"])).code);
+    expect([0, 3]).toContain((await a.run(["restore", snaps[1].snapshot_id, "--target", t2, "--yes", "--allow-rollback"])).code);
+    expect(sha(join(t1, "state/agent.sqlite"))).toBe(sha(join(t2, "state/agent.sqlite")));
+    const again = json(await a.run(["copy", "--from", a.repo, "--to", to, "--json"]));
+    expect(again.copied).toEqual([]);
+  });
+
+  it("a drill's report goes into the repository beside the agent's snapshots, never into the working folder", async () => {
+    const d = await a.run(["drill", "latest", "--spec", join(ROOT, "drills/checks-only.json"), "--identity", a.identity, "--json"]);
+    expect([0, 3], d.stderr).toContain(d.code);
+    expect(json(d).report_file).toBe(`${a.repo}/tenants/acme/agents/billing-agent/drills/report.jsonl`);
+    expect(existsSync(join(a.dir, "agentbak-drill-report.jsonl"))).toBe(false);
+    const v = await a.run(["report", "verify", "--json"]);
+    expect(v.code, v.stderr).toBe(0);
+    expect(json(v).entries).toBeGreaterThanOrEqual(1);
+    // forget reads it: the drilled snapshot is kept as such
+    const f = json(await a.run(["forget", "--keep-last", "1", "--dry-run", "--json"]));
+    expect(f.kept.find((k: any) => k.snapshot_id === json(d).snapshot_id).reasons).toContain("newest snapshot that passed a drill");
+  });
+
+  it("compact rewrites the incremental as a full snapshot in this store", async () => {
+    const r = await a.run(["compact", snaps[1].snapshot_id, "--identity", a.identity, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const c = json(r);
+    expect(c.replaces).toBe(snaps[1].snapshot_id);
+    expect((await a.run(["verify", c.snapshot_id, "--identity", a.identity])).code).toBe(0);
+  });
+
+  it("a recipient with a bad bech32 checksum is refused at config load (2), before any snapshot is taken", async () => {
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    const bad = cfg.recipients[0].slice(0, -1) + (cfg.recipients[0].endsWith("q") ? "p" : "q");
+    const p = join(a.dir, "bad-recipient.json");
+    writeFileSync(p, JSON.stringify({ ...cfg, recipients: [bad] }));
+    const before = json(await a.run(["snapshots", "--json"])).length;
+    const r = await a.run(["backup", "-c", p]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/recipients\.0: not an age X25519 recipient/);
+    expect(r.stderr).not.toMatch(/internal error/);
+    expect(json(await a.run(["snapshots", "--json"])).length).toBe(before);
+  });
+
+  it("tenants are isolated: the same agent id under two tenants has its own sequence, latest and drills", async () => {
+    const g = await makeAgent({ sizeMb: 1, tenant: "globex", seed: 2 });
+    try {
+      // globex's agent writes into the same repository as acme's
+      const cfg = JSON.parse(readFileSync(g.config, "utf8"));
+      writeFileSync(g.config, JSON.stringify({ ...cfg, repository: a.repo }));
+      appendFileSync(join(a.home, "allowed_signers"), readFileSync(join(g.home, "allowed_signers")));
+      appendFileSync(join(g.home, "allowed_signers"), readFileSync(join(a.home, "allowed_signers")));
+      const gb = json(await g.run(["backup", "--json"]));
+      expect(gb.sequence).toBe(1);
+      expect(gb.path).toContain("/tenants/globex/agents/billing-agent/snapshots/");
+      const acmeNext = json(await a.run(["backup", "--json"]));
+      expect(acmeNext.sequence).toBeGreaterThan(2);
+      const gl = json(await g.run(["restore", "latest", "--target", join(g.tmp, "t"), "--dry-run", "--json"]));
+      expect(gl.plan.snapshot_id).toBe(gb.snapshot_id);
+      expect((await g.run(["restore", "latest", "--target", join(g.tmp, "t"), "--yes"])).code).toBe(3);
+      const al = json(await a.run(["restore", "latest", "--target", join(a.tmp, "t-acme"), "--dry-run", "--json"]));
+      expect(al.plan.snapshot_id).toBe(acmeNext.snapshot_id);
+      const gd = json(await g.run(["drill", "latest", "--spec", join(ROOT, "drills/checks-only.json"), "--identity", g.identity, "--json"]));
+      expect(gd.snapshot_id).toBe(gb.snapshot_id);
+      expect(gd.tenant).toBe("globex");
+      const listed = json(await g.run(["snapshots", "--json"]));
+      expect(listed.map((e: any) => e.snapshot_id)).toEqual([gb.snapshot_id]);
+      const all = json(await a.run(["snapshots", "--repo", a.repo, "--agent", "billing-agent", "--tenant", "globex", "--json"]));
+      expect(all.map((e: any) => e.tenant)).toEqual(["globex"]);
+    } finally {
+      g.cleanup();
+    }
+  });
+
+  it("a repository written by agentbak 0.1 (layout v1) is still read, restored from, and continued", async () => {
+    const fx = join(ROOT, "fixtures/repositories/v1-local");
+    const exp = JSON.parse(readFileSync(join(fx, "expected.json"), "utf8"));
+    const t = await makeAgent({ sizeMb: 1, seed: 3 });
+    try {
+      appendFileSync(join(t.home, "allowed_signers"), readFileSync(join(fx, "keys/test-allowed_signers")));
+      cpSync(join(fx, "keys/test-page-index-key"), join(t.home, "page-index-key"));
+      // the same files, in a folder or uploaded into a bucket as 0.1 laid them out there (commit objects, no config)
+      const st = await storeAt(t.repo);
+      for (const f of ["agentbak-repository.json", ...["full", "incremental"].flatMap((k) => [`${exp[k].snapshot_id}.agentbak`, `${exp[k].snapshot_id}.state.pageindex`].map((x) => `agents/billing-agent/${x}`)), "state/sequence-billing-agent.json", "drills/report.jsonl"]) {
+        if (STORE === "s3" && f === "agentbak-repository.json") continue;
+        await st.put(f, readFileSync(join(fx, "repository", f)));
+      }
+      if (STORE === "s3") for (const k of ["full", "incremental"]) await st.put(`agents/billing-agent/${exp[k].snapshot_id}.commit`, "{}");
+      const listed = json(await t.run(["snapshots", "--json"]));
+      const old = listed.filter((e: any) => e.signer === "agentbak" && e.snapshot_id < exp.incremental.snapshot_id + "~");
+      expect(old.map((e: any) => [e.snapshot_id, e.status, e.tenant, e.kind])).toEqual([
+        [exp.full.snapshot_id, "ok", "acme", "full"],
+        [exp.incremental.snapshot_id, "ok", "acme", "incremental"],
+      ]);
+      const id = join(fx, "keys/test-age-identity.txt");
+      expect((await t.run(["verify", exp.incremental.snapshot_id, "--identity", id])).code).toBe(0);
+      const target = join(t.tmp, "v1-restored");
+      const r = await t.run(["restore", exp.incremental.snapshot_id, "--target", target, "--identity", id, "--yes"]);
+      expect([0, 3], r.stderr).toContain(r.code);
+      expect(sha(join(target, "state/agent.sqlite"))).toBe(exp.incremental.state_sha256);
+      // the next backup continues the sequence; an incremental builds on the v1 chain
+      const next = json(await t.run(["backup", "--incremental", "--json"]));
+      expect(next.sequence).toBe(3);
+      expect(next.parent).toBe(exp.incremental.snapshot_id);
+      expect(next.path).toContain(`/${SNAPS}/`);
+      // the drill report 0.1 kept for all agents still counts for forget
+      const f = json(await t.run(["forget", "--keep-last", "1", "--dry-run", "--json"]));
+      expect(f.kept.map((k: any) => k.snapshot_id)).toEqual(expect.arrayContaining([exp.incremental.snapshot_id, exp.full.snapshot_id, next.snapshot_id]));
+      expect(f.kept.find((k: any) => k.snapshot_id === exp.incremental.snapshot_id).reasons).toContain("newest snapshot that passed a drill");
+    } finally {
+      t.cleanup();
+    }
+  });
+});

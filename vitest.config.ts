@@ -1,0 +1,21 @@
+// Two projects: every test against a local-folder repository, and the tests
+// that exercise a repository again against an S3 bucket on the Ceph RADOS
+// Gateway that .ci/run starts (AGENTBAK_TEST_S3_ENDPOINT). Without a gateway
+// the second project is left out, and says so.
+import { defineConfig } from "vitest/config";
+
+const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
+/** the test files whose subject is a repository: they run against every store */
+const REPOSITORY_TESTS = ["backup", "restore", "incremental", "crash", "drill", "repository"].map((n) => `test/${n}.test.ts`);
+if (!endpoint) console.warn("repository tests against S3 skipped: AGENTBAK_TEST_S3_ENDPOINT is not set (.ci/run starts a Ceph RADOS Gateway and sets it)");
+
+export default defineConfig({
+  test: {
+    projects: [
+      { extends: true, test: { name: "local", include: ["test/**/*.test.ts"], env: { AGENTBAK_TEST_STORE: "local" } } },
+      ...(endpoint
+        ? [{ extends: true, test: { name: "s3", include: REPOSITORY_TESTS, env: { AGENTBAK_TEST_STORE: "s3", AGENTBAK_S3_ENDPOINT: endpoint, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true" } } }]
+        : []),
+    ],
+  },
+});
