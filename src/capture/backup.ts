@@ -246,14 +246,23 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const { dbs, files, ws } = await capture(lc, repoDir, staging, o, warnings);
     crashStep("snapshotted");
 
-    // an incremental's page index decides what goes in, so it is made here, before the payload;
-    // a whole copy gets its index from the inspection worker's read
+    // an incremental's page index decides what goes in, so it is made here, before the payload, beside the
+    // inspection worker's integrity_check; a whole copy gets its index from the worker's own read
     o.progress?.("checking snapshot and writing bundle");
     const pageKey = pageIndexKey(o.home);
     const scanning = cfg.secretScan.databases !== "off";
+    for (const d of dbs) d.parentIndex = chosen.parent ? await parentIndex(o, chosen.parent, d.name) : null;
+    // integrity, counts, cursors, open operations and the secret scan read the copies (one instant) in a
+    // worker thread while the payload is written here; nothing is published unless they pass
+    const inspection = inspectInWorker({
+      dbs: dbs.map((d) => (d.parentIndex ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey })),
+      cursors: cfg.cursors,
+      openOperations: cfg.openOperations,
+      scan: cfg.secretScan.databases,
+    });
+    inspection.catch(() => undefined); // awaited below; no unhandled rejection meanwhile
     const deltaFindings: SecretFinding[] = [];
     for (const d of dbs) {
-      d.parentIndex = chosen.parent ? await parentIndex(o, chosen.parent, d.name) : null;
       if (!d.parentIndex) continue;
       const ix = indexPages(d.copy, pageKey);
       d.index = encodeIndex(ix);
@@ -261,18 +270,9 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       const file = join(staging, "db", `${d.name}.delta`);
       writeDelta(d.copy, pages, ix, file);
       d.delta = { file, pages, meta: { full_sha256: ix.sha256, full_size: ix.size, page_size: ix.pageSize, page_count: ix.pageCount, changed_pages: pages.length } };
+      // pages that did not change were scanned when their snapshot was made
+      if (scanning) deltaFindings.push(...scanChangedPages(d.copy, d.name, pages));
     }
-    // integrity, counts, cursors, open operations and the secret scan read the copies (one instant) in a
-    // worker thread while the payload is written here; nothing is published unless they pass
-    const inspection = inspectInWorker({
-      dbs: dbs.map((d) => (d.delta ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey })),
-      cursors: cfg.cursors,
-      openOperations: cfg.openOperations,
-      scan: cfg.secretScan.databases,
-    });
-    inspection.catch(() => undefined); // awaited below; no unhandled rejection meanwhile
-    // pages that did not change were scanned when their snapshot was made
-    for (const d of dbs) if (d.delta && scanning) deltaFindings.push(...scanChangedPages(d.copy, d.name, d.delta.pages));
     const staged: StagedComponent[] = [
       ...dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy })),
       ...files,
