@@ -75,3 +75,52 @@ describe("manifest", () => {
     );
   });
 });
+
+describe("buildManifest (the one pure function a backup's manifest comes from)", () => {
+  const input = () => ({
+    agent: { id: "billing-agent", tenant: "acme" },
+    snapshotId: "20261129T120000000Z-0123abcd",
+    created: new Date("2026-11-29T12:00:00.000Z"),
+    expireDays: 30,
+    sequence: 7,
+    parent: { snapshot_id: "20261128T120000000Z-00000000", manifest_sha256: "c".repeat(64) },
+    label: "nightly",
+    idempotencyKey: "job-7",
+    signer: { fingerprint: "SHA256:x", principal: "ops" },
+    recipients: ["age1xyz"],
+    runtime: { image_digest: null, agent_version: "1.4.2", models: {}, host: "h" },
+    databases: [
+      { name: "state", target: "state/agent.sqlite", written: { path: "db/state.delta", sha256: "a".repeat(64), size: 40 }, delta: { full_sha256: "d".repeat(64), full_size: 8192, page_size: 4096, page_count: 2, changed_pages: 1 }, records: { messages: 3 }, schemaVersion: 3, pageIndexSha256: "e".repeat(64) },
+      { name: "memory", target: "memory.sqlite", written: { path: "db/memory.sqlite", sha256: "f".repeat(64), size: 4096 }, delta: null, records: {}, schemaVersion: 9, pageIndexSha256: "1".repeat(64) },
+    ],
+    others: [{ path: "files/notes.json", kind: "file" as const, name: "notes.json", sha256: "2".repeat(64), size: 5, target: "notes.json" }],
+    payload: { sha256: "b".repeat(64), size: 100, tar_size: 2048, compression: "zstd" as const, encryption: "age-x25519" as const },
+    workspace: null,
+    credentials: [{ name: "llm", ref: "env:KEY" }],
+    cursors: { last_event_id: 5 },
+    cursorQueries: { last_event_id: { database: "state", sql: "SELECT max(id) FROM events" } },
+    openOperations: [{ id: "d1", idempotency_key: "k1" }],
+  });
+
+  it("states every input, databases first in config order with their delta, counts and page index digest", async () => {
+    const { buildManifest } = await import("../dist/bundle/manifest.js");
+    const m = buildManifest(input());
+    expect(m.components.map((c: any) => [c.path, c.kind])).toEqual([["db/state.delta", "sqlite-delta"], ["db/memory.sqlite", "sqlite"], ["files/notes.json", "file"]]);
+    expect(m.components[0]).toMatchObject({ name: "state", target: "state/agent.sqlite", records: { messages: 3 }, schema_version: 3, page_index_sha256: "e".repeat(64), full_sha256: "d".repeat(64), changed_pages: 1 });
+    expect(m.components[1]).not.toHaveProperty("full_sha256");
+    expect(m.schema_version).toBe(3); // the first database's
+    expect(m.expires_at).toBe("2026-12-29T12:00:00.000Z");
+    expect(m).toMatchObject({ agent_id: "billing-agent", tenant: "acme", sequence: 7, label: "nightly", idempotency_key: "job-7", open_operations: [{ id: "d1", idempotency_key: "k1" }] });
+    // what it builds is what the reader accepts, byte for byte
+    const bytes = encodeManifest(m);
+    expect(encodeManifest(parseManifest(bytes)).equals(bytes)).toBe(true);
+  });
+
+  it("is pure: the same input gives the same bytes; no database means no schema version", async () => {
+    const { buildManifest } = await import("../dist/bundle/manifest.js");
+    expect(encodeManifest(buildManifest(input())).equals(encodeManifest(buildManifest(input())))).toBe(true);
+    const none = buildManifest({ ...input(), databases: [], parent: null });
+    expect(none.schema_version).toBe(null);
+    expect(none.components.map((c: any) => c.kind)).toEqual(["file"]);
+  });
+});
