@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 import { z } from "zod";
 import { ID_PATTERN } from "../config/schema.js";
+import { SOURCE_KINDS, type SourceKind } from "../state/sources/common.js";
 import { formatIssues, policyError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
 
@@ -23,9 +24,7 @@ const relPath = z
   .string()
   .max(1024)
   .refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === "." || s === "") && !p.includes("\0"), "a relative path without . or ..");
-/** The kinds of state source, each its own component kind. */
-export const SOURCE_KINDS = ["postgres", "redis", "lancedb"] as const;
-export type SourceKind = (typeof SOURCE_KINDS)[number];
+
 /** Component paths inside the payload: relative, no `..`, no empty or dot segments. */
 export const componentPath = z
   .string()
@@ -140,6 +139,30 @@ export const isDatabase = (c: Pick<Component, "kind">) => c.kind === "sqlite" ||
 
 /** Whether a component is captured state of a source (postgres, redis, lancedb). */
 export const isSource = (c: Pick<Component, "kind">): c is Pick<Component, "kind"> & { kind: SourceKind } => (SOURCE_KINDS as readonly string[]).includes(c.kind);
+
+/** An embedding model and the dimension of its vectors. */
+export type Embedding = { model: string; dimension: number };
+
+/**
+ * How a bundle's vector stores differ from the embedding models configured
+ * where it is restored (by database or source name): `changes` must be
+ * approved, `unknown` (nothing recorded, a bundle made before the config
+ * named one) are only warned about. Stores the config does not name are not compared.
+ */
+export function embeddingChanges(m: Manifest, configured: Map<string, Embedding | undefined>): { changes: string[]; unknown: string[] } {
+  const recorded = new Map<string, Embedding>();
+  for (const c of m.components) if (c.embedding) recorded.set(c.name, c.embedding);
+  const show = (e: Embedding) => `${e.model} (dimension ${e.dimension})`;
+  const out = { changes: [] as string[], unknown: [] as string[] };
+  for (const [name, want] of configured) {
+    const had = recorded.get(name);
+    if (had && !want) out.changes.push(`vector store ${name}: the snapshot's vectors are from ${show(had)}, the config here names no embedding model`);
+    else if (had && want && (had.model !== want.model || had.dimension !== want.dimension))
+      out.changes.push(`vector store ${name}: the snapshot's vectors are from ${show(had)}, the config here uses ${show(want)}`);
+    else if (!had && want && m.components.some((c) => c.name === name)) out.unknown.push(`vector store ${name}: the snapshot records no embedding model; the config here uses ${show(want)}`);
+  }
+  return out;
+}
 
 /** "full" when a bundle restores on its own, "incremental" when it needs its parent chain. */
 export const snapshotKind = (m: Pick<Manifest, "parent">) => (m.parent ? "incremental" : "full");

@@ -120,3 +120,7 @@ export type Config = z.infer<typeof ConfigSchema>;
 
 /** JSON Schema (draft 2020-12) generated from the same definition. */
 export const configJsonSchema = () => z.toJSONSchema(ConfigSchema, { io: "input" });
+
+/** The embedding model configured for each database and source (undefined: none), by name. */
+export const configuredEmbeddings = (c: Config) =>
+  new Map<string, { model: string; dimension: number } | undefined>([...c.databases, ...c.sources].map((x) => [x.name, x.embedding]));

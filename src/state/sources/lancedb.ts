@@ -8,17 +8,19 @@ import { createReadStream, createWriteStream, existsSync, readdirSync } from "no
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
-import * as lancedb from "@lancedb/lancedb";
 import { AgentbakError, Exit, verifyError } from "../../errors.js";
 import { sourceError, type SourceDriver, type SourceFile } from "./common.js";
 
+/** The library, loaded on first use: its native module is not needed by agents without a LanceDB source. */
+const lib = () => import("@lancedb/lancedb");
 // LanceDB hands out RecordBatches of the CommonJS build of apache-arrow; mixing in the ES module build breaks instanceof
-const arrow = createRequire(import.meta.url)("apache-arrow") as typeof import("apache-arrow");
+let arrowLib: typeof import("apache-arrow") | undefined;
+const A = () => (arrowLib ??= createRequire(import.meta.url)("apache-arrow") as typeof import("apache-arrow"));
 type Schema = import("apache-arrow").Schema;
 
 /** The dimension of a schema's vector column: the fixed-size list named "vector", else the first fixed-size list. */
 export function vectorDimension(schema: Schema): number | undefined {
-  const lists = schema.fields.filter((f) => arrow.DataType.isFixedSizeList(f.type));
+  const lists = schema.fields.filter((f) => A().DataType.isFixedSizeList(f.type));
   const f = lists.find((x) => x.name === "vector") ?? lists[0];
   return f ? (f.type as import("apache-arrow").FixedSizeList).listSize : undefined;
 }
@@ -27,7 +29,7 @@ export function vectorDimension(schema: Schema): number | undefined {
 const tableOf = (f: SourceFile) => f.path.slice(f.path.lastIndexOf("/") + 1, -".arrows".length);
 
 async function openStream(file: string) {
-  const reader = await arrow.RecordBatchReader.from(createReadStream(file));
+  const reader = await A().RecordBatchReader.from(createReadStream(file));
   await reader.open();
   return reader;
 }
@@ -36,7 +38,7 @@ export const lancedbDriver: SourceDriver = {
   async capture(spec, folder, dir) {
     try {
       if (!existsSync(folder)) throw new AgentbakError(Exit.notFound, `${folder} not found`);
-      const db = await lancedb.connect(folder);
+      const db = await (await lib()).connect(folder);
       const names = (await db.tableNames()).sort();
       const at = new Date();
       const files = [];
@@ -47,14 +49,14 @@ export const lancedbDriver: SourceDriver = {
         await t.checkout(version);
         const schema = await t.schema();
         const file = join(dir, `${spec.name}.${name}.arrows`);
-        const writer = new arrow.RecordBatchStreamWriter();
+        const writer = new (A().RecordBatchStreamWriter)();
         const done = pipeline(writer.toNodeStream(), createWriteStream(file, { flags: "wx", mode: 0o600 }));
         let rows = 0;
         for await (const b of t.query()) {
           writer.write(b);
           rows += b.numRows;
         }
-        if (rows === 0) writer.write(new arrow.Table(schema));
+        if (rows === 0) writer.write(new (A().Table)(schema));
         writer.finish();
         await done;
         t.close();
@@ -94,12 +96,12 @@ export const lancedbDriver: SourceDriver = {
     const records: Record<string, number> = {};
     const dimensions: Record<string, number> = {};
     try {
-      const db = await lancedb.connect(folder);
+      const db = await (await lib()).connect(folder);
       for (const f of files) {
         const table = tableOf(f);
         const reader = await openStream(f.file);
         const t = await db.createEmptyTable(table, reader.schema);
-        for await (const b of reader) if (b.numRows) await t.add(new arrow.Table(b));
+        for await (const b of reader) if (b.numRows) await t.add(new (A().Table)(b));
         records[table] = await t.countRows();
         const dim = vectorDimension(await t.schema());
         if (dim !== undefined) dimensions[table] = dim;
