@@ -10,6 +10,7 @@ import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, sta
 import { createServer } from "node:net";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { AgentbakError, Exit, usageError } from "../../errors.js";
+import { pidDir } from "../../fsutil.js";
 
 /** The kinds of state source; each is its own component kind in the manifest. */
 export const SOURCE_KINDS = ["postgres", "redis", "lancedb"] as const;
@@ -184,8 +185,8 @@ export interface ServerDir {
 export function serverDir(dir: string, tag: string): ServerDir {
   mkdirSync(dir, { recursive: true });
   if (!isRoot()) return { dir: mkdtempSync(join(dir, `${tag}-`)), user: null };
-  const base = traversable(dir) ? dir : "/tmp";
-  const d = mkdtempSync(join(base, `agentbak-drill-${tag}-`));
+  // named with our pid, so a drill killed with -9 has it swept like its own temp folder
+  const d = pidDir(traversable(dir) ? dir : "/tmp", `agentbak-drill-${tag}`);
   const user = unprivileged();
   chownSync(d, user.uid, user.gid);
   chmodSync(d, 0o700);
