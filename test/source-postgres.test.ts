@@ -151,7 +151,7 @@ describe("postgres source", () => {
     expect([0, 3], r.stderr).toContain(r.code);
     const d = json(r);
     expect(d.ok).toBe(true);
-    expect(d.checks.find((c: any) => c.name === "source:conversations")).toMatchObject({ ok: true });
+    expect(d.checks.find((c: any) => c.name === "source-restore:conversations")).toMatchObject({ ok: true });
     expect(d.checks.find((c: any) => c.name === "invariant:ledger_consistent")).toMatchObject({ ok: true, detail: "no offending rows" });
     // the same pack with a check that returns rows there fails the drill: the query really ran in postgres
     const fail = drillSpec(a, "pg-fail", { rich_accounts: "-- database: conversations\nSELECT id, balance FROM accounts WHERE balance > 0 ORDER BY id LIMIT 2" });

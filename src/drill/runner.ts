@@ -262,7 +262,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         }
       }
       for (const r of await restoreSources(m, extracted, targets)) {
-        add({ scenario: "restore", name: `source:${r.name}`, ok: true, severity: "error", detail: r.detail + (r.skipped.length ? ` (expired: ${r.skipped.slice(0, 10).join(", ")})` : "") });
+        add({ scenario: "restore", name: `source-restore:${r.name}`, ok: true, severity: "error", detail: r.detail + (r.skipped.length ? ` (expired: ${r.skipped.slice(0, 10).join(", ")})` : "") });
         const query = driverFor(r.kind).query;
         if (query) sourceQueries.set(r.name, (sql) => query(targets.get(r.name)!, sql));
         for (const c of m.components.filter((c) => c.name === r.name && c.embedding)) {
