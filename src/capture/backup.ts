@@ -244,7 +244,8 @@ async function captureSources(lc: LoadedConfig, staging: string, warnings: strin
       if (s.embedding && f.dimension !== undefined && f.dimension !== s.embedding.dimension)
         warnings.push(`source ${s.name}: ${f.path} holds vectors of dimension ${f.dimension}, the config's embedding ${s.embedding.model} has ${s.embedding.dimension}`);
       const { file, path, records, table_version, dimension } = f;
-      staged.push({ path, kind: s.kind, name: s.name, file, records, table_version, dimension, ...(s.embedding ? { embedding: s.embedding } : {}) });
+      // the model is recorded on the tables that hold vectors
+      staged.push({ path, kind: s.kind, name: s.name, file, records, table_version, dimension, ...(s.embedding && dimension !== undefined ? { embedding: s.embedding } : {}) });
     }
   const instant = {
     started_at: started.toISOString(),
