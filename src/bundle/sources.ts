@@ -3,7 +3,7 @@
  * drill alike: every target is checked first (each must be empty), then each
  * source is restored with the time elapsed since its own snapshot.
  */
-import { usageError } from "../errors.js";
+import { usageError, wrap } from "../errors.js";
 import { driverFor, targetIsFolder, type SourceKind } from "../state/sources/index.js";
 import type { ExtractedSource } from "./extract.js";
 import type { Manifest } from "./manifest.js";
@@ -64,8 +64,13 @@ export async function restoreSources(m: Manifest, extracted: ExtractedSource[], 
   const out: SourceOutcome[] = [];
   for (const x of extracted) {
     const at = new Date(recorded.get(x.name)?.snapshot_at ?? m.created_at).getTime();
-    const r = await driverFor(x.kind).restore(x.name, x.files, targets.get(x.name)!, Date.now() - at);
-    out.push({ name: x.name, kind: x.kind, ...r });
+    try {
+      const r = await driverFor(x.kind).restore(x.name, x.files, targets.get(x.name)!, Date.now() - at);
+      out.push({ name: x.name, kind: x.kind, ...r });
+    } catch (e) {
+      // the failed source's target is left as it was; say which ones already hold their restored state
+      throw out.length ? wrap(e, `after restoring ${out.map((o) => o.name).join(", ")}`) : e;
+    }
   }
   return out;
 }

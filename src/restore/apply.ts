@@ -188,7 +188,6 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
     for (const r of restoredSources)
       if (r.skipped.length) warnings.push(`source ${r.name}: ${r.skipped.length} key(s) expired since the snapshot and were not restored: ${r.skipped.slice(0, 10).join(", ")}${r.skipped.length > 10 ? " ..." : ""}`);
-    crashStep("sources-restored");
     const generation = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : nextGen;
     crashStep("generation-reserved");
     const record: TargetRecord = {
