@@ -45,6 +45,9 @@ async function show<R>(o: { json?: boolean }, r: R, human: (r: R) => void): Prom
 
 const render = () => import("./ui/render.js");
 
+/** Collects a repeatable option's values. */
+const collect = (v: string, prev: string[]) => [...prev, v];
+
 /** Runs `fn` with a spinner on a TTY (none otherwise), passing it the spinner's text setter. */
 async function withProgress<R>(text: string, fn: (progress: (t: string) => void) => Promise<R>): Promise<R> {
   const ui = await import("./ui/output.js");
@@ -168,8 +171,11 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--tenant <t>", "expected tenant (default: the config's)")
       .option("--request-id <id>", "the same id again returns the first result")
       .option("--before <timestamp>", "only a snapshot created before this time (with latest: the newest such)")
+      .option("--source <name=url>", "restore state source NAME into this (empty) server instead of its recorded reference (repeatable)", collect, [])
+      .option("--allow-nonempty-source <name>", "restore redis source NAME into a keyspace holding other keys (never over them; repeatable)", collect, [])
+      .option("--allow-embedding-change", "allow vectors from another embedding model than the config's (still needs approval)")
       .addOption(jsonOpt()),
-    ["agentbak restore latest --target /srv/agents/billing-restored --dry-run", "agentbak restore 20261129T120000000Z-1a2b3c4d --target ./restored --yes --request-id INC-1234 --json"],
+    ["agentbak restore latest --target /srv/agents/billing-restored --dry-run", "agentbak restore latest --target ./restored --source conversations=\"$SCRATCH_PG_URL\" --yes", "agentbak restore 20261129T120000000Z-1a2b3c4d --target ./restored --yes --request-id INC-1234 --json"],
   ).action(async (ref, o) => {
     const ui = await import("./ui/output.js");
     const { renderPlan } = await import("./ui/plan.js");
@@ -237,6 +243,8 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--within <duration>", "with random: pick among snapshots this recent", "7d")
       .option("--agent <id>", "agent (default: the config's)")
       .option("--tenant <t>", "tenant (default: the config's)")
+      .option("--source <name=url>", "restore state source NAME into this empty server instead of a throwaway one the drill starts (repeatable)", collect, [])
+      .option("--allow-embedding-change", "drill a snapshot whose vectors come from another embedding model than the config's")
       .addOption(jsonOpt()),
     ["agentbak drill latest --spec drills/reference-agent.json", "agentbak drill random --within 7d --spec drills/reference-agent.json --junit drill.xml --json"],
   ).action(async (ref, o) => {

@@ -2,7 +2,8 @@
  * Decrypts a verified bundle into a private staging folder laid out as the
  * agent's root (databases, files and workspace at their recorded places) and
  * checks it: component digests, SQLite integrity, row counts and schema
- * versions, and the rebuilt workspace tree. Used by verify, restore and drill.
+ * versions, the rebuilt workspace tree, and each state source's captured
+ * files (parsed offline). Used by verify, restore and drill.
  */
 import { chmodSync, closeSync, mkdirSync, openSync, readSync, renameSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -12,7 +13,8 @@ import { verifyError } from "../errors.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion } from "../state/sqlite.js";
 import { rebuildWorkspace, treeDigest } from "../state/workspace.js";
 import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
-import { isDatabase, type Component } from "./manifest.js";
+import { isDatabase, isSource, type Component } from "./manifest.js";
+import { driverFor, type SourceFile, type SourceKind } from "../state/sources/index.js";
 import { readPayload, type VerifiedBundle } from "./reader.js";
 
 /** One named check and its outcome. */
@@ -22,10 +24,19 @@ export interface Check {
   detail: string;
 }
 
+/** A state source's captured files, checked, waiting to be restored into its target. */
+export interface ExtractedSource {
+  name: string;
+  kind: SourceKind;
+  files: SourceFile[];
+}
+
 /** Where each restored piece landed, relative to the staging root. */
 export interface Extracted {
   root: string;
   databases: { name: string; path: string; schemaVersion: number | null }[];
+  /** source files sit beside the root (`<root>.sources/`), not inside it: they go into servers, not the agent's folder */
+  sources: ExtractedSource[];
   checks: Check[];
 }
 
@@ -50,7 +61,7 @@ export function checkDatabase(file: string, c: Component): void {
     if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${c.name}: integrity_check: ${ic.slice(0, 3).join("; ")}`);
     let counts: Record<string, number>;
     try {
-      counts = tableCounts(db);
+      counts = tableCounts(db).counts;
     } catch (e) {
       throw verifyError(`database ${c.name}: counting rows: ${(e as Error).message}`);
     }
@@ -81,7 +92,17 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   const rebuilt = await rebuildDatabases(v, chain, raw, identities, work);
   if (chain.length) checks.push({ name: "chain", ok: true, detail: `${chain.length} parent link(s) verified; databases rebuilt match their recorded sha256` });
   const databases: Extracted["databases"] = [];
+  const sources: ExtractedSource[] = [];
   for (const c of m.components) {
+    if (isSource(c)) {
+      const dest = join(`${root}.sources`, c.path);
+      mkdirSync(dirname(dest), { recursive: true, mode: 0o700 });
+      renameSync(join(raw, c.path), dest);
+      let s = sources.find((x) => x.name === c.name);
+      if (!s) sources.push((s = { name: c.name, kind: c.kind, files: [] }));
+      s.files.push({ path: c.path, file: dest, records: c.records ?? {}, ...(c.dimension !== undefined ? { dimension: c.dimension } : {}) });
+      continue;
+    }
     const src = c.kind === "sqlite-delta" ? rebuilt.get(c.name)! : join(raw, c.path);
     if (isDatabase(c)) {
       checkDatabase(src, c);
@@ -109,6 +130,10 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
     if (d.sha256 !== m.workspace.tree_sha256) throw verifyError(`workspace: rebuilt tree does not match the manifest (${d.files} files, ${m.workspace.files} recorded)`);
     checks.push({ name: "workspace", ok: true, detail: `commit ${m.workspace.commit.slice(0, 12)}, ${d.files} files, tree digest matches` });
   }
+  for (const src of sources) {
+    const detail = await driverFor(src.kind).check(src.name, src.files);
+    checks.push({ name: `source:${src.name}`, ok: true, detail: `${src.kind}: ${detail}` });
+  }
   rmSync(raw, { recursive: true, force: true });
-  return { root, databases, checks };
+  return { root, databases, sources, checks };
 }

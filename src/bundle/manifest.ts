@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 import { z } from "zod";
 import { ID_PATTERN } from "../config/schema.js";
+import { SOURCE_KINDS, type SourceKind } from "../state/sources/common.js";
 import { formatIssues, policyError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
 
@@ -18,16 +19,22 @@ const int = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 const sha = z.string().regex(/^[0-9a-f]{64}$/);
 const time = z.string().regex(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
 const scalar = z.union([z.string(), int, z.null()]);
+const embedding = z.strictObject({ model: z.string(), dimension: int });
+const relPath = z
+  .string()
+  .max(1024)
+  .refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === "." || s === "") && !p.includes("\0"), "a relative path without . or ..");
+
 /** Component paths inside the payload: relative, no `..`, no empty or dot segments. */
 export const componentPath = z
   .string()
   .max(512)
-  .regex(/^(?:db|files|workspace)\/[A-Za-z0-9._+@=-]+(?:\/[A-Za-z0-9._+@=-]+)*$/)
+  .regex(/^(?:db|files|workspace|sources)\/[A-Za-z0-9._+@=-]+(?:\/[A-Za-z0-9._+@=-]+)*$/)
   .refine((p) => !p.split("/").some((s) => s === "." || s === ".."), "no . or .. segments");
 
 export const ComponentSchema = z.strictObject({
   path: componentPath,
-  kind: z.enum(["sqlite", "sqlite-delta", "file", "git-bundle", "git-patch"]),
+  kind: z.enum(["sqlite", "sqlite-delta", "file", "git-bundle", "git-patch", ...SOURCE_KINDS]),
   name: z.string(),
   sha256: sha,
   size: int,
@@ -42,12 +49,33 @@ export const ComponentSchema = z.strictObject({
   page_size: int.optional(),
   page_count: int.optional(),
   changed_pages: int.optional(),
+  /** a vector store's embedding model and dimension (from the config), checked at restore and in drills */
+  embedding: embedding.optional(),
+  /** SQLite: virtual tables whose module is not loaded here, so not counted (their shadow tables are) */
+  virtual_tables: z.array(z.string()).optional(),
+  /** a LanceDB table: the version captured and the dimension of its vector column */
+  table_version: int.optional(),
+  dimension: int.optional(),
   /** where the component goes inside a restored root (relative, no ..) */
-  target: z
-    .string()
-    .max(1024)
-    .refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === "." || s === "") && !p.includes("\0"), "a relative path without . or ..")
-    .optional(),
+  target: relPath.optional(),
+});
+
+/** When each state source was captured, and from which credential reference (never its value). */
+export const CaptureInstantSchema = z.strictObject({
+  started_at: time,
+  finished_at: time,
+  sources: z.array(
+    z.strictObject({
+      name: z.string(),
+      kind: z.enum(SOURCE_KINDS),
+      /** the credential reference the connection came from (postgres, redis) */
+      ref: z.string().nullable(),
+      /** lancedb: the folder inside a restored root */
+      path: relPath.nullable(),
+      snapshot_at: time,
+      server_version: z.string().nullable(),
+    }),
+  ),
 });
 
 export const ManifestSchema = z.strictObject({
@@ -99,6 +127,8 @@ export const ManifestSchema = z.strictObject({
   /** the queries that produced the cursors, so a drill can compare them on the restored state */
   cursor_queries: z.record(z.string(), z.strictObject({ database: z.string(), sql: z.string() })),
   open_operations: z.array(z.strictObject({ id: scalar, idempotency_key: z.string() })),
+  /** state sources beyond SQLite (absent in bundles made before them) */
+  capture_instant: CaptureInstantSchema.optional(),
 });
 
 export type Manifest = z.infer<typeof ManifestSchema>;
@@ -106,6 +136,33 @@ export type Component = z.infer<typeof ComponentSchema>;
 
 /** Whether a component is a database (a whole copy or a page delta against the parent's). */
 export const isDatabase = (c: Pick<Component, "kind">) => c.kind === "sqlite" || c.kind === "sqlite-delta";
+
+/** Whether a component is captured state of a source (postgres, redis, lancedb). */
+export const isSource = (c: Pick<Component, "kind">): c is Pick<Component, "kind"> & { kind: SourceKind } => (SOURCE_KINDS as readonly string[]).includes(c.kind);
+
+/** An embedding model and the dimension of its vectors. */
+export type Embedding = { model: string; dimension: number };
+
+/**
+ * How a bundle's vector stores differ from the embedding models configured
+ * where it is restored (by database or source name): `changes` must be
+ * approved, `unknown` (nothing recorded, a bundle made before the config
+ * named one) are only warned about. Stores the config does not name are not compared.
+ */
+export function embeddingChanges(m: Manifest, configured: Map<string, Embedding | undefined>): { changes: string[]; unknown: string[] } {
+  const recorded = new Map<string, Embedding>();
+  for (const c of m.components) if (c.embedding) recorded.set(c.name, c.embedding);
+  const show = (e: Embedding) => `${e.model} (dimension ${e.dimension})`;
+  const out = { changes: [] as string[], unknown: [] as string[] };
+  for (const [name, want] of configured) {
+    const had = recorded.get(name);
+    if (had && !want) out.changes.push(`vector store ${name}: the snapshot's vectors are from ${show(had)}, the config here names no embedding model`);
+    else if (had && want && (had.model !== want.model || had.dimension !== want.dimension))
+      out.changes.push(`vector store ${name}: the snapshot's vectors are from ${show(had)}, the config here uses ${show(want)}`);
+    else if (!had && want && m.components.some((c) => c.name === name)) out.unknown.push(`vector store ${name}: the snapshot records no embedding model; the config here uses ${show(want)}`);
+  }
+  return out;
+}
 
 /** "full" when a bundle restores on its own, "incremental" when it needs its parent chain. */
 export const snapshotKind = (m: Pick<Manifest, "parent">) => (m.parent ? "incremental" : "full");
@@ -121,6 +178,9 @@ export interface CapturedDatabase {
   records: Record<string, number>;
   schemaVersion: number;
   pageIndexSha256: string;
+  /** virtual tables not counted (their module is not loaded here) */
+  virtualTables?: string[];
+  embedding?: { model: string; dimension: number };
 }
 
 /** Everything a manifest states, as the backup pipeline produced it. */
@@ -145,6 +205,8 @@ export interface ManifestInput {
   cursors: Manifest["cursors"];
   cursorQueries: Manifest["cursor_queries"];
   openOperations: Manifest["open_operations"];
+  /** when each state source was captured; omitted when the config has none */
+  captureInstant?: Manifest["capture_instant"];
 }
 
 /**
@@ -163,6 +225,8 @@ export function buildManifest(i: ManifestInput): Manifest {
     schema_version: d.schemaVersion,
     page_index_sha256: d.pageIndexSha256,
     ...(d.delta ?? {}),
+    ...(d.virtualTables?.length ? { virtual_tables: d.virtualTables } : {}),
+    ...(d.embedding ? { embedding: d.embedding } : {}),
   }));
   return {
     format: FORMAT,
@@ -188,6 +252,7 @@ export function buildManifest(i: ManifestInput): Manifest {
     cursors: i.cursors,
     cursor_queries: i.cursorQueries,
     open_operations: i.openOperations,
+    ...(i.captureInstant ? { capture_instant: i.captureInstant } : {}),
   };
 }
 

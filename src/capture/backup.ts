@@ -27,6 +27,7 @@ import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, write
 import { scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabase } from "../state/sqlite.js";
 import { captureWorkspace, rebuildWorkspace, treeDigest } from "../state/workspace.js";
+import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
 export interface BackupReceipt {
@@ -159,6 +160,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   const dbs: DbRecord[] = [];
   const files: StagedComponent[] = [];
   const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
+  let sources: Awaited<ReturnType<typeof captureSources>> = { staged: [], instant: undefined };
   let failure: unknown;
   try {
     o.progress?.("quiescing agent");
@@ -170,7 +172,11 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
       await snapshotDatabase(d.name, lc.resolve(d.path), copy);
       dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
     }
-    const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...(repoDir ? [repoDir] : [])];
+    if (cfg.sources.length) {
+      o.progress?.("capturing state sources");
+      sources = await captureSources(lc, staging, warnings);
+    }
+    const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...cfg.sources.flatMap((x) => (x.path ? [lc.resolve(x.path)] : [])), ...(repoDir ? [repoDir] : [])];
     for (const pattern of cfg.files) {
       for (const f of expandFiles(lc, pattern, exclude)) {
         const rel = relative(lc.dir, f).split(sep).join("/");
@@ -214,7 +220,46 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     }
   }
   if (failure) throw failure;
-  return { dbs, files, ws };
+  return { dbs, sources, files, ws };
+}
+
+/**
+ * Captures every state source (side by side, each at its own single instant)
+ * into `staging/sources/<name>/`; connections come from credential references
+ * resolved only now.
+ */
+async function captureSources(lc: LoadedConfig, staging: string, warnings: string[]): Promise<{ staged: StagedComponent[]; instant: Manifest["capture_instant"] }> {
+  const started = new Date();
+  const caps = await Promise.all(
+    lc.config.sources.map(async (s) => {
+      const dir = join(staging, "sources", s.name);
+      mkdirSync(dir, { recursive: true });
+      const target = targetIsFolder(s.kind) ? lc.resolve(s.path!) : resolveReference(s.url!, lc.dir);
+      return { s, cap: await driverFor(s.kind).capture(s, target, dir) };
+    }),
+  );
+  const staged: StagedComponent[] = [];
+  for (const { s, cap } of caps)
+    for (const f of cap.files) {
+      if (s.embedding && f.dimension !== undefined && f.dimension !== s.embedding.dimension)
+        warnings.push(`source ${s.name}: ${f.path} holds vectors of dimension ${f.dimension}, the config's embedding ${s.embedding.model} has ${s.embedding.dimension}`);
+      const { file, path, records, table_version, dimension } = f;
+      // the model is recorded on the tables that hold vectors
+      staged.push({ path, kind: s.kind, name: s.name, file, records, table_version, dimension, ...(s.embedding && dimension !== undefined ? { embedding: s.embedding } : {}) });
+    }
+  const instant = {
+    started_at: started.toISOString(),
+    finished_at: new Date().toISOString(),
+    sources: caps.map(({ s, cap }) => ({
+      name: s.name,
+      kind: s.kind,
+      ref: s.url ?? null,
+      path: s.path ? restoreTarget(lc, s.path, `sources/${s.name}`) : null,
+      snapshot_at: cap.snapshotAt.toISOString(),
+      server_version: cap.serverVersion,
+    })),
+  };
+  return { staged, instant };
 }
 
 /**
@@ -243,7 +288,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
 
     const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-    const { dbs, files, ws } = await capture(lc, repoDir, staging, o, warnings);
+    const { dbs, sources, files, ws } = await capture(lc, repoDir, staging, o, warnings);
     crashStep("snapshotted");
 
     // an incremental's page index decides what goes in, so it is made here, before the payload, beside the
@@ -275,6 +320,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     }
     const staged: StagedComponent[] = [
       ...dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy })),
+      ...sources.staged,
       ...files,
       ...ws.staged,
     ];
@@ -320,6 +366,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
         records: d.inspected!.records,
         schemaVersion: d.inspected!.schemaVersion,
         pageIndexSha256: sha256hex(d.index!),
+        virtualTables: d.inspected!.virtualTables,
+        embedding: cfg.databases.find((c) => c.name === d.name)?.embedding,
       })),
       others: written.components.slice(dbs.length),
       payload: written.payload,
@@ -328,6 +376,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       cursors: ins.cursors,
       cursorQueries: Object.fromEntries(Object.entries(cfg.cursors).map(([k, c]) => [k, { database: c.database, sql: c.sql }])),
       openOperations: ins.openOperations,
+      captureInstant: sources.instant,
     });
     const mfind = scanValue(manifest, "manifest");
     if (mfind.length) throw policyError(`refusing to back up: possible secret (${mfind[0]!.kind}) in ${mfind.map((f) => f.where).join(", ")}`);

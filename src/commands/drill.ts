@@ -2,6 +2,7 @@
 import { appendFileSync, writeFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { usageError } from "../errors.js";
+import { configuredEmbeddings } from "../config/schema.js";
 import { junitXml, markdownSummary } from "../drill/junit.js";
 import { appendReportFile, reportBody } from "../drill/report.js";
 import { runDrill, type DrillResult } from "../drill/runner.js";
@@ -17,6 +18,8 @@ export interface DrillCmdOptions extends GlobalOpts {
   within?: string;
   agent?: string;
   tenant?: string;
+  source?: string[];
+  allowEmbeddingChange?: boolean;
   progress?: (t: string) => void;
 }
 
@@ -33,7 +36,16 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
   const bundle = await ctx.openRef(ref, { ...ctx.agentFilter(opts), within: parseDuration(opts.within ?? "7d") });
   let r: DrillResult;
   try {
-    r = await runDrill({ bundle, spec, trust: ctx.trust, identities: () => ctx.identities(opts.identity), progress: opts.progress });
+    r = await runDrill({
+      bundle,
+      spec,
+      trust: ctx.trust,
+      identities: () => ctx.identities(opts.identity),
+      progress: opts.progress,
+      sources: opts.source,
+      embeddings: ctx.lc ? configuredEmbeddings(ctx.lc.config) : undefined,
+      allowEmbeddingChange: opts.allowEmbeddingChange,
+    });
   } finally {
     bundle.release();
   }

@@ -15,6 +15,9 @@ export interface RestoreCmdOptions extends GlobalOpts {
   tenant?: string;
   requestId?: string;
   before?: string;
+  source?: string[];
+  allowNonemptySource?: string[];
+  allowEmbeddingChange?: boolean;
   confirm: (plan: RestorePlan) => Promise<boolean>;
 }
 
@@ -47,6 +50,9 @@ export async function restore(ref: string, opts: RestoreCmdOptions): Promise<Res
       expectAgent: f.agent,
       expectTenant: f.tenant,
       requestId: opts.requestId,
+      sources: opts.source,
+      allowNonEmptySource: opts.allowNonemptySource,
+      allowEmbeddingChange: opts.allowEmbeddingChange,
     });
   } finally {
     bundle.release();

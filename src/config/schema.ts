@@ -17,6 +17,19 @@ const recipient = z.string().refine((r) => {
   }
 }, "not an age X25519 recipient (age1..., 62 characters, valid bech32 checksum)");
 const sqlRef = z.strictObject({ database: z.string(), sql: z.string().min(1) });
+const stateName = z.string().regex(/^[a-z][a-z0-9_]{0,31}$/, "lowercase name");
+/** The embedding model a vector store was written with: part of the restore compatibility policy. */
+const embedding = z.strictObject({ model: z.string().min(1), dimension: z.number().int().positive().max(65536) });
+/** A state source beside the SQLite files: its connection is a credential reference, resolved only to connect. */
+const source = z.strictObject({
+  name: stateName,
+  kind: z.enum(["postgres", "redis", "lancedb"]),
+  url: z.string().regex(/^(env|file):.+/, "a credential reference: env:NAME or file:PATH holding the connection URL").optional(),
+  path: z.string().min(1).optional(),
+  schemas: z.array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/, "a schema name")).min(1).optional(),
+  patterns: z.array(z.string().min(1)).min(1).optional(),
+  embedding: embedding.optional(),
+});
 
 const ConfigObject = z.strictObject({
   $schema: z.string().optional(),
@@ -24,8 +37,9 @@ const ConfigObject = z.strictObject({
   repository: z.string().min(1),
   recipients: z.array(recipient).min(1),
   databases: z
-    .array(z.strictObject({ name: z.string().regex(/^[a-z][a-z0-9_]{0,31}$/, "lowercase name"), path: z.string().min(1) }))
+    .array(z.strictObject({ name: stateName, path: z.string().min(1), embedding: embedding.optional() }))
     .default([]),
+  sources: z.array(source).default([]),
   files: z.array(z.string().min(1)).default([]),
   workspace: z
     .strictObject({ path: z.string().min(1), uncommitted: z.enum(["include", "refuse", "ignore"]).default("include") })
@@ -85,6 +99,17 @@ export const ConfigSchema = ConfigObject.superRefine((c, ctx) => {
     if (names.has(d.name)) ctx.addIssue({ code: "custom", path: ["databases", i, "name"], message: `database name "${d.name}" is used twice` });
     names.add(d.name);
   });
+  const all = new Set(names);
+  c.sources.forEach((s, i) => {
+    if (all.has(s.name)) ctx.addIssue({ code: "custom", path: ["sources", i, "name"], message: `name "${s.name}" is used twice (databases and sources share one namespace)` });
+    all.add(s.name);
+    const want = s.kind === "lancedb" ? "path" : "url";
+    if (!s[want]) ctx.addIssue({ code: "custom", path: ["sources", i, want], message: `a ${s.kind} source needs "${want}"` });
+    for (const k of ["url", "path", "schemas", "patterns", "embedding"] as const) {
+      const allowed = { postgres: ["url", "schemas"], redis: ["url", "patterns"], lancedb: ["path", "embedding"] }[s.kind];
+      if (s[k] !== undefined && !allowed.includes(k)) ctx.addIssue({ code: "custom", path: ["sources", i, k], message: `not a key of a ${s.kind} source` });
+    }
+  });
   for (const [k, q] of Object.entries(c.cursors))
     if (!names.has(q.database)) ctx.addIssue({ code: "custom", path: ["cursors", k, "database"], message: `no database named "${q.database}"` });
   if (c.openOperations && !names.has(c.openOperations.database))
@@ -95,3 +120,7 @@ export type Config = z.infer<typeof ConfigSchema>;
 
 /** JSON Schema (draft 2020-12) generated from the same definition. */
 export const configJsonSchema = () => z.toJSONSchema(ConfigSchema, { io: "input" });
+
+/** The embedding model configured for each database and source (undefined: none), by name. */
+export const configuredEmbeddings = (c: Config) =>
+  new Map<string, { model: string; dimension: number } | undefined>([...c.databases, ...c.sources].map((x) => [x.name, x.embedding]));

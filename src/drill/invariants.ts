@@ -44,23 +44,38 @@ export function loadInvariants(base: string, globs: string[]): Invariant[] {
   return out;
 }
 
+/** Runs a read-only query against a state source (an invariant naming it with `-- database:`). */
+export type SourceQuery = (sql: string) => Promise<unknown[]>;
+
 /**
- * Runs invariants against databases (name → path), each opened defensively and read-only.
+ * Runs invariants against SQLite databases (name → path; each opened
+ * defensively and read-only) or, when `-- database:` names a state source
+ * with a query language (postgres), against its restored server.
  */
-export function runInvariants(invariants: Invariant[], databases: Map<string, string>): InvariantResult[] {
+export async function runInvariants(invariants: Invariant[], databases: Map<string, string>, sources: Map<string, SourceQuery> = new Map()): Promise<InvariantResult[]> {
   const first = [...databases.keys()][0];
-  return invariants.map((inv) => {
+  const out: InvariantResult[] = [];
+  for (const inv of invariants) {
     const name = inv.database ?? first;
-    const path = name ? databases.get(name) : undefined;
-    if (!path) return { name: inv.name, severity: inv.severity, ok: false, rows: 0, sample: [], error: `no database named ${name ?? "(none)"}` };
-    const db = openDefensive(path);
+    const base = { name: inv.name, severity: inv.severity };
+    const rows = async (): Promise<unknown[]> => {
+      const q = name ? sources.get(name) : undefined;
+      if (q) return q(inv.sql);
+      const path = name ? databases.get(name) : undefined;
+      if (!path) throw new Error(`no database named ${name ?? "(none)"}`);
+      const db = openDefensive(path);
+      try {
+        return db.prepare(inv.sql).all();
+      } finally {
+        db.close();
+      }
+    };
     try {
-      const rows = db.prepare(inv.sql).all();
-      return { name: inv.name, severity: inv.severity, ok: rows.length === 0, rows: rows.length, sample: rows.slice(0, 5) };
+      const r = await rows();
+      out.push({ ...base, ok: r.length === 0, rows: r.length, sample: r.slice(0, 5) });
     } catch (e) {
-      return { name: inv.name, severity: inv.severity, ok: false, rows: 0, sample: [], error: (e as Error).message };
-    } finally {
-      db.close();
+      out.push({ ...base, ok: false, rows: 0, sample: [], error: (e as Error).message });
     }
-  });
+  }
+  return out;
 }

@@ -15,9 +15,14 @@ import type { Trust } from "../crypto/trust.js";
 import { onInterrupt } from "../cleanup.js";
 import { pidDir, sweepDead } from "../fsutil.js";
 import { checkCredentials } from "../state/credentials.js";
-import { foreignKeyCheck, integrityCheck, openDefensive, userVersion } from "../state/sqlite.js";
+import { foreignKeyCheck, integrityCheck, openDefensive, userVersion, vec0Dimensions } from "../state/sqlite.js";
 import Database from "better-sqlite3";
-import { loadInvariants, runInvariants, type Invariant, type InvariantResult } from "./invariants.js";
+import { loadInvariants, runInvariants, type Invariant, type InvariantResult, type SourceQuery } from "./invariants.js";
+import { embeddingChanges, type Embedding } from "../bundle/manifest.js";
+import { parseSourceFlags, restoreSources } from "../bundle/sources.js";
+import type { ExtractedSource } from "../bundle/extract.js";
+import { policyError } from "../errors.js";
+import { driverFor, type Throwaway } from "../state/sources/index.js";
 import { TestSink } from "./sink.js";
 import type { CrashPoint, LoadedSpec } from "./spec.js";
 
@@ -70,12 +75,21 @@ export interface DrillOptions {
   trust: Trust;
   identities: () => AgeIdentity[];
   progress?: (t: string) => void;
+  /** `--source NAME=URL`: an empty server for a source instead of a throwaway one */
+  sources?: string[];
+  /** the embedding models configured for the agent (by database or source name), when a config is known */
+  embeddings?: Map<string, Embedding | undefined>;
+  allowEmbeddingChange?: boolean;
 }
 
 const DRILL_PREFIX = "agentbak-drill";
 
 /** Removes temp folders of drills whose process is gone (kill -9). */
-export const sweepDrillTemps = () => sweepDead(tmpdir(), `${DRILL_PREFIX}-`);
+export const sweepDrillTemps = () => {
+  sweepDead(tmpdir(), `${DRILL_PREFIX}-`);
+  // throwaway servers of a drill run as root live in /tmp when the temp folder is private (state/sources/common.ts)
+  if (process.getuid?.() === 0) sweepDead("/tmp", `${DRILL_PREFIX}-`);
+};
 
 function blobSafe(rows: unknown[]): unknown[] {
   return rows.map((r) =>
@@ -95,7 +109,9 @@ const makeWritable = (dir: string) => chmodFiles(dir, (m) => m | 0o200);
 
 /**
  * Runs a drill. Never throws for a failed check (the result says so); throws
- * AgentbakError when the drill can not run (not found, verification, keys).
+ * AgentbakError when the drill can not run (not found, verification, keys),
+ * and (14) for vectors of another embedding model than the config's without
+ * --allow-embedding-change.
  */
 export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const t0 = Date.now();
@@ -103,12 +119,19 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   sweepDrillTemps();
   const v = await verifyBundle(o.bundle.path, o.trust);
   const m = v.manifest;
+  const embeddings = o.embeddings ? embeddingChanges(m, o.embeddings) : { changes: [], unknown: [] };
+  if (embeddings.changes.length && !o.allowEmbeddingChange)
+    throw policyError(`drill of ${m.snapshot_id} refused: ${embeddings.changes[0]}; pass --allow-embedding-change to drill it anyway`);
+  const sourceFlags = parseSourceFlags(o.sources, m);
   const invariants = loadInvariants(o.spec.dir, spec.invariants);
   const tmp = pidDir(tmpdir(), DRILL_PREFIX);
   const removeTemp = () => rmSync(tmp, { recursive: true, force: true });
   const unregister = onInterrupt(removeTemp);
   const checks: DrillCheck[] = [];
   const add = (c: DrillCheck) => checks.push(c);
+  const servers: Throwaway[] = [];
+  const sourceQueries = new Map<string, SourceQuery>();
+  for (const c of [...embeddings.changes, ...embeddings.unknown]) add({ scenario: "restore", name: "embedding", ok: false, severity: "warning", detail: c });
   const result: DrillResult = {
     ok: false,
     warnings: false,
@@ -136,10 +159,12 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     const restored = join(tmp, "restored");
     let extracted: Check[];
     let dbs: { name: string; path: string; schemaVersion: number | null }[];
+    let sources: ExtractedSource[];
     try {
       const x = await extractAndCheck(v, o.identities(), restored, o.trust, o.bundle.links);
       extracted = x.checks;
       dbs = x.databases;
+      sources = x.sources;
     } catch (e) {
       const err = e as { code?: number; message: string };
       if (err.code === 12) throw e;
@@ -147,6 +172,11 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       return finish();
     }
     for (const c of extracted) add({ scenario: "restore", name: c.name, ok: c.ok, severity: "error", detail: c.detail });
+    if (sources.length) {
+      o.progress?.("restoring state sources into throwaway servers");
+      await drillSources(sources);
+    }
+    checkVectorDimensions(dbs);
     makeReadOnly(restored);
     const dbMap = new Map(dbs.map((d) => [d.name, d.path]));
     for (const d of dbs) {
@@ -196,7 +226,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       add({ scenario: "restore", name: `credential:${c.name}`, ok: c.status === "present", severity: "warning", detail: `${c.ref}: ${c.status}` });
       if (c.status !== "present") result.unresolved.push(`credential ${c.name} (${c.ref}) is ${c.status} here`);
     }
-    addInvariants("restore", runInvariants(invariants, dbMap));
+    addInvariants("restore", await runInvariants(invariants, dbMap, sourceQueries));
     result.recovery_seconds = Math.round((Date.now() - t0) / 10) / 100;
 
     if (spec.worker && spec.inject) {
@@ -209,8 +239,63 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     }
     return finish();
   } finally {
+    await Promise.allSettled(servers.map((x) => x.stop()));
     removeTemp();
     unregister();
+  }
+
+  /**
+   * Restores each source into an empty server (a `--source` one, or a
+   * throwaway one started here and always stopped) and records what it found;
+   * invariants naming a postgres source then run there.
+   */
+  async function drillSources(extracted: ExtractedSource[]): Promise<void> {
+    const targets = new Map<string, string>();
+    try {
+      for (const x of extracted) {
+        const given = sourceFlags.get(x.name);
+        if (given) targets.set(x.name, given);
+        else {
+          const t = await driverFor(x.kind).throwaway(join(tmp, "servers"));
+          servers.push(t);
+          targets.set(x.name, t.target);
+        }
+      }
+      for (const r of await restoreSources(m, extracted, targets)) {
+        add({ scenario: "restore", name: `source-restore:${r.name}`, ok: true, severity: "error", detail: r.detail + (r.skipped.length ? ` (expired: ${r.skipped.slice(0, 10).join(", ")})` : "") });
+        const query = driverFor(r.kind).query;
+        if (query) sourceQueries.set(r.name, (sql) => query(targets.get(r.name)!, sql));
+        for (const c of m.components.filter((c) => c.name === r.name && c.embedding)) {
+          const table = Object.keys(c.records ?? {})[0] ?? "";
+          const got = r.dimensions[table];
+          const want = c.embedding!.dimension;
+          add({ scenario: "restore", name: `vector_dimension:${r.name}.${table}`, ok: got === want, severity: "error", detail: `stored vectors have dimension ${got ?? "none"}; ${c.embedding!.model} is recorded with ${want}` });
+        }
+      }
+    } catch (e) {
+      const err = e as { code?: number; message: string };
+      add({ scenario: "restore", name: "sources", ok: false, severity: "error", detail: err.message });
+    }
+  }
+
+  /** For SQLite databases recorded with an embedding model: every sqlite-vec vector column has its dimension. */
+  function checkVectorDimensions(dbs: { name: string; path: string }[]): void {
+    for (const d of dbs) {
+      const want = m.components.find((c) => c.name === d.name && c.embedding)?.embedding;
+      if (!want) continue;
+      const db = openDefensive(d.path);
+      try {
+        const cols = vec0Dimensions(db);
+        if (!cols.length) add({ scenario: "restore", name: `vector_dimension:${d.name}`, ok: false, severity: "warning", detail: "no sqlite-vec vec0 table found to check" });
+        for (const c of cols) {
+          const ok = c.dimension === want.dimension && c.badChunks === 0;
+          const why = c.badChunks !== 0 ? (c.badChunks < 0 ? "; its vector chunks could not be read" : `; ${c.badChunks} chunk(s) hold vectors of another width`) : "";
+          add({ scenario: "restore", name: `vector_dimension:${d.name}.${c.table}`, ok, severity: "error", detail: `${c.table}.${c.column} declares dimension ${c.dimension}; ${want.model} is recorded with ${want.dimension}${why}` });
+        }
+      } finally {
+        db.close();
+      }
+    }
   }
 
   function addInvariants(scenario: string, rs: InvariantResult[]): boolean {
@@ -319,7 +404,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         res.died_at_point = r.signal === "SIGKILL" && !r.timedOut;
         if (!check("died at crash point", res.died_at_point, res.died_at_point ? `worker killed with SIGKILL at ${sc}` : `worker exited ${r.exitCode ?? r.signal}${r.timedOut ? " (timed out)" : ""} without reaching ${sc}: ${String(r.stderr).trim().slice(0, 200)}`)) return res;
         // 2. invariants right after the crash
-        addInvariants(sc, runInvariants(invariants, dbMap));
+        addInvariants(sc, await runInvariants(invariants, dbMap, sourceQueries));
       }
       // 3. restart until it finishes
       let finished = false;
@@ -344,7 +429,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       res.effects = effects.length;
       res.receipt = effects[0]?.receipt ?? null;
       check("exactly one effect", effects.length === 1, `${effects.length} effect(s) at the sink for ${inject.taskId}${effects.length > 1 ? ` (keys ${effects.map((e) => e.key).join(", ")})` : ""}`);
-      addInvariants(sc, runInvariants(invariants, dbMap));
+      addInvariants(sc, await runInvariants(invariants, dbMap, sourceQueries));
       // 4. one more restart: still complete, still one effect
       const again = await start(null);
       effects = sink.effectsFor(inject.taskId);

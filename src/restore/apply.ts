@@ -19,7 +19,11 @@ import { fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsut
 import type { Repository } from "../repository/repository.js";
 import { checkCredentials } from "../state/credentials.js";
 import { integrityCheck, openDefensive } from "../state/sqlite.js";
-import { buildPlan, type RestorePlan } from "./plan.js";
+import { buildPlan, type PlannedSource, type RestorePlan } from "./plan.js";
+import { isSource, embeddingChanges, type Manifest } from "../bundle/manifest.js";
+import { manifestSources, parseSourceFlags, restoreSources, type SourceOutcome } from "../bundle/sources.js";
+import { configuredEmbeddings } from "../config/schema.js";
+import { resolveReference } from "../state/sources/index.js";
 import { evaluatePolicy } from "./policy.js";
 import { MARKER_DIR, raiseTrustedState, readTrustedState, SUSPENDED, type TargetRecord } from "./state.js";
 
@@ -42,6 +46,11 @@ export interface RestoreOptions {
   expectTenant?: string;
   requestId?: string;
   now?: Date;
+  /** `--source NAME=URL` values: a source's target instead of its recorded reference resolved here */
+  sources?: string[];
+  /** redis sources that may be restored into a keyspace holding other keys */
+  allowNonEmptySource?: string[];
+  allowEmbeddingChange?: boolean;
 }
 
 export interface RestoreResult {
@@ -52,6 +61,7 @@ export interface RestoreResult {
   checks: Check[];
   warnings: string[];
   receipt_signed: boolean;
+  sources: SourceOutcome[];
 }
 
 const SIDECAR = /-(wal|shm|journal)$/;
@@ -89,8 +99,35 @@ function removeEmptyDirs(dir: string): void {
 }
 
 /**
+ * Where each of a bundle's sources goes: a `--source` flag, else its recorded
+ * credential reference resolved here (relative files against `refRoot`);
+ * LanceDB folders go inside the restored root. URLs stay out of the plan.
+ */
+function sourceTargets(m: Manifest, flags: Map<string, string>, target: string, refRoot: string) {
+  const urls = new Map<string, string>();
+  const planned: PlannedSource[] = manifestSources(m).map((s) => {
+    const records = m.components.filter((c) => c.name === s.name && isSource(c)).reduce((n, c) => n + Object.values(c.records ?? {}).reduce((a, b) => a + b, 0), 0);
+    const base = { name: s.name, kind: s.kind, records, snapshot_at: s.snapshot_at };
+    if (s.path !== null) return { ...base, into: join(target, s.path), resolved: true };
+    const flag = flags.get(s.name);
+    if (flag) urls.set(s.name, flag);
+    else {
+      try {
+        urls.set(s.name, resolveReference(s.ref ?? "", refRoot));
+      } catch {
+        return { ...base, into: s.ref ?? "(no reference)", resolved: false };
+      }
+    }
+    return { ...base, into: flag ? `--source ${s.name}` : s.ref!, resolved: true };
+  });
+  const targets = (root: string) => new Map(manifestSources(m).map((s) => [s.name, s.path !== null ? join(root, s.path) : urls.get(s.name)!]));
+  return { planned, targets };
+}
+
+/**
  * Restores a snapshot into `target`.
- * @throws AgentbakError: 2 target not empty / no approval without TTY, 10 not found, 11 locked, 12 no key, 13 verification, 14 policy.
+ * State sources go into their targets (each must be empty) before the folder is placed.
+ * @throws AgentbakError: 2 target or a source's target not empty, a source unresolved, no approval without TTY; 10 not found, 11 locked, 12 no key, 13 verification, 14 policy.
  */
 export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const now = o.now ?? new Date();
@@ -111,15 +148,20 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     seen,
     allowRollback: o.allowRollback,
     staleAfterHours: cfg?.restore.staleAfterHours,
+    embeddings: cfg ? embeddingChanges(m, configuredEmbeddings(cfg)) : undefined,
+    allowEmbeddingChange: o.allowEmbeddingChange,
   });
   if (policy.refusals.length) throw policyError(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
   const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
   const repo = o.repo;
   const nextGen = Math.max(repo ? await repo.generation(a) : 0, seen.generation) + 1;
-  const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now);
+  const sources = sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
+  const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, sources.planned);
   const warnings = [...policy.warnings, ...policy.needsApproval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
-  const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, ...x });
+  const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, sources: [], ...x });
   if (o.dryRun) return result({});
+  const unresolved = sources.planned.find((p) => !p.resolved);
+  if (unresolved) throw usageError(`source ${unresolved.name}: ${unresolved.into} does not resolve here; set it, or pass --source ${unresolved.name}=URL`);
 
   const prior = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
   if (prior) return { ...prior, repeated: true };
@@ -142,6 +184,10 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const root = join(staging, "root");
     const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links);
     crashStep("extracted");
+    // servers first, then the folder: a source that can not be restored stops the restore before anything is placed
+    const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
+    for (const r of restoredSources)
+      if (r.skipped.length) warnings.push(`source ${r.name}: ${r.skipped.length} key(s) expired since the snapshot and were not restored: ${r.skipped.slice(0, 10).join(", ")}${r.skipped.length > 10 ? " ..." : ""}`);
     const generation = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : nextGen;
     crashStep("generation-reserved");
     const record: TargetRecord = {
@@ -185,7 +231,11 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     crashStep("checked");
     raiseTrustedState(a, { highest_sequence: m.sequence, generation });
     crashStep("trusted-state-raised");
-    const checks: Check[] = [...x.checks, { name: "placement", ok: true, detail: `placed at ${target}; integrity_check ok after placement` }];
+    const checks: Check[] = [
+      ...x.checks,
+      ...restoredSources.map((r) => ({ name: `source-restore:${r.name}`, ok: true, detail: r.detail })),
+      { name: "placement", ok: true, detail: `placed at ${target}; integrity_check ok after placement` },
+    ];
     const receipt = {
       kind: "restore-receipt",
       snapshot_id: m.snapshot_id,
@@ -199,6 +249,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       checks: checks.map((c) => ({ name: c.name, ok: c.ok })),
       credentials: credentials.map((c) => ({ name: c.name, ref: c.ref, status: c.status })),
       open_operations: m.open_operations,
+      sources: restoredSources.map((r) => ({ name: r.name, kind: r.kind, into: plan.sources.find((p) => p.name === r.name)?.into ?? null, records: r.records, expired_keys_skipped: r.skipped })),
       activation: "suspended",
       request_id: o.requestId ?? null,
       at: now.toISOString(),
@@ -207,7 +258,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     if (!key) warnings.push("no signing key: the restore receipt is recorded unsigned");
     const body = canonicalize(receipt)!;
     await repo?.audit(a, { event: "restore", receipt, receipt_signature: key ? signMessage(key, NS.receipt, Buffer.from(body)) : null }, key);
-    const res = result({ restored: true, generation, checks, receipt_signed: Boolean(key) });
+    const res = result({ restored: true, generation, checks, receipt_signed: Boolean(key), sources: restoredSources });
     if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, res);
     return res;
   } finally {

@@ -23,10 +23,24 @@ export interface RestorePlan {
   schema_version: number | null;
   next_generation: number;
   policy: PolicyDecision;
+  /** state sources and where each goes: a credential reference, `--source NAME`, or a folder in the target; never a URL */
+  sources: PlannedSource[];
+}
+
+/** A state source in a restore plan. */
+export interface PlannedSource {
+  name: string;
+  kind: string;
+  /** where it goes, as shown to people: the reference or flag it comes from, or a folder in the target */
+  into: string;
+  /** false when the reference does not resolve here (the restore would stop before writing) */
+  resolved: boolean;
+  records: number;
+  snapshot_at: string;
 }
 
 /** Builds the plan for restoring `m` into `target`. */
-export function buildPlan(m: Manifest, bundle: string, target: string, credentials: CredentialStatus[], policy: PolicyDecision, nextGeneration: number, now: Date): RestorePlan {
+export function buildPlan(m: Manifest, bundle: string, target: string, credentials: CredentialStatus[], policy: PolicyDecision, nextGeneration: number, now: Date, sources: PlannedSource[] = []): RestorePlan {
   return {
     snapshot_id: m.snapshot_id,
     agent_id: m.agent_id,
@@ -44,5 +58,6 @@ export function buildPlan(m: Manifest, bundle: string, target: string, credentia
     schema_version: m.schema_version,
     next_generation: nextGeneration,
     policy,
+    sources,
   };
 }

@@ -22,6 +22,9 @@ export interface PolicyInput {
   seen?: TrustedState;
   allowRollback?: boolean;
   staleAfterHours?: number;
+  /** how the bundle's embedding models differ from the config here (bundle/manifest.ts embeddingChanges) */
+  embeddings?: { changes: string[]; unknown: string[] };
+  allowEmbeddingChange?: boolean;
 }
 
 export interface PolicyDecision {
@@ -55,9 +58,23 @@ export function evaluatePolicy(p: PolicyInput): PolicyDecision {
     if (m.sequence > p.seen.highest_sequence + MAX_SEQUENCE_JUMP)
       d.refusals.push(`fast-forward: snapshot sequence ${m.sequence} jumps far beyond the highest seen here (${p.seen.highest_sequence})`);
   }
+  if (p.embeddings) embeddingPolicy(p.embeddings, Boolean(p.allowEmbeddingChange), d);
   const ageHours = (p.now.getTime() - new Date(m.created_at).getTime()) / 3_600_000;
   if (ageHours < -0.1) d.refusals.push(`snapshot claims a creation time in the future (${m.created_at})`);
   if (p.staleAfterHours !== undefined && ageHours > p.staleAfterHours)
     d.warnings.push(`stale: snapshot is ${ageHours.toFixed(1)} hours old (threshold ${p.staleAfterHours}h)`);
   return d;
+}
+
+/**
+ * Embedding compatibility: vectors written by another embedding model (or of
+ * another dimension) than the one configured here are refused, unless the
+ * operator allows the change and approves it; an unrecorded model is a warning.
+ */
+export function embeddingPolicy(e: { changes: string[]; unknown: string[] }, allow: boolean, d: PolicyDecision): void {
+  for (const c of e.changes) {
+    if (allow) d.needsApproval.push(c);
+    else d.refusals.push(`${c}; pass --allow-embedding-change and approve to restore it anyway`);
+  }
+  d.warnings.push(...e.unknown);
 }

@@ -24,7 +24,7 @@ export interface InspectInput {
 }
 
 export interface InspectResult {
-  dbs: { name: string; schemaVersion: number; records: Record<string, number>; integrity: string[]; index?: PageIndex }[];
+  dbs: { name: string; schemaVersion: number; records: Record<string, number>; virtualTables: string[]; integrity: string[]; index?: PageIndex }[];
   cursors: Record<string, string | number | null>;
   openOperations: { id: string | number | null; idempotency_key: string }[];
   findings: SecretFinding[];
@@ -91,7 +91,8 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
     const db = openDefensive(d.file);
     try {
       const integrity = integrityCheck(db);
-      out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: integrity[0] === "ok" ? tableCounts(db) : {}, integrity, index });
+      const counted = integrity[0] === "ok" ? tableCounts(db) : { counts: {}, skipped: [] };
+      out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: counted.counts, virtualTables: counted.skipped, integrity, index });
       if (scan && integrity[0] === "ok") out.findings.push(...nameSuspicious(db, d.name, suspicious));
     } finally {
       db.close();

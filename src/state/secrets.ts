@@ -60,7 +60,8 @@ export function scanDatabase(db: DB, dbName: string, limit = 20): SecretFinding[
   const out: SecretFinding[] = [];
   db.function("agentbak_maybe_secret", { deterministic: true, varargs: true }, (...vs: unknown[]) => (vs.some((v) => typeof v === "string" && PREFILTER.test(v)) ? 1 : 0));
   const tables = db
-    .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND sql NOT LIKE '%WITHOUT ROWID%'")
+    // virtual tables keep their rows in shadow tables, which are scanned (and their module may not be loaded here)
+    .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND sql NOT LIKE '%WITHOUT ROWID%' AND sql NOT LIKE 'CREATE VIRTUAL TABLE%'")
     .pluck()
     .all() as string[];
   for (const t of tables) {

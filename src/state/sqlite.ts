@@ -41,14 +41,62 @@ export function foreignKeyCheck(db: DB): string[] {
   );
 }
 
-/** Row counts per user table. */
-export function tableCounts(db: DB): Record<string, number> {
+/**
+ * Row counts per user table. A virtual table whose module is not loaded here
+ * (sqlite-vec's vec0, say) can not be read: it is left out and named in
+ * `skipped` with the reason; its shadow tables are ordinary tables and counted.
+ */
+export function tableCounts(db: DB): { counts: Record<string, number>; skipped: string[] } {
   const tables = db
-    .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
-    .pluck()
-    .all() as string[];
-  const out: Record<string, number> = {};
-  for (const t of tables) out[t] = db.prepare(`SELECT count(*) FROM "${t.replace(/"/g, '""')}"`).pluck().get() as number;
+    .prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+    .all() as { name: string; sql: string | null }[];
+  const counts: Record<string, number> = {};
+  const skipped: string[] = [];
+  for (const t of tables) {
+    try {
+      counts[t.name] = db.prepare(`SELECT count(*) FROM "${t.name.replace(/"/g, '""')}"`).pluck().get() as number;
+    } catch (e) {
+      if (!isVirtual(t.sql)) throw e;
+      skipped.push(`${t.name}: ${(e as Error).message}`);
+    }
+  }
+  return { counts, skipped };
+}
+
+/** Whether a table's CREATE statement makes a virtual table. */
+export const isVirtual = (sql: string | null) => /^\s*CREATE\s+VIRTUAL\s+TABLE/i.test(sql ?? "");
+
+/**
+ * The vector columns of sqlite-vec `vec0` tables, read from their CREATE
+ * statements (`embedding float[768]`), and whether every stored chunk of
+ * vectors has that width. Works without the extension: the vectors live in
+ * ordinary shadow tables (`<table>_vector_chunksNN`).
+ */
+export function vec0Dimensions(db: DB): { table: string; column: string; dimension: number; badChunks: number }[] {
+  const out: { table: string; column: string; dimension: number; badChunks: number }[] = [];
+  const vtabs = db.prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%'").all() as { name: string; sql: string }[];
+  for (const v of vtabs) {
+    const m = /USING\s+vec0\s*\(([\s\S]*)\)\s*$/i.exec(v.sql);
+    if (!m) continue;
+    const cols = [...m[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)\s+(float|int8|bit)\s*\[\s*(\d+)\s*\]/gi)];
+    cols.forEach(([, column, type, n], i) => {
+      const dimension = Number(n);
+      const bytes = type!.toLowerCase() === "float" ? dimension * 4 : type!.toLowerCase() === "int8" ? dimension : Math.ceil(dimension / 8);
+      const chunks = `${v.name}_vector_chunks${String(i).padStart(2, "0")}`;
+      const q = (s: string) => `"${s.replace(/"/g, '""')}"`;
+      let badChunks = 0;
+      try {
+        // each chunk holds `size` slots of `bytes` bytes (vec0's layout): another width means another dimension
+        badChunks = db
+          .prepare(`SELECT count(*) FROM ${q(chunks)} v JOIN ${q(`${v.name}_chunks`)} c ON c.chunk_id = v.rowid WHERE length(v.vectors) <> c.size * ?`)
+          .pluck()
+          .get(bytes) as number;
+      } catch {
+        badChunks = -1;
+      }
+      out.push({ table: v.name, column: column!, dimension, badChunks });
+    });
+  }
   return out;
 }
 

@@ -8,6 +8,7 @@ export function renderPlan(p: RestorePlan): void {
   say(`  target     ${p.target}`);
   for (const w of p.writes) say(`  write      ${w.path}  ${dim(`${w.kind}, ${w.size} bytes`)}`);
   if (p.workspace) say(`  workspace  ${p.workspace.path} at ${p.workspace.commit.slice(0, 12)}${p.workspace.branch ? ` (${p.workspace.branch})` : ""}${p.workspace.dirty ? " + uncommitted changes" : ""}`);
+  for (const x of p.sources) say(`  source     ${x.name} (${x.kind}, ${x.records} records at ${x.snapshot_at}) into ${x.into}${x.resolved ? "" : " — not resolved here"}`);
   for (const [k, v] of Object.entries(p.cursors)) say(`  cursor     ${k} = ${v}`);
   for (const o of p.open_operations) say(`  open op    ${o.id} key ${o.idempotency_key}  ${dim("(sent, no receipt: reconcile before activation)")}`);
   for (const c of p.credentials) say(`  credential ${c.name} ${c.ref}: ${c.status}`);

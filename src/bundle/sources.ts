@@ -1,0 +1,76 @@
+/**
+ * Restoring a bundle's state sources into their targets, for restore and
+ * drill alike: every target is checked first (each must be empty), then each
+ * source is restored with the time elapsed since its own snapshot.
+ */
+import { usageError, wrap } from "../errors.js";
+import { driverFor, targetIsFolder, type SourceKind } from "../state/sources/index.js";
+import type { ExtractedSource } from "./extract.js";
+import type { Manifest } from "./manifest.js";
+
+/** What restoring one source did. */
+export interface SourceOutcome {
+  name: string;
+  kind: SourceKind;
+  records: Record<string, number>;
+  /** redis keys whose TTL ran out since the snapshot: not written */
+  skipped: string[];
+  /** lancedb: vector dimension per restored table */
+  dimensions: Record<string, number>;
+  detail: string;
+}
+
+/** The sources a manifest records (empty for bundles made before sources existed). */
+export const manifestSources = (m: Manifest) => m.capture_instant?.sources ?? [];
+
+/**
+ * Parses `--source NAME=URL` values.
+ * @throws AgentbakError(2) for a value without `=`, or a name the bundle has no source for.
+ */
+export function parseSourceFlags(values: string[] | undefined, m: Manifest): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const v of values ?? []) {
+    const i = v.indexOf("=");
+    const name = i > 0 ? v.slice(0, i) : "";
+    if (!name || i === v.length - 1) throw usageError(`--source: expected NAME=URL, got "${i > 0 ? name + "=..." : v.slice(0, 40)}"`);
+    if (!manifestSources(m).some((s) => s.name === name)) throw usageError(`--source ${name}: snapshot ${m.snapshot_id} has no source named "${name}"`);
+    out.set(name, v.slice(i + 1));
+  }
+  return out;
+}
+
+/**
+ * Restores every source of an extracted bundle. `targets` gives each
+ * source's URL or folder. Nothing is written until every target has been
+ * found empty (or, for names in `allowNonEmpty`, free of the captured keys).
+ * @throws AgentbakError(2) naming the source and what its target holds; (13) when counts differ after a restore.
+ */
+export async function restoreSources(m: Manifest, extracted: ExtractedSource[], targets: Map<string, string>, allowNonEmpty: string[] = []): Promise<SourceOutcome[]> {
+  const recorded = new Map(manifestSources(m).map((s) => [s.name, s]));
+  for (const name of allowNonEmpty) {
+    const s = recorded.get(name);
+    if (!s) throw usageError(`--allow-nonempty-source ${name}: the snapshot has no source named "${name}"`);
+    if (s.kind !== "redis") throw usageError(`--allow-nonempty-source ${name}: only a redis source can be restored beside other keys; a ${s.kind} source goes only into an empty target`);
+  }
+  for (const x of extracted) {
+    const target = targets.get(x.name)!;
+    const held = await driverFor(x.kind).occupant(target, x.files, allowNonEmpty.includes(x.name));
+    if (held) {
+      const where = targetIsFolder(x.kind) ? target : "its target";
+      const hint = x.kind === "redis" ? " (--allow-nonempty-source to restore beside other keys)" : "";
+      throw usageError(`source ${x.name}: ${where} is not empty: ${held}; restore only into an empty ${x.kind === "postgres" ? "database" : "target"}${hint}`);
+    }
+  }
+  const out: SourceOutcome[] = [];
+  for (const x of extracted) {
+    const at = new Date(recorded.get(x.name)?.snapshot_at ?? m.created_at).getTime();
+    try {
+      const r = await driverFor(x.kind).restore(x.name, x.files, targets.get(x.name)!, Date.now() - at);
+      out.push({ name: x.name, kind: x.kind, ...r });
+    } catch (e) {
+      // the failed source's target is left as it was; say which ones already hold their restored state
+      throw out.length ? wrap(e, `after restoring ${out.map((o) => o.name).join(", ")}`) : e;
+    }
+  }
+  return out;
+}

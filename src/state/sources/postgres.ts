@@ -1,0 +1,177 @@
+/**
+ * PostgreSQL as a state source: the configured schemas dumped by pg_dump from
+ * one exported REPEATABLE READ snapshot (row counts read in that same
+ * snapshot), restored by pg_restore into an empty database in one
+ * transaction that also checks the counts, and throwaway servers for drills.
+ */
+import { execa } from "execa";
+import { once } from "node:events";
+import { existsSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import pg from "pg";
+import { AgentbakError, Exit, verifyError } from "../../errors.js";
+import { freePort, serverCommand, serverDir, sourceError, startServer, stopServer, type SourceDriver, type SourceFile } from "./common.js";
+
+/**
+ * A PostgreSQL program: the newest /usr/lib/postgresql/N/bin (Debian's layout;
+ * pg_dump must be at least as new as the server), else the PATH.
+ */
+export function pgBin(name: string): string {
+  const base = "/usr/lib/postgresql";
+  const versions = existsSync(base) ? readdirSync(base).filter((v) => /^\d+$/.test(v)).sort((a, b) => Number(b) - Number(a)) : [];
+  for (const v of versions) if (existsSync(join(base, v, "bin", name))) return join(base, v, "bin", name);
+  return name;
+}
+
+/** libpq environment for a connection URL, so the URL (and its password) never appears on a command line. */
+function libpqEnv(url: string): Record<string, string> {
+  const u = new URL(url);
+  const env: Record<string, string> = {};
+  const set = (k: string, v: string | null | undefined) => v && (env[k] = v);
+  set("PGHOST", u.searchParams.get("host") ?? decodeURIComponent(u.hostname));
+  set("PGPORT", u.port);
+  set("PGUSER", decodeURIComponent(u.username));
+  set("PGPASSWORD", decodeURIComponent(u.password));
+  set("PGDATABASE", decodeURIComponent(u.pathname.slice(1)));
+  set("PGSSLMODE", u.searchParams.get("sslmode"));
+  return env;
+}
+
+const ident = (s: string) => `"${s.replace(/"/g, '""')}"`;
+const USER_TABLES = `SELECT n.nspname AS schema, c.relname AS table FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE c.relkind IN ('r', 'p') AND n.nspname = ANY($1) ORDER BY 1, 2`;
+
+async function connect(url: string): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
+  await c.connect();
+  return c;
+}
+
+/** Row counts of every table in `schemas`, keyed `schema.table`, in the client's current transaction. */
+async function countRows(c: pg.Client, schemas: string[]): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const t of (await c.query<{ schema: string; table: string }>(USER_TABLES, [schemas])).rows)
+    out[`${t.schema}.${t.table}`] = Number((await c.query(`SELECT count(*) AS n FROM ${ident(t.schema)}.${ident(t.table)}`)).rows[0].n);
+  return out;
+}
+
+/** The schemas a dump's record keys (`schema.table`) name. */
+const schemasOf = (f: SourceFile) => [...new Set(Object.keys(f.records).map((k) => k.slice(0, k.indexOf("."))))];
+
+/** SQL that raises (rolling the restore back) unless each table holds its recorded number of rows. */
+function countCheck(records: Record<string, number>): string {
+  const lines = Object.entries(records).map(([k, n]) => {
+    const i = k.indexOf(".");
+    const rel = `${ident(k.slice(0, i))}.${ident(k.slice(i + 1))}`;
+    const label = k.replace(/'/g, "''");
+    return `  SELECT count(*) INTO c FROM ${rel}; IF c <> ${n} THEN RAISE EXCEPTION 'agentbak: table ${label} has % rows, manifest says ${n}', c; END IF;`;
+  });
+  return `DO $agentbak$ DECLARE c bigint; BEGIN\n${lines.join("\n")}\nEND $agentbak$;\n`;
+}
+
+export const postgresDriver: SourceDriver = {
+  async capture(spec, url, dir) {
+    const schemas = spec.schemas ?? ["public"];
+    let c: pg.Client | undefined;
+    try {
+      c = await connect(url);
+      // one snapshot: exported, counted in, and handed to pg_dump while this transaction holds it
+      await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+      const head = (await c.query("SELECT pg_export_snapshot() AS snap, clock_timestamp() AS at, current_setting('server_version') AS v")).rows[0];
+      const records = await countRows(c, schemas);
+      const file = join(dir, `${spec.name}.pgdump`);
+      const r = await execa(pgBin("pg_dump"), ["--format=custom", "--no-owner", "--no-privileges", `--snapshot=${head.snap}`, ...schemas.map((s) => `--schema=${s}`), "--file", file], {
+        env: libpqEnv(url),
+        reject: false,
+        stdin: "ignore",
+      });
+      if (r.exitCode !== 0) throw new AgentbakError(Exit.failure, `pg_dump exited ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n")[0]}`);
+      await c.query("COMMIT");
+      return { snapshotAt: new Date(head.at), serverVersion: String(head.v), files: [{ path: `sources/${spec.name}/dump.pgdump`, file, records }] };
+    } catch (e) {
+      throw sourceError(spec.name, e, url);
+    } finally {
+      await c?.end().catch(() => undefined);
+    }
+  },
+
+  async check(name, files) {
+    const f = files[0]!;
+    // pg_restore --list parses the archive's table of contents without a server
+    const r = await execa(pgBin("pg_restore"), ["--list", f.file], { reject: false, stdin: "ignore" });
+    if ((r as { code?: string }).code === "ENOENT") return "pg_restore not found here: archive not parsed (its sha256 matches)";
+    if (r.exitCode !== 0) throw verifyError(`source ${name}: pg_restore can not read the dump: ${String(r.stderr).trim().split("\n")[0]}`);
+    const data = String(r.stdout).split("\n").filter((l) => / TABLE DATA /.test(l)).length;
+    const tables = Object.keys(f.records).length;
+    if (data < tables) throw verifyError(`source ${name}: the dump holds data for ${data} tables, manifest lists ${tables}`);
+    return `pg_dump archive readable; ${tables} tables`;
+  },
+
+  async occupant(url) {
+    const c = await connect(url);
+    try {
+      const r = await c.query(`SELECT n.nspname || '.' || c.relname AS rel FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%' LIMIT 1`);
+      return r.rows.length ? `the database holds ${r.rows[0].rel}` : null;
+    } finally {
+      await c.end();
+    }
+  },
+
+  async restore(name, files, url, _elapsed) {
+    const f = files[0]!;
+    const env = libpqEnv(url);
+    // pg_restore writes the SQL; psql runs it and the count check as one transaction: all or nothing
+    // every database has schema public already: its CREATE SCHEMA entry is left out of the archive's table of contents
+    const toc = await execa(pgBin("pg_restore"), ["--list", f.file], { reject: false, stdin: "ignore" });
+    if (toc.exitCode !== 0) throw sourceError(name, new Error(`pg_restore --list exited ${toc.exitCode ?? toc.signal}: ${String(toc.stderr).trim().split("\n")[0]}`), url);
+    const list = `${f.file}.list`;
+    writeFileSync(list, String(toc.stdout).split("\n").filter((l) => !/^\d+; \d+ \d+ SCHEMA - public /.test(l)).join("\n") + "\n");
+    const script = execa(pgBin("pg_restore"), ["--no-owner", "--no-privileges", `--use-list=${list}`, "--file=-", f.file], { stdin: "ignore", reject: false, buffer: { stdout: false } });
+    const psql = execa(pgBin("psql"), ["--no-psqlrc", "--quiet", "--single-transaction", "-v", "ON_ERROR_STOP=1", "--file=-"], { env, reject: false, stdin: "pipe", stdout: "ignore" });
+    script.stdout!.pipe(psql.stdin!, { end: false });
+    const [s] = await Promise.all([script, once(script.stdout!, "end")]);
+    psql.stdin!.end(s.exitCode === 0 ? countCheck(f.records) : "SELECT 1/0; -- pg_restore failed\n");
+    const p = await psql;
+    if (s.exitCode !== 0) throw sourceError(name, new Error(`pg_restore exited ${s.exitCode ?? s.signal}: ${String(s.stderr).trim().split("\n")[0]}`), url);
+    if (p.exitCode !== 0) {
+      const err = String(p.stderr).trim().split("\n").find((l) => l.includes("ERROR")) ?? String(p.stderr).trim().split("\n")[0];
+      const e = new AgentbakError(err?.includes("agentbak: table") ? Exit.verify : Exit.failure, `restore rolled back: ${err}`);
+      throw sourceError(name, e, url);
+    }
+    const c = await connect(url);
+    try {
+      const records = await countRows(c, schemasOf(f));
+      return { records, skipped: [], dimensions: {}, detail: `${Object.keys(records).length} tables restored; row counts match the manifest` };
+    } finally {
+      await c.end();
+    }
+  },
+
+  async query(url, sql) {
+    const c = await connect(url);
+    try {
+      await c.query("BEGIN READ ONLY");
+      return (await c.query(sql)).rows;
+    } finally {
+      await c.end();
+    }
+  },
+
+  async throwaway(dir) {
+    const sd = serverDir(dir, "pg");
+    const data = join(sd.dir, "data");
+    const init = serverCommand(pgBin("initdb"), ["-D", data, "-U", "agentbak", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"], sd);
+    const r = await execa(init[0], init[1], { cwd: sd.dir, reject: false, stdin: "ignore" });
+    if (r.exitCode !== 0) throw new AgentbakError(Exit.failure, `throwaway postgres: initdb exited ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n").slice(-1)[0]}`);
+    const port = await freePort();
+    const url = `postgres://agentbak@127.0.0.1:${port}/postgres`;
+    const opts = ["-D", data, "-p", String(port), "-k", sd.dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"];
+    const { child } = await startServer("postgres", serverCommand(pgBin("postgres"), opts, sd), sd.dir, async () => {
+      const c = await connect(url);
+      await c.end();
+      return true;
+    });
+    return { target: url, stop: () => stopServer(child, sd.dir, "SIGINT") };
+  },
+};
