@@ -11,6 +11,9 @@ if (!endpoint) console.warn("repository tests against S3 skipped: AGENTBAK_TEST_
 
 export default defineConfig({
   test: {
+    // set here, not only on the command line: projects inherit the root config, not CLI flags
+    testTimeout: 180_000,
+    hookTimeout: 180_000,
     projects: [
       { extends: true, test: { name: "local", include: ["test/**/*.test.ts"], env: { AGENTBAK_TEST_STORE: "local" } } },
       ...(endpoint
