@@ -26,7 +26,8 @@ const ENVIRONMENT = `
 ENVIRONMENT
   AGENTBAK_CONFIG, AGENTBAK_REPOSITORY, AGENTBAK_IDENTITY_FILE, AGENTBAK_IDENTITY,
   AGENTBAK_SIGNING_KEY_FILE, AGENTBAK_HOME (default ~/.config/agentbak).
-  Flags beat environment beats config.`;
+  Flags beat environment beats config. NO_COLOR turns colour off, FORCE_COLOR
+  on; --no-color beats both.`;
 
 function help(cmd: Command, examples: string[]): Command {
   return cmd.addHelpText("after", `\nEXAMPLES\n${examples.map((e) => "  " + e).join("\n")}\n${EXIT_STATUS}\n${ENVIRONMENT}\n`);
@@ -61,8 +62,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
   const program = new Command("agentbak")
     .description("Verified, policy-checked backups and recovery drills for autonomous AI agents")
     .version(TOOL_VERSION)
+    .option("--no-color", "no colour in output (also NO_COLOR; FORCE_COLOR forces it)")
     .showHelpAfterError("(run with --help for usage)")
-    .exitOverride();
+    .exitOverride()
+    .hook("preAction", async () => (await import("./ui/output.js")).configureColor(program.opts().color === false));
   help(program, ["agentbak init --agent-id billing-agent --tenant acme --yes", "agentbak backup", "agentbak verify latest --identity ~/.config/agentbak/age-identity.txt"]);
 
   help(
