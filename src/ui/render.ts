@@ -21,10 +21,13 @@ export function keygen(r: KeygenResult): void {
   say(`  signer:    ${r.principal} ${r.signerFingerprint}`);
 }
 
-export function init(r: { config: string; config_created: boolean; repository: string; repository_created: boolean; home: string; keys_created: boolean }): void {
+export function init(r: { config: string; config_created: boolean; repository: string; repository_created: boolean; home: string; keys_created: boolean; databases: { name: string; path: string }[]; workspace: string | null }): void {
   ok(`${r.config_created ? "wrote" : "using"} ${r.config}`);
   say(`  repository: ${r.repository}${r.repository_created ? " (created)" : " (already there)"}`);
   say(`  keys:       ${r.home}${r.keys_created ? " (generated)" : ""}`);
+  for (const d of r.databases) say(`  database:   ${d.name} = ${d.path}`);
+  if (r.workspace) say(`  workspace:  ${r.workspace}`);
+  if (!r.databases.length && !r.workspace) say(`  next: name the agent's databases ("databases") or workspace in ${r.config}; until then a backup captures no state`);
 }
 
 export function backup(r: BackupReceipt): void {
