@@ -238,6 +238,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--no-report", "do not append a report entry")
       .option("--junit <file>", "write JUnit XML")
       .option("--within <duration>", "with random: pick among snapshots this recent", "7d")
+      .option("--no-credential-warnings", "a credential reference that does not resolve here is recorded, not a warning (cron, timers)")
       .option("--agent <id>", "agent (default: the config's)")
       .option("--tenant <t>", "tenant (default: the config's)")
       .addOption(jsonOpt()),
@@ -246,7 +247,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
     const { drill } = await import("./commands/drill.js");
     const r = await withProgress("drill", (progress) => drill(ref, { ...o, progress }));
     await show(o, r, (await import("./ui/drill.js")).renderDrill);
-    result.code = !r.ok ? Exit.drillFailed : r.warnings ? Exit.warnings : Exit.ok;
+    result.code = !r.ok ? Exit.drillFailed : r.warnings.length ? Exit.warnings : Exit.ok;
   });
 
   const report = program.command("report").description("drill reports");
@@ -314,15 +315,20 @@ export function buildProgram(result: { code: ExitCode }): Command {
     program
       .command("schedule")
       .description("print a crontab line and a systemd service + timer for this config (installs nothing)")
-      .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d)")
+      .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d, 7d)")
       .option("--drill-every <duration>", "also drill a random recent snapshot this often")
+      .option("--forget-every <duration>", "apply the config's retention rules this often", "1d")
       .option("--spec <file>", "drill spec for scheduled drills (default drills/checks-only.json)")
+      .option("--user <name>", "user the systemd services run as (default: the current user)")
+      .option("--env-file <file>", "KEY=value file with the jobs' credentials, e.g. S3 keys (default AGENTBAK_HOME/agentbak.env)")
       .addOption(cfgOpt())
       .addOption(jsonOpt()),
-    ["agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json"],
+    ["agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json", "agentbak schedule --every 15m --user agentbak --env-file /etc/agentbak/billing.env --json"],
   ).action(async (o) => {
     const { schedule } = await import("./commands/schedule.js");
-    await show(o, schedule(o), (await render()).schedule);
+    const r = schedule(o);
+    await show(o, r, (await render()).schedule);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   help(

@@ -21,13 +21,21 @@ import { loadInvariants, runInvariants, type Invariant, type InvariantResult } f
 import { TestSink } from "./sink.js";
 import type { CrashPoint, LoadedSpec } from "./spec.js";
 
-/** One check in a drill; `scenario` is "restore" or a crash point. */
+/**
+ * One check in a drill; `scenario` is "restore" or a crash point, `phase` when
+ * in it ("checks" after the restore; "setup", "after_crash", "after_recovery",
+ * "after_restart" in a crash scenario), so scenario + phase + name is unique.
+ * A failed "info" check is recorded but neither fails the drill nor warns.
+ */
 export interface DrillCheck {
   scenario: string;
+  phase: string;
   name: string;
   ok: boolean;
-  severity: "error" | "warning";
+  severity: "error" | "warning" | "info";
   detail: string;
+  /** time since the check before it (or the drill's start) */
+  seconds: number;
   sample?: unknown[];
 }
 
@@ -43,7 +51,8 @@ export interface ScenarioResult {
 
 export interface DrillResult {
   ok: boolean;
-  warnings: boolean;
+  /** the failed warning checks, one line each */
+  warnings: string[];
   spec: string;
   snapshot_id: string;
   agent_id: string;
@@ -69,6 +78,13 @@ export interface DrillOptions {
   spec: LoadedSpec;
   trust: Trust;
   identities: () => AgeIdentity[];
+  /**
+   * How credential references resolve, as at restore: relative `file:` against
+   * the agent's folder (not the temp restore), other schemes through the
+   * config's `restore.credentialCheck`; `warn: false` records one that does not
+   * resolve without a warning (cron's environment lacks the agent's variables).
+   */
+  credentials: { root: string; checkers?: Record<string, string[]>; warn: boolean };
   progress?: (t: string) => void;
 }
 
@@ -108,10 +124,15 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const removeTemp = () => rmSync(tmp, { recursive: true, force: true });
   const unregister = onInterrupt(removeTemp);
   const checks: DrillCheck[] = [];
-  const add = (c: DrillCheck) => checks.push(c);
+  let mark = t0;
+  const add = (c: Omit<DrillCheck, "seconds">) => {
+    const now = Date.now();
+    checks.push({ ...c, seconds: (now - mark) / 1000 });
+    mark = now;
+  };
   const result: DrillResult = {
     ok: false,
-    warnings: false,
+    warnings: [],
     spec: spec.name,
     snapshot_id: m.snapshot_id,
     agent_id: m.agent_id,
@@ -143,10 +164,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     } catch (e) {
       const err = e as { code?: number; message: string };
       if (err.code === 12) throw e;
-      add({ scenario: "restore", name: "extract", ok: false, severity: "error", detail: err.message });
+      add({ scenario: "restore", phase: "checks", name: "extract", ok: false, severity: "error", detail: err.message });
       return finish();
     }
-    for (const c of extracted) add({ scenario: "restore", name: c.name, ok: c.ok, severity: "error", detail: c.detail });
+    for (const c of extracted) add({ scenario: "restore", phase: "checks", name: c.name, ok: c.ok, severity: "error", detail: c.detail });
     makeReadOnly(restored);
     const dbMap = new Map(dbs.map((d) => [d.name, d.path]));
     for (const d of dbs) {
@@ -164,9 +185,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         const uv = userVersion(db);
         result.integrity[d.name] = ic.join("; ");
         result.schema.restored[d.name] = uv;
-        add({ scenario: "restore", name: `integrity_check:${d.name}`, ok: ic.length === 1 && ic[0] === "ok", severity: "error", detail: ic.slice(0, 5).join("; ") });
-        add({ scenario: "restore", name: `foreign_key_check:${d.name}`, ok: fk.length === 0, severity: "error", detail: fk.length ? fk.slice(0, 5).join("; ") : "ok" });
-        add({ scenario: "restore", name: `schema_version:${d.name}`, ok: uv === d.schemaVersion, severity: "error", detail: `user_version ${uv}, manifest ${d.schemaVersion}` });
+        add({ scenario: "restore", phase: "checks", name: `integrity_check:${d.name}`, ok: ic.length === 1 && ic[0] === "ok", severity: "error", detail: ic.slice(0, 5).join("; ") });
+        add({ scenario: "restore", phase: "checks", name: `foreign_key_check:${d.name}`, ok: fk.length === 0, severity: "error", detail: fk.length ? fk.slice(0, 5).join("; ") : "ok" });
+        add({ scenario: "restore", phase: "checks", name: `schema_version:${d.name}`, ok: uv === d.schemaVersion, severity: "error", detail: `user_version ${uv}, manifest ${d.schemaVersion}` });
       } finally {
         db.close();
       }
@@ -188,15 +209,15 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       } else err = `no database ${q.database}`;
       const same = err === null && String(restoredValue) === String(m.cursors[name]);
       result.cursors.push({ name, manifest: m.cursors[name], restored: restoredValue, ok: same });
-      add({ scenario: "restore", name: `cursor:${name}`, ok: same, severity: "error", detail: err ?? `manifest ${m.cursors[name]}, restored ${restoredValue}` });
+      add({ scenario: "restore", phase: "checks", name: `cursor:${name}`, ok: same, severity: "error", detail: err ?? `manifest ${m.cursors[name]}, restored ${restoredValue}` });
     }
-    const creds = await checkCredentials(m.credentials, restored);
+    const creds = await checkCredentials(m.credentials, o.credentials.root, o.credentials.checkers);
     result.credentials = creds.map((c) => ({ name: c.name, ref: c.ref, status: c.status }));
     for (const c of creds) {
-      add({ scenario: "restore", name: `credential:${c.name}`, ok: c.status === "present", severity: "warning", detail: `${c.ref}: ${c.status}` });
+      add({ scenario: "restore", phase: "checks", name: `credential:${c.name}`, ok: c.status === "present", severity: o.credentials.warn ? "warning" : "info", detail: `${c.ref}: ${c.status} (${c.detail})` });
       if (c.status !== "present") result.unresolved.push(`credential ${c.name} (${c.ref}) is ${c.status} here`);
     }
-    addInvariants("restore", runInvariants(invariants, dbMap));
+    addInvariants("restore", "checks", runInvariants(invariants, dbMap));
     result.recovery_seconds = Math.round((Date.now() - t0) / 10) / 100;
 
     if (spec.worker && spec.inject) {
@@ -213,10 +234,11 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     unregister();
   }
 
-  function addInvariants(scenario: string, rs: InvariantResult[]): boolean {
+  function addInvariants(scenario: string, phase: string, rs: InvariantResult[]): boolean {
     for (const r of rs)
       add({
         scenario,
+        phase,
         name: `invariant:${r.name}`,
         ok: r.ok,
         severity: r.severity,
@@ -230,7 +252,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     result.total_seconds = Math.round((Date.now() - t0) / 10) / 100;
     const failed = checks.filter((c) => !c.ok && c.severity === "error");
     result.ok = failed.length === 0;
-    result.warnings = checks.some((c) => !c.ok && c.severity === "warning");
+    result.warnings = checks.filter((c) => !c.ok && c.severity === "warning").map((c) => `${c.scenario}: ${c.name}: ${c.detail}`);
     for (const f of failed) result.unresolved.push(`${f.scenario}: ${f.name}: ${f.detail}`);
     return result;
   }
@@ -250,8 +272,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     makeWritable(dir);
     const dbMap = new Map(dbs.map((d) => [d.name, join(dir, relative(restored, d.path))]));
     const res: ScenarioResult = { scenario: sc, ok: false, died_at_point: false, restarts: 0, effects: 0, receipt: null, seconds: 0 };
-    const check = (name: string, ok: boolean, detail: string, sample?: unknown[]) => {
-      add({ scenario: sc, name, ok, severity: "error", detail, ...(sample ? { sample } : {}) });
+    let phase = "setup";
+    const check = (name: string, ok: boolean, detail: string) => {
+      add({ scenario: sc, phase, name, ok, severity: "error", detail });
       return ok;
     };
     const injectDb = dbMap.get(inject.database);
@@ -306,6 +329,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     };
     try {
       // 1. run until the worker dies at the point
+      phase = "after_crash";
       if (sc === "old_backup_new_worker") {
         res.died_at_point = true;
       } else {
@@ -319,9 +343,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         res.died_at_point = r.signal === "SIGKILL" && !r.timedOut;
         if (!check("died at crash point", res.died_at_point, res.died_at_point ? `worker killed with SIGKILL at ${sc}` : `worker exited ${r.exitCode ?? r.signal}${r.timedOut ? " (timed out)" : ""} without reaching ${sc}: ${String(r.stderr).trim().slice(0, 200)}`)) return res;
         // 2. invariants right after the crash
-        addInvariants(sc, runInvariants(invariants, dbMap));
+        addInvariants(sc, phase, runInvariants(invariants, dbMap));
       }
       // 3. restart until it finishes
+      phase = "after_recovery";
       let finished = false;
       let last = "";
       for (let i = 0; i < spec.restarts && !finished; i++) {
@@ -344,12 +369,13 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       res.effects = effects.length;
       res.receipt = effects[0]?.receipt ?? null;
       check("exactly one effect", effects.length === 1, `${effects.length} effect(s) at the sink for ${inject.taskId}${effects.length > 1 ? ` (keys ${effects.map((e) => e.key).join(", ")})` : ""}`);
-      addInvariants(sc, runInvariants(invariants, dbMap));
+      addInvariants(sc, phase, runInvariants(invariants, dbMap));
       // 4. one more restart: still complete, still one effect
+      phase = "after_restart";
       const again = await start(null);
       effects = sink.effectsFor(inject.taskId);
       check("stable after restart", again.exitCode === 0 && completed() && effects.length === res.effects, `restart exit ${again.exitCode ?? again.signal}; complete ${completed()}; effects ${effects.length}`);
-      res.ok = checks.filter((c) => c.scenario === sc).every((c) => c.ok || c.severity === "warning");
+      res.ok = checks.filter((c) => c.scenario === sc).every((c) => c.ok || c.severity !== "error");
       result.receipts[sc] = res.receipt;
       return res;
     } finally {

@@ -82,7 +82,8 @@ export function copy(r: CopyResult): void {
   ok(`copied ${r.copied.length}, already there ${r.skipped.length} (${r.from} -> ${r.to})`);
 }
 
-export function schedule(r: { crontab: string[]; systemd: Record<string, string> }): void {
+export function schedule(r: { crontab: string[]; systemd: Record<string, string>; warnings: string[] }): void {
   out(r.crontab.join("\n") + "\n");
   for (const [name, body] of Object.entries(r.systemd)) out(`\n# --- ${name} ---\n${body}`);
+  for (const w of r.warnings) warn(w);
 }
