@@ -320,10 +320,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--forget-every <duration>", "apply the config's retention rules this often", "1d")
       .option("--spec <file>", "drill spec for scheduled drills (default drills/checks-only.json)")
       .option("--user <name>", "user the systemd services run as (default: the current user)")
-      .option("--env-file <file>", "KEY=value file with the jobs' credentials, e.g. S3 keys (default AGENTBAK_HOME/agentbak.env)")
+      .option("--credentials-file <file>", "KEY=value file the jobs read their credentials from, e.g. S3 keys; printed by path only (default AGENTBAK_HOME/agentbak.env)")
       .addOption(cfgOpt())
       .addOption(jsonOpt()),
-    ["agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json", "agentbak schedule --every 15m --user agentbak --env-file /etc/agentbak/billing.env --json"],
+    ["agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json", "agentbak schedule --every 15m --user agentbak --credentials-file /etc/agentbak/billing.env --json"],
   ).action(async (o) => {
     const { schedule } = await import("./commands/schedule.js");
     const r = schedule(o);

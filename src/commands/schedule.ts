@@ -19,14 +19,14 @@ export interface ScheduleOptions {
   config?: string;
   spec?: string;
   user?: string;
-  envFile?: string;
+  credentialsFile?: string;
 }
 
 export interface ScheduleResult {
   crontab: string[];
   systemd: Record<string, string>;
   /** where credentials for the jobs (S3 keys, ...) go: read by both, printed by neither */
-  env_file: string;
+  credentials_file: string;
   warnings: string[];
 }
 
@@ -83,7 +83,7 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
   const root = resolve(fileURLToPath(import.meta.url), "../../..");
   const bin = [process.execPath, join(root, "bin", "agentbak.js")];
   const home = agentbakHome();
-  const envFile = resolve(opts.envFile ?? join(home, "agentbak.env"));
+  const envFile = resolve(opts.credentialsFile ?? join(home, "agentbak.env"));
   const user = opts.user ?? userInfo().username;
   const env: [string, string][] = [["AGENTBAK_HOME", home], ...CARRIED.filter((k) => process.env[k]).map((k): [string, string] => [k, process.env[k]!])];
   const warnings = SECRETS.filter((k) => process.env[k]).map((k) => `${k} is set here but not printed: put it in ${envFile} (mode 0600) for the scheduled jobs`);
@@ -91,10 +91,11 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
   const r = lc.config.retention;
   const hasRetention = [r.keepLast, r.keepHourly, r.keepDaily, r.keepWeekly, r.keepMonthly, r.keepYearly].some((v) => v !== undefined);
   const spec = opts.spec ? resolve(opts.spec) : join(root, "drills", "checks-only.json");
-  const jobs: { name: string; what: string; every: string; offset: number; args: string[]; nice: boolean }[] = [
+  // `listing`: the job prints a listing on stdout (forget's kept/removed), which cron would mail
+  const jobs: { name: string; what: string; every: string; offset: number; args: string[]; nice: boolean; listing?: boolean }[] = [
     { name: "backup", what: "back up", every: opts.every, offset: 7, args: ["backup", "-c", cfg, "--wait", "10m"], nice: true },
   ];
-  if (hasRetention) jobs.push({ name: "forget", what: "apply the config's retention to", every: opts.forgetEvery ?? "1d", offset: 47, args: ["forget", "--prune", "-c", cfg, "--wait", "10m"], nice: true });
+  if (hasRetention) jobs.push({ name: "forget", what: "apply the config's retention to", every: opts.forgetEvery ?? "1d", offset: 47, args: ["forget", "--prune", "-c", cfg, "--wait", "10m"], nice: true, listing: true });
   else warnings.push(`${cfg} has no retention rules (retention.keepLast, keepDaily, ...): forget is not scheduled and snapshots accumulate`);
   // a drill from cron or a timer: quiet on success, and a credential absent from the job's environment is not a warning
   if (opts.drillEvery) jobs.push({ name: "drill", what: "drill a random recent snapshot of", every: opts.drillEvery, offset: 37, args: ["drill", "random", "--within", "7d", "-c", cfg, "--spec", spec, "--no-credential-warnings"], nice: false });
@@ -106,7 +107,7 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
     const w = when(parseDuration(j.every), j.offset);
     const words = [...bin, ...j.args];
     const assignments = env.map(([k, v]) => `${k}=${shWord(v)}`).join(" ");
-    crontab.push(`# ${j.what} ${agent} every ${j.every}`, `${cronTime(w)} ${`${sourceEnv} ${assignments}`.replace(/%/g, "\\%")} ${cronCommand(words)}`);
+    crontab.push(`# ${j.what} ${agent} every ${j.every}`, `${cronTime(w)} ${`${sourceEnv} ${assignments}`.replace(/%/g, "\\%")} ${cronCommand(words)}${j.listing ? " >/dev/null" : ""}`);
     const everyMs = parseDuration(j.every);
     systemd[`agentbak-${j.name}.service`] = [
       "[Unit]",
@@ -138,5 +139,5 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
       "",
     ].join("\n");
   }
-  return { crontab, systemd, env_file: envFile, warnings };
+  return { crontab, systemd, credentials_file: envFile, warnings };
 }
