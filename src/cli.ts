@@ -37,10 +37,13 @@ const cfgOpt = () => new Option("-c, --config <file>", "config file (default ./a
 const repoOpt = () => new Option("--repo <path>", "repository (overrides AGENTBAK_REPOSITORY and config)");
 const jsonOpt = () => new Option("--json", "machine-readable result on stdout");
 
-/** Writes a command's result: one JSON document on stdout with --json, else the human rendering. */
+/**
+ * Writes a command's result: one JSON document on stdout with --json (an
+ * object result always carries a `warnings` list), else the human rendering.
+ */
 async function show<R>(o: { json?: boolean }, r: R, human: (r: R) => void): Promise<void> {
   const ui = await import("./ui/output.js");
-  if (o.json) ui.emitJson(r);
+  if (o.json) ui.emitJson(r && typeof r === "object" && !Array.isArray(r) && !("warnings" in r) ? { ...r, warnings: [] } : r);
   else human(r);
 }
 
@@ -130,8 +133,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .addOption(repoOpt())
       .option("--agent <id>", "only this agent (default: the config's)")
       .option("--tenant <t>", "only this tenant (default: the config's)")
+      .option("--label <label>", "only snapshots with this label")
+      .option("--latest <n>", "only the N newest of each agent")
       .addOption(jsonOpt()),
-    ["agentbak snapshots", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json"],
+    ["agentbak snapshots", "agentbak snapshots --latest 3 --label nightly", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json > list.json"],
   ).action(async (o) => {
     const { snapshots } = await import("./commands/snapshots.js");
     await show(o, await snapshots(o), (await render()).snapshots);
@@ -186,6 +191,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
     });
     await show(o, r, (await render()).restore);
     if (r.warnings.length && r.restored) result.code = Exit.warnings;
+    if (r.plan.policy.refusals.length) result.code = Exit.policy; // a dry run that policy refuses
   });
 
   help(
@@ -290,7 +296,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
   ).action(async (o) => {
     const { forget } = await import("./commands/forget.js");
     const r = await forget(o);
-    if (r.not_removed.length) result.code = Exit.warnings;
+    if (r.warnings.length) result.code = Exit.warnings;
     await show(o, r, (await render()).forget);
   });
 

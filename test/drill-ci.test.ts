@@ -39,8 +39,8 @@ beforeAll(async () => {
   writeFileSync(join(a.dir, "secrets", "smtp-password"), "not read by agentbak\n");
   const b = await a.run(["backup"]);
   if (b.code !== 0) throw new Error(b.stderr);
-});
-afterAll(() => a?.cleanup());
+}, 180_000);
+afterAll(() => a?.cleanup(), 60_000);
 
 describe("JUnit for CI", () => {
   it("a full drill: valid XML, names unique by scenario and phase, a time on each, a warning is skipped (not a pass)", async () => {

@@ -14,8 +14,8 @@ import { generateAgent } from "../fixtures/agent/generate.js";
 let a: TestAgent;
 beforeAll(async () => {
   a = await makeAgent({ sizeMb: 1 });
-});
-afterAll(() => a?.cleanup());
+}, 180_000);
+afterAll(() => a?.cleanup(), 60_000);
 
 describe("init creates the repository a config names", () => {
   it("for a hand-written config: backup says run init, init creates it, a second init changes nothing", async () => {

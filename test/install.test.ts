@@ -12,7 +12,7 @@ import { json, makeAgent, ROOT, type TestAgent } from "./helpers.js";
 let a: TestAgent;
 beforeAll(async () => {
   a = await makeAgent({ sizeMb: 1 });
-});
+}, 180_000);
 afterAll(() => a?.cleanup(), 120_000); // the installed tree is large
 
 it("npm ci --omit=dev installs a working agentbak without TypeScript or any dev dependency", { timeout: 900_000 }, async () => {

@@ -22,8 +22,8 @@ beforeAll(async () => {
   const c = JSON.parse(readFileSync(cfg, "utf8"));
   c.retention = { keepLast: 3 };
   writeFileSync(cfg, JSON.stringify(c, null, 2));
-});
-afterAll(() => a?.cleanup());
+}, 180_000);
+afterAll(() => a?.cleanup(), 60_000);
 
 /** cron's environment: nothing of the operator's shell (no AGENTBAK_HOME, no agent credentials). */
 const CRON_ENV = { PATH: "/usr/bin:/bin", SHELL: "/bin/sh", HOME: "/nonexistent", LOGNAME: userInfo().username };

@@ -11,8 +11,8 @@ let a: TestAgent;
 beforeAll(async () => {
   // big enough that a backup runs for a while on two shared cores
   a = await makeAgent({ sizeMb: 48 });
-});
-afterAll(() => a?.cleanup());
+}, 180_000);
+afterAll(() => a?.cleanup(), 60_000);
 
 const listed = async () => json(await a.run(["snapshots", "--json"])) as unknown[];
 
