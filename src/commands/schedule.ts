@@ -60,8 +60,9 @@ const calendar = (w: When) => {
 const shWord = (s: string) => (/^[A-Za-z0-9_/.,:=@+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
 /** A crontab command: cron turns an unescaped % into a newline, so each is escaped. */
 const cronCommand = (words: string[]) => words.map(shWord).join(" ").replace(/%/g, "\\%");
-/** One value for a systemd unit (systemd.syntax(7)): double-quoted, C escapes, % specifiers doubled; `$` doubled in ExecStart= only. */
+/** One value for a systemd unit (systemd.syntax(7)): double-quoted unless plainly safe, C escapes, % specifiers doubled; `$` doubled in ExecStart= only. */
 const unitWord = (s: string, exec: boolean) => {
+  if (/^[A-Za-z0-9_/.,:=@+-]+$/.test(s)) return s;
   const v = s.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/%/g, "%%");
   return `"${exec ? v.replace(/\$/g, "$$$$") : v}"`;
 };
