@@ -25,6 +25,9 @@ beforeAll(async () => {
 }, 180_000);
 afterAll(() => a?.cleanup(), 60_000);
 
+/** The environment schedule runs in: the agent's, without the credentials CI may export (schedule would warn about them). */
+const scheduleEnv = () => ({ ...a.env, AWS_ACCESS_KEY_ID: undefined, AWS_SECRET_ACCESS_KEY: undefined, AWS_SESSION_TOKEN: undefined, AGENTBAK_IDENTITY: undefined });
+
 /** cron's environment: nothing of the operator's shell (no AGENTBAK_HOME, no agent credentials). */
 const CRON_ENV = { PATH: "/usr/bin:/bin", SHELL: "/bin/sh", HOME: "/nonexistent", LOGNAME: userInfo().username };
 
@@ -70,11 +73,11 @@ function unitRun(unit: string) {
   return execa(file!, args, { env: { PATH: "/usr/bin:/bin", ...env }, extendEnv: false, reject: false, cwd: "/" });
 }
 
-const snapshotCount = async () => json(await run(["snapshots", "-c", cfg, "--json"], { env: a.env })).length;
+const snapshotCount = async () => json(await run(["snapshots", "-c", cfg, "--json"], { env: scheduleEnv() })).length;
 
 describe("schedule", () => {
   it("crontab lines run through cron's % rule and sh -c, in cron's bare environment, and are quiet on success", async () => {
-    const r = await run(["schedule", "--every", "1h", "--drill-every", "1d", "-c", cfg, "--json"], { env: a.env });
+    const r = await run(["schedule", "--every", "1h", "--drill-every", "1d", "-c", cfg, "--json"], { env: scheduleEnv() });
     expect(r.code, r.stderr).toBe(0);
     const s = json(r);
     const lines = s.crontab.filter((l: string) => !l.startsWith("#"));
@@ -101,7 +104,7 @@ describe("schedule", () => {
   });
 
   it("systemd units pass systemd-analyze verify, and their ExecStart= runs as systemd splits it", async () => {
-    const r = await run(["schedule", "--every", "15m", "--drill-every", "7d", "-c", cfg, "--json"], { env: a.env });
+    const r = await run(["schedule", "--every", "15m", "--drill-every", "7d", "-c", cfg, "--json"], { env: scheduleEnv() });
     expect(r.code, r.stderr).toBe(0);
     const units: Record<string, string> = json(r).systemd;
     expect(Object.keys(units).sort()).toEqual(["agentbak-backup.service", "agentbak-backup.timer", "agentbak-drill.service", "agentbak-drill.timer", "agentbak-forget.service", "agentbak-forget.timer"]);
@@ -146,7 +149,7 @@ describe("schedule", () => {
     ["1d", "7 3 * * *", "*-*-* 03:07:00"],
     ["7d", "7 3 * * 0", "Sun *-*-* 03:07:00"],
   ])("--every %s: cron %s, OnCalendar %s", async (every, cron, calendar) => {
-    const s = json(await run(["schedule", "--every", every, "-c", cfg, "--json"], { env: a.env }));
+    const s = json(await run(["schedule", "--every", every, "-c", cfg, "--json"], { env: scheduleEnv() }));
     expect(s.crontab.find((l: string) => l.includes(" backup "))).toMatch(new RegExp(`^${cron.replace(/[*/]/g, "\\$&")} `));
     expect(s.systemd["agentbak-backup.timer"]).toContain(`OnCalendar=${calendar}\n`);
     const c = await execa("systemd-analyze", ["calendar", calendar], { reject: false }).catch(() => null);
@@ -156,7 +159,7 @@ describe("schedule", () => {
   it("carries the S3 endpoint by name, never a credential value: those go in the env file (exit 3 saying so)", async () => {
     const secret = "s3cr3t-value-never-printed";
     const r = await run(["schedule", "--every", "1h", "-c", cfg, "--credentials-file", join(a.tmp, "agent env", "billing.env")], {
-      env: { ...a.env, AGENTBAK_S3_ENDPOINT: "http://127.0.0.1:7480", AWS_ACCESS_KEY_ID: "AKIAEXAMPLEKEY", AWS_SECRET_ACCESS_KEY: secret },
+      env: { ...scheduleEnv(), AGENTBAK_S3_ENDPOINT: "http://127.0.0.1:7480", AWS_ACCESS_KEY_ID: "AKIAEXAMPLEKEY", AWS_SECRET_ACCESS_KEY: secret },
     });
     expect(r.code).toBe(3);
     expect(r.stdout + r.stderr).not.toContain(secret);
@@ -168,7 +171,7 @@ describe("schedule", () => {
   });
 
   it("without retention rules it says forget is not scheduled (exit 3)", async () => {
-    const r = await run(["schedule", "--every", "1h", "-c", a.config], { env: a.env });
+    const r = await run(["schedule", "--every", "1h", "-c", a.config], { env: scheduleEnv() });
     expect(r.code).toBe(3);
     expect(r.stderr).toMatch(/no retention rules.*forget is not scheduled/);
     expect(r.stdout).not.toMatch(/forget/);
