@@ -125,9 +125,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const unregister = onInterrupt(removeTemp);
   const checks: DrillCheck[] = [];
   let mark = t0;
-  const add = (c: Omit<DrillCheck, "seconds">) => {
+  /** Records a check and the time since the one before; a check without a phase is one of the restore checks. */
+  const add = (c: Omit<DrillCheck, "seconds" | "phase"> & { phase?: string }) => {
     const now = Date.now();
-    checks.push({ ...c, seconds: (now - mark) / 1000 });
+    checks.push({ ...c, phase: c.phase ?? "checks", seconds: (now - mark) / 1000 });
     mark = now;
   };
   const result: DrillResult = {
@@ -164,10 +165,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     } catch (e) {
       const err = e as { code?: number; message: string };
       if (err.code === 12) throw e;
-      add({ scenario: "restore", phase: "checks", name: "extract", ok: false, severity: "error", detail: err.message });
+      add({ scenario: "restore", name: "extract", ok: false, severity: "error", detail: err.message });
       return finish();
     }
-    for (const c of extracted) add({ scenario: "restore", phase: "checks", name: c.name, ok: c.ok, severity: "error", detail: c.detail });
+    for (const c of extracted) add({ scenario: "restore", name: c.name, ok: c.ok, severity: "error", detail: c.detail });
     makeReadOnly(restored);
     const dbMap = new Map(dbs.map((d) => [d.name, d.path]));
     for (const d of dbs) {
@@ -185,9 +186,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         const uv = userVersion(db);
         result.integrity[d.name] = ic.join("; ");
         result.schema.restored[d.name] = uv;
-        add({ scenario: "restore", phase: "checks", name: `integrity_check:${d.name}`, ok: ic.length === 1 && ic[0] === "ok", severity: "error", detail: ic.slice(0, 5).join("; ") });
-        add({ scenario: "restore", phase: "checks", name: `foreign_key_check:${d.name}`, ok: fk.length === 0, severity: "error", detail: fk.length ? fk.slice(0, 5).join("; ") : "ok" });
-        add({ scenario: "restore", phase: "checks", name: `schema_version:${d.name}`, ok: uv === d.schemaVersion, severity: "error", detail: `user_version ${uv}, manifest ${d.schemaVersion}` });
+        add({ scenario: "restore", name: `integrity_check:${d.name}`, ok: ic.length === 1 && ic[0] === "ok", severity: "error", detail: ic.slice(0, 5).join("; ") });
+        add({ scenario: "restore", name: `foreign_key_check:${d.name}`, ok: fk.length === 0, severity: "error", detail: fk.length ? fk.slice(0, 5).join("; ") : "ok" });
+        add({ scenario: "restore", name: `schema_version:${d.name}`, ok: uv === d.schemaVersion, severity: "error", detail: `user_version ${uv}, manifest ${d.schemaVersion}` });
       } finally {
         db.close();
       }
@@ -209,15 +210,15 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       } else err = `no database ${q.database}`;
       const same = err === null && String(restoredValue) === String(m.cursors[name]);
       result.cursors.push({ name, manifest: m.cursors[name], restored: restoredValue, ok: same });
-      add({ scenario: "restore", phase: "checks", name: `cursor:${name}`, ok: same, severity: "error", detail: err ?? `manifest ${m.cursors[name]}, restored ${restoredValue}` });
+      add({ scenario: "restore", name: `cursor:${name}`, ok: same, severity: "error", detail: err ?? `manifest ${m.cursors[name]}, restored ${restoredValue}` });
     }
     const creds = await checkCredentials(m.credentials, o.credentials.root, o.credentials.checkers);
     result.credentials = creds.map((c) => ({ name: c.name, ref: c.ref, status: c.status }));
     for (const c of creds) {
-      add({ scenario: "restore", phase: "checks", name: `credential:${c.name}`, ok: c.status === "present", severity: o.credentials.warn ? "warning" : "info", detail: `${c.ref}: ${c.status} (${c.detail})` });
+      add({ scenario: "restore", name: `credential:${c.name}`, ok: c.status === "present", severity: o.credentials.warn ? "warning" : "info", detail: `${c.ref}: ${c.status} (${c.detail})` });
       if (c.status !== "present") result.unresolved.push(`credential ${c.name} (${c.ref}) is ${c.status} here`);
     }
-    addInvariants("restore", "checks", runInvariants(invariants, dbMap));
+    addInvariants("restore", runInvariants(invariants, dbMap));
     result.recovery_seconds = Math.round((Date.now() - t0) / 10) / 100;
 
     if (spec.worker && spec.inject) {
@@ -234,7 +235,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     unregister();
   }
 
-  function addInvariants(scenario: string, phase: string, rs: InvariantResult[]): boolean {
+  function addInvariants(scenario: string, rs: InvariantResult[], phase?: string): boolean {
     for (const r of rs)
       add({
         scenario,
@@ -343,7 +344,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         res.died_at_point = r.signal === "SIGKILL" && !r.timedOut;
         if (!check("died at crash point", res.died_at_point, res.died_at_point ? `worker killed with SIGKILL at ${sc}` : `worker exited ${r.exitCode ?? r.signal}${r.timedOut ? " (timed out)" : ""} without reaching ${sc}: ${String(r.stderr).trim().slice(0, 200)}`)) return res;
         // 2. invariants right after the crash
-        addInvariants(sc, phase, runInvariants(invariants, dbMap));
+        addInvariants(sc, runInvariants(invariants, dbMap), phase);
       }
       // 3. restart until it finishes
       phase = "after_recovery";
@@ -369,7 +370,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       res.effects = effects.length;
       res.receipt = effects[0]?.receipt ?? null;
       check("exactly one effect", effects.length === 1, `${effects.length} effect(s) at the sink for ${inject.taskId}${effects.length > 1 ? ` (keys ${effects.map((e) => e.key).join(", ")})` : ""}`);
-      addInvariants(sc, phase, runInvariants(invariants, dbMap));
+      addInvariants(sc, runInvariants(invariants, dbMap), phase);
       // 4. one more restart: still complete, still one effect
       phase = "after_restart";
       const again = await start(null);
