@@ -64,6 +64,13 @@ describe("terminal size", () => {
     expect(e.code, plain(t.output).slice(-500)).toBe(0);
     expect(t.output.length).toBeLessThan(20_000);
     expect(plain(t.output)).toMatch(/backed up billing-agent/);
+
+    const term = new Term("sh", ["-c", `stty cols 0 rows 0; exec "${process.execPath}" "${BIN}" backup`], { cwd: a.dir, env: a.env });
+    // once its staging folder exists the backup is under way
+    for (const end = Date.now() + 30_000; !a.leftovers().length && Date.now() < end; ) await new Promise((r) => setTimeout(r, 10));
+    term.kill("SIGTERM");
+    const stopped = await term.exit(15_000);
+    expect(stopped.code, plain(term.output).slice(-500)).toBe(130);
   });
 });
 
