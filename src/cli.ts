@@ -26,7 +26,8 @@ const ENVIRONMENT = `
 ENVIRONMENT
   AGENTBAK_CONFIG, AGENTBAK_REPOSITORY, AGENTBAK_IDENTITY_FILE, AGENTBAK_IDENTITY,
   AGENTBAK_SIGNING_KEY_FILE, AGENTBAK_HOME (default ~/.config/agentbak).
-  Flags beat environment beats config.`;
+  Flags beat environment beats config. NO_COLOR turns colour off, FORCE_COLOR
+  on; --no-color beats both.`;
 
 function help(cmd: Command, examples: string[]): Command {
   return cmd.addHelpText("after", `\nEXAMPLES\n${examples.map((e) => "  " + e).join("\n")}\n${EXIT_STATUS}\n${ENVIRONMENT}\n`);
@@ -36,10 +37,13 @@ const cfgOpt = () => new Option("-c, --config <file>", "config file (default ./a
 const repoOpt = () => new Option("--repo <path>", "repository (overrides AGENTBAK_REPOSITORY and config)");
 const jsonOpt = () => new Option("--json", "machine-readable result on stdout");
 
-/** Writes a command's result: one JSON document on stdout with --json, else the human rendering. */
+/**
+ * Writes a command's result: one JSON document on stdout with --json (an
+ * object result always carries a `warnings` list), else the human rendering.
+ */
 async function show<R>(o: { json?: boolean }, r: R, human: (r: R) => void): Promise<void> {
   const ui = await import("./ui/output.js");
-  if (o.json) ui.emitJson(r);
+  if (o.json) ui.emitJson(r && typeof r === "object" && !Array.isArray(r) && !("warnings" in r) ? { ...r, warnings: [] } : r);
   else human(r);
 }
 
@@ -64,8 +68,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
   const program = new Command("agentbak")
     .description("Verified, policy-checked backups and recovery drills for autonomous AI agents")
     .version(TOOL_VERSION)
+    .option("--no-color", "no colour in output (also NO_COLOR; FORCE_COLOR forces it)")
     .showHelpAfterError("(run with --help for usage)")
-    .exitOverride();
+    .exitOverride()
+    .hook("preAction", async () => (await import("./ui/output.js")).configureColor(program.opts().color === false));
   help(program, ["agentbak init --agent-id billing-agent --tenant acme --yes", "agentbak backup", "agentbak verify latest --identity ~/.config/agentbak/age-identity.txt"]);
 
   help(
@@ -130,8 +136,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .addOption(repoOpt())
       .option("--agent <id>", "only this agent (default: the config's)")
       .option("--tenant <t>", "only this tenant (default: the config's)")
+      .option("--label <label>", "only snapshots with this label")
+      .option("--latest <n>", "only the N newest of each agent")
       .addOption(jsonOpt()),
-    ["agentbak snapshots", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json"],
+    ["agentbak snapshots", "agentbak snapshots --latest 3 --label nightly", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json > list.json"],
   ).action(async (o) => {
     const { snapshots } = await import("./commands/snapshots.js");
     await show(o, await snapshots(o), (await render()).snapshots);
@@ -189,6 +197,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
     });
     await show(o, r, (await render()).restore);
     if (r.warnings.length && r.restored) result.code = Exit.warnings;
+    if (r.plan.policy.refusals.length) result.code = Exit.policy; // a dry run that policy refuses
   });
 
   help(
@@ -241,6 +250,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--no-report", "do not append a report entry")
       .option("--junit <file>", "write JUnit XML")
       .option("--within <duration>", "with random: pick among snapshots this recent", "7d")
+      .option("--no-credential-warnings", "a credential reference that does not resolve here is recorded, not a warning (cron, timers)")
       .option("--agent <id>", "agent (default: the config's)")
       .option("--tenant <t>", "tenant (default: the config's)")
       .option("--source <name=url>", "restore state source NAME into this empty server instead of a throwaway one the drill starts (repeatable)", collect, [])
@@ -251,7 +261,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
     const { drill } = await import("./commands/drill.js");
     const r = await withProgress("drill", (progress) => drill(ref, { ...o, progress }));
     await show(o, r, (await import("./ui/drill.js")).renderDrill);
-    result.code = !r.ok ? Exit.drillFailed : r.warnings ? Exit.warnings : Exit.ok;
+    result.code = !r.ok ? Exit.drillFailed : r.warnings.length ? Exit.warnings : Exit.ok;
   });
 
   const report = program.command("report").description("drill reports");
@@ -294,7 +304,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
   ).action(async (o) => {
     const { forget } = await import("./commands/forget.js");
     const r = await forget(o);
-    if (r.not_removed.length) result.code = Exit.warnings;
+    if (r.warnings.length) result.code = Exit.warnings;
     await show(o, r, (await render()).forget);
   });
 
@@ -319,15 +329,20 @@ export function buildProgram(result: { code: ExitCode }): Command {
     program
       .command("schedule")
       .description("print a crontab line and a systemd service + timer for this config (installs nothing)")
-      .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d)")
+      .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d, 7d)")
       .option("--drill-every <duration>", "also drill a random recent snapshot this often")
+      .option("--forget-every <duration>", "apply the config's retention rules this often", "1d")
       .option("--spec <file>", "drill spec for scheduled drills (default drills/checks-only.json)")
+      .option("--user <name>", "user the systemd services run as (default: the current user)")
+      .option("--credentials-file <file>", "KEY=value file the jobs read their credentials from, e.g. S3 keys; printed by path only (default AGENTBAK_HOME/agentbak.env)")
       .addOption(cfgOpt())
       .addOption(jsonOpt()),
-    ["agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json"],
+    ["agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json", "agentbak schedule --every 15m --user agentbak --credentials-file /etc/agentbak/billing.env --json"],
   ).action(async (o) => {
     const { schedule } = await import("./commands/schedule.js");
-    await show(o, schedule(o), (await render()).schedule);
+    const r = schedule(o);
+    await show(o, r, (await render()).schedule);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   help(

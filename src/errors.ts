@@ -22,6 +22,21 @@ export const Exit = {
 
 export type ExitCode = (typeof Exit)[keyof typeof Exit];
 
+/** A stable name for each exit code: the `code` of a `--json` error object. */
+export const EXIT_NAMES: Record<ExitCode, string> = {
+  0: "ok",
+  1: "failure",
+  2: "usage_error",
+  3: "warnings",
+  10: "not_found",
+  11: "locked",
+  12: "no_key",
+  13: "verification_failed",
+  14: "refused_by_policy",
+  15: "drill_failed",
+  130: "interrupted",
+};
+
 /** An error already phrased for the user: main prints the message and exits with `code`. */
 export class AgentbakError extends Error {
   readonly code: ExitCode;

@@ -1,11 +1,23 @@
 /**
  * Entry point: runs the command table and is the only place that exits.
- * User-facing errors print their message; unexpected ones print detail.
+ * User-facing errors print their message; unexpected ones print detail. With
+ * `--json`, a failure also prints one JSON error object on stdout.
  */
 import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";
-import { AgentbakError, Exit, type ExitCode } from "./errors.js";
+import { AgentbakError, Exit, EXIT_NAMES, type ExitCode } from "./errors.js";
 import { runInterruptCleanups } from "./cleanup.js";
+
+/** Whether --json was given (before a `--`): known even when the flags did not parse. */
+const args = process.argv.slice(2);
+const json = (args.includes("--") ? args.slice(0, args.indexOf("--")) : args).includes("--json");
+
+/** Reports a failure: its message on stderr and, with --json, `{message_type, code, exit_status, message}` on stdout. */
+function fail(code: ExitCode, message: string, detail = message): ExitCode {
+  process.stderr.write(`agentbak: ${detail}\n`);
+  if (json) process.stdout.write(JSON.stringify({ message_type: "exit_error", code: EXIT_NAMES[code], exit_status: code, message }) + "\n");
+  return code;
+}
 
 async function main(argv: string[]): Promise<ExitCode> {
   const result = { code: Exit.ok as ExitCode };
@@ -15,28 +27,24 @@ async function main(argv: string[]): Promise<ExitCode> {
   } catch (e) {
     if (e instanceof CommanderError) {
       if (e.code === "commander.helpDisplayed" || e.code === "commander.version" || e.code === "commander.help") return Exit.ok;
+      // commander printed the message already
+      if (json) process.stdout.write(JSON.stringify({ message_type: "exit_error", code: EXIT_NAMES[Exit.usage], exit_status: Exit.usage, message: e.message.replace(/^error: /, "") }) + "\n");
       return Exit.usage;
     }
-    if (e instanceof AgentbakError) {
-      process.stderr.write(`agentbak: ${e.message}\n`);
-      return e.code;
-    }
+    if (e instanceof AgentbakError) return fail(e.code, e.message);
     const sys = e as NodeJS.ErrnoException;
     if (typeof sys?.code === "string" && /^E[A-Z]+$/.test(sys.code)) {
       // an operating-system error (ENOSPC, EIO, EROFS, EACCES, ...): name the path and errno, no stack
-      process.stderr.write(`agentbak: ${sys.message}${sys.path && !sys.message.includes(sys.path) ? ` (${sys.path})` : ""}\n`);
-      return Exit.failure;
+      return fail(Exit.failure, `${sys.message}${sys.path && !sys.message.includes(sys.path) ? ` (${sys.path})` : ""}`);
     }
     const err = e as Error;
-    process.stderr.write(`agentbak: internal error: ${err?.stack ?? String(e)}\nThis is a bug; please report it.\n`);
-    return Exit.failure;
+    return fail(Exit.failure, `internal error: ${err?.message ?? String(e)}`, `internal error: ${err?.stack ?? String(e)}\nThis is a bug; please report it.`);
   }
 }
 
 function interrupted(): void {
   runInterruptCleanups();
-  process.stderr.write("agentbak: interrupted\n");
-  process.exit(Exit.interrupted);
+  process.exit(fail(Exit.interrupted, "interrupted"));
 }
 // a closed pipe (agentbak ... | head) is not an error of ours
 process.stdout.on("error", (e: NodeJS.ErrnoException) => {

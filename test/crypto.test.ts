@@ -118,7 +118,7 @@ describe("SSHSIG signatures and allowed_signers", () => {
     const pub = verifyMessage(readFileSync(join(dir, "m.json.sig"), "utf8"), NS.report, msg);
     expect(pub.equals(key.publicKey)).toBe(true);
     const fp = await execa("ssh-keygen", ["-l", "-f", join(k.dir, "signing-key.pub")]);
-    expect(fp.stdout).toContain(k.signerFingerprint);
+    expect(fp.stdout).toContain(k.signer_fingerprint);
   });
 
   it("a signature binds its namespace and its exact bytes", () => {

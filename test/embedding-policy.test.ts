@@ -33,11 +33,11 @@ describe("embedding compatibility", () => {
 
   it("a change is refused, or with the override needs approval; unknowns warn", () => {
     const e = { changes: ["vector store state: x"], unknown: ["vector store old: y"] };
-    const refused = { refusals: [] as string[], needsApproval: [] as string[], warnings: [] as string[] };
+    const refused = { refusals: [] as string[], needs_approval: [] as string[], warnings: [] as string[] };
     embeddingPolicy(e, false, refused);
-    expect(refused).toEqual({ refusals: ["vector store state: x; pass --allow-embedding-change and approve to restore it anyway"], needsApproval: [], warnings: ["vector store old: y"] });
-    const allowed = { refusals: [] as string[], needsApproval: [] as string[], warnings: [] as string[] };
+    expect(refused).toEqual({ refusals: ["vector store state: x; pass --allow-embedding-change and approve to restore it anyway"], needs_approval: [], warnings: ["vector store old: y"] });
+    const allowed = { refusals: [] as string[], needs_approval: [] as string[], warnings: [] as string[] };
     embeddingPolicy(e, true, allowed);
-    expect(allowed).toEqual({ refusals: [], needsApproval: ["vector store state: x"], warnings: ["vector store old: y"] });
+    expect(allowed).toEqual({ refusals: [], needs_approval: ["vector store state: x"], warnings: ["vector store old: y"] });
   });
 });

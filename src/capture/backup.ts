@@ -289,6 +289,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
 
     const repoDir = o.repo.store.inPlace ? o.repo.location : null;
     const { dbs, sources, files, ws } = await capture(lc, repoDir, staging, o, warnings);
+    if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
+      warnings.push(`this snapshot captures no state: ${lc.path} names no database, no state source, no file that exists and no workspace`);
     crashStep("snapshotted");
 
     // an incremental's page index decides what goes in, so it is made here, before the payload, beside the

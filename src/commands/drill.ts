@@ -1,9 +1,13 @@
-/** `agentbak drill`: prove a bundle recovers; append a signed report entry. */
-import { appendFileSync, writeFileSync } from "node:fs";
-import { resolve } from "node:path";
-import { usageError } from "../errors.js";
+/**
+ * `agentbak drill`: prove a bundle recovers; append a signed report entry;
+ * write JUnit XML and the CI job summary, also when the drill cannot run.
+ */
+import { appendFileSync } from "node:fs";
+import { basename, resolve } from "node:path";
 import { configuredEmbeddings } from "../config/schema.js";
-import { junitXml, markdownSummary } from "../drill/junit.js";
+import { AgentbakError, Exit, EXIT_NAMES, usageError } from "../errors.js";
+import { writeFileAtomic } from "../fsutil.js";
+import { junitFailure, junitXml, markdownFailure, markdownSummary } from "../drill/junit.js";
 import { appendReportFile, reportBody } from "../drill/report.js";
 import { runDrill, type DrillResult } from "../drill/runner.js";
 import { loadSpec } from "../drill/spec.js";
@@ -20,6 +24,8 @@ export interface DrillCmdOptions extends GlobalOpts {
   tenant?: string;
   source?: string[];
   allowEmbeddingChange?: boolean;
+  /** false: a credential reference that does not resolve here is recorded, not a warning (cron, timers) */
+  credentialWarnings?: boolean;
   progress?: (t: string) => void;
 }
 
@@ -28,7 +34,32 @@ export interface DrillCmdResult extends DrillResult {
   report_index: number | null;
 }
 
+/** Writes the JUnit file (atomically) and appends the GitHub job summary, when asked for. */
+function publish(opts: DrillCmdOptions, xml: string, summary: string): void {
+  if (opts.junit) writeFileAtomic(resolve(opts.junit), xml);
+  if (process.env.GITHUB_STEP_SUMMARY) appendFileSync(process.env.GITHUB_STEP_SUMMARY, summary);
+}
+
+/**
+ * Runs a drill of `ref`.
+ * @throws AgentbakError when it cannot run (2 bad spec or flags, 10 not found, 12 no key, 13/14 the bundle does not verify or is refused); the JUnit file and job summary then say why.
+ */
 export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCmdResult> {
+  const t0 = Date.now();
+  let r: DrillCmdResult;
+  try {
+    r = await run(ref, opts);
+  } catch (e) {
+    const code = e instanceof AgentbakError ? e.code : Exit.failure;
+    const f = { spec: basename(opts.spec).replace(/\.json$/, ""), ref, exit_status: code, code: EXIT_NAMES[code], message: (e as Error)?.message ?? String(e), seconds: (Date.now() - t0) / 1000 };
+    publish(opts, junitFailure(f), markdownFailure(f));
+    throw e;
+  }
+  publish(opts, junitXml(r), markdownSummary(r));
+  return r;
+}
+
+async function run(ref: string, opts: DrillCmdOptions): Promise<DrillCmdResult> {
   const ctx = context(opts);
   const spec = loadSpec(opts.spec);
   if (opts.report === undefined && !ctx.repoLocation) throw usageError("where should the drill report go? pass --report FILE (or --no-report), or name a repository");
@@ -41,10 +72,12 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
       spec,
       trust: ctx.trust,
       identities: () => ctx.identities(opts.identity),
-      progress: opts.progress,
       sources: opts.source,
       embeddings: ctx.lc ? configuredEmbeddings(ctx.lc.config) : undefined,
       allowEmbeddingChange: opts.allowEmbeddingChange,
+      // as restore resolves them, against the agent's folder (the config's), not the temp restore
+      credentials: { root: ctx.lc?.dir ?? process.cwd(), checkers: ctx.lc?.config.restore.credentialCheck, warn: opts.credentialWarnings !== false },
+      progress: opts.progress,
     });
   } finally {
     bundle.release();
@@ -62,7 +95,5 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
       index = a.entry.index as number;
     }
   }
-  if (opts.junit) writeFileSync(opts.junit, junitXml(r));
-  if (process.env.GITHUB_STEP_SUMMARY) appendFileSync(process.env.GITHUB_STEP_SUMMARY, markdownSummary(r));
   return { ...r, report_file: reportFile, report_index: index };
 }

@@ -27,7 +27,8 @@ const count = (flag: string, v?: string) => {
   return n;
 };
 
-export async function forget(opts: ForgetOptions): Promise<ForgetResult> {
+/** Applies retention to the agent's snapshots. @returns the result, with each snapshot retention refused to remove as a warning. */
+export async function forget(opts: ForgetOptions): Promise<ForgetResult & { warnings: string[] }> {
   const ctx = context(opts);
   const r = ctx.lc?.config.retention;
   const flags: RetentionPolicy = {
@@ -47,7 +48,8 @@ export async function forget(opts: ForgetOptions): Promise<ForgetResult> {
   // the same lock as backup: forget --prune and backup never interleave
   const lock = await repo.lock(a, "agent", opts.wait ? parseDuration(opts.wait) : 0);
   try {
-    return await runForget(repo, ctx.trust, a, policy, { dryRun: opts.dryRun, prune: opts.prune, signingKey: ctx.maybeSigningKey() });
+    const r = await runForget(repo, ctx.trust, a, policy, { dryRun: opts.dryRun, prune: opts.prune, signingKey: ctx.maybeSigningKey() });
+    return { ...r, warnings: r.not_removed.map((n) => `not removed ${n.snapshot_id}: ${n.reason}`) };
   } finally {
     await lock.release();
   }

@@ -4,15 +4,16 @@
  * and generates keys if there are none.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { basename, extname, join, resolve } from "node:path";
 import { loadConfig, repositoryLocation } from "../config/load.js";
 import { configJsonSchema, ConfigSchema } from "../config/schema.js";
 import { agentbakHome, keygen } from "../crypto/keys.js";
 import { formatIssues, usageError } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
 import { Repository } from "../repository/repository.js";
+import { discoverState } from "../state/discover.js";
 import { isUrl } from "../storage/open.js";
-import { askText } from "../ui/output.js";
+import { askChoices, askOne, askText } from "../ui/output.js";
 
 export interface InitOptions {
   dir?: string;
@@ -33,6 +34,20 @@ export interface InitResult {
   home: string;
   keys_created: boolean;
   recipient: string;
+  /** what the config names for backup (an empty list and null: backups capture no state) */
+  databases: { name: string; path: string }[];
+  workspace: string | null;
+  warnings: string[];
+}
+
+/** A database name (lowercase, unique) for a discovered file: its base name. */
+function nameFor(path: string, taken: Set<string>): string {
+  let base = basename(path, extname(path)).toLowerCase().replace(/[^a-z0-9_]/g, "_").slice(0, 28);
+  if (!/^[a-z]/.test(base)) base = `db_${base}`.slice(0, 28);
+  let name = base;
+  for (let i = 2; taken.has(name); i++) name = `${base}_${i}`;
+  taken.add(name);
+  return name;
 }
 
 /** Creates what is missing of config, repository and keys. */
@@ -46,12 +61,29 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     if (opts.agentId || opts.tenant || opts.database || opts.workspace) throw usageError(`${cfgPath} already exists; edit it instead of passing --agent-id, --tenant, --database or --workspace`);
     const location = repositoryLocation(opts.repo, lc)!;
     const { created } = await Repository.init(location);
-    return { config: cfgPath, config_created: false, repository: location, repository_created: created, home, keys_created: false, recipient: lc.config.recipients[0]! };
+    const c = lc.config;
+    return { config: cfgPath, config_created: false, repository: location, repository_created: created, home, keys_created: false, recipient: c.recipients[0]!, databases: c.databases, workspace: c.workspace?.path ?? null, warnings: [] };
   }
   const agentId = opts.agentId ?? (opts.yes ? undefined : await askText("Agent id:", "--agent-id"));
   if (!agentId) throw usageError("agent id needed: pass --agent-id");
   const tenant = opts.tenant ?? (opts.yes ? "default" : await askText("Tenant:", "--tenant", "default"));
   const repoRef = opts.repo ?? "./backups";
+  const dir = resolve(cfgPath, "..");
+  const location = isUrl(repoRef) ? repoRef : resolve(dir, repoRef);
+  const databases = (opts.database ?? []).map((spec) => {
+    const [name, path] = spec.includes("=") ? spec.split(/=(.*)/s) : ["state", spec];
+    return { name: name!, path: path! };
+  });
+  let workspace = opts.workspace;
+  if (!opts.yes && (!opts.database || !workspace)) {
+    // offer what the folder holds; a config that names nothing backs up nothing
+    const found = discoverState(dir, isUrl(repoRef) ? [] : [location]);
+    if (!opts.database) {
+      const taken = new Set<string>();
+      for (const path of await askChoices("SQLite databases to back up:", "--database NAME=PATH (or --yes)", found.databases)) databases.push({ name: nameFor(path, taken), path });
+    }
+    workspace ??= await askOne("Git workspace of the agent:", "--workspace PATH (or --yes)", found.workspaces);
+  }
   if (!existsSync(join(home, "age-recipient.txt"))) {
     keygen(home, agentId);
     keysCreated = true;
@@ -62,18 +94,13 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     agent: { id: agentId, tenant },
     repository: repoRef,
     recipients: [recipient],
-    databases: (opts.database ?? []).map((spec) => {
-      const [name, path] = spec.includes("=") ? spec.split(/=(.*)/s) : ["state", spec];
-      return { name: name!, path: path! };
-    }),
-    ...(opts.workspace ? { workspace: { path: opts.workspace, uncommitted: "include" } } : {}),
+    databases,
+    ...(workspace ? { workspace: { path: workspace, uncommitted: "include" } } : {}),
   };
   const parsed = ConfigSchema.safeParse(raw);
   if (!parsed.success) throw usageError(`init: ${formatIssues(parsed.error.issues)}`);
-  const dir = resolve(cfgPath, "..");
-  const location = isUrl(repoRef) ? repoRef : resolve(dir, repoRef);
   const { created } = await Repository.init(location);
   writeFileAtomic(join(dir, "agentbak.schema.json"), JSON.stringify(configJsonSchema(), null, 2) + "\n");
   writeFileAtomic(cfgPath, JSON.stringify(raw, null, 2) + "\n");
-  return { config: cfgPath, config_created: true, repository: location, repository_created: created, home, keys_created: keysCreated, recipient };
+  return { config: cfgPath, config_created: true, repository: location, repository_created: created, home, keys_created: keysCreated, recipient, databases, workspace: workspace ?? null, warnings: [] };
 }

@@ -16,7 +16,7 @@ export const agentbakHome = () => resolve(process.env.AGENTBAK_HOME ?? join(home
 export interface KeygenResult {
   dir: string;
   recipient: string;
-  signerFingerprint: string;
+  signer_fingerprint: string;
   principal: string;
   files: string[];
 }
@@ -40,7 +40,7 @@ export function keygen(dir: string, principal: string): KeygenResult {
   const allowed = join(dir, "allowed_signers");
   appendFileSync(allowed, `${principal} namespaces="${NS.manifest},${NS.report},${NS.receipt}" ${publicKeyLine(sk.publicKey)}\n`);
   fsyncDir(dir);
-  return { dir, recipient: id.recipient, signerFingerprint: fingerprint(sk.publicKey), principal, files: [...files, allowed] };
+  return { dir, recipient: id.recipient, signer_fingerprint: fingerprint(sk.publicKey), principal, files: [...files, allowed] };
 }
 
 /**

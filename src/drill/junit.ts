@@ -1,39 +1,99 @@
-/** JUnit XML and a GitHub job-summary Markdown table for drill results. */
-import type { DrillResult } from "./runner.js";
+/**
+ * JUnit XML and a GitHub job-summary Markdown table for drill results, and
+ * for a drill that could not run (snapshot not found, untrusted key, ...),
+ * so a CI job always gets a file that says why.
+ */
+import type { DrillCheck, DrillResult } from "./runner.js";
 
 const esc = (s: string) => s.replace(/[<>&"']/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;", "'": "&apos;" })[c]!).replace(/[\x00-\x08\x0b\x0c\x0e-\x1f]/g, "");
+const md = (s: string) => s.replace(/\|/g, "\\|").replace(/\n/g, " ").slice(0, 200);
 
-/** One testcase per check (classname: the scenario). */
-export function junitXml(r: DrillResult): string {
-  const failures = r.checks.filter((c) => !c.ok && c.severity === "error").length;
-  const cases = r.checks
-    .map((c) => {
-      const head = `    <testcase classname="${esc(`drill.${r.spec}.${c.scenario}`)}" name="${esc(c.name)}">`;
-      if (c.ok) return `${head}</testcase>`;
-      const msg = esc(c.detail + (c.sample?.length ? ` rows: ${JSON.stringify(c.sample)}` : ""));
-      return c.severity === "error" ? `${head}\n      <failure message="${msg}">${msg}</failure>\n    </testcase>` : `${head}\n      <system-out>warning: ${msg}</system-out>\n    </testcase>`;
-    })
+/** One testcase: a pass, a failure, an error (the drill could not run) or skipped (a warning, or not checked here). */
+interface Case {
+  name: string;
+  seconds: number;
+  outcome: "pass" | "failure" | "error" | "skipped";
+  message?: string;
+  type?: string;
+}
+
+/** A check's outcome: errors fail, warnings and unresolved notes are skipped with the reason (never a pass). */
+function caseOf(c: DrillCheck): Case {
+  const name = `${c.scenario} / ${c.phase} / ${c.name}`;
+  if (c.ok) return { name, seconds: c.seconds, outcome: "pass" };
+  const detail = c.detail + (c.sample?.length ? ` rows: ${JSON.stringify(c.sample)}` : "");
+  if (c.severity === "error") return { name, seconds: c.seconds, outcome: "failure", message: detail, type: "check" };
+  return { name, seconds: c.seconds, outcome: "skipped", message: `${c.severity === "warning" ? "warning" : "not resolved here"}: ${detail}` };
+}
+
+function testcase(classname: string, c: Case): string {
+  const head = `    <testcase classname="${esc(classname)}" name="${esc(c.name)}" time="${c.seconds.toFixed(3)}"`;
+  if (c.outcome === "pass") return `${head}/>`;
+  const m = esc(c.message ?? "");
+  const body = c.outcome === "skipped" ? `<skipped message="${m}"/>` : `<${c.outcome} message="${m}" type="${esc(c.type ?? "")}">${m}</${c.outcome}>`;
+  return `${head}>\n      ${body}\n    </testcase>`;
+}
+
+const count = (cs: Case[], o: Case["outcome"]) => cs.filter((c) => c.outcome === o).length;
+const totals = (cs: Case[], seconds: number) =>
+  `tests="${cs.length}" failures="${count(cs, "failure")}" errors="${count(cs, "error")}" skipped="${count(cs, "skipped")}" time="${seconds.toFixed(3)}"`;
+
+/** A document of one suite per group (a scenario), each case named so that no two are alike. */
+function document(groups: { suite: string; classname: string; cases: Case[] }[], seconds: number, properties: Record<string, string>): string {
+  const all = groups.flatMap((g) => g.cases);
+  const props = Object.entries(properties)
+    .map(([k, v]) => `      <property name="${esc(k)}" value="${esc(v)}"/>`)
     .join("\n");
-  return `<?xml version="1.0" encoding="UTF-8"?>
-<testsuites name="agentbak drill" tests="${r.checks.length}" failures="${failures}" time="${r.total_seconds}">
-  <testsuite name="${esc(`${r.spec} ${r.snapshot_id}`)}" tests="${r.checks.length}" failures="${failures}" time="${r.total_seconds}">
-${cases}
-  </testsuite>
-</testsuites>
-`;
+  const suites = groups.map((g) => {
+    const secs = g.cases.reduce((t, c) => t + c.seconds, 0);
+    return `  <testsuite name="${esc(g.suite)}" ${totals(g.cases, secs)}>\n    <properties>\n${props}\n    </properties>\n${g.cases.map((c) => testcase(g.classname, c)).join("\n")}\n  </testsuite>`;
+  });
+  return `<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="agentbak drill" ${totals(all, seconds)}>\n${suites.join("\n")}\n</testsuites>\n`;
+}
+
+/** One testsuite per scenario, one testcase per check, named scenario / phase / check. */
+export function junitXml(r: DrillResult): string {
+  const scenarios = [...new Set(r.checks.map((c) => c.scenario))];
+  return document(
+    scenarios.map((sc) => ({ suite: `${r.spec} ${sc}`, classname: `drill.${r.spec}.${sc}`, cases: r.checks.filter((c) => c.scenario === sc).map(caseOf) })),
+    r.total_seconds,
+    { snapshot_id: r.snapshot_id, agent_id: r.agent_id, tenant: r.tenant, sequence: String(r.sequence), result: r.ok ? "pass" : "fail" },
+  );
+}
+
+/** What a drill that could not run reports: which spec and snapshot, the exit status and why. */
+export interface DrillFailure {
+  spec: string;
+  ref: string;
+  exit_status: number;
+  code: string;
+  message: string;
+  seconds: number;
+}
+
+/** JUnit XML for a drill that could not run: one errored testcase saying why. */
+export function junitFailure(f: DrillFailure): string {
+  const c: Case = { name: `drill ${f.ref}`, seconds: f.seconds, outcome: "error", message: f.message, type: f.code };
+  return document([{ suite: `${f.spec} ${f.ref}`, classname: `drill.${f.spec}`, cases: [c] }], f.seconds, { snapshot: f.ref, exit_status: String(f.exit_status), result: "error" });
 }
 
 /** A Markdown summary for $GITHUB_STEP_SUMMARY. */
 export function markdownSummary(r: DrillResult): string {
-  const rows = r.checks.map((c) => `| ${c.scenario} | ${c.name} | ${c.ok ? "pass" : c.severity === "error" ? "**FAIL**" : "warn"} | ${c.detail.replace(/\|/g, "\\|").slice(0, 200)} |`);
+  const outcome = (c: DrillCheck) => (c.ok ? "pass" : c.severity === "error" ? "**FAIL**" : c.severity === "warning" ? "warn" : "not resolved here");
+  const rows = r.checks.map((c) => `| ${c.scenario} | ${c.phase} | ${c.name} | ${outcome(c)} | ${md(c.detail)} |`);
   return [
-    `### agentbak drill ${r.spec}: ${r.ok ? "passed" : "FAILED"}`,
+    `### agentbak drill ${r.spec}: ${r.ok ? (r.warnings.length ? "passed with warnings" : "passed") : "FAILED"}`,
     "",
     `snapshot \`${r.snapshot_id}\` of ${r.agent_id} (sequence ${r.sequence}), recovery ${r.recovery_seconds}s, total ${r.total_seconds}s`,
     "",
-    "| scenario | check | result | detail |",
-    "|---|---|---|---|",
+    "| scenario | phase | check | result | detail |",
+    "|---|---|---|---|---|",
     ...rows,
     "",
   ].join("\n");
+}
+
+/** The job summary of a drill that could not run. */
+export function markdownFailure(f: DrillFailure): string {
+  return [`### agentbak drill ${f.spec}: could not run`, "", `snapshot \`${f.ref}\`: ${md(f.message)} (exit ${f.exit_status}, ${f.code})`, ""].join("\n");
 }

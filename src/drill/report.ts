@@ -34,7 +34,7 @@ export function reportBody(r: DrillResult): Record<string, unknown> {
     recovery_seconds: r.recovery_seconds,
     total_seconds: r.total_seconds,
     scenarios: r.scenarios,
-    failed_checks: r.checks.filter((c) => !c.ok).map((c) => ({ scenario: c.scenario, check: c.name, severity: c.severity, detail: c.detail })),
+    failed_checks: r.checks.filter((c) => !c.ok).map((c) => ({ scenario: c.scenario, phase: c.phase, check: c.name, severity: c.severity, detail: c.detail })),
     unresolved: r.unresolved,
   };
 }

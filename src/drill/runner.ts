@@ -26,13 +26,21 @@ import { driverFor, type Throwaway } from "../state/sources/index.js";
 import { TestSink } from "./sink.js";
 import type { CrashPoint, LoadedSpec } from "./spec.js";
 
-/** One check in a drill; `scenario` is "restore" or a crash point. */
+/**
+ * One check in a drill; `scenario` is "restore" or a crash point, `phase` when
+ * in it ("checks" after the restore; "setup", "after_crash", "after_recovery",
+ * "after_restart" in a crash scenario), so scenario + phase + name is unique.
+ * A failed "info" check is recorded but neither fails the drill nor warns.
+ */
 export interface DrillCheck {
   scenario: string;
+  phase: string;
   name: string;
   ok: boolean;
-  severity: "error" | "warning";
+  severity: "error" | "warning" | "info";
   detail: string;
+  /** time since the check before it (or the drill's start) */
+  seconds: number;
   sample?: unknown[];
 }
 
@@ -48,7 +56,8 @@ export interface ScenarioResult {
 
 export interface DrillResult {
   ok: boolean;
-  warnings: boolean;
+  /** the failed warning checks, one line each */
+  warnings: string[];
   spec: string;
   snapshot_id: string;
   agent_id: string;
@@ -74,6 +83,13 @@ export interface DrillOptions {
   spec: LoadedSpec;
   trust: Trust;
   identities: () => AgeIdentity[];
+  /**
+   * How credential references resolve, as at restore: relative `file:` against
+   * the agent's folder (not the temp restore), other schemes through the
+   * config's `restore.credentialCheck`; `warn: false` records one that does not
+   * resolve without a warning (cron's environment lacks the agent's variables).
+   */
+  credentials: { root: string; checkers?: Record<string, string[]>; warn: boolean };
   progress?: (t: string) => void;
   /** `--source NAME=URL`: an empty server for a source instead of a throwaway one */
   sources?: string[];
@@ -128,13 +144,19 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const removeTemp = () => rmSync(tmp, { recursive: true, force: true });
   const unregister = onInterrupt(removeTemp);
   const checks: DrillCheck[] = [];
-  const add = (c: DrillCheck) => checks.push(c);
+  let mark = t0;
+  /** Records a check and the time since the one before; a check without a phase is one of the restore checks. */
+  const add = (c: Omit<DrillCheck, "seconds" | "phase"> & { phase?: string }) => {
+    const now = Date.now();
+    checks.push({ ...c, phase: c.phase ?? "checks", seconds: (now - mark) / 1000 });
+    mark = now;
+  };
   const servers: Throwaway[] = [];
   const sourceQueries = new Map<string, SourceQuery>();
   for (const c of [...embeddings.changes, ...embeddings.unknown]) add({ scenario: "restore", name: "embedding", ok: false, severity: "warning", detail: c });
   const result: DrillResult = {
     ok: false,
-    warnings: false,
+    warnings: [],
     spec: spec.name,
     snapshot_id: m.snapshot_id,
     agent_id: m.agent_id,
@@ -220,10 +242,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       result.cursors.push({ name, manifest: m.cursors[name], restored: restoredValue, ok: same });
       add({ scenario: "restore", name: `cursor:${name}`, ok: same, severity: "error", detail: err ?? `manifest ${m.cursors[name]}, restored ${restoredValue}` });
     }
-    const creds = await checkCredentials(m.credentials, restored);
+    const creds = await checkCredentials(m.credentials, o.credentials.root, o.credentials.checkers);
     result.credentials = creds.map((c) => ({ name: c.name, ref: c.ref, status: c.status }));
     for (const c of creds) {
-      add({ scenario: "restore", name: `credential:${c.name}`, ok: c.status === "present", severity: "warning", detail: `${c.ref}: ${c.status}` });
+      add({ scenario: "restore", name: `credential:${c.name}`, ok: c.status === "present", severity: o.credentials.warn ? "warning" : "info", detail: `${c.ref}: ${c.status} (${c.detail})` });
       if (c.status !== "present") result.unresolved.push(`credential ${c.name} (${c.ref}) is ${c.status} here`);
     }
     addInvariants("restore", await runInvariants(invariants, dbMap, sourceQueries));
@@ -298,10 +320,11 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     }
   }
 
-  function addInvariants(scenario: string, rs: InvariantResult[]): boolean {
+  function addInvariants(scenario: string, rs: InvariantResult[], phase?: string): boolean {
     for (const r of rs)
       add({
         scenario,
+        phase,
         name: `invariant:${r.name}`,
         ok: r.ok,
         severity: r.severity,
@@ -315,7 +338,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     result.total_seconds = Math.round((Date.now() - t0) / 10) / 100;
     const failed = checks.filter((c) => !c.ok && c.severity === "error");
     result.ok = failed.length === 0;
-    result.warnings = checks.some((c) => !c.ok && c.severity === "warning");
+    result.warnings = checks.filter((c) => !c.ok && c.severity === "warning").map((c) => `${c.scenario}: ${c.name}: ${c.detail}`);
     for (const f of failed) result.unresolved.push(`${f.scenario}: ${f.name}: ${f.detail}`);
     return result;
   }
@@ -335,8 +358,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     makeWritable(dir);
     const dbMap = new Map(dbs.map((d) => [d.name, join(dir, relative(restored, d.path))]));
     const res: ScenarioResult = { scenario: sc, ok: false, died_at_point: false, restarts: 0, effects: 0, receipt: null, seconds: 0 };
-    const check = (name: string, ok: boolean, detail: string, sample?: unknown[]) => {
-      add({ scenario: sc, name, ok, severity: "error", detail, ...(sample ? { sample } : {}) });
+    let phase = "setup";
+    const check = (name: string, ok: boolean, detail: string) => {
+      add({ scenario: sc, phase, name, ok, severity: "error", detail });
       return ok;
     };
     const injectDb = dbMap.get(inject.database);
@@ -391,6 +415,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     };
     try {
       // 1. run until the worker dies at the point
+      phase = "after_crash";
       if (sc === "old_backup_new_worker") {
         res.died_at_point = true;
       } else {
@@ -404,9 +429,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         res.died_at_point = r.signal === "SIGKILL" && !r.timedOut;
         if (!check("died at crash point", res.died_at_point, res.died_at_point ? `worker killed with SIGKILL at ${sc}` : `worker exited ${r.exitCode ?? r.signal}${r.timedOut ? " (timed out)" : ""} without reaching ${sc}: ${String(r.stderr).trim().slice(0, 200)}`)) return res;
         // 2. invariants right after the crash
-        addInvariants(sc, await runInvariants(invariants, dbMap, sourceQueries));
+        addInvariants(sc, await runInvariants(invariants, dbMap, sourceQueries), phase);
       }
       // 3. restart until it finishes
+      phase = "after_recovery";
       let finished = false;
       let last = "";
       for (let i = 0; i < spec.restarts && !finished; i++) {
@@ -429,12 +455,13 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       res.effects = effects.length;
       res.receipt = effects[0]?.receipt ?? null;
       check("exactly one effect", effects.length === 1, `${effects.length} effect(s) at the sink for ${inject.taskId}${effects.length > 1 ? ` (keys ${effects.map((e) => e.key).join(", ")})` : ""}`);
-      addInvariants(sc, await runInvariants(invariants, dbMap, sourceQueries));
+      addInvariants(sc, await runInvariants(invariants, dbMap, sourceQueries), phase);
       // 4. one more restart: still complete, still one effect
+      phase = "after_restart";
       const again = await start(null);
       effects = sink.effectsFor(inject.taskId);
       check("stable after restart", again.exitCode === 0 && completed() && effects.length === res.effects, `restart exit ${again.exitCode ?? again.signal}; complete ${completed()}; effects ${effects.length}`);
-      res.ok = checks.filter((c) => c.scenario === sc).every((c) => c.ok || c.severity === "warning");
+      res.ok = checks.filter((c) => c.scenario === sc).every((c) => c.ok || c.severity !== "error");
       result.receipts[sc] = res.receipt;
       return res;
     } finally {

@@ -88,6 +88,19 @@ export const catalogEntry = (e: Snapshot): CatalogEntry => {
   return entry;
 };
 
+/**
+ * Narrows a listing: only entries labelled `label`, and only the `latest`
+ * newest of each tenant and agent (restic's `snapshots --latest N`). Order kept.
+ */
+export function selectEntries<E extends CatalogEntry>(list: E[], f: { label?: string; latest?: number }): E[] {
+  const labelled = f.label === undefined ? list : list.filter((e) => e.label === f.label);
+  if (f.latest === undefined) return labelled;
+  const groups = new Map<string, E[]>();
+  for (const e of labelled) groups.set(`${e.tenant}/${e.agent_id}`, [...(groups.get(`${e.tenant}/${e.agent_id}`) ?? []), e]);
+  const keep = new Set([...groups.values()].flatMap((g) => [...g].sort((x, y) => (x.snapshot_id < y.snapshot_id ? 1 : -1)).slice(0, f.latest)));
+  return labelled.filter((e) => keep.has(e));
+}
+
 export class Repository {
   private catalogCache: Promise<Snapshot[]> | null = null;
 

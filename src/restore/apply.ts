@@ -151,13 +151,14 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     embeddings: cfg ? embeddingChanges(m, configuredEmbeddings(cfg)) : undefined,
     allowEmbeddingChange: o.allowEmbeddingChange,
   });
-  if (policy.refusals.length) throw policyError(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
+  // a dry run shows the plan with its refusals (the command exits 14); anything else stops here
+  if (policy.refusals.length && !o.dryRun) throw policyError(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
   const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
   const repo = o.repo;
   const nextGen = Math.max(repo ? await repo.generation(a) : 0, seen.generation) + 1;
   const sources = sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
   const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, sources.planned);
-  const warnings = [...policy.warnings, ...policy.needsApproval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
+  const warnings = [...policy.warnings, ...policy.needs_approval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
   const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, sources: [], ...x });
   if (o.dryRun) return result({});
   const unresolved = sources.planned.find((p) => !p.resolved);

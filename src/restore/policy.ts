@@ -30,7 +30,7 @@ export interface PolicyInput {
 export interface PolicyDecision {
   refusals: string[];
   /** refusals that an approved override may lift (rollback) */
-  needsApproval: string[];
+  needs_approval: string[];
   warnings: string[];
 }
 
@@ -40,7 +40,7 @@ export const MAX_SEQUENCE_JUMP = 1_000_000;
 /** Decides whether a verified bundle may be restored here. */
 export function evaluatePolicy(p: PolicyInput): PolicyDecision {
   const m = p.manifest;
-  const d: PolicyDecision = { refusals: [], needsApproval: [], warnings: [] };
+  const d: PolicyDecision = { refusals: [], needs_approval: [], warnings: [] };
   const expires = new Date(m.expires_at);
   if (expires <= p.now) d.refusals.push(`snapshot ${m.snapshot_id} expired at ${m.expires_at}`);
   if (!p.allowOtherAgent) {
@@ -52,7 +52,7 @@ export function evaluatePolicy(p: PolicyInput): PolicyDecision {
   if (p.seen) {
     if (m.sequence < p.seen.highest_sequence) {
       const msg = `rollback: snapshot sequence ${m.sequence} is older than the highest seen here (${p.seen.highest_sequence})`;
-      if (p.allowRollback) d.needsApproval.push(msg);
+      if (p.allowRollback) d.needs_approval.push(msg);
       else d.refusals.push(`${msg}; pass --allow-rollback and approve to restore it anyway`);
     }
     if (m.sequence > p.seen.highest_sequence + MAX_SEQUENCE_JUMP)
@@ -73,7 +73,7 @@ export function evaluatePolicy(p: PolicyInput): PolicyDecision {
  */
 export function embeddingPolicy(e: { changes: string[]; unknown: string[] }, allow: boolean, d: PolicyDecision): void {
   for (const c of e.changes) {
-    if (allow) d.needsApproval.push(c);
+    if (allow) d.needs_approval.push(c);
     else d.refusals.push(`${c}; pass --allow-embedding-change and approve to restore it anyway`);
   }
   d.warnings.push(...e.unknown);

@@ -2,9 +2,11 @@
 import type { DrillResult } from "../drill/runner.js";
 
 type DrillCmdResult = DrillResult & { report_file: string | null; report_index: number | null };
-import { bad, bold, dim, ok, say, warn } from "./output.js";
+import { bad, bold, dim, isTTY, ok, say, warn } from "./output.js";
 
 export function renderDrill(r: DrillCmdResult): void {
+  // quiet on success without a TTY, like backup: cron mails whatever is printed
+  if (!isTTY() && r.ok && !r.warnings.length) return;
   say(bold(`drill ${r.spec}: snapshot ${r.snapshot_id} of ${r.agent_id} (sequence ${r.sequence})`));
   const scenarios = [...new Set(r.checks.map((c) => c.scenario))];
   for (const sc of scenarios) {
@@ -21,6 +23,7 @@ export function renderDrill(r: DrillCmdResult): void {
     const line = `  ${c.name}: ${c.detail}`;
     if (c.ok) ok(line);
     else if (c.severity === "warning") warn(line);
+    else if (c.severity === "info") say(dim(`  - ${line.trim()} (not a warning)`));
     else {
       bad(line);
       for (const row of c.sample ?? []) say(dim(`      ${JSON.stringify(row)}`));

@@ -1,14 +1,45 @@
 /**
  * The only module that writes to the terminal. Human output and progress go
- * to stderr; `--json` results go to stdout. Spinners only on a TTY; NO_COLOR
- * is honoured (chalk reads it).
+ * to stderr; `--json` results go to stdout. Spinners only on a TTY of
+ * non-zero width whose foreground this process is; prompts likewise; colour
+ * follows --no-color, then FORCE_COLOR, then NO_COLOR (https://no-color.org).
  */
 import chalk from "chalk";
+import { readFileSync } from "node:fs";
 import ora, { type Ora } from "ora";
-import { usageError } from "../errors.js";
+import { onInterrupt } from "../cleanup.js";
+import { AgentbakError, Exit, usageError } from "../errors.js";
 
 export const isTTY = () => Boolean(process.stderr.isTTY);
 export const stdinTTY = () => Boolean(process.stdin.isTTY);
+
+/**
+ * Whether this process belongs to its terminal's foreground process group.
+ * A background job (`agentbak backup &`) that changed terminal modes would be
+ * stopped by SIGTTOU, so it neither spins nor prompts. Read from /proc on
+ * Linux; elsewhere assumed.
+ */
+export function foreground(): boolean {
+  try {
+    const stat = readFileSync("/proc/self/stat", "utf8");
+    // after "(comm) ": state ppid pgrp session tty_nr tpgid ...
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const pgrp = Number(f[2]);
+    const tpgid = Number(f[5]);
+    return tpgid < 0 || pgrp === tpgid;
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * Sets colour once, at start: `--no-color` wins, then FORCE_COLOR (chalk reads
+ * it), then NO_COLOR (chalk does not read it), then whether stdout is a TTY.
+ */
+export function configureColor(noColorFlag: boolean): void {
+  const forced = process.env.FORCE_COLOR !== undefined;
+  if (noColorFlag || (!forced && process.env.NO_COLOR)) chalk.level = 0;
+}
 
 /** Writes a human line to stderr. */
 export const say = (line = "") => void process.stderr.write(line + "\n");
@@ -24,11 +55,18 @@ export const out = (text: string) => void process.stdout.write(text);
 /** Writes one JSON document (or JSON Lines record) to stdout. */
 export const emitJson = (v: unknown) => void process.stdout.write(JSON.stringify(v) + "\n");
 
-/** A spinner on a TTY; a no-op otherwise (quiet for cron). */
+const spinnable = () => isTTY() && (process.stderr.columns ?? 0) > 0 && foreground();
+
+/**
+ * A spinner on a foreground TTY of non-zero width; a no-op otherwise (quiet for
+ * cron, and a 0-column terminal would make ora's line arithmetic loop). Stdin
+ * stays in cooked mode, so Ctrl-C is a signal and interrupts.
+ */
 export function progress(text: string): { update(t: string): void; stop(): void } {
-  if (!isTTY()) return { update: () => undefined, stop: () => undefined };
-  const s: Ora = ora({ text, stream: process.stderr }).start();
-  return { update: (t) => void (s.text = t), stop: () => void s.stop() };
+  if (!spinnable()) return { update: () => undefined, stop: () => undefined };
+  const s: Ora = ora({ text, stream: process.stderr, discardStdin: false }).start();
+  const unregister = onInterrupt(() => s.stop());
+  return { update: (t) => void (s.text = t), stop: () => (unregister(), void s.stop()) };
 }
 
 /** Prints rows as an aligned table to stdout (a listing is a command's result). */
@@ -40,18 +78,43 @@ export function table(headers: string[], rows: string[][]): void {
 }
 
 /**
- * Asks a yes/no question on a TTY. Without a TTY it is a usage error naming
- * the flag that answers it.
+ * Runs a prompt when one may be shown (stdin and stderr are TTYs and this is
+ * the foreground job); Ctrl-C at it is an interruption (130), not a bug.
+ * @throws AgentbakError(2) naming `flag` when no prompt may be shown, (130) on Ctrl-C.
  */
-export async function confirm(message: string, flag: string): Promise<boolean> {
-  if (!stdinTTY() || !isTTY()) throw usageError(`confirmation needed and no TTY: pass ${flag}`);
-  const { confirm: ask } = await import("@inquirer/prompts");
-  return ask({ message, default: false }, { output: process.stderr });
+async function prompt<T>(what: string, flag: string, ask: (p: typeof import("@inquirer/prompts")) => Promise<T>): Promise<T> {
+  if (!stdinTTY() || !isTTY()) throw usageError(`${what} needed and no TTY: pass ${flag}`);
+  if (!foreground()) throw usageError(`${what} needed and this is a background job: pass ${flag}`);
+  try {
+    return await ask(await import("@inquirer/prompts"));
+  } catch (e) {
+    if ((e as Error)?.name === "ExitPromptError") throw new AgentbakError(Exit.interrupted, "interrupted");
+    throw e;
+  }
 }
 
-/** Asks for a text value on a TTY, or fails naming the flag. */
+const context = { output: process.stderr };
+
+/** Asks a yes/no question, or fails naming the flag that answers it. */
+export async function confirm(message: string, flag: string): Promise<boolean> {
+  return prompt("confirmation", flag, (p) => p.confirm({ message, default: false }, context));
+}
+
+/** Asks for a text value, or fails naming the flag. */
 export async function askText(message: string, flag: string, def?: string): Promise<string> {
-  if (!stdinTTY() || !isTTY()) throw usageError(`${message.replace(/[?:]\s*$/, "")} needed and no TTY: pass ${flag}`);
-  const { input } = await import("@inquirer/prompts");
-  return input({ message, default: def, required: true }, { output: process.stderr });
+  return prompt(message.replace(/[?:]\s*$/, ""), flag, (p) => p.input({ message, default: def, required: true }, context));
+}
+
+/** Offers `choices` to tick (none ticked is an answer), or fails naming the flag. */
+export async function askChoices(message: string, flag: string, choices: string[]): Promise<string[]> {
+  if (!choices.length) return [];
+  return prompt(message.replace(/[?:]\s*$/, ""), flag, (p) => p.checkbox({ message, choices: choices.map((value) => ({ value, checked: true })) }, context));
+}
+
+/** Offers `choices` and "none", or fails naming the flag. @returns the choice, or undefined for none. */
+export async function askOne(message: string, flag: string, choices: string[]): Promise<string | undefined> {
+  if (!choices.length) return undefined;
+  const none = "(none)";
+  const r = await prompt(message.replace(/[?:]\s*$/, ""), flag, (p) => p.select({ message, choices: [...choices, none].map((value) => ({ value })) }, context));
+  return r === none ? undefined : r;
 }

@@ -1,17 +1,18 @@
-/** Human rendering of a restore plan (stderr). */
+/** Human rendering of a restore plan: stderr before a confirmation, stdout as a dry run's result. */
 import type { RestorePlan } from "../restore/plan.js";
-import { bold, dim, say, warn } from "./output.js";
+import { bad, bold, dim, say, warn } from "./output.js";
 
-export function renderPlan(p: RestorePlan): void {
-  say(bold(`Restore plan for ${p.agent_id} (tenant ${p.tenant})`));
-  say(`  snapshot   ${p.snapshot_id}  sequence ${p.sequence}  created ${p.created_at} (${p.age_hours} h ago)`);
-  say(`  target     ${p.target}`);
-  for (const w of p.writes) say(`  write      ${w.path}  ${dim(`${w.kind}, ${w.size} bytes`)}`);
-  if (p.workspace) say(`  workspace  ${p.workspace.path} at ${p.workspace.commit.slice(0, 12)}${p.workspace.branch ? ` (${p.workspace.branch})` : ""}${p.workspace.dirty ? " + uncommitted changes" : ""}`);
-  for (const x of p.sources) say(`  source     ${x.name} (${x.kind}, ${x.records} records at ${x.snapshot_at}) into ${x.into}${x.resolved ? "" : " — not resolved here"}`);
-  for (const [k, v] of Object.entries(p.cursors)) say(`  cursor     ${k} = ${v}`);
-  for (const o of p.open_operations) say(`  open op    ${o.id} key ${o.idempotency_key}  ${dim("(sent, no receipt: reconcile before activation)")}`);
-  for (const c of p.credentials) say(`  credential ${c.name} ${c.ref}: ${c.status}`);
-  say(`  generation ${p.next_generation}; the agent starts suspended`);
-  for (const w of [...p.policy.warnings, ...p.policy.needsApproval]) warn(w);
+export function renderPlan(p: RestorePlan, write: (line: string) => void = say): void {
+  write(bold(`Restore plan for ${p.agent_id} (tenant ${p.tenant})`));
+  write(`  snapshot   ${p.snapshot_id}  sequence ${p.sequence}  created ${p.created_at} (${p.age_hours} h ago)`);
+  write(`  target     ${p.target}`);
+  for (const w of p.writes) write(`  write      ${w.path}  ${dim(`${w.kind}, ${w.size} bytes`)}`);
+  if (p.workspace) write(`  workspace  ${p.workspace.path} at ${p.workspace.commit.slice(0, 12)}${p.workspace.branch ? ` (${p.workspace.branch})` : ""}${p.workspace.dirty ? " + uncommitted changes" : ""}`);
+  for (const x of p.sources) write(`  source     ${x.name} (${x.kind}, ${x.records} records at ${x.snapshot_at}) into ${x.into}${x.resolved ? "" : " — not resolved here"}`);
+  for (const [k, v] of Object.entries(p.cursors)) write(`  cursor     ${k} = ${v}`);
+  for (const o of p.open_operations) write(`  open op    ${o.id} key ${o.idempotency_key}  ${dim("(sent, no receipt: reconcile before activation)")}`);
+  for (const c of p.credentials) write(`  credential ${c.name} ${c.ref}: ${c.status}`);
+  write(`  generation ${p.next_generation}; the agent starts suspended`);
+  for (const w of [...p.policy.warnings, ...p.policy.needs_approval]) warn(w);
+  for (const r of p.policy.refusals) bad(`refused by policy: ${r}`);
 }

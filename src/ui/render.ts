@@ -18,13 +18,16 @@ import { renderPlan } from "./plan.js";
 export function keygen(r: KeygenResult): void {
   ok(`keys written to ${r.dir}`);
   say(`  recipient: ${r.recipient}`);
-  say(`  signer:    ${r.principal} ${r.signerFingerprint}`);
+  say(`  signer:    ${r.principal} ${r.signer_fingerprint}`);
 }
 
-export function init(r: { config: string; config_created: boolean; repository: string; repository_created: boolean; home: string; keys_created: boolean }): void {
+export function init(r: { config: string; config_created: boolean; repository: string; repository_created: boolean; home: string; keys_created: boolean; databases: { name: string; path: string }[]; workspace: string | null }): void {
   ok(`${r.config_created ? "wrote" : "using"} ${r.config}`);
   say(`  repository: ${r.repository}${r.repository_created ? " (created)" : " (already there)"}`);
   say(`  keys:       ${r.home}${r.keys_created ? " (generated)" : ""}`);
+  for (const d of r.databases) say(`  database:   ${d.name} = ${d.path}`);
+  if (r.workspace) say(`  workspace:  ${r.workspace}`);
+  if (!r.databases.length && !r.workspace) say(`  next: name the agent's databases ("databases") or workspace in ${r.config}; until then a backup captures no state`);
 }
 
 export function backup(r: BackupReceipt): void {
@@ -35,10 +38,39 @@ export function backup(r: BackupReceipt): void {
   }
 }
 
+/** 1536 -> "1.5 KiB". */
+export function humanSize(n: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  for (; n >= 1024 && i < units.length - 1; i++) n /= 1024;
+  return i === 0 ? `${n} B` : `${n.toFixed(n < 10 ? 1 : 0)} ${units[i]}`;
+}
+
+/** Time since `iso`, in the largest unit that fits: 45s, 12m, 3h, 5d. */
+export function humanAge(iso: string, now = Date.now()): string {
+  const s = Math.max(0, Math.round((now - new Date(iso).getTime()) / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86_400) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86_400)}d`;
+}
+
 export function snapshots(list: CatalogEntry[]): void {
   table(
-    ["SNAPSHOT", "TENANT", "AGENT", "SEQ", "KIND", "CREATED", "SIZE", "STATUS"],
-    list.map((e) => [e.snapshot_id, e.tenant ?? "-", e.agent_id, String(e.sequence ?? "-"), e.kind ?? "-", e.created_at ?? "-", String(e.size), e.status === "ok" ? "ok" : `${e.status}: ${e.problem}`]),
+    ["SNAPSHOT", "TENANT", "AGENT", "SEQ", "KIND", "PARENT", "CREATED", "AGE", "SIZE", "LABEL", "STATUS"],
+    list.map((e) => [
+      e.snapshot_id,
+      e.tenant ?? "-",
+      e.agent_id,
+      String(e.sequence ?? "-"),
+      e.kind ?? "-",
+      e.parent ?? "-",
+      e.created_at?.replace(/\.\d+Z$/, "Z") ?? "-",
+      e.created_at ? humanAge(e.created_at) : "-",
+      humanSize(e.size),
+      e.label ?? "",
+      e.status === "ok" ? "ok" : `${e.status}: ${e.problem}`,
+    ]),
   );
 }
 
@@ -48,7 +80,7 @@ export function verify(r: { snapshot_id: string; deep: boolean; checks: Check[] 
 }
 
 export function restore(r: RestoreResult): void {
-  if (!r.restored) renderPlan(r.plan);
+  if (!r.restored) renderPlan(r.plan, (line) => out(line + "\n")); // a dry run's plan is its result
   else ok(`${r.repeated ? "already restored" : "restored"} ${r.plan.snapshot_id} into ${r.plan.target} at generation ${r.generation}; the agent is suspended until "agentbak activate --target ${r.plan.target}"`);
   for (const x of r.sources ?? []) ok(`source ${x.name} (${x.kind}): ${x.detail}`);
   for (const w of r.warnings) warn(w);
@@ -80,7 +112,8 @@ export function copy(r: CopyResult): void {
   ok(`copied ${r.copied.length}, already there ${r.skipped.length} (${r.from} -> ${r.to})`);
 }
 
-export function schedule(r: { crontab: string[]; systemd: Record<string, string> }): void {
+export function schedule(r: { crontab: string[]; systemd: Record<string, string>; warnings: string[] }): void {
   out(r.crontab.join("\n") + "\n");
   for (const [name, body] of Object.entries(r.systemd)) out(`\n# --- ${name} ---\n${body}`);
+  for (const w of r.warnings) warn(w);
 }
