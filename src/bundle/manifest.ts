@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 import { z } from "zod";
-import { ID_PATTERN } from "../config/schema.js";
+import { ID_PATTERN, STRATEGIES } from "../config/schema.js";
 import { formatIssues, policyError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
 
@@ -98,7 +98,26 @@ export const ManifestSchema = z.strictObject({
   cursors: z.record(z.string(), scalar),
   /** the queries that produced the cursors, so a drill can compare them on the restored state */
   cursor_queries: z.record(z.string(), z.strictObject({ database: z.string(), sql: z.string() })),
-  open_operations: z.array(z.strictObject({ id: scalar, idempotency_key: z.string() })),
+  open_operations: z.array(
+    z.strictObject({
+      id: scalar,
+      idempotency_key: z.string(),
+      /** what kind of effect it is (e.g. email, payment), when the open-operations query names one */
+      kind: z.string().nullable().optional(),
+      /** how a restore reconciles it, from the config at backup time */
+      strategy: z.enum(STRATEGIES).optional(),
+    }),
+  ),
+  /** how the databases were captured at one instant (absent in bundles made before agentbak recorded it) */
+  cut: z
+    .strictObject({
+      at: time,
+      method: z.enum(["write-locks", "read-transaction"]),
+      databases: z.array(z.string()),
+      wait_ms: int,
+      hold_ms: int,
+    })
+    .optional(),
 });
 
 export type Manifest = z.infer<typeof ManifestSchema>;
@@ -145,6 +164,7 @@ export interface ManifestInput {
   cursors: Manifest["cursors"];
   cursorQueries: Manifest["cursor_queries"];
   openOperations: Manifest["open_operations"];
+  cut: Manifest["cut"];
 }
 
 /**
@@ -188,6 +208,7 @@ export function buildManifest(i: ManifestInput): Manifest {
     cursors: i.cursors,
     cursor_queries: i.cursorQueries,
     open_operations: i.openOperations,
+    ...(i.cut ? { cut: i.cut } : {}),
   };
 }
 

@@ -16,6 +16,7 @@ import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
 import { verifyChain } from "../bundle/chain.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
+import { strategyFor } from "../config/schema.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
@@ -25,7 +26,7 @@ import type { AgentRef, Repository, Snapshot } from "../repository/repository.js
 import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/inspect.js";
 import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
 import { scanValue, type SecretFinding } from "../state/secrets.js";
-import { snapshotDatabase } from "../state/sqlite.js";
+import { snapshotDatabases, type Cut } from "../state/sqlite.js";
 import { captureWorkspace, rebuildWorkspace, treeDigest } from "../state/workspace.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
@@ -159,17 +160,16 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   const dbs: DbRecord[] = [];
   const files: StagedComponent[] = [];
   const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
+  let cut: Cut | undefined;
   let failure: unknown;
   try {
     o.progress?.("quiescing agent");
     await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
     o.progress?.("snapshotting databases");
     mkdirSync(join(staging, "db"), { recursive: true });
-    for (const d of cfg.databases) {
-      const copy = join(staging, "db", `${d.name}.sqlite`);
-      await snapshotDatabase(d.name, lc.resolve(d.path), copy);
-      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
-    }
+    for (const d of cfg.databases)
+      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy: join(staging, "db", `${d.name}.sqlite`), parentIndex: null, index: null, delta: null, inspected: null });
+    if (dbs.length) cut = await snapshotDatabases(cfg.databases.map((d, i) => ({ name: d.name, src: lc.resolve(d.path), dest: dbs[i]!.copy })), cfg.cut.waitSeconds * 1000);
     const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...(repoDir ? [repoDir] : [])];
     for (const pattern of cfg.files) {
       for (const f of expandFiles(lc, pattern, exclude)) {
@@ -214,7 +214,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     }
   }
   if (failure) throw failure;
-  return { dbs, files, ws };
+  return { dbs, files, ws, cut };
 }
 
 /**
@@ -243,7 +243,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
 
     const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-    const { dbs, files, ws } = await capture(lc, repoDir, staging, o, warnings);
+    const { dbs, files, ws, cut } = await capture(lc, repoDir, staging, o, warnings);
     crashStep("snapshotted");
 
     // an incremental's page index decides what goes in, so it is made here, before the payload, beside the
@@ -327,7 +327,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       credentials: cfg.credentials.map((c) => ({ name: c.name, ref: c.ref })),
       cursors: ins.cursors,
       cursorQueries: Object.fromEntries(Object.entries(cfg.cursors).map(([k, c]) => [k, { database: c.database, sql: c.sql }])),
-      openOperations: ins.openOperations,
+      openOperations: ins.openOperations.map((op) => ({ ...op, strategy: strategyFor(op.kind, cfg.openOperations) })),
+      cut,
     });
     const mfind = scanValue(manifest, "manifest");
     if (mfind.length) throw policyError(`refusing to back up: possible secret (${mfind[0]!.kind}) in ${mfind.map((f) => f.where).join(", ")}`);
