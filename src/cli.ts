@@ -164,6 +164,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("-y, --yes", "approve without a prompt")
       .option("--allow-rollback", "allow restoring an older sequence than seen here (still needs approval)")
       .option("--allow-other-agent", "allow a bundle of another agent or tenant than the config's")
+      .option("--allow-runtime-change", "allow a snapshot made under another agent version, image or model than the config's (still needs approval)")
       .option("--agent <id>", "expected agent id (default: the config's)")
       .option("--tenant <t>", "expected tenant (default: the config's)")
       .option("--request-id <id>", "the same id again returns the first result")
@@ -187,21 +188,41 @@ export function buildProgram(result: { code: ExitCode }): Command {
 
   help(
     program
-      .command("activate")
-      .description("lift the suspension of a restored agent once the original runtime is stopped")
-      .requiredOption("--target <dir>", "a folder agentbak restored")
+      .command("reconcile")
+      .description("ask the provider about each open operation of a restored agent by idempotency key, and record the outcomes")
+      .requiredOption("--target <dir>", "a folder agentbak restored (still suspended)")
+      .addOption(cfgOpt().default(undefined, "the config the restore ran with"))
       .addOption(repoOpt())
-      .option("-y, --yes", "confirm that the original runtime is stopped and open operations are reconciled or accepted")
       .addOption(jsonOpt()),
-    ["agentbak activate --target ./restored --yes"],
+    ["agentbak reconcile --target ./restored", "agentbak reconcile --target ./restored -c /srv/agents/billing/agentbak.json --json"],
+  ).action(async (o) => {
+    const { reconcile } = await import("./commands/reconcile.js");
+    const r = await reconcile(o);
+    await show(o, r, (await render()).reconcile);
+    if (r.summary.unresolved) result.code = Exit.warnings;
+  });
+
+  help(
+    program
+      .command("activate")
+      .description("lift the suspension of a restored agent once its open operations are reconciled and the original runtime is stopped")
+      .requiredOption("--target <dir>", "a folder agentbak restored")
+      .addOption(cfgOpt().default(undefined, "the config the restore ran with"))
+      .addOption(repoOpt())
+      .option("--accept-unresolved", "activate although open operations are unresolved (needs --reason)")
+      .option("--reason <text>", "why the unresolved operations are accepted (signed into the audit log)")
+      .option("--isolated", "the original runtime answers alive, but can no longer reach the outside world")
+      .option("-y, --yes", "confirm that the original runtime is stopped")
+      .addOption(jsonOpt()),
+    ["agentbak activate --target ./restored --yes", 'agentbak activate --target ./restored --accept-unresolved --reason "INC-1234: payment checked by hand" --yes'],
   ).action(async (o) => {
     const ui = await import("./ui/output.js");
     const { activate } = await import("./commands/activate.js");
     const r = await activate({
       ...o,
-      confirm: async (rec) => {
-        for (const op of rec.open_operations) ui.warn(`open operation ${op.id} (key ${op.idempotency_key}) was sent without a receipt`);
-        return ui.confirm(`Is the original ${rec.agent_id} runtime stopped, and are its open operations reconciled or accepted?`, "--yes");
+      confirm: async (c) => {
+        for (const u of c.unresolved) ui.warn(`open operation ${u.id} (key ${u.idempotency_key}) accepted unresolved: ${u.why}`);
+        return ui.confirm(`Is the original ${c.record.agent_id} runtime stopped?`, "--yes");
       },
     });
     await show(o, r, (await render()).activate);

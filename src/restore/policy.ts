@@ -3,6 +3,8 @@
  * restoring side knows to a decision. No disk, no clock of its own.
  */
 import type { Manifest } from "../bundle/manifest.js";
+import { describeDifference, runtimeDifferences, type RuntimeDifference } from "../bundle/runtime.js";
+import type { Config } from "../config/schema.js";
 
 /** What the restoring side trusts (kept in AGENTBAK_HOME, not in the repository). */
 export interface TrustedState {
@@ -22,6 +24,9 @@ export interface PolicyInput {
   seen?: TrustedState;
   allowRollback?: boolean;
   staleAfterHours?: number;
+  /** the target's runtime (its config): a difference from the snapshot's needs approval unless declared compatible */
+  runtime?: Config["runtime"];
+  allowRuntimeChange?: boolean;
 }
 
 export interface PolicyDecision {
@@ -29,6 +34,8 @@ export interface PolicyDecision {
   /** refusals that an approved override may lift (rollback) */
   needsApproval: string[];
   warnings: string[];
+  /** how the snapshot's runtime differs from the target's */
+  runtime: RuntimeDifference[];
 }
 
 /** The largest forward jump in checkpoint sequence accepted without question. */
@@ -37,7 +44,7 @@ export const MAX_SEQUENCE_JUMP = 1_000_000;
 /** Decides whether a verified bundle may be restored here. */
 export function evaluatePolicy(p: PolicyInput): PolicyDecision {
   const m = p.manifest;
-  const d: PolicyDecision = { refusals: [], needsApproval: [], warnings: [] };
+  const d: PolicyDecision = { refusals: [], needsApproval: [], warnings: [], runtime: p.runtime ? runtimeDifferences(m.runtime, p.runtime) : [] };
   const expires = new Date(m.expires_at);
   if (expires <= p.now) d.refusals.push(`snapshot ${m.snapshot_id} expired at ${m.expires_at}`);
   if (!p.allowOtherAgent) {
@@ -54,6 +61,12 @@ export function evaluatePolicy(p: PolicyInput): PolicyDecision {
     }
     if (m.sequence > p.seen.highest_sequence + MAX_SEQUENCE_JUMP)
       d.refusals.push(`fast-forward: snapshot sequence ${m.sequence} jumps far beyond the highest seen here (${p.seen.highest_sequence})`);
+  }
+  const changed = d.runtime.filter((x) => !x.compatible);
+  if (changed.length) {
+    const msg = `runtime differs from the snapshot's: ${changed.map(describeDifference).join(", ")}`;
+    if (p.allowRuntimeChange) d.needsApproval.push(msg);
+    else d.refusals.push(`${msg}; declare it in runtime.compatible, or pass --allow-runtime-change and approve`);
   }
   const ageHours = (p.now.getTime() - new Date(m.created_at).getTime()) / 3_600_000;
   if (ageHours < -0.1) d.refusals.push(`snapshot claims a creation time in the future (${m.created_at})`);

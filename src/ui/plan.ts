@@ -1,4 +1,5 @@
 /** Human rendering of a restore plan (stderr). */
+import { describeDifference } from "../bundle/runtime.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { bold, dim, say, warn } from "./output.js";
 
@@ -9,8 +10,10 @@ export function renderPlan(p: RestorePlan): void {
   for (const w of p.writes) say(`  write      ${w.path}  ${dim(`${w.kind}, ${w.size} bytes`)}`);
   if (p.workspace) say(`  workspace  ${p.workspace.path} at ${p.workspace.commit.slice(0, 12)}${p.workspace.branch ? ` (${p.workspace.branch})` : ""}${p.workspace.dirty ? " + uncommitted changes" : ""}`);
   for (const [k, v] of Object.entries(p.cursors)) say(`  cursor     ${k} = ${v}`);
-  for (const o of p.open_operations) say(`  open op    ${o.id} key ${o.idempotency_key}  ${dim("(sent, no receipt: reconcile before activation)")}`);
+  for (const o of p.open_operations) say(`  open op    ${o.id} key ${o.idempotency_key}${o.kind ? ` (${o.kind})` : ""}  ${dim(`sent, no receipt: reconciled by strategy ${o.strategy} before activation`)}`);
+  for (const t of p.timers) say(`  timer      ${t.database}.${t.table}.${t.column}  ${dim(t.mode === "shift" ? `shifted by ${Math.round(t.shift_ms! / 1000)} s (time since the snapshot)` : `leases still in the future end at ${t.to}`)}`);
   for (const c of p.credentials) say(`  credential ${c.name} ${c.ref}: ${c.status}`);
+  for (const d of p.policy.runtime) say(`  runtime    ${describeDifference(d)}  ${dim(d.compatible ? "(declared compatible)" : "(needs approval)")}`);
   say(`  generation ${p.next_generation}; the agent starts suspended`);
   for (const w of [...p.policy.warnings, ...p.policy.needsApproval]) warn(w);
 }
