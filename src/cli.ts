@@ -131,7 +131,11 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak snapshots", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json"],
   ).action(async (o) => {
     const { snapshots } = await import("./commands/snapshots.js");
-    await show(o, await snapshots(o), (await render()).snapshots);
+    const r = await snapshots(o);
+    await show(o, r.entries, (await render()).snapshots);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   help(
@@ -256,6 +260,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--no-report", "do not append a report entry")
       .option("--junit <file>", "write JUnit XML")
       .option("--within <duration>", "with random: pick among snapshots this recent", "7d")
+      .option("--allow-runtime-change", "drill a snapshot made under another agent version, image or model than the config's")
       .option("--agent <id>", "agent (default: the config's)")
       .option("--tenant <t>", "tenant (default: the config's)")
       .addOption(jsonOpt()),

@@ -17,6 +17,7 @@ export interface DrillCmdOptions extends GlobalOpts {
   within?: string;
   agent?: string;
   tenant?: string;
+  allowRuntimeChange?: boolean;
   progress?: (t: string) => void;
 }
 
@@ -33,7 +34,15 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
   const bundle = await ctx.openRef(ref, { ...ctx.agentFilter(opts), within: parseDuration(opts.within ?? "7d") });
   let r: DrillResult;
   try {
-    r = await runDrill({ bundle, spec, trust: ctx.trust, identities: () => ctx.identities(opts.identity), progress: opts.progress });
+    r = await runDrill({
+      bundle,
+      spec,
+      trust: ctx.trust,
+      identities: () => ctx.identities(opts.identity),
+      config: ctx.lc?.config,
+      allowRuntimeChange: opts.allowRuntimeChange,
+      progress: opts.progress,
+    });
   } finally {
     bundle.release();
   }
