@@ -6,21 +6,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, ROOT, type TestAgent } from "./helpers.js";
+import { json, makeAgent, ROOT, writeSpec, type TestAgent } from "./helpers.js";
 
 const SPEC = join(ROOT, "drills", "recovery.json");
 const CRASH_SPEC = join(ROOT, "drills", "reference-agent.json");
 let a: TestAgent;
 
-function spec(name: string, base: string, patch: (s: any) => void): string {
-  const s = JSON.parse(readFileSync(base, "utf8"));
-  s.invariants = [join(ROOT, "drills/invariants/reference/*.sql")];
-  s.worker.command = ["node", join(ROOT, "fixtures/agent/worker.js")];
-  patch(s);
-  const p = join(a.tmp, `${name}.json`);
-  writeFileSync(p, JSON.stringify(s));
-  return p;
-}
+const spec = (name: string, base: string, patch: (s: any) => void) => writeSpec(a.tmp, name, base, patch);
 const patchConfig = (patch: (c: any) => void, name: string) => {
   const c = JSON.parse(readFileSync(a.config, "utf8"));
   patch(c);
