@@ -11,7 +11,7 @@ export function renderPlan(p: RestorePlan): void {
   if (p.workspace) say(`  workspace  ${p.workspace.path} at ${p.workspace.commit.slice(0, 12)}${p.workspace.branch ? ` (${p.workspace.branch})` : ""}${p.workspace.dirty ? " + uncommitted changes" : ""}`);
   for (const [k, v] of Object.entries(p.cursors)) say(`  cursor     ${k} = ${v}`);
   for (const o of p.open_operations) say(`  open op    ${o.id} key ${o.idempotency_key}${o.kind ? ` (${o.kind})` : ""}  ${dim(`sent, no receipt: reconciled by strategy ${o.strategy} before activation`)}`);
-  for (const t of p.timers) say(`  timer      ${t.database}.${t.table}.${t.column}  ${dim(t.mode === "shift" ? `shifted by ${Math.round(t.shift_ms! / 1000)} s (time since the snapshot)` : `leases still in the future end at ${t.to}`)}`);
+  for (const t of p.timers) say(`  timer      ${t.database}.${t.table}.${t.column}  ${dim(t.mode === "shift" ? `shifted by ${Math.round(t.shift_ms! / 1000)} s (time since the snapshot)` : `leases still in the future end now (${new Date(t.format === "epoch_s" ? Number(t.to) * 1000 : (t.to as string | number)).toISOString()})`)}`);
   for (const c of p.credentials) say(`  credential ${c.name} ${c.ref}: ${c.status}`);
   for (const d of p.policy.runtime) say(`  runtime    ${describeDifference(d)}  ${dim(d.compatible ? "(declared compatible)" : "(needs approval)")}`);
   say(`  generation ${p.next_generation}; the agent starts suspended`);
