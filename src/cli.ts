@@ -33,6 +33,7 @@ function help(cmd: Command, examples: string[]): Command {
 }
 
 const cfgOpt = () => new Option("-c, --config <file>", "config file (default ./agentbak.json)");
+const targetCfgOpt = () => new Option("-c, --config <file>", "the agent's config (default: AGENTBAK_CONFIG, else the one the restore ran with)");
 const repoOpt = () => new Option("--repo <path>", "repository (overrides AGENTBAK_REPOSITORY and config)");
 const jsonOpt = () => new Option("--json", "machine-readable result on stdout");
 
@@ -195,7 +196,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .command("reconcile")
       .description("ask the provider about each open operation of a restored agent by idempotency key, and record the outcomes")
       .requiredOption("--target <dir>", "a folder agentbak restored (still suspended)")
-      .addOption(cfgOpt().default(undefined, "the config the restore ran with"))
+      .addOption(targetCfgOpt())
       .addOption(repoOpt())
       .addOption(jsonOpt()),
     ["agentbak reconcile --target ./restored", "agentbak reconcile --target ./restored -c /srv/agents/billing/agentbak.json --json"],
@@ -211,7 +212,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .command("activate")
       .description("lift the suspension of a restored agent once its open operations are reconciled and the original runtime is stopped")
       .requiredOption("--target <dir>", "a folder agentbak restored")
-      .addOption(cfgOpt().default(undefined, "the config the restore ran with"))
+      .addOption(targetCfgOpt())
       .addOption(repoOpt())
       .option("--accept-unresolved", "activate although open operations are unresolved (needs --reason)")
       .option("--reason <text>", "why the unresolved operations are accepted (signed into the audit log)")
