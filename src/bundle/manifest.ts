@@ -6,8 +6,9 @@
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 import { z } from "zod";
-import { ID_PATTERN, STRATEGIES } from "../config/schema.js";
+import { ID_PATTERN } from "../config/schema.js";
 import { formatIssues, policyError } from "../errors.js";
+import { STRATEGIES } from "../config/recovery.js";
 import { TOOL_VERSION } from "../version.js";
 
 export const FORMAT = "agentbak-bundle";
@@ -155,6 +156,8 @@ export interface ManifestInput {
   signer: { fingerprint: string; principal: string };
   recipients: string[];
   runtime: Manifest["runtime"];
+  /** how the databases were captured at one instant */
+  cut: Manifest["cut"];
   databases: CapturedDatabase[];
   /** every other component (files, workspace), as written */
   others: Component[];
@@ -164,7 +167,6 @@ export interface ManifestInput {
   cursors: Manifest["cursors"];
   cursorQueries: Manifest["cursor_queries"];
   openOperations: Manifest["open_operations"];
-  cut: Manifest["cut"];
 }
 
 /**
@@ -200,6 +202,7 @@ export function buildManifest(i: ManifestInput): Manifest {
     signer: i.signer,
     recipients: i.recipients,
     runtime: i.runtime,
+    ...(i.cut ? { cut: i.cut } : {}),
     schema_version: i.databases[0]?.schemaVersion ?? null,
     components: [...databases, ...i.others],
     payload: i.payload,
@@ -208,7 +211,6 @@ export function buildManifest(i: ManifestInput): Manifest {
     cursors: i.cursors,
     cursor_queries: i.cursorQueries,
     open_operations: i.openOperations,
-    ...(i.cut ? { cut: i.cut } : {}),
   };
 }
 

@@ -16,7 +16,7 @@ import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
 import { verifyChain } from "../bundle/chain.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
-import { strategyFor } from "../config/schema.js";
+import { strategyFor } from "../config/recovery.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
@@ -158,18 +158,22 @@ function expandFiles(lc: LoadedConfig, pattern: string, exclude: string[]): stri
 async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions, warnings: string[]) {
   const cfg = lc.config;
   const dbs: DbRecord[] = [];
+  let cut: Cut | undefined;
   const files: StagedComponent[] = [];
   const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
-  let cut: Cut | undefined;
   let failure: unknown;
   try {
     o.progress?.("quiescing agent");
     await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
     o.progress?.("snapshotting databases");
     mkdirSync(join(staging, "db"), { recursive: true });
-    for (const d of cfg.databases)
-      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy: join(staging, "db", `${d.name}.sqlite`), parentIndex: null, index: null, delta: null, inspected: null });
-    if (dbs.length) cut = await snapshotDatabases(cfg.databases.map((d, i) => ({ name: d.name, src: lc.resolve(d.path), dest: dbs[i]!.copy })), cfg.cut.waitSeconds * 1000);
+    // every database at one instant, then one record each
+    if (cfg.databases.length)
+      cut = await snapshotDatabases(cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`) })), cfg.cut.waitSeconds * 1000);
+    for (const d of cfg.databases) {
+      const copy = join(staging, "db", `${d.name}.sqlite`);
+      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
+    }
     const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...(repoDir ? [repoDir] : [])];
     for (const pattern of cfg.files) {
       for (const f of expandFiles(lc, pattern, exclude)) {

@@ -12,12 +12,12 @@ import { context, type GlobalOpts } from "./context.js";
 export interface DrillCmdOptions extends GlobalOpts {
   spec: string;
   identity?: string;
+  allowRuntimeChange?: boolean;
   report?: string | false;
   junit?: string;
   within?: string;
   agent?: string;
   tenant?: string;
-  allowRuntimeChange?: boolean;
   progress?: (t: string) => void;
 }
 

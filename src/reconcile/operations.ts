@@ -4,7 +4,8 @@
  * function), and write the outcome into the restored state with the
  * configured SQL. Shared by `agentbak reconcile` and the drill.
  */
-import { strategyFor, type Config, type Strategy } from "../config/schema.js";
+import { strategyFor, type Strategy } from "../config/recovery.js";
+import type { Config } from "../config/schema.js";
 import { openDefensive, type DB } from "../state/sqlite.js";
 import { probeWithRetries, type Probe, type ProbeState } from "./probe.js";
 

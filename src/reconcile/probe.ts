@@ -6,7 +6,8 @@
  * request and never appear in an answer, a detail or an error.
  */
 import { execa } from "execa";
-import { CREDENTIAL_PLACEHOLDER, type Config } from "../config/schema.js";
+import { CREDENTIAL_PLACEHOLDER } from "../config/recovery.js";
+import type { Config } from "../config/schema.js";
 
 export type ProbeState = "completed" | "not_found" | "unknown";
 

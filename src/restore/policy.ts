@@ -19,14 +19,14 @@ export interface PolicyInput {
   expectAgent?: string;
   expectTenant?: string;
   allowOtherAgent?: boolean;
+  /** the target's runtime (its config): a difference from the snapshot's needs approval unless declared compatible */
+  runtime?: Config["runtime"];
+  allowRuntimeChange?: boolean;
   /** highest schema version this runtime supports */
   maxSchemaVersion?: number;
   seen?: TrustedState;
   allowRollback?: boolean;
   staleAfterHours?: number;
-  /** the target's runtime (its config): a difference from the snapshot's needs approval unless declared compatible */
-  runtime?: Config["runtime"];
-  allowRuntimeChange?: boolean;
 }
 
 export interface PolicyDecision {
@@ -51,6 +51,12 @@ export function evaluatePolicy(p: PolicyInput): PolicyDecision {
     if (p.expectTenant !== undefined && m.tenant !== p.expectTenant) d.refusals.push(`snapshot belongs to tenant "${m.tenant}", target is tenant "${p.expectTenant}"`);
     if (p.expectAgent !== undefined && m.agent_id !== p.expectAgent) d.refusals.push(`snapshot is of agent "${m.agent_id}", target is agent "${p.expectAgent}"`);
   }
+  const changed = d.runtime.filter((x) => !x.compatible);
+  if (changed.length) {
+    const msg = `runtime differs from the snapshot's: ${changed.map(describeDifference).join(", ")}`;
+    if (p.allowRuntimeChange) d.needsApproval.push(msg);
+    else d.refusals.push(`${msg}; declare it in runtime.compatible, or pass --allow-runtime-change and approve`);
+  }
   if (p.maxSchemaVersion !== undefined && m.schema_version !== null && m.schema_version > p.maxSchemaVersion)
     d.refusals.push(`state schema version ${m.schema_version} is newer than this runtime supports (${p.maxSchemaVersion})`);
   if (p.seen) {
@@ -61,12 +67,6 @@ export function evaluatePolicy(p: PolicyInput): PolicyDecision {
     }
     if (m.sequence > p.seen.highest_sequence + MAX_SEQUENCE_JUMP)
       d.refusals.push(`fast-forward: snapshot sequence ${m.sequence} jumps far beyond the highest seen here (${p.seen.highest_sequence})`);
-  }
-  const changed = d.runtime.filter((x) => !x.compatible);
-  if (changed.length) {
-    const msg = `runtime differs from the snapshot's: ${changed.map(describeDifference).join(", ")}`;
-    if (p.allowRuntimeChange) d.needsApproval.push(msg);
-    else d.refusals.push(`${msg}; declare it in runtime.compatible, or pass --allow-runtime-change and approve`);
   }
   const ageHours = (p.now.getTime() - new Date(m.created_at).getTime()) / 3_600_000;
   if (ageHours < -0.1) d.refusals.push(`snapshot claims a creation time in the future (${m.created_at})`);

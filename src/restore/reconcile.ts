@@ -6,7 +6,7 @@
  * Operations already resolved by an earlier run are not asked again.
  */
 import { join } from "node:path";
-import { CREDENTIAL_PLACEHOLDER } from "../config/schema.js";
+import { CREDENTIAL_PLACEHOLDER } from "../config/recovery.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import { policyError, usageError } from "../errors.js";
