@@ -6,6 +6,7 @@
  *   config                          -> base, crypto, storage
  *   bundle                          -> base, crypto, state, config
  *   repository                      -> base, storage, crypto, bundle, config
+ *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
  *   capture, restore, drill         -> the layers above; never each other
  *   commands                        -> anything below; ui never imports commands
  *   cli -> commands, ui; main -> cli
@@ -34,10 +35,11 @@ module.exports = {
     layer("config", ["crypto", "storage"]),
     layer("bundle", ["crypto", "state", "config"]),
     layer("repository", ["storage", "crypto", "bundle", "config"]),
+    layer("reconcile", ["state", "config"]),
     layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
-    layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository"]),
-    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository"]),
-    layer("ui", ["crypto", "state", "bundle", "config", "repository", "capture", "restore", "drill"]),
+    layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
+    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
+    layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill"]),
     {
       name: "only-cli-imports-commands",
       severity: "error",

@@ -34,6 +34,7 @@ function help(cmd: Command, examples: string[]): Command {
 }
 
 const cfgOpt = () => new Option("-c, --config <file>", "config file (default ./agentbak.json)");
+const targetCfgOpt = () => new Option("-c, --config <file>", "the agent's config (default: AGENTBAK_CONFIG, else the one the restore ran with)");
 const repoOpt = () => new Option("--repo <path>", "repository (overrides AGENTBAK_REPOSITORY and config)");
 const jsonOpt = () => new Option("--json", "machine-readable result on stdout");
 
@@ -142,7 +143,11 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak snapshots", "agentbak snapshots --latest 3 --label nightly", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json > list.json"],
   ).action(async (o) => {
     const { snapshots } = await import("./commands/snapshots.js");
-    await show(o, await snapshots(o), (await render()).snapshots);
+    const r = await snapshots(o);
+    await show(o, r.entries, (await render()).snapshots);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   help(
@@ -175,6 +180,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("-y, --yes", "approve without a prompt")
       .option("--allow-rollback", "allow restoring an older sequence than seen here (still needs approval)")
       .option("--allow-other-agent", "allow a bundle of another agent or tenant than the config's")
+      .option("--allow-runtime-change", "allow a snapshot made under another agent version, image or model than the config's (still needs approval)")
       .option("--agent <id>", "expected agent id (default: the config's)")
       .option("--tenant <t>", "expected tenant (default: the config's)")
       .option("--request-id <id>", "the same id again returns the first result")
@@ -202,21 +208,41 @@ export function buildProgram(result: { code: ExitCode }): Command {
 
   help(
     program
-      .command("activate")
-      .description("lift the suspension of a restored agent once the original runtime is stopped")
-      .requiredOption("--target <dir>", "a folder agentbak restored")
+      .command("reconcile")
+      .description("ask the provider about each open operation of a restored agent by idempotency key, and record the outcomes")
+      .requiredOption("--target <dir>", "a folder agentbak restored (still suspended)")
+      .addOption(targetCfgOpt())
       .addOption(repoOpt())
-      .option("-y, --yes", "confirm that the original runtime is stopped and open operations are reconciled or accepted")
       .addOption(jsonOpt()),
-    ["agentbak activate --target ./restored --yes"],
+    ["agentbak reconcile --target ./restored", "agentbak reconcile --target ./restored -c /srv/agents/billing/agentbak.json --json"],
+  ).action(async (o) => {
+    const { reconcile } = await import("./commands/reconcile.js");
+    const r = await reconcile(o);
+    await show(o, r, (await render()).reconcile);
+    if (r.summary.unresolved) result.code = Exit.warnings;
+  });
+
+  help(
+    program
+      .command("activate")
+      .description("lift the suspension of a restored agent once its open operations are reconciled and the original runtime is stopped")
+      .requiredOption("--target <dir>", "a folder agentbak restored")
+      .addOption(targetCfgOpt())
+      .addOption(repoOpt())
+      .option("--accept-unresolved", "activate although open operations are unresolved (needs --reason)")
+      .option("--reason <text>", "why the unresolved operations are accepted (signed into the audit log)")
+      .option("--isolated", "the original runtime answers alive, but can no longer reach the outside world")
+      .option("-y, --yes", "confirm that the original runtime is stopped")
+      .addOption(jsonOpt()),
+    ["agentbak activate --target ./restored --yes", 'agentbak activate --target ./restored --accept-unresolved --reason "INC-1234: payment checked by hand" --yes'],
   ).action(async (o) => {
     const ui = await import("./ui/output.js");
     const { activate } = await import("./commands/activate.js");
     const r = await activate({
       ...o,
-      confirm: async (rec) => {
-        for (const op of rec.open_operations) ui.warn(`open operation ${op.id} (key ${op.idempotency_key}) was sent without a receipt`);
-        return ui.confirm(`Is the original ${rec.agent_id} runtime stopped, and are its open operations reconciled or accepted?`, "--yes");
+      confirm: async (c) => {
+        for (const u of c.unresolved) ui.warn(`open operation ${u.id} (key ${u.idempotency_key}) accepted unresolved: ${u.why}`);
+        return ui.confirm(`Is the original ${c.record.agent_id} runtime stopped?`, "--yes");
       },
     });
     await show(o, r, (await render()).activate);
@@ -251,6 +277,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--junit <file>", "write JUnit XML")
       .option("--within <duration>", "with random: pick among snapshots this recent", "7d")
       .option("--no-credential-warnings", "a credential reference that does not resolve here is recorded, not a warning (cron, timers)")
+      .option("--allow-runtime-change", "drill a snapshot made under another agent version, image or model than the config's")
       .option("--agent <id>", "agent (default: the config's)")
       .option("--tenant <t>", "tenant (default: the config's)")
       .option("--source <name=url>", "restore state source NAME into this empty server instead of a throwaway one the drill starts (repeatable)", collect, [])

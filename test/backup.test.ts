@@ -116,7 +116,7 @@ describe("backup, snapshots, verify", () => {
     expect(readFileSync(join(cl, "src/draft-reply.txt"), "utf8")).toBe("Dear customer, ...\n");
     expect(readFileSync(join(cl, "src/bin.dat")).equals(Buffer.from([0, 1, 2, 3, 255, 254]))).toBe(true);
     expect(m.credentials).toEqual([{ name: "llm", ref: "env:OPENAI_API_KEY" }, { name: "mail", ref: "file:secrets/smtp-password" }]);
-    expect(m.open_operations).toEqual([{ id: "dlv-task-open-1", idempotency_key: "idem-task-open-1" }]);
+    expect(m.open_operations).toEqual([{ id: "dlv-task-open-1", idempotency_key: "idem-task-open-1", kind: "send_invoice", strategy: "retry-safe" }]);
     expect(m.cursors.last_event_id).toBeGreaterThan(0);
     expect(m.schema_version).toBe(3);
     expect(m.runtime.agent_version).toBe("1.4.2");

@@ -9,22 +9,14 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync, openSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { compress } from "zstd-napi";
-import { json, makeAgent, ROOT, type TestAgent } from "./helpers.js";
+import { json, makeAgent, ROOT, writeSpec, type TestAgent } from "./helpers.js";
 import { ageEncrypt, craft, makeTar, manifestOf } from "./craft.js";
 
 let a: TestAgent;
 let bundle: string;
 const SPEC = join(ROOT, "drills", "reference-agent.json");
 
-function spec(name: string, patch: (s: any) => void): string {
-  const s = JSON.parse(readFileSync(SPEC, "utf8"));
-  s.invariants = [join(ROOT, "drills/invariants/reference/*.sql")];
-  s.worker.command = ["node", join(ROOT, "fixtures/agent/worker.js")];
-  patch(s);
-  const p = join(a.tmp, `${name}.json`);
-  writeFileSync(p, JSON.stringify(s));
-  return p;
-}
+const spec = (name: string, patch: (s: any) => void) => writeSpec(a.tmp, name, SPEC, patch);
 
 function hashTree(dir: string): string {
   const h = createHash("sha256");

@@ -128,6 +128,20 @@ export async function makeAgent(opts: { sizeMb?: number; seed?: number; agentId?
   };
 }
 
+/**
+ * A drill spec written into `dir`: `base` (a spec in drills/) with absolute
+ * invariant and worker paths, changed by `patch`. @returns its path.
+ */
+export function writeSpec(dir: string, name: string, base: string, patch: (s: any) => void): string {
+  const s = JSON.parse(readFileSync(base, "utf8"));
+  s.invariants = [join(ROOT, "drills/invariants/reference/*.sql")];
+  s.worker.command = ["node", join(ROOT, "fixtures/agent/worker.js")];
+  patch(s);
+  const p = join(dir, `${name}.json`);
+  writeFileSync(p, JSON.stringify(s));
+  return p;
+}
+
 /** Parses the single JSON document a --json command printed. */
 export function json<T = any>(r: RunResult): T {
   try {

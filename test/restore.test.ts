@@ -90,7 +90,7 @@ describe("restore", () => {
     expect(p.plan.credentials.map((c: any) => c.status)).toEqual(["present", "present"]);
     expect(res.stdout + res.stderr).not.toContain("sk-test-value-123");
     expect(res.stdout + res.stderr).not.toContain("hunter2");
-    expect(p.plan.open_operations).toEqual([{ id: "dlv-task-open-1", idempotency_key: "idem-task-open-1" }]);
+    expect(p.plan.open_operations).toEqual([{ id: "dlv-task-open-1", idempotency_key: "idem-task-open-1", kind: "send_invoice", strategy: "retry-safe" }]);
     expect(readdirSync(t2)).toEqual(["secrets"]);
   });
 
@@ -147,9 +147,14 @@ describe("restore", () => {
     const act1 = await a.run(["activate", "--target", t1, "--yes"]);
     expect(act1.code).toBe(14);
     expect(existsSync(join(t1, ".agentbak/SUSPENDED"))).toBe(true);
-    const noTty = await a.run(["activate", "--target", t2]);
+    // its open operation was never reconciled: activation needs a reason to accept it
+    const unreconciled = await a.run(["activate", "--target", t2, "--yes"]);
+    expect(unreconciled.code).toBe(14);
+    expect(unreconciled.stderr).toContain("1 open operation(s) unresolved: idem-task-open-1 (never reconciled)");
+    const accept = ["--accept-unresolved", "--reason", "test: the provider was checked by hand"];
+    const noTty = await a.run(["activate", "--target", t2, ...accept]);
     expect(noTty.code).toBe(2);
-    const act2 = await a.run(["activate", "--target", t2, "--yes", "--json"]);
+    const act2 = await a.run(["activate", "--target", t2, ...accept, "--yes", "--json"]);
     expect(act2.code, act2.stderr).toBe(0);
     expect(json(act2).activated).toBe(true);
     expect(existsSync(join(t2, ".agentbak/SUSPENDED"))).toBe(false);

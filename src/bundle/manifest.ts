@@ -9,6 +9,7 @@ import { z } from "zod";
 import { ID_PATTERN } from "../config/schema.js";
 import { SOURCE_KINDS, type SourceKind } from "../state/sources/common.js";
 import { formatIssues, policyError } from "../errors.js";
+import { STRATEGIES } from "../config/recovery.js";
 import { TOOL_VERSION } from "../version.js";
 
 export const FORMAT = "agentbak-bundle";
@@ -126,7 +127,26 @@ export const ManifestSchema = z.strictObject({
   cursors: z.record(z.string(), scalar),
   /** the queries that produced the cursors, so a drill can compare them on the restored state */
   cursor_queries: z.record(z.string(), z.strictObject({ database: z.string(), sql: z.string() })),
-  open_operations: z.array(z.strictObject({ id: scalar, idempotency_key: z.string() })),
+  open_operations: z.array(
+    z.strictObject({
+      id: scalar,
+      idempotency_key: z.string(),
+      /** what kind of effect it is (e.g. email, payment), when the open-operations query names one */
+      kind: z.string().nullable().optional(),
+      /** how a restore reconciles it, from the config at backup time */
+      strategy: z.enum(STRATEGIES).optional(),
+    }),
+  ),
+  /** how the databases were captured at one instant (absent in bundles made before agentbak recorded it) */
+  cut: z
+    .strictObject({
+      at: time,
+      method: z.enum(["write-locks", "read-transaction"]),
+      databases: z.array(z.string()),
+      wait_ms: int,
+      hold_ms: int,
+    })
+    .optional(),
   /** state sources beyond SQLite (absent in bundles made before them) */
   capture_instant: CaptureInstantSchema.optional(),
 });
@@ -196,6 +216,8 @@ export interface ManifestInput {
   signer: { fingerprint: string; principal: string };
   recipients: string[];
   runtime: Manifest["runtime"];
+  /** how the databases were captured at one instant */
+  cut: Manifest["cut"];
   databases: CapturedDatabase[];
   /** every other component (files, workspace), as written */
   others: Component[];
@@ -244,6 +266,7 @@ export function buildManifest(i: ManifestInput): Manifest {
     signer: i.signer,
     recipients: i.recipients,
     runtime: i.runtime,
+    ...(i.cut ? { cut: i.cut } : {}),
     schema_version: i.databases[0]?.schemaVersion ?? null,
     components: [...databases, ...i.others],
     payload: i.payload,

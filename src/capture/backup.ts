@@ -16,6 +16,7 @@ import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
 import { verifyChain } from "../bundle/chain.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
+import { strategyFor } from "../config/recovery.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
@@ -25,7 +26,7 @@ import type { AgentRef, Repository, Snapshot } from "../repository/repository.js
 import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/inspect.js";
 import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
 import { scanValue, type SecretFinding } from "../state/secrets.js";
-import { snapshotDatabase } from "../state/sqlite.js";
+import { snapshotDatabases, type Cut } from "../state/sqlite.js";
 import { captureWorkspace, rebuildWorkspace, treeDigest } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
@@ -158,6 +159,7 @@ function expandFiles(lc: LoadedConfig, pattern: string, exclude: string[]): stri
 async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions, warnings: string[]) {
   const cfg = lc.config;
   const dbs: DbRecord[] = [];
+  let cut: Cut | undefined;
   const files: StagedComponent[] = [];
   const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
   let sources: Awaited<ReturnType<typeof captureSources>> = { staged: [], instant: undefined };
@@ -167,9 +169,11 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
     o.progress?.("snapshotting databases");
     mkdirSync(join(staging, "db"), { recursive: true });
+    // every database at one instant, then one record each
+    if (cfg.databases.length)
+      cut = await snapshotDatabases(cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`) })), cfg.cut.waitSeconds * 1000);
     for (const d of cfg.databases) {
       const copy = join(staging, "db", `${d.name}.sqlite`);
-      await snapshotDatabase(d.name, lc.resolve(d.path), copy);
       dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
     }
     if (cfg.sources.length) {
@@ -220,7 +224,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     }
   }
   if (failure) throw failure;
-  return { dbs, sources, files, ws };
+  return { dbs, sources, files, ws, cut };
 }
 
 /**
@@ -288,7 +292,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
 
     const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-    const { dbs, sources, files, ws } = await capture(lc, repoDir, staging, o, warnings);
+    const { dbs, sources, files, ws, cut } = await capture(lc, repoDir, staging, o, warnings);
     if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
       warnings.push(`this snapshot captures no state: ${lc.path} names no database, no state source, no file that exists and no workspace`);
     crashStep("snapshotted");
@@ -377,7 +381,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       credentials: cfg.credentials.map((c) => ({ name: c.name, ref: c.ref })),
       cursors: ins.cursors,
       cursorQueries: Object.fromEntries(Object.entries(cfg.cursors).map(([k, c]) => [k, { database: c.database, sql: c.sql }])),
-      openOperations: ins.openOperations,
+      openOperations: ins.openOperations.map((op) => ({ ...op, strategy: strategyFor(op.kind, cfg.openOperations) })),
+      cut,
       captureInstant: sources.instant,
     });
     const mfind = scanValue(manifest, "manifest");

@@ -17,6 +17,7 @@ import { context, type GlobalOpts } from "./context.js";
 export interface DrillCmdOptions extends GlobalOpts {
   spec: string;
   identity?: string;
+  allowRuntimeChange?: boolean;
   report?: string | false;
   junit?: string;
   within?: string;
@@ -77,6 +78,8 @@ async function run(ref: string, opts: DrillCmdOptions): Promise<DrillCmdResult> 
       allowEmbeddingChange: opts.allowEmbeddingChange,
       // as restore resolves them, against the agent's folder (the config's), not the temp restore
       credentials: { root: ctx.lc?.dir ?? process.cwd(), checkers: ctx.lc?.config.restore.credentialCheck, warn: opts.credentialWarnings !== false },
+      config: ctx.lc?.config,
+      allowRuntimeChange: opts.allowRuntimeChange,
       progress: opts.progress,
     });
   } finally {

@@ -11,6 +11,7 @@ export interface RestoreCmdOptions extends GlobalOpts {
   yes?: boolean;
   allowRollback?: boolean;
   allowOtherAgent?: boolean;
+  allowRuntimeChange?: boolean;
   agent?: string;
   tenant?: string;
   requestId?: string;
@@ -47,6 +48,7 @@ export async function restore(ref: string, opts: RestoreCmdOptions): Promise<Res
       approve: async (plan) => (opts.yes ? true : opts.confirm(plan)),
       allowRollback: opts.allowRollback,
       allowOtherAgent: opts.allowOtherAgent,
+      allowRuntimeChange: opts.allowRuntimeChange,
       expectAgent: f.agent,
       expectTenant: f.tenant,
       requestId: opts.requestId,

@@ -1,6 +1,7 @@
-/** `agentbak snapshots`: what the repository holds and what is restorable. */
+/** `agentbak snapshots`: what the repository holds and what is restorable, and whether the newest is within the RPO. */
 import { usageError } from "../errors.js";
 import { catalogEntry, selectEntries, type CatalogEntry } from "../repository/repository.js";
+import { rpoWarning } from "../repository/retention.js";
 import { context, type GlobalOpts } from "./context.js";
 
 export interface SnapshotsOptions extends GlobalOpts {
@@ -10,11 +11,20 @@ export interface SnapshotsOptions extends GlobalOpts {
   latest?: string;
 }
 
-/** Lists the snapshots of the agent (flags, then config), oldest first. @throws AgentbakError(2) for a bad --latest, (10) without a repository. */
-export async function snapshots(opts: SnapshotsOptions): Promise<CatalogEntry[]> {
+/**
+ * Lists the snapshots of the agent (flags, then config), oldest first, and warns when the config's agent's newest
+ * verified snapshot is older than its RPO. @throws AgentbakError(2) for a bad --latest, (10) without a repository.
+ */
+export async function snapshots(opts: SnapshotsOptions): Promise<{ entries: CatalogEntry[]; warnings: string[] }> {
   const latest = opts.latest === undefined ? undefined : Number(opts.latest);
   if (latest !== undefined && (!Number.isSafeInteger(latest) || latest < 1)) throw usageError(`--latest: not a positive whole number: ${opts.latest}`);
   const ctx = context(opts);
-  const list = (await (await ctx.repository()).list(ctx.trust, ctx.agentFilter(opts))).map(catalogEntry);
-  return selectEntries(list, { label: opts.label, latest });
+  const f = ctx.agentFilter(opts);
+  const all = (await (await ctx.repository()).list(ctx.trust, f)).map(catalogEntry);
+  const cfg = ctx.lc?.config;
+  const rpo = cfg?.objectives?.rpoMinutes;
+  // the objective is the config's agent's, judged on all its snapshots whatever the filters show
+  const mine = all.filter((e) => e.agent_id === cfg?.agent.id && e.tenant === cfg?.agent.tenant);
+  const w = rpo !== undefined && f.agent === cfg?.agent.id ? rpoWarning(mine, `${cfg!.agent.tenant}/${cfg!.agent.id}`, rpo, new Date()) : null;
+  return { entries: selectEntries(all, { label: opts.label, latest }), warnings: w ? [w] : [] };
 }

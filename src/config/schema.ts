@@ -4,6 +4,7 @@
  */
 import { z } from "zod";
 import { parseRecipient } from "../crypto/age.js";
+import * as recovery from "./recovery.js";
 
 /** Agent ids and tenants: also folder names in repositories and in AGENTBAK_HOME. */
 export const ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,63}$/;
@@ -48,13 +49,21 @@ const ConfigObject = z.strictObject({
     .array(z.strictObject({ name: z.string().min(1), ref: z.string().regex(/^[a-z][a-z0-9+.-]*:.+/, "a reference like env:NAME or file:PATH") }))
     .default([]),
   cursors: z.record(z.string().regex(/^[a-z][a-z0-9_]*$/), sqlRef).default({}),
-  openOperations: sqlRef.optional(),
+  openOperations: recovery.openOperations,
+  /** reconciliation of open operations after a restore: probe, and the SQL that writes each outcome into the restored state */
+  reconcile: recovery.reconcile.optional(),
+  timers: recovery.timers,
+  objectives: recovery.objectives,
+  owners: recovery.owners,
+  cut: recovery.cut,
   runtime: z
     .strictObject({
       imageDigest: z.string().optional(),
       agentVersion: z.string().optional(),
       models: z.record(z.string(), z.string()).optional(),
       maxSchemaVersion: z.number().int().min(0).optional(),
+      compatible: recovery.compatible,
+      liveness: recovery.liveness,
     })
     .default({}),
   hooks: z
@@ -114,6 +123,23 @@ export const ConfigSchema = ConfigObject.superRefine((c, ctx) => {
     if (!names.has(q.database)) ctx.addIssue({ code: "custom", path: ["cursors", k, "database"], message: `no database named "${q.database}"` });
   if (c.openOperations && !names.has(c.openOperations.database))
     ctx.addIssue({ code: "custom", path: ["openOperations", "database"], message: `no database named "${c.openOperations.database}"` });
+  const r = c.reconcile;
+  if (r) {
+    for (const k of ["onCompleted", "onRetry", "onEscalate"] as const)
+      if (r[k] && !names.has(r[k].database)) ctx.addIssue({ code: "custom", path: ["reconcile", k, "database"], message: `no database named "${r[k].database}"` });
+    const ops = c.openOperations;
+    if (!ops) ctx.addIssue({ code: "custom", path: ["reconcile"], message: "reconcile needs openOperations (the query that finds them)" });
+    else if (!r.onRetry && [ops.defaultStrategy, ...Object.values(ops.strategies)].includes("retry-safe"))
+      ctx.addIssue({ code: "custom", path: ["reconcile", "onRetry"], message: "a retry-safe strategy needs onRetry (the SQL that queues the resend)" });
+    const creds = new Set(c.credentials.map((x) => x.name));
+    if ("http" in r.probe)
+      for (const [h, v] of Object.entries(r.probe.http.headers))
+        for (const m of v.matchAll(recovery.CREDENTIAL_PLACEHOLDER))
+          if (!creds.has(m[1]!)) ctx.addIssue({ code: "custom", path: ["reconcile", "probe", "http", "headers", h], message: `no credential named "${m[1]}"` });
+  }
+  c.timers.forEach((t, i) => {
+    if (!names.has(t.database)) ctx.addIssue({ code: "custom", path: ["timers", i, "database"], message: `no database named "${t.database}"` });
+  });
 });
 
 export type Config = z.infer<typeof ConfigSchema>;

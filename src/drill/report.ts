@@ -36,6 +36,12 @@ export function reportBody(r: DrillResult): Record<string, unknown> {
     scenarios: r.scenarios,
     failed_checks: r.checks.filter((c) => !c.ok).map((c) => ({ scenario: c.scenario, phase: c.phase, check: c.name, severity: c.severity, detail: c.detail })),
     unresolved: r.unresolved,
+    unresolved_owners: r.unresolved_owners,
+    open_operations: r.open_operations,
+    runtime_differences: r.runtime_differences,
+    rpo_seconds: r.rpo_seconds,
+    rto_seconds: r.rto_seconds,
+    objectives: r.objectives,
   };
 }
 

@@ -3,10 +3,9 @@
  * crash-point scenarios against the agent's own worker with delivery pointed
  * at a local test sink. Never touches the live agent; always cleans up.
  */
-import { execa } from "execa";
-import { chmodSync, cpSync, readdirSync, rmSync, statSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, relative } from "node:path";
+import { join } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
 import { extractAndCheck, type Check } from "../bundle/extract.js";
 import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
@@ -16,43 +15,21 @@ import { onInterrupt } from "../cleanup.js";
 import { pidDir, sweepDead } from "../fsutil.js";
 import { checkCredentials } from "../state/credentials.js";
 import { foreignKeyCheck, integrityCheck, openDefensive, userVersion, vec0Dimensions } from "../state/sqlite.js";
-import Database from "better-sqlite3";
 import { loadInvariants, runInvariants, type Invariant, type InvariantResult, type SourceQuery } from "./invariants.js";
 import { embeddingChanges, type Embedding } from "../bundle/manifest.js";
 import { parseSourceFlags, restoreSources } from "../bundle/sources.js";
 import type { ExtractedSource } from "../bundle/extract.js";
-import { policyError } from "../errors.js";
 import { driverFor, type Throwaway } from "../state/sources/index.js";
 import { TestSink } from "./sink.js";
+import { describeDifference, runtimeDifferences, type RuntimeDifference } from "../bundle/runtime.js";
+import type { Config } from "../config/schema.js";
+import { policyError, usageError } from "../errors.js";
+import { settleOperations } from "../reconcile/operations.js";
+import { reconciliationScenarios, splitBrainScenario, type OperationReport, type RecoveryBench } from "./recovery.js";
 import type { CrashPoint, LoadedSpec } from "./spec.js";
+import { injectTask, makeReadOnly, runUntilDone, taskCompleted, workerStarter, writableCopy, type DrillCheck, type ScenarioResult } from "./worker.js";
 
-/**
- * One check in a drill; `scenario` is "restore" or a crash point, `phase` when
- * in it ("checks" after the restore; "setup", "after_crash", "after_recovery",
- * "after_restart" in a crash scenario), so scenario + phase + name is unique.
- * A failed "info" check is recorded but neither fails the drill nor warns.
- */
-export interface DrillCheck {
-  scenario: string;
-  phase: string;
-  name: string;
-  ok: boolean;
-  severity: "error" | "warning" | "info";
-  detail: string;
-  /** time since the check before it (or the drill's start) */
-  seconds: number;
-  sample?: unknown[];
-}
-
-export interface ScenarioResult {
-  scenario: string;
-  ok: boolean;
-  died_at_point: boolean;
-  restarts: number;
-  effects: number;
-  receipt: string | null;
-  seconds: number;
-}
+export type { DrillCheck, ScenarioResult } from "./worker.js";
 
 export interface DrillResult {
   ok: boolean;
@@ -76,6 +53,17 @@ export interface DrillResult {
   checks: DrillCheck[];
   scenarios: ScenarioResult[];
   unresolved: string[];
+  /** who owns each unresolved difference (spec owners, then the config's; by category, then default) */
+  unresolved_owners: { difference: string; owner: string }[];
+  /** the snapshot's open operations and what became of each in the reconciliation scenarios */
+  open_operations: OperationReport[];
+  /** how the snapshot's runtime differs from the config's (approved with --allow-runtime-change) */
+  runtime_differences: RuntimeDifference[];
+  /** the snapshot's age when the drill started (the data it would lose: RPO) */
+  rpo_seconds: number;
+  /** restore and checks, plus the first reconciliation: the time to a recovered, reconciled agent (RTO) */
+  rto_seconds: number;
+  objectives: { rpoMinutes?: number; rtoSeconds?: number } | null;
 }
 
 export interface DrillOptions {
@@ -90,6 +78,10 @@ export interface DrillOptions {
    * resolve without a warning (cron's environment lacks the agent's variables).
    */
   credentials: { root: string; checkers?: Record<string, string[]>; warn: boolean };
+  /** the agent's config, when there is one: strategies, reconcile, objectives, owners, runtime */
+  config?: Config;
+  /** drill a snapshot made under another runtime than the config's */
+  allowRuntimeChange?: boolean;
   progress?: (t: string) => void;
   /** `--source NAME=URL`: an empty server for a source instead of a throwaway one */
   sources?: string[];
@@ -113,25 +105,20 @@ function blobSafe(rows: unknown[]): unknown[] {
   );
 }
 
-/** Every regular file under `dir` outside `.git`, with `mode` applied to its permission bits. */
-function chmodFiles(dir: string, mode: (m: number) => number): void {
-  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
-    const p = join(e.parentPath, e.name);
-    if (e.isFile() && !relative(dir, p).split("/").includes(".git")) chmodSync(p, mode(statSync(p).mode));
-  }
-}
-const makeReadOnly = (dir: string) => chmodFiles(dir, (m) => m & 0o555);
-const makeWritable = (dir: string) => chmodFiles(dir, (m) => m | 0o200);
-
 /**
  * Runs a drill. Never throws for a failed check (the result says so); throws
  * AgentbakError when the drill can not run (not found, verification, keys),
  * and (14) for vectors of another embedding model than the config's without
  * --allow-embedding-change.
+ * 2 when the spec asks for reconciliation and no config says how, 14 when
+ * the snapshot's runtime differs from the config's without approval.
  */
 export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const t0 = Date.now();
   const { spec } = o.spec;
+  const protocol = o.config?.reconcile;
+  if ((spec.reconcile || spec.reconcileFaults.length) && !protocol)
+    throw usageError(`drill spec ${o.spec.path} asks for reconciliation, but no config with a reconcile section was given (pass -c)`);
   sweepDrillTemps();
   const v = await verifyBundle(o.bundle.path, o.trust);
   const m = v.manifest;
@@ -139,6 +126,12 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   if (embeddings.changes.length && !o.allowEmbeddingChange)
     throw policyError(`drill of ${m.snapshot_id} refused: ${embeddings.changes[0]}; pass --allow-embedding-change to drill it anyway`);
   const sourceFlags = parseSourceFlags(o.sources, m);
+  const runtime = o.config ? runtimeDifferences(m.runtime, o.config.runtime) : [];
+  const changed = runtime.filter((d) => !d.compatible);
+  if (changed.length && !o.allowRuntimeChange)
+    throw policyError(`drill of ${m.snapshot_id} refused: runtime differs from the snapshot's: ${changed.map(describeDifference).join(", ")}; declare it in runtime.compatible, or pass --allow-runtime-change`);
+  const operations = settleOperations(m.open_operations, o.config?.openOperations);
+  const owners: Record<string, string> = { ...(o.config?.owners ?? {}), ...spec.owners };
   const invariants = loadInvariants(o.spec.dir, spec.invariants);
   const tmp = pidDir(tmpdir(), DRILL_PREFIX);
   const removeTemp = () => rmSync(tmp, { recursive: true, force: true });
@@ -175,6 +168,17 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     checks,
     scenarios: [],
     unresolved: [],
+    unresolved_owners: [],
+    open_operations: operations.map((op) => ({ ...op, outcomes: [] })),
+    runtime_differences: runtime,
+    rpo_seconds: Math.round((t0 - Date.parse(m.created_at)) / 100) / 10,
+    rto_seconds: 0,
+    objectives: o.config?.objectives ?? null,
+  };
+  /** an unresolved difference and its owner, by the first of `categories` the owners name */
+  const unresolve = (text: string, ...categories: string[]) => {
+    result.unresolved.push(text);
+    result.unresolved_owners.push({ difference: text, owner: [...categories, "default"].map((c) => owners[c]).find(Boolean) ?? "unassigned" });
   };
   try {
     o.progress?.("restoring into a temp folder");
@@ -246,10 +250,15 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     result.credentials = creds.map((c) => ({ name: c.name, ref: c.ref, status: c.status }));
     for (const c of creds) {
       add({ scenario: "restore", name: `credential:${c.name}`, ok: c.status === "present", severity: o.credentials.warn ? "warning" : "info", detail: `${c.ref}: ${c.status} (${c.detail})` });
-      if (c.status !== "present") result.unresolved.push(`credential ${c.name} (${c.ref}) is ${c.status} here`);
+      if (c.status !== "present") unresolve(`credential ${c.name} (${c.ref}) is ${c.status} here`, `credential:${c.name}`, "credential");
     }
     addInvariants("restore", await runInvariants(invariants, dbMap, sourceQueries));
+    for (const d of runtime) add({ scenario: "restore", name: `runtime:${d.key}`, ok: true, severity: "warning", detail: `${describeDifference(d)} (${d.compatible ? "declared compatible" : "approved with --allow-runtime-change"})` });
+    const reconciled = protocol && (spec.reconcile || spec.reconcileFaults.length > 0);
+    if (operations.length && !reconciled)
+      add({ scenario: "restore", name: "open operations", ok: false, severity: "warning", detail: `${operations.length} open operation(s) in the snapshot, not reconciled in this drill: the report can not say what the agent might repeat (spec: "reconcile": true)` });
     result.recovery_seconds = Math.round((Date.now() - t0) / 10) / 100;
+    result.rto_seconds = result.recovery_seconds;
 
     if (spec.worker && spec.inject) {
       const scenarios: (CrashPoint | "sink_kill")[] = [...spec.crashPoints];
@@ -258,6 +267,28 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         o.progress?.(`scenario ${sc}`);
         result.scenarios.push(await runScenario(sc, join(tmp, `run-${i}`), restored, dbs, invariants));
       }
+    }
+    const bench: RecoveryBench = {
+      spec: o.spec,
+      restored,
+      tmp,
+      dbs,
+      invariants,
+      add,
+      addInvariants,
+      unresolved: (op, text) => unresolve(text, `open_operation:${op.kind}`, "open_operation"),
+      passed: (sc) => checks.filter((c) => c.scenario === sc).every((c) => c.ok || c.severity !== "error"),
+    };
+    if (reconciled) {
+      o.progress?.("reconciliation scenarios");
+      const r = await reconciliationScenarios(bench, operations, protocol);
+      result.scenarios.push(...r.scenarios);
+      result.open_operations = r.operations;
+      result.rto_seconds = Math.round((result.recovery_seconds + (r.reconcileSeconds ?? 0)) * 100) / 100;
+    }
+    if (spec.splitBrain) {
+      o.progress?.("scenario split_brain");
+      result.scenarios.push(await splitBrainScenario(bench));
     }
     return finish();
   } finally {
@@ -336,10 +367,15 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
 
   function finish(): DrillResult {
     result.total_seconds = Math.round((Date.now() - t0) / 10) / 100;
+    const obj = o.config?.objectives;
+    if (obj?.rpoMinutes !== undefined)
+      add({ scenario: "objectives", name: "rpo", ok: result.rpo_seconds <= obj.rpoMinutes * 60, severity: "error", detail: `snapshot was ${(result.rpo_seconds / 60).toFixed(1)} minutes old at drill time; objective ${obj.rpoMinutes} minutes` });
+    if (obj?.rtoSeconds !== undefined)
+      add({ scenario: "objectives", name: "rto", ok: result.rto_seconds <= obj.rtoSeconds, severity: "error", detail: `recovered and reconciled in ${result.rto_seconds} s; objective ${obj.rtoSeconds} s` });
     const failed = checks.filter((c) => !c.ok && c.severity === "error");
     result.ok = failed.length === 0;
     result.warnings = checks.filter((c) => !c.ok && c.severity === "warning").map((c) => `${c.scenario}: ${c.name}: ${c.detail}`);
-    for (const f of failed) result.unresolved.push(`${f.scenario}: ${f.name}: ${f.detail}`);
+    for (const f of failed) unresolve(`${f.scenario}: ${f.name}: ${f.detail}`, f.scenario, "check");
     return result;
   }
 
@@ -352,67 +388,23 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   ): Promise<ScenarioResult> {
     const s0 = Date.now();
     const inject = spec.inject!;
-    const worker = spec.worker!;
     const upgrade = sc === "during_migration" || sc === "old_backup_new_worker";
-    cpSync(restored, dir, { recursive: true });
-    makeWritable(dir);
-    const dbMap = new Map(dbs.map((d) => [d.name, join(dir, relative(restored, d.path))]));
+    const copy = writableCopy(restored, dir, dbs);
+    const dbMap = copy.dbs;
     const res: ScenarioResult = { scenario: sc, ok: false, died_at_point: false, restarts: 0, effects: 0, receipt: null, seconds: 0 };
     let phase = "setup";
     const check = (name: string, ok: boolean, detail: string) => {
       add({ scenario: sc, phase, name, ok, severity: "error", detail });
       return ok;
     };
-    const injectDb = dbMap.get(inject.database);
-    if (!injectDb) {
-      check("inject", false, `no database named ${inject.database}`);
+    const injected = injectTask(inject, copy);
+    if (injected) {
+      check("inject", false, injected);
       return res;
     }
-    {
-      const db = new Database(injectDb);
-      try {
-        db.pragma("trusted_schema = OFF");
-        const stmt = db.prepare(inject.sql);
-        stmt.run(...(stmt.reader ? [] : inject.sql.includes(":taskId") ? [{ taskId: inject.taskId }] : []));
-      } catch (e) {
-        check("inject", false, `inject SQL failed: ${(e as Error).message}`);
-        return res;
-      } finally {
-        db.close();
-      }
-    }
     const sink = new TestSink();
-    const url = await sink.start();
-    const command = upgrade && spec.upgrade?.command ? spec.upgrade.command : worker.command;
-    const baseEnv: Record<string, string> = {
-      PATH: process.env.PATH ?? "/usr/bin:/bin",
-      HOME: dir,
-      AGENTBAK_DRILL: "1",
-      AGENTBAK_RESTORE_DIR: dir,
-      AGENTBAK_SINK_URL: url,
-      AGENTBAK_TASK_ID: inject.taskId,
-      WORKER_ID: "drill-worker",
-      ...Object.fromEntries([...dbMap].map(([n, p]) => [`AGENTBAK_DB_${n.toUpperCase()}`, p])),
-      ...worker.env,
-      ...(upgrade ? spec.upgrade?.env ?? {} : {}),
-    };
-    const start = (crashPoint: string | null) =>
-      execa(command[0]!, command.slice(1).map((x) => (x.startsWith(".") ? o.spec.resolve(x) : x)), {
-        cwd: dir,
-        env: { ...baseEnv, ...(crashPoint ? { AGENTBAK_CRASH_POINT: crashPoint } : {}) },
-        extendEnv: false,
-        reject: false,
-        timeout: worker.timeoutSeconds * 1000,
-        stdin: "ignore",
-      });
-    const completed = () => {
-      const db = openDefensive(injectDb);
-      try {
-        return Boolean(db.prepare(inject.completedSql).get(inject.completedSql.includes(":taskId") ? { taskId: inject.taskId } : {}));
-      } finally {
-        db.close();
-      }
-    };
+    const start = workerStarter(o.spec, copy, { sinkUrl: await sink.start(), upgrade });
+    const completed = () => taskCompleted(inject, copy);
     try {
       // 1. run until the worker dies at the point
       phase = "after_crash";
@@ -433,17 +425,11 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
       }
       // 3. restart until it finishes
       phase = "after_recovery";
-      let finished = false;
-      let last = "";
-      for (let i = 0; i < spec.restarts && !finished; i++) {
-        const r = await start(null);
-        res.restarts++;
-        finished = r.exitCode === 0;
-        last = `exit ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n").at(-1)?.slice(0, 200) ?? ""}`;
-      }
+      const { finished, runs, last } = await runUntilDone(start, spec.restarts);
+      res.restarts = runs;
       check("worker recovers", finished, finished ? `finished after ${res.restarts} restart(s)` : `did not finish after ${res.restarts} restart(s); last ${last}`);
       if (upgrade) {
-        const db = openDefensive(injectDb);
+        const db = openDefensive(dbMap.get(inject.database)!);
         const uv = userVersion(db);
         db.close();
         const want = spec.upgrade?.schemaVersion;

@@ -30,6 +30,14 @@ export const DrillSpecSchema = z.strictObject({
   crashPoints: z.array(z.enum(CRASH_POINTS)).default([]),
   sinkKill: z.boolean().default(false),
   restarts: z.number().int().min(1).max(10).default(3),
+  /** reconcile the snapshot's open operations against the sink (seeded already delivered, then never arrived), then run the worker */
+  reconcile: z.boolean().default(false),
+  /** reconciliation while the sink's lookups fail: each must leave the operations unresolved and cause no duplicate */
+  reconcileFaults: z.array(z.enum(["5xx", "timeout", "lost_answer"])).default([]),
+  /** the pre-restore and the restored generation run at once; the sink rejects the lower */
+  splitBrain: z.boolean().default(false),
+  /** who owns an unresolved difference: by category (open_operation, open_operation:<kind>, credential, check, a scenario) or default; beats the config's owners */
+  owners: z.record(z.string(), z.string().min(1)).default({}),
 });
 
 export type DrillSpec = z.infer<typeof DrillSpecSchema>;
@@ -53,7 +61,8 @@ export function loadSpec(path: string): LoadedSpec {
   }
   const r = DrillSpecSchema.safeParse(raw);
   if (!r.success) throw usageError(`drill spec ${abs}: ${formatIssues(r.error.issues)}`);
-  if ((r.data.crashPoints.length || r.data.sinkKill) && (!r.data.worker || !r.data.inject)) throw usageError(`drill spec ${abs}: crashPoints and sinkKill need worker and inject`);
+  if ((r.data.crashPoints.length || r.data.sinkKill || r.data.splitBrain) && (!r.data.worker || !r.data.inject)) throw usageError(`drill spec ${abs}: crashPoints, sinkKill and splitBrain need worker and inject`);
+  if ((r.data.reconcile || r.data.reconcileFaults.length) && !r.data.worker) throw usageError(`drill spec ${abs}: reconcile and reconcileFaults need worker (it runs after reconciliation)`);
   const dir = dirname(abs);
   return { spec: r.data, path: abs, dir, resolve: (p) => (isAbsolute(p) ? p : resolve(dir, p)) };
 }

@@ -73,3 +73,15 @@ export function applyRetention(snaps: Dated[], p: RetentionPolicy): { keep: Map<
   }
   return { keep, remove: sorted.filter((s) => !keep.has(s.id)).map((s) => s.id) };
 }
+
+/**
+ * The recovery point objective against what is restorable: a warning when
+ * the newest verified snapshot (status ok) is older than `rpoMinutes`, or
+ * when there is none; null when the objective holds.
+ */
+export function rpoWarning(entries: { status: string; created_at: string | null }[], who: string, rpoMinutes: number, now: Date): string | null {
+  const newest = Math.max(...entries.filter((e) => e.status === "ok" && e.created_at).map((e) => Date.parse(e.created_at!)));
+  if (!Number.isFinite(newest)) return `${who} has no verified snapshot: the recovery point objective (${rpoMinutes} minutes) is missed`;
+  const age = (now.getTime() - newest) / 60_000;
+  return age > rpoMinutes ? `newest verified snapshot of ${who} is ${age.toFixed(1)} minutes old, older than the recovery point objective (${rpoMinutes} minutes)` : null;
+}

@@ -1,44 +1,138 @@
 /**
- * Lifting the suspension of a restored agent, and fencing checks.
+ * Lifting the suspension of a restored agent, and fencing checks. Activation
+ * refuses while the restore is superseded, while an open operation is
+ * unresolved (unless accepted with a reason), and while the original runtime
+ * answers alive (unless the operator confirms it is isolated). The activation
+ * record, and every refusal, is signed into the agent's audit log.
  */
 import { rmSync } from "node:fs";
+import { userInfo } from "node:os";
 import { join } from "node:path";
-import { AgentbakError, Exit, policyError } from "../errors.js";
+import type { LoadedConfig } from "../config/load.js";
+import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
+import { AgentbakError, Exit, policyError, usageError } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
+import type { OpenOperation, OperationResult } from "../reconcile/operations.js";
 import { Repository } from "../repository/repository.js";
-import type { SigningKey } from "../crypto/sshsig.js";
-import { isSuspended, MARKER_DIR, readTargetRecord, SUSPENDED, type TargetRecord } from "./state.js";
+import { checkLiveness, type LivenessAnswer } from "./liveness.js";
+import { appendReceipt } from "./receipt.js";
+import { isSuspended, MARKER_DIR, operationStatus, readReconcileRecord, readTargetRecord, summarize, SUSPENDED, type ReconcileSummary, type TargetRecord } from "./state.js";
+
+/** An open operation that still needs a person: never reconciled, escalated, unknown, or its outcome not recorded. */
+export interface Unresolved extends OpenOperation {
+  why: string;
+}
+
+/** What the operator is asked to confirm. */
+export interface ActivationCheck {
+  record: TargetRecord;
+  unresolved: Unresolved[];
+  liveness: LivenessAnswer[];
+}
+
+export interface ActivateOptions {
+  /** the repository, when not the one the restore recorded */
+  repo?: string;
+  signingKey: SigningKey | null;
+  /** the agent's config: runtime.liveness */
+  lc?: LoadedConfig;
+  /** accept unresolved operations, for this reason */
+  acceptUnresolved?: string;
+  /** the operator confirms the original runtime is isolated although it answers alive */
+  isolated?: boolean;
+  confirm: (c: ActivationCheck) => Promise<boolean>;
+}
 
 export interface ActivateResult {
   target: string;
   agent_id: string;
   generation: number;
   open_operations: TargetRecord["open_operations"];
+  reconciliation: ReconcileSummary;
+  unresolved: Unresolved[];
+  accepted_unresolved: string | null;
+  liveness: LivenessAnswer[];
   activated: boolean;
   already_active: boolean;
+  receipt_signed: boolean;
 }
 
+const why = (r: OperationResult | null) =>
+  !r ? "never reconciled" : r.resolved ? "" : r.resolution === "escalated" ? `escalated: ${r.detail}` : r.resolution === "unknown" ? `unknown: ${r.detail}` : `outcome not recorded: ${r.detail}`;
+
 /**
- * Lifts the suspended marker after `confirm` says the original runtime is
- * stopped and open operations were reconciled or accepted. Refuses when the
- * target's generation has been superseded by a later restore.
+ * Lifts the suspended marker of a restored target.
+ * @throws AgentbakError: 2 --reason missing or empty, 10 not a restored target,
+ *   14 superseded, unresolved operations, original runtime alive, or not confirmed.
  */
-export async function activate(target: string, repoOverride: string | undefined, signingKey: SigningKey | null, confirm: (r: TargetRecord) => Promise<boolean>): Promise<ActivateResult> {
+export async function activate(target: string, o: ActivateOptions): Promise<ActivateResult> {
+  if (o.acceptUnresolved !== undefined && !o.acceptUnresolved.trim()) throw usageError("--accept-unresolved needs --reason TEXT: why the unresolved operations are accepted");
   const rec = readTargetRecord(target);
-  const base = { target, agent_id: rec.agent_id, generation: rec.generation, open_operations: rec.open_operations };
+  const results = readReconcileRecord(target)?.operations;
+  const unresolved = operationStatus(rec, results).filter((x) => !x.result?.resolved).map((x) => ({ ...x.op, why: why(x.result) }));
+  const base = {
+    target,
+    agent_id: rec.agent_id,
+    generation: rec.generation,
+    open_operations: rec.open_operations,
+    reconciliation: summarize(rec, results),
+    unresolved,
+    accepted_unresolved: null,
+    liveness: [] as LivenessAnswer[],
+    receipt_signed: false,
+  };
   if (!isSuspended(target)) return { ...base, activated: false, already_active: true };
-  const repoPath = repoOverride ?? rec.repository;
+  const repoPath = o.repo ?? rec.repository;
   const repo = repoPath ? await Repository.open(repoPath) : null;
   const a = { tenant: rec.tenant, agent: rec.agent_id };
+  const key = o.signingKey;
+  const who = { principal: key ? key.comment || "agentbak" : null, signer: key ? fingerprint(key.publicKey) : null, os_user: osUser() };
+  const refuse = async (reason: string) => {
+    await appendReceipt(repo, a, "activate-refused", { kind: "activation-refusal", snapshot_id: rec.snapshot_id, target, generation: rec.generation, who, reason, at: new Date().toISOString() }, key);
+    return policyError(reason);
+  };
   if (repo) {
     const cur = await repo.generation(a);
-    if (cur !== rec.generation) throw policyError(`generation ${rec.generation} of ${rec.agent_id} is superseded by generation ${cur}; this restore must not be activated`);
+    if (cur !== rec.generation) throw await refuse(`generation ${rec.generation} of ${rec.agent_id} is superseded by generation ${cur}; this restore must not be activated`);
   }
-  if (!(await confirm(rec))) throw policyError("activation not confirmed");
-  writeFileAtomic(join(target, MARKER_DIR, "activation.json"), JSON.stringify({ activated_at: new Date().toISOString(), generation: rec.generation, open_operations_accepted: rec.open_operations.length }, null, 2) + "\n");
+  if (unresolved.length && o.acceptUnresolved === undefined) {
+    const list = unresolved.slice(0, 3).map((u) => `${u.idempotency_key} (${u.why})`).join("; ");
+    throw await refuse(`${unresolved.length} open operation(s) unresolved: ${list}${unresolved.length > 3 ? "; ..." : ""}; run agentbak reconcile --target ${target}, or pass --accept-unresolved --reason TEXT`);
+  }
+  const liveness = o.lc?.config.runtime.liveness ? await checkLiveness(o.lc.config.runtime.liveness, o.lc.resolve) : [];
+  const notStopped = liveness.filter((l) => l.state !== "stopped");
+  if (notStopped.length && !o.isolated)
+    throw await refuse(`the original runtime may still run (${notStopped.map((l) => `${l.how}: ${l.state}, ${l.detail}`).join("; ")}); stop it, or pass --isolated once it can no longer reach the outside world`);
+  if (!(await o.confirm({ record: rec, unresolved, liveness }))) throw await refuse("activation not confirmed");
+  const at = new Date().toISOString();
+  const record = {
+    kind: "activation-record",
+    snapshot_id: rec.snapshot_id,
+    agent_id: rec.agent_id,
+    tenant: rec.tenant,
+    target,
+    generation: rec.generation,
+    who,
+    at,
+    reconciliation: base.reconciliation,
+    unresolved: unresolved.map(({ id, idempotency_key, kind, strategy, why }) => ({ id, idempotency_key, kind, strategy, why })),
+    accepted_unresolved: o.acceptUnresolved === undefined ? 0 : unresolved.length,
+    reason: o.acceptUnresolved ?? null,
+    liveness,
+    isolated: Boolean(o.isolated),
+  };
+  writeFileAtomic(join(target, MARKER_DIR, "activation.json"), JSON.stringify(record, null, 2) + "\n");
   rmSync(join(target, MARKER_DIR, SUSPENDED));
-  await repo?.audit(a, { event: "activate", generation: rec.generation, target }, signingKey);
-  return { ...base, activated: true, already_active: false };
+  const signed = await appendReceipt(repo, a, "activate", record, key);
+  return { ...base, accepted_unresolved: o.acceptUnresolved ?? null, liveness, activated: true, already_active: false, receipt_signed: signed };
+}
+
+function osUser(): string | null {
+  try {
+    return userInfo().username;
+  } catch {
+    return process.env.USER ?? null;
+  }
 }
 
 export interface FenceResult {

@@ -3,7 +3,6 @@
  * folder beside the target, check, place it with one rename, and leave the
  * agent suspended behind a new fencing generation.
  */
-import canonicalize from "canonicalize";
 import { existsSync, mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
@@ -11,7 +10,7 @@ import { extractAndCheck, type Check } from "../bundle/extract.js";
 import { verifyBundle } from "../bundle/reader.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
-import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
+import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { policyError, usageError, verifyError } from "../errors.js";
@@ -19,11 +18,14 @@ import { fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsut
 import type { Repository } from "../repository/repository.js";
 import { checkCredentials } from "../state/credentials.js";
 import { integrityCheck, openDefensive } from "../state/sqlite.js";
-import { buildPlan, type PlannedSource, type RestorePlan } from "./plan.js";
 import { isSource, embeddingChanges, type Manifest } from "../bundle/manifest.js";
 import { manifestSources, parseSourceFlags, restoreSources, type SourceOutcome } from "../bundle/sources.js";
 import { configuredEmbeddings } from "../config/schema.js";
 import { resolveReference } from "../state/sources/index.js";
+import { settleOperations } from "../reconcile/operations.js";
+import { buildPlan, type PlannedSource, type RestorePlan } from "./plan.js";
+import { appendReceipt } from "./receipt.js";
+import { applyTimers, planTimers } from "./timers.js";
 import { evaluatePolicy } from "./policy.js";
 import { MARKER_DIR, raiseTrustedState, readTrustedState, SUSPENDED, type TargetRecord } from "./state.js";
 
@@ -42,6 +44,7 @@ export interface RestoreOptions {
   approve: (plan: RestorePlan) => Promise<boolean>;
   allowRollback?: boolean;
   allowOtherAgent?: boolean;
+  allowRuntimeChange?: boolean;
   expectAgent?: string;
   expectTenant?: string;
   requestId?: string;
@@ -150,14 +153,22 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     staleAfterHours: cfg?.restore.staleAfterHours,
     embeddings: cfg ? embeddingChanges(m, configuredEmbeddings(cfg)) : undefined,
     allowEmbeddingChange: o.allowEmbeddingChange,
+    runtime: cfg?.runtime,
+    allowRuntimeChange: o.allowRuntimeChange,
   });
-  // a dry run shows the plan with its refusals (the command exits 14); anything else stops here
-  if (policy.refusals.length && !o.dryRun) throw policyError(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
-  const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
   const repo = o.repo;
+  /** a refused restore is logged too (who, what, why; never state contents) */
+  const refuse = async (why: string) => {
+    if (!o.dryRun) await appendReceipt(repo, a, "restore-refused", { kind: "restore-refusal", snapshot_id: m.snapshot_id, manifest_sha256: v.manifestSha256, target, reason: why, at: now.toISOString() }, o.signingKey());
+    return policyError(why);
+  };
+  // a dry run shows the plan with its refusals (the command exits 14); anything else stops here
+  if (policy.refusals.length && !o.dryRun) throw await refuse(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
+  const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
   const nextGen = Math.max(repo ? await repo.generation(a) : 0, seen.generation) + 1;
   const sources = sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
-  const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, sources.planned);
+  const operations = settleOperations(m.open_operations, cfg?.openOperations);
+  const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, { operations, timers: planTimers(cfg?.timers ?? [], new Date(m.created_at), now), sources: sources.planned });
   const warnings = [...policy.warnings, ...policy.needs_approval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
   const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, sources: [], ...x });
   if (o.dryRun) return result({});
@@ -166,7 +177,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
 
   const prior = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
   if (prior) return { ...prior, repeated: true };
-  if (!(await o.approve(plan))) throw policyError(`restore of ${m.snapshot_id} not approved`);
+  if (!(await o.approve(plan))) throw await refuse(`restore of ${m.snapshot_id} not approved`);
 
   const lock = repo ? await repo.lock(a, "restore") : null;
   const parent = dirname(target);
@@ -184,6 +195,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const ids = o.identities();
     const root = join(staging, "root");
     const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links);
+    const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
+    const timers = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
     crashStep("extracted");
     // servers first, then the folder: a source that can not be restored stops the restore before anything is placed
     const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
@@ -199,7 +212,9 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       generation,
       repository: repo?.location ?? "",
       restored_at: now.toISOString(),
-      open_operations: m.open_operations,
+      open_operations: operations,
+      databases,
+      config: o.lc?.path ?? null,
     };
     writeFileAtomic(join(root, MARKER_DIR, "restore.json"), JSON.stringify(record, null, 2) + "\n");
     writeFileAtomic(join(root, MARKER_DIR, "generation"), `${generation}\n`);
@@ -249,16 +264,17 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       schema: { version: m.schema_version, max_supported: cfg?.runtime.maxSchemaVersion ?? null, migration: "none" },
       checks: checks.map((c) => ({ name: c.name, ok: c.ok })),
       credentials: credentials.map((c) => ({ name: c.name, ref: c.ref, status: c.status })),
-      open_operations: m.open_operations,
+      open_operations: operations,
       sources: restoredSources.map((r) => ({ name: r.name, kind: r.kind, into: plan.sources.find((p) => p.name === r.name)?.into ?? null, records: r.records, expired_keys_skipped: r.skipped })),
+      timers,
+      runtime: policy.runtime,
       activation: "suspended",
       request_id: o.requestId ?? null,
       at: now.toISOString(),
     };
     const key = o.signingKey();
     if (!key) warnings.push("no signing key: the restore receipt is recorded unsigned");
-    const body = canonicalize(receipt)!;
-    await repo?.audit(a, { event: "restore", receipt, receipt_signature: key ? signMessage(key, NS.receipt, Buffer.from(body)) : null }, key);
+    await appendReceipt(repo, a, "restore", receipt, key);
     const res = result({ restored: true, generation, checks, receipt_signed: Boolean(key), sources: restoredSources });
     if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, res);
     return res;

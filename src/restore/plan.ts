@@ -3,8 +3,10 @@
  * before approval and printed by --dry-run.
  */
 import { isDatabase, type Manifest } from "../bundle/manifest.js";
+import type { OpenOperation } from "../reconcile/operations.js";
 import type { CredentialStatus } from "../state/credentials.js";
 import type { PolicyDecision } from "./policy.js";
+import type { TimerMove } from "./timers.js";
 
 export interface RestorePlan {
   snapshot_id: string;
@@ -18,7 +20,10 @@ export interface RestorePlan {
   writes: { path: string; kind: string; size: number }[];
   workspace: { path: string; commit: string; branch: string | null; dirty: boolean } | null;
   cursors: Manifest["cursors"];
-  open_operations: Manifest["open_operations"];
+  /** sent without a receipt: reconciled after the restore, each by its strategy */
+  open_operations: OpenOperation[];
+  /** lease and deadline columns the restore rebases */
+  timers: TimerMove[];
   credentials: CredentialStatus[];
   schema_version: number | null;
   next_generation: number;
@@ -40,7 +45,16 @@ export interface PlannedSource {
 }
 
 /** Builds the plan for restoring `m` into `target`. */
-export function buildPlan(m: Manifest, bundle: string, target: string, credentials: CredentialStatus[], policy: PolicyDecision, nextGeneration: number, now: Date, sources: PlannedSource[] = []): RestorePlan {
+export function buildPlan(
+  m: Manifest,
+  bundle: string,
+  target: string,
+  credentials: CredentialStatus[],
+  policy: PolicyDecision,
+  nextGeneration: number,
+  now: Date,
+  more: { operations: OpenOperation[]; timers: TimerMove[]; sources?: PlannedSource[] },
+): RestorePlan {
   return {
     snapshot_id: m.snapshot_id,
     agent_id: m.agent_id,
@@ -53,11 +67,12 @@ export function buildPlan(m: Manifest, bundle: string, target: string, credentia
     writes: m.components.filter((c) => isDatabase(c) || c.kind === "file").map((c) => ({ path: c.target ?? c.path, kind: c.kind, size: c.full_size ?? c.size })),
     workspace: m.workspace ? { path: m.workspace.path, commit: m.workspace.commit, branch: m.workspace.branch, dirty: m.workspace.dirty } : null,
     cursors: m.cursors,
-    open_operations: m.open_operations,
+    open_operations: more.operations,
+    timers: more.timers,
     credentials,
     schema_version: m.schema_version,
     next_generation: nextGeneration,
     policy,
-    sources,
+    sources: more.sources ?? [],
   };
 }

@@ -3,6 +3,8 @@
  * restoring side knows to a decision. No disk, no clock of its own.
  */
 import type { Manifest } from "../bundle/manifest.js";
+import { describeDifference, runtimeDifferences, type RuntimeDifference } from "../bundle/runtime.js";
+import type { Config } from "../config/schema.js";
 
 /** What the restoring side trusts (kept in AGENTBAK_HOME, not in the repository). */
 export interface TrustedState {
@@ -17,6 +19,9 @@ export interface PolicyInput {
   expectAgent?: string;
   expectTenant?: string;
   allowOtherAgent?: boolean;
+  /** the target's runtime (its config): a difference from the snapshot's needs approval unless declared compatible */
+  runtime?: Config["runtime"];
+  allowRuntimeChange?: boolean;
   /** highest schema version this runtime supports */
   maxSchemaVersion?: number;
   seen?: TrustedState;
@@ -32,6 +37,8 @@ export interface PolicyDecision {
   /** refusals that an approved override may lift (rollback) */
   needs_approval: string[];
   warnings: string[];
+  /** how the snapshot's runtime differs from the target's */
+  runtime: RuntimeDifference[];
 }
 
 /** The largest forward jump in checkpoint sequence accepted without question. */
@@ -40,12 +47,18 @@ export const MAX_SEQUENCE_JUMP = 1_000_000;
 /** Decides whether a verified bundle may be restored here. */
 export function evaluatePolicy(p: PolicyInput): PolicyDecision {
   const m = p.manifest;
-  const d: PolicyDecision = { refusals: [], needs_approval: [], warnings: [] };
+  const d: PolicyDecision = { refusals: [], needs_approval: [], warnings: [], runtime: p.runtime ? runtimeDifferences(m.runtime, p.runtime) : [] };
   const expires = new Date(m.expires_at);
   if (expires <= p.now) d.refusals.push(`snapshot ${m.snapshot_id} expired at ${m.expires_at}`);
   if (!p.allowOtherAgent) {
     if (p.expectTenant !== undefined && m.tenant !== p.expectTenant) d.refusals.push(`snapshot belongs to tenant "${m.tenant}", target is tenant "${p.expectTenant}"`);
     if (p.expectAgent !== undefined && m.agent_id !== p.expectAgent) d.refusals.push(`snapshot is of agent "${m.agent_id}", target is agent "${p.expectAgent}"`);
+  }
+  const changed = d.runtime.filter((x) => !x.compatible);
+  if (changed.length) {
+    const msg = `runtime differs from the snapshot's: ${changed.map(describeDifference).join(", ")}`;
+    if (p.allowRuntimeChange) d.needs_approval.push(msg);
+    else d.refusals.push(`${msg}; declare it in runtime.compatible, or pass --allow-runtime-change and approve`);
   }
   if (p.maxSchemaVersion !== undefined && m.schema_version !== null && m.schema_version > p.maxSchemaVersion)
     d.refusals.push(`state schema version ${m.schema_version} is newer than this runtime supports (${p.maxSchemaVersion})`);

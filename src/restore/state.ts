@@ -9,6 +9,7 @@ import { agentbakHome } from "../crypto/keys.js";
 import { AgentbakError, Exit, notFound } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
 import type { AgentRef } from "../repository/repository.js";
+import type { OpenOperation, OperationResult } from "../reconcile/operations.js";
 import type { TrustedState } from "./policy.js";
 
 const homeStatePath = (a: AgentRef) => join(agentbakHome(), "state", a.tenant, `${a.agent}.json`);
@@ -77,7 +78,30 @@ export interface TargetRecord {
   generation: number;
   repository: string;
   restored_at: string;
-  open_operations: { id: string | number | null; idempotency_key: string }[];
+  open_operations: OpenOperation[];
+  /** the restored databases, by config name, as paths inside the target (absent in records of agentbak before 0.2) */
+  databases?: { name: string; path: string }[];
+  /** the config the restore ran with: reconcile and activate use it when none is named */
+  config?: string | null;
+}
+
+/** What `agentbak reconcile` records inside the target (.agentbak/reconcile.json). */
+export interface ReconcileRecord {
+  snapshot_id: string;
+  generation: number;
+  reconciled_at: string;
+  operations: OperationResult[];
+  summary: ReconcileSummary;
+}
+
+export interface ReconcileSummary {
+  operations: number;
+  completed: number;
+  retry: number;
+  escalated: number;
+  unknown: number;
+  /** operations a person must still decide (never reconciled, escalated, unknown, or not recorded) */
+  unresolved: number;
 }
 
 /** Reads the restore record of a target. @throws AgentbakError(10) when the folder was not restored by agentbak. */
@@ -88,3 +112,31 @@ export function readTargetRecord(target: string): TargetRecord {
 }
 
 export const isSuspended = (target: string) => existsSync(join(target, MARKER_DIR, SUSPENDED));
+
+const reconcilePath = (target: string) => join(target, MARKER_DIR, "reconcile.json");
+
+/** The reconciliation recorded in a target, or null when `reconcile` never ran there. */
+export function readReconcileRecord(target: string): ReconcileRecord | null {
+  const p = reconcilePath(target);
+  if (!existsSync(p)) return null;
+  try {
+    return JSON.parse(readFileSync(p, "utf8")) as ReconcileRecord;
+  } catch {
+    throw new AgentbakError(Exit.verify, `${p} is not JSON; run agentbak reconcile --target ${target} again`);
+  }
+}
+
+export const writeReconcileRecord = (target: string, r: ReconcileRecord) => writeFileAtomic(reconcilePath(target), JSON.stringify(r, null, 2) + "\n");
+
+/** Each of the target's open operations with its latest result (none when never reconciled). */
+export function operationStatus(rec: TargetRecord, results: OperationResult[] = []): { op: OpenOperation; result: OperationResult | null }[] {
+  const byKey = new Map(results.map((x) => [x.idempotency_key, x]));
+  return rec.open_operations.map((op) => ({ op, result: byKey.get(op.idempotency_key) ?? null }));
+}
+
+/** Counts for receipts and activation records. */
+export function summarize(rec: TargetRecord, results: OperationResult[] = []): ReconcileSummary {
+  const st = operationStatus(rec, results);
+  const n = (res: string) => st.filter((x) => x.result?.resolution === res).length;
+  return { operations: st.length, completed: n("completed"), retry: n("retry"), escalated: n("escalated"), unknown: n("unknown"), unresolved: st.filter((x) => !x.result?.resolved).length };
+}

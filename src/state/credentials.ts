@@ -3,7 +3,8 @@
  * present / missing / unchecked, never a value.
  */
 import { execa } from "execa";
-import { accessSync, constants, statSync } from "node:fs";
+import { accessSync, constants, readFileSync, statSync } from "node:fs";
+import { usageError } from "../errors.js";
 import { isAbsolute, resolve } from "node:path";
 
 export interface CredentialStatus {
@@ -50,4 +51,28 @@ export async function checkCredentials(
     }
   }
   return out;
+}
+
+/**
+ * A credential's value, read at the moment it is needed (a probe header) and
+ * never stored: `env:NAME` (set and non-empty) or `file:PATH` (relative to
+ * `root`, trailing newline dropped). Other schemes can not be read here.
+ * @throws AgentbakError(2) naming the reference, never a value.
+ */
+export function readCredential(name: string, ref: string, root: string, env: NodeJS.ProcessEnv = process.env): string {
+  const scheme = ref.slice(0, ref.indexOf(":"));
+  const rest = ref.slice(scheme.length + 1);
+  if (scheme === "env") {
+    if (!env[rest]) throw usageError(`credential ${name} (${ref}): environment variable ${rest} is not set`);
+    return env[rest]!;
+  }
+  if (scheme === "file") {
+    const p = isAbsolute(rest) ? rest : resolve(root, rest);
+    try {
+      return readFileSync(p, "utf8").replace(/\r?\n$/, "");
+    } catch (e) {
+      throw usageError(`credential ${name} (${ref}): ${p} is not readable (${(e as NodeJS.ErrnoException).code})`);
+    }
+  }
+  throw usageError(`credential ${name} (${ref}): a ${scheme}: reference can not be read by agentbak; use env: or file:, or a command probe that reads it itself`);
 }

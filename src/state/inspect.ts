@@ -26,7 +26,7 @@ export interface InspectInput {
 export interface InspectResult {
   dbs: { name: string; schemaVersion: number; records: Record<string, number>; virtualTables: string[]; integrity: string[]; index?: PageIndex }[];
   cursors: Record<string, string | number | null>;
-  openOperations: { id: string | number | null; idempotency_key: string }[];
+  openOperations: { id: string | number | null; idempotency_key: string; kind?: string | null }[];
   findings: SecretFinding[];
 }
 
@@ -113,7 +113,7 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
     const db = open(input.openOperations.database, "openOperations");
     try {
       for (const r of db.prepare(input.openOperations.sql).all() as Record<string, unknown>[])
-        out.openOperations.push({ id: scalar(r.id), idempotency_key: String(r.idempotency_key ?? "") });
+        out.openOperations.push({ id: scalar(r.id), idempotency_key: String(r.idempotency_key ?? ""), ...("kind" in r ? { kind: r.kind === null ? null : String(r.kind) } : {}) });
     } catch (e) {
       throw new AgentbakError(Exit.usage, `openOperations: ${(e as Error).message}`);
     } finally {

@@ -3,7 +3,7 @@
  */
 import Database from "better-sqlite3";
 import { existsSync } from "node:fs";
-import { wrap } from "../errors.js";
+import { lockedError, wrap } from "../errors.js";
 
 export type DB = Database.Database;
 
@@ -103,29 +103,122 @@ export function vec0Dimensions(db: DB): { table: string; column: string; dimensi
 /** PRAGMA user_version. */
 export const userVersion = (db: DB) => db.pragma("user_version", { simple: true }) as number;
 
+/** How the databases of one snapshot were captured at one instant (recorded in the manifest as `cut`). */
+export interface Cut {
+  /** when the read snapshots were opened: the instant the snapshot holds */
+  at: string;
+  /**
+   * "write-locks": every database's write lock was taken (in `databases` order),
+   * the read snapshots opened, the locks released; "read-transaction": one
+   * database, whose read transaction alone is the instant.
+   */
+  method: "write-locks" | "read-transaction";
+  databases: string[];
+  /** time spent waiting for the write locks */
+  wait_ms: number;
+  /** time the write locks were held (writers waited this long at most) */
+  hold_ms: number;
+}
+
+/** One database to copy: its config name, the live file, the copy to write. */
+export interface CopyJob {
+  name: string;
+  src: string;
+  dest: string;
+}
+
 /**
- * Makes a consistent copy of a live database with SQLite's online backup API
- * (one read transaction; writers in WAL mode keep going) and converts it to a
- * single self-contained rollback-journal file. Integrity is checked by
+ * Copies live databases as of one instant, with SQLite's online backup API,
+ * into self-contained rollback-journal files. With several databases it takes
+ * the write lock of each (BEGIN IMMEDIATE, in name order, so two agentbak runs
+ * never deadlock), opens a read snapshot of each, and releases the locks
+ * before copying: writers wait only while the snapshots open, and no commit
+ * can fall between two databases' snapshots. Integrity is checked by
  * inspectSnapshot before anything is published.
- * @throws AgentbakError naming the database when the source is missing or unreadable.
+ * @throws AgentbakError(11) naming the database whose write lock stayed busy
+ *   for `waitMs`; AgentbakError naming the database when one is missing or unreadable.
  */
-export async function snapshotDatabase(name: string, src: string, dest: string): Promise<void> {
-  if (!existsSync(src)) throw wrap(Object.assign(new Error("missing"), { code: "ENOENT", path: src }), `database ${name}`);
-  const source = new Database(src, { readonly: true, fileMustExist: true });
+export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promise<Cut> {
+  const ordered = [...jobs].sort((x, y) => (x.name < y.name ? -1 : 1));
+  for (const j of ordered) if (!existsSync(j.src)) throw wrap(Object.assign(new Error("missing"), { code: "ENOENT", path: j.src }), `database ${j.name}`);
+  const locks: DB[] = [];
+  const readers: { job: CopyJob; db: DB }[] = [];
+  const t0 = Date.now();
+  let locked = t0;
   try {
-    source.pragma("busy_timeout = 10000");
-    // copy everything in as few steps as possible: a step holds one read transaction, so the copy is one committed state
-    await source.backup(dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
+    if (ordered.length > 1) {
+      for (const j of ordered) {
+        const db = openSource(j, false);
+        locks.push(db);
+        db.pragma(`busy_timeout = ${Math.max(0, Math.round(waitMs - (Date.now() - t0)))}`);
+        try {
+          db.exec("BEGIN IMMEDIATE");
+        } catch (e) {
+          if ((e as { code?: string }).code?.startsWith("SQLITE_BUSY"))
+            throw lockedError(`database ${j.name}: its write lock was not free within ${waitMs / 1000}s (cut.waitSeconds); no snapshot was taken`);
+          throw wrap(e, `database ${j.name}: taking the write lock`);
+        }
+      }
+      locked = Date.now();
+    }
+    for (const j of ordered) {
+      const db = openSource(j, true);
+      readers.push({ job: j, db });
+      try {
+        db.exec("BEGIN");
+        db.prepare("SELECT count(*) FROM sqlite_schema").get(); // the read snapshot starts at the first read
+      } catch (e) {
+        throw wrap(e, `database ${j.name}: opening a read snapshot`);
+      }
+    }
+    const at = new Date();
+    for (const l of locks.splice(0)) closeQuietly(l);
+    const held = Date.now() - locked;
+    for (const { job, db } of readers) {
+      try {
+        // one read transaction is open on this connection, so every step copies the same committed state
+        await db.backup(job.dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
+      } catch (e) {
+        throw wrap(e, `database ${job.name}: online backup to ${job.dest}`);
+      }
+    }
+    for (const { job } of readers) {
+      const copy = new Database(job.dest);
+      try {
+        copy.pragma("journal_mode = DELETE");
+      } finally {
+        copy.close();
+      }
+    }
+    return {
+      at: at.toISOString(),
+      method: ordered.length > 1 ? "write-locks" : "read-transaction",
+      databases: ordered.map((j) => j.name),
+      wait_ms: ordered.length > 1 ? locked - t0 : 0,
+      hold_ms: ordered.length > 1 ? held : 0,
+    };
+  } finally {
+    for (const l of locks) closeQuietly(l);
+    for (const r of readers) closeQuietly(r.db);
+  }
+}
+
+function openSource(j: CopyJob, readonly: boolean): DB {
+  try {
+    const db = new Database(j.src, { readonly, fileMustExist: true });
+    db.pragma("busy_timeout = 10000");
+    return db;
   } catch (e) {
-    throw wrap(e, `database ${name}: online backup to ${dest}`);
-  } finally {
-    source.close();
+    throw wrap(e, `database ${j.name}: opening ${j.src}${readonly ? "" : " to take its write lock"}`);
   }
-  const copy = new Database(dest);
+}
+
+/** Closes a connection, rolling back whatever it holds. */
+function closeQuietly(db: DB): void {
   try {
-    copy.pragma("journal_mode = DELETE");
-  } finally {
-    copy.close();
+    if (db.inTransaction) db.exec("ROLLBACK");
+  } catch {
+    /* closing rolls back anyway */
   }
+  db.close();
 }

@@ -29,7 +29,12 @@ export function renderDrill(r: DrillCmdResult): void {
       for (const row of c.sample ?? []) say(dim(`      ${JSON.stringify(row)}`));
     }
   }
-  say(`recovery time ${r.recovery_seconds}s, total ${r.total_seconds}s${r.report_file ? `; report entry ${r.report_index} in ${r.report_file}` : ""}`);
+  for (const op of r.open_operations) {
+    const seen = op.outcomes.map((x) => `${x.scenario}: ${x.fault ? `lookups ${x.fault}` : x.seeded === "delivered" ? "delivered" : "never arrived"} -> ${x.resolution}, ${x.new_effects} new effect(s)`).join("; ");
+    say(`  open operation ${op.idempotency_key}${op.kind ? ` (${op.kind})` : ""} [${op.strategy}]${seen ? `: ${seen}` : dim(": not reconciled in this drill")}`);
+  }
+  r.unresolved_owners.forEach((u) => say(dim(`  unresolved (owner ${u.owner}): ${u.difference}`)));
+  say(`RPO ${(r.rpo_seconds / 60).toFixed(1)} min (snapshot age), RTO ${r.rto_seconds}s (restore, checks${r.open_operations.some((op) => op.outcomes.length) ? ", reconciliation" : ""}); recovery time ${r.recovery_seconds}s, total ${r.total_seconds}s${r.report_file ? `; report entry ${r.report_index} in ${r.report_file}` : ""}`);
   const failed = r.checks.filter((c) => !c.ok && c.severity === "error").length;
   if (r.ok) ok(`drill passed (${r.checks.length} checks)`);
   else bad(`drill FAILED: ${failed} check(s) failed`);

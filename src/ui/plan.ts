@@ -1,4 +1,5 @@
 /** Human rendering of a restore plan: stderr before a confirmation, stdout as a dry run's result. */
+import { describeDifference } from "../bundle/runtime.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { bad, bold, dim, say, warn } from "./output.js";
 
@@ -10,8 +11,10 @@ export function renderPlan(p: RestorePlan, write: (line: string) => void = say):
   if (p.workspace) write(`  workspace  ${p.workspace.path} at ${p.workspace.commit.slice(0, 12)}${p.workspace.branch ? ` (${p.workspace.branch})` : ""}${p.workspace.dirty ? " + uncommitted changes" : ""}`);
   for (const x of p.sources) write(`  source     ${x.name} (${x.kind}, ${x.records} records at ${x.snapshot_at}) into ${x.into}${x.resolved ? "" : " — not resolved here"}`);
   for (const [k, v] of Object.entries(p.cursors)) write(`  cursor     ${k} = ${v}`);
-  for (const o of p.open_operations) write(`  open op    ${o.id} key ${o.idempotency_key}  ${dim("(sent, no receipt: reconcile before activation)")}`);
+  for (const o of p.open_operations) write(`  open op    ${o.id} key ${o.idempotency_key}${o.kind ? ` (${o.kind})` : ""}  ${dim(`sent, no receipt: reconciled by strategy ${o.strategy} before activation`)}`);
+  for (const t of p.timers) write(`  timer      ${t.database}.${t.table}.${t.column}  ${dim(t.mode === "shift" ? `shifted by ${Math.round(t.shift_ms! / 1000)} s (time since the snapshot)` : `leases still in the future end now (${new Date(t.format === "epoch_s" ? Number(t.to) * 1000 : (t.to as string | number)).toISOString()})`)}`);
   for (const c of p.credentials) write(`  credential ${c.name} ${c.ref}: ${c.status}`);
+  for (const d of p.policy.runtime) write(`  runtime    ${describeDifference(d)}  ${dim(d.compatible ? "(declared compatible)" : "(needs approval)")}`);
   write(`  generation ${p.next_generation}; the agent starts suspended`);
   for (const w of [...p.policy.warnings, ...p.policy.needs_approval]) warn(w);
   for (const r of p.policy.refusals) bad(`refused by policy: ${r}`);

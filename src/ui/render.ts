@@ -11,6 +11,7 @@ import type { CatalogEntry } from "../repository/repository.js";
 import type { CopyResult } from "../repository/replicate.js";
 import type { ActivateResult, FenceResult } from "../restore/activate.js";
 import type { RestoreResult } from "../restore/apply.js";
+import type { ReconcileResult } from "../restore/reconcile.js";
 import type { Check } from "../bundle/extract.js";
 import { dim, isTTY, ok, out, say, table, warn } from "./output.js";
 import { renderPlan } from "./plan.js";
@@ -88,6 +89,17 @@ export function restore(r: RestoreResult): void {
 
 export function activate(r: ActivateResult): void {
   ok(r.already_active ? `${r.agent_id} at ${r.target} is already active` : `activated ${r.agent_id} at generation ${r.generation}`);
+  if (r.accepted_unresolved) warn(`${r.unresolved.length} unresolved open operation(s) accepted: ${r.accepted_unresolved}`);
+}
+
+export function reconcile(r: ReconcileResult): void {
+  for (const op of r.operations) {
+    const line = `${op.idempotency_key}${op.kind ? ` (${op.kind})` : ""} [${op.strategy}]: ${op.outcome} -> ${op.resolution}${op.applied ? `, recorded by ${op.applied}` : ""}${op.resolved ? "" : ` — ${op.detail}`}`;
+    if (op.resolved) ok(line);
+    else warn(line);
+  }
+  const s = r.summary;
+  out(`${r.agent_id} generation ${r.generation}: ${s.operations} open operation(s): ${s.completed} completed, ${s.retry} to resend, ${s.escalated} escalated, ${s.unknown} unknown; ${s.unresolved} unresolved${s.unresolved ? " (activate refuses until they are resolved or accepted)" : ""}\n`);
 }
 
 export function fence(r: FenceResult): void {

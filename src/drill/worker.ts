@@ -1,0 +1,135 @@
+/**
+ * The drill's workbench for one scenario: a writable copy of the restored
+ * root, the injected test task, and the agent's own worker started against
+ * the test sink with the worker contract's environment (DESIGN.md, Drill).
+ */
+import { execa, type ResultPromise } from "execa";
+import Database from "better-sqlite3";
+import { chmodSync, cpSync, readdirSync, statSync } from "node:fs";
+import { join, relative } from "node:path";
+import { openDefensive } from "../state/sqlite.js";
+import type { LoadedSpec } from "./spec.js";
+
+/** One check in a drill; `scenario` is "restore", a crash point, or a recovery scenario. */
+/**
+ * One check in a drill; `scenario` is "restore" or a crash point, `phase` when
+ * in it ("checks" after the restore; "setup", "after_crash", "after_recovery",
+ * "after_restart" in a crash scenario), so scenario + phase + name is unique.
+ * A failed "info" check is recorded but neither fails the drill nor warns.
+ */
+export interface DrillCheck {
+  scenario: string;
+  phase: string;
+  name: string;
+  ok: boolean;
+  severity: "error" | "warning" | "info";
+  detail: string;
+  /** time since the check before it (or the drill's start) */
+  seconds: number;
+  sample?: unknown[];
+}
+
+export interface ScenarioResult {
+  scenario: string;
+  ok: boolean;
+  died_at_point: boolean;
+  restarts: number;
+  effects: number;
+  receipt: string | null;
+  seconds: number;
+}
+
+/** Generations in a drill: the agent before the restore, and the restored one (sent as AGENTBAK_GENERATION). */
+export const GENERATION = { stale: 1, restored: 2 } as const;
+
+/** Every regular file under `dir` outside `.git`, with `mode` applied to its permission bits. */
+function chmodFiles(dir: string, mode: (m: number) => number): void {
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    const p = join(e.parentPath, e.name);
+    if (e.isFile() && !relative(dir, p).split("/").includes(".git")) chmodSync(p, mode(statSync(p).mode));
+  }
+}
+export const makeReadOnly = (dir: string) => chmodFiles(dir, (m) => m & 0o555);
+
+/** A writable copy of the restored root, and where each database is in it. */
+export interface Copy {
+  dir: string;
+  dbs: Map<string, string>;
+}
+
+export function writableCopy(restored: string, dir: string, dbs: { name: string; path: string }[]): Copy {
+  cpSync(restored, dir, { recursive: true });
+  chmodFiles(dir, (m) => m | 0o200);
+  return { dir, dbs: new Map(dbs.map((d) => [d.name, join(dir, relative(restored, d.path))])) };
+}
+
+type Inject = NonNullable<LoadedSpec["spec"]["inject"]>;
+
+/** Runs the spec's inject SQL in the copy. @returns why it failed, or null. */
+export function injectTask(inject: Inject, copy: Copy): string | null {
+  const file = copy.dbs.get(inject.database);
+  if (!file) return `no database named ${inject.database}`;
+  const db = new Database(file);
+  try {
+    db.pragma("trusted_schema = OFF");
+    const stmt = db.prepare(inject.sql);
+    stmt.run(...(stmt.reader ? [] : inject.sql.includes(":taskId") ? [{ taskId: inject.taskId }] : []));
+    return null;
+  } catch (e) {
+    return `inject SQL failed: ${(e as Error).message}`;
+  } finally {
+    db.close();
+  }
+}
+
+/** Whether the spec's completedSql finds the injected task complete in the copy. */
+export function taskCompleted(inject: Inject, copy: Copy): boolean {
+  const db = openDefensive(copy.dbs.get(inject.database)!);
+  try {
+    return Boolean(db.prepare(inject.completedSql).get(inject.completedSql.includes(":taskId") ? { taskId: inject.taskId } : {}));
+  } finally {
+    db.close();
+  }
+}
+
+export type StartWorker = (crashPoint: string | null) => ResultPromise<{ reject: false; stdin: "ignore" }>;
+
+/** Starts the spec's worker (or its upgrade) in the copy; the environment holds nothing of the drill host's but PATH. */
+export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string }): StartWorker {
+  const { spec } = s;
+  const worker = spec.worker!;
+  const command = o.upgrade && spec.upgrade?.command ? spec.upgrade.command : worker.command;
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    HOME: copy.dir,
+    AGENTBAK_DRILL: "1",
+    AGENTBAK_RESTORE_DIR: copy.dir,
+    AGENTBAK_SINK_URL: o.sinkUrl,
+    AGENTBAK_GENERATION: String(o.generation ?? GENERATION.restored),
+    ...(spec.inject ? { AGENTBAK_TASK_ID: spec.inject.taskId } : {}),
+    WORKER_ID: o.workerId ?? "drill-worker",
+    ...Object.fromEntries([...copy.dbs].map(([n, p]) => [`AGENTBAK_DB_${n.toUpperCase()}`, p])),
+    ...worker.env,
+    ...(o.upgrade ? spec.upgrade?.env ?? {} : {}),
+  };
+  return (crashPoint) =>
+    execa(command[0]!, command.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x)), {
+      cwd: copy.dir,
+      env: { ...env, ...(crashPoint ? { AGENTBAK_CRASH_POINT: crashPoint } : {}) },
+      extendEnv: false,
+      reject: false,
+      timeout: worker.timeoutSeconds * 1000,
+      stdin: "ignore",
+    });
+}
+
+/** Starts the worker until it exits 0, at most `restarts` times. */
+export async function runUntilDone(start: StartWorker, restarts: number): Promise<{ finished: boolean; runs: number; last: string }> {
+  let last = "";
+  for (let i = 1; i <= restarts; i++) {
+    const r = await start(null);
+    last = `exit ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n").at(-1)?.slice(0, 200) ?? ""}`;
+    if (r.exitCode === 0) return { finished: true, runs: i, last };
+  }
+  return { finished: false, runs: restarts, last };
+}

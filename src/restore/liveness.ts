@@ -1,0 +1,63 @@
+/**
+ * Is the original runtime still running? Activation asks before letting a
+ * restored agent act (runtime.liveness: a pid file, an HTTP URL, a command).
+ * Only a definite "stopped" lets it through; an answer that cannot be read
+ * counts as "unknown", which refuses like "alive" unless the operator
+ * confirms the original is isolated.
+ */
+import { execa } from "execa";
+import { readFileSync } from "node:fs";
+import type { Config } from "../config/schema.js";
+
+export interface LivenessAnswer {
+  how: "pidFile" | "http" | "command";
+  state: "alive" | "stopped" | "unknown";
+  detail: string;
+}
+
+type LivenessConfig = NonNullable<Config["runtime"]["liveness"]>;
+
+/** Asks every configured check; `resolve` makes a config-relative path absolute. */
+export async function checkLiveness(l: LivenessConfig, resolve: (p: string) => string): Promise<LivenessAnswer[]> {
+  const out: LivenessAnswer[] = [];
+  const ms = l.timeoutSeconds * 1000;
+  if (l.pidFile) out.push(pidFileAnswer(resolve(l.pidFile)));
+  if (l.http) {
+    try {
+      const r = await fetch(l.http, { redirect: "manual", signal: AbortSignal.timeout(ms) });
+      await r.body?.cancel();
+      out.push({ how: "http", state: "alive", detail: `${l.http} answered ${r.status}` });
+    } catch (e) {
+      const err = e as Error & { cause?: { code?: string } };
+      const code = err.cause?.code;
+      const stopped = code === "ECONNREFUSED" || code === "ENOTFOUND";
+      out.push({ how: "http", state: stopped ? "stopped" : "unknown", detail: `${l.http}: ${stopped ? `${code} (nothing listens)` : err.name === "TimeoutError" ? `no answer within ${l.timeoutSeconds}s` : code ?? err.message}` });
+    }
+  }
+  if (l.command) {
+    const r = await execa(l.command[0]!, l.command.slice(1), { reject: false, timeout: ms, stdio: "ignore" });
+    const what = l.command.join(" ");
+    if (r.timedOut || r.failed && r.exitCode === undefined) out.push({ how: "command", state: "unknown", detail: `${what}: ${r.timedOut ? `no answer within ${l.timeoutSeconds}s` : "could not run"}` });
+    else out.push({ how: "command", state: r.exitCode === 0 ? "alive" : "stopped", detail: `${what} exited ${r.exitCode}` });
+  }
+  return out;
+}
+
+function pidFileAnswer(file: string): LivenessAnswer {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return { how: "pidFile", state: code === "ENOENT" ? "stopped" : "unknown", detail: `${file}: ${code === "ENOENT" ? "no pid file" : code}` };
+  }
+  const pid = Number(text.trim());
+  if (!Number.isSafeInteger(pid) || pid <= 0) return { how: "pidFile", state: "unknown", detail: `${file} does not hold a pid` };
+  try {
+    process.kill(pid, 0);
+    return { how: "pidFile", state: "alive", detail: `pid ${pid} (${file}) is running` };
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return code === "EPERM" ? { how: "pidFile", state: "alive", detail: `pid ${pid} (${file}) is running (another user's)` } : { how: "pidFile", state: "stopped", detail: `pid ${pid} (${file}) is not running` };
+  }
+}

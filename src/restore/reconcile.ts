@@ -1,0 +1,96 @@
+/**
+ * `reconcile` at a restored target: each open operation of the snapshot is
+ * asked about by idempotency key through the configured probe, and its
+ * outcome written into the restored state, the target's .agentbak/ and a
+ * signed receipt in the audit log. The agent stays suspended throughout.
+ * Operations already resolved by an earlier run are not asked again.
+ */
+import { join } from "node:path";
+import { CREDENTIAL_PLACEHOLDER } from "../config/recovery.js";
+import type { LoadedConfig } from "../config/load.js";
+import type { SigningKey } from "../crypto/sshsig.js";
+import { policyError, usageError } from "../errors.js";
+import { makeProbe } from "../reconcile/probe.js";
+import { reconcileOperations, type OperationResult } from "../reconcile/operations.js";
+import { Repository } from "../repository/repository.js";
+import { readCredential } from "../state/credentials.js";
+import { appendReceipt } from "./receipt.js";
+import { isSuspended, operationStatus, readReconcileRecord, readTargetRecord, summarize, writeReconcileRecord, type ReconcileSummary } from "./state.js";
+
+export interface ReconcileResult {
+  target: string;
+  agent_id: string;
+  tenant: string;
+  snapshot_id: string;
+  generation: number;
+  /** every open operation with its latest result */
+  operations: OperationResult[];
+  /** how many were asked this time (the others were resolved before) */
+  probed: number;
+  summary: ReconcileSummary;
+  receipt_signed: boolean;
+}
+
+/**
+ * Reconciles the open operations of a suspended, current restore.
+ * @throws AgentbakError: 2 no reconcile section or a credential can not be read, 10 not a restored target,
+ *   11 a restore of the agent is running, 14 already active or superseded.
+ */
+export async function reconcileTarget(target: string, lc: LoadedConfig, repoOverride: string | undefined, key: SigningKey | null): Promise<ReconcileResult> {
+  const rec = readTargetRecord(target);
+  const cfg = lc.config.reconcile;
+  if (!cfg) throw usageError(`config ${lc.path} has no reconcile section (the probe and the SQL that records outcomes)`);
+  if (!isSuspended(target)) throw policyError(`${rec.agent_id} at ${target} is already active; reconciliation runs before activation`);
+  if (!rec.databases) throw usageError(`${target} was restored by an older agentbak that did not record its databases; restore it again to reconcile`);
+  const a = { tenant: rec.tenant, agent: rec.agent_id };
+  const repoPath = repoOverride ?? rec.repository;
+  const repo = repoPath ? await Repository.open(repoPath) : null;
+  const lock = repo ? await repo.lock(a, "restore") : null;
+  try {
+    if (repo) {
+      const cur = await repo.generation(a);
+      if (cur !== rec.generation) throw policyError(`generation ${rec.generation} of ${rec.agent_id} is superseded by generation ${cur}; reconcile the current restore instead`);
+    }
+    // credentials are read once, now, and live only in this process's memory
+    const values = new Map<string, string>();
+    if ("http" in cfg.probe)
+      for (const v of Object.values(cfg.probe.http.headers))
+        for (const m of v.matchAll(CREDENTIAL_PLACEHOLDER)) {
+          const c = lc.config.credentials.find((x) => x.name === m[1])!;
+          values.set(c.name, readCredential(c.name, c.ref, lc.dir));
+        }
+    const probe = makeProbe(cfg.probe, { generation: rec.generation, timeoutMs: cfg.timeoutSeconds * 1000, credential: (n) => values.get(n)! });
+    const before = operationStatus(rec, readReconcileRecord(target)?.operations);
+    const fresh = await reconcileOperations(
+      before.filter((x) => !x.result?.resolved).map((x) => x.op),
+      cfg,
+      probe,
+      new Map(rec.databases.map((d) => [d.name, join(target, d.path)])),
+    );
+    const latest = new Map(fresh.map((r) => [r.idempotency_key, r]));
+    const operations = before.map((x) => latest.get(x.op.idempotency_key) ?? x.result!);
+    const record = { snapshot_id: rec.snapshot_id, generation: rec.generation, reconciled_at: new Date().toISOString(), operations, summary: summarize(rec, operations) };
+    writeReconcileRecord(target, record);
+    const signed = await appendReceipt(
+      repo,
+      a,
+      "reconcile",
+      {
+        kind: "reconcile-receipt",
+        snapshot_id: rec.snapshot_id,
+        agent_id: rec.agent_id,
+        tenant: rec.tenant,
+        target,
+        generation: rec.generation,
+        operations,
+        probed: fresh.length,
+        summary: record.summary,
+        at: record.reconciled_at,
+      },
+      key,
+    );
+    return { target, agent_id: rec.agent_id, tenant: rec.tenant, snapshot_id: rec.snapshot_id, generation: rec.generation, operations, probed: fresh.length, summary: record.summary, receipt_signed: signed };
+  } finally {
+    await lock?.release();
+  }
+}

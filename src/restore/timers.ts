@@ -1,0 +1,77 @@
+/**
+ * Leases and deadlines: declared timer columns rebased at restore, so a lease
+ * taken before the snapshot does not look fresh (or long expired) to the
+ * restored agent. `shift` adds the time elapsed since the snapshot, like
+ * restoring Redis TTLs minus the elapsed time; `expire` ends leases still in
+ * the future, so the work is claimed again.
+ */
+import type { Config } from "../config/schema.js";
+import { usageError } from "../errors.js";
+import { openDefensive } from "../state/sqlite.js";
+
+type Timer = Config["timers"][number];
+
+/** What a rebase moved (or will move): recorded in the plan and the restore receipt. */
+export interface TimerMove {
+  database: string;
+  table: string;
+  column: string;
+  mode: Timer["mode"];
+  format: Timer["format"];
+  /** milliseconds added to every value (shift), or null (expire) */
+  shift_ms: number | null;
+  /** expire: the new value of leases still in the future */
+  to: string | number | null;
+  /** rows changed; null in a plan */
+  rows: number | null;
+}
+
+const q = (ident: string) => `"${ident}"`;
+
+/** The moves the config declares, for a snapshot made at `created` restored at `now` (pure; rows unknown). */
+export function planTimers(timers: Timer[], created: Date, now: Date): TimerMove[] {
+  const elapsed = Math.max(0, now.getTime() - created.getTime());
+  return timers.map((t) => ({
+    database: t.database,
+    table: t.table,
+    column: t.column,
+    mode: t.mode,
+    format: t.format,
+    shift_ms: t.mode === "shift" ? (t.format === "epoch_s" ? Math.round(elapsed / 1000) * 1000 : elapsed) : null,
+    to: t.mode === "expire" ? (t.format === "epoch_ms" ? now.getTime() : t.format === "epoch_s" ? Math.floor(now.getTime() / 1000) : now.toISOString()) : null,
+    rows: null,
+  }));
+}
+
+/** The UPDATE for one move, and its parameter. Values that are not timestamps of the declared format are left alone. */
+function statement(m: TimerMove): { sql: string; param: number | string } {
+  const c = q(m.column);
+  const iso = (expr: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', ${expr})`;
+  if (m.mode === "shift") {
+    if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = ${iso(`${c}, :p`)} WHERE typeof(${c}) = 'text' AND ${iso(c)} IS NOT NULL`, param: `+${(m.shift_ms! / 1000).toFixed(3)} seconds` };
+    return { sql: `UPDATE ${q(m.table)} SET ${c} = ${c} + :p WHERE typeof(${c}) IN ('integer', 'real')`, param: m.format === "epoch_s" ? m.shift_ms! / 1000 : m.shift_ms! };
+  }
+  if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = :p WHERE typeof(${c}) = 'text' AND ${iso(c)} > ${iso(":p")}`, param: m.to as string };
+  return { sql: `UPDATE ${q(m.table)} SET ${c} = :p WHERE typeof(${c}) IN ('integer', 'real') AND ${c} > :p`, param: m.to as number };
+}
+
+/**
+ * Applies the moves to the restored databases (name -> file), one transaction
+ * per database, and returns them with the rows each changed.
+ * @throws AgentbakError(2) naming the timer when its table or column is not there.
+ */
+export function applyTimers(moves: TimerMove[], databases: Map<string, string>): TimerMove[] {
+  return moves.map((m, i) => {
+    const file = databases.get(m.database);
+    if (!file) throw usageError(`timers[${i}]: no restored database named "${m.database}"`);
+    const db = openDefensive(file, { readonly: false });
+    try {
+      const s = statement(m);
+      return { ...m, rows: db.transaction(() => db.prepare(s.sql).run({ p: s.param }).changes)() };
+    } catch (e) {
+      throw usageError(`timers[${i}] (${m.database}.${m.table}.${m.column}): ${(e as Error).message}`);
+    } finally {
+      db.close();
+    }
+  });
+}
