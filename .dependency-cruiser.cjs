@@ -7,6 +7,7 @@
  *   bundle                          -> base, crypto, state, config
  *   repository                      -> base, storage, crypto, bundle, config
  *   capture, restore, drill         -> the layers above; never each other
+ *   agentapi (MCP and HTTP)         -> the stages and below; only commands import it
  *   commands                        -> anything below; ui never imports commands
  *   cli -> commands, ui; main -> cli
  */
@@ -37,6 +38,14 @@ module.exports = {
     layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
     layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository"]),
     layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository"]),
+    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "capture", "restore"]),
+    {
+      name: "only-commands-import-agentapi",
+      severity: "error",
+      comment: "the agent interface is an outer layer like commands: stages never import it",
+      from: { path: "^src/", pathNot: "^src/(commands|agentapi)/" },
+      to: { path: "^src/agentapi/" },
+    },
     layer("ui", ["crypto", "state", "bundle", "config", "repository", "capture", "restore", "drill"]),
     {
       name: "only-cli-imports-commands",

@@ -20,7 +20,7 @@ import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { onInterrupt } from "../cleanup.js";
-import { AgentbakError, Exit, policyError, usageError, verifyError, wrap } from "../errors.js";
+import { AgentbakError, ConflictError, Exit, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/inspect.js";
 import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
@@ -42,6 +42,10 @@ export interface BackupReceipt {
   parent: string | null;
   path: string;
   repeated: boolean;
+  /** committed in the repository, or kept in the local spool until it can be uploaded (capture/spool.ts) */
+  status: "committed" | "spooled";
+  /** the request's parameters (label, incremental): an idempotency key used again with others is refused */
+  params_sha256: string;
   warnings: string[];
 }
 
@@ -217,9 +221,23 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   return { dbs, files, ws };
 }
 
+/** The digest of what a backup request asked for, beside its idempotency key. */
+const paramsDigest = (o: Pick<BackupOptions, "label" | "incremental">) => sha256hex(Buffer.from(JSON.stringify({ label: o.label ?? null, incremental: o.incremental ?? null })));
+
+/**
+ * The answer to a repeated idempotency key: the first receipt, marked repeated.
+ * @throws ConflictError (2) when the key was first used with another label or incremental choice.
+ */
+export function replay(prior: BackupReceipt, o: Pick<BackupOptions, "label" | "incremental" | "idempotencyKey">): BackupReceipt {
+  if (prior.params_sha256 && prior.params_sha256 !== paramsDigest(o))
+    throw new ConflictError(`idempotency key ${o.idempotencyKey} was first used with another label or incremental choice (snapshot ${prior.snapshot_id})`);
+  return { ...prior, repeated: true, status: "committed" };
+}
+
 /**
  * Runs one backup of the configured agent.
- * @throws AgentbakError: 10 repository/database missing, 11 locked, 13 snapshot failed integrity_check, 14 secrets or refused dirty workspace, 1 hook failures.
+ * @throws AgentbakError: 10 repository/database missing, 11 locked, 13 snapshot failed integrity_check, 14 secrets or refused dirty workspace, 1 hook failures;
+ *   ConflictError (2) when the idempotency key was first used with another label or incremental choice.
  */
 export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<BackupReceipt> {
   const cfg = lc.config;
@@ -233,7 +251,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     await o.repo.sweep(a);
     if (o.idempotencyKey) {
       const prior = await o.repo.idempotent<BackupReceipt>(a, o.idempotencyKey);
-      if (prior) return { ...prior, repeated: true };
+      if (prior) return replay(prior, o);
     }
     const warnings: string[] = [];
     const created = new Date();
@@ -350,6 +368,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       kind: manifest.parent ? "incremental" : "full",
       parent: manifest.parent?.snapshot_id ?? null,
       repeated: false,
+      status: "committed",
+      params_sha256: paramsDigest(o),
       warnings,
     };
     const ol = cfg.objectLock;

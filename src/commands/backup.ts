@@ -1,5 +1,6 @@
 /** `agentbak backup`: one signed, encrypted snapshot of the configured agent. */
-import { runBackup, type BackupReceipt } from "../capture/backup.js";
+import type { BackupReceipt } from "../capture/backup.js";
+import { backupOrSpool } from "../capture/spool.js";
 import { usageError } from "../errors.js";
 import { parseDuration } from "./duration.js";
 import { context, type GlobalOpts } from "./context.js";
@@ -17,8 +18,9 @@ export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {
   const ctx = context(opts);
   if (!ctx.lc) throw usageError("backup needs a config: pass -c FILE or create ./agentbak.json (agentbak init)");
   const key = ctx.signingKey();
-  return runBackup(ctx.lc, {
-    repo: await ctx.repository(),
+  return backupOrSpool(ctx.lc, {
+    location: ctx.repoLocation!,
+    repository: () => ctx.repository(),
     trust: ctx.trust,
     home: ctx.home,
     signingKey: key,
