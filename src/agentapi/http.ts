@@ -10,6 +10,7 @@ import { serve as listen, type ServerType } from "@hono/node-server";
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
+import { HTTPException } from "hono/http-exception";
 import type { AddressInfo } from "node:net";
 import { AgentbakError, ConflictError, Exit, formatIssues, hasCause, UnreachableError, usageError } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
@@ -130,8 +131,17 @@ export function buildApp(service: AgentService, o: { home: string; maxTier: Tier
     await next();
     o.log(`${c.req.method} ${c.req.path} ${c.res.status} ${(performance.now() - t0).toFixed(0)}ms ${c.get("caller")?.by ?? "-"}`);
   });
-  app.use("*", bodyLimit({ maxSize: MAX_BODY_BYTES, onError: (c) => c.json(errorBody(usageError(`request body larger than ${MAX_BODY_BYTES} bytes`)), 413) }));
+  app.use(
+    "*",
+    bodyLimit({
+      maxSize: MAX_BODY_BYTES,
+      // the rest of the body is not read: the connection can not carry another request
+      onError: (c) => c.json(errorBody(usageError(`request body larger than ${MAX_BODY_BYTES} bytes`)), 413, { connection: "close" }),
+    }),
+  );
   app.onError((e, c) => {
+    // hono's own refusals (a body that is not JSON, ...) are the client's error
+    if (e instanceof HTTPException) return c.json(errorBody(new AgentbakError(Exit.usage, e.message)), e.status);
     if (!(e instanceof AgentbakError)) o.log(`internal error: ${e.stack ?? e.message}`);
     const err = e instanceof AgentbakError ? e : new AgentbakError(Exit.failure, "internal error (see the server's log)");
     return c.json(errorBody(err), httpStatus(err));
