@@ -192,7 +192,8 @@ export async function approveRequest(repo: Repository, a: AgentRef, id: string, 
   const s: Snapshot | undefined = (await repo.list(o.trust, a)).find((e) => e.snapshot_id === r.snapshot_id);
   if (!s) throw notFound(`snapshot ${r.snapshot_id} of restore request ${id} is no longer in ${repo.location}`);
   const bundle = await repo.open(s, o.trust);
-  let declined = false;
+  // no outcome is recorded while the operator has not said yes (declined at the prompt, or no TTY to ask on)
+  let undecided = false;
   const outcome = async (x: Omit<RequestOutcome, "at" | "target">) => {
     await repo.writeJson(keys.requestOutcome(a, id), { ...x, at: new Date().toISOString(), target });
     await repo.audit(a, { event: `restore-request-${x.status}`, request_id: id, snapshot_id: r.snapshot_id, by: o.by, ...(x.error ? { error: x.error.message } : { generation: x.generation }) }, o.signingKey());
@@ -208,7 +209,9 @@ export async function approveRequest(repo: Repository, a: AgentRef, id: string, 
       signingKey: o.signingKey,
       approve: async (plan) => {
         if (r.decision?.decision !== "approved") {
-          if (!(await o.confirm(plan, r))) return !(declined = true);
+          undecided = true;
+          if (!(await o.confirm(plan, r))) return false;
+          undecided = false;
           const d = await decide(repo, a, id, { decision: "approved", by: o.by, at: new Date().toISOString(), reason: null });
           if (d.decision === "denied") throw policyError(`restore request ${id} was denied by ${d.by} meanwhile: ${d.reason}`);
           await repo.audit(a, { event: "restore-approved", request_id: id, snapshot_id: r.snapshot_id, by: o.by, target }, o.signingKey());
@@ -223,7 +226,7 @@ export async function approveRequest(repo: Repository, a: AgentRef, id: string, 
     if (!restore.repeated || r.outcome?.status !== "restored") await outcome({ status: "restored", generation: restore.generation, error: null });
     return { request: await getRequest(repo, a, id), restore };
   } catch (e) {
-    if (!declined) {
+    if (!undecided) {
       const err = e instanceof AgentbakError ? e : new AgentbakError(Exit.failure, (e as Error).message);
       await outcome({ status: "failed", generation: null, error: { code: err.code, message: err.message } });
     }
