@@ -12,6 +12,10 @@ import type { AgentRef, Repository } from "../repository/repository.js";
 import { flushSpool, noteCommitted, openSpool, remoteReceipt, spools } from "../repository/spool.js";
 import { replay, runBackup, type BackupOptions, type BackupReceipt } from "./backup.js";
 
+/** How long a process that found a repository unreachable spools without trying it again (a server's next checkpoints stay fast). */
+export const RETRY_AFTER_MS = 30_000;
+const downUntil = new Map<string, number>();
+
 export interface SpoolingBackupOptions extends Omit<BackupOptions, "repo"> {
   /** where the repository is (a folder or s3://...) */
   location: string;
@@ -32,17 +36,20 @@ export async function backupOrSpool(lc: LoadedConfig, o: SpoolingBackupOptions):
   let remote: Repository;
   let receipt: BackupReceipt;
   try {
+    if ((downUntil.get(o.location) ?? 0) > Date.now()) throw new UnreachableError(`${o.location} was unreachable moments ago; trying it again in at most ${RETRY_AFTER_MS / 1000} s`);
     remote = await o.repository();
     // spooled snapshots (and the sequence last committed) come before this one
     receipt = await runBackup(lc, { ...o, repo: remote, sequenceFloor: Math.max(o.sequenceFloor ?? 0, (await spool.nextSequence(a, o.trust)) - 1) });
   } catch (e) {
     if (!hasCause(e, UnreachableError)) throw e;
+    if (!downUntil.has(o.location) || downUntil.get(o.location)! <= Date.now()) downUntil.set(o.location, Date.now() + RETRY_AFTER_MS);
     const known = o.idempotencyKey ? await remoteReceipt<BackupReceipt>(spool, a, o.idempotencyKey) : undefined;
     if (known) return replay(known, o);
     const r = await runBackup(lc, { ...o, repo: spool });
     const note = `repository ${o.location} is unreachable (${(e as Error).message}); the signed bundle waits in ${spool.location} for the next backup or "agentbak flush"`;
     return { ...r, status: "spooled", warnings: [...r.warnings, note] };
   }
+  downUntil.delete(o.location);
   await noteCommitted(spool, a, receipt, o.idempotencyKey);
   try {
     await flushSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey, waitMs: 0 });

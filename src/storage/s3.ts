@@ -24,6 +24,7 @@ export function parseS3Url(url: string): { bucket: string; prefix: string } {
 type S3 = typeof import("@aws-sdk/client-s3");
 
 const CONNECT_TIMEOUT_MS = 2000;
+const IDLE_TIMEOUT_MS = 10_000;
 /** Errors that mean the endpoint could not be reached at all, rather than an answer from it. */
 const NETWORK_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "EPIPE", "ECONNABORTED"]);
 
@@ -58,9 +59,10 @@ export class S3Store implements ObjectStore {
       requestChecksumCalculation: "WHEN_REQUIRED",
       responseChecksumValidation: "WHEN_REQUIRED",
       maxAttempts: 6, // bounded exponential backoff on 5xx, timeouts and resets
-      // an endpoint that drops packets fails each attempt after 2 s instead of the OS's minutes:
-      // refused, a backup gives up after about 2-3 s; silent, after at most about 15 s (6 attempts and backoff)
-      requestHandler: { connectionTimeout: CONNECT_TIMEOUT_MS },
+      // bounded waits for an endpoint that is down: refused, the 6 attempts end after about 2-3 s;
+      // connections that are never answered, after about 6 x 2 s; a gateway that accepts and then
+      // says nothing, after about 6 x 10 s (each attempt ends after 10 s without a byte)
+      requestHandler: { connectionTimeout: CONNECT_TIMEOUT_MS, socketTimeout: IDLE_TIMEOUT_MS },
     });
     return this;
   }
