@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import Database from "better-sqlite3";
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { json, makeAgent, ROOT, type TestAgent } from "./helpers.js";
@@ -148,6 +148,45 @@ describe("checkpoints through MCP", () => {
     const refused = entries.find((e) => e.operation === "create_backup" && e.outcome === "refused");
     expect(refused).toMatchObject({ code: 2 });
     expect(entries.find((e) => e.operation === "create_backup" && e.outcome === "ok")).toMatchObject({ tier: "checkpoint", snapshot_id: first.snapshot_id });
+  });
+});
+
+describe("checkpoints of a long-running server", () => {
+  const manifest = async (path: string) => JSON.parse(String((await execa("tar", ["xOf", await a.file(path), "manifest.json"])).stdout));
+  const live = async () => (await import("../dist/state/workspace.js")).treeDigest(join(a.dir, "workspace"));
+  const checkpoint = async (label: string) => {
+    const r = await tool(clients.checkpoint!, "create_backup", { label });
+    expect(r.isError, r.text).toBe(false);
+    return { receipt: r.data, m: await manifest(r.data.path) };
+  };
+
+  it("reuse the workspace capture only while the workspace is unchanged: every manifest matches the live tree", async () => {
+    const ws = join(a.dir, "workspace");
+    const one = await checkpoint("ws-1");
+    const two = await checkpoint("ws-2");
+    const bundleOf = (x: any) => x.m.components.find((c: any) => c.path === "workspace/repo.bundle").sha256;
+    expect(two.m.workspace).toEqual(one.m.workspace);
+    expect(bundleOf(two)).toBe(bundleOf(one));
+    expect(two.m.workspace.tree_sha256).toBe((await live()).sha256);
+    // an untracked file changes: a new capture, and it holds the change
+    writeFileSync(join(ws, "src", "draft-reply.txt"), "Dear customer, your refund is on its way.\n");
+    const three = await checkpoint("ws-3");
+    expect(three.m.workspace.tree_sha256).toBe((await live()).sha256);
+    expect(three.m.workspace.tree_sha256).not.toBe(two.m.workspace.tree_sha256);
+    // a commit moves HEAD; a file only staged changes git's status, not the tree
+    await execa("git", ["add", "src/draft-reply.txt"], { cwd: ws });
+    const four = await checkpoint("ws-4");
+    expect(four.m.components.find((c: any) => c.path === "workspace/changes.patch").sha256).not.toBe(three.m.components.find((c: any) => c.path === "workspace/changes.patch").sha256);
+    await execa("git", ["-c", "user.name=a", "-c", "user.email=a@example.invalid", "commit", "-qm", "reply"], { cwd: ws });
+    const five = await checkpoint("ws-5");
+    expect(five.m.workspace.commit).toBe((await execa("git", ["rev-parse", "HEAD"], { cwd: ws })).stdout);
+    expect(five.m.workspace.tree_sha256).toBe((await live()).sha256);
+    // each of them rebuilds to the tree its manifest names
+    for (const x of [two, three, four, five]) {
+      const v = await a.run(["verify", x.receipt.snapshot_id, "--identity", a.identity, "--json"]);
+      expect(v.code, v.stderr).toBe(0);
+      expect(json(v).checks.find((c: any) => c.name === "workspace").ok).toBe(true);
+    }
   });
 });
 

@@ -6,7 +6,7 @@
  */
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { copyFileSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join, relative, resolve, sep } from "node:path";
@@ -26,7 +26,7 @@ import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/
 import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
 import { scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabase } from "../state/sqlite.js";
-import { captureWorkspace, rebuildWorkspace, treeDigest } from "../state/workspace.js";
+import { captureWorkspace, rebuildWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
 export interface BackupReceipt {
@@ -157,56 +157,64 @@ function expandFiles(lc: LoadedConfig, pattern: string, exclude: string[]): stri
     .sort();
 }
 
+type WorkspaceCaptured = { staged: StagedComponent[]; manifest: Manifest["workspace"] };
+
+/**
+ * The last workspace capture of each workspace this process made, by the
+ * state it was made from (a server takes checkpoint after checkpoint of an
+ * unchanged workspace): the same state gives the same bundle and patch, whose
+ * rebuild was already proven, so they are reused instead of captured, rebuilt
+ * and hashed again. Only small captures are kept.
+ */
+const lastCapture = new Map<string, { key: string; files: { path: string; kind: StagedComponent["kind"]; bytes: Buffer }[]; manifest: NonNullable<Manifest["workspace"]> }>();
+const REUSE_MAX_BYTES = 8 << 20;
+
+/** Captures the workspace into `staging`, proving the capture rebuilds the tree (or reusing the last proven capture of the same state). */
+async function captureWs(lc: LoadedConfig, w: NonNullable<LoadedConfig["config"]["workspace"]>, staging: string, warnings: string[]): Promise<WorkspaceCaptured> {
+  const wsDir = join(staging, "workspace");
+  mkdirSync(wsDir);
+  const live = lc.resolve(w.path);
+  const state = await workspaceState(live);
+  const key = `${w.uncommitted}:${state.key}`;
+  const known = lastCapture.get(live);
+  const stage = (f: { path: string; kind: StagedComponent["kind"] }, file: string): StagedComponent => ({ path: f.path, kind: f.kind, name: "workspace", file });
+  if (known?.key === key) {
+    const staged = known.files.map((f) => (writeFileSync(join(staging, f.path), f.bytes), stage(f, join(staging, f.path))));
+    return { staged, manifest: known.manifest };
+  }
+  const cap = await captureWorkspace(live, w.uncommitted, wsDir);
+  const staged = [stage({ path: "workspace/repo.bundle", kind: "git-bundle" }, cap.bundleFile)];
+  if (cap.patchFile) staged.push(stage({ path: "workspace/changes.patch", kind: "git-patch" }, cap.patchFile));
+  // prove the capture reproduces the tree before trusting it
+  const check = join(staging, "ws-check");
+  await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
+  const digest = await treeDigest(check);
+  rmSync(check, { recursive: true, force: true });
+  const manifest = { path: restoreTarget(lc, w.path, "workspace"), commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files };
+  // the tree as it was when the capture began must be the tree the capture rebuilds
+  const consistent = cap.uncommitted !== "include" || state.tree.sha256 === digest.sha256;
+  if (!consistent) warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
+  const size = staged.reduce((n, c) => n + statSync(c.file).size, 0);
+  if (consistent && size <= REUSE_MAX_BYTES) lastCapture.set(live, { key, manifest, files: staged.map((c) => ({ path: c.path, kind: c.kind, bytes: readFileSync(c.file) })) });
+  return { staged, manifest };
+}
+
 /** Captures databases, files and workspace between the pre and post hooks. */
 async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions, warnings: string[]) {
   const cfg = lc.config;
   const dbs: DbRecord[] = [];
   const files: StagedComponent[] = [];
-  const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
+  let ws: WorkspaceCaptured = { staged: [], manifest: null };
   let failure: unknown;
   try {
     o.progress?.("quiescing agent");
     await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
-    o.progress?.("snapshotting databases");
-    mkdirSync(join(staging, "db"), { recursive: true });
-    for (const d of cfg.databases) {
-      const copy = join(staging, "db", `${d.name}.sqlite`);
-      await snapshotDatabase(d.name, lc.resolve(d.path), copy);
-      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
-    }
-    const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...(repoDir ? [repoDir] : [])];
-    for (const pattern of cfg.files) {
-      for (const f of expandFiles(lc, pattern, exclude)) {
-        const rel = relative(lc.dir, f).split(sep).join("/");
-        const path = `files/${rel}`;
-        if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
-        const dest = join(staging, path);
-        mkdirSync(join(dest, ".."), { recursive: true });
-        try {
-          copyFileSync(f, dest);
-        } catch (e) {
-          throw wrap(e, `files: ${pattern}`);
-        }
-        files.push({ path, kind: "file", name: rel, file: dest, target: rel });
-      }
-    }
-    if (cfg.workspace) {
-      o.progress?.("capturing workspace");
-      const wsDir = join(staging, "workspace");
-      mkdirSync(wsDir);
-      const live = lc.resolve(cfg.workspace.path);
-      const cap = await captureWorkspace(live, cfg.workspace.uncommitted, wsDir);
-      ws.staged.push({ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile });
-      if (cap.patchFile) ws.staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
-      // prove the capture reproduces the tree before trusting it
-      const check = join(staging, "ws-check");
-      await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
-      const digest = await treeDigest(check);
-      if (cap.uncommitted === "include" && (await treeDigest(live)).sha256 !== digest.sha256)
-        warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
-      rmSync(check, { recursive: true, force: true });
-      ws.manifest = { path: restoreTarget(lc, cfg.workspace.path, "workspace"), commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files };
-    }
+    o.progress?.("snapshotting databases and workspace");
+    // the workspace's git commands run in child processes while the databases are copied here
+    const [captured, copied] = await Promise.allSettled([cfg.workspace ? captureWs(lc, cfg.workspace, staging, warnings) : ws, copyState(lc, repoDir, staging, dbs, files)]);
+    if (copied.status === "rejected") throw copied.reason;
+    if (captured.status === "rejected") throw captured.reason;
+    ws = captured.value;
   } catch (e) {
     failure = e;
   } finally {
@@ -219,6 +227,33 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   }
   if (failure) throw failure;
   return { dbs, files, ws };
+}
+
+/** Copies the databases (one consistent online copy each) and the extra state files into staging. */
+async function copyState(lc: LoadedConfig, repoDir: string | null, staging: string, dbs: DbRecord[], files: StagedComponent[]): Promise<void> {
+  const cfg = lc.config;
+  mkdirSync(join(staging, "db"), { recursive: true });
+  for (const d of cfg.databases) {
+    const copy = join(staging, "db", `${d.name}.sqlite`);
+    await snapshotDatabase(d.name, lc.resolve(d.path), copy);
+    dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
+  }
+  const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...(repoDir ? [repoDir] : [])];
+  for (const pattern of cfg.files) {
+    for (const f of expandFiles(lc, pattern, exclude)) {
+      const rel = relative(lc.dir, f).split(sep).join("/");
+      const path = `files/${rel}`;
+      if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
+      const dest = join(staging, path);
+      mkdirSync(join(dest, ".."), { recursive: true });
+      try {
+        copyFileSync(f, dest);
+      } catch (e) {
+        throw wrap(e, `files: ${pattern}`);
+      }
+      files.push({ path, kind: "file", name: rel, file: dest, target: rel });
+    }
+  }
 }
 
 /** The digest of what a backup request asked for, beside its idempotency key. */
