@@ -12,7 +12,7 @@
  * the remote was reachable still returns its first receipt.
  */
 import { createHash } from "node:crypto";
-import { readdirSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
@@ -38,8 +38,10 @@ export const spoolDir = (home: string, remote: string) => join(home, "spool", cr
 
 /** Opens (creating on first use) the spool of `remote`. */
 export async function openSpool(home: string, remote: string): Promise<Repository> {
-  const { repo, created } = await Repository.init(spoolDir(home, remote));
-  if (created) await repo.writeJson(SPOOL_RECORD, { remote });
+  const dir = spoolDir(home, remote);
+  if (existsSync(join(dir, SPOOL_RECORD))) return Repository.open(dir);
+  const { repo } = await Repository.init(dir);
+  await repo.writeJson(SPOOL_RECORD, { remote });
   return repo;
 }
 

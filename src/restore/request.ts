@@ -113,8 +113,11 @@ export async function recordRequest(
     params_sha256,
   };
   await repo.writeJson(keys.request(a, request.request_id), request, { ifNoneMatch: true });
-  if (idemKey && !(await repo.writeJson(idemKey, { request_id: request.request_id, params_sha256 }, { ifNoneMatch: true })))
-    return recordRequest(repo, trust, a, p); // a concurrent request with the same key won; answer with its request
+  if (idemKey && !(await repo.writeJson(idemKey, { request_id: request.request_id, params_sha256 }, { ifNoneMatch: true }))) {
+    // a concurrent request with the same key won: withdraw this one and answer with that one
+    await repo.store.delete(keys.request(a, request.request_id));
+    return recordRequest(repo, trust, a, p);
+  }
   await repo.audit(a, { event: "restore-request", request_id: request.request_id, snapshot_id: s.snapshot_id, by: p.by }, p.signingKey);
   return { request: { ...request, status: "pending", decision: null, outcome: null }, repeated: false };
 }
