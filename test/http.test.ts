@@ -240,6 +240,20 @@ describe("MCP over Streamable HTTP", () => {
   });
 });
 
+describe("the server's tier", () => {
+  it("serve --tier caps every token's tier: a checkpoint token on a read server is refused (403)", async () => {
+    const capped = await startServer(a, ["--tier", "read"]);
+    try {
+      const r = await api(capped.url, tok.checkpoint!.token, "POST", "/v1/backups", { body: {} });
+      expect(r.status).toBe(403);
+      expect(r.body.error.message).toBe("create_backup needs tier checkpoint or higher; this caller has tier read");
+      expect((await api(capped.url, tok.checkpoint!.token, "GET", "/v1/snapshots")).status).toBe(200);
+    } finally {
+      await capped.stop();
+    }
+  });
+});
+
 describe("listening", () => {
   it("listens on 127.0.0.1 by default", async () => {
     const p = execa("node", [BIN, "serve"], { cwd: a.dir, env: { ...a.env, NO_COLOR: "1" }, reject: false });
