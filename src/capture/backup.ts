@@ -204,20 +204,46 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   const cfg = lc.config;
   const dbs: DbRecord[] = [];
   const files: StagedComponent[] = [];
-  let ws: WorkspaceCaptured = { staged: [], manifest: null };
+  const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
   let failure: unknown;
+  let wsCapture: Promise<WorkspaceCaptured> | null = null;
   try {
     o.progress?.("quiescing agent");
     await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
-    o.progress?.("snapshotting databases and workspace");
+    o.progress?.("snapshotting databases");
     // the workspace's git commands run in child processes while the databases are copied here
-    const [captured, copied] = await Promise.allSettled([cfg.workspace ? captureWs(lc, cfg.workspace, staging, warnings) : ws, copyState(lc, repoDir, staging, dbs, files)]);
-    if (copied.status === "rejected") throw copied.reason;
-    if (captured.status === "rejected") throw captured.reason;
-    ws = captured.value;
+    wsCapture = cfg.workspace ? captureWs(lc, cfg.workspace, staging, warnings) : null;
+    wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
+    mkdirSync(join(staging, "db"), { recursive: true });
+    for (const d of cfg.databases) {
+      const copy = join(staging, "db", `${d.name}.sqlite`);
+      await snapshotDatabase(d.name, lc.resolve(d.path), copy);
+      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
+    }
+    const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...(repoDir ? [repoDir] : [])];
+    for (const pattern of cfg.files) {
+      for (const f of expandFiles(lc, pattern, exclude)) {
+        const rel = relative(lc.dir, f).split(sep).join("/");
+        const path = `files/${rel}`;
+        if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
+        const dest = join(staging, path);
+        mkdirSync(join(dest, ".."), { recursive: true });
+        try {
+          copyFileSync(f, dest);
+        } catch (e) {
+          throw wrap(e, `files: ${pattern}`);
+        }
+        files.push({ path, kind: "file", name: rel, file: dest, target: rel });
+      }
+    }
+    if (wsCapture) {
+      o.progress?.("capturing workspace");
+      Object.assign(ws, await wsCapture);
+    }
   } catch (e) {
     failure = e;
   } finally {
+    await wsCapture?.catch(() => undefined);
     try {
       await runHooks(cfg.hooks.post, lc.dir, cfg.hooks.timeoutSeconds, "post");
     } catch (e) {
@@ -227,33 +253,6 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   }
   if (failure) throw failure;
   return { dbs, files, ws };
-}
-
-/** Copies the databases (one consistent online copy each) and the extra state files into staging. */
-async function copyState(lc: LoadedConfig, repoDir: string | null, staging: string, dbs: DbRecord[], files: StagedComponent[]): Promise<void> {
-  const cfg = lc.config;
-  mkdirSync(join(staging, "db"), { recursive: true });
-  for (const d of cfg.databases) {
-    const copy = join(staging, "db", `${d.name}.sqlite`);
-    await snapshotDatabase(d.name, lc.resolve(d.path), copy);
-    dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
-  }
-  const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...(repoDir ? [repoDir] : [])];
-  for (const pattern of cfg.files) {
-    for (const f of expandFiles(lc, pattern, exclude)) {
-      const rel = relative(lc.dir, f).split(sep).join("/");
-      const path = `files/${rel}`;
-      if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
-      const dest = join(staging, path);
-      mkdirSync(join(dest, ".."), { recursive: true });
-      try {
-        copyFileSync(f, dest);
-      } catch (e) {
-        throw wrap(e, `files: ${pattern}`);
-      }
-      files.push({ path, kind: "file", name: rel, file: dest, target: rel });
-    }
-  }
 }
 
 /** The digest of what a backup request asked for, beside its idempotency key. */
