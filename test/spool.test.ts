@@ -114,6 +114,12 @@ describe.skipIf(!endpoint)("spool", () => {
       const g = await api(srv.url, t.token, "GET", r.body.status_url);
       expect(g.status).toBe(200);
       expect(g.body).toMatchObject({ snapshot_id: r.body.snapshot_id, status: "spooled", verification: "ok" });
+      // the listing says the repository is down rather than pretending the spool is all there is
+      const l = await api(srv.url, t.token, "GET", "/v1/snapshots");
+      expect(l.body.snapshots.map((s: any) => [s.snapshot_id, s.status])).toEqual([[r.body.snapshot_id, "spooled"]]);
+      expect(l.body.warnings.join()).toMatch(/unreachable.*only the spooled snapshots are listed/);
+      // a committed snapshot can not be looked up while the repository is down: 503, not 404
+      expect((await api(srv.url, t.token, "GET", `/v1/backups/${first.snapshot_id}`)).status).toBe(503);
       // within the retry window the next checkpoint does not wait for the repository again
       const t0 = Date.now();
       const r2 = await api(srv.url, t.token, "POST", "/v1/backups", { body: {} });

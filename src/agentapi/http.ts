@@ -91,7 +91,7 @@ const routes = {
     path: "/v1/snapshots",
     summary: "This agent's snapshots",
     security: [{ bearer: [] }],
-    responses: { 200: json(z.object({ snapshots: z.array(Backup) }), "oldest first"), ...errors(401, 403, 503) },
+    responses: { 200: json(z.object({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...errors(401, 403, 503) },
   }),
   createRestore: createRoute({
     method: "post",

@@ -123,7 +123,7 @@ export interface VerifyView {
 export interface Results {
   create_backup: BackupReceipt;
   get_backup: BackupView;
-  list_snapshots: { snapshots: BackupView[] };
+  list_snapshots: { snapshots: BackupView[]; warnings: string[] };
   verify_snapshot: VerifyView;
   plan_restore: { plan: RestorePlan; warnings: string[] };
   request_restore: RequestStatus & { repeated: boolean };
@@ -225,12 +225,15 @@ export class AgentService {
       }
       case "get_backup": {
         const id = (input as { snapshot_id: string }).snapshot_id;
-        const found = (await this.catalogs(h, a)).find((x) => x.entry.snapshot_id === id);
-        if (!found) throw notFound(`snapshot ${id} not found for ${a.tenant}/${a.agent}`);
+        const { entries, down } = await this.catalogs(h, a);
+        const found = entries.find((x) => x.entry.snapshot_id === id);
+        if (!found) throw down ?? notFound(`snapshot ${id} not found for ${a.tenant}/${a.agent}`);
         return view(found.entry, found.status);
       }
-      case "list_snapshots":
-        return { snapshots: (await this.catalogs(h, a)).map((x) => view(x.entry, x.status)) };
+      case "list_snapshots": {
+        const { entries, down } = await this.catalogs(h, a);
+        return { snapshots: entries.map((x) => view(x.entry, x.status)), warnings: down ? [`${down.message}; only the spooled snapshots are listed`] : [] };
+      }
       case "verify_snapshot":
         return this.verify(h, a, (input as { snapshot: string }).snapshot);
       case "plan_restore": {
@@ -273,23 +276,25 @@ export class AgentService {
     return repo;
   }
 
-  /** The agent's snapshots: committed ones, then those waiting in the spool (all of them when the repository is down). */
-  private async catalogs(h: AgentHandle, a: AgentRef): Promise<{ entry: CatalogEntry; status: BackupView["status"] }[]> {
-    const out: { entry: CatalogEntry; status: BackupView["status"] }[] = [];
-    let down: unknown = null;
+  /**
+   * The agent's snapshots: committed ones, then those waiting in the spool;
+   * while the repository is down, the spooled ones and why the rest are missing.
+   */
+  private async catalogs(h: AgentHandle, a: AgentRef): Promise<{ entries: { entry: CatalogEntry; status: BackupView["status"] }[]; down: AgentbakError | null }> {
+    const entries: { entry: CatalogEntry; status: BackupView["status"] }[] = [];
+    let down: AgentbakError | null = null;
     try {
-      for (const entry of await (await this.fresh(h)).list(h.trust, a)) out.push({ entry, status: "committed" });
+      for (const entry of await (await this.fresh(h)).list(h.trust, a)) entries.push({ entry, status: "committed" });
     } catch (e) {
       if (!hasCause(e, UnreachableError) || !spools(h.location)) throw e;
-      down = e;
+      down = e as AgentbakError;
     }
     if (spools(h.location)) {
       const spool = await openSpool(h.home, h.location);
       spool.refresh();
-      for (const entry of await spool.list(h.trust, a)) out.push({ entry, status: "spooled" });
+      for (const entry of await spool.list(h.trust, a)) entries.push({ entry, status: "spooled" });
     }
-    if (down && out.length === 0) throw down;
-    return out;
+    return { entries, down };
   }
 
   private async verify(h: AgentHandle, a: AgentRef, ref: string): Promise<VerifyView> {
