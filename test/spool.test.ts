@@ -125,6 +125,10 @@ describe.skipIf(!endpoint)("spool", () => {
       const r2 = await api(srv.url, t.token, "POST", "/v1/backups", { body: {} });
       expect(r2.body.status).toBe("spooled");
       expect(Date.now() - t0).toBeLessThan(15_000);
+      // both checkpoints are audited beside their bundles, with the token's identity
+      const spoolAudit = readdirSync(join(a.home, "spool")).map((d) => join(a.home, "spool", d, "tenants/acme/agents/billing-agent/audit.jsonl")).find((f) => existsSync(f))!;
+      const calls = readFileSync(spoolAudit, "utf8").trim().split("\n").map((l) => JSON.parse(l)).filter((e) => e.event === "agent-interface" && e.operation === "create_backup");
+      expect(calls.map((e) => [e.by, e.snapshot_id])).toEqual([[`token ${t.id}`, r.body.snapshot_id], [`token ${t.id}`, r2.body.snapshot_id]]);
     } finally {
       await srv.stop();
     }

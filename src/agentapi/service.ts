@@ -200,7 +200,9 @@ export class AgentService {
     const err = failure instanceof AgentbakError ? failure : failure ? new AgentbakError(Exit.failure, String((failure as Error).message)) : null;
     const entry = { event: "agent-interface", operation: op, transport: caller.transport, by: caller.by, tier: caller.tier, outcome: err ? "refused" : "ok", ...(err ? { code: err.code, error: err.message } : subject(result)) };
     try {
-      await (await h.repository()).audit(a, entry, h.signingKey);
+      // a spooled checkpoint is recorded where its bundle waits (the repository is down)
+      const spooled = (result as { status?: unknown } | undefined)?.status === "spooled";
+      await (spooled ? await openSpool(h.home, h.location) : await h.repository()).audit(a, entry, h.signingKey);
     } catch (e) {
       this.log(`audit entry for ${op} by ${caller.by} not written to ${h.location}: ${(e as Error).message}`);
     }
