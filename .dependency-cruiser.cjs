@@ -8,6 +8,7 @@
  *   repository                      -> base, storage, crypto, bundle, config
  *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
  *   capture, restore, drill         -> the layers above; never each other
+ *   agentapi (MCP and HTTP)         -> the stages and below; only commands import it
  *   commands                        -> anything below; ui never imports commands
  *   cli -> commands, ui; main -> cli
  */
@@ -34,11 +35,19 @@ module.exports = {
     layer("state", []),
     layer("config", ["crypto", "storage"]),
     layer("bundle", ["crypto", "state", "config"]),
-    layer("repository", ["storage", "crypto", "bundle", "config"]),
+    layer("repository", ["storage", "crypto", "state", "bundle", "config"]),
     layer("reconcile", ["state", "config"]),
     layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
     layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
     layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
+    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore"]),
+    {
+      name: "only-commands-import-agentapi",
+      severity: "error",
+      comment: "the agent interface is an outer layer like commands: stages never import it",
+      from: { path: "^src/", pathNot: "^src/(commands|agentapi)/" },
+      to: { path: "^src/agentapi/" },
+    },
     layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill"]),
     {
       name: "only-cli-imports-commands",

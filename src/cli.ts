@@ -388,6 +388,8 @@ export function buildProgram(result: { code: ExitCode }): Command {
     await show(o, await copy({ ...o, snapshots: ids }), (await render()).copy);
   });
 
+  addAgentInterface(program, result);
+
   program
     .command("config-schema")
     .description("print the JSON Schema of agentbak.json")
@@ -397,4 +399,124 @@ export function buildProgram(result: { code: ExitCode }): Command {
     });
 
   return program;
+}
+
+/** The agent interface's commands: mcp, serve, token, approve, deny, requests, flush. */
+function addAgentInterface(program: Command, result: { code: ExitCode }): void {
+  const ui = () => import("./ui/agentapi.js");
+  const agentOpts = (c: Command) => c.addOption(repoOpt()).option("--agent <id>", "agent (default: the config's)").option("--tenant <t>", "tenant (default: the config's)");
+
+  help(
+    program
+      .command("mcp")
+      .description("MCP server on stdio for the config's agent: create_backup, get_backup, list_snapshots, verify_snapshot, plan_restore, request_restore, get_restore_request")
+      .addOption(cfgOpt())
+      .addOption(new Option("--tier <tier>", "read (default), checkpoint (+ create_backup), restore-request (+ request_restore); beats agentInterface.tier"))
+      .option("--listen <host:port>", "serve MCP over Streamable HTTP at http://HOST:PORT/mcp instead (bearer tokens; see agentbak serve)"),
+    ["agentbak mcp --tier checkpoint -c /srv/agents/billing/agentbak.json", "agentbak mcp --listen 127.0.0.1:8377 --tier checkpoint"],
+  ).action(async (o) => {
+    const { mcp } = await import("./commands/mcp.js");
+    const u = await ui();
+    await mcp({ ...o, log: u.log, onListening: u.listening });
+  });
+
+  help(
+    program
+      .command("serve")
+      .description("HTTP API for agents (bearer tokens per tenant, agent and tier): /v1/backups, /v1/snapshots, /v1/restores, /v1/openapi.json, and MCP at /mcp")
+      .option("-c, --config <file...>", "config of each agent served (default ./agentbak.json)")
+      .option("--listen <host:port>", "address (default agentInterface.listen, else 127.0.0.1:8377; port 0 picks a free one)")
+      .addOption(new Option("--tier <tier>", "the highest tier any token gets here (default: each token's own)")),
+    ["agentbak serve", "agentbak serve -c /srv/agents/billing/agentbak.json -c /srv/agents/support/agentbak.json --listen 127.0.0.1:8377"],
+  ).action(async (o) => {
+    const { serve } = await import("./commands/serve.js");
+    const u = await ui();
+    await serve({ ...o, log: u.log, onListening: u.listening });
+  });
+
+  const token = program.command("token").description("bearer tokens of the agent interface (stored hashed in AGENTBAK_HOME/tokens)");
+  help(
+    token
+      .command("create")
+      .description("create a token for one agent at one tier; it is printed once")
+      .requiredOption("--tenant <t>", "tenant")
+      .requiredOption("--agent <id>", "agent id")
+      .requiredOption("--tier <tier>", "read, checkpoint or restore-request")
+      .addOption(jsonOpt()),
+    ["agentbak token create --tenant acme --agent billing-agent --tier checkpoint"],
+  ).action(async (o) => {
+    const { tokenCreate } = await import("./commands/token.js");
+    await show(o, tokenCreate(o), (await ui()).tokenCreated);
+  });
+  help(token.command("list").description("list tokens (never the tokens themselves)").addOption(jsonOpt()), ["agentbak token list --json"]).action(async (o) => {
+    const { tokenList } = await import("./commands/token.js");
+    await show(o, tokenList(), (await ui()).tokenList);
+  });
+  help(token.command("revoke").description("revoke a token; it is refused from the next request on").argument("<id>", "token id (tok_...)").addOption(jsonOpt()), [
+    "agentbak token revoke tok_0123456789abcdef",
+  ]).action(async (id, o) => {
+    const { tokenRevoke } = await import("./commands/token.js");
+    await show(o, tokenRevoke(id), (await ui()).tokenRevoked);
+  });
+
+  help(
+    agentOpts(
+      program
+        .command("approve")
+        .description("approve an agent's restore request and run the restore, with all of restore's policy")
+        .argument("<request>", "request id (req-...; see agentbak requests)")
+        .addOption(cfgOpt())
+        .option("--target <dir>", "empty or absent folder to restore into (default: the folder the request proposed)")
+        .option("--identity <file>", "age identity file")
+        .option("--allow-rollback", "allow restoring an older sequence than seen here")
+        .option("-y, --yes", "approve without a prompt (required without a TTY)"),
+    ).addOption(jsonOpt()),
+    ["agentbak approve req-20261201T101500000Z-1a2b3c4d --target /srv/agents/billing-restored", "agentbak approve req-20261201T101500000Z-1a2b3c4d --yes --json"],
+  ).action(async (id, o) => {
+    const { approve } = await import("./commands/approve.js");
+    const u = await ui();
+    const { confirm } = await import("./ui/output.js");
+    const r = await approve(id, { ...o, confirm: async (plan, req) => (u.approvalPrompt(plan, req), confirm(`Approve restore request ${req.request_id}?`, "--yes")) });
+    await show(o, r, u.approved);
+    if (r.restore.warnings.length) result.code = Exit.warnings;
+  });
+
+  help(
+    agentOpts(
+      program
+        .command("deny")
+        .description("deny an agent's restore request; the agent sees the reason")
+        .argument("<request>", "request id (req-...)")
+        .addOption(cfgOpt())
+        .option("--reason <text>", "why (required; the agent is told)")
+        .option("-y, --yes", "deny without a prompt (required without a TTY)"),
+    ).addOption(jsonOpt()),
+    ["agentbak deny req-20261201T101500000Z-1a2b3c4d --reason \"restore from last night's snapshot instead\" --yes"],
+  ).action(async (id, o) => {
+    const { deny } = await import("./commands/approve.js");
+    const u = await ui();
+    const { confirm } = await import("./ui/output.js");
+    await show(o, await deny(id, { ...o, confirm: async (req) => (u.request(req), confirm(`Deny restore request ${req.request_id}?`, "--yes")) }), u.denied);
+  });
+
+  help(
+    agentOpts(program.command("requests").description("an agent's restore requests that wait for a decision or failed (--all: every one)").addOption(cfgOpt()).option("--all", "include restored and denied ones")).addOption(jsonOpt()),
+    ["agentbak requests", "agentbak requests --all --json"],
+  ).action(async (o) => {
+    const { requests } = await import("./commands/approve.js");
+    await show(o, await requests(o), (await ui()).requests);
+  });
+
+  help(
+    program
+      .command("flush")
+      .description("upload the bundles spooled while an object-storage repository was unreachable (the next backup does it too)")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .addOption(jsonOpt()),
+    ["agentbak flush", "agentbak flush --repo s3://backups/fleet --json"],
+  ).action(async (o) => {
+    const { flush } = await import("./commands/flush.js");
+    await show(o, await flush(o), (await ui()).flushed);
+  });
 }

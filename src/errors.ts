@@ -54,6 +54,28 @@ export const noKey = (m: string) => new AgentbakError(Exit.noKey, m);
 export const verifyError = (m: string) => new AgentbakError(Exit.verify, m);
 export const policyError = (m: string) => new AgentbakError(Exit.policy, m);
 
+/** An idempotency key used again with different parameters: a usage error (2); HTTP answers 409. */
+export class ConflictError extends AgentbakError {
+  constructor(message: string) {
+    super(Exit.usage, message);
+    this.name = "ConflictError";
+  }
+}
+
+/** A repository that could not be reached (refused, timed out, no route, 5xx after retries): a failure (1); backups spool. */
+export class UnreachableError extends AgentbakError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(Exit.failure, message, options);
+    this.name = "UnreachableError";
+  }
+}
+
+/** Whether `err`, or an error it wraps, is an instance of `cls` (wrap() keeps the original as the cause). */
+export function hasCause(err: unknown, cls: abstract new (...args: never[]) => Error): boolean {
+  for (let e = err, depth = 0; e && depth < 10; e = (e as Error).cause, depth++) if (e instanceof cls) return true;
+  return false;
+}
+
 /**
  * Adds context to an error while keeping its exit code: `wrap(e, "restore db state")`
  * gives "restore db state: <original message>".

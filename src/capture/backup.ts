@@ -6,7 +6,7 @@
  */
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { copyFileSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join, relative, resolve, sep } from "node:path";
@@ -21,13 +21,13 @@ import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { onInterrupt } from "../cleanup.js";
-import { AgentbakError, Exit, policyError, usageError, verifyError, wrap } from "../errors.js";
+import { AgentbakError, ConflictError, Exit, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/inspect.js";
 import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
 import { scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut } from "../state/sqlite.js";
-import { captureWorkspace, rebuildWorkspace, treeDigest } from "../state/workspace.js";
+import { captureWorkspace, rebuildWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
@@ -44,6 +44,10 @@ export interface BackupReceipt {
   parent: string | null;
   path: string;
   repeated: boolean;
+  /** committed in the repository, or kept in the local spool until it can be uploaded (capture/spool.ts) */
+  status: "committed" | "spooled";
+  /** the request's parameters (label, incremental): an idempotency key used again with others is refused */
+  params_sha256: string;
   warnings: string[];
 }
 
@@ -155,6 +159,48 @@ function expandFiles(lc: LoadedConfig, pattern: string, exclude: string[]): stri
     .sort();
 }
 
+type WorkspaceCaptured = { staged: StagedComponent[]; manifest: Manifest["workspace"] };
+
+/**
+ * The last workspace capture of each workspace this process made, by the
+ * state it was made from (a server takes checkpoint after checkpoint of an
+ * unchanged workspace): the same state gives the same bundle and patch, whose
+ * rebuild was already proven, so they are reused instead of captured, rebuilt
+ * and hashed again. Only small captures are kept.
+ */
+const lastCapture = new Map<string, { key: string; files: { path: string; kind: StagedComponent["kind"]; bytes: Buffer }[]; manifest: NonNullable<Manifest["workspace"]> }>();
+const REUSE_MAX_BYTES = 8 << 20;
+
+/** Captures the workspace into `staging`, proving the capture rebuilds the tree (or reusing the last proven capture of the same state). */
+async function captureWs(lc: LoadedConfig, w: NonNullable<LoadedConfig["config"]["workspace"]>, staging: string, warnings: string[]): Promise<WorkspaceCaptured> {
+  const wsDir = join(staging, "workspace");
+  mkdirSync(wsDir);
+  const live = lc.resolve(w.path);
+  const state = await workspaceState(live);
+  const key = `${w.uncommitted}:${state.key}`;
+  const known = lastCapture.get(live);
+  const stage = (f: { path: string; kind: StagedComponent["kind"] }, file: string): StagedComponent => ({ path: f.path, kind: f.kind, name: "workspace", file });
+  if (known?.key === key) {
+    const staged = known.files.map((f) => (writeFileSync(join(staging, f.path), f.bytes), stage(f, join(staging, f.path))));
+    return { staged, manifest: known.manifest };
+  }
+  const cap = await captureWorkspace(live, w.uncommitted, wsDir);
+  const staged = [stage({ path: "workspace/repo.bundle", kind: "git-bundle" }, cap.bundleFile)];
+  if (cap.patchFile) staged.push(stage({ path: "workspace/changes.patch", kind: "git-patch" }, cap.patchFile));
+  // prove the capture reproduces the tree before trusting it
+  const check = join(staging, "ws-check");
+  await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
+  const digest = await treeDigest(check);
+  rmSync(check, { recursive: true, force: true });
+  const manifest = { path: restoreTarget(lc, w.path, "workspace"), commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files };
+  // the tree as it was when the capture began must be the tree the capture rebuilds
+  const consistent = cap.uncommitted !== "include" || state.tree.sha256 === digest.sha256;
+  if (!consistent) warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
+  const size = staged.reduce((n, c) => n + statSync(c.file).size, 0);
+  if (consistent && size <= REUSE_MAX_BYTES) lastCapture.set(live, { key, manifest, files: staged.map((c) => ({ path: c.path, kind: c.kind, bytes: readFileSync(c.file) })) });
+  return { staged, manifest };
+}
+
 /** Captures databases, files and workspace between the pre and post hooks. */
 async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions, warnings: string[]) {
   const cfg = lc.config;
@@ -164,10 +210,14 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
   let sources: Awaited<ReturnType<typeof captureSources>> = { staged: [], instant: undefined };
   let failure: unknown;
+  let wsCapture: Promise<WorkspaceCaptured> | null = null;
   try {
     o.progress?.("quiescing agent");
     await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
     o.progress?.("snapshotting databases");
+    // the workspace's git commands run in child processes while the databases are copied here
+    wsCapture = cfg.workspace ? captureWs(lc, cfg.workspace, staging, warnings) : null;
+    wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
     mkdirSync(join(staging, "db"), { recursive: true });
     // every database at one instant, then one record each
     if (cfg.databases.length)
@@ -196,26 +246,14 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
         files.push({ path, kind: "file", name: rel, file: dest, target: rel });
       }
     }
-    if (cfg.workspace) {
+    if (wsCapture) {
       o.progress?.("capturing workspace");
-      const wsDir = join(staging, "workspace");
-      mkdirSync(wsDir);
-      const live = lc.resolve(cfg.workspace.path);
-      const cap = await captureWorkspace(live, cfg.workspace.uncommitted, wsDir);
-      ws.staged.push({ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile });
-      if (cap.patchFile) ws.staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
-      // prove the capture reproduces the tree before trusting it
-      const check = join(staging, "ws-check");
-      await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
-      const digest = await treeDigest(check);
-      if (cap.uncommitted === "include" && (await treeDigest(live)).sha256 !== digest.sha256)
-        warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
-      rmSync(check, { recursive: true, force: true });
-      ws.manifest = { path: restoreTarget(lc, cfg.workspace.path, "workspace"), commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files };
+      Object.assign(ws, await wsCapture);
     }
   } catch (e) {
     failure = e;
   } finally {
+    await wsCapture?.catch(() => undefined);
     try {
       await runHooks(cfg.hooks.post, lc.dir, cfg.hooks.timeoutSeconds, "post");
     } catch (e) {
@@ -266,9 +304,23 @@ async function captureSources(lc: LoadedConfig, staging: string, warnings: strin
   return { staged, instant };
 }
 
+/** The digest of what a backup request asked for, beside its idempotency key. */
+const paramsDigest = (o: Pick<BackupOptions, "label" | "incremental">) => sha256hex(Buffer.from(JSON.stringify({ label: o.label ?? null, incremental: o.incremental ?? null })));
+
+/**
+ * The answer to a repeated idempotency key: the first receipt, marked repeated.
+ * @throws ConflictError (2) when the key was first used with another label or incremental choice.
+ */
+export function replay(prior: BackupReceipt, o: Pick<BackupOptions, "label" | "incremental" | "idempotencyKey">): BackupReceipt {
+  if (prior.params_sha256 && prior.params_sha256 !== paramsDigest(o))
+    throw new ConflictError(`idempotency key ${o.idempotencyKey} was first used with another label or incremental choice (snapshot ${prior.snapshot_id})`);
+  return { ...prior, repeated: true, status: "committed" };
+}
+
 /**
  * Runs one backup of the configured agent.
- * @throws AgentbakError: 10 repository/database missing, 11 locked, 13 snapshot failed integrity_check, 14 secrets or refused dirty workspace, 1 hook failures.
+ * @throws AgentbakError: 10 repository/database missing, 11 locked, 13 snapshot failed integrity_check, 14 secrets or refused dirty workspace, 1 hook failures;
+ *   ConflictError (2) when the idempotency key was first used with another label or incremental choice.
  */
 export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<BackupReceipt> {
   const cfg = lc.config;
@@ -282,7 +334,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     await o.repo.sweep(a);
     if (o.idempotencyKey) {
       const prior = await o.repo.idempotent<BackupReceipt>(a, o.idempotencyKey);
-      if (prior) return { ...prior, repeated: true };
+      if (prior) return replay(prior, o);
     }
     const warnings: string[] = [];
     const created = new Date();
@@ -406,6 +458,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       kind: manifest.parent ? "incremental" : "full",
       parent: manifest.parent?.snapshot_id ?? null,
       repeated: false,
+      status: "committed",
+      params_sha256: paramsDigest(o),
       warnings,
     };
     const ol = cfg.objectLock;

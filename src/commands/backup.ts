@@ -1,7 +1,7 @@
 /** `agentbak backup`: one signed, encrypted snapshot of the configured agent. */
-import { runBackup, type BackupReceipt } from "../capture/backup.js";
+import type { BackupReceipt } from "../capture/backup.js";
+import { backupOrSpool } from "../capture/spool.js";
 import { usageError } from "../errors.js";
-import { hostWatermark, raiseBackupWatermark } from "../restore/state.js";
 import { parseDuration } from "./duration.js";
 import { context, type GlobalOpts } from "./context.js";
 
@@ -18,9 +18,9 @@ export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {
   const ctx = context(opts);
   if (!ctx.lc) throw usageError("backup needs a config: pass -c FILE or create ./agentbak.json (agentbak init)");
   const key = ctx.signingKey();
-  const a = { tenant: ctx.lc.config.agent.tenant, agent: ctx.lc.config.agent.id };
-  const receipt = await runBackup(ctx.lc, {
-    repo: await ctx.repository(),
+  return backupOrSpool(ctx.lc, {
+    location: ctx.repoLocation!,
+    repository: () => ctx.repository(),
     trust: ctx.trust,
     home: ctx.home,
     signingKey: key,
@@ -30,8 +30,5 @@ export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {
     waitMs: opts.wait ? parseDuration(opts.wait) : 0,
     incremental: opts.incremental,
     progress: opts.progress,
-    sequenceFloor: hostWatermark(a),
   });
-  raiseBackupWatermark(a, receipt.sequence);
-  return receipt;
 }

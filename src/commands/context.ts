@@ -4,7 +4,7 @@
  * keys on demand, and one way to turn a reference (ID, unique prefix, latest,
  * random, or a bundle file) into a local bundle file.
  */
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
 import { loadConfigIfAny, repositoryLocation, type LoadedConfig } from "../config/load.js";
@@ -32,7 +32,8 @@ export interface BundleRef {
 export interface Context {
   lc: LoadedConfig | undefined;
   home: string;
-  trust: Trust;
+  /** allowed signers and revoked keys; read again when either file changes */
+  readonly trust: Trust;
   /** where the repository is, if any was named */
   repoLocation: string | undefined;
   /** The repository. @throws AgentbakError(2) when none is named, (10) when it does not exist. */
@@ -62,12 +63,18 @@ export const isFileRef = (ref: string) => ref.endsWith(".agentbak") || ref.inclu
 export function context(opts: GlobalOpts): Context {
   const lc = loadConfigIfAny(opts.config);
   const home = agentbakHome();
-  let trust: Trust;
-  try {
-    trust = loadTrust(home, lc?.config.signing.allowedSigners ? lc.resolve(lc.config.signing.allowedSigners) : undefined);
-  } catch (e) {
-    throw wrap(e, "allowed_signers");
-  }
+  const signers = lc?.config.signing.allowedSigners ? lc.resolve(lc.config.signing.allowedSigners) : undefined;
+  const readTrust = () => {
+    try {
+      return loadTrust(home, signers);
+    } catch (e) {
+      throw wrap(e, "allowed_signers");
+    }
+  };
+  // a long-running server sees a signer added or revoked without a restart
+  const stamp = () => [signers ?? join(home, "allowed_signers"), join(home, "revoked_signers")].map((f) => statSync(f, { throwIfNoEntry: false })?.mtimeMs ?? "-").join("|");
+  let trust = readTrust();
+  let trustStamp = stamp();
   const repoLocation = repositoryLocation(opts.repo, lc);
   let repo: Promise<Repository> | undefined;
   const keyFile = lc?.config.signing.key ? lc.resolve(lc.config.signing.key) : undefined;
@@ -75,11 +82,19 @@ export function context(opts: GlobalOpts): Context {
   const ctx: Context = {
     lc,
     home,
-    trust,
+    get trust() {
+      const now = stamp();
+      if (now !== trustStamp) [trust, trustStamp] = [readTrust(), now];
+      return trust;
+    },
     repoLocation,
     repository() {
       if (!repoLocation) throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
-      return (repo ??= Repository.open(repoLocation));
+      // a failed open is not kept: a long-running server tries again once the repository is back
+      return (repo ??= Repository.open(repoLocation).catch((e) => {
+        repo = undefined;
+        throw e;
+      }));
     },
     async maybeRepository() {
       return repoLocation ? ctx.repository() : undefined;
@@ -100,7 +115,7 @@ export function context(opts: GlobalOpts): Context {
     identities: (file) => loadIdentities(file),
     async resolve(ref, f = {}) {
       if (isFileRef(ref)) throw usageError(`${ref} is a file; pass a snapshot id, a unique prefix of one, or latest`);
-      return (await ctx.repository()).resolve(ref, trust, f);
+      return (await ctx.repository()).resolve(ref, ctx.trust, f);
     },
     async openRef(ref, f = {}) {
       if (isFileRef(ref)) {
@@ -115,7 +130,7 @@ export function context(opts: GlobalOpts): Context {
         return { path, links, snapshot: null, release: () => undefined };
       }
       const s = await ctx.resolve(ref, f);
-      const opened = await (await ctx.repository()).open(s, trust);
+      const opened = await (await ctx.repository()).open(s, ctx.trust);
       return { ...opened, snapshot: s };
     },
   };

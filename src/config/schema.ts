@@ -32,6 +32,10 @@ const source = z.strictObject({
   embedding: embedding.optional(),
 });
 
+/** Access tiers of the agent interface (MCP and HTTP), each including the ones before it; no tier deletes or restores. */
+export const TIERS = ["read", "checkpoint", "restore-request"] as const;
+export type Tier = (typeof TIERS)[number];
+
 const ConfigObject = z.strictObject({
   $schema: z.string().optional(),
   agent: z.strictObject({ id, tenant: id }),
@@ -93,6 +97,8 @@ const ConfigObject = z.strictObject({
     .strictObject({ enabled: z.boolean().default(false), fullEvery: z.number().int().min(1).default(10) })
     .default({ enabled: false, fullEvery: 10 }),
   signing: z.strictObject({ key: z.string().optional(), allowedSigners: z.string().optional() }).default({}),
+  /** the agent interface: the tier `agentbak mcp` runs at (--tier beats it), and where `agentbak serve` listens */
+  agentInterface: z.strictObject({ tier: z.enum(TIERS).default("read"), listen: z.string().optional() }).optional(),
   restore: z
     .strictObject({
       staleAfterHours: z.number().int().positive().default(24),

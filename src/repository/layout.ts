@@ -10,19 +10,23 @@
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
  *   tenants/<tenant>/agents/<agent>/locks/<name>.lock
  *   tenants/<tenant>/agents/<agent>/audit.jsonl, drills/report.jsonl
+ *   tenants/<tenant>/agents/<agent>/requests/<id>.json                a restore request (agent interface)
+ *   tenants/<tenant>/agents/<agent>/requests/<id>.decision.json       approved or denied, written once
+ *   tenants/<tenant>/agents/<agent>/requests/<id>.outcome.json        the last attempt to carry it out
  *
  * Layout v1 (`agents/<agent>/<id>.agentbak`, records under `state/`) is still
  * read: its bundles are listed under the tenant their signed manifest names.
  */
 import { createHash } from "node:crypto";
 
+import type { AgentRef } from "../state/watermark.js";
+
 /** One agent of one tenant: the unit of isolation in a repository. */
-export interface AgentRef {
-  tenant: string;
-  agent: string;
-}
+export type { AgentRef };
 
 export const REPO_CONFIG = "agentbak-repository.json";
+/** In a spool (a local repository standing in for an unreachable remote one): which repository it is for. */
+export const SPOOL_RECORD = "spool.json";
 export const LAYOUT_VERSION = 2;
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
@@ -37,10 +41,14 @@ export const keys = {
   pageIndex: (dir: string, id: string, db: string) => `${dir}/${id}.${db}.pageindex`,
   sequence: (a: AgentRef) => `${agentDir(a)}/sequence.json`,
   generation: (a: AgentRef) => `${agentDir(a)}/generation.json`,
-  idempotency: (a: AgentRef, kind: "backup" | "restore", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
+  idempotency: (a: AgentRef, kind: "backup" | "restore" | "request", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
   lock: (a: AgentRef, name: "agent" | "restore" | "log") => `${agentDir(a)}/locks/${name}.lock`,
   audit: (a: AgentRef) => `${agentDir(a)}/audit.jsonl`,
   drillReport: (a: AgentRef) => `${agentDir(a)}/drills/report.jsonl`,
+  requests: (a: AgentRef) => `${agentDir(a)}/requests/`,
+  request: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.json`,
+  requestDecision: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.decision.json`,
+  requestOutcome: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.outcome.json`,
 };
 
 /** Layout v1: read, never written. */

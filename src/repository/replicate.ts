@@ -20,7 +20,21 @@ export interface CopyResult {
 }
 
 /** Copies the verified snapshots of `src` (all, or the ids given) into `dst`. */
-export async function replicate(src: Repository, dst: Repository, trust: Trust, o: { ids: string[]; tenant?: string; agent?: string; signingKey: SigningKey | null }): Promise<CopyResult> {
+export async function replicate(
+  src: Repository,
+  dst: Repository,
+  trust: Trust,
+  o: {
+    ids: string[];
+    tenant?: string;
+    agent?: string;
+    signingKey: SigningKey | null;
+    /** carry each snapshot's idempotency record along, so its key answers with it in `dst` too */
+    idempotency?: boolean;
+    /** how long to wait for an agent's lock in `dst` (default a minute) */
+    waitMs?: number;
+  },
+): Promise<CopyResult> {
   const picked = (await src.list(trust, { tenant: o.tenant, agent: o.agent }))
     .filter((e) => e.status === "ok" && e.header && (o.ids.length === 0 || o.ids.includes(e.snapshot_id)))
     .sort((x, y) => x.tenant!.localeCompare(y.tenant!) || x.agent_id.localeCompare(y.agent_id) || x.sequence! - y.sequence!);
@@ -31,7 +45,7 @@ export async function replicate(src: Repository, dst: Repository, trust: Trust, 
       res.skipped.push(e.snapshot_id);
       continue;
     }
-    const lock = await dst.lock(a, "agent", 60_000);
+    const lock = await dst.lock(a, "agent", o.waitMs ?? 60_000);
     const opened = await src.open(e, trust);
     const tmp = dst.store.tempDir("copy");
     const unregister = onInterrupt(() => rmSync(tmp, { recursive: true, force: true }));
@@ -44,7 +58,10 @@ export async function replicate(src: Repository, dst: Repository, trust: Trust, 
         const ix = await src.pageIndex(e, c.name);
         if (ix) indexes.push([c.name, ix]);
       }
-      await dst.publish(a, { snapshotId: e.snapshot_id, file, sequence: e.sequence!, indexes, trust, verifyFully: true, audit: { event: "copy", from: src.location }, signingKey: o.signingKey });
+      const key = o.idempotency ? e.header!.manifest.idempotency_key : null;
+      const prior = key ? await src.idempotent<Record<string, unknown> & { snapshot_id: string }>(a, key) : undefined;
+      const idempotency = key && prior ? { key, receipt: (path: string) => ({ ...prior, path }) } : undefined;
+      await dst.publish(a, { snapshotId: e.snapshot_id, file, sequence: e.sequence!, indexes, idempotency, trust, verifyFully: true, audit: { event: "copy", from: src.location }, signingKey: o.signingKey });
       res.copied.push(e.snapshot_id);
     } finally {
       rmSync(tmp, { recursive: true, force: true });

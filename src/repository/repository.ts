@@ -103,6 +103,14 @@ export function selectEntries<E extends CatalogEntry>(list: E[], f: { label?: st
 
 export class Repository {
   private catalogCache: Promise<Snapshot[]> | null = null;
+  /**
+   * Verified headers by bundle key, for a process that lists again and again
+   * (the agent interface's server): a committed bundle is never rewritten, so
+   * one whose identity (etag) and trust are unchanged is not verified twice.
+   */
+  private headers = new Map<string, { etag: string; trust: Trust; v: VerifiedBundle }>();
+  /** locks this process took but could not release (the store was unreachable), by key: the nonce they carry */
+  private leaked = new Map<string, string>();
 
   private constructor(readonly store: ObjectStore) {}
 
@@ -169,8 +177,19 @@ export class Repository {
       }
     };
     const release = async () => {
-      if (await ours()) await this.store.delete(key);
+      try {
+        if (await ours()) await this.store.delete(key);
+      } catch (e) {
+        this.leaked.set(key, me.nonce); // removed by this process's next lock() of it, so a long-running one is not locked out by itself
+        throw e;
+      }
     };
+    const leaked = this.leaked.get(key);
+    if (leaked) {
+      const cur = await this.store.get(key);
+      if (cur && String(cur).includes(leaked)) await this.store.delete(key);
+      this.leaked.delete(key);
+    }
     for (let delay = 50; ; delay = Math.min(delay * 2, 500)) {
       if (await this.store.put(key, JSON.stringify(me), { ifNoneMatch: true })) {
         // where a conditional write is not atomic (Ceph 16 ignores If-None-Match on versioned buckets)
@@ -214,6 +233,11 @@ export class Repository {
     this.catalogCache = null;
   }
 
+  /** Lists afresh next time: for a long-running process, whose repository others write too. */
+  refresh(): void {
+    this.invalidate();
+  }
+
   private async readCatalog(trust: Trust, now: Date): Promise<Snapshot[]> {
     const found = new Map<string, { dir: string; id: string; bundle: boolean; commit: boolean }>();
     const v1Listed = (await this.store.list("agents/")).map((k) => parseSnapshotKey(k));
@@ -248,9 +272,11 @@ export class Repository {
     const bad = (e: AgentbakError, size = 0): Snapshot => ({ ...base, ...unread, size, status: "invalid", problem: e.message, problem_code: e.code });
     const h = hasBundle ? await this.store.head(key) : null;
     if (!h) return bad(notFound(`${key}: committed but the bundle object is missing`));
+    const known = this.headers.get(key);
     let v: VerifiedBundle;
     try {
-      v = verifyLayout(await readLayoutRanges(base.path, h.size, (s, e) => this.store.getRange(key, s, e)), trust, now);
+      v = known?.etag === h.etag && known.trust === trust ? known.v : verifyLayout(await readLayoutRanges(base.path, h.size, (s, e) => this.store.getRange(key, s, e)), trust, now);
+      this.headers.set(key, { etag: h.etag, trust, v });
     } catch (e) {
       if (!(e instanceof AgentbakError)) throw e;
       return bad(e, h.size);

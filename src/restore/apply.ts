@@ -27,7 +27,9 @@ import { buildPlan, type PlannedSource, type RestorePlan } from "./plan.js";
 import { appendReceipt } from "./receipt.js";
 import { applyTimers, planTimers } from "./timers.js";
 import { evaluatePolicy } from "./policy.js";
-import { MARKER_DIR, raiseTrustedState, readTrustedState, SUSPENDED, type TargetRecord } from "./state.js";
+import { MARKER_DIR, SUSPENDED, type TargetRecord } from "./state.js";
+import { raiseTrustedState, readTrustedState } from "../state/watermark.js";
+import { agentbakHome } from "../crypto/keys.js";
 
 export interface RestoreOptions {
   /** the bundle to restore, as a local file, and where its chain's links come from */
@@ -140,7 +142,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const v = await verifyBundle(o.bundle.path, o.trust, now);
   const m = v.manifest;
   const a = { tenant: m.tenant, agent: m.agent_id };
-  const seen = readTrustedState(a);
+  const seen = readTrustedState(agentbakHome(), a);
   const policy = evaluatePolicy({
     manifest: m,
     now,
@@ -245,7 +247,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       throw e;
     }
     crashStep("checked");
-    raiseTrustedState(a, { highest_sequence: m.sequence, generation });
+    raiseTrustedState(agentbakHome(), a, { highest_sequence: m.sequence, generation });
     crashStep("trusted-state-raised");
     const checks: Check[] = [
       ...x.checks,

@@ -6,11 +6,9 @@ import type { Manifest } from "../bundle/manifest.js";
 import { describeDifference, runtimeDifferences, type RuntimeDifference } from "../bundle/runtime.js";
 import type { Config } from "../config/schema.js";
 
-/** What the restoring side trusts (kept in AGENTBAK_HOME, not in the repository). */
-export interface TrustedState {
-  highest_sequence: number;
-  generation: number;
-}
+import type { TrustedState } from "../state/watermark.js";
+
+export type { TrustedState };
 
 export interface PolicyInput {
   manifest: Manifest;

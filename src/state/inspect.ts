@@ -123,18 +123,40 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
   return out;
 }
 
+/**
+ * Idle inspection workers, kept for this process's next backup: a server's
+ * next checkpoint skips the thread's start-up (loading SQLite and the
+ * modules). Unreferenced while idle, so they never keep a process alive.
+ */
+const idle: Worker[] = [];
+
 /** Runs inspectSnapshot in a worker thread. */
 export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
+  // a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
+  const w = idle.pop() ?? new Worker(new URL("./inspect-worker.js", import.meta.url), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
+  w.ref();
   return new Promise((resolve, reject) => {
-    // a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
-    const w = new Worker(new URL("./inspect-worker.js", import.meta.url), { workerData: input, resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
-    w.once("message", (m: { ok: true; result: InspectResult } | { ok: false; code: number; message: string }) => {
+    const settle = (keep: boolean) => {
+      w.off("message", onMessage).off("error", onError).off("exit", onExit);
+      if (!keep) return;
+      w.unref();
+      idle.push(w);
+    };
+    const onMessage = (m: { ok: true; result: InspectResult } | { ok: false; code: number; message: string }) => {
+      settle(true);
       if (m.ok) resolve(m.result);
       else reject(new AgentbakError(m.code as 1, m.message));
-    });
-    w.once("error", reject);
-    w.once("exit", (code) => {
-      if (code !== 0) reject(new AgentbakError(Exit.failure, `snapshot inspection worker exited ${code}`));
-    });
+    };
+    const onError = (e: Error) => {
+      settle(false);
+      void w.terminate();
+      reject(e);
+    };
+    const onExit = (code: number) => {
+      settle(false);
+      reject(new AgentbakError(Exit.failure, `snapshot inspection worker exited ${code}`));
+    };
+    w.on("message", onMessage).on("error", onError).on("exit", onExit);
+    w.postMessage(input);
   });
 }

@@ -89,6 +89,18 @@ export async function treeDigest(path: string): Promise<{ sha256: string; files:
 }
 
 /**
+ * What a capture of the workspace at `path` depends on, read with two git
+ * calls: HEAD, branch and every staged, unstaged and untracked change (git
+ * status), and the working tree's digest. Two equal keys capture the same
+ * bundle and patch, so a long-running process can reuse its last capture.
+ */
+export async function workspaceState(path: string): Promise<{ key: string; tree: { sha256: string; files: number } }> {
+  const status = await git(path, ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"]);
+  const tree = await treeDigest(path);
+  return { key: createHash("sha256").update(status).update("\0").update(tree.sha256).digest("hex"), tree };
+}
+
+/**
  * Rebuilds a workspace at `dest` (must not exist) from a bundle and optional
  * patch: fresh clone with an empty template, checkout of the recorded commit,
  * patch applied, origin removed. Nothing from the bundle's config or hooks runs.

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import type { Readable } from "node:stream";
-import { AgentbakError, Exit, notFound, usageError } from "../errors.js";
+import { AgentbakError, Exit, notFound, UnreachableError, usageError } from "../errors.js";
 import { pidDir, sweepDead } from "../fsutil.js";
 import { checkKey, type ObjectStore, type UploadOptions } from "./store.js";
 
@@ -22,6 +22,11 @@ export function parseS3Url(url: string): { bucket: string; prefix: string } {
 }
 
 type S3 = typeof import("@aws-sdk/client-s3");
+
+const CONNECT_TIMEOUT_MS = 2000;
+const IDLE_TIMEOUT_MS = 10_000;
+/** Errors that mean the endpoint could not be reached at all, rather than an answer from it. */
+const NETWORK_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "EPIPE", "ECONNABORTED"]);
 
 /**
  * An S3-compatible bucket. Endpoint, region and path style come from
@@ -54,6 +59,10 @@ export class S3Store implements ObjectStore {
       requestChecksumCalculation: "WHEN_REQUIRED",
       responseChecksumValidation: "WHEN_REQUIRED",
       maxAttempts: 6, // bounded exponential backoff on 5xx, timeouts and resets
+      // bounded waits for an endpoint that is down: refused, the 6 attempts end after about 2-3 s;
+      // connections that are never answered, after about 6 x 2 s; a gateway that accepts and then
+      // says nothing, after about 6 x 10 s (each attempt ends after 10 s without a byte)
+      requestHandler: { connectionTimeout: CONNECT_TIMEOUT_MS, socketTimeout: IDLE_TIMEOUT_MS },
     });
     return this;
   }
@@ -72,6 +81,8 @@ export class S3Store implements ObjectStore {
     if (err.name === "NoSuchBucket") return new AgentbakError(Exit.notFound, `${op} ${where}: bucket ${this.bucket} does not exist`);
     if (status === 403) return new AgentbakError(Exit.failure, `${op} ${where}: access denied (403) for bucket ${this.bucket}`);
     if (status === 404 || err.name === "NoSuchKey" || err.name === "NotFound") return new AgentbakError(Exit.notFound, `${op} ${where}: not found`);
+    if ((status === undefined && (NETWORK_CODES.has(err.code ?? "") || err.name === "TimeoutError")) || status === 502 || status === 503 || status === 504)
+      return new UnreachableError(`${op} ${where}: repository unreachable (${status ? `HTTP ${status}` : err.code ?? err.name}) after retries`, { cause: e });
     return new AgentbakError(Exit.failure, `${op} ${where}: ${err.name ?? "error"}${status ? ` (HTTP ${status})` : ""}${err.code ? ` ${err.code}` : ""}: ${err.message ?? ""}`.trim());
   }
 

@@ -8,6 +8,12 @@
  * Also times `verify --identity` and `restore`, an incremental after updating
  * 1% of rows, and (when restic is installed) restic's full and follow-up
  * backup of the same database copy, for the incremental's size comparison.
+ *
+ * And the agent interface's checkpoint: a small agent (10 MiB database,
+ * workspace, memory files) takes incremental checkpoints through a running
+ * `agentbak serve` (POST /v1/backups), a few rows written before each as a
+ * sub-task would; the median is printed beside `agentbak backup --incremental`
+ * for the same work. `--only checkpoint` runs this part alone.
  */
 import { execa } from "execa";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -38,6 +44,80 @@ sys.exit(r.returncode)`;
 }
 
 const fmt = (n: number, d = 2) => n.toFixed(d);
+const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[xs.length >> 1]!;
+
+/** Checkpoints of a small agent through the running server, and the CLI's time for the same backup. */
+async function checkpointBench(tmp: string, env: Record<string, string>, recipient: string, runs: number) {
+  const agent = join(tmp, "agent-small");
+  const gen = await import(join(root, "fixtures", "agent", "generate.js"));
+  gen.generateAgent(agent, { recipient, sizeMb: 10 });
+  // every checkpoint measured is an incremental (no full one falls due among them)
+  const cfgFile = join(agent, "agentbak.json");
+  writeFileSync(cfgFile, JSON.stringify({ ...JSON.parse(readFileSync(cfgFile, "utf8")), incremental: { enabled: false, fullEvery: 100 } }, null, 2));
+  await execa("node", [bin, "init"], { cwd: agent, env });
+  const Database = (await import("better-sqlite3")).default;
+  // a sub-task's worth of new state before each checkpoint
+  const work = (n: number) => {
+    const db = new Database(join(agent, "state", "agent.sqlite"));
+    const ins = db.prepare("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (?, 'assistant', ?, ?)");
+    db.transaction(() => {
+      for (let i = 0; i < 20; i++) ins.run(`bench-${n}`, `step ${n}.${i}: checked the invoice and drafted a reply`, new Date().toISOString());
+    })();
+    db.close();
+  };
+  const { token } = JSON.parse(String((await execa("node", [bin, "token", "create", "--tenant", "acme", "--agent", "billing-agent", "--tier", "checkpoint", "--json"], { cwd: agent, env })).stdout));
+  const server = execa("node", [bin, "serve", "--listen", "127.0.0.1:0"], { cwd: agent, env, reject: false });
+  let log = "";
+  const url = await new Promise<string>((resolve, reject) => {
+    server.stderr!.on("data", (d: Buffer) => {
+      log += d;
+      const m = log.match(/agent interface on (http:\/\/\S+)/);
+      if (m) resolve(m[1]!);
+    });
+    void server.then(() => reject(new Error(`server exited: ${log}`)));
+  });
+  const checkpoint = async (body: unknown) => {
+    const t0 = performance.now();
+    const r = await fetch(`${url}/v1/backups`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+    const receipt = (await r.json()) as { kind?: string };
+    if (r.status !== 201) throw new Error(`checkpoint answered ${r.status}: ${JSON.stringify(receipt)}`);
+    return { seconds: (performance.now() - t0) / 1000, kind: receipt.kind };
+  };
+  try {
+    const first = await checkpoint({}); // the full snapshot the incrementals build on; the server warms up
+    const server_s: number[] = [];
+    for (let i = 0; i < runs; i++) {
+      work(i);
+      const c = await checkpoint({ incremental: true });
+      if (c.kind !== "incremental") throw new Error(`checkpoint ${i} was ${c.kind}`);
+      server_s.push(c.seconds);
+    }
+    const cli_s: number[] = [];
+    for (let i = 0; i < Math.min(runs, 5); i++) {
+      work(runs + i);
+      cli_s.push((await measure(["node", bin, "backup", "--incremental"], { cwd: agent, env })).seconds);
+    }
+    return {
+      database_mib: Number(fmt(statSync(join(agent, "state", "agent.sqlite")).size / 2 ** 20, 1)),
+      first_full_seconds: Number(fmt(first.seconds, 3)),
+      server_median_seconds: Number(fmt(median(server_s), 3)),
+      server_runs: server_s.map((x) => Number(fmt(x, 3))),
+      cli_median_seconds: Number(fmt(median(cli_s), 3)),
+      cli_runs: cli_s.map((x) => Number(fmt(x, 3))),
+      goal_seconds: 0.3,
+    };
+  } finally {
+    server.kill("SIGTERM");
+    await server;
+  }
+}
+
+function checkpointRows(c: Awaited<ReturnType<typeof checkpointBench>>): string[] {
+  return [
+    `checkpoint via server   median ${c.server_median_seconds} s over ${c.server_runs.length} incrementals (POST /v1/backups; ${c.database_mib} MiB db, workspace; goal <= ${c.goal_seconds} s)`,
+    `same backup via CLI     median ${c.cli_median_seconds} s over ${c.cli_runs.length} (agentbak backup --incremental, a new process each)`,
+  ];
+}
 
 async function main(): Promise<void> {
   const sizeMb = Number(arg("size-mb", "1024"));
@@ -48,6 +128,12 @@ async function main(): Promise<void> {
     const env = { ...process.env, AGENTBAK_HOME: home } as Record<string, string>;
     await execa("node", [bin, "keygen", "--out", home], { env });
     const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
+    if (arg("only", "") === "checkpoint") {
+      const c = await checkpointBench(tmp, env, recipient, Number(arg("runs", "10")));
+      process.stderr.write(["", ...checkpointRows(c), ""].join("\n"));
+      process.stdout.write(JSON.stringify({ checkpoint: c }) + "\n");
+      return;
+    }
     const agent = join(tmp, "agent");
     process.stderr.write(`generating a ${sizeMb} MiB reference database in ${agent} ...\n`);
     const g0 = Date.now();
@@ -136,6 +222,7 @@ async function main(): Promise<void> {
       await execa("node", [bin, "init", "--repo", `s3://${bucket}/bench`], { cwd: agent, env: s3env });
       s3 = await measure(["node", bin, "backup", "--repo", `s3://${bucket}/bench`, "--no-incremental"], { cwd: agent, env: s3env });
     }
+    const checkpoint = await checkpointBench(tmp, env, recipient, 10);
     const out = {
       size_mib: Math.round(dbBytes / 2 ** 20),
       runs,
@@ -167,6 +254,7 @@ async function main(): Promise<void> {
             incremental_size_ratio: Number(fmt(resticInc.bytes / resticFull.bytes, 4)),
           }
         : "not installed here",
+      checkpoint,
       all_agentbak_runs: ours,
       all_stock_runs: theirs,
     };
@@ -181,6 +269,7 @@ async function main(): Promise<void> {
         `restore                 ${out.restore_seconds} s  (peak RSS ${out.restore_peak_rss_mib} MiB)`,
         `incremental (1% rows)   ${out.incremental_seconds} s  (${out.incremental_time_ratio} of full), ${out.incremental_mib} MiB (${(out.incremental_size_ratio * 100).toFixed(2)}% of full), peak RSS ${out.incremental_peak_rss_mib} MiB`,
         `backup to S3 gateway    ${s3 ? `${out.s3_backup_seconds} s  (${out.s3_throughput_mib_s} MiB/s, peak RSS ${out.s3_peak_rss_mib} MiB)` : "skipped (set AGENTBAK_BENCH_S3_ENDPOINT)"}`,
+        ...checkpointRows(checkpoint),
         typeof out.restic === "string"
           ? `restic                  ${out.restic}`
           : `restic (same copy)      full ${out.restic.full_seconds} s, ${out.restic.full_mib} MiB; after the update ${out.restic.incremental_seconds} s, +${out.restic.incremental_mib} MiB (${(out.restic.incremental_size_ratio * 100).toFixed(2)}% of its full)`,

@@ -1,7 +1,9 @@
 /**
  * `npm run demo`: in a temp folder with throwaway keys, builds the reference
- * agent, backs it up, lists, verifies, restores and drills it, and prints where
- * everything is. Runs the real binary, as an operator would.
+ * agent, backs it up, lets its worker finish a task and take a checkpoint
+ * through MCP (`agentbak mcp --tier checkpoint`) at that sub-task boundary,
+ * lists, verifies, restores and drills it, and prints where everything is.
+ * Runs the real binary, as an operator (and an agent) would.
  */
 import { execa } from "execa";
 import { mkdtempSync, readFileSync } from "node:fs";
@@ -21,6 +23,30 @@ async function step(title: string, args: string[], env: Record<string, string>, 
   return String(r.stdout);
 }
 
+/**
+ * The agent's own side: its worker finishes its pending task (delivering to a
+ * local test sink) and, at that sub-task boundary, calls create_backup on
+ * agentbak's MCP server, which it starts over stdio like any MCP client.
+ */
+async function workerCheckpoints(agent: string, env: Record<string, string>): Promise<void> {
+  const mcp = ["node", bin, "mcp", "--tier", "checkpoint", "-c", join(agent, "agentbak.json")];
+  process.stderr.write(`\n$ node fixtures/agent/worker.js    # the agent works; after each task: create_backup through MCP (${mcp.slice(2).join(" ")})\n`);
+  const { TestSink } = await import(join(root, "dist", "drill", "sink.js"));
+  const sink = new TestSink();
+  await sink.start();
+  try {
+    const r = await execa("node", [join(root, "fixtures", "agent", "worker.js")], {
+      cwd: agent,
+      env: { ...env, AGENTBAK_DB_STATE: join(agent, "state", "agent.sqlite"), AGENTBAK_SINK_URL: sink.url, WORKER_CHECKPOINT_MCP: JSON.stringify(mcp) },
+      stderr: "inherit",
+      reject: false,
+    });
+    if (r.exitCode !== 0) throw new Error(`demo step "worker with MCP checkpoints" exited ${r.exitCode}`);
+  } finally {
+    await sink.stop();
+  }
+}
+
 async function main(): Promise<void> {
   const tmp = mkdtempSync(join(tmpdir(), "agentbak-demo-"));
   const home = join(tmp, "home");
@@ -34,7 +60,8 @@ async function main(): Promise<void> {
   process.stderr.write(`\nbuilt the reference agent in ${agent}: SQLite state (WAL), git workspace with uncommitted work, memory files\n`);
   await step("create the repository its agentbak.json names", ["init"], env, agent);
   const receipt = JSON.parse(await step("back it up", ["backup", "--json"], env, agent));
-  await step("list snapshots", ["snapshots"], env, agent);
+  await workerCheckpoints(agent, env);
+  await step("list snapshots (the last one is the worker's checkpoint)", ["snapshots"], env, agent);
   await step("verify signature, payload and every component", ["verify", "latest", "--identity", join(home, "age-identity.txt")], env, agent);
   await step("restore it (dry run: the plan only)", ["restore", "latest", "--target", join(tmp, "restored"), "--dry-run"], env, agent);
   await step("restore it into a new folder; it starts suspended", ["restore", "latest", "--target", join(tmp, "restored"), "--yes", "--identity", join(home, "age-identity.txt")], env, agent);

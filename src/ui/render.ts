@@ -34,7 +34,8 @@ export function init(r: { config: string; config_created: boolean; repository: s
 export function backup(r: BackupReceipt): void {
   // quiet on success without a TTY (cron mails whatever is printed)
   if (isTTY() || r.repeated) {
-    ok(`${r.repeated ? "already backed up" : "backed up"} ${r.agent_id} as ${r.snapshot_id} (${r.kind}, sequence ${r.sequence}, ${r.size} bytes)`);
+    const what = r.status === "spooled" ? (r.repeated ? "already spooled" : "spooled") : r.repeated ? "already backed up" : "backed up";
+    ok(`${what} ${r.agent_id} as ${r.snapshot_id} (${r.kind}, sequence ${r.sequence}, ${r.size} bytes)`);
     say(`  ${r.path}`);
   }
 }

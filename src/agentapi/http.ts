@@ -1,0 +1,223 @@
+/**
+ * The HTTP adapter (Hono): the REST routes under /v1 and MCP over Streamable
+ * HTTP at /mcp, both over the one service. Bearer tokens name tenant, agent
+ * and tier; request bodies are bounded and validated by the service's zod
+ * schemas, from which the OpenAPI document at /v1/openapi.json is generated.
+ * Errors answer with the status that fits and `{"error": {code, message}}`,
+ * where code is the documented exit status.
+ */
+import { serve as listen, type ServerType } from "@hono/node-server";
+import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import type { Context } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { HTTPException } from "hono/http-exception";
+import type { AddressInfo } from "node:net";
+import { AgentbakError, ConflictError, Exit, formatIssues, hasCause, UnreachableError, usageError } from "../errors.js";
+import { TOOL_VERSION } from "../version.js";
+import { mcpOverHttp } from "./mcp.js";
+import { INPUTS, lowerTier, type AgentService, type Caller, type Operation, type Results, type Tier } from "./service.js";
+import { authenticate } from "./tokens.js";
+
+/** The largest request body accepted (413 beyond it). */
+export const MAX_BODY_BYTES = 64 * 1024;
+
+type Env = { Variables: { caller: Caller } };
+
+/** The HTTP status for an error of the service. */
+export function httpStatus(e: unknown): 400 | 403 | 404 | 409 | 422 | 423 | 500 | 503 {
+  if (hasCause(e, ConflictError)) return 409;
+  if (hasCause(e, UnreachableError)) return 503;
+  const code = e instanceof AgentbakError ? e.code : Exit.failure;
+  return code === Exit.usage ? 400 : code === Exit.notFound ? 404 : code === Exit.locked ? 423 : code === Exit.verify ? 422 : code === Exit.policy ? 403 : 500;
+}
+
+const ErrorBody = z.object({ error: z.object({ code: z.number().int().describe("agentbak's exit status for this error"), message: z.string() }) }).openapi("Error");
+const errors = (...statuses: number[]) =>
+  Object.fromEntries(statuses.map((s) => [s, { description: STATUS_TEXT[s]!, content: { "application/json": { schema: ErrorBody } } }]));
+const STATUS_TEXT: Record<number, string> = {
+  400: "bad request",
+  401: "no valid bearer token",
+  403: "the token's tier or scope does not allow it, or policy refused it",
+  404: "not found for this agent",
+  409: "idempotency key reused with other parameters",
+  413: "request body too large",
+  422: "the snapshot does not verify",
+  423: "the agent is locked by another backup",
+  503: "the repository can not be reached",
+};
+const idemHeader = z.object({ "idempotency-key": INPUTS.create_backup.shape.idempotency_key });
+const json = <T extends z.ZodType>(schema: T, description: string) => ({ description, content: { "application/json": { schema } } });
+
+const Receipt = z
+  .looseObject({
+    snapshot_id: z.string(),
+    status: z.enum(["committed", "spooled"]),
+    sequence: z.number().int(),
+    created_at: z.string(),
+    manifest_sha256: z.string(),
+    kind: z.enum(["full", "incremental"]),
+    parent: z.string().nullable(),
+    repeated: z.boolean(),
+    warnings: z.array(z.string()),
+    status_url: z.string(),
+  })
+  .openapi("BackupReceipt");
+const Backup = z
+  .looseObject({ snapshot_id: z.string(), status: z.enum(["committed", "spooled"]), sequence: z.number().int().nullable(), created_at: z.string().nullable(), verification: z.enum(["ok", "expired", "invalid"]) })
+  .openapi("Backup");
+const Request = z
+  .looseObject({ request_id: z.string(), status: z.enum(["pending", "approved", "denied", "restored", "failed"]), snapshot_id: z.string(), reason: z.string(), status_url: z.string() })
+  .openapi("RestoreRequest");
+
+const routes = {
+  createBackup: createRoute({
+    method: "post",
+    path: "/v1/backups",
+    summary: "Take a checkpoint (201 with the receipt; the same Idempotency-Key returns the first receipt)",
+    security: [{ bearer: [] }],
+    request: { headers: idemHeader, body: { content: { "application/json": { schema: INPUTS.create_backup.omit({ idempotency_key: true }) } }, required: false } },
+    responses: { 201: json(Receipt, "committed, or spooled when the repository is unreachable"), ...errors(400, 401, 403, 409, 413, 423, 503) },
+  }),
+  getBackup: createRoute({
+    method: "get",
+    path: "/v1/backups/{id}",
+    summary: "Status of one snapshot",
+    security: [{ bearer: [] }],
+    request: { params: z.object({ id: INPUTS.get_backup.shape.snapshot_id }) },
+    responses: { 200: json(Backup, "the snapshot"), ...errors(400, 401, 403, 404, 503) },
+  }),
+  listSnapshots: createRoute({
+    method: "get",
+    path: "/v1/snapshots",
+    summary: "This agent's snapshots",
+    security: [{ bearer: [] }],
+    responses: { 200: json(z.object({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...errors(401, 403, 503) },
+  }),
+  createRestore: createRoute({
+    method: "post",
+    path: "/v1/restores",
+    summary: "Ask for a restore (202: pending an operator's approval; nothing is restored until then)",
+    security: [{ bearer: [] }],
+    request: { headers: idemHeader, body: { content: { "application/json": { schema: INPUTS.request_restore.omit({ idempotency_key: true }) } }, required: true } },
+    responses: { 202: json(Request, "recorded, pending approval"), ...errors(400, 401, 403, 404, 409, 413, 422, 503) },
+  }),
+  getRestore: createRoute({
+    method: "get",
+    path: "/v1/restores/{id}",
+    summary: "Status of a restore request",
+    security: [{ bearer: [] }],
+    request: { params: z.object({ id: INPUTS.get_restore_request.shape.request_id }) },
+    responses: { 200: json(Request, "the request"), ...errors(400, 401, 403, 404, 503) },
+  }),
+};
+
+const errorBody = (e: AgentbakError) => ({ error: { code: e.code, message: e.message } });
+
+/**
+ * Builds the app.
+ * @param maxTier the highest tier any token gets here (a token's own tier may be lower)
+ * @param log one line per request (method, path, status, time, token id) and per internal error
+ */
+export function buildApp(service: AgentService, o: { home: string; maxTier: Tier; log: (line: string) => void }): OpenAPIHono<Env> {
+  const app = new OpenAPIHono<Env>({
+    defaultHook: (r, c) => {
+      if (!r.success) return c.json(errorBody(usageError(formatIssues(r.error.issues))), 400);
+    },
+  });
+  app.openAPIRegistry.registerComponent("securitySchemes", "bearer", { type: "http", scheme: "bearer", description: "agentbak token create --tenant T --agent A --tier TIER" });
+
+  app.use("*", async (c, next) => {
+    const t0 = performance.now();
+    await next();
+    o.log(`${c.req.method} ${c.req.path} ${c.res.status} ${(performance.now() - t0).toFixed(0)}ms ${c.get("caller")?.by ?? "-"}`);
+  });
+  app.use(
+    "*",
+    bodyLimit({
+      maxSize: MAX_BODY_BYTES,
+      // the rest of the body is not read: the connection can not carry another request
+      onError: (c) => c.json(errorBody(usageError(`request body larger than ${MAX_BODY_BYTES} bytes`)), 413, { connection: "close" }),
+    }),
+  );
+  app.onError((e, c) => {
+    // hono's own refusals (a body that is not JSON, ...) are the client's error
+    if (e instanceof HTTPException) return c.json(errorBody(new AgentbakError(Exit.usage, e.message)), e.status);
+    if (!(e instanceof AgentbakError)) o.log(`internal error: ${e.stack ?? e.message}`);
+    const err = e instanceof AgentbakError ? e : new AgentbakError(Exit.failure, "internal error (see the server's log)");
+    return c.json(errorBody(err), httpStatus(err));
+  });
+  const auth = async (c: Context<Env>, next: () => Promise<void>) => {
+    const m = (c.req.header("authorization") ?? "").match(/^Bearer\s+(\S+)$/i);
+    const t = m ? authenticate(o.home, m[1]!) : null;
+    if (!t) {
+      c.header("WWW-Authenticate", 'Bearer realm="agentbak"');
+      return c.json(errorBody(new AgentbakError(Exit.usage, m ? "invalid or revoked token" : "missing bearer token (Authorization: Bearer <token>)")), 401);
+    }
+    c.set("caller", { tenant: t.tenant, agent: t.agent, tier: lowerTier(t.tier, o.maxTier), by: `token ${t.id}`, transport: c.req.path === "/mcp" ? "mcp-http" : "http" });
+    await next();
+  };
+  app.use("/v1/backups", auth);
+  app.use("/v1/backups/*", auth);
+  app.use("/v1/snapshots", auth);
+  app.use("/v1/restores", auth);
+  app.use("/v1/restores/*", auth);
+  app.use("/mcp", auth);
+
+  const call = <K extends Operation>(c: Context<Env>, op: K, input: unknown): Promise<Results[K]> => service.call(c.get("caller"), op, input);
+  app.openapi(routes.createBackup, async (c) => {
+    const body = c.req.valid("json") ?? {};
+    const r = await call(c, "create_backup", { ...body, idempotency_key: c.req.valid("header")["idempotency-key"] });
+    const url = `/v1/backups/${r.snapshot_id}`;
+    c.header("Location", url);
+    if (r.repeated) c.header("Idempotent-Replayed", "true");
+    return c.json({ ...r, status_url: url }, 201);
+  });
+  app.openapi(routes.getBackup, async (c) => c.json(await call(c, "get_backup", { snapshot_id: c.req.valid("param").id }), 200));
+  app.openapi(routes.listSnapshots, async (c) => c.json(await call(c, "list_snapshots", {}), 200));
+  app.openapi(routes.createRestore, async (c) => {
+    const r = await call(c, "request_restore", { ...c.req.valid("json"), idempotency_key: c.req.valid("header")["idempotency-key"] });
+    const url = `/v1/restores/${r.request_id}`;
+    c.header("Location", url);
+    if (r.repeated) c.header("Idempotent-Replayed", "true");
+    return c.json({ ...r, status_url: url }, 202);
+  });
+  app.openapi(routes.getRestore, async (c) => {
+    const r = await call(c, "get_restore_request", { request_id: c.req.valid("param").id });
+    return c.json({ ...r, status_url: `/v1/restores/${r.request_id}` }, 200);
+  });
+  app.doc31("/v1/openapi.json", { openapi: "3.1.0", info: { title: "agentbak agent interface", version: TOOL_VERSION, description: "Checkpoints and restore requests for one agent per token. No route deletes or restores." } });
+  app.all("/mcp", async (c) => {
+    let body: unknown;
+    if (c.req.method === "POST") {
+      try {
+        body = await c.req.json();
+      } catch {
+        return c.json(errorBody(usageError("MCP request body is not JSON")), 400);
+      }
+    }
+    return mcpOverHttp(service, c.get("caller"), c.req.raw, body);
+  });
+  return app;
+}
+
+/**
+ * Parses `HOST:PORT` (port 0: any free port).
+ * @throws AgentbakError(2) when malformed.
+ */
+export function parseListen(s: string): { host: string; port: number } {
+  const m = s.match(/^(\[[0-9a-f:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/);
+  const port = m ? Number(m[2]) : NaN;
+  if (!m || port > 65535) throw usageError(`--listen: expected HOST:PORT (e.g. 127.0.0.1:8377), got ${JSON.stringify(s.slice(0, 80))}`);
+  return { host: m[1]!.replace(/^\[|\]$/g, ""), port };
+}
+
+/** Starts listening. @returns the address it listens on and a close function. */
+export async function startHttp(app: OpenAPIHono<Env>, host: string, port: number): Promise<{ url: string; server: ServerType; close(): Promise<void> }> {
+  return new Promise((resolve, reject) => {
+    const server = listen({ fetch: app.fetch, hostname: host, port }, (info: AddressInfo) => {
+      const h = info.family === "IPv6" ? `[${info.address}]` : info.address;
+      resolve({ url: `http://${h}:${info.port}`, server, close: () => new Promise((r) => server.close(() => r())) });
+    });
+    server.once("error", (e: NodeJS.ErrnoException) => reject(usageError(`--listen ${host}:${port}: ${e.code ?? e.message}`)));
+  });
+}

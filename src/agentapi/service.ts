@@ -1,0 +1,318 @@
+/**
+ * The agent interface's one service: the operations an agent may call (take a
+ * checkpoint, read its snapshots, verify one, plan a restore, ask for one),
+ * each checked against the caller's tier, scoped to the caller's own tenant
+ * and agent, and written to that agent's audit log. The MCP tools and the
+ * HTTP routes are thin adapters over it. No operation deletes or restores.
+ */
+import { basename, dirname, join } from "node:path";
+import { z } from "zod";
+import { verifyChain } from "../bundle/chain.js";
+import { verifyBundle } from "../bundle/reader.js";
+import type { BackupReceipt } from "../capture/backup.js";
+import { backupOrSpool } from "../capture/spool.js";
+import type { LoadedConfig } from "../config/load.js";
+import { TIERS, type Tier } from "../config/schema.js";
+import type { SigningKey } from "../crypto/sshsig.js";
+import type { Trust } from "../crypto/trust.js";
+import { AgentbakError, Exit, formatIssues, hasCause, notFound, policyError, UnreachableError, usageError } from "../errors.js";
+import type { AgentRef, CatalogEntry, Repository } from "../repository/repository.js";
+import { openSpool, spools } from "../repository/spool.js";
+import { runRestore } from "../restore/apply.js";
+import type { RestorePlan } from "../restore/plan.js";
+import { getRequest, recordRequest, type RequestStatus } from "../restore/request.js";
+
+export type { Tier };
+export { TIERS };
+
+/** Who is calling: the agent a token (or the local MCP server) speaks for, and at which tier. */
+export interface Caller {
+  tenant: string;
+  agent: string;
+  tier: Tier;
+  /** for the audit log: a token id or "mcp-stdio user@host", never a secret */
+  by: string;
+  transport: "mcp-stdio" | "mcp-http" | "http";
+}
+
+/** What the service needs to act for one agent; built once by the command and kept warm (config, trust, keys, catalog). */
+export interface AgentHandle {
+  lc: LoadedConfig;
+  home: string;
+  /** where the repository is (a folder or s3://...) */
+  location: string;
+  /** current trust (re-read when its files change) */
+  readonly trust: Trust;
+  repository(): Promise<Repository>;
+  signingKey: SigningKey;
+  principal: string;
+}
+
+const snapshotId = z.string().regex(/^\d{8}T\d{9}Z-[0-9a-f]{8}$/, "a snapshot id (YYYYMMDDTHHMMSSmmmZ-xxxxxxxx)");
+const snapshotRef = z
+  .string()
+  .regex(/^(latest|\d{8}T[0-9TZ-]*[0-9a-f-]*)$/, "latest, a snapshot id, or a unique prefix of one")
+  .default("latest")
+  .describe("latest, a snapshot id, or a unique prefix of one");
+const key = z.string().min(1).max(200).regex(/^[\x21-\x7e]+$/, "printable ASCII without spaces");
+
+/** Input schemas of the operations (MCP input schemas and HTTP bodies are built from these). */
+export const INPUTS = {
+  create_backup: z.object({
+    idempotency_key: key.optional().describe("the same key again returns the first receipt; another label or incremental choice with it is refused (409)"),
+    label: z.string().max(200).optional().describe("free-form label, e.g. the sub-task just finished"),
+    incremental: z.boolean().optional().describe("store only the SQLite pages changed since the latest snapshot (default: the config's choice)"),
+  }),
+  get_backup: z.object({ snapshot_id: snapshotId }),
+  list_snapshots: z.object({}),
+  verify_snapshot: z.object({ snapshot: snapshotRef }),
+  plan_restore: z.object({
+    snapshot: snapshotRef,
+    target: z.string().min(1).max(4096).optional().describe("folder the restore would write (default: <agent folder>-restored)"),
+  }),
+  request_restore: z.object({
+    snapshot: snapshotRef,
+    reason: z.string().min(1).max(1000).describe("why the agent asks; the operator reads it"),
+    target: z.string().min(1).max(4096).optional().describe("folder proposed for the restore; the operator may choose another"),
+    idempotency_key: key.optional().describe("the same key again returns the first request"),
+  }),
+  get_restore_request: z.object({ request_id: z.string().regex(/^req-\d{8}T\d{9}Z-[0-9a-f]{8}$/, "a restore request id (req-...)") }),
+};
+
+export type Operation = keyof typeof INPUTS;
+
+/** The least tier each operation needs. */
+export const NEEDS: Record<Operation, Tier> = {
+  create_backup: "checkpoint",
+  get_backup: "read",
+  list_snapshots: "read",
+  verify_snapshot: "read",
+  plan_restore: "read",
+  request_restore: "restore-request",
+  get_restore_request: "read",
+};
+
+/** Whether `tier` includes `need`. */
+export const allows = (tier: Tier, need: Tier) => TIERS.indexOf(tier) >= TIERS.indexOf(need);
+/** The lower of two tiers. */
+export const lowerTier = (x: Tier, y: Tier): Tier => (allows(x, y) ? y : x);
+
+/** One snapshot as the agent sees it: committed in the repository, or spooled locally until it can be uploaded. */
+export interface BackupView {
+  snapshot_id: string;
+  status: "committed" | "spooled";
+  sequence: number | null;
+  created_at: string | null;
+  kind: "full" | "incremental" | null;
+  parent: string | null;
+  label: string | null;
+  size: number;
+  verification: CatalogEntry["status"];
+  problem: string | null;
+}
+
+export interface VerifyView {
+  snapshot_id: string;
+  ok: boolean;
+  sequence: number | null;
+  signer: string | null;
+  chain_length: number;
+  problem: string | null;
+}
+
+export interface Results {
+  create_backup: BackupReceipt;
+  get_backup: BackupView;
+  list_snapshots: { snapshots: BackupView[]; warnings: string[] };
+  verify_snapshot: VerifyView;
+  plan_restore: { plan: RestorePlan; warnings: string[] };
+  request_restore: RequestStatus & { repeated: boolean };
+  get_restore_request: RequestStatus;
+}
+
+const view = (e: CatalogEntry, status: BackupView["status"]): BackupView => ({
+  snapshot_id: e.snapshot_id,
+  status,
+  sequence: e.sequence,
+  created_at: e.created_at,
+  kind: e.kind,
+  parent: e.parent,
+  label: e.label,
+  size: e.size,
+  verification: e.status,
+  problem: e.problem,
+});
+
+/** A short name for an operation's subject, for the audit log. */
+function subject(r: unknown): Record<string, unknown> {
+  const o = (r ?? {}) as Record<string, unknown>;
+  return Object.fromEntries(Object.entries({ snapshot_id: o.snapshot_id ?? (o.plan as RestorePlan | undefined)?.snapshot_id, request_id: o.request_id }).filter(([, v]) => v));
+}
+
+export class AgentService {
+  private readonly agents = new Map<string, AgentHandle>();
+
+  /**
+   * @param handles the agents this service acts for (one per config)
+   * @param log where a line goes when an audit entry can not be written (the server's stderr)
+   * @throws AgentbakError(2) when two handles are for the same agent
+   */
+  constructor(handles: AgentHandle[], private readonly log: (line: string) => void = () => undefined) {
+    for (const h of handles) {
+      const k = `${h.lc.config.agent.tenant}/${h.lc.config.agent.id}`;
+      if (this.agents.has(k)) throw usageError(`two configs for agent ${k}`);
+      this.agents.set(k, h);
+    }
+  }
+
+  /** The agents served, as tenant/agent. */
+  get served(): string[] {
+    return [...this.agents.keys()];
+  }
+
+  /**
+   * Runs one operation for `caller`, and audits it (who, what, outcome; never a token or state contents).
+   * @throws AgentbakError: 14 the tier does not allow it or this service does not serve the caller's agent,
+   *   2 bad input, ConflictError an idempotency key reused with other parameters, 10 not found, 11 locked,
+   *   UnreachableError the repository is down (a checkpoint spools instead), and what the stage throws.
+   */
+  async call<K extends Operation>(caller: Caller, op: K, raw: unknown): Promise<Results[K]> {
+    const a: AgentRef = { tenant: caller.tenant, agent: caller.agent };
+    const h = this.agents.get(`${a.tenant}/${a.agent}`);
+    let result: Results[K] | undefined;
+    let failure: unknown;
+    try {
+      if (!h) throw policyError(`this server does not serve agent ${a.tenant}/${a.agent}`);
+      if (!allows(caller.tier, NEEDS[op])) throw policyError(`${op} needs tier ${NEEDS[op]} or higher; this caller has tier ${caller.tier}`);
+      const parsed = INPUTS[op].safeParse(raw ?? {});
+      if (!parsed.success) throw usageError(`${op}: ${formatIssues(parsed.error.issues)}`);
+      result = (await this.run(h, a, caller, op, parsed.data)) as Results[K];
+      return result;
+    } catch (e) {
+      failure = e;
+      throw e;
+    } finally {
+      if (h) await this.audit(h, a, caller, op, result, failure);
+    }
+  }
+
+  private async audit(h: AgentHandle, a: AgentRef, caller: Caller, op: Operation, result: unknown, failure: unknown): Promise<void> {
+    const err = failure instanceof AgentbakError ? failure : failure ? new AgentbakError(Exit.failure, String((failure as Error).message)) : null;
+    const entry = { event: "agent-interface", operation: op, transport: caller.transport, by: caller.by, tier: caller.tier, outcome: err ? "refused" : "ok", ...(err ? { code: err.code, error: err.message } : subject(result)) };
+    try {
+      // a spooled checkpoint is recorded where its bundle waits (the repository is down)
+      const spooled = (result as { status?: unknown } | undefined)?.status === "spooled";
+      await (spooled ? await openSpool(h.home, h.location) : await h.repository()).audit(a, entry, h.signingKey);
+    } catch (e) {
+      this.log(`audit entry for ${op} by ${caller.by} not written to ${h.location}: ${(e as Error).message}`);
+    }
+  }
+
+  private async run(h: AgentHandle, a: AgentRef, caller: Caller, op: Operation, input: Record<string, unknown>): Promise<unknown> {
+    switch (op) {
+      case "create_backup": {
+        const i = input as z.infer<(typeof INPUTS)["create_backup"]>;
+        return backupOrSpool(h.lc, {
+          location: h.location,
+          repository: () => this.fresh(h),
+          trust: h.trust,
+          home: h.home,
+          signingKey: h.signingKey,
+          principal: h.principal,
+          idempotencyKey: i.idempotency_key,
+          label: i.label,
+          incremental: i.incremental,
+          waitMs: 0, // the agent hears 423 / "locked" at once and may try again
+        });
+      }
+      case "get_backup": {
+        const id = (input as { snapshot_id: string }).snapshot_id;
+        const { entries, down } = await this.catalogs(h, a);
+        const found = entries.find((x) => x.entry.snapshot_id === id);
+        if (!found) throw down ?? notFound(`snapshot ${id} not found for ${a.tenant}/${a.agent}`);
+        return view(found.entry, found.status);
+      }
+      case "list_snapshots": {
+        const { entries, down } = await this.catalogs(h, a);
+        return { snapshots: entries.map((x) => view(x.entry, x.status)), warnings: down ? [`${down.message}; only the spooled snapshots are listed`] : [] };
+      }
+      case "verify_snapshot":
+        return this.verify(h, a, (input as { snapshot: string }).snapshot);
+      case "plan_restore": {
+        const i = input as { snapshot: string; target?: string };
+        const repo = await this.fresh(h);
+        const bundle = await repo.open(await repo.resolve(i.snapshot, h.trust, a), h.trust);
+        try {
+          const r = await runRestore({
+            bundle,
+            target: i.target ?? join(dirname(h.lc.dir), `${basename(h.lc.dir)}-restored`),
+            repo,
+            lc: h.lc,
+            trust: h.trust,
+            identities: () => [],
+            signingKey: () => null,
+            dryRun: true,
+            approve: async () => false,
+            expectAgent: a.agent,
+            expectTenant: a.tenant,
+          });
+          return { plan: r.plan, warnings: r.warnings };
+        } finally {
+          bundle.release();
+        }
+      }
+      case "request_restore": {
+        const i = input as z.infer<(typeof INPUTS)["request_restore"]>;
+        const r = await recordRequest(await this.fresh(h), h.trust, a, { snapshot: i.snapshot, reason: i.reason, target: i.target, by: caller.by, idempotencyKey: i.idempotency_key, signingKey: h.signingKey });
+        return { ...r.request, repeated: r.repeated };
+      }
+      case "get_restore_request":
+        return getRequest(await this.fresh(h), a, (input as { request_id: string }).request_id);
+    }
+  }
+
+  /** The repository, listing afresh: other processes (a cron backup, an operator's approve) write it too. */
+  private async fresh(h: AgentHandle): Promise<Repository> {
+    const repo = await h.repository();
+    repo.refresh();
+    return repo;
+  }
+
+  /**
+   * The agent's snapshots: committed ones, then those waiting in the spool;
+   * while the repository is down, the spooled ones and why the rest are missing.
+   */
+  private async catalogs(h: AgentHandle, a: AgentRef): Promise<{ entries: { entry: CatalogEntry; status: BackupView["status"] }[]; down: AgentbakError | null }> {
+    const entries: { entry: CatalogEntry; status: BackupView["status"] }[] = [];
+    let down: AgentbakError | null = null;
+    try {
+      for (const entry of await (await this.fresh(h)).list(h.trust, a)) entries.push({ entry, status: "committed" });
+    } catch (e) {
+      if (!hasCause(e, UnreachableError) || !spools(h.location)) throw e;
+      down = e as AgentbakError;
+    }
+    if (spools(h.location)) {
+      const spool = await openSpool(h.home, h.location);
+      spool.refresh();
+      for (const entry of await spool.list(h.trust, a)) entries.push({ entry, status: "spooled" });
+    }
+    return { entries, down };
+  }
+
+  private async verify(h: AgentHandle, a: AgentRef, ref: string): Promise<VerifyView> {
+    const repo = await this.fresh(h);
+    const s = await repo.resolve(ref, h.trust, a);
+    const opened = await repo.open(s, h.trust);
+    try {
+      const v = await verifyBundle(opened.path, h.trust);
+      const chain = await verifyChain(v, opened.links, h.trust);
+      return { snapshot_id: s.snapshot_id, ok: true, sequence: v.manifest.sequence, signer: `${v.signer.principal} ${v.signer.fingerprint}`, chain_length: chain.length, problem: null };
+    } catch (e) {
+      // a bundle that does not verify is an answer, not an error of the call
+      if (!(e instanceof AgentbakError) || (e.code !== Exit.verify && e.code !== Exit.policy)) throw e;
+      return { snapshot_id: s.snapshot_id, ok: false, sequence: s.sequence, signer: null, chain_length: 0, problem: e.message };
+    } finally {
+      opened.release();
+    }
+  }
+}

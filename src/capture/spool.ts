@@ -1,0 +1,69 @@
+/**
+ * Backups that do not make the repository a single point of failure: when an
+ * object-storage repository can not be reached, the backup is made into its
+ * local spool instead (the receipt says "spooled"), and the next backup that
+ * reaches the repository, or `agentbak flush`, uploads it. Folder repositories
+ * are written directly. Both paths are the one backup pipeline, run against
+ * two repositories.
+ */
+import type { LoadedConfig } from "../config/load.js";
+import { hasCause, UnreachableError } from "../errors.js";
+import type { AgentRef, Repository } from "../repository/repository.js";
+import { flushSpool, noteCommitted, openSpool, remoteReceipt, spools } from "../repository/spool.js";
+import { hostWatermark, raiseBackupWatermark } from "../state/watermark.js";
+import { replay, runBackup, type BackupOptions, type BackupReceipt } from "./backup.js";
+
+/** How long a process that found a repository unreachable spools without trying it again (a server's next checkpoints stay fast). */
+export const RETRY_AFTER_MS = 30_000;
+const downUntil = new Map<string, number>();
+
+export interface SpoolingBackupOptions extends Omit<BackupOptions, "repo"> {
+  /** where the repository is (a folder or s3://...) */
+  location: string;
+  /** opens the repository; for object storage its first request, so it may throw UnreachableError */
+  repository: () => Promise<Repository>;
+}
+
+/**
+ * Runs one backup into the repository, or into its local spool when the
+ * repository is unreachable; then uploads what waited in the spool (a failure
+ * there is a warning: the new snapshot is committed either way).
+ * @throws what runBackup throws, except that an unreachable object store spools instead.
+ */
+export async function backupOrSpool(lc: LoadedConfig, opts: SpoolingBackupOptions): Promise<BackupReceipt> {
+  const a: AgentRef = { tenant: lc.config.agent.tenant, agent: lc.config.agent.id };
+  // the next sequence is above what this host has backed up or restored, whatever the repository says
+  const o = { ...opts, sequenceFloor: Math.max(opts.sequenceFloor ?? 0, hostWatermark(opts.home, a)) };
+  const r = await backupOrSpoolAbove(lc, a, o);
+  raiseBackupWatermark(o.home, a, r.sequence);
+  return r;
+}
+
+async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBackupOptions): Promise<BackupReceipt> {
+  if (!spools(o.location)) return runBackup(lc, { ...o, repo: await o.repository() });
+  const spool = await openSpool(o.home, o.location);
+  let remote: Repository;
+  let receipt: BackupReceipt;
+  try {
+    if ((downUntil.get(o.location) ?? 0) > Date.now()) throw new UnreachableError(`${o.location} was unreachable moments ago; trying it again in at most ${RETRY_AFTER_MS / 1000} s`);
+    remote = await o.repository();
+    // spooled snapshots (and the sequence last committed) come before this one
+    receipt = await runBackup(lc, { ...o, repo: remote, sequenceFloor: Math.max(o.sequenceFloor ?? 0, (await spool.nextSequence(a, o.trust)) - 1) });
+  } catch (e) {
+    if (!hasCause(e, UnreachableError)) throw e;
+    if (!downUntil.has(o.location) || downUntil.get(o.location)! <= Date.now()) downUntil.set(o.location, Date.now() + RETRY_AFTER_MS);
+    const known = o.idempotencyKey ? await remoteReceipt<BackupReceipt>(spool, a, o.idempotencyKey) : undefined;
+    if (known) return replay(known, o);
+    const r = await runBackup(lc, { ...o, repo: spool });
+    const note = `repository ${o.location} is unreachable (${(e as Error).message}); the signed bundle waits in ${spool.location} for the next backup or "agentbak flush"`;
+    return { ...r, status: "spooled", warnings: [...r.warnings, note] };
+  }
+  downUntil.delete(o.location);
+  await noteCommitted(spool, a, receipt, o.idempotencyKey);
+  try {
+    await flushSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey, waitMs: 0 });
+  } catch (e) {
+    receipt.warnings.push(`spooled snapshots of ${a.tenant}/${a.agent} not uploaded yet: ${(e as Error).message}`);
+  }
+  return receipt;
+}

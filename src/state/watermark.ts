@@ -1,0 +1,77 @@
+/**
+ * State this host keeps for itself about each agent, in AGENTBAK_HOME (never
+ * in a repository, which an attacker may rewrite): the highest checkpoint
+ * sequence and generation it has restored (rollback protection) and the
+ * highest sequence it has backed up (the next backup's floor). Shared by
+ * capture and restore.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { AgentbakError, Exit } from "../errors.js";
+import { writeFileAtomic } from "../fsutil.js";
+
+/** One agent of one tenant. */
+export interface AgentRef {
+  tenant: string;
+  agent: string;
+}
+
+/** What the restoring side trusts. */
+export interface TrustedState {
+  highest_sequence: number;
+  generation: number;
+}
+
+const homeStatePath = (home: string, a: AgentRef) => join(home, "state", a.tenant, `${a.agent}.json`);
+/** agentbak 0.1 kept one file per agent id, whatever the tenant: read as a floor */
+const v1StatePath = (home: string, agent: string) => join(home, "state", `${agent}.json`);
+
+/** The state file as written, so a writer keeps the fields it does not own. */
+function readRaw(p: string): Record<string, unknown> {
+  if (!existsSync(p)) return {};
+  try {
+    return JSON.parse(readFileSync(p, "utf8")) as Record<string, unknown>;
+  } catch {
+    throw new AgentbakError(Exit.failure, `trusted state ${p} is not JSON; it records the highest sequence restored here and must not be guessed`);
+  }
+}
+
+function readState(p: string): TrustedState {
+  const s = readRaw(p);
+  return { highest_sequence: Number(s.highest_sequence) || 0, generation: Number(s.generation) || 0 };
+}
+
+/** The trusted state for `a`, or zeros when none was recorded. */
+export function readTrustedState(home: string, a: AgentRef): TrustedState {
+  const cur = readState(homeStatePath(home, a));
+  const v1 = readState(v1StatePath(home, a.agent));
+  return { highest_sequence: Math.max(cur.highest_sequence, v1.highest_sequence), generation: Math.max(cur.generation, v1.generation) };
+}
+
+/** Raises the trusted state (never lowers it). */
+export function raiseTrustedState(home: string, a: AgentRef, seen: TrustedState): void {
+  const cur = readTrustedState(home, a);
+  const raw = readRaw(homeStatePath(home, a));
+  writeFileAtomic(homeStatePath(home, a), JSON.stringify({ ...raw, highest_sequence: Math.max(cur.highest_sequence, seen.highest_sequence), generation: Math.max(cur.generation, seen.generation) }, null, 2) + "\n");
+}
+
+/**
+ * This host's watermark for `a`: the highest sequence it has restored or
+ * backed up. The next backup takes a sequence above it, so a new repository
+ * does not restart at 1 (every restore from it would be a rollback).
+ */
+export function hostWatermark(home: string, a: AgentRef): number {
+  return Math.max(readTrustedState(home, a).highest_sequence, Number(readRaw(homeStatePath(home, a)).highest_backup_sequence) || 0);
+}
+
+/**
+ * Records that this host backed up `a` at `sequence` (never lowers it). Kept
+ * apart from highest_sequence: restoring an older snapshot of one's own is an
+ * operator's choice, not a rollback attack.
+ */
+export function raiseBackupWatermark(home: string, a: AgentRef, sequence: number): void {
+  const raw = readRaw(homeStatePath(home, a));
+  if ((Number(raw.highest_backup_sequence) || 0) >= sequence) return;
+  writeFileAtomic(homeStatePath(home, a), JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, highest_backup_sequence: sequence }, null, 2) + "\n");
+}
+

@@ -1,0 +1,75 @@
+/** Human rendering for the agent interface's commands: tokens, restore requests and decisions, flush, the server's log. */
+import type { FlushResult } from "../repository/spool.js";
+import type { RestoreResult } from "../restore/apply.js";
+import type { RestorePlan } from "../restore/plan.js";
+import type { RequestStatus } from "../restore/request.js";
+import { dim, ok, out, say, table, warn } from "./output.js";
+import { renderPlan } from "./plan.js";
+
+interface TokenView {
+  id: string;
+  tenant: string;
+  agent: string;
+  tier: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+/** The new token goes to stdout (it is the result, shown once); the rest to stderr. */
+export function tokenCreated(r: TokenView & { token: string }): void {
+  ok(`token ${r.id} for ${r.tenant}/${r.agent}, tier ${r.tier}; it is shown only now, keep it in the agent's secret store`);
+  out(`${r.token}\n`);
+}
+
+export function tokenList(list: TokenView[]): void {
+  table(["ID", "TENANT", "AGENT", "TIER", "CREATED", "REVOKED"], list.map((t) => [t.id, t.tenant, t.agent, t.tier, t.created_at, t.revoked_at ?? "-"]));
+}
+
+export function tokenRevoked(r: TokenView): void {
+  ok(`token ${r.id} (${r.tenant}/${r.agent}) revoked at ${r.revoked_at}`);
+}
+
+/** One request, as an operator reads it before deciding. */
+export function request(r: RequestStatus): void {
+  say(`restore request ${r.request_id} (${r.status})`);
+  say(`  agent      ${r.tenant}/${r.agent_id}, asked by ${r.requested_by} at ${r.requested_at}`);
+  say(`  snapshot   ${r.snapshot_id} (sequence ${r.sequence})`);
+  say(`  reason     ${r.reason}`);
+  if (r.target) say(`  proposed   ${r.target}`);
+  if (r.decision) say(`  decision   ${r.decision.decision} by ${r.decision.by} at ${r.decision.at}${r.decision.reason ? `: ${r.decision.reason}` : ""}`);
+  if (r.outcome?.error) say(`  last try   failed at ${r.outcome.at}: ${r.outcome.error.message}`);
+}
+
+/** What approve shows before asking: the request, then the restore plan. */
+export function approvalPrompt(plan: RestorePlan, r: RequestStatus): void {
+  request(r);
+  renderPlan(plan);
+}
+
+export function approved(r: { request: RequestStatus; restore: RestoreResult }): void {
+  const x = r.restore;
+  ok(`${x.repeated ? "already restored" : "restored"} ${x.plan.snapshot_id} into ${x.plan.target} at generation ${x.generation} for request ${r.request.request_id}; the agent is suspended until "agentbak activate --target ${x.plan.target}"`);
+  for (const w of x.warnings) warn(w);
+}
+
+export function denied(r: { request: RequestStatus; repeated: boolean }): void {
+  ok(`${r.repeated ? "already denied" : "denied"} restore request ${r.request.request_id}: ${r.request.decision?.reason}`);
+}
+
+export function requests(list: RequestStatus[]): void {
+  table(["REQUEST", "STATUS", "SNAPSHOT", "ASKED", "BY", "REASON"], list.map((r) => [r.request_id, r.status, r.snapshot_id, r.requested_at, r.requested_by, r.reason.slice(0, 60)]));
+}
+
+export function flushed(list: FlushResult[]): void {
+  if (!list.length) ok("nothing spooled");
+  for (const f of list) ok(`${f.flushed.length} spooled snapshot(s) uploaded to ${f.remote}${f.already.length ? `, ${f.already.length} already there` : ""} ${dim(`(spool ${f.spool})`)}`);
+}
+
+export function listening(info: { url: string; agents: string[] }): void {
+  ok(`agent interface on ${info.url} (REST under /v1, OpenAPI at /v1/openapi.json, MCP at /mcp) for ${info.agents.join(", ")}`);
+  const host = new URL(info.url).hostname;
+  if (host !== "127.0.0.1" && host !== "[::1]" && host !== "localhost") warn(`listening on ${host}, not loopback: tokens travel in plain HTTP; put TLS in front`);
+}
+
+/** The server's log: one line per request, to stderr. */
+export const log = (line: string) => say(`${new Date().toISOString()} ${line}`);
