@@ -107,11 +107,19 @@ describe("recovery scenarios with the reference worker", () => {
     expect(r.stderr).toMatch(/asks for reconciliation, but no config with a reconcile section was given/);
   });
 
-  it("a drill that does not reconcile the snapshot's open operations says it can not answer what the agent might repeat", async () => {
-    const r = await drill(["--spec", join(ROOT, "drills", "checks-only.json"), "--no-report"], { OPENAI_API_KEY: "x" });
-    expect(r.code).toBe(3);
+  it("a drill that runs the worker without reconciling says it can not answer what the agent might repeat; a checks-only drill records it", async () => {
+    // the worker, but neither crash points nor reconciliation
+    const ref = JSON.parse(readFileSync(join(ROOT, "drills", "reference-agent.json"), "utf8"));
+    const spec = join(a.tmp, "worker-no-reconcile.json");
+    writeFileSync(spec, JSON.stringify({ ...ref, invariants: [join(ROOT, "drills/invariants/reference/*.sql")], worker: { ...ref.worker, command: ["node", join(ROOT, "fixtures/agent/worker.js")] }, crashPoints: [], sinkKill: false, upgrade: undefined }));
+    const w = await drill(["--spec", spec, "--no-report"], { OPENAI_API_KEY: "x" });
+    expect(w.code, w.stderr).toBe(3);
+    expect(json(w).checks.find((c: any) => c.name === "open operations")).toMatchObject({ ok: false, severity: "warning" });
+    const checksOnly = await drill(["--spec", join(ROOT, "drills", "checks-only.json"), "--no-report"], { OPENAI_API_KEY: "x" });
+    const co = json(checksOnly).checks.find((c: any) => c.name === "open operations");
+    expect(co).toMatchObject({ ok: false, severity: "info" });
+    const r = w;
     const c = json(r).checks.find((c: any) => c.name === "open operations");
-    expect(c).toMatchObject({ ok: false, severity: "warning" });
     expect(c.detail).toMatch(/3 open operation\(s\) in the snapshot, not reconciled in this drill/);
     expect(json(r).open_operations.map((o: any) => [o.idempotency_key, o.outcomes])).toEqual([
       ["idem-task-open-1", []],

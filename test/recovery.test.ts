@@ -109,7 +109,7 @@ describe("restore -> reconcile -> activate", () => {
       { id: "dlv-task-open-4", idempotency_key: "idem-task-open-4", kind: "send_reminder", strategy: "observe" },
     ]);
     const dry = await a.run(["restore", "latest", "--target", join(a.tmp, "dry"), "--dry-run"]);
-    expect(dry.stderr).toContain("open op    dlv-task-open-2 key idem-task-open-2 (charge_card)  sent, no receipt: reconciled by strategy escalate before activation");
+    expect(dry.stdout).toContain("open op    dlv-task-open-2 key idem-task-open-2 (charge_card)  sent, no receipt: reconciled by strategy escalate before activation");
   });
 
   it("reconcile asks the provider by key with the credential in the header only: completed recorded, retry-safe queued, escalate held, unknown left alone", async () => {
@@ -342,7 +342,7 @@ describe("timers and runtime compatibility", () => {
     );
     const t = join(b.tmp, "shift");
     const dry = await b.run(["restore", "latest", "--target", t, "--dry-run", "-c", cfg]);
-    expect(dry.stderr).toMatch(/timer      state\.tasks\.lease_until  shifted by \d+ s \(time since the snapshot\)/);
+    expect(dry.stdout).toMatch(/timer      state\.tasks\.lease_until  shifted by \d+ s \(time since the snapshot\)/);
     const r = await b.run(["restore", "latest", "--target", t, "--yes", "-c", cfg, "--json"]);
     expect([0, 3], r.stderr).toContain(r.code);
     const receipt = (await audit(b)).at(-1).receipt;
@@ -393,7 +393,7 @@ describe("timers and runtime compatibility", () => {
     // approval: the flag alone is not enough without a TTY or --yes
     expect((await b.run(["restore", "latest", "--target", t, "--allow-runtime-change", "-c", changed])).code).toBe(2);
     const dry = await b.run(["restore", "latest", "--target", t, "--allow-runtime-change", "--dry-run", "-c", changed]);
-    expect(dry.stderr).toContain("runtime    agent version 1.4.2 -> 1.5.0  (needs approval)");
+    expect(dry.stdout).toContain("runtime    agent version 1.4.2 -> 1.5.0  (needs approval)");
     const ok = await b.run(["restore", "latest", "--target", t, "--allow-runtime-change", "--yes", "-c", changed, "--json"]);
     expect([0, 3], ok.stderr).toContain(ok.code);
     expect((await audit(b)).at(-1).receipt.runtime.map((d: any) => d.key)).toEqual(["agent_version", "model:llm"]);

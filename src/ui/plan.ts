@@ -3,7 +3,12 @@ import { describeDifference } from "../bundle/runtime.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { bad, bold, dim, say, warn } from "./output.js";
 
-export function renderPlan(p: RestorePlan, write: (line: string) => void = say): void {
+/**
+ * Writes the plan line by line (stderr before a confirmation, by default);
+ * `withWarnings: false` leaves the policy's warnings to a caller that prints
+ * the result's warnings itself.
+ */
+export function renderPlan(p: RestorePlan, write: (line: string) => void = say, withWarnings = true): void {
   write(bold(`Restore plan for ${p.agent_id} (tenant ${p.tenant})`));
   write(`  snapshot   ${p.snapshot_id}  sequence ${p.sequence}  created ${p.created_at} (${p.age_hours} h ago)`);
   write(`  target     ${p.target}`);
@@ -16,6 +21,6 @@ export function renderPlan(p: RestorePlan, write: (line: string) => void = say):
   for (const c of p.credentials) write(`  credential ${c.name} ${c.ref}: ${c.status}`);
   for (const d of p.policy.runtime) write(`  runtime    ${describeDifference(d)}  ${dim(d.compatible ? "(declared compatible)" : "(needs approval)")}`);
   write(`  generation ${p.next_generation}; the agent starts suspended`);
-  for (const w of [...p.policy.warnings, ...p.policy.needs_approval]) warn(w);
+  if (withWarnings) for (const w of [...p.policy.warnings, ...p.policy.needs_approval]) warn(w);
   for (const r of p.policy.refusals) bad(`refused by policy: ${r}`);
 }

@@ -82,7 +82,7 @@ export function verify(r: { snapshot_id: string; deep: boolean; checks: Check[] 
 }
 
 export function restore(r: RestoreResult): void {
-  if (!r.restored) renderPlan(r.plan, (line) => out(line + "\n")); // a dry run's plan is its result
+  if (!r.restored) renderPlan(r.plan, (line) => out(line + "\n"), false); // a dry run's plan is its result; its warnings follow
   else ok(`${r.repeated ? "already restored" : "restored"} ${r.plan.snapshot_id} into ${r.plan.target} at generation ${r.generation}; the agent is suspended until "agentbak activate --target ${r.plan.target}"`);
   for (const x of r.sources ?? []) ok(`source ${x.name} (${x.kind}): ${x.detail}`);
   for (const w of r.warnings) warn(w);
