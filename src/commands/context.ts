@@ -79,7 +79,7 @@ export function context(opts: GlobalOpts): Context {
     repoLocation,
     repository() {
       if (!repoLocation) throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
-      return (repo ??= Repository.open(repoLocation));
+      return (repo ??= Repository.open(repoLocation, { cacheDir: join(home, "cache") }));
     },
     async maybeRepository() {
       return repoLocation ? ctx.repository() : undefined;
