@@ -289,11 +289,23 @@ export function encodeManifest(m: Manifest): Buffer {
 export const sha256hex = (b: Uint8Array | string) => createHash("sha256").update(b).digest("hex");
 
 /**
+ * sha256 of manifest bytes already found valid, here or (through the
+ * repository's header cache in AGENTBAK_HOME, trusted local state) in an
+ * earlier run: the same bytes parse the same, so they are only JSON-parsed.
+ */
+const valid = new Set<string>();
+
+/** Records manifest bytes (by sha256) known to pass parseManifest. */
+export const rememberValidManifest = (sha256: string) => void valid.add(sha256);
+
+/**
  * Parses manifest bytes strictly.
  * @throws Error naming the problem: `not canonical JSON`, `manifest.<path>: ...`.
  */
 export function parseManifest(bytes: Buffer): Manifest {
   if (bytes.length > MAX_MANIFEST) throw new Error("manifest larger than 1 MiB");
+  const digest = sha256hex(bytes);
+  if (valid.has(digest)) return JSON.parse(bytes.toString("utf8")) as Manifest;
   const text = bytes.toString("utf8");
   if (!Buffer.from(text, "utf8").equals(bytes)) throw new Error("manifest is not valid UTF-8");
   let raw: unknown;
@@ -318,5 +330,6 @@ export function parseManifest(bytes: Buffer): Manifest {
     if (seen.has(c.path)) throw new Error(`manifest lists component ${c.path} twice`);
     seen.add(c.path);
   }
+  valid.add(digest);
   return m;
 }

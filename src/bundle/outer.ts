@@ -128,7 +128,7 @@ class NeedBytes {
  */
 export async function readLayoutRanges(name: string, size: number, readRange: (start: number, end: number) => Promise<Buffer>): Promise<BundleLayout> {
   const have: { start: number; buf: Buffer }[] = [];
-  if (size > 0) have.push({ start: 0, buf: await readRange(0, Math.min(size, 64 * 1024) - 1) });
+  if (size > 0) have.push({ start: 0, buf: await readRange(0, Math.min(size, 16 * 1024) - 1) });
   for (;;) {
     try {
       return parseLayout(name, size, (n, at) => {

@@ -91,7 +91,7 @@ export function context(opts: GlobalOpts): Context {
     repository() {
       if (!repoLocation) throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
       // a failed open is not kept: a long-running server tries again once the repository is back
-      return (repo ??= Repository.open(repoLocation).catch((e) => {
+      return (repo ??= Repository.open(repoLocation, { cacheDir: join(home, "cache") }).catch((e) => {
         repo = undefined;
         throw e;
       }));

@@ -74,8 +74,14 @@ export function parsePublicKey(text: string): Buffer {
 
 const privateKeyObject = (seed: Uint8Array): KeyObject =>
   createPrivateKey({ key: Buffer.concat([PKCS8_ED25519, seed]), format: "der", type: "pkcs8" });
-const publicKeyObject = (pub: Uint8Array): KeyObject =>
-  createPublicKey({ key: Buffer.concat([SPKI_ED25519, pub]), format: "der", type: "spki" });
+/** Key objects by key, so that checking many signatures of one signer builds its key once. */
+const keyObjects = new Map<string, KeyObject>();
+function publicKeyObject(pub: Uint8Array): KeyObject {
+  const id = Buffer.from(pub).toString("hex");
+  let k = keyObjects.get(id);
+  if (!k) keyObjects.set(id, (k = createPublicKey({ key: Buffer.concat([SPKI_ED25519, pub]), format: "der", type: "spki" })));
+  return k;
+}
 
 /** Generates an Ed25519 key. */
 export function generateSigningKey(comment: string): SigningKey {

@@ -24,6 +24,7 @@ import { AgentbakError, Exit, lockedError, notFound, usageError, verifyError } f
 import { pidAlive } from "../fsutil.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
+import { HeaderCache } from "./headercache.js";
 import { keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotsDir, type AgentRef } from "./layout.js";
 
 export type { AgentRef };
@@ -112,7 +113,15 @@ export class Repository {
   /** locks this process took but could not release (the store was unreachable), by key: the nonce they carry */
   private leaked = new Map<string, string>();
 
-  private constructor(readonly store: ObjectStore) {}
+  /** verified headers on disk (AGENTBAK_HOME), for the next process */
+  private readonly headerCache: HeaderCache;
+
+  private constructor(
+    readonly store: ObjectStore,
+    cacheDir?: string,
+  ) {
+    this.headerCache = new HeaderCache(cacheDir, store.url);
+  }
 
   /** Where the repository is, for people and for records. */
   get location(): string {
@@ -123,9 +132,9 @@ export class Repository {
    * Opens an existing repository.
    * @throws AgentbakError(10) when there is none at `location`.
    */
-  static async open(location: string): Promise<Repository> {
+  static async open(location: string, opts: { cacheDir?: string } = {}): Promise<Repository> {
     const store = await openStore(location);
-    const repo = new Repository(store);
+    const repo = new Repository(store, opts.cacheDir);
     const cfg = await store.get(REPO_CONFIG);
     // repositories in object storage made by agentbak 0.1 had no config object
     if (!cfg && (await store.list("agents/")).length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
@@ -133,11 +142,11 @@ export class Repository {
   }
 
   /** Creates the repository at `location` if it does not exist (idempotent). @returns whether it was created. */
-  static async init(location: string): Promise<{ repo: Repository; created: boolean }> {
+  static async init(location: string, opts: { cacheDir?: string } = {}): Promise<{ repo: Repository; created: boolean }> {
     const store = await openStore(location);
     const body = JSON.stringify({ format: "agentbak-repository", version: LAYOUT_VERSION, created_at: new Date().toISOString() }, null, 2) + "\n";
     const created = await store.put(REPO_CONFIG, body, { ifNoneMatch: true });
-    return { repo: new Repository(store), created };
+    return { repo: new Repository(store, opts.cacheDir), created };
   }
 
   // ---- small records ----
@@ -253,6 +262,7 @@ export class Repository {
     const committed = [...found.values()].filter((e) => e.commit || (e.bundle && this.store.inPlace && e.dir.startsWith("agents/")));
     const out: Snapshot[] = [];
     for (const c of committed) out.push(await this.describeSnapshot(c.dir, c.id, c.bundle, trust, now));
+    this.headerCache.save(new Set(out.map((e) => e.key)));
     // a missing parent breaks a chain; a damaged one is found when the chain is verified
     const present = new Set(committed.filter((c) => c.bundle).map((c) => `${c.dir}/${c.id}`));
     for (const e of out) {
@@ -275,7 +285,13 @@ export class Repository {
     const known = this.headers.get(key);
     let v: VerifiedBundle;
     try {
-      v = known?.etag === h.etag && known.trust === trust ? known.v : verifyLayout(await readLayoutRanges(base.path, h.size, (s, e) => this.store.getRange(key, s, e)), trust, now);
+      if (known?.etag === h.etag && known.trust === trust) v = known.v;
+      else {
+        // the same bytes read in an earlier run: the signature and trust are checked again, the reads are not repeated
+        const cached = this.headerCache.get(key, h.etag, base.path);
+        v = verifyLayout(cached ?? (await readLayoutRanges(base.path, h.size, (s, e) => this.store.getRange(key, s, e))), trust, now);
+        if (!cached) this.headerCache.set(key, h.etag, v.layout);
+      }
       this.headers.set(key, { etag: h.etag, trust, v });
     } catch (e) {
       if (!(e instanceof AgentbakError)) throw e;

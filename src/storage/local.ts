@@ -96,7 +96,7 @@ export class LocalStore implements ObjectStore {
       throw e;
     }
     try {
-      const b = Buffer.alloc(end - start + 1);
+      const b = Buffer.allocUnsafe(end - start + 1);
       const n = readSync(fd, b, 0, b.length, start);
       return b.subarray(0, n);
     } finally {

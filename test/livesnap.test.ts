@@ -1,0 +1,174 @@
+// Reading a live SQLite database's pages in place at one instant: against a
+// real writer process that keeps committing (and checkpointing, and
+// restarting its WAL) while the pages are read, the pages form one committed
+// state that passes integrity_check, in WAL and in rollback-journal mode.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execa, type ResultPromise } from "execa";
+import Database from "better-sqlite3";
+import { mkdtempSync, rmSync, openSync, writeSync, closeSync, readdirSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ROOT } from "./helpers.js";
+import { LiveSnapshot } from "../dist/state/livesnap.js";
+import { readWal } from "../dist/state/wal.js";
+// @ts-expect-error plain JS fixture
+import { transfers } from "../fixtures/agent/writer.js";
+// @ts-expect-error plain JS fixture
+import { generateDatabase } from "../fixtures/agent/generate.js";
+
+let tmp: string;
+beforeAll(() => {
+  tmp = mkdtempSync(join(tmpdir(), "agentbak-livesnap-"));
+});
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+/** Reads every page of a snapshot into a file, slowly enough that the writer keeps going meanwhile. */
+async function readAll(s: LiveSnapshot, out: string, pagesPerStep = 64): Promise<void> {
+  const fd = openSync(out, "w");
+  const buf = Buffer.alloc(pagesPerStep * s.pageSize);
+  try {
+    for (let p = 1; p <= s.pageCount; p += pagesPerStep) {
+      const n = Math.min(pagesPerStep, s.pageCount - p + 1);
+      s.read(p, n, buf);
+      writeSync(fd, buf, 0, n * s.pageSize);
+      await new Promise((r) => setImmediate(r));
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The invariants of the writer fixture, and its state replayed from the transfer count. */
+function checkConsistent(file: string): number {
+  const db = new Database(file, { readonly: true });
+  try {
+    expect(db.pragma("integrity_check", { simple: true })).toBe("ok");
+    expect(db.pragma("journal_mode", { simple: true })).toBe("delete");
+    const bal = Object.fromEntries((db.prepare("SELECT account, balance FROM budget").all() as any[]).map((r) => [r.account, r.balance]));
+    const n = Number(db.prepare("SELECT value FROM agent_state WHERE key = 'transfers'").pluck().get() ?? 0);
+    expect(db.prepare("SELECT count(*) FROM events WHERE type = 'transfer'").pluck().get()).toBe(n);
+    const expected: Record<string, number> = { tokens: 1_000_000, reserve: 0, spent: 0 };
+    let i = 0;
+    for (const t of transfers(11)) {
+      if (i++ === n) break;
+      expected[t.from]! -= t.amount;
+      expected[t.to]! += t.amount;
+    }
+    expect(bal).toEqual(expected);
+    return n;
+  } finally {
+    db.close();
+  }
+}
+
+async function withWriter<T>(db: string, fn: (w: ResultPromise) => Promise<T>, extra: string[] = []): Promise<T> {
+  const w = execa("node", [join(ROOT, "fixtures/agent/writer.js"), db, "11", ...extra], { reject: false });
+  try {
+    await new Promise<void>((res) => w.stdout!.once("data", () => res()));
+    return await fn(w);
+  } finally {
+    w.kill("SIGKILL");
+    await w;
+  }
+}
+
+describe("LiveSnapshot", () => {
+  it("WAL mode: pages read in place while a writer commits and checkpoints form one committed state", async () => {
+    const db = join(tmp, "wal.sqlite");
+    generateDatabase(db, { sizeMb: 6, seed: 3 });
+    const counts: number[] = [];
+    await withWriter(db, async () => {
+      // a second connection keeps checkpointing (and restarting the WAL when it can) during the reads
+      const ck = new Database(db);
+      ck.pragma("busy_timeout = 50");
+      try {
+        for (let round = 0; round < 3; round++) {
+          const s = LiveSnapshot.open("state", db, { waitMs: 5000, tempDir: tmp });
+          expect(s.journal).toBe("wal");
+          const out = join(tmp, `wal-${round}.sqlite`);
+          const timer = setInterval(() => {
+            try {
+              ck.pragma("wal_checkpoint(PASSIVE)");
+            } catch {
+              /* busy: fine */
+            }
+          }, 5);
+          try {
+            await readAll(s, out);
+          } finally {
+            clearInterval(timer);
+            s.close();
+          }
+          counts.push(checkConsistent(out));
+        }
+      } finally {
+        ck.close();
+      }
+    });
+    expect(counts[0]).toBeGreaterThan(0);
+    expect(new Set(counts).size).toBe(counts.length); // the writer moved on between rounds
+    expect(readdirSync(tmp).filter((f) => f.startsWith("wal-overlay"))).toEqual([]); // the overlay is unlinked at once
+  });
+
+  it("rollback-journal mode: the read lock holds the file still; the copy equals the committed state", async () => {
+    const db = join(tmp, "rollback.sqlite");
+    generateDatabase(db, { sizeMb: 3, seed: 4 });
+    const c = new Database(db);
+    c.pragma("journal_mode = DELETE");
+    c.close();
+    const s = LiveSnapshot.open("state", db, { waitMs: 5000, tempDir: tmp });
+    expect(s.journal).toBe("rollback");
+    // a writer can not commit while the snapshot is held
+    const w = new Database(db);
+    w.pragma("busy_timeout = 100");
+    expect(() => w.prepare("UPDATE budget SET balance = balance WHERE account = 'tokens'").run()).toThrow(/locked|busy/i);
+    const out = join(tmp, "rollback-copy.sqlite");
+    await readAll(s, out);
+    s.close();
+    w.prepare("UPDATE budget SET balance = balance + 0 WHERE account = 'tokens'").run();
+    w.close();
+    const dump = async (p: string) => (await execa("sqlite3", [p, ".dump"])).stdout;
+    expect(await dump(out)).toBe(await dump(db));
+  });
+
+  it("pages that exist only in the WAL (the database grew) are read from it; the WAL index ends at the last commit", async () => {
+    const db = join(tmp, "grow.sqlite");
+    const w = new Database(db);
+    w.pragma("journal_mode = WAL");
+    w.pragma("wal_autocheckpoint = 0");
+    w.exec("CREATE TABLE t (x BLOB)");
+    const ins = w.prepare("INSERT INTO t VALUES (randomblob(3000))");
+    w.transaction(() => {
+      for (let i = 0; i < 500; i++) ins.run();
+    })();
+    const s = LiveSnapshot.open("t", db, { waitMs: 1000, tempDir: tmp });
+    const idx = readWal(`${db}-wal`, s.pageSize);
+    expect(idx.mxFrame).toBeGreaterThan(0);
+    expect(s.pageCount).toBe(idx.dbPages);
+    // uncommitted frames after the last commit are not part of the snapshot
+    w.exec("BEGIN");
+    for (let i = 0; i < 50; i++) ins.run();
+    const out = join(tmp, "grow-copy.sqlite");
+    await readAll(s, out, 7);
+    s.close();
+    w.exec("ROLLBACK");
+    w.close();
+    const c = new Database(out, { readonly: true });
+    expect(c.pragma("integrity_check", { simple: true })).toBe("ok");
+    expect(c.prepare("SELECT count(*) FROM t").pluck().get()).toBe(500);
+    c.close();
+  });
+
+  it("a database locked by another writer past the wait is a locked error naming it (11), not a hang", async () => {
+    const db = join(tmp, "busy.sqlite");
+    const w = new Database(db);
+    w.exec("CREATE TABLE t (x)");
+    w.exec("BEGIN EXCLUSIVE");
+    const t0 = Date.now();
+    expect(() => LiveSnapshot.open("busy", db, { waitMs: 200, tempDir: tmp })).toThrow(expect.objectContaining({ code: 11, message: expect.stringMatching(/database busy .* is locked/) }));
+    expect(Date.now() - t0).toBeLessThan(3000);
+    w.exec("ROLLBACK");
+    w.close();
+    expect(existsSync(db)).toBe(true);
+  });
+});
