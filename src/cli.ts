@@ -168,6 +168,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--tenant <t>", "expected tenant (default: the config's)")
       .option("--request-id <id>", "the same id again returns the first result")
       .option("--before <timestamp>", "only a snapshot created before this time (with latest: the newest such)")
+      .option("--wait <duration>", "wait this long for another restore of the same agent to finish (e.g. 30s)")
       .addOption(jsonOpt()),
     ["agentbak restore latest --target /srv/agents/billing-restored --dry-run", "agentbak restore 20261129T120000000Z-1a2b3c4d --target ./restored --yes --request-id INC-1234 --json"],
   ).action(async (ref, o) => {

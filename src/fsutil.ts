@@ -31,6 +31,8 @@ function writeTemp(path: string, data: string | Uint8Array, mode: number): strin
   } catch (e) {
     closeSync(fd);
     rmSync(tmp, { force: true });
+    // a write on a descriptor names no path; the caller's error message should
+    (e as NodeJS.ErrnoException).path ??= path;
     throw e;
   }
   closeSync(fd);

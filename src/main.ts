@@ -4,8 +4,28 @@
  */
 import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";
-import { AgentbakError, Exit, type ExitCode } from "./errors.js";
+import { AgentbakError, Exit, isSystemError, type ExitCode } from "./errors.js";
 import { runInterruptCleanups } from "./cleanup.js";
+
+/** Prints an error the way its kind deserves. @returns the exit code for it. */
+function report(e: unknown): ExitCode {
+  if (e instanceof CommanderError) {
+    if (e.code === "commander.helpDisplayed" || e.code === "commander.version" || e.code === "commander.help") return Exit.ok;
+    return Exit.usage;
+  }
+  if (e instanceof AgentbakError) {
+    process.stderr.write(`agentbak: ${e.message}\n`);
+    return e.code;
+  }
+  if (isSystemError(e)) {
+    // an operating-system error (ENOSPC, EIO, EROFS, EACCES, ...): name the path and errno, no stack
+    process.stderr.write(`agentbak: ${e.message}${e.path && !e.message.includes(e.path) ? ` (${e.path})` : ""}\n`);
+    return Exit.failure;
+  }
+  const err = e as Error;
+  process.stderr.write(`agentbak: internal error: ${err?.stack ?? String(e)}\nThis is a bug; please report it.\n`);
+  return Exit.failure;
+}
 
 async function main(argv: string[]): Promise<ExitCode> {
   const result = { code: Exit.ok as ExitCode };
@@ -13,23 +33,7 @@ async function main(argv: string[]): Promise<ExitCode> {
     await buildProgram(result).parseAsync(argv);
     return result.code;
   } catch (e) {
-    if (e instanceof CommanderError) {
-      if (e.code === "commander.helpDisplayed" || e.code === "commander.version" || e.code === "commander.help") return Exit.ok;
-      return Exit.usage;
-    }
-    if (e instanceof AgentbakError) {
-      process.stderr.write(`agentbak: ${e.message}\n`);
-      return e.code;
-    }
-    const sys = e as NodeJS.ErrnoException;
-    if (typeof sys?.code === "string" && /^E[A-Z]+$/.test(sys.code)) {
-      // an operating-system error (ENOSPC, EIO, EROFS, EACCES, ...): name the path and errno, no stack
-      process.stderr.write(`agentbak: ${sys.message}${sys.path && !sys.message.includes(sys.path) ? ` (${sys.path})` : ""}\n`);
-      return Exit.failure;
-    }
-    const err = e as Error;
-    process.stderr.write(`agentbak: internal error: ${err?.stack ?? String(e)}\nThis is a bug; please report it.\n`);
-    return Exit.failure;
+    return report(e);
   }
 }
 
@@ -41,6 +45,11 @@ function interrupted(): void {
 // a closed pipe (agentbak ... | head) is not an error of ours
 process.stdout.on("error", (e: NodeJS.ErrnoException) => {
   if (e.code === "EPIPE") process.exit(process.exitCode ?? 0);
+});
+// a failure nothing awaited: clean up as for an interrupt (staging, locks) and say what it was, never a raw dump
+process.on("unhandledRejection", (e) => {
+  runInterruptCleanups();
+  process.exit(report(e));
 });
 process.on("SIGINT", interrupted);
 process.on("SIGTERM", interrupted);

@@ -6,12 +6,12 @@
  */
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { copyFileSync, mkdirSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
-import { buildManifest, componentPath, isDatabase, sha256hex, type CapturedDatabase, type Manifest } from "../bundle/manifest.js";
+import { buildManifest, componentPath, encodeManifest, isDatabase, parseManifest, sha256hex, type CapturedDatabase, type Manifest, type NotCaptured } from "../bundle/manifest.js";
 import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
 import { verifyChain } from "../bundle/chain.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
@@ -20,13 +20,13 @@ import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { onInterrupt } from "../cleanup.js";
-import { AgentbakError, Exit, policyError, usageError, verifyError, wrap } from "../errors.js";
+import { AgentbakError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/inspect.js";
 import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
-import { scanValue, type SecretFinding } from "../state/secrets.js";
-import { snapshotDatabase } from "../state/sqlite.js";
-import { captureWorkspace, rebuildWorkspace, treeDigest } from "../state/workspace.js";
+import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
+import { DEFAULT_BUSY_MS, snapshotDatabase } from "../state/sqlite.js";
+import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest } from "../state/workspace.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
 export interface BackupReceipt {
@@ -42,6 +42,8 @@ export interface BackupReceipt {
   parent: string | null;
   path: string;
   repeated: boolean;
+  /** what was deliberately left out (credential files, excluded names, nested repositories' history) */
+  not_captured: NotCaptured[];
   warnings: string[];
 }
 
@@ -144,13 +146,65 @@ async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; heade
   }
 }
 
-/** The files a `files` pattern names: never the repository, `.git`, node_modules, or a configured database and its sidecars. */
-function expandFiles(lc: LoadedConfig, pattern: string, exclude: string[]): string[] {
-  if (!isDynamicPattern(pattern)) return [lc.resolve(pattern)];
-  return globSync(pattern, { cwd: lc.dir, absolute: true, onlyFiles: true, dot: true, followSymbolicLinks: false, ignore: ["**/.git/**", "**/node_modules/**"] })
-    .map((f) => resolve(f))
-    .filter((f) => !exclude.some((x) => f === x || f.startsWith(x + sep) || /-(wal|shm|journal)$/.test(f) && f.replace(/-(wal|shm|journal)$/, "") === x))
-    .sort();
+/** Whether `p` is `dir` or inside it. */
+const isInside = (p: string, dir: string) => p === dir || p.startsWith(dir + sep);
+const SIDECAR = /-(wal|shm|journal)$/;
+
+/** Paths a `files` entry may never take, and what each is. */
+interface Reserved {
+  databases: string[];
+  /** folders captured otherwise or never: the repository, the workspace */
+  dirs: [string, string][];
+}
+
+function reservedBy(p: string, r: Reserved): string | null {
+  if (r.databases.includes(p)) return "a configured database";
+  if (SIDECAR.test(p) && r.databases.includes(p.replace(SIDECAR, ""))) return "a SQLite sidecar of a configured database";
+  const dir = r.dirs.find(([d]) => isInside(p, d));
+  if (dir) return dir[1];
+  return p.split(sep).includes(".git") ? "a .git folder" : null;
+}
+
+/**
+ * The files a `files` pattern names. A glob never takes a configured
+ * database or its sidecars, the repository, the workspace (captured with its
+ * own history), `.git` or node_modules; a literal path naming one of those is
+ * a config error, and so is a file whose real path leaves the config folder
+ * (through a symbolic link).
+ * @throws AgentbakError(2) as above, (10) for a literal path that does not exist.
+ */
+function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, realRoot: string): string[] {
+  const literal = !isDynamicPattern(pattern);
+  const found = literal
+    ? [lc.resolve(pattern)]
+    : globSync(pattern, { cwd: lc.dir, absolute: true, onlyFiles: true, dot: true, followSymbolicLinks: false, ignore: ["**/.git/**", "**/node_modules/**"] }).map((f) => resolve(f)).sort();
+  const out: string[] = [];
+  for (const f of found) {
+    let real: string;
+    try {
+      real = realpathSync(f);
+    } catch (e) {
+      throw wrap(e, `files: ${pattern}`);
+    }
+    const rel = relative(lc.dir, f).split(sep).join("/");
+    if (!isInside(real, realRoot)) throw usageError(`files: ${rel} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
+    const why = reservedBy(f, reserved) ?? reservedBy(real, reserved);
+    if (why && literal) throw usageError(`files: ${pattern} names ${why}; it is captured otherwise or never`);
+    if (!why) out.push(f);
+  }
+  return out;
+}
+
+/**
+ * Applies a source's secretScan policy to its findings: refuse throws,
+ * warn adds one warning per finding.
+ * @throws AgentbakError(14) naming where (never what) when the policy is refuse.
+ */
+function applyScanPolicy(policy: "refuse" | "warn" | "off", findings: SecretFinding[], warnings: string[]): void {
+  if (!findings.length || policy === "off") return;
+  if (policy === "warn") return void warnings.push(...findings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
+  const where = findings.slice(0, 10).map((f) => f.where).join(", ") + (findings.length > 10 ? ` and ${findings.length - 10} more` : "");
+  throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${where}`);
 }
 
 /** Captures databases, files and workspace between the pre and post hooks. */
@@ -159,6 +213,18 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   const dbs: DbRecord[] = [];
   const files: StagedComponent[] = [];
   const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
+  const notCaptured: NotCaptured[] = [];
+  const findings = { workspace: [] as SecretFinding[], files: [] as SecretFinding[] };
+  // a credential's file is a secret by definition, and names like .env usually hold one
+  const credentialFiles = new Map(cfg.credentials.filter((c) => c.ref.startsWith("file:")).map((c) => [lc.resolve(c.ref.slice(5)), c]));
+  const excluded = nameMatcher(cfg.secretScan.exclude);
+  const leaveOut = (abs: string, rel: string): Omit<NotCaptured, "path"> | null => {
+    const cred = credentialFiles.get(abs);
+    if (cred) return { reason: "credential", detail: `${cred.name} (${cred.ref})` };
+    const pattern = excluded(rel);
+    return pattern ? { reason: "exclude", detail: `secretScan.exclude "${pattern}"` } : null;
+  };
+  const live = cfg.workspace ? lc.resolve(cfg.workspace.path) : null;
   let failure: unknown;
   try {
     o.progress?.("quiescing agent");
@@ -167,41 +233,64 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     mkdirSync(join(staging, "db"), { recursive: true });
     for (const d of cfg.databases) {
       const copy = join(staging, "db", `${d.name}.sqlite`);
-      await snapshotDatabase(d.name, lc.resolve(d.path), copy);
+      await snapshotDatabase(d.name, lc.resolve(d.path), copy, o.waitMs || DEFAULT_BUSY_MS);
       dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
     }
-    const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...(repoDir ? [repoDir] : [])];
+    const reserved: Reserved = {
+      databases: cfg.databases.map((d) => lc.resolve(d.path)),
+      dirs: [...(repoDir ? [[repoDir, "the repository"] as [string, string]] : []), ...(live ? [[live, "the workspace"] as [string, string]] : [])],
+    };
+    const realRoot = realpathSync(lc.dir);
     for (const pattern of cfg.files) {
-      for (const f of expandFiles(lc, pattern, exclude)) {
+      for (const f of expandFiles(lc, pattern, reserved, realRoot)) {
         const rel = relative(lc.dir, f).split(sep).join("/");
         const path = `files/${rel}`;
         if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
+        const out = leaveOut(f, rel) ?? leaveOut(realpathSync(f), rel);
+        if (out) {
+          notCaptured.push({ path: rel, ...out });
+          continue;
+        }
         const dest = join(staging, path);
         mkdirSync(join(dest, ".."), { recursive: true });
         try {
           copyFileSync(f, dest);
         } catch (e) {
-          throw wrap(e, `files: ${pattern}`);
+          throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
         }
+        if (cfg.secretScan.files !== "off") findings.files.push(...scanText(readFileSync(dest), `files: ${rel}`));
         files.push({ path, kind: "file", name: rel, file: dest, target: rel });
       }
     }
-    if (cfg.workspace) {
+    if (cfg.workspace && live) {
       o.progress?.("capturing workspace");
       const wsDir = join(staging, "workspace");
       mkdirSync(wsDir);
-      const live = lc.resolve(cfg.workspace.path);
-      const cap = await captureWorkspace(live, cfg.workspace.uncommitted, wsDir);
+      const target = restoreTarget(lc, cfg.workspace.path, "workspace");
+      const skipDirs = repoDir && isInside(repoDir, live) && repoDir !== live ? [relative(live, repoDir).split(sep).join("/")] : [];
+      const cap = await captureWorkspace(live, cfg.workspace.uncommitted, wsDir, { skipDirs, skip: (rel) => leaveOut(join(live, rel), rel) });
+      notCaptured.push(...cap.skipped.map((x) => ({ ...x, path: `${target}/${x.path}` })));
       ws.staged.push({ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile });
       if (cap.patchFile) ws.staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
       // prove the capture reproduces the tree before trusting it
       const check = join(staging, "ws-check");
       await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
       const digest = await treeDigest(check);
-      if (cap.uncommitted === "include" && (await treeDigest(live)).sha256 !== digest.sha256)
-        warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
+      if (cap.uncommitted === "include") {
+        const left = new Set(cap.skipped.map((x) => x.path));
+        const skip = (rel: string) => left.has(rel);
+        const rebuilt = left.size ? await treeDigest(check, { skip }) : digest;
+        if ((await treeDigest(live, { skipDirs, skip })).sha256 !== rebuilt.sha256) warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
+      }
+      if (cfg.secretScan.workspace !== "off") {
+        findings.workspace.push(...(await scanWorkspace(check, cap.commit, cap.changed)));
+        // a credential's file that is committed can not be left out of the git bundle
+        const inside = [...credentialFiles].filter(([abs]) => isInside(abs, live)).map(([abs, c]) => [relative(live, abs).split(sep).join("/"), c] as const);
+        const committed = await committedPaths(check, cap.commit, inside.map(([rel]) => rel));
+        for (const [rel, c] of inside) if (committed.includes(rel)) findings.workspace.push({ where: `workspace: ${rel} (committed), the file of credential ${c.name} (${c.ref})`, kind: "credential file" });
+      }
       rmSync(check, { recursive: true, force: true });
-      ws.manifest = { path: restoreTarget(lc, cfg.workspace.path, "workspace"), commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files };
+      ws.manifest = { path: target, commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files };
     }
   } catch (e) {
     failure = e;
@@ -214,7 +303,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     }
   }
   if (failure) throw failure;
-  return { dbs, files, ws };
+  return { dbs, files, ws, notCaptured, findings };
 }
 
 /**
@@ -243,7 +332,9 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
 
     const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-    const { dbs, files, ws } = await capture(lc, repoDir, staging, o, warnings);
+    const { dbs, files, ws, notCaptured, findings: captured } = await capture(lc, repoDir, staging, o, warnings);
+    applyScanPolicy(cfg.secretScan.workspace, captured.workspace, warnings);
+    applyScanPolicy(cfg.secretScan.files, captured.files, warnings);
     crashStep("snapshotted");
 
     // an incremental's page index decides what goes in, so it is made here, before the payload, beside the
@@ -293,11 +384,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       const ic = d.inspected.integrity;
       if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
     });
-    const findings: SecretFinding[] = scanValue(cfg, "config");
-    const dbFindings = [...ins.findings, ...deltaFindings];
-    if (cfg.secretScan.databases === "refuse") findings.push(...dbFindings);
-    else warnings.push(...dbFindings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
-    if (findings.length) throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${findings.map((f) => f.where).join(", ")}`);
+    applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
+    applyScanPolicy(cfg.secretScan.databases, [...ins.findings, ...deltaFindings], warnings);
     crashStep("payload-written");
 
     const manifest = buildManifest({
@@ -328,9 +416,15 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       cursors: ins.cursors,
       cursorQueries: Object.fromEntries(Object.entries(cfg.cursors).map(([k, c]) => [k, { database: c.database, sql: c.sql }])),
       openOperations: ins.openOperations,
+      notCaptured,
     });
-    const mfind = scanValue(manifest, "manifest");
-    if (mfind.length) throw policyError(`refusing to back up: possible secret (${mfind[0]!.kind}) in ${mfind.map((f) => f.where).join(", ")}`);
+    applyScanPolicy("refuse", scanValue(manifest, "manifest"), warnings);
+    // the reader's own checks (placement, sizes) before anything is signed: a bundle that can never be restored is not published
+    try {
+      parseManifest(encodeManifest(manifest));
+    } catch (e) {
+      throw usageError(`backup would not be restorable: ${(e as Error).message}`);
+    }
     o.progress?.("signing and writing bundle");
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
     // rather than written back during the bundle's fsync
@@ -350,6 +444,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       kind: manifest.parent ? "incremental" : "full",
       parent: manifest.parent?.snapshot_id ?? null,
       repeated: false,
+      not_captured: notCaptured,
       warnings,
     };
     const ol = cfg.objectLock;

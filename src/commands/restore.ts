@@ -3,6 +3,7 @@ import { usageError } from "../errors.js";
 import { runRestore, type RestoreResult } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { context, type GlobalOpts } from "./context.js";
+import { parseDuration } from "./duration.js";
 
 export interface RestoreCmdOptions extends GlobalOpts {
   target: string;
@@ -15,6 +16,7 @@ export interface RestoreCmdOptions extends GlobalOpts {
   tenant?: string;
   requestId?: string;
   before?: string;
+  wait?: string;
   confirm: (plan: RestorePlan) => Promise<boolean>;
 }
 
@@ -47,6 +49,7 @@ export async function restore(ref: string, opts: RestoreCmdOptions): Promise<Res
       expectAgent: f.agent,
       expectTenant: f.tenant,
       requestId: opts.requestId,
+      waitMs: opts.wait ? parseDuration(opts.wait) : 0,
     });
   } finally {
     bundle.release();

@@ -17,6 +17,32 @@ const recipient = z.string().refine((r) => {
   }
 }, "not an age X25519 recipient (age1..., 62 characters, valid bech32 checksum)");
 const sqlRef = z.strictObject({ database: z.string(), sql: z.string().min(1) });
+const scanPolicy = z.enum(["refuse", "warn", "off"]).default("refuse");
+
+/**
+ * Names that commonly hold secrets, never captured from uncommitted work or
+ * `files` (gitignore-style; see nameMatcher): dotenv files, SSH keys, key and
+ * certificate stores, and the credential files of cloud CLIs and tools.
+ */
+export const DEFAULT_EXCLUDE = [
+  ".env",
+  ".env.*",
+  "id_*",
+  "*.pem",
+  "*.key",
+  "*.p12",
+  "*.pfx",
+  ".netrc",
+  ".git-credentials",
+  ".pgpass",
+  "**/.aws/credentials",
+  "**/.aws/config",
+  "**/.config/gcloud",
+  "application_default_credentials.json",
+  "**/.azure",
+  "**/.kube/config",
+  "**/.docker/config.json",
+];
 
 const ConfigObject = z.strictObject({
   $schema: z.string().optional(),
@@ -61,9 +87,15 @@ const ConfigObject = z.strictObject({
       expireDays: z.number().int().positive().default(365),
     })
     .default({ expireDays: 365 }),
+  /** per source: refuse (exit 14), warn (exit 3) or off; `exclude`: names never captured from the workspace's uncommitted work or `files` */
   secretScan: z
-    .strictObject({ databases: z.enum(["refuse", "warn", "off"]).default("refuse") })
-    .default({ databases: "refuse" }),
+    .strictObject({
+      databases: scanPolicy,
+      workspace: scanPolicy,
+      files: scanPolicy,
+      exclude: z.array(z.string().min(1)).default(DEFAULT_EXCLUDE),
+    })
+    .default({ databases: "refuse", workspace: "refuse", files: "refuse", exclude: DEFAULT_EXCLUDE }),
   /** S3 Object Lock for uploaded bundles: a compromised agent host can not delete its history */
   objectLock: z.strictObject({ mode: z.enum(["governance", "compliance"]), days: z.number().int().positive() }).optional(),
   incremental: z

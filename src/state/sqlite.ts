@@ -2,8 +2,8 @@
  * SQLite: consistent online copies, defensive opening, integrity checks.
  */
 import Database from "better-sqlite3";
-import { existsSync } from "node:fs";
-import { wrap } from "../errors.js";
+import { statSync } from "node:fs";
+import { type AgentbakError, ioErrno, ioError, lockedError, usageError, verifyError, wrap } from "../errors.js";
 
 export type DB = Database.Database;
 
@@ -55,29 +55,72 @@ export function tableCounts(db: DB): Record<string, number> {
 /** PRAGMA user_version. */
 export const userVersion = (db: DB) => db.pragma("user_version", { simple: true }) as number;
 
+/** How long a snapshot waits for a writer's lock on a live database when --wait does not say. */
+export const DEFAULT_BUSY_MS = 5000;
+
+/**
+ * An error from SQLite about database `name` at `path`, for the user: busy or
+ * locked is 11 (naming the wait), a full or failing disk names the path and
+ * errno (1), a file SQLite refuses (not a database, corrupt, a schema it will
+ * not load) is 13.
+ */
+export function sqliteError(e: unknown, name: string, path: string, waitedMs = 0): AgentbakError {
+  const code = String((e as { code?: unknown })?.code ?? "");
+  const msg = (e as Error)?.message ?? String(e);
+  if (/^SQLITE_(BUSY|LOCKED)/.test(code))
+    return lockedError(`database ${name} (${path}) is locked by another process (${msg}; waited ${Math.round(waitedMs / 1000)}s); pass --wait to wait longer`);
+  if (/^SQLITE_(FULL|IOERR)/.test(code) || ioErrno(e)) return ioError(e, `database ${name}: ${path}`);
+  if (/^SQLITE_(NOTADB|CORRUPT|ERROR|SCHEMA)/.test(code)) return verifyError(`database ${name} (${path}): ${msg}`);
+  return wrap(e, `database ${name} (${path})`);
+}
+
 /**
  * Makes a consistent copy of a live database with SQLite's online backup API
- * (one read transaction; writers in WAL mode keep going) and converts it to a
- * single self-contained rollback-journal file. Integrity is checked by
- * inspectSnapshot before anything is published.
- * @throws AgentbakError naming the database when the source is missing or unreadable.
+ * and converts it to a single self-contained rollback-journal file. The copy
+ * runs inside one read transaction, taken first (waiting up to `busyMs` for a
+ * writer's lock), so it is one committed state; writers in WAL mode keep
+ * going. Integrity is checked by inspectSnapshot before anything is published.
+ * @throws AgentbakError naming the database: 10 missing, 2 a folder, 11 locked past `busyMs`, 13 not a database SQLite will open safely, 1 (path and errno) when the disk fails.
  */
-export async function snapshotDatabase(name: string, src: string, dest: string): Promise<void> {
-  if (!existsSync(src)) throw wrap(Object.assign(new Error("missing"), { code: "ENOENT", path: src }), `database ${name}`);
-  const source = new Database(src, { readonly: true, fileMustExist: true });
+export async function snapshotDatabase(name: string, src: string, dest: string, busyMs = DEFAULT_BUSY_MS): Promise<void> {
+  let st;
   try {
-    source.pragma("busy_timeout = 10000");
-    // copy everything in as few steps as possible: a step holds one read transaction, so the copy is one committed state
-    await source.backup(dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
+    st = statSync(src);
   } catch (e) {
-    throw wrap(e, `database ${name}: online backup to ${dest}`);
+    throw wrap(e, `database ${name}: ${src}`);
+  }
+  if (st.isDirectory()) throw usageError(`database ${name}: ${src} is a folder, not an SQLite database file`);
+  let source: DB;
+  try {
+    source = new Database(src, { readonly: true, fileMustExist: true });
+  } catch (e) {
+    throw sqliteError(e, name, src);
+  }
+  try {
+    source.pragma(`busy_timeout = ${busyMs}`);
+    // the read transaction starts here: a writer holding an exclusive lock is met now, as busy, and the
+    // backup below copies exactly this state (one step holds it; copying everything in as few steps as possible)
+    source.exec("BEGIN");
+    source.prepare("SELECT count(*) FROM sqlite_schema").get();
+  } catch (e) {
+    source.close();
+    throw sqliteError(e, name, src, busyMs);
+  }
+  try {
+    await source.backup(dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
+    source.exec("COMMIT");
+  } catch (e) {
+    throw ioErrno(e) ? ioError(e, `database ${name}: online backup to ${dest}`) : sqliteError(e, name, src, busyMs);
   } finally {
     source.close();
   }
-  const copy = new Database(dest);
+  let copy: DB | undefined;
   try {
+    copy = new Database(dest);
     copy.pragma("journal_mode = DELETE");
+  } catch (e) {
+    throw sqliteError(e, name, dest);
   } finally {
-    copy.close();
+    copy?.close();
   }
 }
