@@ -103,7 +103,7 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
     const name = header.name;
     const shown = clipName(name);
     const c = expected.get(name);
-    if (header.type !== "file") return fail(`member ${shown} is a ${clipName(String(header.type))}, only regular files are accepted`);
+    if (header.type !== "file") return fail(`member ${shown} is a ${String(header.type).slice(0, 20)}, only regular files are accepted`);
     if (!c) return fail(`member ${shown} is not listed in the manifest`);
     if (seen.has(name)) return fail(`member ${shown} appears twice`);
     if (header.size !== c.size) return fail(`member ${shown} declares ${header.size} bytes, manifest says ${c.size}`);
@@ -134,7 +134,8 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
     if (e instanceof AgentbakError) throw e;
     const err = e as NodeJS.ErrnoException;
     if (err.code === "NO_IDENTITY") throw noKey(`payload.age: ${err.message} (recipients: ${v.manifest.recipients.join(", ")})`);
-    if (ioErrno(err)) throw ioError(err, v.layout.path);
+    // a failed read is the bundle's file; a failed write (or mkdir) is where components were going
+    if (ioErrno(err)) throw ioError(err, err.path ?? (err.syscall === "read" || !destDir ? v.layout.path : destDir));
     throw verifyError(`payload: ${err.message}`);
   }
   if (outerTap.digest() !== v.manifest.payload.sha256) throw verifyError("payload.age: changed while being read");

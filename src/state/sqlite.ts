@@ -119,7 +119,8 @@ export async function snapshotDatabase(name: string, src: string, dest: string, 
     copy = new Database(dest);
     copy.pragma("journal_mode = DELETE");
   } catch (e) {
-    throw sqliteError(e, name, dest);
+    // the copy holds the live database's schema: name the live file
+    throw ioErrno(e) ? ioError(e, `database ${name}: ${dest}`) : sqliteError(e, name, src);
   } finally {
     copy?.close();
   }
