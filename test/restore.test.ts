@@ -423,3 +423,29 @@ describe("tamper detection sweep", () => {
     }
   });
 });
+
+describe("a bundle named by its file, with a config present, goes through the repository", () => {
+  it("[T34] --request-id repeats the first result, the receipt is audited, and restores at once (--wait) never share a generation", async () => {
+    const t = await makeAgent({ sizeMb: 2 });
+    try {
+      const b = json(await t.run(["backup", "--json"]));
+      const file = await t.file(b.path); // a bucket's bundle is downloaded: a file outside the repository
+      const r1 = await t.run(["restore", file, "--target", join(t.tmp, "f1"), "--yes", "--json", "--request-id", "REQ-1"]);
+      expect(r1.code, r1.stderr).toBe(3);
+      const first = json(r1);
+      const again = json(await t.run(["restore", file, "--target", join(t.tmp, "f2"), "--yes", "--json", "--request-id", "REQ-1"]));
+      expect(again).toMatchObject({ repeated: true, generation: first.generation });
+      expect(existsSync(join(t.tmp, "f2"))).toBe(false);
+      const audit = String(await (await t.store()).get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
+      expect(audit.filter((e) => e.event === "restore").map((e) => e.receipt.request_id)).toEqual(["REQ-1"]);
+      // two at once: the second waits for the first's lock, then takes the next generation
+      const both = await Promise.all([1, 2].map((i) => t.run(["restore", file, "--target", join(t.tmp, `w${i}`), "--yes", "--json", "--wait", "120s"])));
+      for (const r of both) expect(r.code, r.stderr).toBe(3);
+      const gens = both.map((r) => json(r).generation).sort();
+      expect(gens).toEqual([first.generation + 1, first.generation + 2]);
+      expect(readFileSync(join(t.tmp, "w1/.agentbak/generation"), "utf8")).not.toBe(readFileSync(join(t.tmp, "w2/.agentbak/generation"), "utf8"));
+    } finally {
+      t.cleanup();
+    }
+  });
+});

@@ -186,7 +186,8 @@ function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, real
     } catch (e) {
       throw wrap(e, `files: ${pattern}`);
     }
-    const rel = relative(lc.dir, f).split(sep).join("/");
+    const rel = relative(lc.dir, f).split(sep).join("/") || ".";
+    if (literal && statSync(real).isDirectory()) throw usageError(`files: ${pattern} is a folder; name its files, or a glob such as ${rel}/**`);
     if (!isInside(real, realRoot)) throw usageError(`files: ${rel} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
     const why = reservedBy(f, reserved) ?? reservedBy(real, reserved);
     if (why && literal) throw usageError(`files: ${pattern} names ${why}; it is captured otherwise or never`);
