@@ -11,6 +11,9 @@ if (!endpoint) console.warn("repository tests against S3 skipped: AGENTBAK_TEST_
 
 export default defineConfig({
   test: {
+    // the command line's --hookTimeout does not reach projects (vitest 4.1): a beforeAll that makes an agent and
+    // backs it up takes over the 10 s default on two busy cores
+    hookTimeout: 180_000,
     projects: [
       { extends: true, test: { name: "local", include: ["test/**/*.test.ts"], env: { AGENTBAK_TEST_STORE: "local" } } },
       ...(endpoint

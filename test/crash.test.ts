@@ -26,7 +26,7 @@ async function listedAllVerify(t: TestAgent): Promise<number> {
 }
 
 describe("kill -9 during backup", () => {
-  it.each(CRASH_STEPS.backup)("at %s: only verifiable bundles are listed; the next run sweeps leftovers and sequences stay unique", async (step) => {
+  it.each(CRASH_STEPS.backup)("[T27] at %s: only verifiable bundles are listed; the next run sweeps leftovers and sequences stay unique", async (step) => {
     const r = await a.run(["backup", "--idempotency-key", `k-${step}`], { AGENTBAK_CRASH_STEP: step });
     expect(r.code).toBe(-1); // killed by a signal
     await listedAllVerify(a);
@@ -44,7 +44,7 @@ describe("kill -9 during backup", () => {
 });
 
 describe("kill -9 during restore", () => {
-  it.each(CRASH_STEPS.restore)("at %s: the target is absent or a complete, suspended restore", async (step) => {
+  it.each(CRASH_STEPS.restore)("[T28] at %s: the target is absent or a complete, suspended restore", async (step) => {
     const target = join(a.tmp, `crash-${step}`);
     const r = await a.run(["restore", "latest", "--target", target, "--yes", "--allow-rollback"], { AGENTBAK_CRASH_STEP: step });
     expect(r.code).toBe(-1);

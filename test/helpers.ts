@@ -14,8 +14,8 @@ declare module "vitest" {
   interface TaskMeta {
     /** peak RSS of the agentbak process a bomb case ran, KiB */
     peakRssKb?: number;
-    /** the tamper sweep: flips tried and detected, truncations tried and refused */
-    bitFlips?: { tried: number; detected: number; truncations: number; refused: number };
+    /** the tamper sweep: flips tried (by where) and detected, truncations tried and refused */
+    bitFlips?: { tried: number; detected: number; manifestBytes: number; signatureBytes: number; headerBytes: number; payloadOffsets: number; truncations: number; refused: number };
   }
 }
 export const BIN = join(ROOT, "bin", "agentbak.js");

@@ -169,15 +169,16 @@ function reservedBy(p: string, r: Reserved): string | null {
  * The files a `files` pattern names. A glob never takes a configured
  * database or its sidecars, the repository, the workspace (captured with its
  * own history), `.git` or node_modules; a literal path naming one of those is
- * a config error, and so is a file whose real path leaves the config folder
- * (through a symbolic link).
+ * a config error, and so is any match whose real path leaves the config
+ * folder (through a symbolic link, to a file or a folder).
  * @throws AgentbakError(2) as above, (10) for a literal path that does not exist.
  */
 function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, realRoot: string): string[] {
   const literal = !isDynamicPattern(pattern);
   const found = literal
     ? [lc.resolve(pattern)]
-    : globSync(pattern, { cwd: lc.dir, absolute: true, onlyFiles: true, dot: true, followSymbolicLinks: false, ignore: ["**/.git/**", "**/node_modules/**"] }).map((f) => resolve(f)).sort();
+    : // links are followed, so that every match is judged by where it really is (below)
+      globSync(pattern, { cwd: lc.dir, absolute: true, onlyFiles: true, dot: true, followSymbolicLinks: true, ignore: ["**/.git/**", "**/node_modules/**"] }).map((f) => resolve(f)).sort();
   const out: string[] = [];
   for (const f of found) {
     let real: string;
