@@ -116,6 +116,8 @@ describe("[S] secrets never enter a bundle", () => {
     expect(m.credentials).toEqual([{ name: "mail", ref: "file:workspace/smtp-password.txt" }, { name: "api", ref: "file:memory/api-token.json" }]);
     expect(m.components.map((c: any) => c.path)).not.toContain("files/memory/api-token.json");
     expect(allBytes(await unpack(t, rec.path))).not.toMatch(/hunter2/);
+    // the restore plan says what must be provided where the agent runs
+    expect(json(await t.run(["restore", "latest", "--target", join(t.tmp, "plan"), "--dry-run", "--json"])).plan.not_captured).toEqual(expected);
     // committed, the file can not be left out of the git bundle: refused
     await gitIn(join(t.dir, "workspace"), "add", "smtp-password.txt");
     await gitIn(join(t.dir, "workspace"), "commit", "-qm", "oops");

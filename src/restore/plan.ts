@@ -20,6 +20,8 @@ export interface RestorePlan {
   cursors: Manifest["cursors"];
   open_operations: Manifest["open_operations"];
   credentials: CredentialStatus[];
+  /** what the backup deliberately left out (credential files, excluded names): to be provided where the agent runs */
+  not_captured: NonNullable<Manifest["not_captured"]>;
   schema_version: number | null;
   next_generation: number;
   policy: PolicyDecision;
@@ -41,6 +43,7 @@ export function buildPlan(m: Manifest, bundle: string, target: string, credentia
     cursors: m.cursors,
     open_operations: m.open_operations,
     credentials,
+    not_captured: m.not_captured ?? [],
     schema_version: m.schema_version,
     next_generation: nextGeneration,
     policy,

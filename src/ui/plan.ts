@@ -11,6 +11,7 @@ export function renderPlan(p: RestorePlan): void {
   for (const [k, v] of Object.entries(p.cursors)) say(`  cursor     ${k} = ${v}`);
   for (const o of p.open_operations) say(`  open op    ${o.id} key ${o.idempotency_key}  ${dim("(sent, no receipt: reconcile before activation)")}`);
   for (const c of p.credentials) say(`  credential ${c.name} ${c.ref}: ${c.status}`);
+  for (const n of p.not_captured) say(`  left out   ${n.path}  ${dim(`${n.reason}: ${n.detail}`)}`);
   say(`  generation ${p.next_generation}; the agent starts suspended`);
   for (const w of [...p.policy.warnings, ...p.policy.needsApproval]) warn(w);
 }

@@ -32,6 +32,7 @@ export function backup(r: BackupReceipt): void {
   if (isTTY() || r.repeated) {
     ok(`${r.repeated ? "already backed up" : "backed up"} ${r.agent_id} as ${r.snapshot_id} (${r.kind}, sequence ${r.sequence}, ${r.size} bytes)`);
     say(`  ${r.path}`);
+    for (const n of r.not_captured ?? []) say(`  left out ${n.path} (${n.reason}: ${n.detail})`);
   }
 }
 
