@@ -209,22 +209,107 @@ function applyScanPolicy(policy: "refuse" | "warn" | "off", findings: SecretFind
   throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${where}`);
 }
 
+/** What a capture keeps out of the bundle and collects, across `files` and the workspace. */
+interface CaptureScope {
+  lc: LoadedConfig;
+  staging: string;
+  /** why a file (absolute, and relative to its root) stays out, or null */
+  leaveOut: (abs: string, rel: string) => Omit<NotCaptured, "path"> | null;
+  /** a credential's file, by absolute path */
+  credentialFiles: Map<string, { name: string; ref: string }>;
+  notCaptured: NotCaptured[];
+  findings: { workspace: SecretFinding[]; files: SecretFinding[] };
+  warnings: string[];
+}
+
+/** Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is scanned. */
+function captureFiles(s: CaptureScope, reserved: Reserved): StagedComponent[] {
+  const { lc } = s;
+  const out: StagedComponent[] = [];
+  const realRoot = realpathSync(lc.dir);
+  for (const pattern of lc.config.files) {
+    for (const f of expandFiles(lc, pattern, reserved, realRoot)) {
+      const rel = relative(lc.dir, f).split(sep).join("/");
+      const path = `files/${rel}`;
+      if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
+      const why = s.leaveOut(f, rel) ?? s.leaveOut(realpathSync(f), rel);
+      if (why) {
+        s.notCaptured.push({ path: rel, ...why });
+        continue;
+      }
+      const dest = join(s.staging, path);
+      mkdirSync(join(dest, ".."), { recursive: true });
+      try {
+        copyFileSync(f, dest);
+      } catch (e) {
+        throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
+      }
+      if (lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(readFileSync(dest), `files: ${rel}`));
+      out.push({ path, kind: "file", name: rel, file: dest, target: rel });
+    }
+  }
+  return out;
+}
+
+/**
+ * Captures the workspace into staging (git bundle and patch, without what
+ * stays out), proves it rebuilds the tree, and scans what it holds.
+ */
+async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: string | null): Promise<{ staged: StagedComponent[]; manifest: Manifest["workspace"] }> {
+  const { lc } = s;
+  const cfg = lc.config.workspace!;
+  const wsDir = join(s.staging, "workspace");
+  mkdirSync(wsDir);
+  const target = restoreTarget(lc, cfg.path, "workspace");
+  // the repository, when it lies inside the workspace, is never read into its own bundle
+  const skipDirs = repoDir && isInside(repoDir, live) && repoDir !== live ? [relative(live, repoDir).split(sep).join("/")] : [];
+  const cap = await captureWorkspace(live, cfg.uncommitted, wsDir, { skipDirs, skip: (rel) => s.leaveOut(join(live, rel), rel) });
+  s.notCaptured.push(...cap.skipped.map((x) => ({ ...x, path: `${target}/${x.path}` })));
+  const staged: StagedComponent[] = [{ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile }];
+  if (cap.patchFile) staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
+  // prove the capture reproduces the tree before trusting it
+  const check = join(s.staging, "ws-check");
+  await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
+  const digest = await treeDigest(check);
+  if (cap.uncommitted === "include") {
+    const left = new Set(cap.skipped.map((x) => x.path));
+    const skip = (rel: string) => left.has(rel);
+    const rebuilt = left.size ? await treeDigest(check, { skip }) : digest;
+    if ((await treeDigest(live, { skipDirs, skip })).sha256 !== rebuilt.sha256) s.warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
+  }
+  if (lc.config.secretScan.workspace !== "off") {
+    s.findings.workspace.push(...(await scanWorkspace(check, cap.commit, cap.changed)));
+    // a credential's file that is committed can not be left out of the git bundle
+    const inside = [...s.credentialFiles].filter(([abs]) => isInside(abs, live)).map(([abs, c]) => [relative(live, abs).split(sep).join("/"), c] as const);
+    const committed = await committedPaths(check, cap.commit, inside.map(([rel]) => rel));
+    for (const [rel, c] of inside) if (committed.includes(rel)) s.findings.workspace.push({ where: `workspace: ${rel} (committed), the file of credential ${c.name} (${c.ref})`, kind: "credential file" });
+  }
+  rmSync(check, { recursive: true, force: true });
+  return { staged, manifest: { path: target, commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files } };
+}
+
 /** Captures databases, files and workspace between the pre and post hooks. */
 async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions, warnings: string[]) {
   const cfg = lc.config;
   const dbs: DbRecord[] = [];
-  const files: StagedComponent[] = [];
-  const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
-  const notCaptured: NotCaptured[] = [];
-  const findings = { workspace: [] as SecretFinding[], files: [] as SecretFinding[] };
+  let files: StagedComponent[] = [];
+  let ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
   // a credential's file is a secret by definition, and names like .env usually hold one
   const credentialFiles = new Map(cfg.credentials.filter((c) => c.ref.startsWith("file:")).map((c) => [lc.resolve(c.ref.slice(5)), c]));
   const excluded = nameMatcher(cfg.secretScan.exclude);
-  const leaveOut = (abs: string, rel: string): Omit<NotCaptured, "path"> | null => {
-    const cred = credentialFiles.get(abs);
-    if (cred) return { reason: "credential", detail: `${cred.name} (${cred.ref})` };
-    const pattern = excluded(rel);
-    return pattern ? { reason: "exclude", detail: `secretScan.exclude "${pattern}"` } : null;
+  const scope: CaptureScope = {
+    lc,
+    staging,
+    credentialFiles,
+    leaveOut: (abs, rel) => {
+      const cred = credentialFiles.get(abs);
+      if (cred) return { reason: "credential", detail: `${cred.name} (${cred.ref})` };
+      const pattern = excluded(rel);
+      return pattern ? { reason: "exclude", detail: `secretScan.exclude "${pattern}"` } : null;
+    },
+    notCaptured: [],
+    findings: { workspace: [], files: [] },
+    warnings,
   };
   const live = cfg.workspace ? lc.resolve(cfg.workspace.path) : null;
   let failure: unknown;
@@ -238,61 +323,13 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
       await snapshotDatabase(d.name, lc.resolve(d.path), copy, o.waitMs || DEFAULT_BUSY_MS);
       dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
     }
-    const reserved: Reserved = {
-      databases: cfg.databases.map((d) => lc.resolve(d.path)),
-      dirs: [...(repoDir ? [[repoDir, "the repository"] as [string, string]] : []), ...(live ? [[live, "the workspace"] as [string, string]] : [])],
-    };
-    const realRoot = realpathSync(lc.dir);
-    for (const pattern of cfg.files) {
-      for (const f of expandFiles(lc, pattern, reserved, realRoot)) {
-        const rel = relative(lc.dir, f).split(sep).join("/");
-        const path = `files/${rel}`;
-        if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
-        const out = leaveOut(f, rel) ?? leaveOut(realpathSync(f), rel);
-        if (out) {
-          notCaptured.push({ path: rel, ...out });
-          continue;
-        }
-        const dest = join(staging, path);
-        mkdirSync(join(dest, ".."), { recursive: true });
-        try {
-          copyFileSync(f, dest);
-        } catch (e) {
-          throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
-        }
-        if (cfg.secretScan.files !== "off") findings.files.push(...scanText(readFileSync(dest), `files: ${rel}`));
-        files.push({ path, kind: "file", name: rel, file: dest, target: rel });
-      }
-    }
-    if (cfg.workspace && live) {
+    const dirs: [string, string][] = [];
+    if (repoDir) dirs.push([repoDir, "the repository"]);
+    if (live) dirs.push([live, "the workspace"]);
+    files = captureFiles(scope, { databases: cfg.databases.map((d) => lc.resolve(d.path)), dirs });
+    if (live) {
       o.progress?.("capturing workspace");
-      const wsDir = join(staging, "workspace");
-      mkdirSync(wsDir);
-      const target = restoreTarget(lc, cfg.workspace.path, "workspace");
-      const skipDirs = repoDir && isInside(repoDir, live) && repoDir !== live ? [relative(live, repoDir).split(sep).join("/")] : [];
-      const cap = await captureWorkspace(live, cfg.workspace.uncommitted, wsDir, { skipDirs, skip: (rel) => leaveOut(join(live, rel), rel) });
-      notCaptured.push(...cap.skipped.map((x) => ({ ...x, path: `${target}/${x.path}` })));
-      ws.staged.push({ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile });
-      if (cap.patchFile) ws.staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
-      // prove the capture reproduces the tree before trusting it
-      const check = join(staging, "ws-check");
-      await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
-      const digest = await treeDigest(check);
-      if (cap.uncommitted === "include") {
-        const left = new Set(cap.skipped.map((x) => x.path));
-        const skip = (rel: string) => left.has(rel);
-        const rebuilt = left.size ? await treeDigest(check, { skip }) : digest;
-        if ((await treeDigest(live, { skipDirs, skip })).sha256 !== rebuilt.sha256) warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
-      }
-      if (cfg.secretScan.workspace !== "off") {
-        findings.workspace.push(...(await scanWorkspace(check, cap.commit, cap.changed)));
-        // a credential's file that is committed can not be left out of the git bundle
-        const inside = [...credentialFiles].filter(([abs]) => isInside(abs, live)).map(([abs, c]) => [relative(live, abs).split(sep).join("/"), c] as const);
-        const committed = await committedPaths(check, cap.commit, inside.map(([rel]) => rel));
-        for (const [rel, c] of inside) if (committed.includes(rel)) findings.workspace.push({ where: `workspace: ${rel} (committed), the file of credential ${c.name} (${c.ref})`, kind: "credential file" });
-      }
-      rmSync(check, { recursive: true, force: true });
-      ws.manifest = { path: target, commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files };
+      ws = await captureWorkspaceInto(scope, live, repoDir);
     }
   } catch (e) {
     failure = e;
@@ -305,7 +342,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     }
   }
   if (failure) throw failure;
-  return { dbs, files, ws, notCaptured, findings };
+  return { dbs, files, ws, notCaptured: scope.notCaptured, findings: scope.findings };
 }
 
 /**

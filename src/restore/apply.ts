@@ -16,7 +16,7 @@ import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { policyError, usageError, verifyError } from "../errors.js";
-import { fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
+import { ensureDir, fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
 import type { Repository } from "../repository/repository.js";
 import { checkCredentials } from "../state/credentials.js";
 import { integrityCheck, openDefensive } from "../state/sqlite.js";
@@ -171,7 +171,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   checkTarget(target);
   const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   const parent = dirname(target);
-  mkdirSync(parent, { recursive: true });
+  ensureDir(parent);
   const stagingTag = `.agentbak-restore-${basename(target)}`;
   let staging: string | null = null;
   try {
