@@ -88,6 +88,41 @@ export function wrap(err: unknown, context: string): AgentbakError {
   return new AgentbakError(code, `${context}: ${detail}`, { cause: err });
 }
 
+/** An operating-system error (ENOSPC, EIO, EROFS, EACCES, ...) as Node raises it: an errno code and a syscall. */
+export function isSystemError(e: unknown): e is NodeJS.ErrnoException {
+  const x = e as NodeJS.ErrnoException | null;
+  return typeof x?.code === "string" && /^E[A-Z0-9]+$/.test(x.code) && typeof x.syscall === "string";
+}
+
+/** How git, SQLite and the C library spell storage failures in a message (with the errno each stands for). */
+const IO_WORDS: [RegExp, string][] = [
+  [/no space left on device|database or disk is full|\bENOSPC\b/i, "ENOSPC"],
+  [/read-only file system|\bEROFS\b/i, "EROFS"],
+  [/input\/output error|disk I\/O error|\bEIO\b/i, "EIO"],
+  [/disk quota exceeded|\bEDQUOT\b/i, "EDQUOT"],
+];
+
+/**
+ * The errno of a storage failure (a system error, or a tool's message that
+ * spells one), or null. Such failures are the disk's, never the bundle's:
+ * they must not be reported as a verification failure (13).
+ */
+export function ioErrno(e: unknown): string | null {
+  if (isSystemError(e)) return e.code!;
+  const m = String((e as Error)?.message ?? e);
+  return IO_WORDS.find(([re]) => re.test(m))?.[1] ?? null;
+}
+
+/**
+ * A storage failure while working on `path`, for the user: names the path and
+ * the errno, exit 1. @returns the error to throw.
+ */
+export function ioError(e: unknown, path: string): AgentbakError {
+  const errno = ioErrno(e) ?? "EIO";
+  const msg = String((e as Error)?.message ?? e);
+  return new AgentbakError(Exit.failure, `${path}: ${msg.includes(errno) ? msg : `${errno} (${msg})`}`, { cause: e });
+}
+
 /** Formats zod issues as `path.to.key: message`, joined with "; ". */
 export function formatIssues(issues: z.core.$ZodIssue[]): string {
   return issues

@@ -2,9 +2,26 @@
  * Durable file-system primitives: write to a temp name, fsync, rename, fsync
  * the directory. Shared by keys, repository and restore.
  */
-import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { basename, dirname, join } from "node:path";
+
+/**
+ * mkdir -p that reports the real cause: Node's recursive mkdir says ENOENT
+ * when an ancestor can not be made (EROFS, EACCES), which reads as "missing".
+ * @throws the errno of the first folder that could not be made, with its path.
+ */
+export function ensureDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+    let first = dir;
+    while (!existsSync(dirname(first)) && dirname(first) !== first) first = dirname(first);
+    mkdirSync(first); // fails with the real errno; if it does not, the original error stands
+    throw e;
+  }
+}
 
 /** fsyncs a file or folder (a folder, so that a rename or create inside it survives a crash). */
 export function fsyncPath(path: string): void {
@@ -22,7 +39,7 @@ export const fsyncDir = fsyncPath;
 export const tempSibling = (path: string) => join(dirname(path), `.tmp-${basename(path)}-${process.pid}-${randomBytes(4).toString("hex")}`);
 
 function writeTemp(path: string, data: string | Uint8Array, mode: number): string {
-  mkdirSync(dirname(path), { recursive: true });
+  ensureDir(dirname(path));
   const tmp = tempSibling(path);
   const fd = openSync(tmp, "wx", mode);
   try {
@@ -31,6 +48,8 @@ function writeTemp(path: string, data: string | Uint8Array, mode: number): strin
   } catch (e) {
     closeSync(fd);
     rmSync(tmp, { force: true });
+    // a write on a descriptor names no path; the caller's error message should
+    (e as NodeJS.ErrnoException).path ??= path;
     throw e;
   }
   closeSync(fd);
@@ -86,7 +105,7 @@ export function pidAlive(pid: number): boolean {
  * recognisable to sweepDead.
  */
 export function pidDir(parent: string, tag: string): string {
-  mkdirSync(parent, { recursive: true });
+  ensureDir(parent);
   const d = join(parent, `${tag}-${process.pid}-${randomBytes(4).toString("hex")}`);
   mkdirSync(d, { mode: 0o700 });
   return d;

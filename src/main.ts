@@ -5,7 +5,7 @@
  */
 import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";
-import { AgentbakError, Exit, EXIT_NAMES, type ExitCode } from "./errors.js";
+import { AgentbakError, Exit, EXIT_NAMES, isSystemError, type ExitCode } from "./errors.js";
 import { runInterruptCleanups } from "./cleanup.js";
 
 /** Whether --json was given (before a `--`): known even when the flags did not parse. */
@@ -19,26 +19,28 @@ function fail(code: ExitCode, message: string, detail = message): ExitCode {
   return code;
 }
 
+/** Prints an error the way its kind deserves. @returns the exit code for it. */
+function report(e: unknown): ExitCode {
+  if (e instanceof CommanderError) {
+    if (e.code === "commander.helpDisplayed" || e.code === "commander.version" || e.code === "commander.help") return Exit.ok;
+    // commander printed the message already
+    if (json) process.stdout.write(JSON.stringify({ message_type: "exit_error", code: EXIT_NAMES[Exit.usage], exit_status: Exit.usage, message: e.message.replace(/^error: /, "") }) + "\n");
+    return Exit.usage;
+  }
+  if (e instanceof AgentbakError) return fail(e.code, e.message);
+  // an operating-system error (ENOSPC, EIO, EROFS, EACCES, ...): name the path and errno, no stack
+  if (isSystemError(e)) return fail(Exit.failure, `${e.message}${e.path && !e.message.includes(e.path) ? ` (${e.path})` : ""}`);
+  const err = e as Error;
+  return fail(Exit.failure, `internal error: ${err?.message ?? String(e)}`, `internal error: ${err?.stack ?? String(e)}\nThis is a bug; please report it.`);
+}
+
 async function main(argv: string[]): Promise<ExitCode> {
   const result = { code: Exit.ok as ExitCode };
   try {
     await buildProgram(result).parseAsync(argv);
     return result.code;
   } catch (e) {
-    if (e instanceof CommanderError) {
-      if (e.code === "commander.helpDisplayed" || e.code === "commander.version" || e.code === "commander.help") return Exit.ok;
-      // commander printed the message already
-      if (json) process.stdout.write(JSON.stringify({ message_type: "exit_error", code: EXIT_NAMES[Exit.usage], exit_status: Exit.usage, message: e.message.replace(/^error: /, "") }) + "\n");
-      return Exit.usage;
-    }
-    if (e instanceof AgentbakError) return fail(e.code, e.message);
-    const sys = e as NodeJS.ErrnoException;
-    if (typeof sys?.code === "string" && /^E[A-Z]+$/.test(sys.code)) {
-      // an operating-system error (ENOSPC, EIO, EROFS, EACCES, ...): name the path and errno, no stack
-      return fail(Exit.failure, `${sys.message}${sys.path && !sys.message.includes(sys.path) ? ` (${sys.path})` : ""}`);
-    }
-    const err = e as Error;
-    return fail(Exit.failure, `internal error: ${err?.message ?? String(e)}`, `internal error: ${err?.stack ?? String(e)}\nThis is a bug; please report it.`);
+    return report(e);
   }
 }
 
@@ -49,6 +51,11 @@ function interrupted(): void {
 // a closed pipe (agentbak ... | head) is not an error of ours
 process.stdout.on("error", (e: NodeJS.ErrnoException) => {
   if (e.code === "EPIPE") process.exit(process.exitCode ?? 0);
+});
+// a failure nothing awaited: clean up as for an interrupt (staging, locks) and say what it was, never a raw dump
+process.on("unhandledRejection", (e) => {
+  runInterruptCleanups();
+  process.exit(report(e));
 });
 process.on("SIGINT", interrupted);
 process.on("SIGTERM", interrupted);

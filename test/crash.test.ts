@@ -26,7 +26,7 @@ async function listedAllVerify(t: TestAgent): Promise<number> {
 }
 
 describe("kill -9 during backup", () => {
-  it.each(CRASH_STEPS.backup)("at %s: only verifiable bundles are listed; the next run sweeps leftovers and sequences stay unique", async (step) => {
+  it.each(CRASH_STEPS.backup)("[T27] at %s: only verifiable bundles are listed; the next run sweeps leftovers and sequences stay unique", async (step) => {
     const r = await a.run(["backup", "--idempotency-key", `k-${step}`], { AGENTBAK_CRASH_STEP: step });
     expect(r.code).toBe(-1); // killed by a signal
     await listedAllVerify(a);
@@ -44,7 +44,7 @@ describe("kill -9 during backup", () => {
 });
 
 describe("kill -9 during restore", () => {
-  it.each(CRASH_STEPS.restore)("at %s: the target is absent or a complete, suspended restore", async (step) => {
+  it.each(CRASH_STEPS.restore)("[T28] at %s: the target is absent or a complete, suspended restore", async (step) => {
     const target = join(a.tmp, `crash-${step}`);
     const r = await a.run(["restore", "latest", "--target", target, "--yes", "--allow-rollback"], { AGENTBAK_CRASH_STEP: step });
     expect(r.code).toBe(-1);
@@ -70,35 +70,92 @@ describe("I/O faults", () => {
     return r.exitCode === 0;
   }
   const umount = () => execa("umount", [mnt()], { reject: false });
+  /** A failure told plainly: exit 1, the errno and a path under `where`, one line, never 13, no stack or raw dump. */
+  const plainIoFailure = (r: { code: number; stderr: string }, errno: string, where: string) => {
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toContain(errno);
+    expect(r.stderr).toContain(where);
+    expect(r.stderr).not.toMatch(/internal error|\n\s+at |triggerUncaughtException|Node\.js v/);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+  };
 
-  it("ENOSPC: backup into a full filesystem exits non-zero naming errno, lists nothing, leaves no partial file", async (ctx) => {
-    if (!(await mount("size=1m"))) return ctx.skip();
+  it("[T29] ENOSPC at every stage of a backup (tmpfs of growing size): exit 1 naming errno and path, staging and lock removed, nothing listed that does not verify", async (ctx) => {
+    if (!(await mount("size=64k"))) return ctx.skip();
+    await umount();
+    // incompressible rows, so the payload and the bundle need as much room as the database copy
+    const big = await makeAgent({ sizeMb: 1 });
     try {
-      const repo = join(mnt(), "repo");
-      const { Repository } = await import("../dist/repository/repository.js");
-      await Repository.init(repo);
-      const r = await a.run(["backup", "--repo", repo]);
-      expect(r.code).toBe(1);
-      expect(r.stderr).toMatch(/ENOSPC|disk is full/);
-      expect(r.stderr).toContain(repo);
-      expect(r.stderr).not.toMatch(/internal error/);
-      expect(json(await a.run(["snapshots", "--repo", repo, "--json"]))).toEqual([]);
-      expect(readdirSync(join(repo, "tmp"))).toEqual([]);
-      const snaps = join(repo, "tenants", "acme", "agents", "billing-agent", "snapshots");
-      expect(existsSync(snaps) ? readdirSync(snaps) : []).toEqual([]);
+      await execa("sqlite3", [join(big.dir, "state/agent.sqlite"), "CREATE TABLE noise(b BLOB); WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400) INSERT INTO noise SELECT randomblob(4000) FROM c;"]);
+      const stages = new Set<string>();
+      let succeeded = 0;
+      // 2.9 MB of database: room for no copy, for the copy but not the payload, for the payload but not the bundle, for all
+      for (const kb of [2000, 3400, 4000, 4600, 5200, 5800, 6400, 9000]) {
+        expect(await mount(`size=${kb}k`)).toBe(true);
+        try {
+          const repo = join(mnt(), "repo");
+          const { Repository } = await import("../dist/repository/repository.js");
+          await Repository.init(repo);
+          const r = await big.run(["backup", "--repo", repo]);
+          if (r.code === 0) succeeded++;
+          else {
+            plainIoFailure(r, "ENOSPC", mnt());
+            stages.add(/payload\.age|\.agentbak|\.pageindex|\.json|audit/.test(r.stderr) ? "after the database copy" : /database state/.test(r.stderr) ? "database copy" : "other");
+          }
+          expect(readdirSync(join(repo, "tmp"))).toEqual([]);
+          const locks = join(repo, "tenants/acme/agents/billing-agent/locks");
+          expect(existsSync(locks) ? readdirSync(locks) : []).toEqual([]);
+          const listed = json(await big.run(["snapshots", "--repo", repo, "--json"]));
+          for (const e of listed) expect(e.status, e.problem).toBe("ok");
+          expect(listed.length).toBe(r.code === 0 ? 1 : listed.length);
+        } finally {
+          await umount();
+        }
+      }
+      expect(stages).toContain("database copy");
+      expect(stages).toContain("after the database copy");
+      expect(succeeded).toBeGreaterThan(0);
+    } finally {
+      big.cleanup();
+    }
+  });
+
+  it("[T29] ENOSPC during restore: exit 1 naming errno and path, never 13; the target is not created and staging is removed", async (ctx) => {
+    expect((await a.run(["backup"])).code).toBe(0);
+    if (!(await mount("size=512k"))) return ctx.skip();
+    try {
+      const r = await a.run(["restore", "latest", "--target", join(mnt(), "t"), "--yes", "--allow-rollback"]);
+      plainIoFailure(r, "ENOSPC", mnt());
+      expect(readdirSync(mnt())).toEqual([]);
     } finally {
       await umount();
     }
   });
 
-  it("EROFS: restore under a read-only filesystem exits non-zero naming errno and writes nothing", async (ctx) => {
+  it("[T29] EIO reading the bundle during restore: exit 1 naming errno and the bundle, never 13 (a good backup is not called corrupt)", async () => {
+    const b = json(await a.run(["backup", "--json"]));
+    // an injected read error on the payload's second read (the first is its digest; the second decrypts it)
+    const inject = `data:text/javascript,import fs from "node:fs";const want=process.env.AGENTBAK_TEST_EIO;let opens=0;const fds=new Set();const open=fs.open;fs.open=function(p,...rest){const cb=rest.pop();return open.call(fs,p,...rest,(err,fd)=>{if(!err&&String(p)===want&&++opens===2)fds.add(fd);cb(err,fd)})};const read=fs.read;fs.read=function(fd,...rest){if(fds.has(fd)){const cb=rest.pop();return process.nextTick(cb,Object.assign(new Error("EIO: i/o error, read"),{errno:-5,code:"EIO",syscall:"read"}))}return read.call(fs,fd,...rest)};`;
+    const file = await a.file(b.path);
+    const target = join(a.tmp, "eio-target");
+    const r = await a.run(["restore", file, "--target", target, "--yes", "--allow-rollback"], { AGENTBAK_TEST_EIO: file }, { nodeArgs: ["--import", inject] });
+    plainIoFailure(r, "EIO", file);
+    expect(existsSync(target)).toBe(false);
+    expect(readdirSync(a.tmp).filter((e) => e.startsWith(".agentbak-restore-"))).toEqual([]);
+  });
+
+  it("[T29] EROFS: backup into a repository on a read-only filesystem, and restore under one, exit 1 naming errno and writing nothing", async (ctx) => {
     expect((await a.run(["backup"])).code).toBe(0);
-    if (!(await mount("size=4m,ro"))) return ctx.skip();
+    if (!(await mount("size=4m"))) return ctx.skip();
     try {
+      const repo = join(mnt(), "repo");
+      const { Repository } = await import("../dist/repository/repository.js");
+      await Repository.init(repo);
+      await execa("mount", ["-o", "remount,ro", mnt()]);
+      plainIoFailure(await a.run(["backup", "--repo", repo]), "EROFS", mnt());
       const r = await a.run(["restore", "latest", "--target", join(mnt(), "t"), "--yes", "--allow-rollback"]);
-      expect(r.code).toBe(1);
-      expect(r.stderr).toMatch(/EROFS/);
-      expect(readdirSync(mnt())).toEqual([]);
+      plainIoFailure(r, "EROFS", mnt());
+      expect(readdirSync(mnt()).sort()).toEqual(["repo"]);
+      expect(readdirSync(repo).sort()).toEqual(["agentbak-repository.json"]);
     } finally {
       await umount();
     }

@@ -8,24 +8,42 @@ import { basename, join, resolve } from "node:path";
 import { generateAgent } from "../fixtures/agent/generate.js";
 
 export const ROOT = resolve(import.meta.dirname, "..");
+
+// figures a test reports to `npm run threats` (test/threats-reporter.ts)
+declare module "vitest" {
+  interface TaskMeta {
+    /** peak RSS of the agentbak process a bomb case ran, KiB */
+    peakRssKb?: number;
+    /** the tamper sweep: flips tried (by where) and detected, truncations tried and refused */
+    bitFlips?: { tried: number; detected: number; manifestBytes: number; signatureBytes: number; headerBytes: number; payloadOffsets: number; truncations: number; refused: number };
+  }
+}
 export const BIN = join(ROOT, "bin", "agentbak.js");
 
 export interface RunResult {
   code: number;
   stdout: string;
   stderr: string;
+  /** peak resident memory of the process in KiB, when run with `rss: true` */
+  maxRssKb?: number;
 }
 
-/** Runs the real agentbak binary. */
-export async function run(args: string[], opts: { cwd?: string; env?: Record<string, string | undefined>; timeout?: number } = {}): Promise<RunResult> {
-  const r = await execa("node", [BIN, ...args], {
+/** Prints the process's peak RSS (KiB) as the last stderr line when it exits. */
+const RSS_PROBE = 'data:text/javascript,process.on("exit",()=>process.stderr.write("\\nagentbak-test-maxrss-kb="+process.resourceUsage().maxRSS+"\\n"))';
+
+/** Runs the real agentbak binary; with `rss`, also measures its peak memory; `nodeArgs` go to node (an --import that injects a fault). */
+export async function run(args: string[], opts: { cwd?: string; env?: Record<string, string | undefined>; timeout?: number; rss?: boolean; nodeArgs?: string[] } = {}): Promise<RunResult> {
+  const r = await execa("node", [...(opts.nodeArgs ?? []), ...(opts.rss ? ["--import", RSS_PROBE] : []), BIN, ...args], {
     cwd: opts.cwd,
     env: { NO_COLOR: "1", ...opts.env },
     reject: false,
     stdin: "ignore",
     timeout: opts.timeout ?? 120_000,
   });
-  return { code: r.exitCode ?? -1, stdout: String(r.stdout), stderr: String(r.stderr) };
+  let stderr = String(r.stderr);
+  const m = /\n?agentbak-test-maxrss-kb=(\d+)\n?$/.exec(stderr);
+  if (m) stderr = stderr.slice(0, m.index);
+  return { code: r.exitCode ?? -1, stdout: String(r.stdout), stderr, ...(m ? { maxRssKb: Number(m[1]) } : {}) };
 }
 
 /**
@@ -67,7 +85,7 @@ export interface TestAgent {
   identity: string;
   env: Record<string, string>;
   commit: string;
-  run(args: string[], extraEnv?: Record<string, string | undefined>): Promise<RunResult>;
+  run(args: string[], extraEnv?: Record<string, string | undefined>, opts?: { rss?: boolean; nodeArgs?: string[] }): Promise<RunResult>;
   /** A bundle as a local file: the path itself for a folder repository, a download for a bucket. */
   file(path: string): Promise<string>;
   /** The repository's object store (folder or bucket). */
@@ -110,7 +128,7 @@ export async function makeAgent(opts: { sizeMb?: number; seed?: number; agentId?
     identity: join(home, "age-identity.txt"),
     env,
     commit: g.commit,
-    run: (args, extraEnv = {}) => run(args, { cwd: dir, env: { ...env, ...extraEnv } }),
+    run: (args, extraEnv = {}, o = {}) => run(args, { cwd: dir, env: { ...env, ...extraEnv }, ...o }),
     async file(path) {
       if (!path.startsWith("s3://")) return path;
       const key = path.slice(repo.length + 1);

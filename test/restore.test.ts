@@ -104,7 +104,7 @@ describe("restore", () => {
     expect(existsSync(t)).toBe(false);
   });
 
-  it("refuses a non-empty target and leaves it untouched", async () => {
+  it("[I] refuses a non-empty target and leaves it untouched", async () => {
     const t = join(a.tmp, "busy");
     mkdirSync(t);
     writeFileSync(join(t, "keep.txt"), "mine");
@@ -116,7 +116,7 @@ describe("restore", () => {
     expect(readFileSync(join(t, "keep.txt"), "utf8")).toBe("mine");
   });
 
-  it("stale -wal/-shm files at the target are quarantined, never paired with the restored database", async () => {
+  it("[T21] stale -wal/-shm files at the target are quarantined, never paired with the restored database", async () => {
     const t = join(a.tmp, "stale");
     mkdirSync(join(t, "state"), { recursive: true });
     writeFileSync(join(t, "state/agent.sqlite-wal"), Buffer.alloc(4096, 7));
@@ -130,7 +130,7 @@ describe("restore", () => {
     expect(json(res).warnings.join(" ")).toMatch(/quarantine/);
   });
 
-  it("the same --request-id returns the first result; fencing rejects a superseded generation", async () => {
+  it("[T33] [T34] the same --request-id returns the first result; fencing rejects a superseded generation", async () => {
     const t1 = join(a.tmp, "req1");
     const r1 = json(await a.run(["restore", "latest", "--target", t1, "--yes", "--json", "--request-id", "INC-7"]));
     const r2 = json(await a.run(["restore", "latest", "--target", join(a.tmp, "req1-again"), "--yes", "--json", "--request-id", "INC-7"]));
@@ -160,7 +160,7 @@ describe("restore", () => {
     expect(existsSync(join(t2, ".agentbak/SUSPENDED"))).toBe(false);
   });
 
-  it("two restores of one agent at once: one runs, the other exits 11", async () => {
+  it("[T34] two restores of one agent at once: one runs, the other exits 11", async () => {
     const big = await makeAgent({ sizeMb: 12 });
     try {
       expect((await big.run(["backup"])).code).toBe(0);
@@ -187,14 +187,14 @@ describe("restore policy refusals (exit 14, target untouched)", () => {
     return res;
   };
 
-  it("rollback below the highest sequence seen here names both numbers; --allow-rollback with approval restores it", async () => {
+  it("[T8] rollback below the highest sequence seen here names both numbers; --allow-rollback with approval restores it", async () => {
     await refused([first.snapshot_id], /rollback: snapshot sequence 1 is older than the highest seen here \(2\)/);
     const ok = await a.run(["restore", first.snapshot_id, "--target", join(a.tmp, "rolled"), "--yes", "--allow-rollback", "--json"]);
     expect(ok.code).toBe(3);
     expect(json(ok).warnings.join(" ")).toMatch(/rollback/);
   });
 
-  it("another tenant, and a schema newer than this runtime supports", async () => {
+  it("[T12] [T25] another tenant, and a schema newer than this runtime supports", async () => {
     const cfg = JSON.parse(readFileSync(a.config, "utf8"));
     writeFileSync(join(a.dir, "other-tenant.json"), JSON.stringify({ ...cfg, agent: { ...cfg.agent, tenant: "globex" } }));
     // another tenant's snapshot never resolves as latest; offered as a file it is refused by policy
@@ -206,7 +206,7 @@ describe("restore policy refusals (exit 14, target untouched)", () => {
     await refused(["latest", "-c", "old-runtime.json"], /schema version 3 is newer than this runtime supports \(2\)/);
   });
 
-  it("untrusted signer is 13 naming the fingerprint; a revoked signer is 14", async () => {
+  it("[T4] [T11] untrusted signer is 13 naming the fingerprint; a revoked signer is 14", async () => {
     const other = join(a.tmp, "intruder");
     await run(["keygen", "--out", other]);
     const out = join(a.tmp, "resigned.agentbak");
@@ -227,7 +227,7 @@ describe("restore policy refusals (exit 14, target untouched)", () => {
     }
   });
 
-  it("expired (expiry = now and now - 1 s) and a newer bundle format", async () => {
+  it("[T9] [T10] [T25] expired (expiry = now and now - 1 s) and a newer bundle format", async () => {
     const { readLayout } = await import("../dist/bundle/outer.js");
     const l = readLayout(second.path);
     const payload = readFileSync(second.path).subarray(l.payloadOffset, l.payloadOffset + l.payloadSize);
@@ -244,7 +244,7 @@ describe("restore policy refusals (exit 14, target untouched)", () => {
     await refused([ff], /sequence 9007199254740992 is beyond the safe integer range/);
   });
 
-  it("a bundle not encrypted to the given identity exits 12 with nothing written", async () => {
+  it("[T12] a bundle not encrypted to the given identity exits 12 with nothing written", async () => {
     const other = join(a.tmp, "other-id2");
     await run(["keygen", "--out", other]);
     await refused(["latest", "--identity", join(other, "age-identity.txt")], /no identity matched/, {}, 12);
@@ -255,19 +255,19 @@ describe("hostile bundles (exit 13, nothing written)", () => {
   const cases: [string, () => Promise<{ age: Buffer; tarSize: number; components: any[] }>, RegExp][] = [];
   const file = (name: string, s = "x") => ({ name, data: Buffer.from(s) });
   const recip = () => [a.recipient];
-  cases.push(["traversal ../x", () => payloadFrom([file("../x")], recip(), [file("files/x")]), /not listed|missing/]);
-  cases.push(["absolute /etc/x", () => payloadFrom([file("/etc/x")], recip(), [file("files/x")]), /not listed|missing/]);
-  cases.push(["a/../../x", () => payloadFrom([file("files/a/../../x")], recip(), [file("files/x")]), /not listed|missing/]);
-  cases.push(["symlink", () => payloadFrom([{ name: "files/x", type: "symlink", linkname: "/etc/passwd" }], recip(), [file("files/x")]), /symlink, only regular files/]);
-  cases.push(["hardlink", () => payloadFrom([file("files/a"), { name: "files/x", type: "link", linkname: "files/a" }], recip(), [file("files/a"), file("files/x")]), /link, only regular files/]);
-  cases.push(["fifo", () => payloadFrom([{ name: "files/x", type: "fifo" }], recip(), [file("files/x")]), /fifo, only regular files/]);
-  cases.push(["extra member", () => payloadFrom([file("files/a"), file("files/extra")], recip(), [file("files/a")]), /files\/extra" is not listed/]);
-  cases.push(["missing member", () => payloadFrom([file("files/a")], recip(), [file("files/a"), file("files/b")]), /component files\/b missing/]);
-  cases.push(["duplicate member", () => payloadFrom([file("files/a"), file("files/a")], recip(), [file("files/a")]), /appears twice/]);
-  cases.push(["declared size beyond the manifest's", () => payloadFrom([file("files/a", "x".repeat(5000))], recip(), [{ ...file("files/a", "x".repeat(5000)), size: 10 }]), /declares 5000 bytes, manifest says 10/]);
-  cases.push(["content differs from its digest", () => payloadFrom([file("files/a", "evil")], recip(), [file("files/a", "good")]), /digest mismatch/]);
+  cases.push(["[T15] traversal ../x", () => payloadFrom([file("../x")], recip(), [file("files/x")]), /not listed|missing/]);
+  cases.push(["[T15] absolute /etc/x", () => payloadFrom([file("/etc/x")], recip(), [file("files/x")]), /not listed|missing/]);
+  cases.push(["[T15] a/../../x", () => payloadFrom([file("files/a/../../x")], recip(), [file("files/x")]), /not listed|missing/]);
+  cases.push(["[T16] symlink", () => payloadFrom([{ name: "files/x", type: "symlink", linkname: "/etc/passwd" }], recip(), [file("files/x")]), /symlink, only regular files/]);
+  cases.push(["[T16] hardlink", () => payloadFrom([file("files/a"), { name: "files/x", type: "link", linkname: "files/a" }], recip(), [file("files/a"), file("files/x")]), /link, only regular files/]);
+  cases.push(["[T16] fifo", () => payloadFrom([{ name: "files/x", type: "fifo" }], recip(), [file("files/x")]), /fifo, only regular files/]);
+  cases.push(["[T17] extra member", () => payloadFrom([file("files/a"), file("files/extra")], recip(), [file("files/a")]), /files\/extra" is not listed/]);
+  cases.push(["[T17] missing member", () => payloadFrom([file("files/a")], recip(), [file("files/a"), file("files/b")]), /component files\/b missing/]);
+  cases.push(["[T16] duplicate member", () => payloadFrom([file("files/a"), file("files/a")], recip(), [file("files/a")]), /appears twice/]);
+  cases.push(["[T18] declared size beyond the manifest's", () => payloadFrom([file("files/a", "x".repeat(5000))], recip(), [{ ...file("files/a", "x".repeat(5000)), size: 10 }]), /declares 5000 bytes, manifest says 10/]);
+  cases.push(["[T3] content differs from its digest", () => payloadFrom([file("files/a", "evil")], recip(), [file("files/a", "good")]), /digest mismatch/]);
   cases.push([
-    "zstd bomb (1 GiB of zeros declared as a small tar)",
+    "[T19] zstd bomb (1 GiB of zeros declared as a small tar)",
     async () => {
       const { CompressStream } = await import("zstd-napi");
       const z = new CompressStream({ compressionLevel: 19 });
@@ -296,7 +296,7 @@ describe("hostile bundles (exit 13, nothing written)", () => {
     expect(snapshotTree(a.tmp)).toEqual(before);
   });
 
-  it("swapped payload (another valid age file for the same recipient) fails on the digest, before decryption", async () => {
+  it("[T2] [T3] swapped payload (another valid age file for the same recipient) fails on the digest, before decryption", async () => {
     const { readLayout } = await import("../dist/bundle/outer.js");
     const l1 = readLayout(first.path);
     const l2 = readLayout(second.path);
@@ -309,7 +309,7 @@ describe("hostile bundles (exit 13, nothing written)", () => {
     expect(res.stderr).toMatch(/payload\.age: (digest mismatch|\d+ bytes, manifest says)/);
   });
 
-  it("a database member left in WAL mode is refused: a snapshot is one self-contained file", async () => {
+  it("[T22] a database member left in WAL mode is refused: a snapshot is one self-contained file", async () => {
     const x = join(a.tmp, "walx");
     mkdirSync(x);
     await execa("sh", ["-c", `tar xOf '${second.path}' payload.age | age -d -i '${a.identity}' | zstd -d | tar x`], { cwd: x });
@@ -331,7 +331,7 @@ describe("hostile bundles (exit 13, nothing written)", () => {
     expect(existsSync(join(a.tmp, "wal-target"))).toBe(false);
   });
 
-  it("a workspace patch that writes into .git (hooks, fsmonitor) never runs anything", async () => {
+  it("[T26] a workspace patch that writes into .git (hooks, fsmonitor) never runs anything", async () => {
     const x = join(a.tmp, "wsx");
     mkdirSync(x);
     await execa("sh", ["-c", `tar xOf '${second.path}' payload.age | age -d -i '${a.identity}' | zstd -d | tar x`], { cwd: x });
@@ -371,7 +371,7 @@ describe("hostile bundles (exit 13, nothing written)", () => {
 });
 
 describe("tamper detection sweep", () => {
-  it("a bit flip at every byte of manifest.json, manifest.sig and the age header, and at 10,000 payload offsets: all detected", async () => {
+  it("[T1] [T20] a bit flip at every byte of manifest.json, manifest.sig and the age header, and at 10,000 payload offsets: all detected", async ({ task }) => {
     const small = await makeAgent({ sizeMb: 0 });
     try {
       const cfg = JSON.parse(readFileSync(small.config, "utf8"));
@@ -423,8 +423,44 @@ describe("tamper detection sweep", () => {
         }
       }
       expect(refused).toBe(cuts.size);
+      task.meta.bitFlips = {
+        tried: offsets.length,
+        detected,
+        manifestBytes: l.manifest.length,
+        signatureBytes: l.signature.length,
+        headerBytes: headerEnd - l.payloadOffset,
+        payloadOffsets: 10_000,
+        truncations: cuts.size,
+        refused,
+      };
     } finally {
       small.cleanup();
+    }
+  });
+});
+
+describe("a bundle named by its file, with a config present, goes through the repository", () => {
+  it("[T34] --request-id repeats the first result, the receipt is audited, and restores at once (--wait) never share a generation", async () => {
+    const t = await makeAgent({ sizeMb: 2 });
+    try {
+      const b = json(await t.run(["backup", "--json"]));
+      const file = await t.file(b.path); // a bucket's bundle is downloaded: a file outside the repository
+      const r1 = await t.run(["restore", file, "--target", join(t.tmp, "f1"), "--yes", "--json", "--request-id", "REQ-1"]);
+      expect(r1.code, r1.stderr).toBe(3);
+      const first = json(r1);
+      const again = json(await t.run(["restore", file, "--target", join(t.tmp, "f2"), "--yes", "--json", "--request-id", "REQ-1"]));
+      expect(again).toMatchObject({ repeated: true, generation: first.generation });
+      expect(existsSync(join(t.tmp, "f2"))).toBe(false);
+      const audit = String(await (await t.store()).get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
+      expect(audit.filter((e) => e.event === "restore").map((e) => e.receipt.request_id)).toEqual(["REQ-1"]);
+      // two at once: the second waits for the first's lock, then takes the next generation
+      const both = await Promise.all([1, 2].map((i) => t.run(["restore", file, "--target", join(t.tmp, `w${i}`), "--yes", "--json", "--wait", "120s"])));
+      for (const r of both) expect(r.code, r.stderr).toBe(3);
+      const gens = both.map((r) => json(r).generation).sort();
+      expect(gens).toEqual([first.generation + 1, first.generation + 2]);
+      expect(readFileSync(join(t.tmp, "w1/.agentbak/generation"), "utf8")).not.toBe(readFileSync(join(t.tmp, "w2/.agentbak/generation"), "utf8"));
+    } finally {
+      t.cleanup();
     }
   });
 });

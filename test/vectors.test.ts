@@ -10,7 +10,7 @@ import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BIN, json, ROOT, run } from "./helpers.js";
+import { json, ROOT, run } from "./helpers.js";
 
 const FIX = join(ROOT, "fixtures", "bundles");
 const KEYS = join(FIX, "keys");
@@ -130,6 +130,8 @@ describe("golden.agentbak (made by stock tools)", () => {
 
 interface Hostile {
   name: string;
+  /** the case in THREATS.md */
+  threat: number;
   /** exit of `verify FILE` (signature, manifest, payload digest only) */
   verify: number;
   /** exit of `verify FILE --identity` and of `restore` */
@@ -139,24 +141,27 @@ interface Hostile {
 }
 
 const hostile: Hostile[] = [
-  { name: "bad-signature", verify: 13, deep: 13, restore: 13, re: /manifest\.sig: signature does not match/ },
+  { name: "bad-signature", threat: 1, verify: 13, deep: 13, restore: 13, re: /manifest\.sig: signature does not match/ },
   // the README exit table files "untrusted signer" under 14; the reader (and test/restore.test.ts) make an unknown key 13
-  { name: "untrusted-signer", verify: 13, deep: 13, restore: 13, re: /signer key SHA256:\S+ is not in allowed_signers/ },
-  { name: "wrong-namespace", verify: 13, deep: 13, restore: 13, re: /signature namespace is "agentbak-report", expected "agentbak-manifest"/ },
-  { name: "non-canonical-manifest", verify: 13, deep: 13, restore: 13, re: /manifest is not canonical JSON \(RFC 8785\)/ },
-  { name: "duplicate-key-manifest", verify: 13, deep: 13, restore: 13, re: /manifest is not canonical JSON \(RFC 8785\)/ },
-  { name: "payload-swapped", verify: 13, deep: 13, restore: 13, re: /payload\.age: digest mismatch/ },
-  { name: "missing-signature", verify: 13, deep: 13, restore: 13, re: /bundle member 2 is "payload\.age", expected manifest\.sig/ },
-  { name: "extra-outer-member", verify: 13, deep: 13, restore: 13, re: /bundle has an extra member or trailing data/ },
-  { name: "truncated", verify: 13, deep: 13, restore: 13, re: /bundle truncated inside payload\.age/ },
-  { name: "path-traversal-member", verify: 0, deep: 13, restore: 13, re: /member "\.\.\/x" is not listed in the manifest/ },
-  { name: "symlink-member", verify: 0, deep: 13, restore: 13, re: /member "files\/memory\/notes\.json" is a symlink, only regular files are accepted/ },
-  { name: "unlisted-member", verify: 0, deep: 13, restore: 13, re: /member "files\/smuggled\.txt" is not listed in the manifest/ },
-  { name: "db-in-wal-mode", verify: 0, deep: 13, restore: 13, re: /database state: the file is in WAL mode \(header 2\/2\)/ },
-  { name: "newer-format-version", verify: 14, deep: 14, restore: 14, re: /bundle format version 2 is newer than this tool supports \(1\)/ },
+  { name: "untrusted-signer", threat: 4, verify: 13, deep: 13, restore: 13, re: /signer key SHA256:\S+ is not in allowed_signers/ },
+  { name: "wrong-namespace", threat: 6, verify: 13, deep: 13, restore: 13, re: /signature namespace is "agentbak-report", expected "agentbak-manifest"/ },
+  { name: "non-canonical-manifest", threat: 7, verify: 13, deep: 13, restore: 13, re: /manifest is not canonical JSON \(RFC 8785\)/ },
+  { name: "duplicate-key-manifest", threat: 7, verify: 13, deep: 13, restore: 13, re: /manifest is not canonical JSON \(RFC 8785\)/ },
+  { name: "payload-swapped", threat: 2, verify: 13, deep: 13, restore: 13, re: /payload\.age: digest mismatch/ },
+  { name: "missing-signature", threat: 5, verify: 13, deep: 13, restore: 13, re: /bundle member 2 is "payload\.age", expected manifest\.sig/ },
+  { name: "extra-outer-member", threat: 17, verify: 13, deep: 13, restore: 13, re: /bundle has an extra member or trailing data/ },
+  { name: "truncated", threat: 20, verify: 13, deep: 13, restore: 13, re: /bundle truncated inside payload\.age/ },
+  { name: "path-traversal-member", threat: 15, verify: 0, deep: 13, restore: 13, re: /member "\.\.\/x" is not listed in the manifest/ },
+  { name: "symlink-member", threat: 16, verify: 0, deep: 13, restore: 13, re: /member "files\/memory\/notes\.json" is a symlink, only regular files are accepted/ },
+  { name: "unlisted-member", threat: 17, verify: 0, deep: 13, restore: 13, re: /member "files\/smuggled\.txt" is not listed in the manifest/ },
+  { name: "db-in-wal-mode", threat: 22, verify: 0, deep: 13, restore: 13, re: /database state: the file is in WAL mode \(header 2\/2\)/ },
+  // a sidecar member and a second component on the database's target are refused at manifest parse: verify needs no identity
+  { name: "wal-sidecar-member", threat: 22, verify: 13, deep: 13, restore: 13, re: /component "db\/state\.sqlite-wal" targets "state\/agent\.sqlite-wal", a SQLite sidecar of a restored database/ },
+  { name: "target-collision", threat: 16, verify: 13, deep: 13, restore: 13, re: /component "files\/state\/agent\.sqlite" and component "db\/state\.sqlite" both restore to "state\/agent\.sqlite"/ },
+  { name: "newer-format-version", threat: 25, verify: 14, deep: 14, restore: 14, re: /bundle format version 2 is newer than this tool supports \(1\)/ },
   // verify checks integrity, not policy; restore refuses
-  { name: "expired", verify: 0, deep: 0, restore: 14, re: /expired at 2020-02-01T00:00:00\.000Z/ },
-  { name: "zstd-bomb", verify: 0, deep: 13, restore: 13, re: /decompressed payload exceeds its declared size of \d+ bytes/ },
+  { name: "expired", threat: 10, verify: 0, deep: 0, restore: 14, re: /expired at 2020-02-01T00:00:00\.000Z/ },
+  { name: "zstd-bomb", threat: 19, verify: 0, deep: 13, restore: 13, re: /decompressed payload exceeds its declared size of \d+ bytes/ },
 ];
 
 async function expectVerify(name: string, shallow: number, deep: number, re: RegExp): Promise<void> {
@@ -183,32 +188,20 @@ async function expectRestoreRefused(name: string, code: number, re: RegExp): Pro
 
 describe("hostile vectors (made by stock tools): refused with the documented exit code, target untouched", () => {
   for (const h of hostile) {
-    it(`${h.name}: verify ${h.verify}, verify --identity ${h.deep}`, () => expectVerify(h.name, h.verify, h.deep, h.re));
-    it(`${h.name}: restore ${h.restore}, target not created`, () => expectRestoreRefused(h.name, h.restore, h.re));
+    it(`[T${h.threat}] ${h.name}: verify ${h.verify}, verify --identity ${h.deep}`, () => expectVerify(h.name, h.verify, h.deep, h.re));
+    it(`[T${h.threat}] ${h.name}: restore ${h.restore}, target not created`, () => expectRestoreRefused(h.name, h.restore, h.re));
   }
 
-  // known open: issue 11 — a payload member that is a SQLite sidecar (-wal) of a restored database is accepted:
-  // SQLite applies it, so the restored state differs from the signed database although its sha256 matches.
-  it.fails("wal-sidecar-member: verify --identity 13 naming the sidecar", () => expectVerify("wal-sidecar-member", 0, 13, /wal|sidecar/i));
-  // known open: issue 11
-  it.fails("wal-sidecar-member: restore 13, target not created", () => expectRestoreRefused("wal-sidecar-member", 13, /wal|sidecar/i));
-
-  // known open: issue 11 — two components with one target: the later `file` lands on the signed database.
-  it.fails("target-collision: verify --identity 13 naming the target", () => expectVerify("target-collision", 0, 13, /state\/agent\.sqlite/));
-  // known open: issue 11
-  it.fails("target-collision: restore 13, target not created", () => expectRestoreRefused("target-collision", 13, /state\/agent\.sqlite/));
-
-  // Found by zstd-bomb.agentbak, not yet filed: the refusal is right (13) but comes late. zstd-napi's DecompressStream
-  // inflates each whole input chunk (age hands it up to 64 KiB) and pushes every output block before the tar-size cap
-  // downstream can stop it, so this 40 KiB bundle costs about 1.1 GB of memory (golden: ~75 MB); a 4 GiB bomb
-  // (~130 KiB) would cost 4 GB. The README promises "output capped at the declared tar size".
-  it.fails("zstd-bomb: refused within bounded memory (peak RSS under 256 MiB)", async () => {
+  // zstd-napi's DecompressStream inflated each whole input chunk (age hands it up to 64 KiB) before the size cap
+  // downstream could stop it: this 40 KiB bundle cost 1.1 GB. The reader's own decompression stage makes a block at a
+  // time, as fast as the tar reader takes it, and stops at the declared size.
+  it("[T19] zstd-bomb: refused within bounded memory (peak RSS at most 150 MiB)", async ({ task }) => {
     const s = sandbox("zstd-bomb");
-    const probe = 'data:text/javascript,process.on("exit",()=>process.stderr.write("maxrss_kb="+process.resourceUsage().maxRSS+"\\n"))';
-    const r = await execa("node", ["--import", probe, BIN, "verify", s.file, "--identity", IDENTITY], { cwd: s.work, env: { NO_COLOR: "1", ...s.env }, reject: false, stdin: "ignore" });
-    expect(r.exitCode, r.stderr).toBe(13);
-    const kb = Number(/maxrss_kb=(\d+)/.exec(r.stderr)?.[1]);
-    expect(kb).toBeGreaterThan(0);
-    expect(kb).toBeLessThan(256 * 1024);
+    const r = await run(["verify", s.file, "--identity", IDENTITY], { cwd: s.work, env: s.env, rss: true });
+    expect(r.code, r.stderr).toBe(13);
+    expect(r.stderr).toMatch(/decompressed payload exceeds its declared size of 20480 bytes/);
+    expect(r.maxRssKb).toBeGreaterThan(0);
+    task.meta.peakRssKb = r.maxRssKb;
+    expect(r.maxRssKb).toBeLessThanOrEqual(150 * 1024);
   });
 });

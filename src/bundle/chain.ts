@@ -6,16 +6,15 @@
  * the nearest whole copy upwards, and every rebuilt database must hash to the
  * digest the newest link signed.
  */
-import { createHash } from "node:crypto";
-import { createReadStream, mkdtempSync, renameSync } from "node:fs";
+import { mkdtempSync, renameSync } from "node:fs";
 import { join } from "node:path";
-import { pipeline } from "node:stream/promises";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
-import { AgentbakError, Exit, verifyError } from "../errors.js";
+import { AgentbakError, Exit, ioErrno, ioError, verifyError } from "../errors.js";
 import { applyDelta } from "../state/pages.js";
 import { isDatabase } from "./manifest.js";
 import { readPayload, verifyBundle, type VerifiedBundle } from "./reader.js";
+import { fileSha256 } from "./streams.js";
 
 /**
  * A local file holding the bundle of snapshot `id` of the same agent
@@ -56,12 +55,6 @@ export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: T
   return out;
 }
 
-async function fileSha256(path: string): Promise<string> {
-  const h = createHash("sha256");
-  await pipeline(createReadStream(path, { highWaterMark: 1 << 20 }), h);
-  return h.digest("hex");
-}
-
 /**
  * Rebuilds every database `v` holds as a page delta. `raw` already holds v's
  * own payload members (at their paths); `chain` is verifyChain's result.
@@ -95,6 +88,7 @@ export async function rebuildDatabases(v: VerifiedBundle, chain: VerifiedBundle[
       try {
         applyDelta(file, d);
       } catch (e) {
+        if (ioErrno(e)) throw ioError(e, file);
         throw verifyError(`chain: ${v.manifest.snapshot_id} ${c.path}: ${(e as Error).message}`);
       }
     }

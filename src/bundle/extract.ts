@@ -9,7 +9,7 @@ import { chmodSync, closeSync, mkdirSync, openSync, readSync, renameSync, rmSync
 import { dirname, join } from "node:path";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
-import { verifyError } from "../errors.js";
+import { ioErrno, ioError, verifyError } from "../errors.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion } from "../state/sqlite.js";
 import { rebuildWorkspace, treeDigest } from "../state/workspace.js";
 import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
@@ -34,7 +34,8 @@ export interface ExtractedSource {
 /** Where each restored piece landed, relative to the staging root. */
 export interface Extracted {
   root: string;
-  databases: { name: string; path: string; schemaVersion: number | null }[];
+  /** each database where it landed, and the sha256 its manifest signed for the whole file */
+  databases: { name: string; path: string; schemaVersion: number | null; sha256: string }[];
   /** source files sit beside the root (`<root>.sources/`), not inside it: they go into servers, not the agent's folder */
   sources: ExtractedSource[];
   checks: Check[];
@@ -58,6 +59,7 @@ export function checkDatabase(file: string, c: Component): void {
   const db = openDefensive(file);
   try {
     const ic = integrityCheck(db);
+    if (ic.length === 1 && ioErrno(ic[0])) throw ioError(ic[0], file);
     if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${c.name}: integrity_check: ${ic.slice(0, 3).join("; ")}`);
     let counts: Record<string, number>;
     try {
@@ -113,7 +115,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
       mkdirSync(dirname(dest), { recursive: true });
       chmodSync(src, 0o600);
       renameSync(src, dest);
-      if (isDatabase(c)) databases.push({ name: c.name, path: dest, schemaVersion: c.schema_version ?? null });
+      if (isDatabase(c)) databases.push({ name: c.name, path: dest, schemaVersion: c.schema_version ?? null, sha256: c.full_sha256 ?? c.sha256 });
     }
   }
   if (m.workspace) {
@@ -124,6 +126,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
     try {
       await rebuildWorkspace(bundle, patch, m.workspace.commit, m.workspace.branch, dest);
     } catch (e) {
+      if (ioErrno(e)) throw ioError(e, dest);
       throw verifyError(`workspace: cannot rebuild: ${(e as Error).message}`);
     }
     const d = await treeDigest(dest);

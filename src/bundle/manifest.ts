@@ -79,6 +79,13 @@ export const CaptureInstantSchema = z.strictObject({
   ),
 });
 
+/** A path the backup deliberately left out, and why (`detail`: the credential reference, the exclude pattern, ...). */
+export const NotCapturedSchema = z.strictObject({
+  path: z.string().max(1024),
+  reason: z.enum(["credential", "exclude", "repository", "nested-git"]),
+  detail: z.string().max(1024),
+});
+
 export const ManifestSchema = z.strictObject({
   format: z.literal(FORMAT),
   format_version: int,
@@ -149,9 +156,12 @@ export const ManifestSchema = z.strictObject({
     .optional(),
   /** state sources beyond SQLite (absent in bundles made before them) */
   capture_instant: CaptureInstantSchema.optional(),
+  /** what was deliberately left out (a credential's file, an excluded name, a nested repository's history); never values */
+  not_captured: z.array(NotCapturedSchema).optional(),
 });
 
 export type Manifest = z.infer<typeof ManifestSchema>;
+export type NotCaptured = z.infer<typeof NotCapturedSchema>;
 export type Component = z.infer<typeof ComponentSchema>;
 
 /** Whether a component is a database (a whole copy or a page delta against the parent's). */
@@ -183,6 +193,66 @@ export function embeddingChanges(m: Manifest, configured: Map<string, Embedding 
   }
   return out;
 }
+
+/** Where a component lands in a restored root: databases and files have a place of their own; workspace parts are rebuilt at workspace.path. */
+export const targetOf = (c: Pick<Component, "kind" | "path" | "target">): string | null => (isDatabase(c) || c.kind === "file" ? (c.target ?? c.path) : null);
+
+/** The payload folder each kind lives in. */
+const KIND_DIR: Record<Component["kind"], string> = { sqlite: "db", "sqlite-delta": "db", file: "files", "git-bundle": "workspace", "git-patch": "workspace", postgres: "sources", redis: "sources", lancedb: "sources" };
+const SIDECAR = /-(wal|shm|journal)$/;
+
+/** A name for error lines: long or odd names are cut, so a hostile bundle can not flood the terminal. */
+export const clipName = (s: string, max = 120) => JSON.stringify(s.length > max ? `${s.slice(0, max)}…` : s);
+
+/**
+ * What one field can not say alone: every component in its kind's folder,
+ * one database per name, no SQLite sidecar (-wal, -shm, -journal) of a
+ * database, nothing inside agentbak's own `.agentbak` folders, no two
+ * components (or a component and the workspace) restoring to one place or
+ * one inside the other, and a tar size its components can fill.
+ * @throws Error naming the component and the target.
+ */
+function checkPlacement(m: Manifest): void {
+  const dbNames = new Set<string>();
+  const dbTargets = new Set(m.components.filter(isDatabase).map((c) => targetOf(c)!));
+  // restored paths, and every folder above one, with what goes there
+  const placed = new Map<string, string>();
+  const above = new Map<string, string>();
+  const place = (t: string, what: string) => {
+    const segs = t.split("/");
+    for (let i = 1; i <= segs.length; i++) {
+      const p = segs.slice(0, i).join("/");
+      const other = placed.get(p) ?? (i === segs.length ? above.get(p) : undefined);
+      // the same place, or one inside the other: the later would replace or break the earlier
+      if (other) throw new Error(`${what} and ${other} both restore to ${clipName(p)}`);
+    }
+    placed.set(t, what);
+    for (let i = 1; i < segs.length; i++) if (!above.has(segs.slice(0, i).join("/"))) above.set(segs.slice(0, i).join("/"), what);
+  };
+  if (m.workspace) place(m.workspace.path, "the workspace");
+  let tarBound = TAR_SLACK;
+  for (const c of m.components) {
+    tarBound += Math.ceil(c.size / 512) * 512 + TAR_ENTRY_OVERHEAD;
+    const what = `component ${clipName(c.path)}`;
+    const t = targetOf(c);
+    if (t !== null && SIDECAR.test(t) && dbTargets.has(t.replace(SIDECAR, "")))
+      throw new Error(`${what} targets ${clipName(t)}, a SQLite sidecar of a restored database; a snapshot is one self-contained file`);
+    if (c.path.split("/")[0] !== KIND_DIR[c.kind]) throw new Error(`${what} of kind ${c.kind} is outside ${KIND_DIR[c.kind]}/`);
+    if (isDatabase(c)) {
+      if (dbNames.has(c.name)) throw new Error(`manifest lists database ${clipName(c.name)} twice`);
+      dbNames.add(c.name);
+    }
+    if (t === null) continue;
+    if (t.split("/")[0]!.startsWith(".agentbak")) throw new Error(`${what} targets ${clipName(t)}, inside agentbak's own folder`);
+    place(t, what);
+  }
+  if (m.payload.tar_size > tarBound) throw new Error(`payload.tar_size ${m.payload.tar_size} is more than its components can fill (at most ${tarBound} bytes)`);
+}
+
+/** Per tar entry beyond its padded data: header, and a pax or GNU long-name header with its data. */
+const TAR_ENTRY_OVERHEAD = 2048;
+/** End-of-archive blocks and record padding (GNU tar pads to 10240-byte records). */
+const TAR_SLACK = 20480;
 
 /** "full" when a bundle restores on its own, "incremental" when it needs its parent chain. */
 export const snapshotKind = (m: Pick<Manifest, "parent">) => (m.parent ? "incremental" : "full");
@@ -229,6 +299,7 @@ export interface ManifestInput {
   openOperations: Manifest["open_operations"];
   /** when each state source was captured; omitted when the config has none */
   captureInstant?: Manifest["capture_instant"];
+  notCaptured?: NotCaptured[];
 }
 
 /**
@@ -276,6 +347,8 @@ export function buildManifest(i: ManifestInput): Manifest {
     cursor_queries: i.cursorQueries,
     open_operations: i.openOperations,
     ...(i.captureInstant ? { capture_instant: i.captureInstant } : {}),
+    // absent when empty: bundles stay readable by tools that predate the field
+    ...(i.notCaptured?.length ? { not_captured: i.notCaptured } : {}),
   };
 }
 
@@ -330,6 +403,7 @@ export function parseManifest(bytes: Buffer): Manifest {
     if (seen.has(c.path)) throw new Error(`manifest lists component ${c.path} twice`);
     seen.add(c.path);
   }
+  checkPlacement(m);
   valid.add(digest);
   return m;
 }

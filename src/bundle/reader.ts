@@ -11,14 +11,13 @@ import { dirname, join } from "node:path";
 import { Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import * as tar from "tar-stream";
-import { DecompressStream } from "zstd-napi";
 import { AgeDecryptStream, type AgeIdentity } from "../crypto/age.js";
 import { NS, verifyMessage } from "../crypto/sshsig.js";
 import { checkTrust, type Trust } from "../crypto/trust.js";
-import { AgentbakError, noKey, policyError, verifyError } from "../errors.js";
-import { parseManifest, sha256hex, type Manifest } from "./manifest.js";
+import { AgentbakError, ioErrno, ioError, noKey, policyError, verifyError } from "../errors.js";
+import { clipName, parseManifest, sha256hex, type Manifest } from "./manifest.js";
 import { readLayout, type BundleLayout } from "./outer.js";
-import { HashTap } from "./streams.js";
+import { boundedDecompress, HashTap } from "./streams.js";
 
 export type { Trust };
 
@@ -125,16 +124,22 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
       extract.destroy(verifyError(`payload: ${m}`));
     };
     const name = header.name;
+    const shown = clipName(name);
     const c = expected.get(name);
-    if (header.type !== "file") return fail(`member ${JSON.stringify(name)} is a ${header.type}, only regular files are accepted`);
-    if (!c) return fail(`member ${JSON.stringify(name)} is not listed in the manifest`);
-    if (seen.has(name)) return fail(`member ${name} appears twice`);
-    if (header.size !== c.size) return fail(`member ${name} declares ${header.size} bytes, manifest says ${c.size}`);
+    if (header.type !== "file") return fail(`member ${shown} is a ${String(header.type).slice(0, 20)}, only regular files are accepted`);
+    if (!c) return fail(`member ${shown} is not listed in the manifest`);
+    if (seen.has(name)) return fail(`member ${shown} appears twice`);
+    if (header.size !== c.size) return fail(`member ${shown} declares ${header.size} bytes, manifest says ${c.size}`);
     seen.add(name);
     const tap = new HashTap(c.size, name);
-    const sink = destDir && (!only || only.has(name))
-      ? (mkdirSync(dirname(join(destDir, name)), { recursive: true }), createWriteStream(join(destDir, name), { flags: "wx", mode: 0o600 }))
-      : new Writable({ write: (_c, _e, cb) => cb() });
+    const dest = destDir && (!only || only.has(name)) ? join(destDir, name) : null;
+    let sink: Writable;
+    try {
+      sink = dest ? (mkdirSync(dirname(dest), { recursive: true }), createWriteStream(dest, { flags: "wx", mode: 0o600 })) : new Writable({ write: (_c, _e, cb) => cb() });
+    } catch (e) {
+      stream.resume();
+      return extract.destroy(ioError(e, dest!));
+    }
     pipeline(stream, tap, sink).then(
       () => {
         const sha = tap.digest();
@@ -142,15 +147,18 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
         found.push({ path: name, sha256: sha, size: tap.bytes });
         next();
       },
-      (e: Error) => extract.destroy(e instanceof AgentbakError ? e : verifyError(`component ${name}: ${e.message}`)),
+      // a full or failing disk is not a bad bundle
+      (e: Error) => extract.destroy(e instanceof AgentbakError ? e : dest && ioErrno(e) ? ioError(e, dest) : verifyError(`component ${name}: ${e.message}`)),
     );
   });
   try {
-    await pipeline(payloadStream(v.layout), outerTap, new AgeDecryptStream(identities), new DecompressStream({ windowLogMax: WINDOW_LOG_MAX }), tarTap, extract);
+    await pipeline(payloadStream(v.layout), outerTap, new AgeDecryptStream(identities), boundedDecompress(v.manifest.payload.tar_size, WINDOW_LOG_MAX, "decompressed payload"), tarTap, extract);
   } catch (e) {
     if (e instanceof AgentbakError) throw e;
     const err = e as NodeJS.ErrnoException;
     if (err.code === "NO_IDENTITY") throw noKey(`payload.age: ${err.message} (recipients: ${v.manifest.recipients.join(", ")})`);
+    // a failed read is the bundle's file; a failed write (or mkdir) is where components were going
+    if (ioErrno(err)) throw ioError(err, err.path ?? (err.syscall === "read" || !destDir ? v.layout.path : destDir));
     throw verifyError(`payload: ${err.message}`);
   }
   if (outerTap.digest() !== v.manifest.payload.sha256) throw verifyError("payload.age: changed while being read");

@@ -1,8 +1,12 @@
 /**
- * Small stream helpers shared by the bundle writer and reader.
+ * Small stream helpers shared by the bundle writer and reader: hashing taps and bounded decompression.
  */
 import { createHash, type Hash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { createRequire } from "node:module";
 import { Transform, type TransformCallback } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import type * as Binding from "zstd-napi/binding.js";
 
 /** A pass-through that hashes (sha256) and counts what flows through it. */
 export class HashTap extends Transform {
@@ -22,6 +26,13 @@ export class HashTap extends Transform {
   }
 }
 
+/** The sha256 of a file, read as a stream. */
+export async function fileSha256(path: string): Promise<string> {
+  const h = createHash("sha256");
+  await pipeline(createReadStream(path, { highWaterMark: 1 << 20 }), h);
+  return h.digest("hex");
+}
+
 /** A pass-through that only counts bytes. */
 export class ByteCounter extends Transform {
   bytes = 0;
@@ -29,4 +40,42 @@ export class ByteCounter extends Transform {
     this.bytes += chunk.length;
     cb(null, chunk);
   }
+}
+
+const binding = createRequire(import.meta.url)("zstd-napi/binding") as typeof Binding;
+
+/**
+ * zstd decompression as a pipeline stage that makes output only as fast as
+ * the next stage takes it (one block of at most 128 KiB at a time) and never
+ * more than `limit` bytes in all. zstd-napi's DecompressStream inflates each
+ * whole input chunk at once, ignoring backpressure: a 40 KiB bomb reached
+ * 1.1 GB before a cap downstream could stop it.
+ * @throws Error (code OVERSIZE) past `limit`; Error for a corrupt or truncated frame or a window over 2^windowLogMax.
+ */
+export function boundedDecompress(limit: number, windowLogMax: number, what: string) {
+  return async function* decompress(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    const dctx = new binding.DCtx();
+    dctx.setParameter(binding.DParameter.windowLogMax, windowLogMax);
+    const blockSize = binding.dStreamOutSize();
+    let total = 0;
+    let inFrame = false;
+    for await (const chunk of source) {
+      let src: Buffer = chunk;
+      for (;;) {
+        const dst = Buffer.allocUnsafe(blockSize);
+        const [ret, produced, consumed] = dctx.decompressStream(dst, src);
+        src = src.subarray(consumed);
+        if (produced > 0) {
+          total += produced;
+          if (total > limit) throw Object.assign(new Error(`${what} exceeds its declared size of ${limit} bytes`), { code: "OVERSIZE" });
+          yield dst.subarray(0, produced);
+        }
+        if (src.length === 0 && (produced < dst.length || ret === 0)) {
+          inFrame = ret !== 0;
+          break;
+        }
+      }
+    }
+    if (inFrame) throw new Error("stream ended in the middle of a zstd frame");
+  };
 }

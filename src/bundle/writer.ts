@@ -12,6 +12,7 @@ import * as tar from "tar-stream";
 import { CompressStream } from "zstd-napi";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
+import { ioErrno, ioError } from "../errors.js";
 import { encodeManifest, type Component, type Manifest } from "./manifest.js";
 import { tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { ByteCounter, HashTap } from "./streams.js";
@@ -40,13 +41,19 @@ export async function writePayload(components: StagedComponent[], recipients: st
   // 15.4-16.1 s), two used ~5 MiB more
   const zstd = new CompressStream({ compressionLevel: ZSTD_LEVEL, nbWorkers: 2, windowLog: 21, jobSize: 1 << 20, checksumFlag: true });
   const done = pipeline(pack, tarTap, zstd, new AgeEncryptStream(recipients), outTap, out);
+  // a failure of the output (a full disk) ends `done` while a component is still being packed: it is raced
+  // below, and neither promise may go unhandled meanwhile
+  done.catch(() => undefined);
   const result: Component[] = [];
   try {
     for (const c of components) {
       const size = statSync(c.file).size;
       const tap = new HashTap(size, c.path);
       const entry = pack.entry({ name: c.path, size, mode: 0o644, mtime: new Date(0), type: "file" });
-      await pipeline(createReadStream(c.file, { highWaterMark: 1 << 20 }), tap, entry);
+      const packed = pipeline(createReadStream(c.file, { highWaterMark: 1 << 20 }), tap, entry);
+      packed.catch(() => undefined);
+      await Promise.race([packed, done]);
+      await packed;
       if (tap.bytes !== size) throw new Error(`component ${c.path} changed size while being packed`);
       const { file: _f, ...meta } = c;
       result.push({ ...meta, sha256: tap.digest(), size });
@@ -56,7 +63,7 @@ export async function writePayload(components: StagedComponent[], recipients: st
   } catch (e) {
     pack.destroy(e as Error);
     await done.catch(() => undefined);
-    throw e;
+    throw ioErrno(e) ? ioError(e, payloadFile) : e;
   }
   // no fsync here: the payload is a temp file; the bundle that holds it is fsynced
   return {
@@ -89,13 +96,15 @@ export async function writeBundleFile(manifest: Manifest, key: SigningKey, paylo
   } catch (e) {
     out.destroy();
     rmSync(outFile, { force: true });
-    throw e;
+    throw ioErrno(e) ? ioError(e, outFile) : e;
   }
   // removed beside the fsync (freeing a large file's blocks takes a while); once it is gone its unflushed pages
   // are dropped instead of being written back along with the bundle's
   const removed = rm(payloadFile, { force: true });
   try {
     fsyncPath(outFile);
+  } catch (e) {
+    throw ioError(e, outFile);
   } finally {
     await removed;
   }

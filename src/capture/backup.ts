@@ -5,13 +5,13 @@
  * pure function) → signed bundle → published through the repository.
  */
 import { execa } from "execa";
-import { randomBytes } from "node:crypto";
-import { copyFileSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { copyFileSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
-import { buildManifest, componentPath, isDatabase, sha256hex, type CapturedDatabase, type Manifest } from "../bundle/manifest.js";
+import { buildManifest, componentPath, encodeManifest, isDatabase, parseManifest, sha256hex, type CapturedDatabase, type Manifest, type NotCaptured } from "../bundle/manifest.js";
 import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
 import { verifyChain } from "../bundle/chain.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
@@ -21,13 +21,13 @@ import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { onInterrupt } from "../cleanup.js";
-import { AgentbakError, ConflictError, Exit, policyError, usageError, verifyError, wrap } from "../errors.js";
+import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/inspect.js";
 import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
-import { scanValue, type SecretFinding } from "../state/secrets.js";
+import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut } from "../state/sqlite.js";
-import { captureWorkspace, rebuildWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
+import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
@@ -48,6 +48,8 @@ export interface BackupReceipt {
   status: "committed" | "spooled";
   /** the request's parameters (label, incremental): an idempotency key used again with others is refused */
   params_sha256: string;
+  /** what was deliberately left out (credential files, excluded names, nested repositories' history) */
+  not_captured: NotCaptured[];
   warnings: string[];
 }
 
@@ -150,65 +152,207 @@ async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; heade
   }
 }
 
-/** The files a `files` pattern names: never the repository, `.git`, node_modules, or a configured database and its sidecars. */
-function expandFiles(lc: LoadedConfig, pattern: string, exclude: string[]): string[] {
-  if (!isDynamicPattern(pattern)) return [lc.resolve(pattern)];
-  return globSync(pattern, { cwd: lc.dir, absolute: true, onlyFiles: true, dot: true, followSymbolicLinks: false, ignore: ["**/.git/**", "**/node_modules/**"] })
-    .map((f) => resolve(f))
-    .filter((f) => !exclude.some((x) => f === x || f.startsWith(x + sep) || /-(wal|shm|journal)$/.test(f) && f.replace(/-(wal|shm|journal)$/, "") === x))
-    .sort();
+/** Whether `p` is `dir` or inside it. */
+const isInside = (p: string, dir: string) => p === dir || p.startsWith(dir + sep);
+const SIDECAR = /-(wal|shm|journal)$/;
+
+/** Paths a `files` entry may never take, and what each is. */
+interface Reserved {
+  databases: string[];
+  /** folders captured otherwise or never: the repository, the workspace */
+  dirs: [string, string][];
 }
 
-type WorkspaceCaptured = { staged: StagedComponent[]; manifest: Manifest["workspace"] };
+function reservedBy(p: string, r: Reserved): string | null {
+  if (r.databases.includes(p)) return "a configured database";
+  if (SIDECAR.test(p) && r.databases.includes(p.replace(SIDECAR, ""))) return "a SQLite sidecar of a configured database";
+  const dir = r.dirs.find(([d]) => isInside(p, d));
+  if (dir) return dir[1];
+  return p.split(sep).includes(".git") ? "a .git folder" : null;
+}
+
+/**
+ * The files a `files` pattern names. A glob never takes a configured
+ * database or its sidecars, the repository, the workspace (captured with its
+ * own history), `.git` or node_modules; a literal path naming one of those is
+ * a config error, and so is any match whose real path leaves the config
+ * folder (through a symbolic link, to a file or a folder).
+ * @throws AgentbakError(2) as above, (10) for a literal path that does not exist.
+ */
+function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, realRoot: string): string[] {
+  const literal = !isDynamicPattern(pattern);
+  const found = literal
+    ? [lc.resolve(pattern)]
+    : // links are followed, so that every match is judged by where it really is (below)
+      globSync(pattern, { cwd: lc.dir, absolute: true, onlyFiles: true, dot: true, followSymbolicLinks: true, ignore: ["**/.git/**", "**/node_modules/**"] }).map((f) => resolve(f)).sort();
+  const out: string[] = [];
+  for (const f of found) {
+    let real: string;
+    try {
+      real = realpathSync(f);
+    } catch (e) {
+      throw wrap(e, `files: ${pattern}`);
+    }
+    const rel = relative(lc.dir, f).split(sep).join("/") || ".";
+    if (literal && statSync(real).isDirectory()) throw usageError(`files: ${pattern} is a folder; name its files, or a glob such as ${rel}/**`);
+    if (!isInside(real, realRoot)) throw usageError(`files: ${rel} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
+    const why = reservedBy(f, reserved) ?? reservedBy(real, reserved);
+    if (why && literal) throw usageError(`files: ${pattern} names ${why}; it is captured otherwise or never`);
+    if (!why) out.push(f);
+  }
+  return out;
+}
+
+/**
+ * Applies a source's secretScan policy to its findings: refuse throws,
+ * warn adds one warning per finding.
+ * @throws AgentbakError(14) naming where (never what) when the policy is refuse.
+ */
+function applyScanPolicy(policy: "refuse" | "warn" | "off", findings: SecretFinding[], warnings: string[]): void {
+  if (!findings.length || policy === "off") return;
+  if (policy === "warn") return void warnings.push(...findings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
+  const where = findings.slice(0, 10).map((f) => f.where).join(", ") + (findings.length > 10 ? ` and ${findings.length - 10} more` : "");
+  throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${where}`);
+}
+
+/** What a capture keeps out of the bundle and collects, across `files` and the workspace. */
+interface CaptureScope {
+  lc: LoadedConfig;
+  staging: string;
+  /** why a file (absolute, and relative to its root) stays out, or null */
+  leaveOut: (abs: string, rel: string) => Omit<NotCaptured, "path"> | null;
+  /** a credential's file, by absolute path */
+  credentialFiles: Map<string, { name: string; ref: string }>;
+  notCaptured: NotCaptured[];
+  findings: { workspace: SecretFinding[]; files: SecretFinding[] };
+  warnings: string[];
+}
+
+/** Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is scanned. */
+function captureFiles(s: CaptureScope, reserved: Reserved): StagedComponent[] {
+  const { lc } = s;
+  const out: StagedComponent[] = [];
+  const realRoot = realpathSync(lc.dir);
+  for (const pattern of lc.config.files) {
+    for (const f of expandFiles(lc, pattern, reserved, realRoot)) {
+      const rel = relative(lc.dir, f).split(sep).join("/");
+      const path = `files/${rel}`;
+      if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
+      const why = s.leaveOut(f, rel) ?? s.leaveOut(realpathSync(f), rel);
+      if (why) {
+        s.notCaptured.push({ path: rel, ...why });
+        continue;
+      }
+      const dest = join(s.staging, path);
+      mkdirSync(join(dest, ".."), { recursive: true });
+      try {
+        copyFileSync(f, dest);
+      } catch (e) {
+        throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
+      }
+      if (lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(readFileSync(dest), `files: ${rel}`));
+      out.push({ path, kind: "file", name: rel, file: dest, target: rel });
+    }
+  }
+  return out;
+}
+
+/**
+ * Captures the workspace into staging (git bundle and patch, without what
+ * stays out), proves it rebuilds the tree, and scans what it holds.
+ */
+async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: string | null): Promise<{ staged: StagedComponent[]; manifest: Manifest["workspace"] }> {
+  const { lc } = s;
+  const cfg = lc.config.workspace!;
+  const wsDir = join(s.staging, "workspace");
+  mkdirSync(wsDir);
+  const target = restoreTarget(lc, cfg.path, "workspace");
+  // the repository, when it lies inside the workspace, is never read into its own bundle
+  const skipDirs = repoDir && isInside(repoDir, live) && repoDir !== live ? [relative(live, repoDir).split(sep).join("/")] : [];
+  const cap = await captureWorkspace(live, cfg.uncommitted, wsDir, { skipDirs, skip: (rel) => s.leaveOut(join(live, rel), rel) });
+  s.notCaptured.push(...cap.skipped.map((x) => ({ ...x, path: `${target}/${x.path}` })));
+  const staged: StagedComponent[] = [{ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile }];
+  if (cap.patchFile) staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
+  // prove the capture reproduces the tree before trusting it
+  const check = join(s.staging, "ws-check");
+  await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
+  const digest = await treeDigest(check);
+  if (cap.uncommitted === "include") {
+    const left = new Set(cap.skipped.map((x) => x.path));
+    const skip = (rel: string) => left.has(rel);
+    const rebuilt = left.size ? await treeDigest(check, { skip }) : digest;
+    if ((await treeDigest(live, { skipDirs, skip })).sha256 !== rebuilt.sha256) s.warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
+  }
+  if (lc.config.secretScan.workspace !== "off") {
+    s.findings.workspace.push(...(await scanWorkspace(check, cap.commit, cap.changed)));
+    // a credential's file that is committed can not be left out of the git bundle
+    const inside = [...s.credentialFiles].filter(([abs]) => isInside(abs, live)).map(([abs, c]) => [relative(live, abs).split(sep).join("/"), c] as const);
+    const committed = await committedPaths(check, cap.commit, inside.map(([rel]) => rel));
+    for (const [rel, c] of inside) if (committed.includes(rel)) s.findings.workspace.push({ where: `workspace: ${rel} (committed), the file of credential ${c.name} (${c.ref})`, kind: "credential file" });
+  }
+  rmSync(check, { recursive: true, force: true });
+  return { staged, manifest: { path: target, commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files } };
+}
+
+type WorkspaceCaptured = { staged: StagedComponent[]; manifest: Manifest["workspace"]; notCaptured: NotCaptured[]; findings: SecretFinding[] };
 
 /**
  * The last workspace capture of each workspace this process made, by the
  * state it was made from (a server takes checkpoint after checkpoint of an
  * unchanged workspace): the same state gives the same bundle and patch, whose
- * rebuild was already proven, so they are reused instead of captured, rebuilt
- * and hashed again. Only small captures are kept.
+ * rebuild was already proven and whose scan already ran, so they are reused
+ * instead of captured, rebuilt, hashed and scanned again. Only small captures are kept.
  */
-const lastCapture = new Map<string, { key: string; files: { path: string; kind: StagedComponent["kind"]; bytes: Buffer }[]; manifest: NonNullable<Manifest["workspace"]> }>();
+const lastCapture = new Map<string, { key: string; files: { path: string; kind: StagedComponent["kind"]; bytes: Buffer }[]; result: Omit<WorkspaceCaptured, "staged"> }>();
 const REUSE_MAX_BYTES = 8 << 20;
 
-/** Captures the workspace into `staging`, proving the capture rebuilds the tree (or reusing the last proven capture of the same state). */
-async function captureWs(lc: LoadedConfig, w: NonNullable<LoadedConfig["config"]["workspace"]>, staging: string, warnings: string[]): Promise<WorkspaceCaptured> {
-  const wsDir = join(staging, "workspace");
-  mkdirSync(wsDir);
-  const live = lc.resolve(w.path);
+/** Captures the workspace (or reuses the last proven capture of the same state and settings). */
+async function captureWs(s: CaptureScope, live: string, repoDir: string | null): Promise<WorkspaceCaptured> {
+  const w = s.lc.config.workspace!;
   const state = await workspaceState(live);
-  const key = `${w.uncommitted}:${state.key}`;
+  const key = createHash("sha256").update(JSON.stringify([w.uncommitted, s.lc.config.secretScan, [...s.credentialFiles.keys()], repoDir, state.key])).digest("hex");
   const known = lastCapture.get(live);
-  const stage = (f: { path: string; kind: StagedComponent["kind"] }, file: string): StagedComponent => ({ path: f.path, kind: f.kind, name: "workspace", file });
-  if (known?.key === key) {
-    const staged = known.files.map((f) => (writeFileSync(join(staging, f.path), f.bytes), stage(f, join(staging, f.path))));
-    return { staged, manifest: known.manifest };
+  if (known && known.key === key) {
+    mkdirSync(join(s.staging, "workspace"), { recursive: true });
+    const staged = known.files.map((f): StagedComponent => (writeFileSync(join(s.staging, f.path), f.bytes), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
+    return { staged, ...known.result };
   }
-  const cap = await captureWorkspace(live, w.uncommitted, wsDir);
-  const staged = [stage({ path: "workspace/repo.bundle", kind: "git-bundle" }, cap.bundleFile)];
-  if (cap.patchFile) staged.push(stage({ path: "workspace/changes.patch", kind: "git-patch" }, cap.patchFile));
-  // prove the capture reproduces the tree before trusting it
-  const check = join(staging, "ws-check");
-  await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
-  const digest = await treeDigest(check);
-  rmSync(check, { recursive: true, force: true });
-  const manifest = { path: restoreTarget(lc, w.path, "workspace"), commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files };
-  // the tree as it was when the capture began must be the tree the capture rebuilds
-  const consistent = cap.uncommitted !== "include" || state.tree.sha256 === digest.sha256;
-  if (!consistent) warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
-  const size = staged.reduce((n, c) => n + statSync(c.file).size, 0);
-  if (consistent && size <= REUSE_MAX_BYTES) lastCapture.set(live, { key, manifest, files: staged.map((c) => ({ path: c.path, kind: c.kind, bytes: readFileSync(c.file) })) });
-  return { staged, manifest };
+  const findings: SecretFinding[] = [];
+  const notCaptured: NotCaptured[] = [];
+  const own: CaptureScope = { ...s, notCaptured, findings: { workspace: findings, files: [] } };
+  const r = await captureWorkspaceInto(own, live, repoDir);
+  const size = r.staged.reduce((n, c) => n + statSync(c.file).size, 0);
+  if (!s.warnings.length && size <= REUSE_MAX_BYTES)
+    lastCapture.set(live, { key, files: r.staged.map((c) => ({ path: c.path, kind: c.kind, bytes: readFileSync(c.file) })), result: { manifest: r.manifest, notCaptured, findings } });
+  return { ...r, notCaptured, findings };
 }
 
-/** Captures databases, files and workspace between the pre and post hooks. */
+/** Captures databases (at one instant), state sources, files and workspace between the pre and post hooks. */
 async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions, warnings: string[]) {
   const cfg = lc.config;
   const dbs: DbRecord[] = [];
   let cut: Cut | undefined;
-  const files: StagedComponent[] = [];
-  const ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
+  let files: StagedComponent[] = [];
+  let ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
   let sources: Awaited<ReturnType<typeof captureSources>> = { staged: [], instant: undefined };
+  // a credential's file is a secret by definition, and names like .env usually hold one
+  const credentialFiles = new Map(cfg.credentials.filter((c) => c.ref.startsWith("file:")).map((c) => [lc.resolve(c.ref.slice(5)), c]));
+  const excluded = nameMatcher(cfg.secretScan.exclude);
+  const scope: CaptureScope = {
+    lc,
+    staging,
+    credentialFiles,
+    leaveOut: (abs, rel) => {
+      const cred = credentialFiles.get(abs);
+      if (cred) return { reason: "credential", detail: `${cred.name} (${cred.ref})` };
+      const pattern = excluded(rel);
+      return pattern ? { reason: "exclude", detail: `secretScan.exclude "${pattern}"` } : null;
+    },
+    notCaptured: [],
+    findings: { workspace: [], files: [] },
+    warnings,
+  };
+  const live = cfg.workspace ? lc.resolve(cfg.workspace.path) : null;
   let failure: unknown;
   let wsCapture: Promise<WorkspaceCaptured> | null = null;
   try {
@@ -216,12 +360,15 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
     o.progress?.("snapshotting databases");
     // the workspace's git commands run in child processes while the databases are copied here
-    wsCapture = cfg.workspace ? captureWs(lc, cfg.workspace, staging, warnings) : null;
+    wsCapture = live ? captureWs(scope, live, repoDir) : null;
     wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
     mkdirSync(join(staging, "db"), { recursive: true });
     // every database at one instant, then one record each
     if (cfg.databases.length)
-      cut = await snapshotDatabases(cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`) })), cfg.cut.waitSeconds * 1000);
+      cut = await snapshotDatabases(
+        cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`) })),
+        o.waitMs || cfg.cut.waitSeconds * 1000,
+      );
     for (const d of cfg.databases) {
       const copy = join(staging, "db", `${d.name}.sqlite`);
       dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
@@ -230,25 +377,17 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
       o.progress?.("capturing state sources");
       sources = await captureSources(lc, staging, warnings);
     }
-    const exclude = [...cfg.databases.map((d) => lc.resolve(d.path)), ...cfg.sources.flatMap((x) => (x.path ? [lc.resolve(x.path)] : [])), ...(repoDir ? [repoDir] : [])];
-    for (const pattern of cfg.files) {
-      for (const f of expandFiles(lc, pattern, exclude)) {
-        const rel = relative(lc.dir, f).split(sep).join("/");
-        const path = `files/${rel}`;
-        if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
-        const dest = join(staging, path);
-        mkdirSync(join(dest, ".."), { recursive: true });
-        try {
-          copyFileSync(f, dest);
-        } catch (e) {
-          throw wrap(e, `files: ${pattern}`);
-        }
-        files.push({ path, kind: "file", name: rel, file: dest, target: rel });
-      }
-    }
+    const dirs: [string, string][] = [];
+    if (repoDir) dirs.push([repoDir, "the repository"]);
+    if (live) dirs.push([live, "the workspace"]);
+    for (const x of cfg.sources) if (x.path) dirs.push([lc.resolve(x.path), `state source ${x.name}`]);
+    files = captureFiles(scope, { databases: cfg.databases.map((d) => lc.resolve(d.path)), dirs });
     if (wsCapture) {
       o.progress?.("capturing workspace");
-      Object.assign(ws, await wsCapture);
+      const w = await wsCapture;
+      ws = { staged: w.staged, manifest: w.manifest };
+      scope.notCaptured.push(...w.notCaptured);
+      scope.findings.workspace.push(...w.findings);
     }
   } catch (e) {
     failure = e;
@@ -262,7 +401,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     }
   }
   if (failure) throw failure;
-  return { dbs, sources, files, ws, cut };
+  return { dbs, sources, files, ws, cut, notCaptured: scope.notCaptured, findings: scope.findings };
 }
 
 /**
@@ -344,9 +483,11 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
 
     const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-    const { dbs, sources, files, ws, cut } = await capture(lc, repoDir, staging, o, warnings);
+    const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, o, warnings);
     if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
       warnings.push(`this snapshot captures no state: ${lc.path} names no database, no state source, no file that exists and no workspace`);
+    applyScanPolicy(cfg.secretScan.workspace, captured.workspace, warnings);
+    applyScanPolicy(cfg.secretScan.files, captured.files, warnings);
     crashStep("snapshotted");
 
     // an incremental's page index decides what goes in, so it is made here, before the payload, beside the
@@ -397,11 +538,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       const ic = d.inspected.integrity;
       if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
     });
-    const findings: SecretFinding[] = scanValue(cfg, "config");
-    const dbFindings = [...ins.findings, ...deltaFindings];
-    if (cfg.secretScan.databases === "refuse") findings.push(...dbFindings);
-    else warnings.push(...dbFindings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
-    if (findings.length) throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${findings.map((f) => f.where).join(", ")}`);
+    applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
+    applyScanPolicy(cfg.secretScan.databases, [...ins.findings, ...deltaFindings], warnings);
     crashStep("payload-written");
 
     const manifest = buildManifest({
@@ -436,9 +574,15 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       openOperations: ins.openOperations.map((op) => ({ ...op, strategy: strategyFor(op.kind, cfg.openOperations) })),
       cut,
       captureInstant: sources.instant,
+      notCaptured,
     });
-    const mfind = scanValue(manifest, "manifest");
-    if (mfind.length) throw policyError(`refusing to back up: possible secret (${mfind[0]!.kind}) in ${mfind.map((f) => f.where).join(", ")}`);
+    applyScanPolicy("refuse", scanValue(manifest, "manifest"), warnings);
+    // the reader's own checks (placement, sizes) before anything is signed: a bundle that can never be restored is not published
+    try {
+      parseManifest(encodeManifest(manifest));
+    } catch (e) {
+      throw usageError(`backup would not be restorable: ${(e as Error).message}`);
+    }
     o.progress?.("signing and writing bundle");
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
     // rather than written back during the bundle's fsync
@@ -460,6 +604,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       repeated: false,
       status: "committed",
       params_sha256: paramsDigest(o),
+      not_captured: notCaptured,
       warnings,
     };
     const ol = cfg.objectLock;

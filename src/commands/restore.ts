@@ -3,6 +3,7 @@ import { usageError } from "../errors.js";
 import { runRestore, type RestoreResult } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { context, type GlobalOpts } from "./context.js";
+import { parseDuration } from "./duration.js";
 
 export interface RestoreCmdOptions extends GlobalOpts {
   target: string;
@@ -19,6 +20,7 @@ export interface RestoreCmdOptions extends GlobalOpts {
   source?: string[];
   allowNonemptySource?: string[];
   allowEmbeddingChange?: boolean;
+  wait?: string;
   confirm: (plan: RestorePlan) => Promise<boolean>;
 }
 
@@ -55,6 +57,7 @@ export async function restore(ref: string, opts: RestoreCmdOptions): Promise<Res
       sources: opts.source,
       allowNonEmptySource: opts.allowNonemptySource,
       allowEmbeddingChange: opts.allowEmbeddingChange,
+      waitMs: opts.wait ? parseDuration(opts.wait) : 0,
     });
   } finally {
     bundle.release();

@@ -2,7 +2,7 @@
  * Finding, reading and validating the config file.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { dirname, isAbsolute, resolve } from "node:path";
+import { dirname, isAbsolute, resolve, sep } from "node:path";
 import { formatIssues, usageError } from "../errors.js";
 import { isUrl } from "../storage/open.js";
 import { ConfigSchema, type Config } from "./schema.js";
@@ -39,7 +39,30 @@ export function loadConfig(path: string): LoadedConfig {
   const parsed = ConfigSchema.safeParse(raw);
   if (!parsed.success) throw usageError(`config ${path}: ${formatIssues(parsed.error.issues)}`);
   const dir = dirname(path);
-  return { config: parsed.data, path, dir, resolve: (p) => (isAbsolute(p) ? p : resolve(dir, p)) };
+  const lc: LoadedConfig = { config: parsed.data, path, dir, resolve: (p) => (isAbsolute(p) ? p : resolve(dir, p)) };
+  const clash = placementClash(lc);
+  if (clash) throw usageError(`config ${path}: ${clash}`);
+  return lc;
+}
+
+/**
+ * What the workspace would capture twice: a `files` entry whose fixed part
+ * lies inside it, or a database inside it (restored in place, then the
+ * workspace is rebuilt over it). Such a backup could never be restored.
+ * @returns the problem, or null.
+ */
+function placementClash(lc: LoadedConfig): string | null {
+  const ws = lc.config.workspace;
+  if (!ws) return null;
+  const root = lc.resolve(ws.path);
+  const inside = (p: string) => p === root || p.startsWith(root + sep);
+  for (const [i, f] of lc.config.files.entries()) {
+    const fixed = f.split("/").filter((seg, k, all) => all.slice(0, k + 1).every((x) => !/[*?[\]{}()!]/.test(x))).join("/");
+    if (inside(lc.resolve(fixed || "."))) return `files.${i}: "${f}" is inside the workspace (${ws.path}), which is captured with its history; remove it from files`;
+  }
+  for (const [i, d] of lc.config.databases.entries())
+    if (inside(lc.resolve(d.path))) return `databases.${i}.path: "${d.path}" is inside the workspace (${ws.path}); keep databases outside it (the workspace is rebuilt from git)`;
+  return null;
 }
 
 /** Loads the config when one is named or present; undefined otherwise. */

@@ -35,6 +35,32 @@ const source = z.strictObject({
 /** Access tiers of the agent interface (MCP and HTTP), each including the ones before it; no tier deletes or restores. */
 export const TIERS = ["read", "checkpoint", "restore-request"] as const;
 export type Tier = (typeof TIERS)[number];
+const scanPolicy = z.enum(["refuse", "warn", "off"]).default("refuse");
+
+/**
+ * Names that commonly hold secrets, never captured from uncommitted work or
+ * `files` (gitignore-style; see nameMatcher): dotenv files, SSH keys, key and
+ * certificate stores, and the credential files of cloud CLIs and tools.
+ */
+export const DEFAULT_EXCLUDE = [
+  ".env",
+  ".env.*",
+  "id_*",
+  "*.pem",
+  "*.key",
+  "*.p12",
+  "*.pfx",
+  ".netrc",
+  ".git-credentials",
+  ".pgpass",
+  "**/.aws/credentials",
+  "**/.aws/config",
+  "**/.config/gcloud",
+  "application_default_credentials.json",
+  "**/.azure",
+  "**/.kube/config",
+  "**/.docker/config.json",
+];
 
 const ConfigObject = z.strictObject({
   $schema: z.string().optional(),
@@ -88,9 +114,15 @@ const ConfigObject = z.strictObject({
       expireDays: z.number().int().positive().default(365),
     })
     .default({ expireDays: 365 }),
+  /** per source: refuse (exit 14), warn (exit 3) or off; `exclude`: names never captured from the workspace's uncommitted work or `files` */
   secretScan: z
-    .strictObject({ databases: z.enum(["refuse", "warn", "off"]).default("refuse") })
-    .default({ databases: "refuse" }),
+    .strictObject({
+      databases: scanPolicy,
+      workspace: scanPolicy,
+      files: scanPolicy,
+      exclude: z.array(z.string().min(1)).default(DEFAULT_EXCLUDE),
+    })
+    .default({ databases: "refuse", workspace: "refuse", files: "refuse", exclude: DEFAULT_EXCLUDE }),
   /** S3 Object Lock for uploaded bundles: a compromised agent host can not delete its history */
   objectLock: z.strictObject({ mode: z.enum(["governance", "compliance"]), days: z.number().int().positive() }).optional(),
   incremental: z

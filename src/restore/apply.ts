@@ -3,18 +3,19 @@
  * folder beside the target, check, place it with one rename, and leave the
  * agent suspended behind a new fencing generation.
  */
-import { existsSync, mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
 import { extractAndCheck, type Check } from "../bundle/extract.js";
 import { verifyBundle } from "../bundle/reader.js";
+import { fileSha256 } from "../bundle/streams.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { policyError, usageError, verifyError } from "../errors.js";
-import { fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
+import { ensureDir, fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
 import type { Repository } from "../repository/repository.js";
 import { checkCredentials } from "../state/credentials.js";
 import { integrityCheck, openDefensive } from "../state/sqlite.js";
@@ -50,6 +51,8 @@ export interface RestoreOptions {
   expectAgent?: string;
   expectTenant?: string;
   requestId?: string;
+  /** how long to wait for another restore of the same agent to finish (0: refuse at once with 11) */
+  waitMs?: number;
   now?: Date;
   /** `--source NAME=URL` values: a source's target instead of its recorded reference resolved here */
   sources?: string[];
@@ -72,26 +75,65 @@ export interface RestoreResult {
 const SIDECAR = /-(wal|shm|journal)$/;
 
 /**
- * The target must be absent or empty. Stale SQLite sidecar files (-wal, -shm,
- * -journal) left by another database are moved aside, never paired with a
- * restored database.
- * @returns the quarantine folder, if one was made.
+ * Refuses a target that is a symbolic link (even a dangling one): what it
+ * points to is not what the operator named.
+ * @throws AgentbakError(2).
  */
-function prepareTarget(target: string): string | null {
-  if (!existsSync(target)) return null;
+function refuseSymlink(target: string): void {
+  let st;
+  try {
+    st = lstatSync(target);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw e;
+  }
+  if (st.isSymbolicLink()) throw usageError(`target ${target} is a symbolic link${existsSync(target) ? "" : " to nothing"}; pass the folder it should be`);
+}
+
+/**
+ * The target must be absent or an empty folder. Stale SQLite sidecar files
+ * (-wal, -shm, -journal) left by another database may be there: they are
+ * listed, and moved aside only when the restore is placed.
+ * @returns the sidecar files in the target.
+ * @throws AgentbakError(2) when the target is a file or holds anything else.
+ */
+function checkTarget(target: string): string[] {
+  if (!existsSync(target)) return [];
   if (!statSync(target).isDirectory()) throw usageError(`target ${target} exists and is not a folder`);
   const files = readdirSync(target, { withFileTypes: true, recursive: true }).filter((e) => !e.isDirectory()).map((e) => join(e.parentPath, e.name));
-  if (files.length === 0) return null;
   const others = files.filter((f) => !SIDECAR.test(f));
   if (others.length) throw usageError(`target ${target} is not empty (${relative(target, others[0]!)} ...); restore only into an empty or absent folder`);
-  const q = `${target}.quarantine-${Date.now()}`;
-  for (const f of files) {
-    const dest = join(q, relative(target, f));
-    mkdirSync(dirname(dest), { recursive: true });
-    renameSync(f, dest);
+  return files;
+}
+
+/**
+ * Moves sidecar files out of the target into `<target>.quarantine-<time>`
+ * (never paired with the restored database) and removes the folders they
+ * leave empty. @returns the quarantine folder and a function that moves them back.
+ */
+function quarantine(target: string, files: string[]): { folder: string; undo: () => void } | null {
+  if (!files.length) return null;
+  const folder = `${target}.quarantine-${Date.now()}`;
+  const moved: [string, string][] = [];
+  const undo = () => {
+    for (const [from, to] of moved.reverse()) {
+      mkdirSync(dirname(from), { recursive: true });
+      renameSync(to, from);
+    }
+  };
+  try {
+    for (const f of files) {
+      const dest = join(folder, relative(target, f));
+      mkdirSync(dirname(dest), { recursive: true });
+      renameSync(f, dest);
+      moved.push([f, dest]);
+    }
+  } catch (e) {
+    undo();
+    throw e;
   }
   removeEmptyDirs(target);
-  return q;
+  return { folder, undo };
 }
 
 /** Removes the now-empty folders under `dir` (rmdir fails on anything that is not empty). */
@@ -132,11 +174,12 @@ function sourceTargets(m: Manifest, flags: Map<string, string>, target: string, 
 /**
  * Restores a snapshot into `target`.
  * State sources go into their targets (each must be empty) before the folder is placed.
- * @throws AgentbakError: 2 target or a source's target not empty, a source unresolved, no approval without TTY; 10 not found, 11 locked, 12 no key, 13 verification, 14 policy.
+ * @throws AgentbakError: 2 target a symbolic link or not empty, a source's target not empty or unresolved, no approval without TTY; 10 not found, 11 locked, 12 no key, 13 verification, 14 policy; 1 naming path and errno when the disk fails.
  */
 export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const now = o.now ?? new Date();
   const target = resolve(o.target);
+  refuseSymlink(target);
   const cfg = o.lc?.config;
   const expectAgent = o.expectAgent ?? cfg?.agent.id;
   const v = await verifyBundle(o.bundle.path, o.trust, now);
@@ -181,9 +224,10 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   if (prior) return { ...prior, repeated: true };
   if (!(await o.approve(plan))) throw await refuse(`restore of ${m.snapshot_id} not approved`);
 
-  const lock = repo ? await repo.lock(a, "restore") : null;
+  checkTarget(target);
+  const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   const parent = dirname(target);
-  mkdirSync(parent, { recursive: true });
+  ensureDir(parent);
   const stagingTag = `.agentbak-restore-${basename(target)}`;
   let staging: string | null = null;
   try {
@@ -192,8 +236,6 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     if (again) return { ...again, repeated: true };
     sweepDead(parent, ".agentbak-restore-");
     staging = pidDir(parent, stagingTag);
-    const quarantine = prepareTarget(target);
-    if (quarantine) warnings.push(`stale SQLite sidecar files in the target were moved to ${quarantine}`);
     const ids = o.identities();
     const root = join(staging, "root");
     const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links);
@@ -226,14 +268,23 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     );
     fsyncTree(root);
     crashStep("markers-written");
-    if (existsSync(target)) rmdirSync(target); // empty (checked above)
-    renameSync(root, target);
+    // stale sidecars move aside only now, when nothing can fail before the target is replaced
+    const q = quarantine(target, checkTarget(target));
+    try {
+      if (existsSync(target)) rmdirSync(target); // empty (checked above)
+      renameSync(root, target);
+    } catch (e) {
+      q?.undo();
+      throw e;
+    }
+    if (q) warnings.push(`stale SQLite sidecar files in the target were moved to ${q.folder}`);
     fsyncDir(parent);
     crashStep("placed");
     // check again where it now lives; a failure removes what was placed
     try {
       for (const d of x.databases) {
         const placed = join(target, relative(root, d.path));
+        if ((await fileSha256(placed)) !== d.sha256) throw verifyError(`post-restore check of ${d.name}: ${placed} is not the database the manifest signed (sha256 differs)`);
         const db = openDefensive(placed);
         try {
           const ic = integrityCheck(db);

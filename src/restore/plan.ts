@@ -25,6 +25,8 @@ export interface RestorePlan {
   /** lease and deadline columns the restore rebases */
   timers: TimerMove[];
   credentials: CredentialStatus[];
+  /** what the backup deliberately left out (credential files, excluded names): to be provided where the agent runs */
+  not_captured: NonNullable<Manifest["not_captured"]>;
   schema_version: number | null;
   next_generation: number;
   policy: PolicyDecision;
@@ -70,6 +72,7 @@ export function buildPlan(
     open_operations: more.operations,
     timers: more.timers,
     credentials,
+    not_captured: m.not_captured ?? [],
     schema_version: m.schema_version,
     next_generation: nextGeneration,
     policy,

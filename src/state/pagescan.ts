@@ -1,7 +1,7 @@
 /**
  * The secret scan at page level: reads a snapshot file's b-tree pages
  * directly (SQLite file format, https://sqlite.org/fileformat2.html) and
- * checks every text value for token formats, without decoding rows through
+ * checks every text and BLOB value for token formats, without decoding rows through
  * SQL. A page is parsed only when its raw bytes hold something token-like;
  * cells whose payload spills to overflow pages are reassembled by following
  * the chain (values over 4 MiB are scanned raw along it instead), so a value
@@ -60,7 +60,7 @@ function serialSize(t: number): number {
   return [0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0][t] ?? 0;
 }
 
-/** Whether any text value of a record (`payload`) matches a token format. */
+/** Whether any text or BLOB value of a record (`payload`) matches a token format. */
 function recordHasSecret(payload: Buffer): boolean {
   const [hs, n] = varint(payload, 0, payload.length);
   if (hs < 1 || hs > payload.length) return false;
@@ -70,7 +70,8 @@ function recordHasSecret(payload: Buffer): boolean {
     if (m === 0) return false;
     p += m;
     const len = serialSize(t);
-    if (t >= 13 && t % 2 === 1 && body + len <= payload.length && detectSecret(payload.toString("utf8", body, body + len))) return true;
+    // text (odd types from 13) as UTF-8; BLOBs (even types from 12) as latin1, which keeps an ASCII token intact
+    if (t >= 12 && body + len <= payload.length && detectSecret(payload.toString(t % 2 ? "utf8" : "latin1", body, body + len))) return true;
     body += len;
   }
   return false;

@@ -15,7 +15,7 @@ export const TOKEN_PATTERNS: { name: string; prefix: string; re: RegExp }[] = [
   { name: "Google API key", prefix: "AIza", re: /\bAIza[0-9A-Za-z_-]{35}\b/ },
   // spelled in two parts so a repository scan for committed keys does not flag the detector itself
   { name: "age secret key", prefix: "AGE-SECRET-" + "KEY-1", re: new RegExp("AGE-SECRET-" + "KEY-1[0-9A-Z]{58}") },
-  { name: "private key block", prefix: "-----BEGIN", re: /-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----/ },
+  { name: "private key block", prefix: "-----BEGIN", re: /-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----/ },
 ];
 
 /** A finding: where, and which format, never the value. */
@@ -51,23 +51,24 @@ const q = (s: string) => `"${s.replace(/"/g, '""')}"`;
 const PREFILTER = new RegExp(TOKEN_PATTERNS.map((p) => p.prefix.replace(/[.*+?^${}()|[\]\\-]/g, "\\$&")).join("|"));
 
 /**
- * Scans every text column of every table for token formats, one pass per
+ * Scans every column (text and BLOB values) of every table for token formats, one pass per
  * table, through a function registered on this connection only (schema code
  * can not call it: it is not innocuous and trusted_schema is off).
  * @returns findings as `table.column rowid N`, at most `limit`.
  */
 export function scanDatabase(db: DB, dbName: string, limit = 20): SecretFinding[] {
   const out: SecretFinding[] = [];
-  db.function("agentbak_maybe_secret", { deterministic: true, varargs: true }, (...vs: unknown[]) => (vs.some((v) => typeof v === "string" && PREFILTER.test(v)) ? 1 : 0));
+  // text and BLOB values alike: a key pasted into a blob is still a key (tokens are ASCII, so latin1 keeps them)
+  const asText = (v: unknown) => (typeof v === "string" ? v : Buffer.isBuffer(v) ? v.toString("latin1") : null);
+  db.function("agentbak_maybe_secret", { deterministic: true, varargs: true }, (...vs: unknown[]) => (vs.some((v) => { const t = asText(v); return t !== null && PREFILTER.test(t); }) ? 1 : 0));
   const tables = db
     // virtual tables keep their rows in shadow tables, which are scanned (and their module may not be loaded here)
     .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND sql NOT LIKE '%WITHOUT ROWID%' AND sql NOT LIKE 'CREATE VIRTUAL TABLE%'")
     .pluck()
     .all() as string[];
   for (const t of tables) {
-    const cols = (db.prepare(`PRAGMA table_info(${q(t)})`).all() as { name: string; type: string }[])
-      .filter((c) => !/BLOB|INT|REAL|FLOA|DOUB|NUM/i.test(c.type))
-      .map((c) => c.name);
+    // SQLite keeps any value in any column, so every column is looked at (only rows the page scan flagged get here)
+    const cols = (db.prepare(`PRAGMA table_info(${q(t)})`).all() as { name: string }[]).map((c) => c.name);
     if (!cols.length) continue;
     // one call per row over all text columns; exact checks only for candidate rows
     const candidates = db.prepare(`SELECT rowid FROM ${q(t)} WHERE agentbak_maybe_secret(${cols.map(q).join(", ")})`).pluck().all() as number[];
@@ -76,13 +77,52 @@ export function scanDatabase(db: DB, dbName: string, limit = 20): SecretFinding[
       const vals = get.get(r) as unknown[];
       cols.forEach((c, i) => {
         const v = vals[i];
-        const k = typeof v === "string" ? detectSecret(v) : null;
+        const text = asText(v);
+        const k = text !== null ? detectSecret(text) : null;
         if (k) out.push({ where: `database ${dbName}: ${t}.${c} rowid ${r}`, kind: k });
       });
       if (out.length >= limit) return out.slice(0, limit);
     }
   }
   return out;
+}
+
+/**
+ * Findings in the bytes of a file (any encoding; tokens are ASCII), each named
+ * `<where> line N`. One pass of RAW_PATTERN decides whether the lines are
+ * looked at at all. @returns at most `limit` findings.
+ */
+export function scanText(bytes: Buffer, where: string, limit = 20): SecretFinding[] {
+  const text = bytes.toString("latin1");
+  if (!RAW_PATTERN.test(text)) return [];
+  const out: SecretFinding[] = [];
+  text.split("\n").forEach((line, i) => {
+    const k = out.length < limit && RAW_PATTERN.test(line) ? detectSecret(line) : null;
+    if (k) out.push({ where: `${where} line ${i + 1}`, kind: k });
+  });
+  return out;
+}
+
+/**
+ * A test for names that commonly hold secrets (gitignore-style patterns: `*`
+ * and `?` within a name, `**` across folders; a pattern without `/` matches a
+ * name at any depth; a matching folder covers everything in it).
+ * @returns for a `/`-separated relative path, the first pattern it matches, or null.
+ */
+export function nameMatcher(patterns: string[]): (rel: string) => string | null {
+  const compiled = patterns.map((p): [string, RegExp] => {
+    const anchored = p.includes("/") ? p.replace(/^\/+|\/+$/g, "") : `**/${p}`;
+    let re = "";
+    for (let i = 0; i < anchored.length; i++) {
+      if (anchored.startsWith("**/", i)) (re += "(?:.*/)?"), (i += 2);
+      else if (anchored.startsWith("**", i)) (re += ".*"), (i += 1);
+      else if (anchored[i] === "*") re += "[^/]*";
+      else if (anchored[i] === "?") re += "[^/]";
+      else re += anchored[i]!.replace(/[.+^${}()|[\]\\]/g, "\\$&");
+    }
+    return [p, new RegExp(`^${re}(?:/.*)?$`)];
+  });
+  return (rel) => compiled.find(([, re]) => re.test(rel))?.[0] ?? null;
 }
 
 /**

@@ -2,8 +2,8 @@
  * SQLite: consistent online copies, defensive opening, integrity checks.
  */
 import Database from "better-sqlite3";
-import { existsSync } from "node:fs";
-import { lockedError, wrap } from "../errors.js";
+import { statSync } from "node:fs";
+import { type AgentbakError, ioErrno, ioError, lockedError, usageError, verifyError, wrap } from "../errors.js";
 
 export type DB = Database.Database;
 
@@ -103,6 +103,25 @@ export function vec0Dimensions(db: DB): { table: string; column: string; dimensi
 /** PRAGMA user_version. */
 export const userVersion = (db: DB) => db.pragma("user_version", { simple: true }) as number;
 
+/** How long a snapshot waits for a writer's lock on a live database when --wait does not say. */
+export const DEFAULT_BUSY_MS = 5000;
+
+/**
+ * An error from SQLite about database `name` at `path`, for the user: busy or
+ * locked is 11 (naming the wait), a full or failing disk names the path and
+ * errno (1), a file SQLite refuses (not a database, corrupt, a schema it will
+ * not load) is 13.
+ */
+export function sqliteError(e: unknown, name: string, path: string, waitedMs = 0): AgentbakError {
+  const code = String((e as { code?: unknown })?.code ?? "");
+  const msg = (e as Error)?.message ?? String(e);
+  if (/^SQLITE_(BUSY|LOCKED)/.test(code))
+    return lockedError(`database ${name} (${path}) is locked by another process (${msg}; waited ${Math.round(waitedMs / 1000)}s); pass --wait to wait longer`);
+  if (/^SQLITE_(FULL|IOERR)/.test(code) || ioErrno(e)) return ioError(e, `database ${name}: ${path}`);
+  if (/^SQLITE_(NOTADB|CORRUPT|ERROR|SCHEMA)/.test(code)) return verifyError(`database ${name} (${path}): ${msg}`);
+  return wrap(e, `database ${name} (${path})`);
+}
+
 /** How the databases of one snapshot were captured at one instant (recorded in the manifest as `cut`). */
 export interface Cut {
   /** when the read snapshots were opened: the instant the snapshot holds */
@@ -140,7 +159,15 @@ export interface CopyJob {
  */
 export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promise<Cut> {
   const ordered = [...jobs].sort((x, y) => (x.name < y.name ? -1 : 1));
-  for (const j of ordered) if (!existsSync(j.src)) throw wrap(Object.assign(new Error("missing"), { code: "ENOENT", path: j.src }), `database ${j.name}`);
+  for (const j of ordered) {
+    let st;
+    try {
+      st = statSync(j.src);
+    } catch (e) {
+      throw wrap(e, `database ${j.name}: ${j.src}`);
+    }
+    if (st.isDirectory()) throw usageError(`database ${j.name}: ${j.src} is a folder, not an SQLite database file`);
+  }
   const locks: DB[] = [];
   const readers: { job: CopyJob; db: DB }[] = [];
   const t0 = Date.now();
@@ -155,8 +182,8 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promis
           db.exec("BEGIN IMMEDIATE");
         } catch (e) {
           if ((e as { code?: string }).code?.startsWith("SQLITE_BUSY"))
-            throw lockedError(`database ${j.name}: its write lock was not free within ${waitMs / 1000}s (cut.waitSeconds); no snapshot was taken`);
-          throw wrap(e, `database ${j.name}: taking the write lock`);
+            throw lockedError(`database ${j.name}: its write lock was not free within ${waitMs / 1000}s; no snapshot was taken (pass --wait, or raise cut.waitSeconds)`);
+          throw sqliteError(e, j.name, j.src, waitMs);
         }
       }
       locked = Date.now();
@@ -164,11 +191,13 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promis
     for (const j of ordered) {
       const db = openSource(j, true);
       readers.push({ job: j, db });
+      db.pragma(`busy_timeout = ${Math.max(0, Math.round(waitMs - (Date.now() - t0)))}`);
       try {
+        // a writer holding an exclusive lock (rollback journal) is met here, as busy
         db.exec("BEGIN");
         db.prepare("SELECT count(*) FROM sqlite_schema").get(); // the read snapshot starts at the first read
       } catch (e) {
-        throw wrap(e, `database ${j.name}: opening a read snapshot`);
+        throw sqliteError(e, j.name, j.src, waitMs);
       }
     }
     const at = new Date();
@@ -179,15 +208,19 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promis
         // one read transaction is open on this connection, so every step copies the same committed state
         await db.backup(job.dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
       } catch (e) {
-        throw wrap(e, `database ${job.name}: online backup to ${job.dest}`);
+        throw ioErrno(e) ? ioError(e, `database ${job.name}: online backup to ${job.dest}`) : sqliteError(e, job.name, job.src, waitMs);
       }
     }
     for (const { job } of readers) {
-      const copy = new Database(job.dest);
+      let copy: DB | undefined;
       try {
+        copy = new Database(job.dest);
         copy.pragma("journal_mode = DELETE");
+      } catch (e) {
+        // the copy holds the live database's schema: name the live file
+        throw ioErrno(e) ? ioError(e, `database ${job.name}: ${job.dest}`) : sqliteError(e, job.name, job.src);
       } finally {
-        copy.close();
+        copy?.close();
       }
     }
     return {
@@ -205,11 +238,9 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promis
 
 function openSource(j: CopyJob, readonly: boolean): DB {
   try {
-    const db = new Database(j.src, { readonly, fileMustExist: true });
-    db.pragma("busy_timeout = 10000");
-    return db;
+    return new Database(j.src, { readonly, fileMustExist: true });
   } catch (e) {
-    throw wrap(e, `database ${j.name}: opening ${j.src}${readonly ? "" : " to take its write lock"}`);
+    throw sqliteError(e, j.name, j.src);
   }
 }
 

@@ -1,6 +1,8 @@
 /**
  * The agent's git workspace: capture (commit, branch, dirty flag, a git bundle
- * and a binary patch of uncommitted and untracked work) and reconstruction.
+ * and a binary patch of uncommitted and untracked work, nested repositories'
+ * files included, secret-bearing names left out), its secret scan, and
+ * reconstruction.
  *
  * Reconstruction never runs a hook or reads config that came from a bundle:
  * the repository is cloned fresh with an empty template, and every git call
@@ -8,22 +10,35 @@
  */
 import { execa } from "execa";
 import { createHash } from "node:crypto";
-import { lstatSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { policyError, wrap } from "../errors.js";
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, statSync, writeFileSync } from "node:fs";
+import { join, relative, sep } from "node:path";
+import { notFound, policyError, usageError, wrap } from "../errors.js";
+import { scanText, TOKEN_PATTERNS, type SecretFinding } from "./secrets.js";
 
 /** Options that neutralise repository-controlled code execution. */
 const SAFE = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false", "-c", "protocol.file.allow=always"];
 const ENV = { GIT_TERMINAL_PROMPT: "0", GIT_CONFIG_NOSYSTEM: "1", GIT_OPTIONAL_LOCKS: "0" };
 
-async function git(cwd: string, args: string[], opts: { input?: string; encoding?: "buffer" } = {}) {
-  try {
-    const r = await execa("git", [...SAFE, ...args], { cwd, env: ENV, input: opts.input, stripFinalNewline: false, encoding: opts.encoding === "buffer" ? "buffer" : "utf8" });
-    return r.stdout as unknown as string & Uint8Array;
-  } catch (e) {
-    const err = e as { stderr?: string; shortMessage?: string };
-    throw wrap(new Error(String(err.stderr || err.shortMessage).trim().split("\n")[0]), `git ${args[0]} in ${cwd}`);
-  }
+async function git(cwd: string, args: string[], opts: { input?: string; encoding?: "buffer"; okExit?: number[] } = {}) {
+  const r = await execa("git", [...SAFE, ...args], { cwd, env: ENV, input: opts.input, stripFinalNewline: false, encoding: opts.encoding === "buffer" ? "buffer" : "utf8", reject: false });
+  if (r.exitCode === 0 || opts.okExit?.includes(r.exitCode ?? -1)) return r.stdout as unknown as string & Uint8Array;
+  const why = String(r.stderr || r.shortMessage).trim().split("\n")[0];
+  throw wrap(new Error(why), `git ${args[0]} in ${cwd}`);
+}
+
+/** A path a capture deliberately left out, and why (manifest `not_captured`). */
+export interface Skipped {
+  path: string;
+  reason: "credential" | "exclude" | "repository" | "nested-git";
+  detail: string;
+}
+
+/** What to keep out of a workspace capture. */
+export interface CaptureFilter {
+  /** workspace-relative folders never read (the repository, when it lies inside the workspace) */
+  skipDirs: string[];
+  /** for a workspace-relative file of uncommitted work: why it stays out, or null */
+  skip: (rel: string) => Omit<Skipped, "path"> | null;
 }
 
 /** What a workspace capture recorded. */
@@ -34,46 +49,142 @@ export interface WorkspaceCapture {
   uncommitted: "include" | "refuse" | "ignore";
   bundleFile: string;
   patchFile: string | null;
+  /** workspace-relative files of uncommitted work in the patch */
+  changed: string[];
+  skipped: Skipped[];
+}
+
+const pathspec = (skipDirs: string[]) => ["--", ".", ...skipDirs.map((d) => `:(exclude,literal)${d}`)];
+
+/**
+ * The files of a working tree as git sees them (tracked and untracked, not
+ * ignored), workspace-relative and sorted. A nested repository (a clone in
+ * the workspace) or a submodule is listed by its own git, so its files count
+ * and its `.git` never does; a folder git lists whole without a `.git` (a
+ * submodule rebuilt as plain files) is walked.
+ * @returns the files and the nested repositories met.
+ */
+export async function workingFiles(root: string, skipDirs: string[] = []): Promise<{ files: string[]; nested: string[] }> {
+  const files: string[] = [];
+  const nested: string[] = [];
+  const walk = async (dir: string) => {
+    const listed = await git(join(root, dir), ["ls-files", "-c", "-o", "--exclude-standard", "-z", ...(dir ? [] : pathspec(skipDirs))]);
+    for (const n of new Set(listed.split("\0").filter(Boolean))) {
+      const rel = (dir ? `${dir}/${n}` : n).replace(/\/$/, "");
+      let st;
+      try {
+        st = lstatSync(join(root, rel));
+      } catch {
+        continue; // deleted in the working tree
+      }
+      if (!st.isDirectory()) files.push(rel);
+      else if (existsSync(join(root, rel, ".git"))) {
+        nested.push(rel);
+        await walk(rel);
+      } else
+        for (const e of readdirSync(join(root, rel), { withFileTypes: true, recursive: true }))
+          if (!e.isDirectory() && !join(e.parentPath, e.name).split(sep).includes(".git")) files.push(relative(root, join(e.parentPath, e.name)).split(sep).join("/"));
+    }
+  };
+  await walk("");
+  return { files: [...new Set(files)].sort(), nested };
 }
 
 /**
- * Captures the workspace into `outDir` (repo.bundle, changes.patch).
- * @throws AgentbakError(14) when it is dirty and the config says refuse.
+ * Captures the workspace into `outDir` (repo.bundle, changes.patch): HEAD as a
+ * git bundle, and uncommitted work (staged, unstaged, untracked, and the files
+ * of nested repositories and submodules) as a binary patch, without what
+ * `filter` keeps out.
+ * @throws AgentbakError 10 when the folder is missing, 2 when it is not the top of a git repository with a commit, 14 when it is dirty and the config says refuse.
  */
-export async function captureWorkspace(path: string, mode: "include" | "refuse" | "ignore", outDir: string): Promise<WorkspaceCapture> {
-  const commit = (await git(path, ["rev-parse", "--verify", "HEAD"])).trim();
-  const branch = (await git(path, ["symbolic-ref", "--short", "-q", "HEAD"]).catch(() => "")).trim() || null;
-  const status = await git(path, ["status", "--porcelain=v1", "-z", "--untracked-files=all"]);
+export async function captureWorkspace(path: string, mode: "include" | "refuse" | "ignore", outDir: string, filter: CaptureFilter = { skipDirs: [], skip: () => null }): Promise<WorkspaceCapture> {
+  if (!existsSync(path)) throw notFound(`workspace ${path} not found`);
+  if (!statSync(path).isDirectory()) throw usageError(`workspace ${path} is not a folder`);
+  const top = (await git(path, ["rev-parse", "--show-toplevel"]).catch(() => "")).trim();
+  if (!top) throw usageError(`workspace ${path} is not a git repository (git init it, or remove "workspace" from the config)`);
+  if (realpathSync(top) !== realpathSync(path)) throw usageError(`workspace ${path} is inside the git repository ${top}; name the repository's top folder`);
+  const commit = (await git(path, ["rev-parse", "--verify", "-q", "HEAD"], { okExit: [1] })).trim();
+  if (!commit) throw usageError(`workspace ${path} has no commit yet; commit once before backing it up`);
+  const branch = (await git(path, ["symbolic-ref", "--short", "-q", "HEAD"], { okExit: [1] })).trim() || null;
+  const spec = pathspec(filter.skipDirs);
+  const status = await git(path, ["status", "--porcelain=v1", "-z", "--untracked-files=all", ...spec]);
   const dirty = status.length > 0;
   if (dirty && mode === "refuse")
     throw policyError(`workspace ${path} has uncommitted changes and workspace.uncommitted is "refuse"`);
   const bundleFile = join(outDir, "repo.bundle");
   await git(path, ["bundle", "create", bundleFile, "HEAD", ...(branch ? [`refs/heads/${branch}`] : [])]);
+  const skipped: Skipped[] = filter.skipDirs.filter((d) => existsSync(join(path, d))).map((d) => ({ path: d, reason: "repository", detail: "the backup repository" }));
+  const changed: string[] = [];
   let patchFile: string | null = null;
   if (dirty && mode === "include") {
-    const parts: Buffer[] = [Buffer.from(await git(path, ["diff", "--binary", "HEAD"], { encoding: "buffer" }))];
-    const untracked = (await git(path, ["ls-files", "-o", "--exclude-standard", "-z"])).split("\0").filter(Boolean);
-    for (const f of untracked) {
+    const keep = (rel: string) => {
+      const why = filter.skip(rel);
+      if (why) skipped.push({ path: rel, ...why });
+      return !why;
+    };
+    // tracked files: one diff, submodules left to their files below
+    const diffArgs = ["--binary", "--no-renames", "--ignore-submodules=all", "HEAD"];
+    const trackedChanged = (await git(path, ["diff", "--name-only", "-z", ...diffArgs.slice(1), ...spec])).split("\0").filter(Boolean);
+    const kept = trackedChanged.filter(keep);
+    const left = trackedChanged.filter((f) => !kept.includes(f)).map((f) => `:(exclude,literal)${f}`);
+    const parts: Buffer[] = [Buffer.from(await git(path, ["diff", ...diffArgs, ...spec, ...left], { encoding: "buffer" }))];
+    changed.push(...kept);
+    // everything else git would list that HEAD does not track: untracked files, and the files of nested repositories and submodules
+    const tracked = new Set((await git(path, ["ls-files", "-c", "-z", ...spec])).split("\0").filter(Boolean));
+    const { files, nested } = await workingFiles(path, filter.skipDirs);
+    for (const n of nested) skipped.push({ path: n, reason: "nested-git", detail: "a nested repository or submodule: its files are captured, not its history" });
+    for (const f of files.filter((x) => !tracked.has(x) && keep(x))) {
       // `git diff --no-index` exits 1 when files differ, which they always do here
-      const r = await execa("git", [...SAFE, "diff", "--no-index", "--binary", "--", "/dev/null", f], { cwd: path, env: ENV, reject: false, encoding: "buffer", stripFinalNewline: false });
-      if (r.exitCode !== 1) throw wrap(new Error(Buffer.from(r.stderr).toString().trim()), `git diff of untracked ${f}`);
-      parts.push(Buffer.from(r.stdout));
+      parts.push(Buffer.from(await git(path, ["diff", "--no-index", "--binary", "--", "/dev/null", f], { encoding: "buffer", okExit: [1] })));
+      changed.push(f);
     }
     patchFile = join(outDir, "changes.patch");
     writeFileSync(patchFile, Buffer.concat(parts));
   }
-  return { commit, branch, dirty, uncommitted: mode, bundleFile, patchFile };
+  return { commit, branch, dirty, uncommitted: mode, bundleFile, patchFile, changed, skipped };
 }
 
 /**
- * A digest of a working tree as git sees it (tracked plus untracked, not
- * ignored): path, executable bit or symlink, and content of every file.
+ * Possible secrets in what a capture holds: every file of the captured
+ * commit's tree (git grep for the token prefixes, then a full look at the
+ * files it names) and every file of uncommitted work, read from `rebuilt` (the
+ * workspace rebuilt from the capture). Findings name the file and line, never the value.
  */
-export async function treeDigest(path: string): Promise<{ sha256: string; files: number }> {
-  const names = [...new Set((await git(path, ["ls-files", "-c", "-o", "--exclude-standard", "-z"])).split("\0").filter(Boolean))].sort();
+export async function scanWorkspace(rebuilt: string, commit: string, changed: string[]): Promise<SecretFinding[]> {
+  const out: SecretFinding[] = [];
+  const grep = await git(rebuilt, ["grep", "-l", "-z", "-F", ...TOKEN_PATTERNS.flatMap((p) => ["-e", p.prefix]), commit, "--"], { okExit: [1] });
+  for (const hit of grep.split("\0").filter(Boolean)) {
+    const file = hit.slice(commit.length + 1);
+    out.push(...scanText(Buffer.from(await git(rebuilt, ["cat-file", "blob", `${commit}:${file}`], { encoding: "buffer" })), `workspace: ${file} (committed)`));
+  }
+  for (const f of changed) {
+    let bytes: Buffer;
+    try {
+      bytes = readFileSync(join(rebuilt, f));
+    } catch {
+      continue; // deleted, or a symlink to a folder
+    }
+    out.push(...scanText(bytes, `workspace: ${f} (uncommitted)`));
+  }
+  return out;
+}
+
+/** Which of `paths` (workspace-relative) the commit's tree holds. */
+export async function committedPaths(repo: string, commit: string, paths: string[]): Promise<string[]> {
+  if (!paths.length) return [];
+  return (await git(repo, ["ls-tree", "-r", "--name-only", "-z", commit, "--", ...paths.map((p) => `:(literal)${p}`)])).split("\0").filter(Boolean);
+}
+
+/**
+ * A digest of a working tree as git sees it (workingFiles): path, executable
+ * bit or symlink, and content of every file; folders in `skipDirs` and files
+ * `skip` names are left out.
+ */
+export async function treeDigest(path: string, o: { skipDirs?: string[]; skip?: (rel: string) => boolean } = {}): Promise<{ sha256: string; files: number }> {
   const h = createHash("sha256");
   let files = 0;
-  for (const n of names) {
+  for (const n of (await workingFiles(path, o.skipDirs)).files) {
+    if (o.skip?.(n)) continue;
     let st;
     try {
       st = lstatSync(join(path, n));

@@ -4,11 +4,11 @@
  * they must not exist yet); uploads are linked into place with link(2), so
  * an existing object is never overwritten.
  */
-import { appendFileSync, closeSync, copyFileSync, existsSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
+import { appendFileSync, closeSync, copyFileSync, existsSync, linkSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
 import { dirname, join, resolve, sep } from "node:path";
 import { tmpdir } from "node:os";
 import { type AgentbakError, notFound } from "../errors.js";
-import { createFileExclusive, fsyncDir, fsyncPath, pidDir, sweepDead, tempSibling, writeFileAtomic } from "../fsutil.js";
+import { createFileExclusive, ensureDir, fsyncDir, fsyncPath, pidDir, sweepDead, tempSibling, writeFileAtomic } from "../fsutil.js";
 import { checkKey, type ObjectStore } from "./store.js";
 
 const TMP = "tmp";
@@ -50,7 +50,7 @@ export class LocalStore implements ObjectStore {
 
   async upload(key: string, file: string): Promise<void> {
     const p = this.path(key);
-    mkdirSync(dirname(p), { recursive: true });
+    ensureDir(dirname(p));
     let src = file;
     try {
       linkSync(file, p); // same filesystem: the finished file itself, never a partial copy
@@ -72,9 +72,14 @@ export class LocalStore implements ObjectStore {
   async append(key: string, line: string): Promise<void> {
     const p = this.path(key);
     const created = !existsSync(p);
-    mkdirSync(dirname(p), { recursive: true });
-    appendFileSync(p, line);
-    fsyncPath(p);
+    ensureDir(dirname(p));
+    try {
+      appendFileSync(p, line);
+      fsyncPath(p);
+    } catch (e) {
+      (e as NodeJS.ErrnoException).path ??= p; // a write names no path; a full disk should
+      throw e;
+    }
     if (created) fsyncDir(dirname(p));
   }
 

@@ -19,6 +19,7 @@ export function renderPlan(p: RestorePlan, write: (line: string) => void = say, 
   for (const o of p.open_operations) write(`  open op    ${o.id} key ${o.idempotency_key}${o.kind ? ` (${o.kind})` : ""}  ${dim(`sent, no receipt: reconciled by strategy ${o.strategy} before activation`)}`);
   for (const t of p.timers) write(`  timer      ${t.database}.${t.table}.${t.column}  ${dim(t.mode === "shift" ? `shifted by ${Math.round(t.shift_ms! / 1000)} s (time since the snapshot)` : `leases still in the future end now (${new Date(t.format === "epoch_s" ? Number(t.to) * 1000 : (t.to as string | number)).toISOString()})`)}`);
   for (const c of p.credentials) write(`  credential ${c.name} ${c.ref}: ${c.status}`);
+  for (const n of p.not_captured) write(`  left out   ${n.path}  ${dim(`${n.reason}: ${n.detail}`)}`);
   for (const d of p.policy.runtime) write(`  runtime    ${describeDifference(d)}  ${dim(d.compatible ? "(declared compatible)" : "(needs approval)")}`);
   write(`  generation ${p.next_generation}; the agent starts suspended`);
   if (withWarnings) for (const w of [...p.policy.warnings, ...p.policy.needs_approval]) warn(w);

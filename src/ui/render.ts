@@ -37,6 +37,7 @@ export function backup(r: BackupReceipt): void {
     const what = r.status === "spooled" ? (r.repeated ? "already spooled" : "spooled") : r.repeated ? "already backed up" : "backed up";
     ok(`${what} ${r.agent_id} as ${r.snapshot_id} (${r.kind}, sequence ${r.sequence}, ${r.size} bytes)`);
     say(`  ${r.path}`);
+    for (const n of r.not_captured ?? []) say(`  left out ${n.path} (${n.reason}: ${n.detail})`);
   }
 }
 

@@ -1,0 +1,438 @@
+// Issue 11 through the real binary: secrets never enter a bundle, and every bad
+// input gets a clear one-line error with its documented exit code, losing
+// nothing. Test names carry the THREATS.md case ([T<n>]) or the section they
+// add ([S] secrets, [I] bad input) for `npm run threats`.
+import { afterAll, describe, expect, it } from "vitest";
+import { execa } from "execa";
+import Database from "better-sqlite3";
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { json, makeAgent, SNAPS, type RunResult, type TestAgent } from "./helpers.js";
+import { ageEncrypt, craft, makeTar, manifestOf, sha } from "./craft.js";
+import { compress } from "zstd-napi";
+
+const agents: TestAgent[] = [];
+afterAll(() => agents.forEach((t) => t.cleanup()));
+async function agent(sizeMb = 1): Promise<TestAgent> {
+  const t = await makeAgent({ sizeMb });
+  agents.push(t);
+  return t;
+}
+
+const OPENAI = "sk-proj-" + "Q7".repeat(20);
+const AWS = "AKIA" + "Z".repeat(16);
+const GITHUB = "ghp_" + "b".repeat(36);
+const SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n";
+
+const config = (t: TestAgent) => JSON.parse(readFileSync(t.config, "utf8"));
+const setConfig = (t: TestAgent, patch: (c: any) => void) => {
+  const c = config(t);
+  patch(c);
+  writeFileSync(t.config, JSON.stringify(c, null, 2));
+};
+const gitIn = (cwd: string, ...args: string[]) =>
+  execa("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "protocol.file.allow=always", ...args], { cwd });
+const bundles = async (t: TestAgent) => ((await (await t.store()).list(`${SNAPS}/`)) as string[]).filter((k) => k.endsWith(".agentbak"));
+
+/** A clear refusal: the code, one line naming what was wrong, no stack, no internal error. */
+function refusedClearly(r: RunResult, code: number, re: RegExp): void {
+  expect(r.code, r.stderr).toBe(code);
+  expect(r.stderr).toMatch(re);
+  expect(r.stderr).not.toMatch(/internal error|\n\s+at |triggerUncaughtException/);
+  expect(r.stderr.trim().split("\n")).toHaveLength(1);
+}
+
+/** Everything a bundle's payload holds, unpacked with stock tools into a fresh folder. */
+async function unpack(t: TestAgent, bundle: string): Promise<string> {
+  const x = join(t.tmp, `x-${Math.random().toString(16).slice(2)}`);
+  mkdirSync(x);
+  await execa("sh", ["-c", `tar xOf '${await t.file(bundle)}' payload.age | age -d -i '${t.identity}' | zstd -d | tar x`], { cwd: x });
+  return x;
+}
+
+/** Every byte of every file under `dir`, as latin1 text. */
+function allBytes(dir: string): string {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile())
+    .map((e) => readFileSync(join(e.parentPath, e.name)).toString("latin1"))
+    .join("\n");
+}
+
+describe("[S] secrets never enter a bundle", () => {
+  it("[S] a key in workspace/.env is left out by name and recorded; a key in another workspace file refuses (14) naming file and line, never the value", async () => {
+    const t = await agent();
+    writeFileSync(join(t.dir, "workspace/.env"), `OPENAI_API_KEY=${OPENAI}\n`);
+    writeFileSync(join(t.dir, "workspace/src/notes.md"), `# notes\naws ${AWS}\n`);
+    const r = await t.run(["backup"]);
+    refusedClearly(r, 14, /possible secret \(AWS access key id\) in workspace: src\/notes\.md \(uncommitted\) line 2/);
+    expect(r.stderr).not.toContain(AWS);
+    expect(r.stderr).not.toContain(".env"); // left out, so not a finding
+    expect(await bundles(t)).toEqual([]);
+    rmSync(join(t.dir, "workspace/src/notes.md"));
+    const ok = await t.run(["backup", "--json"]);
+    expect(ok.code, ok.stderr).toBe(0);
+    const rec = json(ok);
+    expect(rec.not_captured).toEqual([{ path: "workspace/.env", reason: "exclude", detail: 'secretScan.exclude ".env"' }]);
+    expect(manifestOf(await t.file(rec.path)).not_captured).toEqual(rec.not_captured);
+    const x = await unpack(t, rec.path);
+    expect(allBytes(x)).not.toContain(OPENAI);
+    expect(readFileSync(join(x, "workspace/changes.patch"), "utf8")).toContain("draft-reply.txt"); // the rest of the work is there
+  });
+
+  it("[S] an OpenSSH private key in a files entry refuses; warn backs up with exit 3; a BLOB column holding a key refuses", async () => {
+    const t = await agent();
+    writeFileSync(join(t.dir, "memory/keys.json"), JSON.stringify({ deploy: SSH_KEY }, null, 1).replace(/\\n/g, "\n"));
+    const r = await t.run(["backup"]);
+    refusedClearly(r, 14, /possible secret \(private key block\) in files: memory\/keys\.json line 2/);
+    setConfig(t, (c) => (c.secretScan = { files: "warn" }));
+    const w = await t.run(["backup", "--json"]);
+    expect(w.code, w.stderr).toBe(3);
+    expect(json(w).warnings).toEqual(["possible secret (private key block) in files: memory/keys.json line 2"]);
+    rmSync(join(t.dir, "memory/keys.json"));
+    // BLOBs: the page scan and the row scan both read them now
+    const db = new Database(join(t.dir, "state/agent.sqlite"));
+    const id = db.prepare("INSERT INTO memories (kind, text, embedding, created_at) VALUES ('fact', 'x', ?, 'now')").run(Buffer.concat([Buffer.from([0, 1, 2]), Buffer.from(`key=${AWS};`), Buffer.from([255])])).lastInsertRowid;
+    db.close();
+    const b = await t.run(["backup"]);
+    refusedClearly(b, 14, new RegExp(`possible secret \\(AWS access key id\\) in database state: memories\\.embedding rowid ${id}`));
+    expect(b.stderr).not.toContain(AWS);
+  });
+
+  it("[S] a credential's file is never captured: left out of the workspace and of files, recorded with its reference", async () => {
+    const t = await agent();
+    writeFileSync(join(t.dir, "workspace/smtp-password.txt"), "hunter2-smtp-value\n");
+    writeFileSync(join(t.dir, "memory/api-token.json"), '"hunter2-api-value"\n');
+    setConfig(t, (c) => (c.credentials = [{ name: "mail", ref: "file:workspace/smtp-password.txt" }, { name: "api", ref: "file:memory/api-token.json" }]));
+    const r = await t.run(["backup", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const rec = json(r);
+    const expected = [
+      { path: "memory/api-token.json", reason: "credential", detail: "api (file:memory/api-token.json)" },
+      { path: "workspace/smtp-password.txt", reason: "credential", detail: "mail (file:workspace/smtp-password.txt)" },
+    ];
+    expect(rec.not_captured).toEqual(expected);
+    const m = manifestOf(await t.file(rec.path));
+    expect(m.not_captured).toEqual(expected);
+    expect(m.credentials).toEqual([{ name: "mail", ref: "file:workspace/smtp-password.txt" }, { name: "api", ref: "file:memory/api-token.json" }]);
+    expect(m.components.map((c: any) => c.path)).not.toContain("files/memory/api-token.json");
+    expect(allBytes(await unpack(t, rec.path))).not.toMatch(/hunter2/);
+    // the restore plan says what must be provided where the agent runs
+    expect(json(await t.run(["restore", "latest", "--target", join(t.tmp, "plan"), "--dry-run", "--json"])).plan.not_captured).toEqual(expected);
+    // committed, the file can not be left out of the git bundle: refused
+    await gitIn(join(t.dir, "workspace"), "add", "smtp-password.txt");
+    await gitIn(join(t.dir, "workspace"), "commit", "-qm", "oops");
+    refusedClearly(await t.run(["backup"]), 14, /workspace: smtp-password\.txt \(committed\), the file of credential mail \(file:workspace\/smtp-password\.txt\)/);
+  });
+
+  it("[S] committed files are scanned: a token in the captured commit's tree refuses, naming file and line", async () => {
+    const t = await agent();
+    writeFileSync(join(t.dir, "workspace/src/config.py"), `# settings\n\nTOKEN = "${GITHUB}"\n`);
+    await gitIn(join(t.dir, "workspace"), "add", "src/config.py");
+    await gitIn(join(t.dir, "workspace"), "commit", "-qm", "config");
+    const r = await t.run(["backup"]);
+    refusedClearly(r, 14, /possible secret \(GitHub token\) in workspace: src\/config\.py \(committed\) line 3/);
+    expect(r.stderr).not.toContain(GITHUB);
+  });
+
+  it("[S] the exclude list is configurable: with no excluded names, a key in .env is found by its content", async () => {
+    const t = await agent();
+    writeFileSync(join(t.dir, "workspace/.env"), `KEY=${OPENAI}\n`);
+    setConfig(t, (c) => (c.secretScan = { exclude: [] }));
+    refusedClearly(await t.run(["backup"]), 14, /possible secret \(OpenAI API key\) in workspace: \.env \(uncommitted\) line 1/);
+    setConfig(t, (c) => (c.secretScan = { exclude: ["*.env", ".env"], workspace: "refuse" }));
+    expect((await t.run(["backup"])).code).toBe(0);
+  });
+});
+
+describe("[I] a config that could never restore is refused at load (2), naming what was wrong", () => {
+  let t: TestAgent;
+  const cases: [string, (c: any) => void, RegExp][] = [
+    ["two databases with one name", (c) => c.databases.push({ name: "state", path: "state/other.sqlite" }), /databases\.1\.name: database name "state" is used twice/],
+    ["a files entry inside the workspace", (c) => c.files.push("workspace/src/*.md"), /files\.1: "workspace\/src\/\*\.md" is inside the workspace \(workspace\)/],
+    ["a database inside the workspace", (c) => c.databases.push({ name: "scratch", path: "workspace/scratch.sqlite" }), /databases\.1\.path: "workspace\/scratch\.sqlite" is inside the workspace/],
+    ["an agent id with ../", (c) => (c.agent.id = "../../etc"), /agent\.id: lowercase letters, digits/],
+    ["a tenant with ../", (c) => (c.agent.tenant = ".."), /agent\.tenant: lowercase letters, digits/],
+    ["a files entry naming a database's sidecar", (c) => c.files.push("state/agent.sqlite-wal"), /files: state\/agent\.sqlite-wal names a SQLite sidecar of a configured database/],
+  ];
+  it.each(cases)("[I] %s", async (_n, patch, re) => {
+    t ??= await agent();
+    const p = join(t.dir, `bad-${Math.random().toString(16).slice(2)}.json`);
+    const c = config(t);
+    patch(c);
+    writeFileSync(p, JSON.stringify(c));
+    writeFileSync(join(t.dir, "state/agent.sqlite-wal"), ""); // present, as under a live agent in WAL mode
+    const before = await bundles(t);
+    const r = await t.run(["backup", "-c", p]);
+    refusedClearly(r, 2, re);
+    expect(await bundles(t)).toEqual(before);
+  });
+
+  it("[I] a files symlink whose real path leaves the config folder is refused (2), through a linked file or folder", async () => {
+    const t2 = await agent();
+    const outside = join(t2.tmp, "outside");
+    mkdirSync(outside);
+    writeFileSync(join(outside, "secret.json"), '{"not": "yours"}');
+    symlinkSync(join(outside, "secret.json"), join(t2.dir, "memory/linked.json"));
+    refusedClearly(await t2.run(["backup"]), 2, new RegExp(`files: memory/linked\\.json is a symbolic link to ${outside}/secret\\.json, outside the config folder`));
+    rmSync(join(t2.dir, "memory/linked.json"));
+    symlinkSync(outside, join(t2.dir, "linked-dir"));
+    setConfig(t2, (c) => c.files.push("linked-dir/secret.json"));
+    refusedClearly(await t2.run(["backup"]), 2, /files: linked-dir\/secret\.json is a symbolic link to .*outside the config folder/);
+    expect(await bundles(t2)).toEqual([]);
+  });
+
+  it("[T22] a files glob never takes a configured database, its sidecars, the repository or .git; the restored database is the signed one", async () => {
+    const t2 = await agent();
+    setConfig(t2, (c) => c.files.push("state/*", "backups/**", "**/.git/**"));
+    writeFileSync(join(t2.dir, "state/notes.txt"), "kept\n");
+    // a live agent: the database in WAL mode with frames not yet checkpointed, so -wal and -shm are there
+    const live = new Database(join(t2.dir, "state/agent.sqlite"));
+    live.pragma("wal_autocheckpoint = 0");
+    live.prepare("INSERT OR REPLACE INTO agent_state VALUES ('live', 'yes')").run();
+    expect(existsSync(join(t2.dir, "state/agent.sqlite-wal"))).toBe(true);
+    const r = await t2.run(["backup", "--json"]);
+    live.close();
+    expect(r.code, r.stderr).toBe(0);
+    const m = manifestOf(await t2.file(json(r).path));
+    const paths = m.components.map((c: any) => c.path);
+    expect(paths.filter((p: string) => p.startsWith("files/state/"))).toEqual(["files/state/notes.txt"]);
+    expect(paths.filter((p: string) => /backups|\.git\//.test(p))).toEqual([]);
+    const target = join(t2.tmp, "restored");
+    const res = await t2.run(["restore", "latest", "--target", target, "--yes"]);
+    expect([0, 3], res.stderr).toContain(res.code);
+    expect(sha(readFileSync(join(target, "state/agent.sqlite")))).toBe(m.components.find((c: any) => c.kind === "sqlite").sha256);
+    expect(readdirSync(join(target, "state")).sort()).toEqual(["agent.sqlite", "notes.txt"]);
+  });
+});
+
+describe("[I] workspace: nested repositories, submodules, the repository inside it", () => {
+  it("[I] an untracked clone and a changed submodule are captured as files (no EISDIR); restore rebuilds them; their history is recorded as not captured", async () => {
+    const t = await agent();
+    const ws = join(t.dir, "workspace");
+    const lib = join(t.tmp, "lib");
+    mkdirSync(lib);
+    await gitIn(lib, "init", "-q", "-b", "main");
+    writeFileSync(join(lib, "lib.txt"), "library\n");
+    await gitIn(lib, "add", ".");
+    await gitIn(lib, "commit", "-qm", "lib");
+    await gitIn(ws, "submodule", "add", "-q", lib, "vendor/lib");
+    await gitIn(ws, "commit", "-qm", "submodule");
+    writeFileSync(join(ws, "vendor/lib/lib.txt"), "library, patched by the agent\n");
+    writeFileSync(join(ws, "vendor/lib/new.txt"), "new in the submodule\n");
+    await gitIn(ws, "clone", "-q", lib, "clones/lib");
+    writeFileSync(join(ws, "clones/lib/work.txt"), "agent work in a clone\n");
+    const r = await t.run(["backup", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const rec = json(r);
+    expect(rec.not_captured.filter((x: any) => x.reason === "nested-git").map((x: any) => x.path).sort()).toEqual(["workspace/clones/lib", "workspace/vendor/lib"]);
+    const target = join(t.tmp, "restored");
+    const res = await t.run(["restore", "latest", "--target", target, "--yes", "--json"]);
+    expect([0, 3], res.stderr).toContain(res.code);
+    expect(json(res).checks.find((c: any) => c.name === "workspace").ok).toBe(true);
+    expect(readFileSync(join(target, "workspace/vendor/lib/lib.txt"), "utf8")).toBe("library, patched by the agent\n");
+    expect(readFileSync(join(target, "workspace/vendor/lib/new.txt"), "utf8")).toBe("new in the submodule\n");
+    expect(readFileSync(join(target, "workspace/clones/lib/work.txt"), "utf8")).toBe("agent work in a clone\n");
+    expect(readFileSync(join(target, "workspace/clones/lib/lib.txt"), "utf8")).toBe("library\n");
+    expect(existsSync(join(target, "workspace/clones/lib/.git"))).toBe(false);
+  });
+
+  it("[I] a repository inside the workspace is left out (never read into its own bundle)", async () => {
+    const t = await agent();
+    setConfig(t, (c) => (c.repository = "workspace/backups"));
+    expect((await t.run(["init"])).code).toBe(0);
+    const first = await t.run(["backup", "--json"]);
+    expect(first.code, first.stderr).toBe(0);
+    const r = await t.run(["backup", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const rec = json(r);
+    expect(rec.not_captured).toEqual([{ path: "workspace/backups", reason: "repository", detail: "the backup repository" }]);
+    expect(readFileSync(join(await unpack(t, rec.path), "workspace/changes.patch"), "utf8")).not.toContain("backups/");
+    const target = join(t.tmp, "restored");
+    const res = await t.run(["restore", "latest", "--target", target, "--yes"]);
+    expect([0, 3], res.stderr).toContain(res.code);
+    expect(existsSync(join(target, "workspace/backups"))).toBe(false);
+  });
+});
+
+describe("[I] SQLite and workspace sources: clear errors, never an internal error", () => {
+  it("[I] a rollback-journal database held under BEGIN EXCLUSIVE: 11 naming the database; --wait outlasting the lock succeeds", async () => {
+    const t = await agent();
+    const dbFile = join(t.dir, "state/agent.sqlite");
+    const db = new Database(dbFile);
+    db.pragma("journal_mode = DELETE");
+    db.close();
+    // a real writer in another process, holding the lock for 6 s
+    const hold = (ms: number) =>
+      execa("node", ["-e", `const D=require("better-sqlite3");const d=new D(${JSON.stringify(dbFile)});d.exec("BEGIN EXCLUSIVE");d.prepare("INSERT OR REPLACE INTO agent_state VALUES ('held','1')").run();console.log("held");setTimeout(()=>{d.exec("COMMIT");d.close()},${ms})`], { cwd: join(import.meta.dirname, "..") });
+    let writer = hold(6000);
+    await new Promise<void>((res) => writer.stdout!.once("data", () => res()));
+    const t0 = Date.now();
+    const r = await t.run(["backup", "--wait", "2s"]);
+    refusedClearly(r, 11, new RegExp(`database state \\(${dbFile.replace(/[.]/g, "\\.")}\\) is locked by another process .*waited 2s\\); pass --wait to wait longer`));
+    expect(Date.now() - t0).toBeLessThan(5500);
+    await writer;
+    writer = hold(3000);
+    await new Promise<void>((res) => writer.stdout!.once("data", () => res()));
+    const w = await t.run(["backup", "--wait", "20s", "--json"]);
+    expect(w.code, w.stderr).toBe(0);
+    await writer;
+    expect(t.leftovers()).toEqual([]);
+  });
+
+  it("[I] a database path that is a folder: 2 naming it", async () => {
+    const t = await agent();
+    mkdirSync(join(t.dir, "state/folder.sqlite"));
+    setConfig(t, (c) => (c.databases[0].path = "state/folder.sqlite"));
+    refusedClearly(await t.run(["backup"]), 2, /database state: .*state\/folder\.sqlite is a folder, not an SQLite database file/);
+    expect(t.leftovers()).toEqual([]);
+  });
+
+  it("[I] a live schema using load_extension in a CHECK: 13 naming the database, and nothing loads", async () => {
+    const t = await agent();
+    const marker = join(t.tmp, "loaded");
+    await execa("sqlite3", [join(t.dir, "state/agent.sqlite"), `PRAGMA journal_mode=DELETE; CREATE TABLE evil(x CHECK (load_extension('${marker}') IS NULL));`]);
+    refusedClearly(await t.run(["backup"]), 13, /database state \(.*state\/agent\.sqlite\): malformed database schema \(evil\) - unsafe use of load_extension\(\)/);
+    expect(existsSync(marker)).toBe(false);
+  });
+
+  it("[I] a missing workspace folder: 10 naming it; a folder that is no git repository: 2", async () => {
+    const t = await agent();
+    setConfig(t, (c) => (c.workspace.path = "no-such-workspace"));
+    refusedClearly(await t.run(["backup"]), 10, /workspace .*\/no-such-workspace not found/);
+    mkdirSync(join(t.dir, "plain"));
+    setConfig(t, (c) => (c.workspace.path = "plain"));
+    refusedClearly(await t.run(["backup"]), 2, /workspace .*\/plain is not a git repository/);
+  });
+});
+
+describe("signed manifests that lie are refused at parse (13), before any payload is read", () => {
+  let t: TestAgent;
+  let base: any;
+  let payload: Buffer;
+  let bundle: string;
+  async function signed(name: string, patch: (m: any) => void, age = payload, tarSize?: number): Promise<string> {
+    if (!t) {
+      t = await agent();
+      const r = json(await t.run(["backup", "--json"]));
+      bundle = await t.file(r.path);
+      base = manifestOf(bundle);
+      const { readLayout } = await import("../dist/bundle/outer.js");
+      const l = readLayout(bundle);
+      payload = readFileSync(bundle).subarray(l.payloadOffset, l.payloadOffset + l.payloadSize);
+      age = payload;
+    }
+    const out = join(t.tmp, `${name}.agentbak`);
+    await craft({ baseManifest: base, payloadAge: age, tarSize, keyFile: join(t.home, "signing-key"), out, patch });
+    return out;
+  }
+  const verifyShallow = (f: string) => t.run(["verify", f]);
+
+  it("[T7] sequence 5.5: 13 (a float is not a checkpoint sequence)", async () => {
+    refusedClearly(await verifyShallow(await signed("float-seq", (m) => (m.sequence = 5.5))), 13, /manifest\.json: manifest invalid: sequence: /);
+  });
+
+  it("[T15] agent_id or tenant holding ../ : 13, and nothing is written outside AGENTBAK_HOME", async () => {
+    for (const [k, v] of [["agent_id", "../../escape"], ["tenant", "../x"]] as const) {
+      const f = await signed(`traversal-${k}`, (m) => (m[k] = v));
+      refusedClearly(await verifyShallow(f), 13, new RegExp(`manifest invalid: ${k}: `));
+      const r = await t.run(["restore", f, "--target", join(t.tmp, `tr-${k}`), "--yes", "--allow-other-agent"]);
+      refusedClearly(r, 13, new RegExp(`${k}: `));
+    }
+    expect(existsSync(join(t.tmp, "escape"))).toBe(false);
+    expect(existsSync(join(t.home, "..", "x"))).toBe(false);
+  });
+
+  it("[T16] a component targeting .agentbak (the restore's own markers): 13 naming it", async () => {
+    const f = await signed("agentbak-target", (m) => (m.components.find((c: any) => c.kind === "file").target = ".agentbak/SUSPENDED"));
+    refusedClearly(await verifyShallow(f), 13, /component "files\/memory\/[a-z]+\.json" targets "\.agentbak\/SUSPENDED", inside agentbak's own folder/);
+  });
+
+  it("[T18] a signed tar_size of 2^40 over a small payload: 13 at once, within bounded memory", async ({ task }) => {
+    const f = await signed("huge-tar", () => undefined, undefined, 2 ** 40);
+    const t0 = Date.now();
+    const r = await t.run(["verify", f, "--identity", t.identity], {}, { rss: true });
+    refusedClearly(r, 13, /payload\.tar_size 1099511627776 is more than its components can fill/);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    task.meta.peakRssKb = r.maxRssKb;
+    expect(r.maxRssKb).toBeLessThanOrEqual(150 * 1024);
+  });
+
+  it("[T18] a small tar followed by 1 GiB of zeros, declared within the components' bound: 13, stops at the bound, bounded memory", async ({ task }) => {
+    const members = [{ name: "files/a", data: Buffer.from("a") }];
+    const tarBytes = await makeTar(members);
+    const { CompressStream } = await import("zstd-napi");
+    const z = new CompressStream({ compressionLevel: 19 });
+    const parts: Buffer[] = [];
+    z.on("data", (c: Buffer) => parts.push(c));
+    z.write(tarBytes);
+    const zero = Buffer.alloc(1 << 20);
+    for (let i = 0; i < 1024; i++) z.write(zero);
+    await new Promise((res) => z.end(res));
+    const age = await ageEncrypt(Buffer.concat(parts), [t.recipient]);
+    const f = await signed("zeros", (m) => {
+      m.workspace = null;
+      m.components = [{ path: "files/a", kind: "file", name: "a", sha256: sha(Buffer.from("a")), size: 1, target: "a" }];
+    }, age, 22_528);
+    const r = await t.run(["verify", f, "--identity", t.identity], {}, { rss: true });
+    refusedClearly(r, 13, /decompressed payload exceeds its declared size of 22528 bytes/);
+    task.meta.peakRssKb = r.maxRssKb;
+    expect(r.maxRssKb).toBeLessThanOrEqual(150 * 1024);
+  });
+
+  it("[T15] a member name of 10,000 characters: the error line names it cut short", async () => {
+    const long = "files/" + "n".repeat(10_000);
+    const tarBytes = await makeTar([{ name: long, data: Buffer.from("x") }]);
+    const age = await ageEncrypt(compress(tarBytes), [t.recipient]);
+    const f = await signed("long-name", (m) => {
+      m.workspace = null;
+      m.components = [{ path: "files/x", kind: "file", name: "x", sha256: sha(Buffer.from("x")), size: 1, target: "x" }];
+    }, age, tarBytes.length);
+    const r = await t.run(["verify", f, "--identity", t.identity]);
+    refusedClearly(r, 13, /member "files\/n+…" is not listed in the manifest/);
+    expect(r.stderr.length).toBeLessThan(400);
+  });
+});
+
+describe("[I] restore: a bad target is refused before anything is written", () => {
+  let t: TestAgent;
+  const sidecars = (dir: string) => {
+    mkdirSync(join(dir, "state"), { recursive: true });
+    writeFileSync(join(dir, "state/agent.sqlite-wal"), Buffer.alloc(4096, 7));
+    writeFileSync(join(dir, "state/agent.sqlite-shm"), Buffer.alloc(32768, 1));
+  };
+
+  it("[I] a target that is a symlink, or a dangling one: 2 up front; the link and its folder are untouched", async () => {
+    t ??= await agent();
+    expect((await t.run(["backup"])).code).toBe(0);
+    const real = join(t.tmp, "real-target");
+    mkdirSync(real);
+    symlinkSync(real, join(t.tmp, "link"));
+    symlinkSync(join(t.tmp, "nowhere"), join(t.tmp, "dangling"));
+    for (const [name, re] of [["link", /target .*\/link is a symbolic link; pass the folder it should be/], ["dangling", /target .*\/dangling is a symbolic link to nothing/]] as const) {
+      const r = await t.run(["restore", "latest", "--target", join(t.tmp, name), "--yes"]);
+      refusedClearly(r, 2, re);
+      expect(lstatSync(join(t.tmp, name)).isSymbolicLink()).toBe(true);
+    }
+    expect(readdirSync(real)).toEqual([]);
+    expect(existsSync(join(t.tmp, "nowhere"))).toBe(false);
+    expect(readdirSync(t.tmp).filter((e) => e.startsWith(".agentbak-restore-"))).toEqual([]);
+  });
+
+  it("[T21] a restore that fails leaves stale sidecars in the target where they were; one that succeeds quarantines them", async () => {
+    t ??= await agent();
+    expect((await t.run(["backup"])).code).toBe(0);
+    const target = join(t.tmp, "stale-target");
+    sidecars(target);
+    const before = readdirSync(target, { recursive: true }).sort();
+    const other = join(t.tmp, "other-key");
+    await execa("node", [join(import.meta.dirname, "..", "bin", "agentbak.js"), "keygen", "--out", other]);
+    const r = await t.run(["restore", "latest", "--target", target, "--yes", "--allow-rollback", "--identity", join(other, "age-identity.txt")]);
+    refusedClearly(r, 12, /no identity matched/);
+    expect(readdirSync(target, { recursive: true }).sort()).toEqual(before);
+    expect(readdirSync(t.tmp).filter((e) => e.startsWith("stale-target.quarantine"))).toEqual([]);
+    const ok = await t.run(["restore", "latest", "--target", target, "--yes", "--allow-rollback", "--json"]);
+    expect(ok.code, ok.stderr).toBe(3);
+    expect(json(ok).warnings.join(" ")).toMatch(/moved to .*stale-target\.quarantine-/);
+    expect(existsSync(join(target, "state/agent.sqlite-wal"))).toBe(false);
+  });
+});
