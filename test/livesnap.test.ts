@@ -1,15 +1,15 @@
-// Reading a live SQLite database's pages in place at one instant: against a
+// Copying a live SQLite database's pages in place at one instant (the capture path): against a
 // real writer process that keeps committing (and checkpointing, and
 // restarting its WAL) while the pages are read, the pages form one committed
 // state that passes integrity_check, in WAL and in rollback-journal mode.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa, type ResultPromise } from "execa";
 import Database from "better-sqlite3";
-import { mkdtempSync, rmSync, openSync, writeSync, closeSync, readdirSync, existsSync } from "node:fs";
+import { mkdtempSync, rmSync, readdirSync, existsSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ROOT } from "./helpers.js";
-import { LiveSnapshot } from "../dist/state/livesnap.js";
+import { snapshotDatabases } from "../dist/state/sqlite.js";
 import { readWal } from "../dist/state/wal.js";
 // @ts-expect-error plain JS fixture
 import { transfers } from "../fixtures/agent/writer.js";
@@ -22,21 +22,8 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-/** Reads every page of a snapshot into a file, slowly enough that the writer keeps going meanwhile. */
-async function readAll(s: LiveSnapshot, out: string, pagesPerStep = 64): Promise<void> {
-  const fd = openSync(out, "w");
-  const buf = Buffer.alloc(pagesPerStep * s.pageSize);
-  try {
-    for (let p = 1; p <= s.pageCount; p += pagesPerStep) {
-      const n = Math.min(pagesPerStep, s.pageCount - p + 1);
-      s.read(p, n, buf);
-      writeSync(fd, buf, 0, n * s.pageSize);
-      await new Promise((r) => setImmediate(r));
-    }
-  } finally {
-    closeSync(fd);
-  }
-}
+/** Copies `db` at one instant through the capture path (write lock, read snapshot, WAL frames pinned, pages in place). */
+const copyOf = (db: string, out: string, waitMs = 5000) => snapshotDatabases([{ name: "state", src: db, dest: out }], waitMs);
 
 /** The invariants of the writer fixture, and its state replayed from the transfer count. */
 function checkConsistent(file: string): number {
@@ -78,57 +65,46 @@ describe("LiveSnapshot", () => {
     generateDatabase(db, { sizeMb: 6, seed: 3 });
     const counts: number[] = [];
     await withWriter(db, async () => {
-      // a second connection keeps checkpointing (and restarting the WAL when it can) during the reads
+      // a second connection keeps checkpointing (and restarting the WAL when it can) during the copies
       const ck = new Database(db);
       ck.pragma("busy_timeout = 50");
+      const timer = setInterval(() => {
+        try {
+          ck.pragma("wal_checkpoint(PASSIVE)");
+        } catch {
+          /* busy: fine */
+        }
+      }, 5);
       try {
         for (let round = 0; round < 3; round++) {
-          const s = LiveSnapshot.open("state", db, { waitMs: 5000, tempDir: tmp });
-          expect(s.journal).toBe("wal");
           const out = join(tmp, `wal-${round}.sqlite`);
-          const timer = setInterval(() => {
-            try {
-              ck.pragma("wal_checkpoint(PASSIVE)");
-            } catch {
-              /* busy: fine */
-            }
-          }, 5);
-          try {
-            await readAll(s, out);
-          } finally {
-            clearInterval(timer);
-            s.close();
-          }
+          const cut = await copyOf(db, out);
+          expect(cut.method).toBe("write-locks");
           counts.push(checkConsistent(out));
         }
       } finally {
+        clearInterval(timer);
         ck.close();
       }
     });
     expect(counts[0]).toBeGreaterThan(0);
     expect(new Set(counts).size).toBe(counts.length); // the writer moved on between rounds
-    expect(readdirSync(tmp).filter((f) => f.startsWith("wal-overlay"))).toEqual([]); // the overlay is unlinked at once
+    expect(readdirSync(tmp).filter((f) => f.includes("wal-overlay"))).toEqual([]); // the overlay is unlinked at once
   });
 
-  it("rollback-journal mode: the read lock holds the file still; the copy equals the committed state", async () => {
+  it("rollback-journal mode: the copy equals the committed state, and writers wait only for the copy", async () => {
     const db = join(tmp, "rollback.sqlite");
     generateDatabase(db, { sizeMb: 3, seed: 4 });
     const c = new Database(db);
     c.pragma("journal_mode = DELETE");
     c.close();
-    const s = LiveSnapshot.open("state", db, { waitMs: 5000, tempDir: tmp });
-    expect(s.journal).toBe("rollback");
-    // a writer can not commit while the snapshot is held
-    const w = new Database(db);
-    w.pragma("busy_timeout = 100");
-    expect(() => w.prepare("UPDATE budget SET balance = balance WHERE account = 'tokens'").run()).toThrow(/locked|busy/i);
     const out = join(tmp, "rollback-copy.sqlite");
-    await readAll(s, out);
-    s.close();
-    w.prepare("UPDATE budget SET balance = balance + 0 WHERE account = 'tokens'").run();
-    w.close();
+    await copyOf(db, out);
     const dump = async (p: string) => (await execa("sqlite3", [p, ".dump"])).stdout;
     expect(await dump(out)).toBe(await dump(db));
+    const w = new Database(db);
+    w.prepare("UPDATE budget SET balance = balance + 0 WHERE account = 'tokens'").run(); // released again
+    w.close();
   });
 
   it("pages that exist only in the WAL (the database grew) are read from it; the WAL index ends at the last commit", async () => {
@@ -141,34 +117,29 @@ describe("LiveSnapshot", () => {
     w.transaction(() => {
       for (let i = 0; i < 500; i++) ins.run();
     })();
-    const s = LiveSnapshot.open("t", db, { waitMs: 1000, tempDir: tmp });
-    const idx = readWal(`${db}-wal`, s.pageSize);
+    const idx = readWal(`${db}-wal`, 4096);
     expect(idx.mxFrame).toBeGreaterThan(0);
-    expect(s.pageCount).toBe(idx.dbPages);
-    // uncommitted frames after the last commit are not part of the snapshot
-    w.exec("BEGIN");
-    for (let i = 0; i < 50; i++) ins.run();
+    expect(idx.dbPages).toBeGreaterThan(statSync(db).size / 4096); // most pages exist only in the WAL
     const out = join(tmp, "grow-copy.sqlite");
-    await readAll(s, out, 7);
-    s.close();
-    w.exec("ROLLBACK");
+    await copyOf(db, out);
     w.close();
     const c = new Database(out, { readonly: true });
     expect(c.pragma("integrity_check", { simple: true })).toBe("ok");
     expect(c.prepare("SELECT count(*) FROM t").pluck().get()).toBe(500);
+    expect(statSync(out).size).toBe(idx.dbPages * 4096);
     c.close();
   });
 
-  it("a database locked by another writer past the wait is a locked error naming it (11), not a hang", async () => {
+  it("a database whose write lock another writer holds past the wait is a locked error naming it (11), not a hang", async () => {
     const db = join(tmp, "busy.sqlite");
     const w = new Database(db);
     w.exec("CREATE TABLE t (x)");
-    w.exec("BEGIN EXCLUSIVE");
+    w.exec("BEGIN IMMEDIATE");
     const t0 = Date.now();
-    expect(() => LiveSnapshot.open("busy", db, { waitMs: 200, tempDir: tmp })).toThrow(expect.objectContaining({ code: 11, message: expect.stringMatching(/database busy .* is locked/) }));
-    expect(Date.now() - t0).toBeLessThan(3000);
+    await expect(copyOf(db, join(tmp, "busy-copy.sqlite"), 200)).rejects.toMatchObject({ code: 11, message: expect.stringMatching(/database state \(\S+\) is locked by another process/) });
+    expect(Date.now() - t0).toBeLessThan(10_000);
     w.exec("ROLLBACK");
     w.close();
-    expect(existsSync(db)).toBe(true);
+    expect(existsSync(join(tmp, "busy-copy.sqlite"))).toBe(false);
   });
 });

@@ -1,20 +1,19 @@
 /**
  * A consistent view of a live SQLite database's pages at one instant, read
- * in place instead of copied first. A read transaction pins the snapshot: in
- * rollback-journal mode its SHARED lock keeps the file as it is; in WAL mode
- * the checkpointer never writes past a reader's mark, and the frames the
- * snapshot needs are copied aside while the write lock is held for a moment,
- * so a later WAL restart can not overwrite them. Pages read from here form one
- * self-contained rollback-journal database file, as the online backup API
- * would have written it.
+ * in place instead of through SQLite's online backup API. A read transaction
+ * pins the snapshot: in rollback-journal mode its SHARED lock keeps the file
+ * as it is; in WAL mode the checkpointer never writes past a reader's mark,
+ * and the frames the snapshot needs are copied aside while the caller holds
+ * the write lock, so no commit can slip in before they are read and a later
+ * WAL restart can not overwrite them. The pages form one self-contained
+ * rollback-journal database file, as the online backup API would write it.
  */
-import Database from "better-sqlite3";
-import { closeSync, existsSync, openSync, readSync, rmSync, statSync, writeSync } from "node:fs";
+import type Database from "better-sqlite3";
+import { closeSync, openSync, readSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { AgentbakError, Exit, wrap } from "../errors.js";
 import { readWal } from "./wal.js";
 
-export type DB = Database.Database;
+type DB = Database.Database;
 
 /** Pages of a database as of one instant. */
 export interface PageSource {
@@ -24,105 +23,50 @@ export interface PageSource {
   read(first: number, n: number, buf: Buffer): void;
 }
 
-/** What identifies a database's committed state cheaply, without reading its pages. */
-export interface LiveIdentity {
-  size: number;
-  mtimeMs: number;
-  ino: number;
-  /** file change counter (header offset 24): moves with every commit in rollback-journal mode */
-  changeCounter: number;
-  /** in WAL mode: the log generation and its last commit frame */
-  wal: { salt1: number; salt2: number; mxFrame: number } | null;
-}
-
-const busyError = (name: string, path: string) =>
-  new AgentbakError(Exit.locked, `database ${name} (${path}) is locked by another connection; pass --wait to wait for it`);
-
-/** A live database held at one instant; close() releases it. */
+/** A live database held at one instant by its read transaction; close() ends it. */
 export class LiveSnapshot implements PageSource {
   readonly pageSize: number;
   readonly pageCount: number;
   readonly journal: "wal" | "rollback";
-  readonly identity: LiveIdentity;
   private readonly fd: number;
-  /** page number → slot in the overlay file (WAL frames of the snapshot) */
-  private readonly overlay: Map<number, number>;
-  private readonly overlayFd: number | null;
-
-  private constructor(
-    readonly name: string,
-    readonly path: string,
-    private readonly reader: DB,
-    info: { pageSize: number; pageCount: number; journal: "wal" | "rollback"; identity: LiveIdentity; overlay: Map<number, number>; overlayFile: string | null },
-  ) {
-    this.pageSize = info.pageSize;
-    this.pageCount = info.pageCount;
-    this.journal = info.journal;
-    this.identity = info.identity;
-    this.overlay = info.overlay;
-    this.fd = openSync(path, "r");
-    this.overlayFd = info.overlayFile ? openSync(info.overlayFile, "r") : null;
-    if (info.overlayFile) rmSync(info.overlayFile); // unlinked: nothing is left behind, whatever happens
-  }
+  /** page number → slot in the overlay file (the WAL frames of the snapshot) */
+  private readonly overlay = new Map<number, number>();
+  private overlayFd: number | null = null;
 
   /**
-   * Opens `path` at its current committed state. The write lock is held only
-   * while the snapshot is pinned (milliseconds, plus copying the WAL frames it
-   * needs); a writer holding it longer makes this wait up to `waitMs`.
+   * Pins the snapshot `reader` holds: `reader` must be in a read transaction
+   * that has read, and in WAL mode the caller must hold the database's write
+   * lock until this returns (so the WAL's last commit is the reader's).
    * `tempDir` receives the WAL overlay, unlinked at once.
-   * @throws AgentbakError(10) when the file is missing, (11) when the database stays locked.
    */
-  static open(name: string, path: string, opts: { waitMs: number; tempDir: string }): LiveSnapshot {
-    if (!existsSync(path)) throw wrap(Object.assign(new Error("missing"), { code: "ENOENT", path }), `database ${name}`);
-    const reader = new Database(path, { readonly: true, fileMustExist: true });
-    let writer: DB | null = null;
+  constructor(
+    readonly path: string,
+    reader: DB,
+    tempDir: string,
+  ) {
+    this.journal = reader.pragma("journal_mode", { simple: true }) === "wal" ? "wal" : "rollback";
+    this.pageCount = reader.pragma("page_count", { simple: true }) as number;
+    this.pageSize = reader.pragma("page_size", { simple: true }) as number;
+    this.fd = openSync(path, "r");
+    if (this.journal !== "wal") return;
+    const w = readWal(`${path}-wal`, this.pageSize);
+    if (!w.pages.size) return;
+    const file = join(tempDir, `.wal-overlay-${process.pid}-${Math.random().toString(16).slice(2, 10)}`);
+    const src = openSync(`${path}-wal`, "r");
+    const dst = openSync(file, "wx", 0o600);
+    this.overlayFd = openSync(file, "r");
+    rmSync(file); // unlinked: nothing is left behind, whatever happens
+    const buf = Buffer.allocUnsafe(this.pageSize);
     try {
-      reader.pragma(`busy_timeout = ${Math.max(0, opts.waitMs)}`);
-      const journal = reader.pragma("journal_mode", { simple: true }) === "wal" ? "wal" : "rollback";
-      // hold the write lock while the snapshot is pinned, so what is read below is exactly one commit
-      writer = new Database(path, { fileMustExist: true });
-      writer.pragma(`busy_timeout = ${Math.max(0, opts.waitMs)}`);
-      writer.exec("BEGIN IMMEDIATE");
-      reader.exec("BEGIN");
-      reader.prepare("SELECT count(*) FROM sqlite_schema").get(); // the first read pins the snapshot
-      const pageCount = reader.pragma("page_count", { simple: true }) as number;
-      const pageSize = reader.pragma("page_size", { simple: true }) as number;
-      const st = statSync(path);
-      const head = Buffer.alloc(100);
-      const hfd = openSync(path, "r");
-      try {
-        readSync(hfd, head, 0, 100, 0);
-      } finally {
-        closeSync(hfd);
+      for (const [p, off] of w.pages) {
+        if (p > this.pageCount) continue; // truncated away by a later commit of the snapshot
+        if (readSync(src, buf, 0, this.pageSize, off) !== this.pageSize) throw new Error(`short read of the WAL frame of page ${p}`);
+        writeSync(dst, buf, 0, this.pageSize, this.overlay.size * this.pageSize);
+        this.overlay.set(p, this.overlay.size);
       }
-      let overlay = new Map<number, number>();
-      let overlayFile: string | null = null;
-      let wal: LiveIdentity["wal"] = null;
-      if (journal === "wal") {
-        const w = readWal(`${path}-wal`, pageSize);
-        wal = { salt1: w.salt1, salt2: w.salt2, mxFrame: w.mxFrame };
-        if (w.pages.size) {
-          overlayFile = join(opts.tempDir, `wal-overlay-${process.pid}-${Date.now()}`);
-          overlay = copyFrames(`${path}-wal`, w.pages, pageCount, pageSize, overlayFile);
-        }
-      }
-      writer.exec("ROLLBACK");
-      return new LiveSnapshot(name, path, reader, {
-        pageSize,
-        pageCount,
-        journal,
-        identity: { size: st.size, mtimeMs: st.mtimeMs, ino: st.ino, changeCounter: head.readUInt32BE(24), wal },
-        overlay,
-        overlayFile,
-      });
-    } catch (e) {
-      reader.close();
-      const code = (e as { code?: string }).code ?? "";
-      if (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED")) throw busyError(name, path);
-      if (e instanceof AgentbakError) throw e;
-      throw wrap(e, `database ${name} (${path})`);
     } finally {
-      writer?.close();
+      closeSync(src);
+      closeSync(dst);
     }
   }
 
@@ -139,37 +83,28 @@ export class LiveSnapshot implements PageSource {
     if (first === 1) selfContained(buf, this.pageCount);
   }
 
-  /** Ends the read transaction: writers and checkpoints may move on. */
-  close(): void {
+  /** Writes every page to `dest` (a new file), in runs of about 4 MiB, yielding between runs. */
+  async copyTo(dest: string): Promise<void> {
+    const per = Math.max(1, Math.floor((4 << 20) / this.pageSize));
+    const buf = Buffer.allocUnsafe(per * this.pageSize);
+    const out = openSync(dest, "wx", 0o600);
     try {
-      this.reader.exec("ROLLBACK");
-    } catch {
-      /* no transaction left */
+      for (let p = 1; p <= this.pageCount; p += per) {
+        const n = Math.min(per, this.pageCount - p + 1);
+        this.read(p, n, buf);
+        writeSync(out, buf, 0, n * this.pageSize, (p - 1) * this.pageSize);
+        if (p % (per * 16) === 1) await new Promise((r) => setImmediate(r));
+      }
+    } finally {
+      closeSync(out);
     }
-    this.reader.close();
+  }
+
+  /** Releases the files; the caller ends the read transaction. */
+  close(): void {
     closeSync(this.fd);
     if (this.overlayFd !== null) closeSync(this.overlayFd);
   }
-}
-
-/** Copies the newest frame of each page (within the database's size) into `out`. @returns page → slot. */
-function copyFrames(walFile: string, pages: Map<number, number>, pageCount: number, pageSize: number, out: string): Map<number, number> {
-  const slots = new Map<number, number>();
-  const src = openSync(walFile, "r");
-  const dst = openSync(out, "wx", 0o600);
-  const buf = Buffer.alloc(pageSize);
-  try {
-    for (const [p, off] of pages) {
-      if (p > pageCount) continue; // truncated away by a later commit
-      if (readSync(src, buf, 0, pageSize, off) !== pageSize) throw new Error(`short read of WAL frame for page ${p}`);
-      writeSync(dst, buf, 0, pageSize, slots.size * pageSize);
-      slots.set(p, slots.size);
-    }
-  } finally {
-    closeSync(src);
-    closeSync(dst);
-  }
-  return slots;
 }
 
 /**

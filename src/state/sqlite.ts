@@ -3,6 +3,8 @@
  */
 import Database from "better-sqlite3";
 import { statSync } from "node:fs";
+import { dirname } from "node:path";
+import { LiveSnapshot } from "./livesnap.js";
 import { type AgentbakError, ioErrno, ioError, lockedError, usageError, verifyError, wrap } from "../errors.js";
 
 export type DB = Database.Database;
@@ -147,12 +149,16 @@ export interface CopyJob {
 }
 
 /**
- * Copies live databases as of one instant, with SQLite's online backup API,
- * into self-contained rollback-journal files. With several databases it takes
- * the write lock of each (BEGIN IMMEDIATE, in name order, so two agentbak runs
- * never deadlock), opens a read snapshot of each, and releases the locks
- * before copying: writers wait only while the snapshots open, and no commit
- * can fall between two databases' snapshots. Integrity is checked by
+ * Copies live databases as of one instant into self-contained
+ * rollback-journal files. It takes the write lock of each (BEGIN IMMEDIATE,
+ * in name order, so two agentbak runs never deadlock), opens a read snapshot
+ * of each and pins it (in WAL mode, the frames it needs are copied aside),
+ * and releases the locks before copying: writers wait only while the
+ * snapshots open, and no commit can fall between two databases' snapshots.
+ * The pages are then copied in place from the snapshots (state/livesnap.ts),
+ * a sequential read and write instead of the online backup API's page-by-page
+ * copy. A database this process may only read is copied with the online
+ * backup API inside its read transaction. Integrity is checked by
  * inspectSnapshot before anything is published.
  * @throws AgentbakError(11) naming the database whose write lock stayed busy
  *   for `waitMs`; AgentbakError naming the database when one is missing or unreadable.
@@ -168,30 +174,28 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promis
     }
     if (st.isDirectory()) throw usageError(`database ${j.name}: ${j.src} is a folder, not an SQLite database file`);
   }
-  const locks: DB[] = [];
-  const readers: { job: CopyJob; db: DB }[] = [];
+  const locks = new Map<string, DB>();
+  const readers: { job: CopyJob; db: DB; snap: LiveSnapshot | null }[] = [];
   const t0 = Date.now();
-  let locked = t0;
+  const left = () => Math.max(0, Math.round(waitMs - (Date.now() - t0)));
   try {
-    if (ordered.length > 1) {
-      for (const j of ordered) {
-        const db = openSource(j, false);
-        locks.push(db);
-        db.pragma(`busy_timeout = ${Math.max(0, Math.round(waitMs - (Date.now() - t0)))}`);
-        try {
-          db.exec("BEGIN IMMEDIATE");
-        } catch (e) {
-          if ((e as { code?: string }).code?.startsWith("SQLITE_BUSY"))
-            throw lockedError(`database ${j.name}: its write lock was not free within ${waitMs / 1000}s; no snapshot was taken (pass --wait, or raise cut.waitSeconds)`);
-          throw sqliteError(e, j.name, j.src, waitMs);
-        }
+    for (const j of ordered) {
+      const db = openWriter(j);
+      if (!db) continue; // read-only for us: its read transaction alone holds it (see below)
+      locks.set(j.name, db);
+      db.pragma(`busy_timeout = ${left()}`);
+      try {
+        db.exec("BEGIN IMMEDIATE");
+      } catch (e) {
+        throw sqliteError(e, j.name, j.src, waitMs);
       }
-      locked = Date.now();
     }
+    const locked = Date.now();
     for (const j of ordered) {
       const db = openSource(j, true);
-      readers.push({ job: j, db });
-      db.pragma(`busy_timeout = ${Math.max(0, Math.round(waitMs - (Date.now() - t0)))}`);
+      const r: (typeof readers)[number] = { job: j, db, snap: null };
+      readers.push(r);
+      db.pragma(`busy_timeout = ${left()}`);
       try {
         // a writer holding an exclusive lock (rollback journal) is met here, as busy
         db.exec("BEGIN");
@@ -199,19 +203,27 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promis
       } catch (e) {
         throw sqliteError(e, j.name, j.src, waitMs);
       }
-    }
-    const at = new Date();
-    for (const l of locks.splice(0)) closeQuietly(l);
-    const held = Date.now() - locked;
-    for (const { job, db } of readers) {
-      try {
-        // one read transaction is open on this connection, so every step copies the same committed state
-        await db.backup(job.dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
-      } catch (e) {
-        throw ioErrno(e) ? ioError(e, `database ${job.name}: online backup to ${job.dest}`) : sqliteError(e, job.name, job.src, waitMs);
+      // pinning a WAL database's frames needs its write lock held; without it, the online backup API copies it below
+      if (locks.has(j.name) || db.pragma("journal_mode", { simple: true }) !== "wal") {
+        try {
+          r.snap = new LiveSnapshot(j.src, db, dirname(j.dest));
+        } catch (e) {
+          throw ioErrno(e) ? ioError(e, `database ${j.name}: ${j.src}`) : sqliteError(e, j.name, j.src);
+        }
       }
     }
-    for (const { job } of readers) {
+    const at = new Date();
+    for (const l of locks.values()) closeQuietly(l);
+    const held = Date.now() - locked;
+    for (const { job, db, snap } of readers) {
+      try {
+        if (snap) await snap.copyTo(job.dest);
+        // one read transaction is open on this connection, so every step copies the same committed state
+        else await db.backup(job.dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
+      } catch (e) {
+        throw ioErrno(e) ? ioError(e, `database ${job.name}: copying to ${job.dest}`) : sqliteError(e, job.name, job.src, waitMs);
+      }
+      if (snap) continue;
       let copy: DB | undefined;
       try {
         copy = new Database(job.dest);
@@ -223,16 +235,31 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promis
         copy?.close();
       }
     }
+    const all = locks.size === ordered.length;
     return {
       at: at.toISOString(),
-      method: ordered.length > 1 ? "write-locks" : "read-transaction",
+      method: all ? "write-locks" : "read-transaction",
       databases: ordered.map((j) => j.name),
-      wait_ms: ordered.length > 1 ? locked - t0 : 0,
-      hold_ms: ordered.length > 1 ? held : 0,
+      wait_ms: locked - t0,
+      hold_ms: held,
     };
   } finally {
-    for (const l of locks) closeQuietly(l);
-    for (const r of readers) closeQuietly(r.db);
+    for (const l of locks.values()) closeQuietly(l);
+    for (const r of readers) {
+      r.snap?.close();
+      closeQuietly(r.db);
+    }
+  }
+}
+
+/** A read-write connection to take a database's write lock, or null when this process may only read it. */
+function openWriter(j: CopyJob): DB | null {
+  try {
+    return new Database(j.src, { fileMustExist: true });
+  } catch (e) {
+    const code = String((e as { code?: unknown }).code ?? "");
+    if (/^(SQLITE_READONLY|SQLITE_CANTOPEN|EACCES|EPERM|EROFS)/.test(code)) return null;
+    throw sqliteError(e, j.name, j.src);
   }
 }
 
