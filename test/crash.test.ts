@@ -133,8 +133,9 @@ describe("I/O faults", () => {
 
   it("[T29] EIO reading the bundle during restore: exit 1 naming errno and the bundle, never 13 (a good backup is not called corrupt)", async () => {
     const b = json(await a.run(["backup", "--json"]));
-    // an injected read error on the payload's second read (the first is its digest; the second decrypts it)
-    const inject = `data:text/javascript,import fs from "node:fs";const want=process.env.AGENTBAK_TEST_EIO;let opens=0;const fds=new Set();const open=fs.open;fs.open=function(p,...rest){const cb=rest.pop();return open.call(fs,p,...rest,(err,fd)=>{if(!err&&String(p)===want&&++opens===2)fds.add(fd);cb(err,fd)})};const read=fs.read;fs.read=function(fd,...rest){if(fds.has(fd)){const cb=rest.pop();return process.nextTick(cb,Object.assign(new Error("EIO: i/o error, read"),{errno:-5,code:"EIO",syscall:"read"}))}return read.call(fs,fd,...rest)};`;
+    // an injected read error on every stream read of the bundle (the decrypting pass streams it; the header
+    // and digest passes read it with readSync and a FileHandle, which this does not touch)
+    const inject = `data:text/javascript,import fs from "node:fs";const want=process.env.AGENTBAK_TEST_EIO;const fds=new Set();const open=fs.open;fs.open=function(p,...rest){const cb=rest.pop();return open.call(fs,p,...rest,(err,fd)=>{if(!err&&String(p)===want)fds.add(fd);cb(err,fd)})};const read=fs.read;fs.read=function(fd,...rest){if(fds.has(fd)){const cb=rest.pop();return process.nextTick(cb,Object.assign(new Error("EIO: i/o error, read"),{errno:-5,code:"EIO",syscall:"read"}))}return read.call(fs,fd,...rest)};`;
     const file = await a.file(b.path);
     const target = join(a.tmp, "eio-target");
     const r = await a.run(["restore", file, "--target", target, "--yes", "--allow-rollback"], { AGENTBAK_TEST_EIO: file }, { nodeArgs: ["--import", inject] });

@@ -194,9 +194,10 @@ describe("forget", () => {
   it("schedule prints a crontab line and systemd units for the config", async () => {
     const r = await a.run(["schedule", "--every", "15m", "--drill-every", "1d", "--json"]);
     const s = json(r);
-    expect(s.crontab[1]).toMatch(new RegExp(`^7-59/15 \\* \\* \\* \\* \\S+node \\S+agentbak.js backup -c ${a.config} --wait 10m$`));
-    expect(s.crontab[3]).toMatch(/^37 3 \* \* \* .* drill random --within 7d/);
-    expect(s.systemd["agentbak-backup.timer"]).toContain("OnUnitActiveSec=15min");
+    const jobs = s.crontab.filter((l: string) => !l.startsWith("#"));
+    expect(jobs[0]).toMatch(new RegExp(`^7-59/15 \\* \\* \\* \\* .*\\S+node \\S+agentbak.js backup -c ${a.config} --wait 10m$`));
+    expect(jobs.find((l: string) => l.includes(" drill "))).toMatch(/^37 3 \* \* \* .* drill random --within 7d/);
+    expect(s.systemd["agentbak-backup.timer"]).toContain("OnCalendar=*-*-* *:07/15:00");
     expect(s.systemd["agentbak-drill.service"]).toContain("ExecStart=");
   });
 });

@@ -97,10 +97,16 @@ describe("schedule", () => {
     const d = await cronRun(drill);
     expect(d.exitCode, d.stderr).toBe(0);
     expect(d.stdout + d.stderr).toBe("");
+    // keepLast 3, plus the drilled snapshot when "drill random" picked the oldest
+    const before = json(await run(["snapshots", "-c", cfg, "--json"], { env: scheduleEnv() })).map((e: any) => e.snapshot_id);
+    const plan = json(await run(["forget", "--dry-run", "-c", cfg, "--json"], { env: scheduleEnv() }));
+    const drilled = plan.kept.filter((k: any) => k.reasons.includes("newest snapshot that passed a drill"));
+    expect(drilled).toHaveLength(1);
     const f = await cronRun(forget);
     expect(f.exitCode, f.stderr).toBe(0);
     expect(f.stdout + f.stderr).toBe("");
-    expect(await snapshotCount()).toBe(3);
+    const after = json(await run(["snapshots", "-c", cfg, "--json"], { env: scheduleEnv() })).map((e: any) => e.snapshot_id);
+    expect(new Set(after)).toEqual(new Set([...before.slice(-3), drilled[0].snapshot_id]));
   });
 
   it("systemd units pass systemd-analyze verify, and their ExecStart= runs as systemd splits it", async () => {

@@ -55,7 +55,8 @@ describe.each(backends)("object store conformance: %s", (_name, make, skip) => {
   });
 
   it.skipIf(skip)("list with a prefix, across pages", async () => {
-    await Promise.all(Array.from({ length: 1005 }, (_, i) => s.put(`many/${String(i).padStart(4, "0")}`, "")));
+    // in batches of 50: a thousand connections at once only measures how fast the gateway accepts them
+    for (let b = 0; b < 1005; b += 50) await Promise.all(Array.from({ length: Math.min(50, 1005 - b) }, (_, i) => s.put(`many/${String(b + i).padStart(4, "0")}`, "")));
     await s.put("manyother/x", "");
     const keys = await s.list("many/");
     expect(keys).toHaveLength(1005);

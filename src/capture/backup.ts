@@ -309,10 +309,11 @@ const REUSE_MAX_BYTES = 8 << 20;
 /** Captures the workspace (or reuses the last proven capture of the same state and settings). */
 async function captureWs(s: CaptureScope, live: string, repoDir: string | null): Promise<WorkspaceCaptured> {
   const w = s.lc.config.workspace!;
-  const state = await workspaceState(live);
-  const key = createHash("sha256").update(JSON.stringify([w.uncommitted, s.lc.config.secretScan, [...s.credentialFiles.keys()], repoDir, state.key])).digest("hex");
+  // a folder git can not read gets no reuse key: the capture below says what is wrong with it
+  const state = await workspaceState(live).catch(() => null);
+  const key = state && createHash("sha256").update(JSON.stringify([w.uncommitted, s.lc.config.secretScan, [...s.credentialFiles.keys()], repoDir, state.key])).digest("hex");
   const known = lastCapture.get(live);
-  if (known && known.key === key) {
+  if (key && known && known.key === key) {
     mkdirSync(join(s.staging, "workspace"), { recursive: true });
     const staged = known.files.map((f): StagedComponent => (writeFileSync(join(s.staging, f.path), f.bytes), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
     return { staged, ...known.result };
@@ -322,7 +323,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
   const own: CaptureScope = { ...s, notCaptured, findings: { workspace: findings, files: [] } };
   const r = await captureWorkspaceInto(own, live, repoDir);
   const size = r.staged.reduce((n, c) => n + statSync(c.file).size, 0);
-  if (!s.warnings.length && size <= REUSE_MAX_BYTES)
+  if (key && !s.warnings.length && size <= REUSE_MAX_BYTES)
     lastCapture.set(live, { key, files: r.staged.map((c) => ({ path: c.path, kind: c.kind, bytes: readFileSync(c.file) })), result: { manifest: r.manifest, notCaptured, findings } });
   return { ...r, notCaptured, findings };
 }

@@ -241,6 +241,9 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links);
     const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
     const timers = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
+    // what the post-placement check expects: the signed bytes, or the staged file as the timer moves left it
+    const expected = new Map(x.databases.map((d) => [d.name, d.sha256]));
+    for (const d of x.databases) if (timers.some((t) => t.database === d.name)) expected.set(d.name, await fileSha256(d.path));
     crashStep("extracted");
     // servers first, then the folder: a source that can not be restored stops the restore before anything is placed
     const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
@@ -284,7 +287,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     try {
       for (const d of x.databases) {
         const placed = join(target, relative(root, d.path));
-        if ((await fileSha256(placed)) !== d.sha256) throw verifyError(`post-restore check of ${d.name}: ${placed} is not the database the manifest signed (sha256 differs)`);
+        if ((await fileSha256(placed)) !== expected.get(d.name)) throw verifyError(`post-restore check of ${d.name}: ${placed} is not the database the manifest signed (sha256 differs)`);
         const db = openDefensive(placed);
         try {
           const ic = integrityCheck(db);

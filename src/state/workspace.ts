@@ -90,6 +90,12 @@ export async function workingFiles(root: string, skipDirs: string[] = []): Promi
   return { files: [...new Set(files)].sort(), nested };
 }
 
+/** @throws AgentbakError 10 when the workspace folder is missing, 2 when it is a file. */
+function checkFolder(path: string): void {
+  if (!existsSync(path)) throw notFound(`workspace ${path} not found`);
+  if (!statSync(path).isDirectory()) throw usageError(`workspace ${path} is not a folder`);
+}
+
 /**
  * Captures the workspace into `outDir` (repo.bundle, changes.patch): HEAD as a
  * git bundle, and uncommitted work (staged, unstaged, untracked, and the files
@@ -98,8 +104,7 @@ export async function workingFiles(root: string, skipDirs: string[] = []): Promi
  * @throws AgentbakError 10 when the folder is missing, 2 when it is not the top of a git repository with a commit, 14 when it is dirty and the config says refuse.
  */
 export async function captureWorkspace(path: string, mode: "include" | "refuse" | "ignore", outDir: string, filter: CaptureFilter = { skipDirs: [], skip: () => null }): Promise<WorkspaceCapture> {
-  if (!existsSync(path)) throw notFound(`workspace ${path} not found`);
-  if (!statSync(path).isDirectory()) throw usageError(`workspace ${path} is not a folder`);
+  checkFolder(path);
   const top = (await git(path, ["rev-parse", "--show-toplevel"]).catch(() => "")).trim();
   if (!top) throw usageError(`workspace ${path} is not a git repository (git init it, or remove "workspace" from the config)`);
   if (realpathSync(top) !== realpathSync(path)) throw usageError(`workspace ${path} is inside the git repository ${top}; name the repository's top folder`);
@@ -206,6 +211,7 @@ export async function treeDigest(path: string, o: { skipDirs?: string[]; skip?: 
  * bundle and patch, so a long-running process can reuse its last capture.
  */
 export async function workspaceState(path: string): Promise<{ key: string; tree: { sha256: string; files: number } }> {
+  checkFolder(path);
   const status = await git(path, ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"]);
   const tree = await treeDigest(path);
   return { key: createHash("sha256").update(status).update("\0").update(tree.sha256).digest("hex"), tree };
