@@ -99,7 +99,7 @@ describe("I/O faults", () => {
           if (r.code === 0) succeeded++;
           else {
             plainIoFailure(r, "ENOSPC", mnt());
-            stages.add(/payload\.age|\.agentbak|\.pageindex|\.json|audit/.test(r.stderr) ? "after the database copy" : /database state/.test(r.stderr) ? "database copy" : "other");
+            stages.add(/database state/.test(r.stderr) ? "database copy" : /payload\.age|\.agentbak|\.pageindex|\.json|audit/.test(r.stderr) ? "after the database copy" : "other");
           }
           expect(readdirSync(join(repo, "tmp"))).toEqual([]);
           const locks = join(repo, "tenants/acme/agents/billing-agent/locks");

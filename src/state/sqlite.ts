@@ -223,7 +223,7 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promis
       } catch (e) {
         throw ioErrno(e) ? ioError(e, `database ${job.name}: copying to ${job.dest}`) : sqliteError(e, job.name, job.src, waitMs);
       }
-      if (snap) continue;
+      // read-write, so SQLite parses the schema defensively: an unsafe function in it is refused here (13)
       let copy: DB | undefined;
       try {
         copy = new Database(job.dest);
