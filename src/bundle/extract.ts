@@ -42,11 +42,23 @@ export interface Extracted {
 }
 
 /**
+ * How much of a restored database is checked beyond its signed sha256 (which
+ * every mode checks, as the payload is decrypted): `full` runs
+ * integrity_check and counts every table's rows against the manifest;
+ * `quick` runs quick_check (no index cross-checks) and the counts; `digest`
+ * trusts the digest alone — the file is then the same bytes as the database
+ * that passed integrity_check at backup. Drills and verify always run `full`.
+ */
+export type IntegrityPolicy = "full" | "quick" | "digest";
+export const INTEGRITY_POLICIES: readonly IntegrityPolicy[] = ["full", "quick", "digest"];
+
+/**
  * Checks a database file against its manifest entry: one self-contained file
- * (not in WAL mode), full integrity_check, row counts and user_version.
+ * (not in WAL mode), then per `policy` integrity_check or quick_check, row
+ * counts and user_version.
  * @throws AgentbakError(13) naming the database and what differs.
  */
-export function checkDatabase(file: string, c: Component): void {
+export function checkDatabase(file: string, c: Component, policy: IntegrityPolicy = "full"): void {
   // a header still in WAL mode (bytes 18-19 = 2) means frames may be missing
   const head = Buffer.alloc(20);
   const fd = openSync(file, "r");
@@ -58,9 +70,12 @@ export function checkDatabase(file: string, c: Component): void {
   if (head[18] !== 1 || head[19] !== 1) throw verifyError(`database ${c.name}: the file is in WAL mode (header ${head[18]}/${head[19]}); a snapshot must be one self-contained file`);
   const db = openDefensive(file);
   try {
-    const ic = integrityCheck(db);
+    const uv = userVersion(db);
+    if (c.schema_version !== undefined && uv !== c.schema_version) throw verifyError(`database ${c.name}: user_version ${uv}, manifest says ${c.schema_version}`);
+    if (policy === "digest") return;
+    const ic = integrityCheck(db, policy === "quick" ? "quick_check" : "integrity_check");
     if (ic.length === 1 && ioErrno(ic[0])) throw ioError(ic[0], file);
-    if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${c.name}: integrity_check: ${ic.slice(0, 3).join("; ")}`);
+    if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${c.name}: ${policy === "quick" ? "quick_check" : "integrity_check"}: ${ic.slice(0, 3).join("; ")}`);
     let counts: Record<string, number>;
     try {
       counts = tableCounts(db).counts;
@@ -69,8 +84,6 @@ export function checkDatabase(file: string, c: Component): void {
     }
     for (const [t, n] of Object.entries(c.records ?? {}))
       if (counts[t] !== n) throw verifyError(`database ${c.name}: table ${t} has ${counts[t] ?? 0} rows, manifest says ${n}`);
-    const uv = userVersion(db);
-    if (c.schema_version !== undefined && uv !== c.schema_version) throw verifyError(`database ${c.name}: user_version ${uv}, manifest says ${c.schema_version}`);
   } finally {
     db.close();
   }
@@ -82,7 +95,7 @@ export function checkDatabase(file: string, c: Component): void {
  * incremental is verified first, then each payload is decrypted once.
  * @throws AgentbakError(13) at the first failed check, (12) when no identity matches.
  */
-export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity[], root: string, trust: Trust, links: LinkSource): Promise<Extracted> {
+export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity[], root: string, trust: Trust, links: LinkSource, integrity: IntegrityPolicy = "full"): Promise<Extracted> {
   const m = v.manifest;
   const chain = m.components.some((c) => c.kind === "sqlite-delta") ? await verifyChain(v, links, trust) : [];
   const raw = join(root, ".agentbak-raw");
@@ -107,8 +120,9 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
     }
     const src = c.kind === "sqlite-delta" ? rebuilt.get(c.name)! : join(raw, c.path);
     if (isDatabase(c)) {
-      checkDatabase(src, c);
-      checks.push({ name: `integrity:${c.name}`, ok: true, detail: "integrity_check ok; row counts and user_version match the manifest" });
+      checkDatabase(src, c, integrity);
+      const what = { full: "integrity_check ok; row counts and user_version match the manifest", quick: "quick_check ok; row counts and user_version match the manifest", digest: "sha256 matches the signed digest (--integrity digest); user_version matches the manifest" }[integrity];
+      checks.push({ name: `integrity:${c.name}`, ok: true, detail: what });
     }
     if (isDatabase(c) || c.kind === "file") {
       const dest = join(root, c.target ?? c.path);

@@ -1,4 +1,5 @@
 /** `agentbak restore`: verified, policy-checked, approved restore into an empty folder. */
+import type { IntegrityPolicy } from "../bundle/extract.js";
 import { usageError } from "../errors.js";
 import { runRestore, type RestoreResult } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
@@ -21,6 +22,7 @@ export interface RestoreCmdOptions extends GlobalOpts {
   allowNonemptySource?: string[];
   allowEmbeddingChange?: boolean;
   wait?: string;
+  integrity?: IntegrityPolicy;
   confirm: (plan: RestorePlan) => Promise<boolean>;
 }
 
@@ -58,6 +60,7 @@ export async function restore(ref: string, opts: RestoreCmdOptions): Promise<Res
       allowNonEmptySource: opts.allowNonemptySource,
       allowEmbeddingChange: opts.allowEmbeddingChange,
       waitMs: opts.wait ? parseDuration(opts.wait) : 0,
+      integrity: opts.integrity,
     });
   } finally {
     bundle.release();

@@ -28,9 +28,9 @@ export function openDefensive(path: string, opts: { readonly?: boolean } = {}): 
  * raises as an error instead of listing ("database disk image is malformed")
  * is returned as the result too; this never throws for a damaged file.
  */
-export function integrityCheck(db: DB): string[] {
+export function integrityCheck(db: DB, check: "integrity_check" | "quick_check" = "integrity_check"): string[] {
   try {
-    return (db.pragma("integrity_check") as Record<string, unknown>[]).map((r) => String(Object.values(r)[0]));
+    return (db.pragma(check) as Record<string, unknown>[]).map((r) => String(Object.values(r)[0]));
   } catch (e) {
     return [(e as Error).message];
   }

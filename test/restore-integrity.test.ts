@@ -1,0 +1,97 @@
+// restore --integrity full|quick|digest: how much of each database is checked
+// beyond its signed sha256. A bundle signed over a database whose rows do not
+// match the manifest's counts (re-signed with the agent's own key, so only the
+// checks can notice) is refused by full and quick and let through by digest;
+// a good bundle restores the same bytes under every policy.
+import { execa } from "execa";
+import { mkdirSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ageEncrypt, craft, join, makeTar, manifestOf, sha } from "./craft.js";
+import { json, makeAgent, type TestAgent } from "./helpers.js";
+import { compress } from "zstd-napi";
+
+let a: TestAgent;
+let good: string;
+let lying: string;
+
+/** Every regular file under `dir`, as paths relative to it. */
+function walk(dir: string, rel = ""): string[] {
+  return readdirSync(join(dir, rel), { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(dir, join(rel, e.name)) : [join(rel, e.name)]));
+}
+
+beforeAll(async () => {
+  a = await makeAgent();
+  const b = json(await a.run(["backup", "--json"]));
+  expect(b.snapshot_id).toBeTruthy();
+  good = await a.file(b.path);
+  // open the payload with the stock tools, delete rows from the database, and sign it again with the agent's key
+  const outer = join(a.tmp, "outer");
+  const plain = join(a.tmp, "plain");
+  mkdirSync(outer);
+  mkdirSync(plain);
+  await execa("tar", ["-xf", good, "-C", outer]);
+  await execa("sh", ["-c", `age -d -i '${a.identity}' '${join(outer, "payload.age")}' | zstd -d -q | tar -x -C '${plain}'`]);
+  const m = manifestOf(good);
+  const db = m.components.find((c: any) => c.kind === "sqlite");
+  await execa("sqlite3", [join(plain, db.path), "DELETE FROM messages WHERE rowid % 2 = 0;"]);
+  const bytes = readFileSync(join(plain, db.path));
+  const t = await makeTar(walk(plain).map((p) => ({ name: p, data: readFileSync(join(plain, p)) })));
+  lying = join(a.tmp, "lying.agentbak");
+  await craft({
+    baseManifest: m,
+    payloadAge: await ageEncrypt(compress(t), [a.recipient]),
+    tarSize: t.length,
+    keyFile: join(a.home, "signing-key"),
+    out: lying,
+    patch: (x) => {
+      const c = x.components.find((y: any) => y.path === db.path);
+      Object.assign(c, { sha256: sha(bytes), size: bytes.length });
+    },
+  });
+}, 120_000);
+
+afterAll(() => a?.cleanup());
+
+describe("restore --integrity", () => {
+  const restore = (bundle: string, target: string, policy?: string) =>
+    a.run(["restore", bundle, "--target", join(a.tmp, target), "--yes", "--allow-rollback", "--json", ...(policy ? ["--integrity", policy] : [])]);
+
+  it("full (the default) and quick refuse a signed database whose row counts are not the manifest's: 13, nothing placed", async () => {
+    for (const policy of [undefined, "full", "quick"]) {
+      const r = await restore(lying, `lying-${policy ?? "default"}`, policy);
+      expect(r.code, r.stderr).toBe(13);
+      expect(r.stderr).toMatch(/database state: table messages has \d+ rows, manifest says \d+/);
+      expect(() => statSync(join(a.tmp, `lying-${policy ?? "default"}`))).toThrow();
+    }
+  });
+
+  it("digest trusts the signed sha256 alone: the same bundle restores, and the check says what was checked", async () => {
+    const r = await restore(lying, "lying-digest", "digest");
+    expect([0, 3], r.stderr).toContain(r.code);
+    const out = json(r);
+    const check = out.checks.find((c: any) => c.name === "integrity:state");
+    expect(check.detail).toMatch(/sha256 matches the signed digest \(--integrity digest\)/);
+  });
+
+  it("a good bundle restores the same database bytes under every policy, each check named", async () => {
+    const m = manifestOf(good);
+    const db = m.components.find((c: any) => c.kind === "sqlite");
+    const details: string[] = [];
+    for (const policy of ["full", "quick", "digest"]) {
+      const r = await restore(good, `good-${policy}`, policy);
+      expect([0, 3], r.stderr).toContain(r.code);
+      details.push(json(r).checks.find((c: any) => c.name === "integrity:state").detail);
+      expect(sha(readFileSync(join(a.tmp, `good-${policy}`, db.target ?? db.path)))).toBe(db.sha256);
+    }
+    expect(details[0]).toMatch(/^integrity_check ok/);
+    expect(details[1]).toMatch(/^quick_check ok/);
+    expect(details[2]).toMatch(/^sha256 matches/);
+  });
+
+  it("an unknown policy is a usage error (2) naming the allowed values", async () => {
+    const r = await restore(good, "bad-policy", "paranoid");
+    expect(r.code).toBe(2);
+    expect(r.stderr.split("\n")[0]).toMatch(/--integrity.*paranoid.*full, quick, digest/);
+    expect(json(r)).toMatchObject({ code: "usage_error", exit_status: 2 });
+  });
+});
