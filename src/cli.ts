@@ -118,8 +118,9 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .option("--wait <duration>", "wait this long for the repository lock (e.g. 30s)")
       .option("--incremental", "store only the SQLite pages changed since the latest snapshot (default: config incremental.enabled)")
       .option("--no-incremental", "force a full snapshot")
+      .option("--skip-if-unchanged", "write no snapshot when nothing changed since this host's last one (databases, workspace, files, config); the receipt names that one")
       .addOption(jsonOpt()),
-    ["agentbak backup", "agentbak backup --incremental", "agentbak backup --idempotency-key \"$CI_JOB_ID\" --json"],
+    ["agentbak backup", "agentbak backup --incremental --skip-if-unchanged", "agentbak backup --idempotency-key \"$CI_JOB_ID\" --json"],
   ).action(async (o) => {
     const { backup } = await import("./commands/backup.js");
     const r = await withProgress("starting backup", (progress) => backup({ ...o, progress }));

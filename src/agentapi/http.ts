@@ -51,7 +51,7 @@ const json = <T extends z.ZodType>(schema: T, description: string) => ({ descrip
 const Receipt = z
   .looseObject({
     snapshot_id: z.string(),
-    status: z.enum(["committed", "spooled"]),
+    status: z.enum(["committed", "spooled", "unchanged"]),
     sequence: z.number().int(),
     created_at: z.string(),
     manifest_sha256: z.string(),
@@ -63,7 +63,7 @@ const Receipt = z
   })
   .openapi("BackupReceipt");
 const Backup = z
-  .looseObject({ snapshot_id: z.string(), status: z.enum(["committed", "spooled"]), sequence: z.number().int().nullable(), created_at: z.string().nullable(), verification: z.enum(["ok", "expired", "invalid"]) })
+  .looseObject({ snapshot_id: z.string(), status: z.enum(["committed", "spooled", "unchanged"]), sequence: z.number().int().nullable(), created_at: z.string().nullable(), verification: z.enum(["ok", "expired", "invalid"]) })
   .openapi("Backup");
 const Request = z
   .looseObject({ request_id: z.string(), status: z.enum(["pending", "approved", "denied", "restored", "failed"]), snapshot_id: z.string(), reason: z.string(), status_url: z.string() })

@@ -100,7 +100,7 @@ export const lowerTier = (x: Tier, y: Tier): Tier => (allows(x, y) ? y : x);
 /** One snapshot as the agent sees it: committed in the repository, or spooled locally until it can be uploaded. */
 export interface BackupView {
   snapshot_id: string;
-  status: "committed" | "spooled";
+  status: "committed" | "spooled" | "unchanged";
   sequence: number | null;
   created_at: string | null;
   kind: "full" | "incremental" | null;

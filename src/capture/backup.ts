@@ -27,6 +27,7 @@ import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/
 import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut } from "../state/sqlite.js";
+import { lastBackup, rememberBackup, stateFingerprint } from "./unchanged.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
@@ -44,8 +45,9 @@ export interface BackupReceipt {
   parent: string | null;
   path: string;
   repeated: boolean;
-  /** committed in the repository, or kept in the local spool until it can be uploaded (capture/spool.ts) */
-  status: "committed" | "spooled";
+  /** committed in the repository, kept in the local spool until it can be uploaded (capture/spool.ts), or
+   * "unchanged": nothing changed since the snapshot named here, and no bundle was written (capture/unchanged.ts) */
+  status: "committed" | "spooled" | "unchanged";
   /** the request's parameters (label, incremental): an idempotency key used again with others is refused */
   params_sha256: string;
   /** what was deliberately left out (credential files, excluded names, nested repositories' history) */
@@ -67,10 +69,15 @@ export interface BackupOptions {
   waitMs?: number;
   /** the lowest sequence this host will accept (its watermark) */
   sequenceFloor?: number;
+  /** no new snapshot when nothing changed since this host's last one (capture/unchanged.ts), as restic's --skip-if-unchanged */
+  skipUnchanged?: boolean;
   progress?: (phase: string) => void;
 }
 
 /** A time-sortable snapshot id: UTC time to the millisecond plus 32 random bits. */
+/** An unchanged state is backed up again anyway when its last snapshot expires within this. */
+const UNCHANGED_EXPIRY_MARGIN_MS = 86_400_000;
+
 export const newSnapshotId = (d: Date) => d.toISOString().replace(/[-:.]/g, "") + "-" + randomBytes(4).toString("hex");
 
 /** One database on its way through the pipeline; each stage fills in its part. */
@@ -161,6 +168,24 @@ interface Reserved {
   databases: string[];
   /** folders captured otherwise or never: the repository, the workspace */
   dirs: [string, string][];
+}
+
+/** What a `files` glob never takes for this config: its databases, the repository, the workspace, source folders. */
+function reservedPaths(lc: LoadedConfig, repoDir: string | null): Reserved {
+  const cfg = lc.config;
+  const dirs: [string, string][] = [];
+  if (repoDir) dirs.push([repoDir, "the repository"]);
+  if (cfg.workspace) dirs.push([lc.resolve(cfg.workspace.path), "the workspace"]);
+  for (const x of cfg.sources) if (x.path) dirs.push([lc.resolve(x.path), `state source ${x.name}`]);
+  return { databases: cfg.databases.map((d) => lc.resolve(d.path)), dirs };
+}
+
+/** The files the `files` patterns name now, without credential files (never read here). */
+function filePaths(lc: LoadedConfig, repoDir: string | null): string[] {
+  const reserved = reservedPaths(lc, repoDir);
+  const realRoot = realpathSync(lc.dir);
+  const credentials = new Set(lc.config.credentials.filter((c) => c.ref.startsWith("file:")).map((c) => lc.resolve(c.ref.slice(5))));
+  return lc.config.files.flatMap((p) => expandFiles(lc, p, reserved, realRoot)).filter((f) => !credentials.has(f) && !credentials.has(realpathSync(f)));
 }
 
 function reservedBy(p: string, r: Reserved): string | null {
@@ -378,11 +403,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
       o.progress?.("capturing state sources");
       sources = await captureSources(lc, staging, warnings);
     }
-    const dirs: [string, string][] = [];
-    if (repoDir) dirs.push([repoDir, "the repository"]);
-    if (live) dirs.push([live, "the workspace"]);
-    for (const x of cfg.sources) if (x.path) dirs.push([lc.resolve(x.path), `state source ${x.name}`]);
-    files = captureFiles(scope, { databases: cfg.databases.map((d) => lc.resolve(d.path)), dirs });
+    files = captureFiles(scope, reservedPaths(lc, repoDir));
     if (wsCapture) {
       o.progress?.("capturing workspace");
       const w = await wsCapture;
@@ -476,6 +497,19 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       const prior = await o.repo.idempotent<BackupReceipt>(a, o.idempotencyKey);
       if (prior) return replay(prior, o);
     }
+    // nothing changed since this host's last snapshot, which is still the newest and far from expiring: no bundle
+    const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
+    const repoDir = o.repo.store.inPlace ? o.repo.location : null;
+    const stateKey = skippable ? await stateFingerprint(lc, filePaths(lc, repoDir), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
+    const last = stateKey ? lastBackup<BackupReceipt>(o.home, o.repo.location, a) : null;
+    if (
+      last &&
+      last.fingerprint === stateKey &&
+      Date.parse(last.expires_at) - Date.now() > UNCHANGED_EXPIRY_MARGIN_MS &&
+      (await o.repo.recordedSequence(a)) === last.sequence &&
+      (await o.repo.committed(a, last.receipt.snapshot_id))
+    )
+      return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
     const warnings: string[] = [];
     const created = new Date();
     const snapshotId = newSnapshotId(created);
@@ -483,7 +517,6 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const chosen = wantIncremental ? await chooseParent(o, a, cfg.incremental.fullEvery) : { parent: null, reason: "" };
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
 
-    const repoDir = o.repo.store.inPlace ? o.repo.location : null;
     const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, o, warnings);
     if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
       warnings.push(`this snapshot captures no state: ${lc.path} names no database, no state source, no file that exists and no workspace`);
@@ -620,6 +653,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       audit: { manifest_sha256: receipt.manifest_sha256, signer: manifest.signer.fingerprint },
       signingKey: o.signingKey,
     });
+    if (stateKey) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey, sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
     return { ...receipt, path: published.path };
   } finally {
     await Promise.allSettled(removals);

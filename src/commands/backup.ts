@@ -10,6 +10,7 @@ export interface BackupCmdOptions extends GlobalOpts {
   label?: string;
   wait?: string;
   incremental?: boolean;
+  skipIfUnchanged?: boolean;
   principal?: string;
   progress?: (phase: string) => void;
 }
@@ -29,6 +30,7 @@ export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {
     label: opts.label,
     waitMs: opts.wait ? parseDuration(opts.wait) : 0,
     incremental: opts.incremental,
+    skipUnchanged: opts.skipIfUnchanged,
     progress: opts.progress,
   });
 }

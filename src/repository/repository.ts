@@ -388,6 +388,11 @@ export class Repository {
   // ---- writing snapshots ----
 
   /** The next checkpoint sequence for `a`: above every sequence recorded here and `floor` (this host's watermark). */
+  /** The sequence the last publish of `a` recorded (0 when none). */
+  async recordedSequence(a: AgentRef): Promise<number> {
+    return (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
+  }
+
   async nextSequence(a: AgentRef, trust: Trust, floor = 0): Promise<number> {
     const rec = (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
     const v1 = (await this.readJson<{ sequence: number }>(legacy.sequence(a.agent)))?.sequence ?? 0;

@@ -33,6 +33,10 @@ export function init(r: { config: string; config_created: boolean; repository: s
 
 export function backup(r: BackupReceipt): void {
   // quiet on success without a TTY (cron mails whatever is printed)
+  if (r.status === "unchanged") {
+    if (isTTY()) ok(`nothing changed since ${r.snapshot_id} (sequence ${r.sequence}); no new snapshot (--skip-if-unchanged)`);
+    return;
+  }
   if (isTTY() || r.repeated) {
     const what = r.status === "spooled" ? (r.repeated ? "already spooled" : "spooled") : r.repeated ? "already backed up" : "backed up";
     ok(`${what} ${r.agent_id} as ${r.snapshot_id} (${r.kind}, sequence ${r.sequence}, ${r.size} bytes)`);

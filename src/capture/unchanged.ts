@@ -1,0 +1,81 @@
+/**
+ * `backup --skip-if-unchanged`: a backup whose state is exactly
+ * what this host's last snapshot of the agent captured writes no bundle and
+ * reports that snapshot (status "unchanged"), as restic's
+ * --skip-if-unchanged. The state's fingerprint is taken before each capture
+ * and kept in AGENTBAK_HOME/cache beside the receipt, so a later change
+ * (even one made while that capture ran) always gives a new fingerprint:
+ *   - each database: its file's identity, size and mtime, its 100-byte header (the
+ *     change counter moves on every commit in rollback-journal mode), and the
+ *     -wal file's size, mtime and header (every commit appends frames; a reset
+ *     changes its salts); a -journal present (a write in progress) is recorded too;
+ *   - the workspace: git status and the working tree's digest;
+ *   - every `files` match: its content's sha256;
+ *   - the config file's bytes and the signing key.
+ * Backups with hooks, state sources, a label or an idempotency key are always
+ * taken: their state can not be read this cheaply, or the caller asked for a
+ * snapshot of its own.
+ */
+import { createHash } from "node:crypto";
+import { closeSync, existsSync, openSync, readFileSync, readSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { writeFileAtomic } from "../fsutil.js";
+import type { LoadedConfig } from "../config/load.js";
+import type { AgentRef } from "../repository/repository.js";
+import { workspaceState } from "../state/workspace.js";
+
+/** The state a backup would capture, as one digest. */
+export async function stateFingerprint(lc: LoadedConfig, files: string[], signer: string): Promise<string> {
+  const h = createHash("sha256");
+  const add = (...parts: (string | number | bigint)[]) => h.update(parts.join("\0") + "\n");
+  add("config", lc.path, readFileSync(lc.path, "utf8"), signer);
+  for (const d of lc.config.databases) {
+    const p = lc.resolve(d.path);
+    add("db", d.name, ...identity(p, 100));
+    add("wal", ...identity(`${p}-wal`, 32));
+    add("journal", ...identity(`${p}-journal`, 0));
+  }
+  if (lc.config.workspace) add("workspace", (await workspaceState(lc.resolve(lc.config.workspace.path))).key);
+  for (const f of files) add("file", f, createHash("sha256").update(readFileSync(f)).digest("hex"));
+  return h.digest("hex");
+}
+
+/** A file's identity, size, modification time and first `head` bytes (or "absent"). */
+function identity(path: string, head: number): (string | bigint)[] {
+  if (!existsSync(path)) return ["absent"];
+  const st = statSync(path, { bigint: true });
+  const buf = Buffer.alloc(head);
+  if (head) {
+    const fd = openSync(path, "r");
+    try {
+      readSync(fd, buf, 0, head, 0);
+    } finally {
+      closeSync(fd);
+    }
+  }
+  // not ctime: SQLite opened as root chowns the -wal file on every open, which changes it and nothing else
+  return [st.dev, st.ino, st.size, st.mtimeNs, buf.toString("hex")];
+}
+
+/** What the last snapshot of an agent from this host recorded. */
+export interface LastBackup<R> {
+  fingerprint: string;
+  sequence: number;
+  expires_at: string;
+  receipt: R;
+}
+
+const file = (home: string, location: string, a: AgentRef) =>
+  join(home, "cache", `last-backup-${createHash("sha256").update(`${location}\0${a.tenant}\0${a.agent}`).digest("hex").slice(0, 16)}.json`);
+
+export function lastBackup<R>(home: string, location: string, a: AgentRef): LastBackup<R> | null {
+  try {
+    return JSON.parse(readFileSync(file(home, location, a), "utf8")) as LastBackup<R>;
+  } catch {
+    return null; // none yet, or unreadable: the backup is taken
+  }
+}
+
+export function rememberBackup<R>(home: string, location: string, a: AgentRef, last: LastBackup<R>): void {
+  writeFileAtomic(file(home, location, a), JSON.stringify(last) + "\n", 0o600);
+}
