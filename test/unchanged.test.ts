@@ -3,7 +3,7 @@
 // mode), the workspace, a captured file or the config takes a new one.
 import Database from "better-sqlite3";
 import { execa } from "execa";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { json, makeAgent, STORE, type TestAgent } from "./helpers.js";
@@ -20,6 +20,24 @@ const skip = async () => {
   expect([0, 3], r.stderr).toContain(r.code);
   return json(r);
 };
+
+describe("the last workspace capture, reused across processes", () => {
+  it("an unchanged workspace's capture comes from AGENTBAK_HOME/cache (0600); an edit is captured afresh and restores", async () => {
+    expect((await a.run(["backup"])).code).toBe(0);
+    const cache = join(a.home, "cache");
+    const file = readdirSync(cache).find((f) => f.startsWith("workspace-"))!;
+    expect(statSync(join(cache, file)).mode & 0o777).toBe(0o600);
+    const before = readFileSync(join(cache, file), "utf8");
+    expect((await a.run(["backup"])).code).toBe(0);
+    expect(readFileSync(join(cache, file), "utf8")).toBe(before);
+    writeFileSync(join(a.dir, "workspace/notes.txt"), "written between two backups\n");
+    const b = json(await a.run(["backup", "--json"]));
+    expect(readFileSync(join(cache, file), "utf8")).not.toBe(before);
+    const r = await a.run(["restore", b.snapshot_id, "--target", join(a.tmp, "ws-restored"), "--yes", "--allow-rollback"]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(readFileSync(join(a.tmp, "ws-restored/workspace/notes.txt"), "utf8")).toBe("written between two backups\n");
+  });
+});
 
 describe("backup --skip-if-unchanged", () => {
   it("nothing changed: exit 0, no output without a TTY, the receipt names the last snapshot, nothing is written", async () => {

@@ -28,6 +28,7 @@ import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, write
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut } from "../state/sqlite.js";
 import { lastBackup, rememberBackup, stateFingerprint } from "./unchanged.js";
+import { writeFileAtomic } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
@@ -244,6 +245,8 @@ function applyScanPolicy(policy: "refuse" | "warn" | "off", findings: SecretFind
 interface CaptureScope {
   lc: LoadedConfig;
   staging: string;
+  /** AGENTBAK_HOME: the last proven workspace capture is kept in its cache folder */
+  home: string;
   /** why a file (absolute, and relative to its root) stays out, or null */
   leaveOut: (abs: string, rel: string) => Omit<NotCaptured, "path"> | null;
   /** a credential's file, by absolute path */
@@ -322,14 +325,40 @@ async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: stri
 type WorkspaceCaptured = { staged: StagedComponent[]; manifest: Manifest["workspace"]; notCaptured: NotCaptured[]; findings: SecretFinding[] };
 
 /**
- * The last workspace capture of each workspace this process made, by the
- * state it was made from (a server takes checkpoint after checkpoint of an
- * unchanged workspace): the same state gives the same bundle and patch, whose
- * rebuild was already proven and whose scan already ran, so they are reused
- * instead of captured, rebuilt, hashed and scanned again. Only small captures are kept.
+ * The last workspace capture of each workspace, by the state it was made from
+ * (checkpoint after checkpoint of an unchanged workspace): the same state
+ * gives the same bundle and patch, whose rebuild was already proven and whose
+ * scan already ran (and found nothing: captures with warnings are not kept),
+ * so they are reused instead of captured, rebuilt, hashed and scanned again.
+ * Kept in this process and in AGENTBAK_HOME/cache (0600), so that one CLI
+ * run reuses the last one's. Only small captures are kept.
  */
-const lastCapture = new Map<string, { key: string; files: { path: string; kind: StagedComponent["kind"]; bytes: Buffer }[]; result: Omit<WorkspaceCaptured, "staged"> }>();
+type KnownCapture = { key: string; files: { path: string; kind: StagedComponent["kind"]; bytes: Buffer }[]; result: Omit<WorkspaceCaptured, "staged"> };
+const lastCapture = new Map<string, KnownCapture>();
 const REUSE_MAX_BYTES = 8 << 20;
+const captureCacheFile = (home: string, live: string) => join(home, "cache", `workspace-${createHash("sha256").update(live).digest("hex").slice(0, 16)}.json`);
+
+function knownCapture(home: string, live: string): KnownCapture | undefined {
+  const mem = lastCapture.get(live);
+  if (mem) return mem;
+  try {
+    const c = JSON.parse(readFileSync(captureCacheFile(home, live), "utf8")) as Omit<KnownCapture, "files"> & { live: string; files: { path: string; kind: StagedComponent["kind"]; base64: string }[] };
+    if (c.live !== live) return undefined;
+    return { key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, bytes: Buffer.from(f.base64, "base64") })) };
+  } catch {
+    return undefined; // none yet, or unreadable: capture afresh
+  }
+}
+
+function rememberCapture(home: string, live: string, c: KnownCapture): void {
+  lastCapture.set(live, c);
+  try {
+    mkdirSync(join(home, "cache"), { recursive: true, mode: 0o700 });
+    writeFileAtomic(captureCacheFile(home, live), JSON.stringify({ live, key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, base64: f.bytes.toString("base64") })) }), 0o600);
+  } catch {
+    /* a cache that can not be written only costs the next run a capture */
+  }
+}
 
 /** Captures the workspace (or reuses the last proven capture of the same state and settings). */
 async function captureWs(s: CaptureScope, live: string, repoDir: string | null): Promise<WorkspaceCaptured> {
@@ -337,7 +366,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
   // a folder git can not read gets no reuse key: the capture below says what is wrong with it
   const state = await workspaceState(live).catch(() => null);
   const key = state && createHash("sha256").update(JSON.stringify([w.uncommitted, s.lc.config.secretScan, [...s.credentialFiles.keys()], repoDir, state.key])).digest("hex");
-  const known = lastCapture.get(live);
+  const known = key ? knownCapture(s.home, live) : undefined;
   if (key && known && known.key === key) {
     mkdirSync(join(s.staging, "workspace"), { recursive: true });
     const staged = known.files.map((f): StagedComponent => (writeFileSync(join(s.staging, f.path), f.bytes), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
@@ -349,7 +378,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
   const r = await captureWorkspaceInto(own, live, repoDir);
   const size = r.staged.reduce((n, c) => n + statSync(c.file).size, 0);
   if (key && !s.warnings.length && size <= REUSE_MAX_BYTES)
-    lastCapture.set(live, { key, files: r.staged.map((c) => ({ path: c.path, kind: c.kind, bytes: readFileSync(c.file) })), result: { manifest: r.manifest, notCaptured, findings } });
+    rememberCapture(s.home, live, { key, files: r.staged.map((c) => ({ path: c.path, kind: c.kind, bytes: readFileSync(c.file) })), result: { manifest: r.manifest, notCaptured, findings } });
   return { ...r, notCaptured, findings };
 }
 
@@ -367,6 +396,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   const scope: CaptureScope = {
     lc,
     staging,
+    home: o.home,
     credentialFiles,
     leaveOut: (abs, rel) => {
       const cred = credentialFiles.get(abs);

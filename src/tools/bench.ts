@@ -97,7 +97,30 @@ async function checkpointBench(tmp: string, env: Record<string, string>, recipie
       work(runs + i);
       cli_s.push((await measure(["node", bin, "backup", "--incremental"], { cwd: agent, env })).seconds);
     }
+    const full_s: number[] = [];
+    for (let i = 0; i < 3; i++) full_s.push((await measure(["node", bin, "backup", "--no-incremental"], { cwd: agent, env })).seconds);
+    await execa("node", [bin, "backup", "--incremental", "--skip-if-unchanged"], { cwd: agent, env });
+    const unchanged_s = (await measure(["node", bin, "backup", "--incremental", "--skip-if-unchanged"], { cwd: agent, env })).seconds;
+    // `snapshots` over 200 real snapshots of this agent (checkpoints through the server until there are 200)
+    const count = async () => (JSON.parse(String((await execa("node", [bin, "snapshots", "--json"], { cwd: agent, env })).stdout)) as unknown[]).length;
+    for (let n = await count(), i = 0; n < 200; n++, i++) {
+      work(1000 + i);
+      await checkpoint({ incremental: true });
+    }
+    const listed = await count();
+    rmSync(join(env.AGENTBAK_HOME!, "cache"), { recursive: true, force: true });
+    const snapshots_cold = (await measure(["node", bin, "snapshots"], { cwd: agent, env })).seconds;
+    const warm: number[] = [];
+    for (let i = 0; i < 3; i++) warm.push((await measure(["node", bin, "snapshots"], { cwd: agent, env })).seconds);
+    const snapshots_warm = median(warm);
+    const node_startup = (await measure(["node", "-e", "0"])).seconds;
     return {
+      cli_full_median_seconds: Number(fmt(median(full_s), 3)),
+      cli_unchanged_seconds: Number(fmt(unchanged_s, 3)),
+      snapshots_listed: listed,
+      snapshots_cold_seconds: Number(fmt(snapshots_cold, 3)),
+      snapshots_warm_seconds: Number(fmt(snapshots_warm, 3)),
+      node_startup_seconds: Number(fmt(node_startup, 3)),
       database_mib: Number(fmt(statSync(join(agent, "state", "agent.sqlite")).size / 2 ** 20, 1)),
       first_full_seconds: Number(fmt(first.seconds, 3)),
       server_median_seconds: Number(fmt(median(server_s), 3)),
@@ -115,7 +138,9 @@ async function checkpointBench(tmp: string, env: Record<string, string>, recipie
 function checkpointRows(c: Awaited<ReturnType<typeof checkpointBench>>): string[] {
   return [
     `checkpoint via server   median ${c.server_median_seconds} s over ${c.server_runs.length} incrementals (POST /v1/backups; ${c.database_mib} MiB db, workspace; goal <= ${c.goal_seconds} s)`,
-    `same backup via CLI     median ${c.cli_median_seconds} s over ${c.cli_runs.length} (agentbak backup --incremental, a new process each)`,
+    `same backup via CLI     median ${c.cli_median_seconds} s over ${c.cli_runs.length} (agentbak backup --incremental, a new process each; goal <= 0.6 s)`,
+    `small agent CLI full    median ${c.cli_full_median_seconds} s over 3 (agentbak backup --no-incremental; goal <= 1.0 s); nothing changed ${c.cli_unchanged_seconds} s`,
+    `snapshots (${c.snapshots_listed} listed)  ${c.snapshots_warm_seconds} s warm, ${c.snapshots_cold_seconds} s with no header cache (goal <= 0.3 s; node -e 0 takes ${c.node_startup_seconds} s)`,
   ];
 }
 
@@ -158,8 +183,14 @@ async function main(): Promise<void> {
     const runs = Number(arg("runs", "2"));
     const ours: { seconds: number; rssMiB: number }[] = [];
     const theirs: { seconds: number; rssMiB: number }[] = [];
+    const stockRestore: { seconds: number; rssMiB: number }[] = [];
     for (let i = 0; i < runs; i++) {
       theirs.push(await measure(["sh", "-c", stockScript]));
+      // the stock restore of what the stock pipeline wrote
+      const back = join(stock, "back");
+      mkdirSync(back);
+      stockRestore.push(await measure(["sh", "-c", `age -d -i '${join(home, "age-identity.txt")}' '${stock}/out.age' | zstd -d -q | tar -x -C '${back}'`]));
+      rmSync(back, { recursive: true, force: true });
       rmSync(join(stock, "state.sqlite"), { force: true });
       rmSync(join(stock, "out.age"), { force: true });
       ours.push(await measure(["node", bin, "backup"], { cwd: agent, env }));
@@ -171,8 +202,13 @@ async function main(): Promise<void> {
     const lastSize = async () => (JSON.parse(String((await execa("node", [bin, "snapshots", "--json"], { cwd: agent, env })).stdout)) as { size: number }[]).at(-1)!.size;
     const bundleBytes = await lastSize();
     const verify = await measure(["node", bin, "verify", "latest", "--identity", join(home, "age-identity.txt")], { cwd: agent, env });
+    // without keys: the signature and the payload digest (one read of the bundle)
+    const verifyNoKeys = await measure(["node", bin, "verify", "latest"], { cwd: agent, env });
     // exit 3: completed with warnings (a credential file is absent on this machine)
     const restore = await measure(["node", bin, "restore", "latest", "--target", join(tmp, "restored"), "--yes", "--allow-rollback"], { cwd: agent, env, okCodes: [0, 3] });
+    rmSync(join(tmp, "restored"), { recursive: true, force: true });
+    const restoreDigest = await measure(["node", bin, "restore", "latest", "--target", join(tmp, "restored-digest"), "--yes", "--allow-rollback", "--integrity", "digest"], { cwd: agent, env, okCodes: [0, 3] });
+    rmSync(join(tmp, "restored-digest"), { recursive: true, force: true });
     // restic, when installed: the same database (a .backup copy) backed up, then again after the same update
     const hasRestic = (await execa("sh", ["-c", "command -v restic"], { reject: false })).exitCode === 0;
     const resticRepo = join(tmp, "restic-repo");
@@ -207,8 +243,12 @@ async function main(): Promise<void> {
       for (const u of updates) db.prepare(`${u} WHERE abs(random()) % 100 = 0`).run();
       db.close();
     }
-    const inc = await measure(["node", bin, "backup", "--incremental"], { cwd: agent, env });
+    // --skip-if-unchanged records the state's fingerprint; it changed, so this is an incremental like any other
+    const inc = await measure(["node", bin, "backup", "--incremental", "--skip-if-unchanged"], { cwd: agent, env });
     const incBytes = await lastSize();
+    // nothing changed since: no bundle is written
+    const unchanged = await measure(["node", bin, "backup", "--incremental", "--skip-if-unchanged"], { cwd: agent, env });
+    const unchangedStatus = (JSON.parse(String((await execa("node", [bin, "backup", "--incremental", "--skip-if-unchanged", "--json"], { cwd: agent, env })).stdout)) as { status: string }).status;
     const resticInc = resticFull ? await resticBackup() : null;
     // the same full backup into an S3-compatible gateway, when one is configured (e.g. test/s3/ceph-start.sh)
     const s3Endpoint = process.env.AGENTBAK_BENCH_S3_ENDPOINT ?? process.env.AGENTBAK_TEST_S3_ENDPOINT;
@@ -233,7 +273,13 @@ async function main(): Promise<void> {
       stock_throughput_mib_s: Number(fmt(dbBytes / 2 ** 20 / theirsS, 1)),
       agentbak_peak_rss_mib: Number(fmt(Math.max(...ours.map((x) => x.rssMiB)), 1)),
       bundle_mib: Number(fmt(bundleBytes / 2 ** 20, 1)),
+      stock_restore_seconds: Number(fmt(best(stockRestore), 3)),
       verify_identity_seconds: Number(fmt(verify.seconds, 3)),
+      verify_no_keys_seconds: Number(fmt(verifyNoKeys.seconds, 3)),
+      verify_no_keys_gb_s: Number(fmt(bundleBytes / 1e9 / verifyNoKeys.seconds, 2)),
+      restore_digest_seconds: Number(fmt(restoreDigest.seconds, 3)),
+      unchanged_seconds: Number(fmt(unchanged.seconds, 3)),
+      unchanged_status: unchangedStatus,
       verify_peak_rss_mib: Number(fmt(verify.rssMiB, 1)),
       restore_seconds: Number(fmt(restore.seconds, 3)),
       restore_peak_rss_mib: Number(fmt(restore.rssMiB, 1)),
@@ -265,9 +311,13 @@ async function main(): Promise<void> {
         `agentbak backup         ${out.agentbak_backup_seconds} s  (${out.agentbak_throughput_mib_s} MiB/s, peak RSS ${out.agentbak_peak_rss_mib} MiB, bundle ${out.bundle_mib} MiB)`,
         `stock pipeline          ${out.stock_pipeline_seconds} s  (${out.stock_throughput_mib_s} MiB/s)  sqlite3 .backup; tar | zstd -3 -T0 | age -r`,
         `ratio agentbak/stock    ${out.ratio}  (goal: <= 1.0)`,
+        `ratio agentbak/restic   ${typeof out.restic === "string" ? "-" : fmt(out.agentbak_backup_seconds / out.restic.full_seconds, 2)}  (full backup of the same database; goal: <= 1.0)`,
         `verify --identity       ${out.verify_identity_seconds} s  (peak RSS ${out.verify_peak_rss_mib} MiB)`,
-        `restore                 ${out.restore_seconds} s  (peak RSS ${out.restore_peak_rss_mib} MiB)`,
-        `incremental (1% rows)   ${out.incremental_seconds} s  (${out.incremental_time_ratio} of full), ${out.incremental_mib} MiB (${(out.incremental_size_ratio * 100).toFixed(2)}% of full), peak RSS ${out.incremental_peak_rss_mib} MiB`,
+        `verify (no keys)        ${out.verify_no_keys_seconds} s  (${out.verify_no_keys_gb_s} GB/s of bundle; goal: >= 1 GB/s)`,
+        `restore                 ${out.restore_seconds} s  (peak RSS ${out.restore_peak_rss_mib} MiB); --integrity digest ${out.restore_digest_seconds} s`,
+        `stock restore           ${out.stock_restore_seconds} s  age -d | zstd -d | tar x; ratio ${fmt(out.restore_seconds / out.stock_restore_seconds, 2)} (digest ${fmt(out.restore_digest_seconds / out.stock_restore_seconds, 2)}; goal: <= 1.5)`,
+        `nothing changed         ${out.unchanged_seconds} s  (backup --skip-if-unchanged: ${out.unchanged_status}; goal: <= 0.5 s)`,
+        `incremental (1% rows)   ${out.incremental_seconds} s  (${out.incremental_time_ratio} of full; goal <= 0.2), ${out.incremental_mib} MiB (${(out.incremental_size_ratio * 100).toFixed(2)}% of full), peak RSS ${out.incremental_peak_rss_mib} MiB`,
         `backup to S3 gateway    ${s3 ? `${out.s3_backup_seconds} s  (${out.s3_throughput_mib_s} MiB/s, peak RSS ${out.s3_peak_rss_mib} MiB)` : "skipped (set AGENTBAK_BENCH_S3_ENDPOINT)"}`,
         ...checkpointRows(checkpoint),
         typeof out.restic === "string"

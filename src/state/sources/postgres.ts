@@ -8,7 +8,8 @@ import { execa } from "execa";
 import { once } from "node:events";
 import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import pg from "pg";
+// type only: the client is loaded when a PostgreSQL source is used
+import type pg from "pg";
 import { AgentbakError, Exit, verifyError } from "../../errors.js";
 import { freePort, serverCommand, serverDir, sourceError, startServer, stopServer, type SourceDriver, type SourceFile } from "./common.js";
 
@@ -42,7 +43,8 @@ const USER_TABLES = `SELECT n.nspname AS schema, c.relname AS table FROM pg_clas
   WHERE c.relkind IN ('r', 'p') AND n.nspname = ANY($1) ORDER BY 1, 2`;
 
 async function connect(url: string): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
+  const { default: pgm } = await import("pg");
+  const c = new pgm.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
   await c.connect();
   return c;
 }

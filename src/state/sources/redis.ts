@@ -9,7 +9,8 @@ import { createReadStream, createWriteStream } from "node:fs";
 import { once } from "node:events";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { Redis } from "ioredis";
+// type only: the client is loaded when a Redis source is used (a backup without one never pays for it)
+import type { Redis } from "ioredis";
 import { AgentbakError, Exit, verifyError } from "../../errors.js";
 import { freePort, serverCommand, serverDir, sourceError, startServer, stopServer, type SourceDriver } from "./common.js";
 
@@ -41,10 +42,13 @@ interface KeyLine {
   v: string;
 }
 
-const connect = (url: string) => new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null, connectTimeout: 10_000 });
+const connect = async (url: string): Promise<Redis> => {
+  const { Redis } = await import("ioredis");
+  return new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null, connectTimeout: 10_000 });
+};
 
 async function withClient<T>(url: string, fn: (r: Redis) => Promise<T>): Promise<T> {
-  const r = connect(url);
+  const r = await connect(url);
   r.on("error", () => undefined); // surfaced by the command that fails
   try {
     await r.connect();
