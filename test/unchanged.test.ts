@@ -3,7 +3,7 @@
 // mode), the workspace, a captured file or the config takes a new one.
 import Database from "better-sqlite3";
 import { execa } from "execa";
-import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { json, makeAgent, STORE, type TestAgent } from "./helpers.js";
@@ -63,6 +63,17 @@ describe("backup --skip-if-unchanged", () => {
     // without the flag a snapshot is always taken
     const forced = json(await a.run(["backup", "--json"]));
     expect(forced.status).toBe("committed");
+  });
+
+  it("the backup's own opening of a WAL database (which creates the -wal file) does not count as a change", async () => {
+    // a writer that closes last checkpoints and deletes the -wal: the next backup's connection creates it again
+    const db = new Database(join(a.dir, "state/agent.sqlite"));
+    db.prepare("INSERT OR REPLACE INTO agent_state VALUES ('wal-test', '1')").run();
+    db.close();
+    expect(existsSync(join(a.dir, "state/agent.sqlite-wal"))).toBe(false);
+    expect((await skip()).status).toBe("committed");
+    expect(existsSync(join(a.dir, "state/agent.sqlite-wal"))).toBe(true);
+    expect((await skip()).status).toBe("unchanged");
   });
 
   it("a commit to the database (WAL mode), then in rollback-journal mode, takes a new snapshot", async () => {

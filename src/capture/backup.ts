@@ -27,7 +27,7 @@ import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/
 import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut } from "../state/sqlite.js";
-import { lastBackup, rememberBackup, stateFingerprint } from "./unchanged.js";
+import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
 import { writeFileAtomic } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
@@ -383,7 +383,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
 }
 
 /** Captures databases (at one instant), state sources, files and workspace between the pre and post hooks. */
-async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions, warnings: string[]) {
+async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions & { atInstant?: (allLocked: boolean) => void }, warnings: string[]) {
   const cfg = lc.config;
   const dbs: DbRecord[] = [];
   let cut: Cut | undefined;
@@ -424,6 +424,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
       cut = await snapshotDatabases(
         cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`) })),
         o.waitMs || cfg.cut.waitSeconds * 1000,
+        o.atInstant,
       );
     for (const d of cfg.databases) {
       const copy = join(staging, "db", `${d.name}.sqlite`);
@@ -530,11 +531,11 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // nothing changed since this host's last snapshot, which is still the newest and far from expiring: no bundle
     const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
     const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-    const stateKey = skippable ? await stateFingerprint(lc, filePaths(lc, repoDir), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
-    const last = stateKey ? lastBackup<BackupReceipt>(o.home, o.repo.location, a) : null;
+    const other = skippable ? await otherState(lc, filePaths(lc, repoDir), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
+    const last = other ? lastBackup<BackupReceipt>(o.home, o.repo.location, a) : null;
     if (
       last &&
-      last.fingerprint === stateKey &&
+      last.fingerprint === stateKey(other!, databasesState(lc)) &&
       Date.parse(last.expires_at) - Date.now() > UNCHANGED_EXPIRY_MARGIN_MS &&
       (await o.repo.recordedSequence(a)) === last.sequence &&
       (await o.repo.committed(a, last.receipt.snapshot_id))
@@ -547,7 +548,10 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const chosen = wantIncremental ? await chooseParent(o, a, cfg.incremental.fullEvery) : { parent: null, reason: "" };
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
 
-    const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, o, warnings);
+    // the databases' part of the fingerprint, read at the snapshot instant (only when every write lock was held)
+    let dbState: string | null = null;
+    const atInstant = other ? (allLocked: boolean) => void (dbState = allLocked ? databasesState(lc) : null) : undefined;
+    const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, { ...o, atInstant }, warnings);
     if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
       warnings.push(`this snapshot captures no state: ${lc.path} names no database, no state source, no file that exists and no workspace`);
     applyScanPolicy(cfg.secretScan.workspace, captured.workspace, warnings);
@@ -683,7 +687,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       audit: { manifest_sha256: receipt.manifest_sha256, signer: manifest.signer.fingerprint },
       signingKey: o.signingKey,
     });
-    if (stateKey) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey, sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
+    if (other && (dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
     return { ...receipt, path: published.path };
   } finally {
     await Promise.allSettled(removals);

@@ -24,21 +24,34 @@ import type { LoadedConfig } from "../config/load.js";
 import type { AgentRef } from "../repository/repository.js";
 import { workspaceState } from "../state/workspace.js";
 
-/** The state a backup would capture, as one digest. */
-export async function stateFingerprint(lc: LoadedConfig, files: string[], signer: string): Promise<string> {
+/**
+ * The state a backup would capture, as one digest: everything but the
+ * databases (read before the capture), and the databases' files (read by a
+ * backup at its snapshot instant, under every write lock, so that its own
+ * opening of them — which creates a -wal file — is part of what it records).
+ */
+export async function otherState(lc: LoadedConfig, files: string[], signer: string): Promise<string> {
   const h = createHash("sha256");
   const add = (...parts: (string | number | bigint)[]) => h.update(parts.join("\0") + "\n");
   add("config", lc.path, readFileSync(lc.path, "utf8"), signer);
+  if (lc.config.workspace) add("workspace", (await workspaceState(lc.resolve(lc.config.workspace.path))).key);
+  for (const f of files) add("file", f, createHash("sha256").update(readFileSync(f)).digest("hex"));
+  return h.digest("hex");
+}
+
+export function databasesState(lc: LoadedConfig): string {
+  const h = createHash("sha256");
+  const add = (...parts: (string | number | bigint)[]) => h.update(parts.join("\0") + "\n");
   for (const d of lc.config.databases) {
     const p = lc.resolve(d.path);
     add("db", d.name, ...identity(p, 100));
     add("wal", ...identity(`${p}-wal`, 32));
     add("journal", ...identity(`${p}-journal`, 0));
   }
-  if (lc.config.workspace) add("workspace", (await workspaceState(lc.resolve(lc.config.workspace.path))).key);
-  for (const f of files) add("file", f, createHash("sha256").update(readFileSync(f)).digest("hex"));
   return h.digest("hex");
 }
+
+export const stateKey = (other: string, databases: string) => createHash("sha256").update(`${other}\0${databases}`).digest("hex");
 
 /** A file's identity, size, modification time and first `head` bytes (or "absent"). */
 function identity(path: string, head: number): (string | bigint)[] {

@@ -163,7 +163,7 @@ export interface CopyJob {
  * @throws AgentbakError(11) naming the database whose write lock stayed busy
  *   for `waitMs`; AgentbakError naming the database when one is missing or unreadable.
  */
-export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promise<Cut> {
+export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInstant?: (allLocked: boolean) => void): Promise<Cut> {
   const ordered = [...jobs].sort((x, y) => (x.name < y.name ? -1 : 1));
   for (const j of ordered) {
     let st;
@@ -213,6 +213,8 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promis
       }
     }
     const at = new Date();
+    // the instant itself: with every write lock held, nothing can commit (capture/unchanged.ts reads the files here)
+    atInstant?.(locks.size === ordered.length);
     for (const l of locks.values()) closeQuietly(l);
     const held = Date.now() - locked;
     for (const { job, db, snap } of readers) {
