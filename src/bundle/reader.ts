@@ -17,7 +17,7 @@ import { checkTrust, type Trust } from "../crypto/trust.js";
 import { AgentbakError, ioErrno, ioError, noKey, policyError, verifyError } from "../errors.js";
 import { clipName, parseManifest, sha256hex, type Manifest } from "./manifest.js";
 import { readLayout, type BundleLayout } from "./outer.js";
-import { boundedDecompress, HashTap } from "./streams.js";
+import { boundedDecompress, ByteCounter, HashTap } from "./streams.js";
 
 export type { Trust };
 
@@ -115,7 +115,8 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
   const seen = new Set<string>();
   const found: PayloadCheck["components"] = [];
   const outerTap = new HashTap(v.manifest.payload.size, "payload.age");
-  const tarTap = new HashTap(v.manifest.payload.tar_size, "decompressed payload");
+  // the decompressed tar is only counted: each component in it is hashed on its own below
+  const tarTap = new ByteCounter(v.manifest.payload.tar_size, "decompressed payload");
   const extract = tar.extract();
   extract.on("entry", (header, stream, next) => {
     stream.on("error", () => undefined); // the extract's own error carries the reason

@@ -33,11 +33,15 @@ export async function fileSha256(path: string): Promise<string> {
   return h.digest("hex");
 }
 
-/** A pass-through that only counts bytes. */
+/** A pass-through that only counts bytes (and fails past `limit`, as HashTap does). */
 export class ByteCounter extends Transform {
   bytes = 0;
+  constructor(private readonly limit = Number.POSITIVE_INFINITY, private readonly what = "stream") {
+    super();
+  }
   override _transform(chunk: Buffer, _e: BufferEncoding, cb: TransformCallback): void {
     this.bytes += chunk.length;
+    if (this.bytes > this.limit) return cb(Object.assign(new Error(`${this.what} exceeds its declared size of ${this.limit} bytes`), { code: "OVERSIZE" }));
     cb(null, chunk);
   }
 }

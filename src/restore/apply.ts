@@ -8,7 +8,6 @@ import { basename, dirname, join, relative, resolve } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
 import { extractAndCheck, type Check, type IntegrityPolicy } from "../bundle/extract.js";
 import { verifyBundle } from "../bundle/reader.js";
-import { fileSha256 } from "../bundle/streams.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { SigningKey } from "../crypto/sshsig.js";
@@ -242,9 +241,13 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links, o.integrity ?? "full");
     const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
     const timers = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
-    // what the post-placement check expects: the signed bytes, or the staged file as the timer moves left it
-    const expected = new Map(x.databases.map((d) => [d.name, d.sha256]));
-    for (const d of x.databases) if (timers.some((t) => t.database === d.name)) expected.set(d.name, await fileSha256(d.path));
+    // what the post-placement check expects: the very file whose bytes were checked (the signed sha256, and
+    // SQLite's own writes of the timer moves since), by identity — a rename keeps device, inode, size and mtime
+    const identity = (p: string) => {
+      const st = statSync(p, { bigint: true });
+      return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
+    };
+    const expected = new Map(x.databases.map((d) => [d.name, identity(d.path)]));
     crashStep("extracted");
     // servers first, then the folder: a source that can not be restored stops the restore before anything is placed
     const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
@@ -284,15 +287,13 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     if (q) warnings.push(`stale SQLite sidecar files in the target were moved to ${q.folder}`);
     fsyncDir(parent);
     crashStep("placed");
-    // check again where it now lives: the same bytes as the staged file that passed the checks above (so its
-    // integrity needs no second run); a failure removes what was placed
+    // check again where it now lives: the same file as the staged one that passed the checks above (so neither
+    // its sha256 nor its integrity needs a second run); a failure removes what was placed
     try {
-      await Promise.all(
-        x.databases.map(async (d) => {
-          const placed = join(target, relative(root, d.path));
-          if ((await fileSha256(placed)) !== expected.get(d.name)) throw verifyError(`post-restore check of ${d.name}: ${placed} is not the database the manifest signed (sha256 differs)`);
-        }),
-      );
+      for (const d of x.databases) {
+        const placed = join(target, relative(root, d.path));
+        if (identity(placed) !== expected.get(d.name)) throw verifyError(`post-restore check of ${d.name}: ${placed} is not the file that was checked (replaced or changed after its check)`);
+      }
     } catch (e) {
       rmSync(target, { recursive: true, force: true });
       throw e;
