@@ -3,7 +3,7 @@
 // mode), the workspace, a captured file or the config takes a new one.
 import Database from "better-sqlite3";
 import { execa } from "execa";
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { json, makeAgent, STORE, type TestAgent } from "./helpers.js";
@@ -74,6 +74,25 @@ describe("backup --skip-if-unchanged", () => {
     expect((await skip()).status).toBe("committed");
     expect(existsSync(join(a.dir, "state/agent.sqlite-wal"))).toBe(true);
     expect((await skip()).status).toBe("unchanged");
+  });
+
+  it("a database configured through a symbolic link: a commit by a connection held open (only its -wal, beside the real file, changes) takes a new snapshot", async () => {
+    const real = join(a.tmp, "real-state");
+    mkdirSync(real);
+    const live = join(a.dir, "state/agent.sqlite");
+    renameSync(live, join(real, "agent.sqlite"));
+    for (const s of ["-wal", "-shm"]) if (existsSync(live + s)) renameSync(live + s, join(real, `agent.sqlite${s}`));
+    symlinkSync(join(real, "agent.sqlite"), live);
+    const db = new Database(live);
+    try {
+      db.prepare("INSERT OR REPLACE INTO agent_state VALUES ('symlink-test', '0')").run();
+      expect((await skip()).status).toBe("committed");
+      expect((await skip()).status).toBe("unchanged");
+      db.prepare("INSERT OR REPLACE INTO agent_state VALUES ('symlink-test', '1')").run();
+      expect((await skip()).status).toBe("committed");
+    } finally {
+      db.close();
+    }
   });
 
   it("a commit to the database (WAL mode), then in rollback-journal mode, takes a new snapshot", async () => {

@@ -17,7 +17,7 @@
  * snapshot of its own.
  */
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, openSync, readFileSync, readSync, statSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, readSync, realpathSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { writeFileAtomic } from "../fsutil.js";
 import type { LoadedConfig } from "../config/load.js";
@@ -43,7 +43,8 @@ export function databasesState(lc: LoadedConfig): string {
   const h = createHash("sha256");
   const add = (...parts: (string | number | bigint)[]) => h.update(parts.join("\0") + "\n");
   for (const d of lc.config.databases) {
-    const p = lc.resolve(d.path);
+    // SQLite keeps the -wal and -journal beside the real file when the configured path is a symbolic link
+    const p = real(lc.resolve(d.path));
     add("db", d.name, ...identity(p, 100));
     add("wal", ...identity(`${p}-wal`, 32));
     add("journal", ...identity(`${p}-journal`, 0));
@@ -52,6 +53,14 @@ export function databasesState(lc: LoadedConfig): string {
 }
 
 export const stateKey = (other: string, databases: string) => createHash("sha256").update(`${other}\0${databases}`).digest("hex");
+
+function real(p: string): string {
+  try {
+    return realpathSync(p);
+  } catch {
+    return p; // missing: recorded as absent
+  }
+}
 
 /** A file's identity, size, modification time and first `head` bytes (or "absent"). */
 function identity(path: string, head: number): (string | bigint)[] {

@@ -304,7 +304,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const checks: Check[] = [
       ...x.checks,
       ...restoredSources.map((r) => ({ name: `source-restore:${r.name}`, ok: true, detail: r.detail })),
-      { name: "placement", ok: true, detail: `placed at ${target}; integrity_check ok after placement` },
+      { name: "placement", ok: true, detail: `placed at ${target}; each database is the file that passed the checks above (device, inode, size, mtime)` },
     ];
     const receipt = {
       kind: "restore-receipt",
