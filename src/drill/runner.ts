@@ -134,7 +134,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const owners: Record<string, string> = { ...(o.config?.owners ?? {}), ...spec.owners };
   const invariants = loadInvariants(o.spec.dir, spec.invariants);
   const tmp = pidDir(tmpdir(), DRILL_PREFIX);
-  const removeTemp = () => rmSync(tmp, { recursive: true, force: true });
+  // on an interrupt a child (git rebuilding the workspace, the worker) may still be writing into it: retry
+  // ENOTEMPTY a few times rather than leave the folder behind
+  const removeTemp = () => rmSync(tmp, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
   const unregister = onInterrupt(removeTemp);
   const checks: DrillCheck[] = [];
   let mark = t0;
