@@ -38,12 +38,22 @@ export const fsyncDir = fsyncPath;
 /** A sibling temp name that sweeps recognise (`.tmp-` prefix). */
 export const tempSibling = (path: string) => join(dirname(path), `.tmp-${basename(path)}-${process.pid}-${randomBytes(4).toString("hex")}`);
 
+/**
+ * Writes `length` bytes of `buf` from `offset`, at `position` (or at the file
+ * offset when null): write(2) may write less than asked (a disk filling up),
+ * and the next call then fails with the real errno (ENOSPC) instead of a
+ * silently short file.
+ */
+export function writeAll(fd: number, buf: Uint8Array, offset = 0, length = buf.length - offset, position: number | null = null): void {
+  for (let done = 0; done < length; ) done += writeSync(fd, buf, offset + done, length - done, position === null ? null : position + done);
+}
+
 function writeTemp(path: string, data: string | Uint8Array, mode: number): string {
   ensureDir(dirname(path));
   const tmp = tempSibling(path);
   const fd = openSync(tmp, "wx", mode);
   try {
-    writeSync(fd, typeof data === "string" ? Buffer.from(data) : data);
+    writeAll(fd, typeof data === "string" ? Buffer.from(data) : data);
     fsyncSync(fd);
   } catch (e) {
     closeSync(fd);

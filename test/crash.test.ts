@@ -119,6 +119,29 @@ describe("I/O faults", () => {
     }
   });
 
+  it("[T29] the one full-write helper every writer uses: on a full disk it fails with ENOSPC where a single write(2) comes back short", async (ctx) => {
+    if (!(await mount("size=64k"))) return ctx.skip();
+    try {
+      const { openSync, writeSync, closeSync } = await import("node:fs");
+      const { writeAll } = await import("../dist/fsutil.js");
+      const data = Buffer.alloc(256 * 1024, 1);
+      const short = openSync(join(mnt(), "short"), "w");
+      const n = writeSync(short, data);
+      closeSync(short);
+      expect(n).toBeLessThan(data.length); // what a bare writeSync leaves: a short file and no error
+      rmSync(join(mnt(), "short"));
+      const fd = openSync(join(mnt(), "full"), "w");
+      try {
+        expect(() => writeAll(fd, data)).toThrow(expect.objectContaining({ code: "ENOSPC" }));
+        expect(() => writeAll(fd, data, 0, data.length, 0)).toThrow(expect.objectContaining({ code: "ENOSPC" }));
+      } finally {
+        closeSync(fd);
+      }
+    } finally {
+      await umount();
+    }
+  });
+
   it("[T29] ENOSPC during restore: exit 1 naming errno and path, never 13; the target is not created and staging is removed", async (ctx) => {
     expect((await a.run(["backup"])).code).toBe(0);
     if (!(await mount("size=512k"))) return ctx.skip();

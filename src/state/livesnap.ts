@@ -9,7 +9,8 @@
  * rollback-journal database file, as the online backup API would write it.
  */
 import type Database from "better-sqlite3";
-import { closeSync, openSync, readSync, rmSync, writeSync } from "node:fs";
+import { closeSync, openSync, readSync, rmSync } from "node:fs";
+import { writeAll } from "../fsutil.js";
 import { join } from "node:path";
 import { readWal } from "./wal.js";
 
@@ -61,7 +62,7 @@ export class LiveSnapshot implements PageSource {
       for (const [p, off] of w.pages) {
         if (p > this.pageCount) continue; // truncated away by a later commit of the snapshot
         if (readSync(src, buf, 0, this.pageSize, off) !== this.pageSize) throw new Error(`short read of the WAL frame of page ${p}`);
-        writeAll(dst, buf, this.pageSize, this.overlay.size * this.pageSize);
+        writeAll(dst, buf, 0, this.pageSize, this.overlay.size * this.pageSize);
         this.overlay.set(p, this.overlay.size);
       }
     } finally {
@@ -92,7 +93,7 @@ export class LiveSnapshot implements PageSource {
       for (let p = 1; p <= this.pageCount; p += per) {
         const n = Math.min(per, this.pageCount - p + 1);
         this.read(p, n, buf);
-        writeAll(out, buf, n * this.pageSize, (p - 1) * this.pageSize);
+        writeAll(out, buf, 0, n * this.pageSize, (p - 1) * this.pageSize);
         if (p % (per * 16) === 1) await new Promise((r) => setImmediate(r));
       }
     } finally {
@@ -105,11 +106,6 @@ export class LiveSnapshot implements PageSource {
     closeSync(this.fd);
     if (this.overlayFd !== null) closeSync(this.overlayFd);
   }
-}
-
-/** Writes `len` bytes of `buf` at `pos`: write(2) may write less (a disk filling up), and the next call then fails with ENOSPC. */
-function writeAll(fd: number, buf: Buffer, len: number, pos: number): void {
-  for (let off = 0; off < len; ) off += writeSync(fd, buf, off, len - off, pos + off);
 }
 
 /**

@@ -9,9 +9,9 @@
  * whose sha256 the manifest records.
  */
 import { createHash, hash, randomBytes } from "node:crypto";
-import { closeSync, existsSync, ftruncateSync, openSync, readFileSync, readSync, writeSync } from "node:fs";
+import { closeSync, existsSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
-import { writeFileAtomic } from "../fsutil.js";
+import { writeAll, writeFileAtomic } from "../fsutil.js";
 
 const INDEX_MAGIC = Buffer.from("AGBKPIX1");
 const DELTA_MAGIC = Buffer.from("AGBKDLT1");
@@ -144,12 +144,12 @@ export function writeDelta(dbFile: string, pages: number[], ix: PageIndex, out: 
     h.writeUInt32BE(ix.pageSize, 8);
     h.writeUInt32BE(ix.pageCount, 12);
     h.writeUInt32BE(pages.length, 16);
-    writeSync(dst, h);
+    writeAll(dst, h);
     const rec = Buffer.alloc(4 + ix.pageSize);
     for (const p of pages) {
       rec.writeUInt32BE(p, 0);
       if (readSync(src, rec, 4, ix.pageSize, (p - 1) * ix.pageSize) !== ix.pageSize) throw new Error(`short read of page ${p}`);
-      writeSync(dst, rec);
+      writeAll(dst, rec);
     }
   } finally {
     closeSync(src);
@@ -179,7 +179,7 @@ export function applyDelta(file: string, deltaFile: string): void {
       pos += rec.length;
       const p = rec.readUInt32BE(0);
       if (p < 1 || p > pageCount) throw new Error(`page delta names page ${p} outside 1..${pageCount}`);
-      writeSync(o, rec, 4, pageSize, (p - 1) * pageSize);
+      writeAll(o, rec, 4, pageSize, (p - 1) * pageSize);
     }
     ftruncateSync(o, pageCount * pageSize);
   } finally {
