@@ -13,7 +13,7 @@ import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/w
 import type { AgeIdentity } from "../crypto/age.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
-import { onInterrupt } from "../cleanup.js";
+import { removeOnInterrupt } from "../cleanup.js";
 import { verifyError } from "../errors.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
 import { newSnapshotId } from "./backup.js";
@@ -32,7 +32,7 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
   const lock = await repo.lock(a, "agent");
   const opened = await repo.open(s, trust);
   const staging = repo.store.tempDir(`compact-${a.agent}`);
-  const unregister = onInterrupt(() => rmSync(staging, { recursive: true, force: true }));
+  const unregister = removeOnInterrupt(staging);
   try {
     const v = await verifyBundle(opened.path, trust);
     const m = v.manifest;

@@ -11,7 +11,7 @@ import { extractAndCheck, type Check } from "../bundle/extract.js";
 import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
-import { onInterrupt } from "../cleanup.js";
+import { onInterrupt, removeTree } from "../cleanup.js";
 import { pidDir, sweepDead } from "../fsutil.js";
 import { checkCredentials } from "../state/credentials.js";
 import { foreignKeyCheck, integrityCheck, openDefensive, userVersion, vec0Dimensions } from "../state/sqlite.js";
@@ -134,9 +134,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const owners: Record<string, string> = { ...(o.config?.owners ?? {}), ...spec.owners };
   const invariants = loadInvariants(o.spec.dir, spec.invariants);
   const tmp = pidDir(tmpdir(), DRILL_PREFIX);
-  // on an interrupt a child (git rebuilding the workspace, the worker) may still be writing into it: retry
-  // ENOTEMPTY a few times rather than leave the folder behind
-  const removeTemp = () => rmSync(tmp, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
+  const removeTemp = () => removeTree(tmp);
   const unregister = onInterrupt(removeTemp);
   const checks: DrillCheck[] = [];
   let mark = t0;

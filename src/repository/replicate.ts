@@ -9,7 +9,7 @@ import { verifyBundle } from "../bundle/reader.js";
 import { isDatabase } from "../bundle/manifest.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
-import { onInterrupt } from "../cleanup.js";
+import { removeOnInterrupt } from "../cleanup.js";
 import type { Repository } from "./repository.js";
 
 export interface CopyResult {
@@ -48,7 +48,7 @@ export async function replicate(
     const lock = await dst.lock(a, "agent", o.waitMs ?? 60_000);
     const opened = await src.open(e, trust);
     const tmp = dst.store.tempDir("copy");
-    const unregister = onInterrupt(() => rmSync(tmp, { recursive: true, force: true }));
+    const unregister = removeOnInterrupt(tmp);
     try {
       await verifyBundle(opened.path, trust); // before it is sent
       const file = join(tmp, `${e.snapshot_id}.agentbak`);

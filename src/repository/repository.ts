@@ -19,7 +19,7 @@ import { nextLine, verifyChainText, type ChainVerifyResult } from "../crypto/cha
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { onInterrupt } from "../cleanup.js";
+import { onInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, Exit, lockedError, notFound, usageError, verifyError } from "../errors.js";
 import { pidAlive } from "../fsutil.js";
 import { openStore } from "../storage/open.js";
@@ -361,7 +361,7 @@ export class Repository {
     let tmp: string | null = null;
     const temp = () => (tmp ??= this.store.tempDir("fetch"));
     const fetchKey = (key: string) => this.store.localPath(key, this.store.inPlace ? "" : temp());
-    const cleanup = () => tmp && rmSync(tmp, { recursive: true, force: true });
+    const cleanup = () => tmp && removeTree(tmp);
     const unregister = onInterrupt(cleanup);
     const release = () => (cleanup(), unregister());
     try {
