@@ -50,7 +50,6 @@ export interface Extracted {
  * that passed integrity_check at backup. Drills and verify always run `full`.
  */
 export type IntegrityPolicy = "full" | "quick" | "digest";
-export const INTEGRITY_POLICIES: readonly IntegrityPolicy[] = ["full", "quick", "digest"];
 
 /**
  * Checks a database file against its manifest entry: one self-contained file

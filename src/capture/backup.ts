@@ -20,7 +20,7 @@ import { strategyFor } from "../config/recovery.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { onInterrupt } from "../cleanup.js";
+import { removeOnInterrupt } from "../cleanup.js";
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/inspect.js";
@@ -181,11 +181,14 @@ function reservedPaths(lc: LoadedConfig, repoDir: string | null): Reserved {
   return { databases: cfg.databases.map((d) => lc.resolve(d.path)), dirs };
 }
 
+/** A credential's file is a secret by definition: by absolute path, which credential it is. */
+const credentialFiles = (lc: LoadedConfig) => new Map(lc.config.credentials.filter((c) => c.ref.startsWith("file:")).map((c) => [lc.resolve(c.ref.slice(5)), c]));
+
 /** The files the `files` patterns name now, without credential files (never read here). */
 function filePaths(lc: LoadedConfig, repoDir: string | null): string[] {
   const reserved = reservedPaths(lc, repoDir);
   const realRoot = realpathSync(lc.dir);
-  const credentials = new Set(lc.config.credentials.filter((c) => c.ref.startsWith("file:")).map((c) => lc.resolve(c.ref.slice(5))));
+  const credentials = credentialFiles(lc);
   return lc.config.files.flatMap((p) => expandFiles(lc, p, reserved, realRoot)).filter((f) => !credentials.has(f) && !credentials.has(realpathSync(f)));
 }
 
@@ -391,15 +394,15 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   let ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
   let sources: Awaited<ReturnType<typeof captureSources>> = { staged: [], instant: undefined };
   // a credential's file is a secret by definition, and names like .env usually hold one
-  const credentialFiles = new Map(cfg.credentials.filter((c) => c.ref.startsWith("file:")).map((c) => [lc.resolve(c.ref.slice(5)), c]));
+  const credentials = credentialFiles(lc);
   const excluded = nameMatcher(cfg.secretScan.exclude);
   const scope: CaptureScope = {
     lc,
     staging,
     home: o.home,
-    credentialFiles,
+    credentialFiles: credentials,
     leaveOut: (abs, rel) => {
-      const cred = credentialFiles.get(abs);
+      const cred = credentials.get(abs);
       if (cred) return { reason: "credential", detail: `${cred.name} (${cred.ref})` };
       const pattern = excluded(rel);
       return pattern ? { reason: "exclude", detail: `secretScan.exclude "${pattern}"` } : null;
@@ -519,7 +522,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
   const a: AgentRef = { tenant: cfg.agent.tenant, agent: cfg.agent.id };
   const lock = await o.repo.lock(a, "agent", o.waitMs ?? 0);
   const staging = o.repo.store.tempDir(`backup-${a.agent}`);
-  const unregister = onInterrupt(() => rmSync(staging, { recursive: true, force: true }));
+  const unregister = removeOnInterrupt(staging);
   const removals: Promise<void>[] = [];
   try {
     crashStep("locked");
