@@ -2,24 +2,34 @@
  * Durable file-system primitives: write to a temp name, fsync, rename, fsync
  * the directory. Shared by keys, repository and restore.
  */
-import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { basename, dirname, join } from "node:path";
 
 /**
- * mkdir -p that reports the real cause: Node's recursive mkdir says ENOENT
- * when an ancestor can not be made (EROFS, EACCES), which reads as "missing".
- * @throws the errno of the first folder that could not be made, with its path.
+ * mkdir -p without Node's recursive mkdir, which loops forever under /proc
+ * (mkdir says ENOENT, the parent exists, it tries again) and says ENOENT when
+ * an ancestor can not be made (EROFS, EACCES), which reads as "missing".
+ * Walks up to the nearest existing ancestor and makes each folder below it.
+ * @throws the errno of the first folder that could not be made, with its path
+ * (ENOTDIR when an ancestor is a file).
  */
-export function ensureDir(dir: string): void {
-  try {
-    mkdirSync(dir, { recursive: true });
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
-    let first = dir;
-    while (!existsSync(dirname(first)) && dirname(first) !== first) first = dirname(first);
-    mkdirSync(first); // fails with the real errno; if it does not, the original error stands
-    throw e;
+export function ensureDir(dir: string, mode?: number): void {
+  const missing: string[] = [];
+  let d = dir;
+  while (!existsSync(d)) {
+    missing.push(d);
+    const up = dirname(d);
+    if (up === d) break;
+    d = up;
+  }
+  if (!missing.length && !statSync(dir).isDirectory()) throw Object.assign(new Error(`ENOTDIR: not a directory, mkdir '${dir}'`), { code: "ENOTDIR", path: dir, syscall: "mkdir" });
+  for (const m of missing.reverse()) {
+    try {
+      mkdirSync(m, mode === undefined ? undefined : { mode });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+    }
   }
 }
 

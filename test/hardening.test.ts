@@ -7,7 +7,7 @@ import { execa } from "execa";
 import Database from "better-sqlite3";
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, SNAPS, type RunResult, type TestAgent } from "./helpers.js";
+import { json, makeAgent, run, SNAPS, type RunResult, type TestAgent } from "./helpers.js";
 import { ageEncrypt, craft, makeTar, manifestOf, sha } from "./craft.js";
 import { compress } from "zstd-napi";
 
@@ -416,6 +416,38 @@ describe("[I] restore: a bad target is refused before anything is written", () =
     expect(readdirSync(real)).toEqual([]);
     expect(existsSync(join(t.tmp, "nowhere"))).toBe(false);
     expect(readdirSync(t.tmp).filter((e) => e.startsWith(".agentbak-restore-"))).toEqual([]);
+  });
+
+  it("[I] a target, key folder or repository that can not be made here (under /proc, /sys, below a file): 2 naming it, at once, nothing written", async () => {
+    t ??= await agent();
+    expect((await t.run(["backup"])).code).toBe(0);
+    const file = join(t.tmp, "a-file");
+    writeFileSync(file, "x");
+    // Node's recursive mkdir loops forever under /proc: the timeout makes a hang fail the test
+    const cases: [string[], RegExp][] = [
+      [["restore", "latest", "--target", "/proc/agentbak-test/x", "--yes"], /^agentbak: target \/proc\/agentbak-test\/x: can not mkdir \/proc\/agentbak-test \(no folder can be made there, ENOENT\)$/],
+      [["restore", "latest", "--target", "/proc/agentbak-test", "--yes"], /^agentbak: target \/proc\/agentbak-test: can not mkdir \/proc\/\.agentbak-restore-agentbak-test-\d+-[0-9a-f]+ \(.*ENOENT\)$/],
+      [["restore", "latest", "--target", join(file, "x"), "--yes"], /target .*a-file\/x: can not lstat .*\(a part of the path is not a folder, ENOTDIR\)/],
+      [["keygen", "--out", "/proc/agentbak-test-keys"], /keygen --out \/proc\/agentbak-test-keys: can not mkdir/],
+      [["keygen", "--out", join(file, "keys")], /keygen --out .*a-file\/keys: can not mkdir .*ENOTDIR/],
+    ];
+    for (const [args, re] of cases) {
+      const r = await t.run(args, {}, { timeout: 30_000 });
+      refusedClearly(r, 2, re);
+    }
+    const fresh = join(t.tmp, "fresh-init");
+    mkdirSync(fresh);
+    const r = await run(["init", "--agent-id", "a1", "--tenant", "t", "--repo", join(file, "repo"), "--yes"], { cwd: fresh, env: { AGENTBAK_HOME: join(t.tmp, "home") }, timeout: 30_000 });
+    refusedClearly(r, 2, /repository .*a-file\/repo: can not mkdir .*ENOTDIR/);
+    expect(readdirSync(fresh)).toEqual([]);
+    expect(readFileSync(file, "utf8")).toBe("x");
+    expect(readdirSync(t.tmp).filter((e) => e.startsWith(".agentbak-restore-"))).toEqual([]);
+  });
+
+  it("[I] a missing config or drill spec named on the command line is 10 (not found), naming the file", async () => {
+    t ??= await agent();
+    refusedClearly(await t.run(["backup", "-c", join(t.tmp, "missing.json")]), 10, /config .*missing\.json: not found/);
+    refusedClearly(await t.run(["drill", "latest", "--spec", join(t.tmp, "no-spec.json")]), 10, /drill spec .*no-spec\.json: not found/);
   });
 
   it("[T21] a restore that fails leaves stale sidecars in the target where they were; one that succeeds quarantines them", async () => {

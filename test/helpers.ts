@@ -85,7 +85,7 @@ export interface TestAgent {
   identity: string;
   env: Record<string, string>;
   commit: string;
-  run(args: string[], extraEnv?: Record<string, string | undefined>, opts?: { rss?: boolean; nodeArgs?: string[] }): Promise<RunResult>;
+  run(args: string[], extraEnv?: Record<string, string | undefined>, opts?: { rss?: boolean; nodeArgs?: string[]; timeout?: number }): Promise<RunResult>;
   /** A bundle as a local file: the path itself for a folder repository, a download for a bucket. */
   file(path: string): Promise<string>;
   /** The repository's object store (folder or bucket). */

@@ -16,6 +16,7 @@ import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
 import { isDatabase, isSource, type Component } from "./manifest.js";
 import { driverFor, type SourceFile, type SourceKind } from "../state/sources/index.js";
 import { readPayload, type VerifiedBundle } from "./reader.js";
+import { ensureDir } from "../fsutil.js";
 
 /** One named check and its outcome. */
 export interface Check {
@@ -98,7 +99,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   const m = v.manifest;
   const chain = m.components.some((c) => c.kind === "sqlite-delta") ? await verifyChain(v, links, trust) : [];
   const raw = join(root, ".agentbak-raw");
-  mkdirSync(raw, { recursive: true, mode: 0o700 });
+  ensureDir(raw, 0o700);
   await readPayload(v, identities, raw);
   const checks: Check[] = [{ name: "components", ok: true, detail: `${m.components.length} components match their sha256 and size` }];
   const work = join(raw, ".chain");
@@ -110,7 +111,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   for (const c of m.components) {
     if (isSource(c)) {
       const dest = join(`${root}.sources`, c.path);
-      mkdirSync(dirname(dest), { recursive: true, mode: 0o700 });
+      ensureDir(dirname(dest), 0o700);
       renameSync(join(raw, c.path), dest);
       let s = sources.find((x) => x.name === c.name);
       if (!s) sources.push((s = { name: c.name, kind: c.kind, files: [] }));
@@ -125,7 +126,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
     }
     if (isDatabase(c) || c.kind === "file") {
       const dest = join(root, c.target ?? c.path);
-      mkdirSync(dirname(dest), { recursive: true });
+      ensureDir(dirname(dest));
       chmodSync(src, 0o600);
       renameSync(src, dest);
       if (isDatabase(c)) databases.push({ name: c.name, path: dest, schemaVersion: c.schema_version ?? null, sha256: c.full_sha256 ?? c.sha256 });
@@ -135,7 +136,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
     const bundle = join(raw, "workspace/repo.bundle");
     const patch = m.components.some((c) => c.path === "workspace/changes.patch") ? join(raw, "workspace/changes.patch") : null;
     const dest = join(root, m.workspace.path);
-    mkdirSync(dirname(dest), { recursive: true });
+    ensureDir(dirname(dest));
     try {
       await rebuildWorkspace(bundle, patch, m.workspace.commit, m.workspace.branch, dest);
     } catch (e) {

@@ -28,7 +28,7 @@ import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, write
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut } from "../state/sqlite.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
-import { writeFileAtomic } from "../fsutil.js";
+import { ensureDir, writeFileAtomic } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
@@ -275,7 +275,7 @@ function captureFiles(s: CaptureScope, reserved: Reserved): StagedComponent[] {
         continue;
       }
       const dest = join(s.staging, path);
-      mkdirSync(join(dest, ".."), { recursive: true });
+      ensureDir(join(dest, ".."));
       try {
         copyFileSync(f, dest);
       } catch (e) {
@@ -356,7 +356,7 @@ function knownCapture(home: string, live: string): KnownCapture | undefined {
 function rememberCapture(home: string, live: string, c: KnownCapture): void {
   lastCapture.set(live, c);
   try {
-    mkdirSync(join(home, "cache"), { recursive: true, mode: 0o700 });
+    ensureDir(join(home, "cache"), 0o700);
     writeFileAtomic(captureCacheFile(home, live), JSON.stringify({ live, key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, base64: f.bytes.toString("base64") })) }), 0o600);
   } catch {
     /* a cache that can not be written only costs the next run a capture */
@@ -371,7 +371,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
   const key = state && createHash("sha256").update(JSON.stringify([w.uncommitted, s.lc.config.secretScan, [...s.credentialFiles.keys()], repoDir, state.key])).digest("hex");
   const known = key ? knownCapture(s.home, live) : undefined;
   if (key && known && known.key === key) {
-    mkdirSync(join(s.staging, "workspace"), { recursive: true });
+    ensureDir(join(s.staging, "workspace"));
     const staged = known.files.map((f): StagedComponent => (writeFileSync(join(s.staging, f.path), f.bytes), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
     return { staged, ...known.result };
   }
@@ -421,7 +421,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     // the workspace's git commands run in child processes while the databases are copied here
     wsCapture = live ? captureWs(scope, live, repoDir) : null;
     wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
-    mkdirSync(join(staging, "db"), { recursive: true });
+    ensureDir(join(staging, "db"));
     // every database at one instant, then one record each
     if (cfg.databases.length)
       cut = await snapshotDatabases(
@@ -470,7 +470,7 @@ async function captureSources(lc: LoadedConfig, staging: string, warnings: strin
   const caps = await Promise.all(
     lc.config.sources.map(async (s) => {
       const dir = join(staging, "sources", s.name);
-      mkdirSync(dir, { recursive: true });
+      ensureDir(dir);
       const target = targetIsFolder(s.kind) ? lc.resolve(s.path!) : resolveReference(s.url!, lc.dir);
       return { s, cap: await driverFor(s.kind).capture(s, target, dir) };
     }),

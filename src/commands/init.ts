@@ -8,7 +8,7 @@ import { basename, extname, join, resolve } from "node:path";
 import { loadConfig, repositoryLocation } from "../config/load.js";
 import { configJsonSchema, ConfigSchema } from "../config/schema.js";
 import { agentbakHome, keygen } from "../crypto/keys.js";
-import { formatIssues, usageError } from "../errors.js";
+import { formatIssues, placeError, usageError } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
 import { Repository } from "../repository/repository.js";
 import { discoverState } from "../state/discover.js";
@@ -60,7 +60,9 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     const lc = loadConfig(cfgPath);
     if (opts.agentId || opts.tenant || opts.database || opts.workspace) throw usageError(`${cfgPath} already exists; edit it instead of passing --agent-id, --tenant, --database or --workspace`);
     const location = repositoryLocation(opts.repo, lc)!;
-    const { created } = await Repository.init(location);
+    const { created } = await Repository.init(location).catch((e) => {
+      throw placeError(e, `repository ${location}`);
+    });
     const c = lc.config;
     return { config: cfgPath, config_created: false, repository: location, repository_created: created, home, keys_created: false, recipient: c.recipients[0]!, databases: c.databases, workspace: c.workspace?.path ?? null, warnings: [] };
   }
@@ -85,7 +87,11 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     workspace ??= await askOne("Git workspace of the agent:", "--workspace PATH (or --yes)", found.workspaces);
   }
   if (!existsSync(join(home, "age-recipient.txt"))) {
-    keygen(home, agentId);
+    try {
+      keygen(home, agentId);
+    } catch (e) {
+      throw placeError(e, `keys in ${home}`);
+    }
     keysCreated = true;
   }
   const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
@@ -99,7 +105,9 @@ export async function init(opts: InitOptions): Promise<InitResult> {
   };
   const parsed = ConfigSchema.safeParse(raw);
   if (!parsed.success) throw usageError(`init: ${formatIssues(parsed.error.issues)}`);
-  const { created } = await Repository.init(location);
+  const { created } = await Repository.init(location).catch((e) => {
+    throw placeError(e, `repository ${location}`);
+  });
   writeFileAtomic(join(dir, "agentbak.schema.json"), JSON.stringify(configJsonSchema(), null, 2) + "\n");
   writeFileAtomic(cfgPath, JSON.stringify(raw, null, 2) + "\n");
   return { config: cfgPath, config_created: true, repository: location, repository_created: created, home, keys_created: keysCreated, recipient, databases, workspace: workspace ?? null, warnings: [] };

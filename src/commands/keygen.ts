@@ -1,7 +1,7 @@
 /** `agentbak keygen`: throwaway or real key material in a folder. */
 import { resolve } from "node:path";
 import { keygen as generate, agentbakHome, type KeygenResult } from "../crypto/keys.js";
-import { AgentbakError, Exit } from "../errors.js";
+import { AgentbakError, Exit, placeError } from "../errors.js";
 
 export interface KeygenOptions {
   out?: string;
@@ -16,6 +16,6 @@ export async function keygen(opts: KeygenOptions): Promise<KeygenResult> {
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     if (err.code === "EEXIST") throw new AgentbakError(Exit.failure, `keygen: ${err.message}; refusing to overwrite a key`);
-    throw e;
+    throw placeError(e, `keygen --out ${dir}`);
   }
 }

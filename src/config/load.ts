@@ -3,7 +3,7 @@
  */
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve, sep } from "node:path";
-import { formatIssues, usageError } from "../errors.js";
+import { formatIssues, notFound, usageError } from "../errors.js";
 import { isUrl } from "../storage/open.js";
 import { ConfigSchema, type Config } from "./schema.js";
 
@@ -26,7 +26,7 @@ export function configPath(flag?: string): string | undefined {
 
 /**
  * Reads and strictly validates a config file.
- * @throws AgentbakError(2) naming the file and every bad key path.
+ * @throws AgentbakError(2) naming the file and every bad key path; (10) when it is missing.
  */
 export function loadConfig(path: string): LoadedConfig {
   let raw: unknown;
@@ -34,7 +34,8 @@ export function loadConfig(path: string): LoadedConfig {
     raw = JSON.parse(readFileSync(path, "utf8"));
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
-    throw usageError(`config ${path}: ${err.code === "ENOENT" ? "not found" : err.message}`);
+    if (err.code === "ENOENT") throw notFound(`config ${path}: not found`);
+    throw usageError(`config ${path}: ${err.message}`);
   }
   const parsed = ConfigSchema.safeParse(raw);
   if (!parsed.success) throw usageError(`config ${path}: ${formatIssues(parsed.error.issues)}`);

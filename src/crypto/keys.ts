@@ -1,11 +1,11 @@
 /**
  * Key files: where they live, how they are generated and loaded.
  */
-import { appendFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
+import { appendFileSync, existsSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { noKey } from "../errors.js";
-import { writeFileAtomic, fsyncDir } from "../fsutil.js";
+import { ensureDir, writeFileAtomic, fsyncDir } from "../fsutil.js";
 import { generateIdentity, identityString, parseIdentities, type AgeIdentity } from "./age.js";
 import { encodePrivateKey, fingerprint, generateSigningKey, parsePrivateKey, publicKeyLine, NS, type SigningKey } from "./sshsig.js";
 
@@ -27,7 +27,7 @@ export interface KeygenResult {
  * @throws Error (EEXIST) when a key file is already there.
  */
 export function keygen(dir: string, principal: string): KeygenResult {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  ensureDir(dir, 0o700);
   const files = ["age-identity.txt", "age-recipient.txt", "signing-key", "signing-key.pub"].map((f) => join(dir, f));
   for (const f of files) if (existsSync(f)) throw Object.assign(new Error(`key file exists: ${f}`), { code: "EEXIST", path: f });
   const id = generateIdentity();

@@ -3,7 +3,6 @@
  * crash-point scenarios against the agent's own worker with delivery pointed
  * at a local test sink. Never touches the live agent; always cleans up.
  */
-import { rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";

@@ -5,8 +5,7 @@
 import { readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { z } from "zod";
-import { formatIssues } from "../errors.js";
-import { usageError } from "../errors.js";
+import { formatIssues, notFound, usageError } from "../errors.js";
 
 export const CRASH_POINTS = ["after_commit_before_delivery", "after_send_before_receipt", "after_receipt_before_complete", "during_migration", "old_backup_new_worker"] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
@@ -57,7 +56,8 @@ export function loadSpec(path: string): LoadedSpec {
     raw = JSON.parse(readFileSync(abs, "utf8"));
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
-    throw usageError(`drill spec ${abs}: ${err.code === "ENOENT" ? "not found" : err.message}`);
+    if (err.code === "ENOENT") throw notFound(`drill spec ${abs}: not found`);
+    throw usageError(`drill spec ${abs}: ${err.message}`);
   }
   const r = DrillSpecSchema.safeParse(raw);
   if (!r.success) throw usageError(`drill spec ${abs}: ${formatIssues(r.error.issues)}`);

@@ -3,7 +3,7 @@
  * folder beside the target, check, place it with one rename, and leave the
  * agent suspended behind a new fencing generation.
  */
-import { existsSync, lstatSync, mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
 import { extractAndCheck, type Check, type IntegrityPolicy } from "../bundle/extract.js";
@@ -13,7 +13,7 @@ import type { AgeIdentity } from "../crypto/age.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { policyError, usageError, verifyError } from "../errors.js";
+import { placeError, policyError, usageError, verifyError } from "../errors.js";
 import { ensureDir, fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
 import type { Repository } from "../repository/repository.js";
 import { checkCredentials } from "../state/credentials.js";
@@ -85,7 +85,7 @@ function refuseSymlink(target: string): void {
     st = lstatSync(target);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "ENOENT") return;
-    throw e;
+    throw placeError(e, `target ${target}`);
   }
   if (st.isSymbolicLink()) throw usageError(`target ${target} is a symbolic link${existsSync(target) ? "" : " to nothing"}; pass the folder it should be`);
 }
@@ -117,14 +117,14 @@ function quarantine(target: string, files: string[]): { folder: string; undo: ()
   const moved: [string, string][] = [];
   const undo = () => {
     for (const [from, to] of moved.reverse()) {
-      mkdirSync(dirname(from), { recursive: true });
+      ensureDir(dirname(from));
       renameSync(to, from);
     }
   };
   try {
     for (const f of files) {
       const dest = join(folder, relative(target, f));
-      mkdirSync(dirname(dest), { recursive: true });
+      ensureDir(dirname(dest));
       renameSync(f, dest);
       moved.push([f, dest]);
     }
@@ -225,17 +225,20 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   if (!(await o.approve(plan))) throw await refuse(`restore of ${m.snapshot_id} not approved`);
 
   checkTarget(target);
-  const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   const parent = dirname(target);
-  ensureDir(parent);
-  const stagingTag = `.agentbak-restore-${basename(target)}`;
   let staging: string | null = null;
+  const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   try {
     crashStep("locked");
     const again = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
     if (again) return { ...again, repeated: true };
-    sweepDead(parent, ".agentbak-restore-");
-    staging = pidDir(parent, stagingTag);
+    try {
+      ensureDir(parent);
+      sweepDead(parent, ".agentbak-restore-");
+      staging = pidDir(parent, `.agentbak-restore-${basename(target)}`);
+    } catch (e) {
+      throw placeError(e, `target ${target}`);
+    }
     const ids = o.identities();
     const root = join(staging, "root");
     const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links, o.integrity ?? "full");

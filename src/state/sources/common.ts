@@ -6,11 +6,11 @@
  * running a throwaway server that dies with us.
  */
 import { execa, type ResultPromise } from "execa";
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { chmodSync, chownSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { AgentbakError, Exit, usageError } from "../../errors.js";
-import { pidDir } from "../../fsutil.js";
+import { ensureDir, pidDir } from "../../fsutil.js";
 
 /** The kinds of state source; each is its own component kind in the manifest. */
 export const SOURCE_KINDS = ["postgres", "redis", "lancedb"] as const;
@@ -183,7 +183,7 @@ export interface ServerDir {
  * unprivileged user (and in /tmp when `dir` is not reachable for it).
  */
 export function serverDir(dir: string, tag: string): ServerDir {
-  mkdirSync(dir, { recursive: true });
+  ensureDir(dir);
   if (!isRoot()) return { dir: mkdtempSync(join(dir, `${tag}-`)), user: null };
   // named with our pid, so a drill killed with -9 has it swept like its own temp folder
   const d = pidDir(traversable(dir) ? dir : "/tmp", `agentbak-drill-${tag}`);

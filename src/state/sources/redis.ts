@@ -129,7 +129,7 @@ export const redisDriver: SourceDriver = {
       throw verifyError(`source ${name}: ${(e as Error).message}`);
     }
     const counts = countTypes(types);
-    for (const [t, n] of Object.entries({ ...f.records, ...counts }))
+    for (const t of Object.keys({ ...f.records, ...counts }))
       if ((counts[t] ?? 0) !== (f.records[t] ?? 0)) throw verifyError(`source ${name}: the dump holds ${counts[t] ?? 0} ${t} keys, manifest says ${f.records[t] ?? 0}`);
     return `${types.length} keys with type, TTL and value`;
   },
