@@ -203,6 +203,23 @@ describe("[I] a config that could never restore is refused at load (2), naming w
     expect(sha(readFileSync(join(target, "state/agent.sqlite")))).toBe(m.components.find((c: any) => c.kind === "sqlite").sha256);
     expect(readdirSync(join(target, "state")).sort()).toEqual(["agent.sqlite", "notes.txt"]);
   });
+
+  it("[I] a files glob never takes agentbak's own key folder (AGENTBAK_HOME inside the config folder), even with the secret scan off", async () => {
+    const t2 = await agent();
+    const keys = join(t2.dir, "keys-home");
+    await execa("cp", ["-a", t2.home, keys]);
+    setConfig(t2, (c) => {
+      c.files = ["**"];
+      c.secretScan = { databases: "off", workspace: "off", files: "off" };
+    });
+    const r = await t2.run(["backup", "--json"], { AGENTBAK_HOME: keys });
+    expect(r.code, r.stderr).toBe(0);
+    const paths = manifestOf(await t2.file(json(r).path)).components.map((c: any) => c.path);
+    expect(paths).toContain("files/agentbak.json");
+    expect(paths.filter((p: string) => p.includes("keys-home"))).toEqual([]);
+    setConfig(t2, (c) => (c.files = ["keys-home/age-identity.txt"]));
+    refusedClearly(await t2.run(["backup"], { AGENTBAK_HOME: keys }), 2, /files: keys-home\/age-identity.txt names agentbak's key folder \(AGENTBAK_HOME\)/);
+  });
 });
 
 describe("[I] workspace: nested repositories, submodules, the repository inside it", () => {

@@ -6,7 +6,7 @@
  */
 import { execa } from "execa";
 import { createHash, randomBytes } from "node:crypto";
-import { copyFileSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join, relative, resolve, sep } from "node:path";
@@ -17,6 +17,7 @@ import { verifyChain } from "../bundle/chain.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
+import { agentbakHome } from "../crypto/keys.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
@@ -171,11 +172,14 @@ interface Reserved {
   dirs: [string, string][];
 }
 
-/** What a `files` glob never takes for this config: its databases, the repository, the workspace, source folders. */
+/** What a `files` glob never takes for this config: its databases, the repository, agentbak's keys, the workspace, source folders. */
 function reservedPaths(lc: LoadedConfig, repoDir: string | null): Reserved {
   const cfg = lc.config;
   const dirs: [string, string][] = [];
   if (repoDir) dirs.push([repoDir, "the repository"]);
+  const home = agentbakHome();
+  dirs.push([home, "agentbak's key folder (AGENTBAK_HOME)"]);
+  if (existsSync(home)) dirs.push([realpathSync(home), "agentbak's key folder (AGENTBAK_HOME)"]);
   if (cfg.workspace) dirs.push([lc.resolve(cfg.workspace.path), "the workspace"]);
   for (const x of cfg.sources) if (x.path) dirs.push([lc.resolve(x.path), `state source ${x.name}`]);
   return { databases: cfg.databases.map((d) => lc.resolve(d.path)), dirs };
