@@ -33,6 +33,21 @@ export function ensureDir(dir: string, mode?: number): void {
   }
 }
 
+/**
+ * Runs `f` on the file `p`: a system error that names no path (a failed
+ * read(2) or write(2) knows only its descriptor) is given this one, so the
+ * user is told which file the disk failed on. @returns what `f` returns.
+ */
+export function atPath<T>(p: string, f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    const x = e as NodeJS.ErrnoException;
+    if (typeof x?.code === "string" && typeof x.syscall === "string") x.path ??= p;
+    throw e;
+  }
+}
+
 /** fsyncs a file or folder (a folder, so that a rename or create inside it survives a crash). */
 export function fsyncPath(path: string): void {
   const fd = openSync(path, "r");

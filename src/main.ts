@@ -15,12 +15,16 @@ const json = (args.includes("--") ? args.slice(0, args.indexOf("--")) : args).in
 /** Reports a failure: its message on stderr and, with --json, `{message_type, code, exit_status, message}` on stdout. */
 function fail(code: ExitCode, message: string, detail = message): ExitCode {
   process.stderr.write(`agentbak: ${detail}\n`);
+  // AGENTBAK_DEBUG=1: where it came from, for a bug report
+  if (process.env.AGENTBAK_DEBUG && lastError instanceof Error && !detail.includes("\n    at ")) process.stderr.write(`${lastError.stack}\n`);
   if (json) process.stdout.write(JSON.stringify({ message_type: "exit_error", code: EXIT_NAMES[code], exit_status: code, message }) + "\n");
   return code;
 }
 
 /** Prints an error the way its kind deserves. @returns the exit code for it. */
+let lastError: unknown;
 function report(e: unknown): ExitCode {
+  lastError = (e as { cause?: unknown })?.cause ?? e;
   if (e instanceof CommanderError) {
     if (e.code === "commander.helpDisplayed" || e.code === "commander.version" || e.code === "commander.help") return Exit.ok;
     // commander printed the message already

@@ -167,6 +167,35 @@ describe("I/O faults", () => {
     expect(readdirSync(a.tmp).filter((e) => e.startsWith(".agentbak-restore-"))).toEqual([]);
   });
 
+  it("[T29] EIO at each stage of a backup (injected read/write errors): exit 1 naming errno and the file, staging and lock removed, nothing new listed", async () => {
+    expect((await a.run(["backup"])).code).toBe(0);
+    const before = json(await a.run(["snapshots", "--json"])).map((e: any) => e.snapshot_id);
+    const inject = join(import.meta.dirname, "fixtures", "eio-inject.mjs");
+    // [read or write, files it fails on, what the error line must name]
+    const stages: [string, string, RegExp][] = [
+      ["read", "/state/agent\\.sqlite$", /database state: reading .*\/state\/agent\.sqlite: EIO/],
+      ["read", "/workspace/", /EIO: i\/o error, read \(.*\/workspace\//],
+      ["read", "/memory/", /EIO: i\/o error, read \(.*\/memory\//],
+      ["write", "/db/[^/]+\\.sqlite$", /database state: copying to .*\/db\/state\.sqlite: EIO/],
+      ["write", "/workspace/", /EIO: i\/o error, write \(.*\/workspace\//],
+      ["write", "payload\\.age$", /payload\.age: EIO/],
+      ["write", "\\.agentbak$", /\.agentbak: EIO|EIO.*\.agentbak/],
+      ["write", "/locks/", /EIO: i\/o error, write \(.*\/locks\/agent\.lock\)/],
+      ["read", "agentbak-repository\\.json$", /EIO: i\/o error, read \(.*agentbak-repository\.json\)/],
+    ];
+    for (const [op, path, names] of stages) {
+      const r = await a.run(["backup"], { AGENTBAK_TEST_EIO_OP: op, AGENTBAK_TEST_EIO_PATH: path }, { nodeArgs: ["--import", inject] });
+      plainIoFailure(r, "EIO", "/");
+      expect(r.stderr, `${op} ${path}`).toMatch(names);
+      expect(readdirSync(join(a.repo, "tmp")), `${op} ${path}`).toEqual([]);
+      const locks = join(a.repo, "tenants/acme/agents/billing-agent/locks");
+      expect(existsSync(locks) ? readdirSync(locks) : [], `${op} ${path}`).toEqual([]);
+    }
+    const after = json(await a.run(["snapshots", "--json"]));
+    expect(after.map((e: any) => e.snapshot_id)).toEqual(before);
+    for (const e of after) expect(e.status, e.problem).toBe("ok");
+  });
+
   it("[T29] EROFS: backup into a repository on a read-only filesystem, and restore under one, exit 1 naming errno and writing nothing", async (ctx) => {
     expect((await a.run(["backup"])).code).toBe(0);
     if (!(await mount("size=4m"))) return ctx.skip();

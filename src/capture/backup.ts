@@ -29,7 +29,7 @@ import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, write
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut } from "../state/sqlite.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
-import { ensureDir, writeFileAtomic } from "../fsutil.js";
+import { atPath, ensureDir, writeFileAtomic } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
@@ -285,7 +285,7 @@ function captureFiles(s: CaptureScope, reserved: Reserved): StagedComponent[] {
       } catch (e) {
         throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
       }
-      if (lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(readFileSync(dest), `files: ${rel}`));
+      if (lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(dest, () => readFileSync(dest)), `files: ${rel}`));
       out.push({ path, kind: "file", name: rel, file: dest, target: rel });
     }
   }
@@ -376,7 +376,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
   const known = key ? knownCapture(s.home, live) : undefined;
   if (key && known && known.key === key) {
     ensureDir(join(s.staging, "workspace"));
-    const staged = known.files.map((f): StagedComponent => (writeFileSync(join(s.staging, f.path), f.bytes), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
+    const staged = known.files.map((f): StagedComponent => (atPath(join(s.staging, f.path), () => writeFileSync(join(s.staging, f.path), f.bytes)), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
     return { staged, ...known.result };
   }
   const findings: SecretFinding[] = [];

@@ -223,7 +223,7 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
         // one read transaction is open on this connection, so every step copies the same committed state
         else await db.backup(job.dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
       } catch (e) {
-        throw ioErrno(e) ? ioError(e, `database ${job.name}: copying to ${job.dest}`) : sqliteError(e, job.name, job.src, waitMs);
+        throw ioErrno(e) ? ioError(e, `database ${job.name}: ${(e as NodeJS.ErrnoException).syscall === "read" ? `reading ${job.src}` : `copying to ${job.dest}`}`) : sqliteError(e, job.name, job.src, waitMs);
       }
       // read-write, so SQLite parses the schema defensively: an unsafe function in it is refused here (13)
       let copy: DB | undefined;

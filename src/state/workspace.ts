@@ -13,6 +13,7 @@ import { createHash } from "node:crypto";
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, statSync, writeFileSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import { notFound, policyError, usageError, wrap } from "../errors.js";
+import { atPath } from "../fsutil.js";
 import { scanText, TOKEN_PATTERNS, type SecretFinding } from "./secrets.js";
 
 /** Options that neutralise repository-controlled code execution. */
@@ -165,9 +166,11 @@ export async function scanWorkspace(rebuilt: string, commit: string, changed: st
   for (const f of changed) {
     let bytes: Buffer;
     try {
-      bytes = readFileSync(join(rebuilt, f));
-    } catch {
-      continue; // deleted, or a symlink to a folder
+      bytes = atPath(join(rebuilt, f), () => readFileSync(join(rebuilt, f)));
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "EISDIR" || code === "ENOTDIR") continue; // deleted, or a symlink to a folder
+      throw e;
     }
     out.push(...scanText(bytes, `workspace: ${f} (uncommitted)`));
   }
@@ -197,7 +200,7 @@ export async function treeDigest(path: string, o: { skipDirs?: string[]; skip?: 
       continue; // deleted in the working tree
     }
     const kind = st.isSymbolicLink() ? "l" : st.mode & 0o111 ? "x" : "f";
-    const content = st.isSymbolicLink() ? Buffer.from(readlinkSync(join(path, n))) : readFileSync(join(path, n));
+    const content = st.isSymbolicLink() ? Buffer.from(readlinkSync(join(path, n))) : atPath(join(path, n), () => readFileSync(join(path, n)));
     h.update(`${n}\0${kind}\0${createHash("sha256").update(content).digest("hex")}\n`);
     files++;
   }

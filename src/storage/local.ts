@@ -8,7 +8,7 @@ import { appendFileSync, closeSync, copyFileSync, existsSync, linkSync, openSync
 import { dirname, join, resolve, sep } from "node:path";
 import { tmpdir } from "node:os";
 import { type AgentbakError, notFound } from "../errors.js";
-import { createFileExclusive, ensureDir, fsyncDir, fsyncPath, pidDir, sweepDead, tempSibling, writeFileAtomic } from "../fsutil.js";
+import { atPath, createFileExclusive, ensureDir, fsyncDir, fsyncPath, pidDir, sweepDead, tempSibling, writeFileAtomic } from "../fsutil.js";
 import { checkKey, type ObjectStore } from "./store.js";
 
 const TMP = "tmp";
@@ -36,11 +36,11 @@ export class LocalStore implements ObjectStore {
   async put(key: string, body: Buffer | string, opts: { ifNoneMatch?: boolean } = {}): Promise<boolean> {
     const p = this.path(key);
     if (!opts.ifNoneMatch) {
-      writeFileAtomic(p, body);
+      atPath(p, () => writeFileAtomic(p, body));
       return true;
     }
     try {
-      createFileExclusive(p, body);
+      atPath(p, () => createFileExclusive(p, body));
       return true;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "EEXIST") return false;
@@ -50,6 +50,10 @@ export class LocalStore implements ObjectStore {
 
   async upload(key: string, file: string): Promise<void> {
     const p = this.path(key);
+    atPath(p, () => this.link(file, p));
+  }
+
+  private link(file: string, p: string): void {
     ensureDir(dirname(p));
     let src = file;
     try {
@@ -73,19 +77,17 @@ export class LocalStore implements ObjectStore {
     const p = this.path(key);
     const created = !existsSync(p);
     ensureDir(dirname(p));
-    try {
+    atPath(p, () => {
       appendFileSync(p, line);
       fsyncPath(p);
-    } catch (e) {
-      (e as NodeJS.ErrnoException).path ??= p; // a write names no path; a full disk should
-      throw e;
-    }
+    });
     if (created) fsyncDir(dirname(p));
   }
 
   async get(key: string): Promise<Buffer | null> {
+    const p = this.path(key);
     try {
-      return readFileSync(this.path(key));
+      return atPath(p, () => readFileSync(p));
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
       throw e;
@@ -93,16 +95,17 @@ export class LocalStore implements ObjectStore {
   }
 
   async getRange(key: string, start: number, end: number): Promise<Buffer> {
+    const p = this.path(key);
     let fd: number;
     try {
-      fd = openSync(this.path(key), "r");
+      fd = openSync(p, "r");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") throw this.missing(key);
       throw e;
     }
     try {
       const b = Buffer.allocUnsafe(end - start + 1);
-      const n = readSync(fd, b, 0, b.length, start);
+      const n = atPath(p, () => readSync(fd, b, 0, b.length, start));
       return b.subarray(0, n);
     } finally {
       closeSync(fd);
@@ -112,7 +115,7 @@ export class LocalStore implements ObjectStore {
   async download(key: string, file: string): Promise<void> {
     const p = this.path(key);
     if (!existsSync(p)) throw this.missing(key);
-    copyFileSync(p, file, 1 /* COPYFILE_EXCL */);
+    atPath(p, () => copyFileSync(p, file, 1 /* COPYFILE_EXCL */));
   }
 
   async localPath(key: string): Promise<string> {
