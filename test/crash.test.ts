@@ -168,8 +168,12 @@ describe("I/O faults", () => {
   });
 
   it("[T29] EIO at each stage of a backup (injected read/write errors): exit 1 naming errno and the file, staging and lock removed, nothing new listed", async () => {
-    expect((await a.run(["backup"])).code).toBe(0);
-    const before = json(await a.run(["snapshots", "--json"])).map((e: any) => e.snapshot_id);
+    // a local repository in both test projects: these are faults of a local disk
+    const repo = join(a.tmp, "eio-repo");
+    const { Repository } = await import("../dist/repository/repository.js");
+    await Repository.init(repo);
+    expect((await a.run(["backup", "--repo", repo])).code).toBe(0);
+    const before = json(await a.run(["snapshots", "--repo", repo, "--json"])).map((e: any) => e.snapshot_id);
     const inject = join(import.meta.dirname, "fixtures", "eio-inject.mjs");
     // [read or write, files it fails on, what the error line must name]
     const stages: [string, string, RegExp][] = [
@@ -184,14 +188,14 @@ describe("I/O faults", () => {
       ["read", "agentbak-repository\\.json$", /EIO: i\/o error, read \(.*agentbak-repository\.json\)/],
     ];
     for (const [op, path, names] of stages) {
-      const r = await a.run(["backup"], { AGENTBAK_TEST_EIO_OP: op, AGENTBAK_TEST_EIO_PATH: path }, { nodeArgs: ["--import", inject] });
+      const r = await a.run(["backup", "--repo", repo], { AGENTBAK_TEST_EIO_OP: op, AGENTBAK_TEST_EIO_PATH: path }, { nodeArgs: ["--import", inject] });
       plainIoFailure(r, "EIO", "/");
       expect(r.stderr, `${op} ${path}`).toMatch(names);
-      expect(readdirSync(join(a.repo, "tmp")), `${op} ${path}`).toEqual([]);
-      const locks = join(a.repo, "tenants/acme/agents/billing-agent/locks");
+      expect(readdirSync(join(repo, "tmp")), `${op} ${path}`).toEqual([]);
+      const locks = join(repo, "tenants/acme/agents/billing-agent/locks");
       expect(existsSync(locks) ? readdirSync(locks) : [], `${op} ${path}`).toEqual([]);
     }
-    const after = json(await a.run(["snapshots", "--json"]));
+    const after = json(await a.run(["snapshots", "--repo", repo, "--json"]));
     expect(after.map((e: any) => e.snapshot_id)).toEqual(before);
     for (const e of after) expect(e.status, e.problem).toBe("ok");
   });
