@@ -249,6 +249,8 @@ export function buildProgram(result: { code: ExitCode }): Command {
       },
     });
     await show(o, r, (await render()).activate);
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   const fence = program.command("fence").description("fencing generations of restored agents");

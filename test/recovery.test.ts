@@ -207,7 +207,8 @@ describe("restore -> reconcile -> activate", () => {
     await a.run(["restore", "latest", "--target", t2, "--yes"]);
     expect((await a.run(["reconcile", "--target", t2])).code).toBe(3);
     const act = await a.run(["activate", "--target", t2, "--yes", "--accept-unresolved", "--reason", "INC-42: charge checked with the bank", "--json"]);
-    expect(act.code, act.stderr).toBe(0);
+    expect(act.code, act.stderr).toBe(3);
+    expect(json(act).warnings[0]).toMatch(/^activated with 2 open operation\(s\) accepted unresolved \(reason: INC-42/);
     const e = (await audit(a)).at(-1);
     expect(e.receipt).toMatchObject({ generation: 2, reason: "INC-42: charge checked with the bank", accepted_unresolved: 2 });
     expect(e.receipt.unresolved.map((u: any) => u.idempotency_key)).toEqual(["idem-task-open-2", "idem-task-open-4"]);
@@ -284,7 +285,8 @@ describe("liveness of the original runtime", () => {
       expect(r2.code).toBe(14); // the health URL still answers
       expect(r2.stderr).not.toContain("pidFile: alive");
       const ok = await a.run(["activate", "--target", t, ...accept, "--isolated", "--json"]);
-      expect(ok.code, ok.stderr).toBe(0);
+      expect(ok.code, ok.stderr).toBe(3);
+      expect(json(ok).warnings).toContain("activated while the original runtime answers http: alive (--isolated)");
       const e = (await audit(a)).at(-1);
       expect(e.receipt).toMatchObject({ isolated: true, liveness: [{ how: "pidFile", state: "stopped" }, { how: "http", state: "alive" }] });
       // a stopped runtime needs no --isolated
@@ -292,7 +294,8 @@ describe("liveness of the original runtime", () => {
       const t2 = join(a.tmp, "live2");
       await a.run(["restore", "latest", "--target", t2, "--yes", "-c", cfg]);
       const ok2 = await a.run(["activate", "--target", t2, ...accept, "--json"]);
-      expect(ok2.code, ok2.stderr).toBe(0);
+      expect(ok2.code, ok2.stderr).toBe(json(ok2).warnings.length ? 3 : 0);
+      expect(json(ok2).warnings.join(" ")).not.toContain("--isolated");
       expect(json(ok2).liveness.map((l: any) => l.state)).toEqual(["stopped", "stopped"]);
     } finally {
       sleeper.kill("SIGKILL");

@@ -136,6 +136,7 @@ describe("restore", () => {
     const r2 = json(await a.run(["restore", "latest", "--target", join(a.tmp, "req1-again"), "--yes", "--json", "--request-id", "INC-7"]));
     expect(r2.repeated).toBe(true);
     expect(r2.generation).toBe(r1.generation);
+    expect(r2.warnings.join(" ")).toContain(`request INC-7 was already restored into ${t1}; --target ${join(a.tmp, "req1-again")} was not used`);
     expect(existsSync(join(a.tmp, "req1-again"))).toBe(false);
     const t2 = join(a.tmp, "req2");
     const r3 = json(await a.run(["restore", "latest", "--target", t2, "--yes", "--json"]));
@@ -144,6 +145,10 @@ describe("restore", () => {
     expect(stale.code).toBe(14);
     expect(stale.stderr).toContain(`generation ${r1.generation} of billing-agent is superseded (current generation is ${r3.generation})`);
     expect((await a.run(["fence", "check", "--target", t2, "--generation", String(r3.generation)])).code).toBe(0);
+    // a number above the current one was never issued: refused, and not called "superseded"
+    const future = await a.run(["fence", "check", "--target", t2, "--generation", String(r3.generation + 1)]);
+    expect(future.code).toBe(14);
+    expect(future.stderr).toContain(`generation ${r3.generation + 1} of billing-agent is unknown: never issued (current generation is ${r3.generation})`);
     const act1 = await a.run(["activate", "--target", t1, "--yes"]);
     expect(act1.code).toBe(14);
     expect(existsSync(join(t1, ".agentbak/SUSPENDED"))).toBe(true);
@@ -155,8 +160,11 @@ describe("restore", () => {
     const noTty = await a.run(["activate", "--target", t2, ...accept]);
     expect(noTty.code).toBe(2);
     const act2 = await a.run(["activate", "--target", t2, ...accept, "--yes", "--json"]);
-    expect(act2.code, act2.stderr).toBe(0);
+    // activated, with a warning: exit 3 (completed with warnings), never a plain 0
+    expect(act2.code, act2.stderr).toBe(3);
     expect(json(act2).activated).toBe(true);
+    expect(json(act2).warnings).toEqual(["activated with 1 open operation(s) accepted unresolved (reason: test: the provider was checked by hand); the agent may repeat or miss them"]);
+    expect(act2.stderr).toContain("accepted unresolved (reason: test: the provider was checked by hand)");
     expect(existsSync(join(t2, ".agentbak/SUSPENDED"))).toBe(false);
   });
 

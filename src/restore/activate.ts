@@ -55,6 +55,8 @@ export interface ActivateResult {
   activated: boolean;
   already_active: boolean;
   receipt_signed: boolean;
+  /** what an operator must know about this activation (the command exits 3 when there is any) */
+  warnings: string[];
 }
 
 const why = (r: OperationResult | null) =>
@@ -80,6 +82,7 @@ export async function activate(target: string, o: ActivateOptions): Promise<Acti
     accepted_unresolved: null,
     liveness: [] as LivenessAnswer[],
     receipt_signed: false,
+    warnings: [] as string[],
   };
   if (!isSuspended(target)) return { ...base, activated: false, already_active: true };
   const repoPath = o.repo ?? rec.repository;
@@ -124,7 +127,11 @@ export async function activate(target: string, o: ActivateOptions): Promise<Acti
   writeFileAtomic(join(target, MARKER_DIR, "activation.json"), JSON.stringify(record, null, 2) + "\n");
   rmSync(join(target, MARKER_DIR, SUSPENDED));
   const signed = await appendReceipt(repo, a, "activate", record, key);
-  return { ...base, accepted_unresolved: o.acceptUnresolved ?? null, liveness, activated: true, already_active: false, receipt_signed: signed };
+  const warnings: string[] = [];
+  if (record.accepted_unresolved) warnings.push(`activated with ${record.accepted_unresolved} open operation(s) accepted unresolved (reason: ${o.acceptUnresolved}); the agent may repeat or miss them`);
+  if (notStopped.length) warnings.push(`activated while the original runtime answers ${notStopped.map((l) => `${l.how}: ${l.state}`).join(", ")} (--isolated)`);
+  if (!signed) warnings.push("no signing key: the activation record is recorded unsigned");
+  return { ...base, accepted_unresolved: o.acceptUnresolved ?? null, liveness, activated: true, already_active: false, receipt_signed: signed, warnings };
 }
 
 function osUser(): string | null {
@@ -144,13 +151,15 @@ export interface FenceResult {
 
 /**
  * Checks a generation number against the repository's current one.
- * @throws AgentbakError(14) naming both numbers when `generation` is superseded.
+ * @throws AgentbakError(14) naming both numbers when `generation` is superseded or was never issued.
  */
 export async function fenceCheck(target: string, generation: number, repoOverride?: string): Promise<FenceResult> {
   const rec = readTargetRecord(target);
   const repoPath = repoOverride ?? rec.repository;
   if (!repoPath) throw new AgentbakError(Exit.usage, "no repository recorded for this target: pass --repo");
   const current = await (await Repository.open(repoPath)).generation({ tenant: rec.tenant, agent: rec.agent_id });
+  // a number above the current one was never issued: not "superseded", and never accepted
+  if (generation > current) throw policyError(`fenced: generation ${generation} of ${rec.agent_id} is unknown: never issued (current generation is ${current})`);
   if (generation !== current) throw policyError(`fenced: generation ${generation} of ${rec.agent_id} is superseded (current generation is ${current})`);
   return { agent_id: rec.agent_id, generation, current, ok: true };
 }

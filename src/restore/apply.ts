@@ -172,6 +172,17 @@ function sourceTargets(m: Manifest, flags: Map<string, string>, target: string, 
 }
 
 /**
+ * The first result of a request id, returned again: nothing is restored a
+ * second time. A different target (or snapshot) in the repeat is named in a
+ * warning, since it was not used.
+ */
+function repeated(prior: RestoreResult, requestId: string, target: string): RestoreResult {
+  const warnings = [...prior.warnings];
+  if (prior.plan.target !== target) warnings.push(`request ${requestId} was already restored into ${prior.plan.target}; --target ${target} was not used (a new restore needs a new --request-id)`);
+  return { ...prior, warnings, repeated: true };
+}
+
+/**
  * Restores a snapshot into `target`.
  * State sources go into their targets (each must be empty) before the folder is placed.
  * @throws AgentbakError: 2 target a symbolic link or not empty, a source's target not empty or unresolved, no approval without TTY; 10 not found, 11 locked, 12 no key, 13 verification, 14 policy; 1 naming path and errno when the disk fails.
@@ -221,7 +232,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   if (unresolved) throw usageError(`source ${unresolved.name}: ${unresolved.into} does not resolve here; set it, or pass --source ${unresolved.name}=URL`);
 
   const prior = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
-  if (prior) return { ...prior, repeated: true };
+  if (prior) return repeated(prior, o.requestId!, target);
   if (!(await o.approve(plan))) throw await refuse(`restore of ${m.snapshot_id} not approved`);
 
   checkTarget(target);
@@ -231,7 +242,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   try {
     crashStep("locked");
     const again = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
-    if (again) return { ...again, repeated: true };
+    if (again) return repeated(again, o.requestId!, target);
     try {
       ensureDir(parent);
       sweepDead(parent, ".agentbak-restore-");
