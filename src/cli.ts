@@ -205,7 +205,8 @@ export function buildProgram(result: { code: ExitCode }): Command {
       },
     });
     await show(o, r, (await render()).restore);
-    if (r.warnings.length && r.restored) result.code = Exit.warnings;
+    // a dry run exits as the restore would: 3 when it would complete with warnings
+    if (r.warnings.length && (r.restored || o.dryRun)) result.code = Exit.warnings;
     if (r.plan.policy.refusals.length) result.code = Exit.policy; // a dry run that policy refuses
   });
 

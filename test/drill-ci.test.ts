@@ -126,5 +126,7 @@ describe("credentials and cron", () => {
     const loud = await a.run(["drill", "latest", "--spec", CHECKS_ONLY, "--identity", a.identity, "--no-report"], { OPENAI_API_KEY: undefined });
     expect(loud.code).toBe(3);
     expect(loud.stderr).toMatch(/warning: .*credential:llm/);
+    // a quiet run prints nothing on success; this one is loud, and its last line says exit 3, not a plain pass
+    expect(loud.stderr.trim().split("\n").at(-1)).toMatch(/drill passed \(\d+ checks\) with 1 warning\(s\); exit 3$/);
   });
 });

@@ -4,7 +4,7 @@
 // for an agent this host already backed up does not restart its sequence at 1.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, makeBucket, run, storeAt, type TestAgent } from "./helpers.js";
 import { plain, Term } from "./pty.js";
@@ -116,18 +116,20 @@ describe("interactive init", () => {
   });
 });
 
-describe("a snapshot that captures no state", () => {
-  it("warns and exits 3", async () => {
+describe("a config that names no state", () => {
+  it("backup refuses (2) and writes no snapshot: an empty one would become latest and restore nothing", async () => {
     const dir = join(a.tmp, "empty");
     mkdirSync(dir);
     const home = join(a.tmp, "empty-home");
     const i = await run(["init", "--agent-id", "empty", "--tenant", "acme", "--yes"], { cwd: dir, env: { AGENTBAK_HOME: home } });
     expect(i.code).toBe(0);
-    expect(i.stderr).toMatch(/captures no state/);
+    expect(i.stderr).toMatch(/until then a backup refuses: there is nothing to back up/);
     const r = await run(["backup", "--json"], { cwd: dir, env: { AGENTBAK_HOME: home } });
-    expect(r.code, r.stderr).toBe(3);
-    expect(json(r).warnings.join(" ")).toMatch(/captures no state/);
-    expect(r.stderr).toMatch(/warning: this snapshot captures no state/);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/^agentbak: nothing to back up: .*agentbak\.json names no database, no state source, no file that exists and no workspace; no snapshot was written$/);
+    const list = await run(["snapshots", "--json"], { cwd: dir, env: { AGENTBAK_HOME: home } });
+    expect(json(list)).toEqual([]);
+    expect(readdirSync(join(dir, "backups", "tmp"))).toEqual([]);
   });
 });
 

@@ -559,8 +559,9 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     let dbState: string | null = null;
     const atInstant = other ? (allLocked: boolean) => void (dbState = allLocked ? databasesState(lc) : null) : undefined;
     const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, { ...o, atInstant }, warnings);
+    // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
     if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
-      warnings.push(`this snapshot captures no state: ${lc.path} names no database, no state source, no file that exists and no workspace`);
+      throw usageError(`nothing to back up: ${lc.path} names no database, no state source, no file that exists and no workspace; no snapshot was written`);
     applyScanPolicy(cfg.secretScan.workspace, captured.workspace, warnings);
     applyScanPolicy(cfg.secretScan.files, captured.files, warnings);
     crashStep("snapshotted");

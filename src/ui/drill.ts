@@ -36,6 +36,7 @@ export function renderDrill(r: DrillCmdResult): void {
   r.unresolved_owners.forEach((u) => say(dim(`  unresolved (owner ${u.owner}): ${u.difference}`)));
   say(`RPO ${(r.rpo_seconds / 60).toFixed(1)} min (snapshot age), RTO ${r.rto_seconds}s (restore, checks${r.open_operations.some((op) => op.outcomes.length) ? ", reconciliation" : ""}); recovery time ${r.recovery_seconds}s, total ${r.total_seconds}s${r.report_file ? `; report entry ${r.report_index} in ${r.report_file}` : ""}`);
   const failed = r.checks.filter((c) => !c.ok && c.severity === "error").length;
-  if (r.ok) ok(`drill passed (${r.checks.length} checks)`);
+  const warned = r.warnings.length;
+  if (r.ok) ok(`drill passed (${r.checks.length} checks)${warned ? ` with ${warned} warning(s); exit 3` : ""}`);
   else bad(`drill FAILED: ${failed} check(s) failed`);
 }

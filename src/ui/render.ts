@@ -28,7 +28,7 @@ export function init(r: { config: string; config_created: boolean; repository: s
   say(`  keys:       ${r.home}${r.keys_created ? " (generated)" : ""}`);
   for (const d of r.databases) say(`  database:   ${d.name} = ${d.path}`);
   if (r.workspace) say(`  workspace:  ${r.workspace}`);
-  if (!r.databases.length && !r.workspace) say(`  next: name the agent's databases ("databases") or workspace in ${r.config}; until then a backup captures no state`);
+  if (!r.databases.length && !r.workspace) say(`  next: name the agent's databases ("databases") or workspace in ${r.config}; until then a backup refuses: there is nothing to back up`);
 }
 
 export function backup(r: BackupReceipt): void {
