@@ -3,7 +3,7 @@
  * its documented exit code; only src/main.ts turns one into a process exit.
  */
 
-import type { z } from "zod";
+import type * as z from "zod";
 
 /** Exit codes from DESIGN.md; unknown codes mean failure. */
 export const Exit = {

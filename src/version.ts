@@ -1,4 +1,20 @@
-/** The tool version, from package.json. */
-import { readFileSync } from "node:fs";
+/**
+ * The tool version, from package.json, and the package's root folder: the one
+ * place that knows where this code sits, whether it runs from `dist/` (tsc)
+ * or from the packed CLI (`dist/packed/`, esbuild).
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
-export const TOOL_VERSION: string = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version;
+/** The nearest folder above this module holding agentbak's package.json. */
+function packageRoot(): string {
+  for (let d = dirname(fileURLToPath(import.meta.url)); ; d = dirname(d)) {
+    const p = join(d, "package.json");
+    if (existsSync(p) && JSON.parse(readFileSync(p, "utf8")).name === "agentbak") return d;
+    if (dirname(d) === d) throw new Error(`agentbak's package.json not found above ${fileURLToPath(import.meta.url)}`);
+  }
+}
+
+export const ROOT = packageRoot();
+export const TOOL_VERSION: string = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).version;

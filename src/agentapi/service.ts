@@ -6,7 +6,7 @@
  * HTTP routes are thin adapters over it. No operation deletes or restores.
  */
 import { basename, dirname, join } from "node:path";
-import { z } from "zod";
+import * as z from "zod";
 import { verifyChain } from "../bundle/chain.js";
 import { verifyBundle } from "../bundle/reader.js";
 import type { BackupReceipt } from "../capture/backup.js";

@@ -5,9 +5,9 @@
  */
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
-import { z } from "zod";
+import * as z from "zod";
 import { ID_PATTERN } from "../config/schema.js";
-import { SOURCE_KINDS, type SourceKind } from "../state/sources/common.js";
+import { SOURCE_KINDS, type SourceKind } from "../state/sources/kinds.js";
 import { formatIssues, policyError } from "../errors.js";
 import { STRATEGIES } from "../config/recovery.js";
 import { TOOL_VERSION } from "../version.js";

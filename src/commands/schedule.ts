@@ -6,12 +6,12 @@
  */
 import { userInfo } from "node:os";
 import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
 import { usageError } from "../errors.js";
 import { configPath, loadConfig } from "../config/load.js";
 import { agentbakHome } from "../crypto/keys.js";
 import { parseDuration } from "./duration.js";
 
+import { ROOT } from "../version.js";
 export interface ScheduleOptions {
   every: string;
   drillEvery?: string;
@@ -81,8 +81,7 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
   if (!cfg) throw usageError("schedule needs a config: pass -c FILE");
   const lc = loadConfig(cfg);
   const agent = lc.config.agent.id;
-  const root = resolve(fileURLToPath(import.meta.url), "../../..");
-  const bin = [process.execPath, join(root, "bin", "agentbak.js")];
+  const bin = [process.execPath, join(ROOT, "bin", "agentbak.js")];
   const home = agentbakHome();
   const envFile = resolve(opts.credentialsFile ?? join(home, "agentbak.env"));
   const user = opts.user ?? userInfo().username;
@@ -91,7 +90,7 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
 
   const r = lc.config.retention;
   const hasRetention = [r.keepLast, r.keepHourly, r.keepDaily, r.keepWeekly, r.keepMonthly, r.keepYearly].some((v) => v !== undefined);
-  const spec = opts.spec ? resolve(opts.spec) : join(root, "drills", "checks-only.json");
+  const spec = opts.spec ? resolve(opts.spec) : join(ROOT, "drills", "checks-only.json");
   // `listing`: the job prints a listing on stdout (forget's kept/removed), which cron would mail
   const jobs: { name: string; what: string; every: string; offset: number; args: string[]; nice: boolean; listing?: boolean }[] = [
     { name: "backup", what: "back up", every: opts.every, offset: 7, args: ["backup", "-c", cfg, "--wait", "10m"], nice: true },

@@ -3,7 +3,7 @@
  * operation strategies, the reconcile probe and outcome SQL, timers,
  * objectives, the capture cut, runtime compatibility and liveness.
  */
-import { z } from "zod";
+import * as z from "zod";
 
 const sqlRef = z.strictObject({ database: z.string(), sql: z.string().min(1) });
 const url = z.string().regex(/^https?:\/\/[^\s]+$/, "an http(s) URL");

@@ -2,7 +2,7 @@
  * The `agentbak.json` schema: one zod definition, used for strict validation
  * and exported as JSON Schema for editors (`agentbak config schema`).
  */
-import { z } from "zod";
+import * as z from "zod";
 import { parseRecipient } from "../crypto/age.js";
 import * as recovery from "./recovery.js";
 

@@ -4,7 +4,7 @@
  */
 import { readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
-import { z } from "zod";
+import * as z from "zod";
 import { formatIssues, notFound, usageError } from "../errors.js";
 
 export const CRASH_POINTS = ["after_commit_before_delivery", "after_send_before_receipt", "after_receipt_before_complete", "during_migration", "old_backup_new_worker"] as const;

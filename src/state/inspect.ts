@@ -7,6 +7,8 @@
 import { Worker } from "node:worker_threads";
 import { AgentbakError, Exit } from "../errors.js";
 import { statSync } from "node:fs";
+import { join } from "node:path";
+import { ROOT } from "../version.js";
 import { PageHasher, readPages, type PageIndex } from "./pages.js";
 import { PageScanner, scanFilePages } from "./pagescan.js";
 import { scanDatabase, type SecretFinding } from "./secrets.js";
@@ -133,7 +135,7 @@ const idle: Worker[] = [];
 /** Runs inspectSnapshot in a worker thread. */
 export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
   // a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
-  const w = idle.pop() ?? new Worker(new URL("./inspect-worker.js", import.meta.url), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
+  const w = idle.pop() ?? new Worker(join(ROOT, "dist", "packed", "inspect-worker.js"), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
   w.ref();
   return new Promise((resolve, reject) => {
     const settle = (keep: boolean) => {

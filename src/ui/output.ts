@@ -6,7 +6,7 @@
  */
 import chalk from "chalk";
 import { readFileSync } from "node:fs";
-import ora, { type Ora } from "ora";
+import type { Ora } from "ora";
 import { onInterrupt } from "../cleanup.js";
 import { AgentbakError, Exit, usageError } from "../errors.js";
 
@@ -64,9 +64,22 @@ const spinnable = () => isTTY() && (process.stderr.columns ?? 0) > 0 && foregrou
  */
 export function progress(text: string): { update(t: string): void; stop(): void } {
   if (!spinnable()) return { update: () => undefined, stop: () => undefined };
-  const s: Ora = ora({ text, stream: process.stderr, discardStdin: false }).start();
-  const unregister = onInterrupt(() => s.stop());
-  return { update: (t) => void (s.text = t), stop: () => (unregister(), void s.stop()) };
+  // ora is loaded only here, on a terminal (cron and CI never pay for it); the spinner starts once it is
+  let s: Ora | null = null;
+  let latest = text;
+  let stopped = false;
+  void import("ora").then(({ default: ora }) => {
+    if (!stopped) s = ora({ text: latest, stream: process.stderr, discardStdin: false }).start();
+  });
+  const unregister = onInterrupt(() => s?.stop());
+  return {
+    update: (t) => void ((latest = t), s && (s.text = t)),
+    stop: () => {
+      stopped = true;
+      unregister();
+      s?.stop();
+    },
+  };
 }
 
 /** Prints rows as an aligned table to stdout (a listing is a command's result). */

@@ -12,9 +12,8 @@ import { dirname, isAbsolute, join, resolve } from "node:path";
 import { AgentbakError, Exit, usageError } from "../../errors.js";
 import { ensureDir, pidDir } from "../../fsutil.js";
 
-/** The kinds of state source; each is its own component kind in the manifest. */
-export const SOURCE_KINDS = ["postgres", "redis", "lancedb"] as const;
-export type SourceKind = (typeof SOURCE_KINDS)[number];
+export { SOURCE_KINDS, type SourceKind } from "./kinds.js";
+import type { SourceKind } from "./kinds.js";
 
 /** A source as the config names it. */
 export interface SourceSpec {

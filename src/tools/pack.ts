@@ -1,0 +1,30 @@
+/**
+ * `npm run build`, second step: packs the tsc output into a few files with
+ * esbuild (the CLI's entry, the inspection worker, and one chunk per lazily
+ * loaded command), so a command loads one module graph of a few files instead
+ * of ~400 (Node 20 has no compile cache; resolving and reading the files was
+ * a third of `snapshots`' time). Native and rarely used heavy packages stay
+ * outside and load from node_modules when a command needs them.
+ */
+import { build } from "esbuild";
+import { rmSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = resolve(fileURLToPath(import.meta.url), "../../..");
+const out = join(root, "dist", "packed");
+rmSync(out, { recursive: true, force: true });
+await build({
+  entryPoints: { main: join(root, "dist", "main.js"), "inspect-worker": join(root, "dist", "state", "inspect-worker.js") },
+  outdir: out,
+  bundle: true,
+  splitting: true,
+  format: "esm",
+  platform: "node",
+  target: "node20",
+  logLevel: "warning",
+  // native addons, and packages only a source or S3 repository loads (large, and loaded lazily anyway)
+  external: ["better-sqlite3", "zstd-napi", "@lancedb/lancedb", "apache-arrow", "node-pty", "@aws-sdk/*", "@smithy/*", "pg", "ioredis"],
+  // CommonJS packages inside an ES module bundle call require() for Node's own modules
+  banner: { js: "import { createRequire as __agentbakRequire } from 'node:module'; const require = __agentbakRequire(import.meta.url);" },
+});
