@@ -38,6 +38,7 @@ describe("incremental chains", () => {
   const points: { id: string; dump: string }[] = [];
   it("a full snapshot then four incrementals, each storing only changed pages", async () => {
     const full = json(await a.run(["backup", "--json"]));
+    expect(full.databases_read).toBe("copy"); // a full snapshot: copied at the instant, integrity_check on the copy
     points.push({ id: full.snapshot_id, dump: await dump(dbPath()) });
     for (let step = 1; step <= 4; step++) {
       mutate(step);
@@ -45,6 +46,9 @@ describe("incremental chains", () => {
       expect(r.code, r.stderr).toBe(0);
       const inc = json(r);
       expect(inc.parent).toBe(points.at(-1)!.id);
+      // links 1-4 of the chain, below incremental.integrityEvery (5): changed pages read in place, no copy (the
+      // restores below prove each rebuilds byte-identical)
+      expect(inc.databases_read).toBe("in-place");
       points.push({ id: inc.snapshot_id, dump: await dump(dbPath()) });
       const c = manifestOf(await a.file(inc.path)).components.find((x: any) => x.name === "state");
       expect(c.kind).toBe("sqlite-delta");
@@ -104,15 +108,27 @@ describe("incremental chains", () => {
 
   it("a full snapshot is forced every N incrementals", async () => {
     const cfg = JSON.parse(readFileSync(a.config, "utf8"));
-    cfg.incremental = { enabled: true, fullEvery: 4 };
+    // integrityEvery 1: every incremental is copied and integrity-checked as a full snapshot is
+    cfg.incremental = { enabled: true, fullEvery: 4, integrityEvery: 1 };
     writeFileSync(a.config, JSON.stringify(cfg));
     const r = await a.run(["backup", "--json"]); // the chain is already 4 deep
     expect(r.code).toBe(3);
     expect(r.stderr).toMatch(/full snapshot is due after 4 incrementals/);
     expect(json(r).parent).toBe(null);
+    mutate(1);
     const next = json(await a.run(["backup", "--json"]));
     expect(next.parent).toBe(json(r).snapshot_id);
-    points.push({ id: json(r).snapshot_id, dump: "" }, { id: next.snapshot_id, dump: "" });
+    expect(next.databases_read).toBe("copy");
+    cfg.incremental = { enabled: true, fullEvery: 4, integrityEvery: 2 };
+    writeFileSync(a.config, JSON.stringify(cfg));
+    mutate(1);
+    const second = json(await a.run(["backup", "--json"]));
+    expect(second).toMatchObject({ parent: next.snapshot_id, databases_read: "copy" }); // link 2 of every 2: checked
+    mutate(1);
+    const third = json(await a.run(["backup", "--json"]));
+    expect(third).toMatchObject({ parent: second.snapshot_id, databases_read: "in-place" }); // link 3: not checked
+    expect((await a.run(["verify", third.snapshot_id, "--identity", a.identity])).code).toBe(0);
+    points.push({ id: json(r).snapshot_id, dump: "" }, { id: next.snapshot_id, dump: "" }, { id: second.snapshot_id, dump: "" }, { id: third.snapshot_id, dump: "" });
   });
 
   it("an unverifiable parent (damaged payload) forces a full snapshot instead of building on it", async () => {

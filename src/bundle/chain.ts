@@ -6,14 +6,15 @@
  * the nearest whole copy upwards, and every rebuilt database must hash to the
  * digest the newest link signed.
  */
-import { mkdtempSync, renameSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, mkdtempSync, readFileSync, renameSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, ioErrno, ioError, verifyError } from "../errors.js";
 import { applyDelta } from "../state/pages.js";
 import { isDatabase } from "./manifest.js";
-import { readPayload, verifyBundle, type VerifiedBundle } from "./reader.js";
+import { writeFileAtomic } from "../fsutil.js";
+import { readPayload, verifyBundle, verifyHeader, type VerifiedBundle } from "./reader.js";
 import { fileSha256 } from "./streams.js";
 
 /**
@@ -24,10 +25,49 @@ import { fileSha256 } from "./streams.js";
 export type LinkSource = (id: string) => Promise<string>;
 
 /**
- * The parents of `v`, nearest first, each verified once.
+ * Payload digests this host already checked, by file identity (device, inode,
+ * size, mtime in ns): a backup that builds on a chain does not read a large
+ * full snapshot again at every incremental. verify, restore and drill always
+ * read the payloads.
+ */
+export interface CheckedPayloads {
+  has(path: string, sha256: string): boolean;
+  add(path: string, sha256: string): void;
+}
+
+/** CheckedPayloads kept in a JSON file (AGENTBAK_HOME/cache); an unreadable file is an empty cache. */
+export function checkedPayloadsFile(file: string): CheckedPayloads & { save(): void } {
+  let entries: Record<string, string> = {};
+  try {
+    entries = JSON.parse(readFileSync(file, "utf8")) as Record<string, string>;
+  } catch {
+    /* none yet */
+  }
+  const identity = (p: string) => {
+    const st = statSync(p, { bigint: true });
+    return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
+  };
+  let changed = false;
+  return {
+    has: (p, sha) => entries[resolve(p)] === `${identity(p)}:${sha}`,
+    add: (p, sha) => {
+      entries[resolve(p)] = `${identity(p)}:${sha}`;
+      changed = true;
+    },
+    save: () => {
+      if (!changed) return;
+      for (const k of Object.keys(entries)) if (!existsSync(k)) delete entries[k];
+      writeFileAtomic(file, JSON.stringify(entries), 0o600);
+    },
+  };
+}
+
+/**
+ * The parents of `v`, nearest first, each verified once (a payload in
+ * `checked` is not read again).
  * @throws AgentbakError(13) naming the link that is missing or does not match.
  */
-export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: Trust): Promise<VerifiedBundle[]> {
+export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: Trust, checked?: CheckedPayloads): Promise<VerifiedBundle[]> {
   const out: VerifiedBundle[] = [];
   for (let cur = v; cur.manifest.parent; ) {
     const p = cur.manifest.parent;
@@ -41,7 +81,9 @@ export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: T
     }
     let pv: VerifiedBundle;
     try {
-      pv = await verifyBundle(path, trust);
+      const h = verifyHeader(path, trust);
+      pv = checked?.has(path, h.manifest.payload.sha256) ? h : await verifyBundle(path, trust);
+      checked?.add(path, pv.manifest.payload.sha256);
     } catch (e) {
       throw e instanceof AgentbakError ? new AgentbakError(e.code, `${what}: ${e.message}`) : e;
     }

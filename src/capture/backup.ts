@@ -12,8 +12,8 @@ import { hostname } from "node:os";
 import { join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
 import { buildManifest, componentPath, encodeManifest, isDatabase, parseManifest, sha256hex, type CapturedDatabase, type Manifest, type NotCaptured } from "../bundle/manifest.js";
-import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
-import { verifyChain } from "../bundle/chain.js";
+import { verifyBundle, verifyHeader, type VerifiedBundle } from "../bundle/reader.js";
+import { checkedPayloadsFile, verifyChain } from "../bundle/chain.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
@@ -24,10 +24,10 @@ import { crashStep } from "../crashpoint.js";
 import { removeOnInterrupt } from "../cleanup.js";
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
-import { inspectInWorker, scanChangedPages, type InspectResult } from "../state/inspect.js";
-import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, writeDelta, type PageIndex } from "../state/pages.js";
+import { inspectInWorker, inspectSnapshot, scanChangedPages, hashTailInWorker, type InspectResult } from "../state/inspect.js";
+import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, splitPage, writeDelta, type PageIndex } from "../state/pages.js";
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
-import { snapshotDatabases, type Cut } from "../state/sqlite.js";
+import { snapshotDatabases, type Cut, type InPlace } from "../state/sqlite.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
 import { atPath, ensureDir, writeFileAtomic } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
@@ -45,6 +45,12 @@ export interface BackupReceipt {
   size: number;
   kind: "full" | "incremental";
   parent: string | null;
+  /**
+   * how the databases were read and checked: "copy" (copied at the instant, integrity_check on the copy) or
+   * "in-place" (an incremental the integrity policy does not check: changed pages read in place, counts checked);
+   * null when nothing new was written
+   */
+  databases_read: "copy" | "in-place" | null;
   path: string;
   repeated: boolean;
   /** committed in the repository, kept in the local spool until it can be uploaded (capture/spool.ts), or
@@ -127,23 +133,31 @@ async function runHooks(cmds: string[], cwd: string, timeoutSeconds: number, pha
 }
 
 /** The parent for an incremental: the latest snapshot, if its whole chain verifies and is short enough; or why not. */
-async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): Promise<{ parent: { snapshot: Snapshot; header: VerifiedBundle } | null; reason: string }> {
+async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): Promise<{ parent: { snapshot: Snapshot; header: VerifiedBundle } | null; reason: string; link: number }> {
   let latest: Snapshot;
   try {
     latest = await o.repo.resolve("latest", o.trust, a);
   } catch (e) {
-    if (e instanceof AgentbakError) return { parent: null, reason: "no verified snapshot to build on" };
+    if (e instanceof AgentbakError) return { parent: null, reason: "no verified snapshot to build on", link: 0 };
     throw e;
   }
   const opened = await o.repo.open(latest, o.trust);
   try {
-    const v = await verifyBundle(opened.path, o.trust);
-    const chain = await verifyChain(v, opened.links, o.trust);
-    if (chain.length + 1 > fullEvery) return { parent: null, reason: `a full snapshot is due after ${fullEvery} incrementals` };
-    return { parent: { snapshot: latest, header: v }, reason: "" };
+    // every link's payload digest, each read once on this host (by file identity): a large full snapshot is not
+    // read again at every incremental built on it
+    const checked = checkedPayloadsFile(join(o.home, "cache", "checked-payloads.json"));
+    const h = verifyHeader(opened.path, o.trust);
+    const v = checked.has(opened.path, h.manifest.payload.sha256) ? h : await verifyBundle(opened.path, o.trust);
+    checked.add(opened.path, v.manifest.payload.sha256);
+    const chain = await verifyChain(v, opened.links, o.trust, checked);
+    ensureDir(join(o.home, "cache"), 0o700);
+    checked.save();
+    if (chain.length + 1 > fullEvery) return { parent: null, reason: `a full snapshot is due after ${fullEvery} incrementals`, link: 0 };
+    // the new snapshot's place in its chain: 1 for the first incremental after a full one
+    return { parent: { snapshot: latest, header: v }, reason: "", link: chain.length + 1 };
   } catch (e) {
     if (!(e instanceof AgentbakError)) throw e;
-    return { parent: null, reason: `chain of ${latest.snapshot_id} is not usable (${e.message})` };
+    return { parent: null, reason: `chain of ${latest.snapshot_id} is not usable (${e.message})`, link: 0 };
   } finally {
     opened.release();
   }
@@ -390,7 +404,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
 }
 
 /** Captures databases (at one instant), state sources, files and workspace between the pre and post hooks. */
-async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions & { atInstant?: (allLocked: boolean) => void }, warnings: string[]) {
+async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions & { atInstant?: (allLocked: boolean) => void; inPlace?: InPlace }, warnings: string[]) {
   const cfg = lc.config;
   const dbs: DbRecord[] = [];
   let cut: Cut | undefined;
@@ -432,6 +446,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
         cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`) })),
         o.waitMs || cfg.cut.waitSeconds * 1000,
         o.atInstant,
+        o.inPlace,
       );
     for (const d of cfg.databases) {
       const copy = join(staging, "db", `${d.name}.sqlite`);
@@ -552,13 +567,69 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const created = new Date();
     const snapshotId = newSnapshotId(created);
     const wantIncremental = o.incremental ?? cfg.incremental.enabled;
-    const chosen = wantIncremental ? await chooseParent(o, a, cfg.incremental.fullEvery) : { parent: null, reason: "" };
+    const chosen = wantIncremental ? await chooseParent(o, a, cfg.incremental.fullEvery) : { parent: null, reason: "", link: 0 };
     if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
 
     // the databases' part of the fingerprint, read at the snapshot instant (only when every write lock was held)
     let dbState: string | null = null;
     const atInstant = other ? (allLocked: boolean) => void (dbState = allLocked ? databasesState(lc) : null) : undefined;
-    const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, { ...o, atInstant }, warnings);
+    const pageKey = pageIndexKey(o.home);
+    const scanning = cfg.secretScan.databases !== "off";
+    // the parents' page indexes, before the capture: an incremental the integrity policy does not check reads
+    // the live pages in place, inside the snapshot's read transactions, and copies only what changed
+    const parents = new Map<string, PageIndex | null>();
+    if (chosen.parent) for (const d of cfg.databases) parents.set(d.name, await parentIndex(o, chosen.parent, d.name));
+    const integrityChecked = !chosen.parent || chosen.link % cfg.incremental.integrityEvery === 0;
+    const inPlaceOut: { done: { deltas: Map<string, { ix: ReturnType<typeof indexPages>; pages: number[]; file: string; findings: SecretFinding[] }>; inspected: InspectResult } | null } = { done: null };
+    const inPlace: InPlace | undefined =
+      !integrityChecked && cfg.databases.length && cfg.databases.every((d) => parents.get(d.name))
+        ? async (views) => {
+            const deltas = new Map<string, { ix: ReturnType<typeof indexPages>; pages: number[]; file: string; findings: SecretFinding[] }>();
+            // each file's sha256 and the keyed hashes of its last pages in a worker thread (the descriptors are this
+            // process's); the first pages' hashes, the delta and the counts here, at the same time
+            const SHARE = 0.7;
+            const split = new Map(cfg.databases.map((d) => [d.name, splitPage(views.get(d.name)!.pages.pageCount, views.get(d.name)!.pages.pageSize, SHARE)]));
+            const whole = new Map(cfg.databases.map((d) => [d.name, hashTailInWorker(views.get(d.name)!.pinned, pageKey, split.get(d.name)!)]));
+            for (const w of whole.values()) w.catch(() => undefined); // awaited below
+            let inspected: InspectResult;
+            try {
+              for (const d of cfg.databases) {
+                const v = views.get(d.name)!;
+                try {
+                  deltas.set(d.name, { ix: indexPages(v.pages, pageKey, false, split.get(d.name)!), pages: [], file: join(staging, "db", `${d.name}.delta`), findings: [] });
+                } catch (e) {
+                  throw Object.assign(e as Error, { database: d.name });
+                }
+              }
+              // the counts and queries run here while the workers still hash
+              inspected = inspectSnapshot(
+                { dbs: cfg.databases.map((d) => ({ name: d.name, file: views.get(d.name)!.src, scan: false, integrity: false })), cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases },
+                new Map([...views].map(([n, v]) => [n, v.db])),
+              );
+              for (const d of cfg.databases) {
+                const v = views.get(d.name)!;
+                const x = deltas.get(d.name)!;
+                try {
+                  const tail = await whole.get(d.name)!;
+                  x.ix = { ...x.ix, sha256: tail.sha256, size: v.pages.pageCount * v.pages.pageSize, pageCount: v.pages.pageCount, hashes: Buffer.concat([x.ix.hashes, Buffer.from(tail.hashes)]) };
+                  x.pages = changedPages(parents.get(d.name)!, x.ix);
+                  writeDelta(v.pages, x.pages, x.ix, x.file);
+                  // pages that did not change were scanned when their snapshot was made
+                  if (scanning) x.findings = scanChangedPages(v.pages, d.name, x.pages, v.db);
+                } catch (e) {
+                  throw Object.assign(e as Error, { database: d.name });
+                }
+              }
+            } catch (e) {
+              // the workers read this snapshot's descriptors: they finish before the snapshot is released
+              await Promise.allSettled(whole.values());
+              throw e;
+            }
+            inPlaceOut.done = { deltas, inspected };
+            return true;
+          }
+        : undefined;
+    const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, { ...o, atInstant, inPlace }, warnings);
     // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
     if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
       throw usageError(`nothing to back up: ${lc.path} names no database, no state source, no file that exists and no workspace; no snapshot was written`);
@@ -569,21 +640,29 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // an incremental's page index decides what goes in, so it is made here, before the payload, beside the
     // inspection worker's integrity_check; a whole copy gets its index from the worker's own read
     o.progress?.("checking snapshot and writing bundle");
-    const pageKey = pageIndexKey(o.home);
-    const scanning = cfg.secretScan.databases !== "off";
-    for (const d of dbs) d.parentIndex = chosen.parent ? await parentIndex(o, chosen.parent, d.name) : null;
+    for (const d of dbs) d.parentIndex = parents.get(d.name) ?? null;
+    const deltaFindings: SecretFinding[] = [];
+    const done = inPlaceOut.done; // set by the capture's callback when it read the pages in place
+    if (done)
+      for (const d of dbs) {
+        const x = done.deltas.get(d.name)!;
+        d.index = encodeIndex(x.ix);
+        d.delta = { file: x.file, pages: x.pages, meta: { full_sha256: x.ix.sha256, full_size: x.ix.size, page_size: x.ix.pageSize, page_count: x.ix.pageCount, changed_pages: x.pages.length } };
+        deltaFindings.push(...x.findings);
+      }
     // integrity, counts, cursors, open operations and the secret scan read the copies (one instant) in a
     // worker thread while the payload is written here; nothing is published unless they pass
-    const inspection = inspectInWorker({
-      dbs: dbs.map((d) => (d.parentIndex ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey })),
-      cursors: cfg.cursors,
-      openOperations: cfg.openOperations,
-      scan: cfg.secretScan.databases,
-    });
+    const inspection = done
+      ? Promise.resolve(done.inspected)
+      : inspectInWorker({
+          dbs: dbs.map((d) => (d.parentIndex ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey })),
+          cursors: cfg.cursors,
+          openOperations: cfg.openOperations,
+          scan: cfg.secretScan.databases,
+        });
     inspection.catch(() => undefined); // awaited below; no unhandled rejection meanwhile
-    const deltaFindings: SecretFinding[] = [];
     for (const d of dbs) {
-      if (!d.parentIndex) continue;
+      if (!d.parentIndex || d.delta) continue;
       const ix = indexPages(d.copy, pageKey);
       d.index = encodeIndex(ix);
       const pages = changedPages(d.parentIndex, ix);
@@ -612,7 +691,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       d.inspected = ins.dbs[i]!;
       d.index ??= d.inspected.index ? encodeIndex(d.inspected.index) : null;
       const ic = d.inspected.integrity;
-      if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
+      if (ic.length !== 1 || (ic[0] !== "ok" && ic[0] !== "skipped")) throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
     });
     applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
     applyScanPolicy(cfg.secretScan.databases, [...ins.findings, ...deltaFindings], warnings);
@@ -677,6 +756,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       size: statSync(bundleFile).size,
       kind: manifest.parent ? "incremental" : "full",
       parent: manifest.parent?.snapshot_id ?? null,
+      databases_read: dbs.length ? (done ? "in-place" : "copy") : null,
       repeated: false,
       status: "committed",
       params_sha256: paramsDigest(o),

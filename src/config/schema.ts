@@ -125,9 +125,14 @@ const ConfigObject = z.strictObject({
     .default({ databases: "refuse", workspace: "refuse", files: "refuse", exclude: DEFAULT_EXCLUDE }),
   /** S3 Object Lock for uploaded bundles: a compromised agent host can not delete its history */
   objectLock: z.strictObject({ mode: z.enum(["governance", "compliance"]), days: z.number().int().positive() }).optional(),
+  /**
+   * `fullEvery`: a full snapshot after this many incrementals. `integrityEvery`: integrity_check runs on every full
+   * snapshot and on every Nth incremental of a chain; the others read only the pages in place (no copy) and check
+   * the counts (restore and drill always check the rebuilt database in full)
+   */
   incremental: z
-    .strictObject({ enabled: z.boolean().default(false), fullEvery: z.number().int().min(1).default(10) })
-    .default({ enabled: false, fullEvery: 10 }),
+    .strictObject({ enabled: z.boolean().default(false), fullEvery: z.number().int().min(1).default(10), integrityEvery: z.number().int().min(1).default(5) })
+    .default({ enabled: false, fullEvery: 10, integrityEvery: 5 }),
   signing: z.strictObject({ key: z.string().optional(), allowedSigners: z.string().optional() }).default({}),
   /** the agent interface: the tier `agentbak mcp` runs at (--tier beats it), and where `agentbak serve` listens */
   agentInterface: z.strictObject({ tier: z.enum(TIERS).default("read"), listen: z.string().optional() }).optional(),

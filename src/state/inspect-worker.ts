@@ -1,11 +1,20 @@
-/** Worker-thread entry for inspectSnapshot: one snapshot per message, for as long as the process keeps the thread. */
+/**
+ * Worker-thread entry: inspectSnapshot of one snapshot per message, or the
+ * sha256 of a pinned live snapshot's pages with the keyed hashes of its last
+ * pages (an in-place incremental splits the hashing between two threads),
+ * for as long as the
+ * process keeps the thread.
+ */
 import { parentPort } from "node:worker_threads";
 import { AgentbakError } from "../errors.js";
-import { inspectSnapshot, type InspectInput } from "./inspect.js";
+import { inspectSnapshot, type WorkerRequest } from "./inspect.js";
+import { pinnedSource } from "./livesnap.js";
+import { hashTail } from "./pages.js";
 
-parentPort!.on("message", (input: InspectInput) => {
+parentPort!.on("message", (m: WorkerRequest) => {
   try {
-    parentPort!.postMessage({ ok: true, result: inspectSnapshot(input) });
+    if (m.kind === "inspect") return parentPort!.postMessage({ ok: true, result: inspectSnapshot(m.input) });
+    parentPort!.postMessage({ ok: true, result: hashTail(pinnedSource(m.pages), Buffer.from(m.key), m.from) });
   } catch (e) {
     parentPort!.postMessage({ ok: false, code: e instanceof AgentbakError ? e.code : 1, message: (e as Error).message });
   }

@@ -9,7 +9,8 @@ import { AgentbakError, Exit } from "../errors.js";
 import { statSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT } from "../version.js";
-import { PageHasher, readPages, type PageIndex } from "./pages.js";
+import type { PinnedPages } from "./livesnap.js";
+import { PageHasher, readPages, type PageIndex, type PageSource } from "./pages.js";
 import { PageScanner, scanFilePages } from "./pagescan.js";
 import { scanDatabase, type SecretFinding } from "./secrets.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "./sqlite.js";
@@ -18,8 +19,9 @@ export interface InspectInput {
   /**
    * `indexKey`: compute the page index here (full backups), in the same read as the scan.
    * `scan: false`: leave this database's secret scan to the caller (incrementals scan changed pages only).
+   * `integrity: false`: no integrity_check (an incremental the integrity policy does not check); reported as "skipped".
    */
-  dbs: { name: string; file: string; indexKey?: Uint8Array; scan?: boolean }[];
+  dbs: { name: string; file: string; indexKey?: Uint8Array; scan?: boolean; integrity?: boolean }[];
   cursors: Record<string, { database: string; sql: string }>;
   openOperations?: { database: string; sql: string };
   scan: "refuse" | "warn" | "off";
@@ -50,10 +52,11 @@ function nameSuspicious(db: DB, name: string, suspicious: number[] | null): Secr
 }
 
 /** The secret scan of an incremental: only the pages that changed (1-based) can hold a new secret. */
-export function scanChangedPages(file: string, name: string, pages: number[]): SecretFinding[] {
-  const suspicious = scanFilePages(file, statSync(file).size, pages);
+export function scanChangedPages(from: string | PageSource, name: string, pages: number[], pinned?: DB): SecretFinding[] {
+  const suspicious = scanFilePages(from, typeof from === "string" ? statSync(from).size : 0, pages);
   if (suspicious !== null && !suspicious.length) return [];
-  const db = openDefensive(file);
+  if (pinned) return nameSuspicious(pinned, name, suspicious);
+  const db = openDefensive(from as string);
   try {
     return nameSuspicious(db, name, suspicious);
   } finally {
@@ -62,12 +65,19 @@ export function scanChangedPages(file: string, name: string, pages: number[]): S
 }
 
 /** Runs every inspection synchronously. @throws AgentbakError(2) for bad cursor/open-operation SQL. */
-export function inspectSnapshot(input: InspectInput): InspectResult {
+export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): InspectResult {
   const files = new Map(input.dbs.map((d) => [d.name, d.file]));
+  // `pinned`: connections held in the read transaction of the snapshot (an in-place incremental); used, never closed
+  const connect = (name: string, file: string): { db: DB; close(): void } => {
+    const p = pinned?.get(name);
+    if (p) return { db: p, close: () => undefined };
+    const db = openDefensive(file);
+    return { db, close: () => db.close() };
+  };
   const open = (name: string, where: string) => {
     const f = files.get(name);
     if (!f) throw new AgentbakError(Exit.usage, `${where}: no database named "${name}"`);
-    return openDefensive(f);
+    return connect(name, f);
   };
   const out: InspectResult = { dbs: [], cursors: {}, openOperations: [], findings: [] };
   for (const d of input.dbs) {
@@ -90,36 +100,37 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
         scanner?.close();
       }
     } else if (scan) suspicious = scanFilePages(d.file, statSync(d.file).size);
-    const db = openDefensive(d.file);
+    const { db, close } = connect(d.name, d.file);
     try {
-      const integrity = integrityCheck(db);
-      const counted = integrity[0] === "ok" ? tableCounts(db) : { counts: {}, skipped: [] };
+      const integrity = d.integrity === false ? ["skipped"] : integrityCheck(db);
+      const sound = integrity[0] === "ok" || integrity[0] === "skipped";
+      const counted = sound ? tableCounts(db) : { counts: {}, skipped: [] };
       out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: counted.counts, virtualTables: counted.skipped, integrity, index });
-      if (scan && integrity[0] === "ok") out.findings.push(...nameSuspicious(db, d.name, suspicious));
+      if (scan && sound) out.findings.push(...nameSuspicious(db, d.name, suspicious));
     } finally {
-      db.close();
+      close();
     }
   }
   for (const [name, c] of Object.entries(input.cursors)) {
-    const db = open(c.database, `cursors.${name}`);
+    const { db, close } = open(c.database, `cursors.${name}`);
     try {
       const row = db.prepare(c.sql).raw().get() as unknown[] | undefined;
       out.cursors[name] = scalar(row?.[0]);
     } catch (e) {
       throw new AgentbakError(Exit.usage, `cursors.${name}: ${(e as Error).message}`);
     } finally {
-      db.close();
+      close();
     }
   }
   if (input.openOperations) {
-    const db = open(input.openOperations.database, "openOperations");
+    const { db, close } = open(input.openOperations.database, "openOperations");
     try {
       for (const r of db.prepare(input.openOperations.sql).all() as Record<string, unknown>[])
         out.openOperations.push({ id: scalar(r.id), idempotency_key: String(r.idempotency_key ?? ""), ...("kind" in r ? { kind: r.kind === null ? null : String(r.kind) } : {}) });
     } catch (e) {
       throw new AgentbakError(Exit.usage, `openOperations: ${(e as Error).message}`);
     } finally {
-      db.close();
+      close();
     }
   }
   return out;
@@ -132,8 +143,19 @@ export function inspectSnapshot(input: InspectInput): InspectResult {
  */
 const idle: Worker[] = [];
 
+/** What the worker thread (inspect-worker.ts) is asked to do. */
+export type WorkerRequest = { kind: "inspect"; input: InspectInput } | { kind: "sha256"; pages: PinnedPages; key: Uint8Array; from: number };
+
 /** Runs inspectSnapshot in a worker thread. */
-export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
+export const inspectInWorker = (input: InspectInput) => inWorker<InspectResult>({ kind: "inspect", input });
+
+/**
+ * The sha256 of a pinned live snapshot's pages and the keyed hashes of its
+ * pages after `from`, computed in a worker thread (valid while the snapshot is held).
+ */
+export const hashTailInWorker = (pages: PinnedPages, key: Buffer, from: number) => inWorker<{ sha256: string; hashes: Uint8Array }>({ kind: "sha256", pages, key, from });
+
+function inWorker<T>(req: WorkerRequest): Promise<T> {
   // a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
   const w = idle.pop() ?? new Worker(join(ROOT, "dist", "packed", "inspect-worker.js"), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
   w.ref();
@@ -144,7 +166,7 @@ export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
       w.unref();
       idle.push(w);
     };
-    const onMessage = (m: { ok: true; result: InspectResult } | { ok: false; code: number; message: string }) => {
+    const onMessage = (m: { ok: true; result: T } | { ok: false; code: number; message: string }) => {
       settle(true);
       if (m.ok) resolve(m.result);
       else reject(new AgentbakError(m.code as 1, m.message));
@@ -159,6 +181,6 @@ export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
       reject(new AgentbakError(Exit.failure, `snapshot inspection worker exited ${code}`));
     };
     w.on("message", onMessage).on("error", onError).on("exit", onExit);
-    w.postMessage(input);
+    w.postMessage(req);
   });
 }

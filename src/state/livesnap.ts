@@ -13,16 +13,11 @@ import { closeSync, openSync, readSync, rmSync } from "node:fs";
 import { writeAll } from "../fsutil.js";
 import { join } from "node:path";
 import { readWal } from "./wal.js";
+import type { PageSource } from "./pages.js";
+
+export type { PageSource };
 
 type DB = Database.Database;
-
-/** Pages of a database as of one instant. */
-export interface PageSource {
-  readonly pageSize: number;
-  readonly pageCount: number;
-  /** Reads pages first..first+n-1 (1-based) into `buf` (n × pageSize bytes). */
-  read(first: number, n: number, buf: Buffer): void;
-}
 
 /** A live database held at one instant by its read transaction; close() ends it. */
 export class LiveSnapshot implements PageSource {
@@ -72,16 +67,15 @@ export class LiveSnapshot implements PageSource {
   }
 
   read(first: number, n: number, buf: Buffer): void {
-    const ps = this.pageSize;
-    if (first < 1 || first + n - 1 > this.pageCount) throw new Error(`pages ${first}..${first + n - 1} outside 1..${this.pageCount}`);
-    const got = readSync(this.fd, buf, 0, n * ps, (first - 1) * ps);
-    if (got < n * ps) buf.fill(0, got, n * ps); // pages beyond the file's end come from the WAL below
-    if (this.overlayFd !== null)
-      for (let p = first; p < first + n; p++) {
-        const slot = this.overlay.get(p);
-        if (slot !== undefined && readSync(this.overlayFd, buf, (p - first) * ps, ps, slot * ps) !== ps) throw new Error(`short read of WAL page ${p}`);
-      }
-    if (first === 1) selfContained(buf, this.pageCount);
+    readPinned(this.pinned(), first, n, buf);
+  }
+
+  /**
+   * What another thread of this process needs to read the same pages (file
+   * descriptors are the process's): valid until close().
+   */
+  pinned(): PinnedPages {
+    return { fd: this.fd, overlayFd: this.overlayFd, overlay: this.overlay, pageSize: this.pageSize, pageCount: this.pageCount };
   }
 
   /** Writes every page to `dest` (a new file), in runs of about 4 MiB, yielding between runs. */
@@ -107,6 +101,33 @@ export class LiveSnapshot implements PageSource {
     if (this.overlayFd !== null) closeSync(this.overlayFd);
   }
 }
+
+/** The pages of a pinned snapshot, by file descriptor: the database file and the WAL frames copied aside. */
+export interface PinnedPages {
+  fd: number;
+  overlayFd: number | null;
+  /** page number → slot in the overlay file */
+  overlay: Map<number, number>;
+  pageSize: number;
+  pageCount: number;
+}
+
+/** Reads pages first..first+n-1 (1-based) of a pinned snapshot into `buf`, page 1 made self-contained. */
+export function readPinned(d: PinnedPages, first: number, n: number, buf: Buffer): void {
+  const ps = d.pageSize;
+  if (first < 1 || first + n - 1 > d.pageCount) throw new Error(`pages ${first}..${first + n - 1} outside 1..${d.pageCount}`);
+  const got = readSync(d.fd, buf, 0, n * ps, (first - 1) * ps);
+  if (got < n * ps) buf.fill(0, got, n * ps); // pages beyond the file's end come from the WAL below
+  if (d.overlayFd !== null)
+    for (let p = first; p < first + n; p++) {
+      const slot = d.overlay.get(p);
+      if (slot !== undefined && readSync(d.overlayFd, buf, (p - first) * ps, ps, slot * ps) !== ps) throw new Error(`short read of WAL page ${p}`);
+    }
+  if (first === 1) selfContained(buf, d.pageCount);
+}
+
+/** A pinned snapshot's pages as a PageSource, in another thread of the process that pinned it. */
+export const pinnedSource = (d: PinnedPages): PageSource => ({ pageSize: d.pageSize, pageCount: d.pageCount, read: (first, n, buf) => readPinned(d, first, n, buf) });
 
 /**
  * Makes page 1 describe a self-contained rollback-journal file: file format

@@ -71,9 +71,33 @@ export class PageHasher {
   }
 }
 
-/** Reads a database file in runs of whole pages (about 4 MiB each), calling `each` with each run and its first page's number. @returns the page size. */
-export function readPages(file: string, each: (run: Buffer, first: number, pageSize: number) => void): number {
-  const fd = openSync(file, "r");
+/** Pages of a database as of one instant: a pinned live snapshot (state/livesnap.ts) read in place. */
+export interface PageSource {
+  readonly pageSize: number;
+  readonly pageCount: number;
+  /** Reads pages first..first+n-1 (1-based) into `buf` (n × pageSize bytes). */
+  read(first: number, n: number, buf: Buffer): void;
+}
+
+/**
+ * Reads a database — a file, or a pinned snapshot's pages (up to page `last`)
+ * — in runs of whole pages (about 4 MiB each), calling `each` with each run and
+ * its first page's number. @returns the page size.
+ */
+export function readPages(from: string | PageSource, each: (run: Buffer, first: number, pageSize: number) => void, last?: number): number {
+  if (typeof from !== "string") {
+    const ps = from.pageSize;
+    const per = Math.max(1, Math.floor((4 << 20) / ps));
+    const buf = Buffer.allocUnsafe(per * ps);
+    const end = Math.min(last ?? from.pageCount, from.pageCount);
+    for (let p = 1; p <= end; p += per) {
+      const n = Math.min(per, end - p + 1);
+      from.read(p, n, buf);
+      each(buf.subarray(0, n * ps), p, ps);
+    }
+    return ps;
+  }
+  const fd = openSync(from, "r");
   try {
     const pageSize = headerPageSize(fd);
     const buf = Buffer.alloc(Math.max(1, Math.floor((4 << 20) / pageSize)) * pageSize);
@@ -90,19 +114,46 @@ export function readPages(file: string, each: (run: Buffer, first: number, pageS
 }
 
 /**
- * Reads a database file once: keyed page hashes and the whole file's sha256.
+ * Reads a database once (a file, or a pinned snapshot's pages): keyed page
+ * hashes and the whole file's sha256 (`whole: false` leaves the sha256 to the
+ * caller, who computes it elsewhere in parallel, and says "").
  */
-export function indexPages(file: string, key: Buffer): PageIndex & { sha256: string; size: number } {
+export function indexPages(file: string | PageSource, key: Buffer, whole = true, last?: number): PageIndex & { sha256: string; size: number } {
   let hasher: PageHasher | undefined;
-  const whole = createHash("sha256");
+  const h = whole ? createHash("sha256") : null;
   let size = 0;
-  const pageSize = readPages(file, (run, _first, ps) => {
-    hasher ??= new PageHasher(key, ps);
-    hasher.update(run);
-    whole.update(run);
-    size += run.length;
+  const pageSize = readPages(
+    file,
+    (run, _first, ps) => {
+      hasher ??= new PageHasher(key, ps);
+      hasher.update(run);
+      h?.update(run);
+      size += run.length;
+    },
+    last,
+  );
+  return { ...(hasher ?? new PageHasher(key, pageSize)).index(), sha256: h ? h.digest("hex") : "", size };
+}
+
+/**
+ * The whole sha256 of a pinned snapshot's pages, and the keyed hashes of its
+ * pages after `from` (the caller hashes the ones before, in another thread).
+ */
+export function hashTail(src: PageSource, key: Buffer, from: number): { sha256: string; hashes: Buffer } {
+  const h = createHash("sha256");
+  const hasher = new PageHasher(key, src.pageSize);
+  readPages(src, (run, first, ps) => {
+    h.update(run);
+    const skip = Math.max(0, from - first + 1);
+    if (skip * ps < run.length) hasher.update(run.subarray(skip * ps));
   });
-  return { ...(hasher ?? new PageHasher(key, pageSize)).index(), sha256: whole.digest("hex"), size };
+  return { sha256: h.digest("hex"), hashes: hasher.index().hashes };
+}
+
+/** Where an in-place index splits its keyed hashing between two threads: a run boundary about `share` into the file. */
+export function splitPage(pageCount: number, pageSize: number, share: number): number {
+  const per = Math.max(1, Math.floor((4 << 20) / pageSize));
+  return Math.min(pageCount, Math.round((pageCount * share) / per) * per);
 }
 
 /** Serialises a page index. */
@@ -135,8 +186,8 @@ export function changedPages(base: PageIndex, cur: PageIndex): number[] {
 }
 
 /** Writes a delta file: header (magic, page size, page count, n) then (u32 page number, page bytes) per changed page. */
-export function writeDelta(dbFile: string, pages: number[], ix: PageIndex, out: string): void {
-  const src = openSync(dbFile, "r");
+export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string): void {
+  const src = typeof db === "string" ? openSync(db, "r") : null;
   const dst = openSync(out, "wx", 0o600);
   try {
     const h = Buffer.alloc(20);
@@ -148,11 +199,12 @@ export function writeDelta(dbFile: string, pages: number[], ix: PageIndex, out: 
     const rec = Buffer.alloc(4 + ix.pageSize);
     for (const p of pages) {
       rec.writeUInt32BE(p, 0);
-      if (readSync(src, rec, 4, ix.pageSize, (p - 1) * ix.pageSize) !== ix.pageSize) throw new Error(`short read of page ${p}`);
+      if (src === null) (db as PageSource).read(p, 1, rec.subarray(4));
+      else if (readSync(src, rec, 4, ix.pageSize, (p - 1) * ix.pageSize) !== ix.pageSize) throw new Error(`short read of page ${p}`);
       writeAll(dst, rec);
     }
   } finally {
-    closeSync(src);
+    if (src !== null) closeSync(src);
     closeSync(dst);
   }
 }

@@ -13,7 +13,7 @@
  * falls back to scanDatabase).
  */
 import { closeSync, openSync, readSync } from "node:fs";
-import { headerPageSize, readPages } from "./pages.js";
+import { headerPageSize, readPages, type PageSource } from "./pages.js";
 import { detectSecret, RAW_PATTERN } from "./secrets.js";
 
 /** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
@@ -85,20 +85,31 @@ export class PageScanner {
   readonly header: PageScanHeader;
   /** 1-based page numbers holding a value that matches a token format */
   readonly suspicious: number[] = [];
-  private readonly fd: number;
+  private readonly fd: number | null;
+  private readonly src: PageSource | null;
   private readonly maxLocalTable: number;
   private readonly maxLocalIndex: number;
   private readonly minLocal: number;
   private readonly scratch: Buffer;
   private chainBudget: number;
 
-  constructor(file: string, fileSize: number) {
-    this.fd = openSync(file, "r");
-    try {
-      this.header = readScanHeader(this.fd, fileSize);
-    } catch (e) {
-      closeSync(this.fd);
-      throw e;
+  /** `from`: a database file (of `fileSize` bytes), or a pinned snapshot's pages read in place. */
+  constructor(from: string | PageSource, fileSize = 0) {
+    if (typeof from === "string") {
+      this.src = null;
+      this.fd = openSync(from, "r");
+      try {
+        this.header = readScanHeader(this.fd, fileSize);
+      } catch (e) {
+        closeSync(this.fd);
+        throw e;
+      }
+    } else {
+      this.src = from;
+      this.fd = null;
+      const page1 = Buffer.allocUnsafe(from.pageSize);
+      from.read(1, 1, page1);
+      this.header = { pageSize: from.pageSize, usable: from.pageSize - page1[20]!, pageCount: from.pageCount, utf8: page1.readUInt32BE(56) <= 1 };
     }
     const u = this.header.usable;
     this.maxLocalTable = u - 35;
@@ -109,7 +120,17 @@ export class PageScanner {
   }
 
   close(): void {
-    closeSync(this.fd);
+    if (this.fd !== null) closeSync(this.fd);
+  }
+
+  /** Reads page `pgno` into `buf`; false when it is not there. */
+  readPage(pgno: number, buf: Buffer): boolean {
+    if (pgno < 1 || pgno > this.header.pageCount) return false;
+    if (this.src) {
+      this.src.read(pgno, 1, buf);
+      return true;
+    }
+    return readSync(this.fd!, buf, 0, this.header.pageSize, (pgno - 1) * this.header.pageSize) === this.header.pageSize;
   }
 
   /**
@@ -187,7 +208,7 @@ export class PageScanner {
       // in a sound file every overflow page belongs to one cell, so all chains together are at most pageCount long;
       // beyond that the file is damaged (integrity_check says so) and chains are no longer followed
       if (next < 1 || next > this.header.pageCount || this.chainBudget-- <= 0) return false;
-      if (readSync(this.fd, this.scratch, 0, this.header.pageSize, (next - 1) * this.header.pageSize) !== this.header.pageSize) return false;
+      if (!this.readPage(next, this.scratch)) return false;
       const take = Math.min(remaining, u - 4);
       if (each(this.scratch.subarray(4, 4 + take)) === true) return true;
       remaining -= take;
@@ -224,25 +245,23 @@ export class PageScanner {
 }
 
 /**
- * Scans a whole file, or only the pages listed (1-based), for values that
- * look like secrets. @returns the suspicious pages, or null when the database
- * is not UTF-8 (the caller falls back to scanning rows).
+ * Scans a whole database (a file, or a pinned snapshot's pages), or only the
+ * pages listed (1-based), for values that look like secrets. @returns the
+ * suspicious pages, or null when the database is not UTF-8 (the caller falls
+ * back to scanning rows).
  */
-export function scanFilePages(file: string, fileSize: number, only?: number[]): number[] | null {
-  const s = new PageScanner(file, fileSize);
-  const fd = openSync(file, "r");
+export function scanFilePages(from: string | PageSource, fileSize: number, only?: number[]): number[] | null {
+  const s = new PageScanner(from, fileSize);
   try {
     if (!s.header.utf8) return null;
-    const ps = s.header.pageSize;
-    const b = Buffer.alloc(ps);
-    const read = (p: number) => readSync(fd, b, 0, ps, (p - 1) * ps) === ps;
+    const b = Buffer.alloc(s.header.pageSize);
     // a changed page that is not a b-tree page may be an overflow page rewritten in place under an unchanged
     // cell (an update to a value of the same length), whose owner we can not find from here: scan everything
     const btree = (p: number) => [TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR, TABLE_INTERIOR].includes(b[p === 1 ? 100 : 0]!);
     if (only) {
       let all = true;
       for (const p of only) {
-        if (!read(p) || !btree(p)) {
+        if (!s.readPage(p, b) || !btree(p)) {
           all = false;
           break;
         }
@@ -250,16 +269,15 @@ export function scanFilePages(file: string, fileSize: number, only?: number[]): 
       }
       if (all) return s.suspicious;
     }
-    // the whole file, with a fresh scanner (and a fresh budget for overflow chains)
-    const whole = only ? new PageScanner(file, fileSize) : s;
+    // the whole database, with a fresh scanner (and a fresh budget for overflow chains)
+    const whole = only ? new PageScanner(from, fileSize) : s;
     try {
-      readPages(file, (run, first) => whole.pages(run, first));
+      readPages(from, (run, first) => whole.pages(run, first));
       return whole.suspicious;
     } finally {
       if (whole !== s) whole.close();
     }
   } finally {
-    closeSync(fd);
     s.close();
   }
 }

@@ -4,7 +4,8 @@
 import Database from "better-sqlite3";
 import { statSync } from "node:fs";
 import { dirname } from "node:path";
-import { LiveSnapshot } from "./livesnap.js";
+import { LiveSnapshot, type PinnedPages } from "./livesnap.js";
+import type { PageSource } from "./pages.js";
 import { type AgentbakError, ioErrno, ioError, lockedError, usageError, verifyError, wrap } from "../errors.js";
 
 export type DB = Database.Database;
@@ -141,6 +142,13 @@ export interface Cut {
   hold_ms: number;
 }
 
+/**
+ * Reads the pinned snapshots in place instead of copying them: called with
+ * each database's pages and its connection, both held at the instant. @returns
+ * true when it took everything it needs (no copy is written), false to copy.
+ */
+export type InPlace = (views: Map<string, { pages: PageSource; pinned: PinnedPages; db: DB; src: string }>) => Promise<boolean>;
+
 /** One database to copy: its config name, the live file, the copy to write. */
 export interface CopyJob {
   name: string;
@@ -163,7 +171,7 @@ export interface CopyJob {
  * @throws AgentbakError(11) naming the database whose write lock stayed busy
  *   for `waitMs`; AgentbakError naming the database when one is missing or unreadable.
  */
-export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInstant?: (allLocked: boolean) => void): Promise<Cut> {
+export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInstant?: (allLocked: boolean) => void, inPlace?: InPlace): Promise<Cut> {
   const ordered = [...jobs].sort((x, y) => (x.name < y.name ? -1 : 1));
   for (const j of ordered) {
     let st;
@@ -217,7 +225,23 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
     atInstant?.(locks.size === ordered.length);
     for (const l of locks.values()) closeQuietly(l);
     const held = Date.now() - locked;
-    for (const { job, db, snap } of readers) {
+    // read in place instead of copied, while every read transaction still holds the instant (incrementals)
+    let handled = false;
+    if (inPlace && readers.every((r) => r.snap)) {
+      const views = new Map(readers.map((r) => [r.job.name, { pages: r.snap!, pinned: r.snap!.pinned(), db: r.db, src: r.job.src }]));
+      for (const r of readers) {
+        r.db.pragma("trusted_schema = OFF");
+        r.db.pragma("cell_size_check = ON");
+      }
+      try {
+        handled = await inPlace(views);
+      } catch (e) {
+        const name = (e as { database?: string }).database;
+        const r = readers.find((x) => x.job.name === name);
+        throw ioErrno(e) && r ? ioError(e, `database ${r.job.name}: reading ${r.job.src}`) : e;
+      }
+    }
+    for (const { job, db, snap } of handled ? [] : readers) {
       try {
         if (snap) await snap.copyTo(job.dest);
         // one read transaction is open on this connection, so every step copies the same committed state
