@@ -2,7 +2,7 @@
  * Durable file-system primitives: write to a temp name, fsync, rename, fsync
  * the directory. Shared by keys, repository and restore.
  */
-import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants, existsSync, fstatSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { basename, dirname, join } from "node:path";
 
@@ -45,6 +45,35 @@ export function atPath<T>(p: string, f: () => T): T {
     const x = e as NodeJS.ErrnoException;
     if (typeof x?.code === "string" && typeof x.syscall === "string") x.path ??= p;
     throw e;
+  }
+}
+
+/**
+ * Opens a file for reading only if it is a regular file: a FIFO, device or
+ * socket named where a file is expected (a config, a key, a bundle, a
+ * repository record replaced by a link to /dev/zero) would block forever or
+ * never end. Opened non-blocking, so a FIFO with no writer returns at once.
+ * @returns the descriptor (the caller closes it).
+ * @throws the open's error (ENOENT, EACCES, ...), or code ENOTREG naming the path.
+ */
+export function openRegular(path: string): number {
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+  const st = fstatSync(fd);
+  if (st.isFile()) return fd;
+  closeSync(fd);
+  const what = st.isDirectory() ? "a folder" : st.isFIFO() ? "a FIFO" : st.isSocket() ? "a socket" : st.isCharacterDevice() || st.isBlockDevice() ? "a device" : "not a regular file";
+  throw Object.assign(new Error(`${path} is ${what}, not a regular file`), { code: st.isDirectory() ? "EISDIR" : "ENOTREG", syscall: "open", path });
+}
+
+/** readFileSync for a path that must be a regular file (see openRegular). */
+export function readFileRegular(path: string): Buffer;
+export function readFileRegular(path: string, encoding: "utf8"): string;
+export function readFileRegular(path: string, encoding?: "utf8"): Buffer | string {
+  const fd = openRegular(path);
+  try {
+    return atPath(path, () => (encoding ? readFileSync(fd, encoding) : readFileSync(fd)));
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -32,6 +32,8 @@ function report(e: unknown): ExitCode {
     return Exit.usage;
   }
   if (e instanceof AgentbakError) return fail(e.code, e.message);
+  // a folder, FIFO, device or socket named where a file belongs is the caller's mistake
+  if (isSystemError(e) && (e.code === "ENOTREG" || e.code === "EISDIR")) return fail(Exit.usage, `${e.message}${e.path && !e.message.includes(e.path) ? ` (${e.path})` : ""}`);
   // an operating-system error (ENOSPC, EIO, EROFS, EACCES, ...): name the path and errno, no stack
   if (isSystemError(e)) return fail(Exit.failure, `${e.message}${e.path && !e.message.includes(e.path) ? ` (${e.path})` : ""}`);
   const err = e as Error;

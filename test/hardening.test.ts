@@ -485,3 +485,141 @@ describe("[I] restore: a bad target is refused before anything is written", () =
     expect(existsSync(join(target, "state/agent.sqlite-wal"))).toBe(false);
   });
 });
+
+// The second adversarial sweep (a new user and an attacker, after issue 11's first): each case failed before its fix.
+describe("[I] second sweep: FIFOs and devices, damaged records, secrets in messages, interrupts", () => {
+  let t: TestAgent;
+  const quick = { timeout: 30_000 };
+
+  it("[I] a FIFO or device where a file belongs never blocks: files entry, -c, --identity, a bundle path, a database; 2 naming it", async () => {
+    t = await agent();
+    const fifo = join(t.tmp, "pipe");
+    await execa("mkfifo", [fifo]);
+    await execa("mkfifo", [join(t.dir, "memory", "pipe.json")]);
+    setConfig(t, (c) => (c.files = ["memory/pipe.json"]));
+    refusedClearly(await t.run(["backup"], {}, quick), 2, /files: memory\/pipe\.json is a FIFO, not a regular file/);
+    setConfig(t, (c) => (c.files = ["memory/**"])); // a glob passes it by
+    expect((await t.run(["backup"], {}, quick)).code).toBe(0);
+    refusedClearly(await t.run(["snapshots", "-c", fifo], {}, quick), 2, /pipe is a FIFO, not a regular file/);
+    refusedClearly(await t.run(["verify", fifo], {}, quick), 2, /pipe is a FIFO, not a regular file/);
+    refusedClearly(await t.run(["verify", "latest", "--identity", fifo], {}, quick), 12, /no usable identity: cannot read .*pipe \(it is a FIFO, not a regular file\)/);
+    refusedClearly(await t.run(["verify", "/dev/zero"], {}, quick), 2, /\/dev\/zero is a device, not a regular file/);
+    const locks = join(t.repo, "tenants/acme/agents/billing-agent/locks");
+    expect(existsSync(locks) ? readdirSync(locks) : []).toEqual([]);
+  });
+
+  it("[I] a repository record replaced by a link to /dev/zero is refused at once (no endless read)", async () => {
+    t ??= await agent();
+    const audit = join(t.repo, "tenants/acme/agents/billing-agent/audit.jsonl");
+    const aside = `${audit}.aside`;
+    await execa("mv", [audit, aside]);
+    symlinkSync("/dev/zero", audit);
+    try {
+      const r = await t.run(["backup"], {}, quick);
+      refusedClearly(r, 2, /audit\.jsonl is a device, not a regular file/);
+    } finally {
+      rmSync(audit);
+      await execa("mv", [aside, audit]);
+    }
+  });
+
+  it("[I] damaged local records are named, never a stack: a lock of null, trusted state of null, restore.json and reconcile.json of garbage", async () => {
+    t ??= await agent();
+    const lock = join(t.repo, "tenants/acme/agents/billing-agent/locks/agent.lock");
+    mkdirSync(join(lock, ".."), { recursive: true });
+    writeFileSync(lock, "null");
+    refusedClearly(await t.run(["backup"]), 11, /repository lock .*agent\.lock .* is unreadable \(not written by agentbak\); if no agentbak process uses this repository, remove that file/);
+    rmSync(lock);
+    const state = join(t.home, "state/acme/billing-agent.json");
+    const kept = readFileSync(state, "utf8");
+    writeFileSync(state, "null");
+    refusedClearly(await t.run(["backup"]), 1, /trusted state .*billing-agent\.json is not a JSON object; .*must not be guessed/);
+    writeFileSync(state, JSON.stringify({ highest_sequence: "x" }));
+    refusedClearly(await t.run(["backup"]), 1, /holds highest_sequence = "x", not a count/);
+    writeFileSync(state, kept);
+    const target = join(t.tmp, "damaged-target");
+    expect([0, 3]).toContain((await t.run(["restore", "latest", "--target", target, "--yes"])).code);
+    writeFileSync(join(target, ".agentbak/reconcile.json"), JSON.stringify({ operations: "x" }));
+    refusedClearly(await t.run(["activate", "--target", target, "--yes"]), 13, /reconcile\.json is damaged; remove it and run agentbak reconcile --target/);
+    for (const bad of ["null", "garbage", "{}", "[]"]) {
+      writeFileSync(join(target, ".agentbak/restore.json"), bad);
+      for (const args of [["activate", "--target", target, "--yes"], ["reconcile", "--target", target], ["fence", "check", "--target", target, "--generation", "1"]])
+        refusedClearly(await t.run(args), 13, /restore\.json is damaged \(not the record restore wrote\)/);
+    }
+  });
+
+  it("[S] a credential with a line break is never sent, printed or logged by reconcile; --source and --repo never echo a password", async () => {
+    t ??= await agent();
+    setConfig(t, (c) => (c.reconcile.probe.http = { url: "http://127.0.0.1:9/v1/deliveries/{idempotency_key}", headers: { authorization: "Bearer {credential:mail}" } }));
+    const target = join(t.tmp, "cred-target");
+    expect([0, 3]).toContain((await t.run(["restore", "latest", "--target", target, "--yes", "--allow-rollback"])).code);
+    mkdirSync(join(t.dir, "secrets"), { recursive: true });
+    writeFileSync(join(t.dir, "secrets/smtp-password"), "SuperSecret-v4lue\r\nsecond\n");
+    const r = await t.run(["reconcile", "--target", target]);
+    expect(r.code, r.stderr).toBe(3);
+    expect(r.stderr).toContain("credential mail holds a line break or NUL: not sent in header authorization");
+    const everything = r.stdout + r.stderr + readFileSync(join(target, ".agentbak/reconcile.json"), "utf8") + readFileSync(join(t.repo, "tenants/acme/agents/billing-agent/audit.jsonl"), "utf8");
+    expect(everything).not.toContain("SuperSecret");
+    const src = await t.run(["restore", "latest", "--target", join(t.tmp, "src-t"), "--yes", "--source", "postgres://admin:SuperSecret123@127.0.0.1/db"]);
+    refusedClearly(src, 2, /--source: expected NAME=URL/);
+    expect(src.stderr).not.toContain("SuperSecret");
+    const repo = await t.run(["snapshots", "--repo", "s3://AKIAEXAMPLE:SuperSecret456@bucket/x"]);
+    refusedClearly(repo, 2, /must not hold credentials/);
+    expect(repo.stderr).not.toContain("SuperSecret");
+  });
+
+  it("[I] Ctrl-C during a restore removes the decrypted staging folder; SIGTERM while waiting for a locked database exits 130 at once", async () => {
+    const big = await agent(40);
+    expect((await big.run(["backup"])).code).toBe(0);
+    const parent = join(big.tmp, "rparent");
+    mkdirSync(parent);
+    const child = execa("node", [join(import.meta.dirname, "..", "bin", "agentbak.js"), "restore", "latest", "--target", join(parent, "t"), "--yes"], { cwd: big.dir, env: { ...big.env, NO_COLOR: "1" }, reject: false });
+    const t0 = Date.now();
+    while (!readdirSync(parent).some((e) => e.startsWith(".agentbak-restore-")) && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 20));
+    child.kill("SIGINT");
+    const res = await child;
+    if (res.exitCode === 130) expect(readdirSync(parent)).toEqual([]);
+    else expect([0, 3]).toContain(res.exitCode); // finished before the signal: nothing to clean either way
+    expect(readdirSync(parent).filter((e) => e.startsWith(".agentbak-restore-"))).toEqual([]);
+
+    const holder = new Database(join(big.dir, "state/agent.sqlite"));
+    holder.exec("BEGIN IMMEDIATE"); // the write lock a backup needs
+    try {
+      const b = execa("node", [join(import.meta.dirname, "..", "bin", "agentbak.js"), "backup", "--wait", "60s"], { cwd: big.dir, env: { ...big.env, NO_COLOR: "1" }, reject: false });
+      await new Promise((r) => setTimeout(r, 1500));
+      const sent = Date.now();
+      b.kill("SIGTERM");
+      const r = await b;
+      expect(r.exitCode, r.stderr).toBe(130);
+      expect(Date.now() - sent).toBeLessThan(5_000); // not the 60 s the wait allowed
+    } finally {
+      holder.exec("ROLLBACK");
+      holder.close();
+    }
+    expect(readdirSync(join(big.repo, "tmp"))).toEqual([]);
+  });
+
+  it("[I] bad names and places: keygen --principal, a label with a line break, copy of an unknown snapshot or into its source, forget --agent a/b, restore --target / or empty, an empty database file", async () => {
+    t ??= await agent();
+    refusedClearly(await t.run(["keygen", "--out", join(t.tmp, "k5"), "--principal", 'a b,namespaces="x"']), 2, /--principal: 1 to 64 of/);
+    expect(existsSync(join(t.tmp, "k5"))).toBe(false);
+    refusedClearly(await t.run(["backup", "--label", "x\n2026 forged row"]), 2, /--label: at most 200 characters, none of them control characters/);
+    refusedClearly(await t.run(["copy", "--from", t.repo, "--to", join(t.tmp, "copy-x"), "20200101T000000000Z-deadbeef"]), 10, /snapshot 20200101T000000000Z-deadbeef not found/);
+    refusedClearly(await t.run(["copy", "--from", t.repo, "--to", join(t.repo, "tenants")]), 2, /is inside the source repository/);
+    refusedClearly(await t.run(["forget", "--agent", "a/b", "--keep-last", "1"]), 2, /agent "a\/b": lowercase letters/);
+    expect(existsSync(join(t.repo, "tenants/acme/agents/a"))).toBe(false);
+    const slash = await t.run(["restore", "latest", "--target", "/", "--yes"], {}, quick);
+    refusedClearly(slash, 2, /target \/ (is not empty|: can not)/);
+    refusedClearly(await t.run(["restore", "latest", "--target", "", "--yes"]), 2, /--target is empty/);
+    const db = join(t.dir, "state/agent.sqlite");
+    const aside = `${db}.aside`;
+    await execa("mv", [db, aside]);
+    writeFileSync(db, "");
+    try {
+      refusedClearly(await t.run(["backup"]), 13, /database state: .*agent\.sqlite is empty \(0 bytes\), not an SQLite database/);
+    } finally {
+      rmSync(db);
+      await execa("mv", [aside, db]);
+    }
+  });
+});

@@ -129,7 +129,8 @@ export function buildApp(service: AgentService, o: { home: string; maxTier: Tier
   app.use("*", async (c, next) => {
     const t0 = performance.now();
     await next();
-    o.log(`${c.req.method} ${c.req.path} ${c.res.status} ${(performance.now() - t0).toFixed(0)}ms ${c.get("caller")?.by ?? "-"}`);
+    // the path is the caller's: JSON-quoted, so a %0A in it can not forge a log line
+    o.log(`${c.req.method} ${JSON.stringify(c.req.path)} ${c.res.status} ${(performance.now() - t0).toFixed(0)}ms ${c.get("caller")?.by ?? "-"}`);
   });
   app.use(
     "*",
@@ -139,6 +140,7 @@ export function buildApp(service: AgentService, o: { home: string; maxTier: Tier
       onError: (c) => c.json(errorBody(usageError(`request body larger than ${MAX_BODY_BYTES} bytes`)), 413, { connection: "close" }),
     }),
   );
+  app.notFound((c) => c.json(errorBody(new AgentbakError(Exit.notFound, `no endpoint ${c.req.method} ${c.req.path.slice(0, 200)}; see /v1/openapi.json`)), 404));
   app.onError((e, c) => {
     // hono's own refusals (a body that is not JSON, ...) are the client's error
     if (e instanceof HTTPException) return c.json(errorBody(new AgentbakError(Exit.usage, e.message)), e.status);

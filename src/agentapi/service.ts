@@ -60,7 +60,7 @@ const key = z.string().min(1).max(200).regex(/^[\x21-\x7e]+$/, "printable ASCII 
 export const INPUTS = {
   create_backup: z.object({
     idempotency_key: key.optional().describe("the same key again returns the first receipt; another label or incremental choice with it is refused (409)"),
-    label: z.string().max(200).optional().describe("free-form label, e.g. the sub-task just finished"),
+    label: z.string().max(200).regex(/^[^\x00-\x1f\x7f-\x9f]*$/, "no control characters").optional().describe("free-form label, e.g. the sub-task just finished"),
     incremental: z.boolean().optional().describe("store only the SQLite pages changed since the latest snapshot (default: the config's choice)"),
   }),
   get_backup: z.object({ snapshot_id: snapshotId }),

@@ -6,11 +6,11 @@
  * on every request, so a revocation takes effect at once.
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { ID_PATTERN, TIERS, type Tier } from "../config/schema.js";
 import { notFound, usageError } from "../errors.js";
-import { createFileExclusive, writeFileAtomic } from "../fsutil.js";
+import { createFileExclusive, writeFileAtomic, readFileRegular } from "../fsutil.js";
 
 /** A token as stored (and listed): never the token itself. */
 export interface TokenRecord {
@@ -33,7 +33,7 @@ const digest = (token: string) => createHash("sha256").update(token).digest();
 
 function read(home: string, id: string): TokenRecord | null {
   try {
-    return JSON.parse(readFileSync(file(home, id), "utf8")) as TokenRecord;
+    return JSON.parse(readFileRegular(file(home, id), "utf8")) as TokenRecord;
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
     throw e;

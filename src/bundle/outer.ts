@@ -3,8 +3,9 @@
  * members, `manifest.json`, `manifest.sig`, `payload.age`, in that order.
  * Reading is strict and bounded: anything else is a verification failure.
  */
-import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { closeSync, fstatSync, readSync } from "node:fs";
 import { verifyError } from "../errors.js";
+import { openRegular } from "../fsutil.js";
 
 export const MEMBERS = ["manifest.json", "manifest.sig", "payload.age"] as const;
 const BLOCK = 512;
@@ -103,7 +104,7 @@ export function parseLayout(path: string, fileSize: number, readAt: (n: number, 
  * @throws AgentbakError(13) naming the member when the container is malformed.
  */
 export function readLayout(path: string): BundleLayout {
-  const fd = openSync(path, "r");
+  const fd = openRegular(path);
   try {
     return parseLayout(path, fstatSync(fd).size, (n, at) => {
       const b = Buffer.alloc(n);

@@ -32,7 +32,8 @@ export function parseSourceFlags(values: string[] | undefined, m: Manifest): Map
   for (const v of values ?? []) {
     const i = v.indexOf("=");
     const name = i > 0 ? v.slice(0, i) : "";
-    if (!name || i === v.length - 1) throw usageError(`--source: expected NAME=URL, got "${i > 0 ? name + "=..." : v.slice(0, 40)}"`);
+    // the value is never echoed: it may be a connection URL with a password in it
+    if (!/^[A-Za-z0-9_.-]{1,64}$/.test(name) || i === v.length - 1) throw usageError("--source: expected NAME=URL, where NAME is a state source of the snapshot (the value given is not shown: it may hold a password)");
     if (!manifestSources(m).some((s) => s.name === name)) throw usageError(`--source ${name}: snapshot ${m.snapshot_id} has no source named "${name}"`);
     out.set(name, v.slice(i + 1));
   }

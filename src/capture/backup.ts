@@ -241,7 +241,13 @@ function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, real
       throw wrap(e, `files: ${pattern}`);
     }
     const rel = relative(lc.dir, f).split(sep).join("/") || ".";
-    if (literal && statSync(real).isDirectory()) throw usageError(`files: ${pattern} is a folder; name its files, or a glob such as ${rel}/**`);
+    const st = statSync(real);
+    if (literal && st.isDirectory()) throw usageError(`files: ${pattern} is a folder; name its files, or a glob such as ${rel}/**`);
+    // a FIFO would block the backup forever, a device never ends: only regular files are captured
+    if (!st.isFile()) {
+      if (literal) throw usageError(`files: ${pattern} is ${st.isFIFO() ? "a FIFO" : st.isSocket() ? "a socket" : "a device"}, not a regular file`);
+      continue;
+    }
     if (!isInside(real, realRoot)) throw usageError(`files: ${rel} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
     const why = reservedBy(f, reserved) ?? reservedBy(real, reserved);
     if (why && literal) throw usageError(`files: ${pattern} names ${why}; it is captured otherwise or never`);
@@ -537,6 +543,8 @@ export function replay(prior: BackupReceipt, o: Pick<BackupOptions, "label" | "i
  *   ConflictError (2) when the idempotency key was first used with another label or incremental choice.
  */
 export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<BackupReceipt> {
+  // a label is shown in listings and logs: a line break or escape sequence there could forge a row
+  if (o.label !== undefined && (/[\x00-\x1f\x7f-\x9f]/.test(o.label) || o.label.length > 200)) throw usageError("--label: at most 200 characters, none of them control characters (line breaks, escapes)");
   const cfg = lc.config;
   const a: AgentRef = { tenant: cfg.agent.tenant, agent: cfg.agent.id };
   const lock = await o.repo.lock(a, "agent", o.waitMs ?? 0);

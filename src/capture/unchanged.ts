@@ -17,9 +17,9 @@
  * snapshot of its own.
  */
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, openSync, readFileSync, readSync, realpathSync, statSync } from "node:fs";
+import { closeSync, existsSync, openSync, readSync, realpathSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { writeFileAtomic } from "../fsutil.js";
+import { writeFileAtomic, readFileRegular } from "../fsutil.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgentRef } from "../repository/repository.js";
 import { workspaceState } from "../state/workspace.js";
@@ -33,9 +33,9 @@ import { workspaceState } from "../state/workspace.js";
 export async function otherState(lc: LoadedConfig, files: string[], signer: string): Promise<string> {
   const h = createHash("sha256");
   const add = (...parts: (string | number | bigint)[]) => h.update(parts.join("\0") + "\n");
-  add("config", lc.path, readFileSync(lc.path, "utf8"), signer);
+  add("config", lc.path, readFileRegular(lc.path, "utf8"), signer);
   if (lc.config.workspace) add("workspace", (await workspaceState(lc.resolve(lc.config.workspace.path))).key);
-  for (const f of files) add("file", f, createHash("sha256").update(readFileSync(f)).digest("hex"));
+  for (const f of files) add("file", f, createHash("sha256").update(readFileRegular(f)).digest("hex"));
   return h.digest("hex");
 }
 
@@ -92,7 +92,7 @@ const file = (home: string, location: string, a: AgentRef) =>
 
 export function lastBackup<R>(home: string, location: string, a: AgentRef): LastBackup<R> | null {
   try {
-    return JSON.parse(readFileSync(file(home, location, a), "utf8")) as LastBackup<R>;
+    return JSON.parse(readFileRegular(file(home, location, a), "utf8")) as LastBackup<R>;
   } catch {
     return null; // none yet, or unreadable: the backup is taken
   }

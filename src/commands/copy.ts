@@ -1,5 +1,6 @@
 /** `agentbak copy`: replicate signed bundles between repositories, verifying each before it is sent and on arrival. */
-import { resolve } from "node:path";
+import { resolve, sep } from "node:path";
+import { placeError, usageError } from "../errors.js";
 import { Repository } from "../repository/repository.js";
 import { replicate, type CopyResult } from "../repository/replicate.js";
 import { isUrl } from "../storage/open.js";
@@ -8,7 +9,13 @@ import { context } from "./context.js";
 export async function copy(opts: { from: string; to: string; snapshots: string[]; agent?: string; tenant?: string }): Promise<CopyResult> {
   const ctx = context({});
   const loc = (p: string) => (isUrl(p) ? p : resolve(p));
-  const src = await Repository.open(loc(opts.from));
-  const { repo: dst } = await Repository.init(loc(opts.to));
+  const from = loc(opts.from);
+  const to = loc(opts.to);
+  // a copy inside its own source would be read back by the next listing of it
+  if (!isUrl(from) && !isUrl(to) && (to === from || to.startsWith(from + sep))) throw usageError(`copy --to ${to} is inside the source repository ${from}`);
+  const src = await Repository.open(from);
+  const { repo: dst } = await Repository.init(to).catch((e) => {
+    throw placeError(e, `copy --to ${to}`);
+  });
   return replicate(src, dst, ctx.trust, { ids: opts.snapshots, tenant: opts.tenant, agent: opts.agent, signingKey: ctx.maybeSigningKey() });
 }

@@ -2,11 +2,11 @@
  * `agentbak drill`: prove a bundle recovers; append a signed report entry;
  * write JUnit XML and the CI job summary, also when the drill cannot run.
  */
-import { appendFileSync } from "node:fs";
-import { basename, resolve } from "node:path";
+import { accessSync, appendFileSync, constants } from "node:fs";
+import { basename, dirname, resolve } from "node:path";
 import { configuredEmbeddings } from "../config/schema.js";
-import { AgentbakError, Exit, EXIT_NAMES, usageError } from "../errors.js";
-import { writeFileAtomic } from "../fsutil.js";
+import { AgentbakError, Exit, EXIT_NAMES, placeError, usageError } from "../errors.js";
+import { ensureDir, writeFileAtomic } from "../fsutil.js";
 import { junitFailure, junitXml, markdownFailure, markdownSummary } from "../drill/junit.js";
 import { appendReportFile, reportBody } from "../drill/report.js";
 import { runDrill, type DrillResult } from "../drill/runner.js";
@@ -47,6 +47,14 @@ function publish(opts: DrillCmdOptions, xml: string, summary: string): void {
  */
 export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCmdResult> {
   const t0 = Date.now();
+  // where the JUnit file goes is checked before the drill runs, not after
+  if (opts.junit)
+    try {
+      ensureDir(dirname(resolve(opts.junit)));
+      accessSync(dirname(resolve(opts.junit)), constants.W_OK);
+    } catch (e) {
+      throw placeError(e, `--junit ${resolve(opts.junit)}`);
+    }
   let r: DrillCmdResult;
   try {
     r = await run(ref, opts);

@@ -6,6 +6,7 @@ import { extractAndCheck, type Check } from "../bundle/extract.js";
 import { verifyBundle } from "../bundle/reader.js";
 import { pidDir } from "../fsutil.js";
 import { context, type GlobalOpts } from "./context.js";
+import { removeOnInterrupt } from "../cleanup.js";
 
 export interface VerifyOptions extends GlobalOpts {
   identity?: string;
@@ -39,10 +40,12 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
     if (deep) {
       const ids = ctx.identities(opts.identity);
       const tmp = pidDir(tmpdir(), "agentbak-verify");
+      const unregister = removeOnInterrupt(tmp); // decrypted state: removed on Ctrl-C or SIGTERM too
       try {
         checks.push(...(await extractAndCheck(v, ids, join(tmp, "root"), ctx.trust, b.links)).checks);
       } finally {
         rmSync(tmp, { recursive: true, force: true });
+        unregister();
       }
     }
     const m = v.manifest;

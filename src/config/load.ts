@@ -1,11 +1,12 @@
 /**
  * Finding, reading and validating the config file.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { dirname, isAbsolute, resolve, sep } from "node:path";
 import { formatIssues, notFound, usageError } from "../errors.js";
 import { isUrl } from "../storage/open.js";
 import { ConfigSchema, type Config } from "./schema.js";
+import { readFileRegular } from "../fsutil.js";
 
 /** A validated config with the folder its relative paths resolve against. */
 export interface LoadedConfig {
@@ -31,7 +32,7 @@ export function configPath(flag?: string): string | undefined {
 export function loadConfig(path: string): LoadedConfig {
   let raw: unknown;
   try {
-    raw = JSON.parse(readFileSync(path, "utf8"));
+    raw = JSON.parse(readFileRegular(path, "utf8"));
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     if (err.code === "ENOENT") throw notFound(`config ${path}: not found`);

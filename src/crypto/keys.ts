@@ -1,11 +1,11 @@
 /**
  * Key files: where they live, how they are generated and loaded.
  */
-import { appendFileSync, existsSync, readFileSync } from "node:fs";
+import { appendFileSync, existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { noKey } from "../errors.js";
-import { ensureDir, writeFileAtomic, fsyncDir } from "../fsutil.js";
+import { ensureDir, writeFileAtomic, fsyncDir, readFileRegular } from "../fsutil.js";
 import { generateIdentity, identityString, parseIdentities, type AgeIdentity } from "./age.js";
 import { encodePrivateKey, fingerprint, generateSigningKey, parsePrivateKey, publicKeyLine, NS, type SigningKey } from "./sshsig.js";
 
@@ -43,6 +43,12 @@ export function keygen(dir: string, principal: string): KeygenResult {
   return { dir, recipient: id.recipient, signer_fingerprint: fingerprint(sk.publicKey), principal, files: [...files, allowed] };
 }
 
+/** Why a key file could not be read: its errno, or what it is instead of a file. */
+const why = (e: unknown) => {
+  const x = e as NodeJS.ErrnoException;
+  return x.code === "ENOTREG" || x.code === "EISDIR" ? x.message.replace(/^.* is /, "it is ") : x.code;
+};
+
 /**
  * Loads age identities: `AGENTBAK_IDENTITY` (the text itself), else the given
  * file, else `AGENTBAK_IDENTITY_FILE`, else AGENTBAK_HOME/age-identity.txt.
@@ -55,9 +61,9 @@ export function loadIdentities(file?: string): AgeIdentity[] {
   if (inline) text = inline;
   else {
     try {
-      text = readFileSync(path, "utf8");
+      text = readFileRegular(path, "utf8");
     } catch (e) {
-      throw noKey(`no usable identity: cannot read ${path} (${(e as NodeJS.ErrnoException).code})`);
+      throw noKey(`no usable identity: cannot read ${path} (${why(e)})`);
     }
   }
   try {
@@ -76,9 +82,9 @@ export function loadSigningKey(file?: string): SigningKey {
   const path = file ?? process.env.AGENTBAK_SIGNING_KEY_FILE ?? join(agentbakHome(), "signing-key");
   let text: string;
   try {
-    text = readFileSync(path, "utf8");
+    text = readFileRegular(path, "utf8");
   } catch (e) {
-    throw noKey(`signing key missing: cannot read ${path} (${(e as NodeJS.ErrnoException).code})`);
+    throw noKey(`signing key missing: cannot read ${path} (${why(e)})`);
   }
   try {
     return parsePrivateKey(text);

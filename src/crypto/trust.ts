@@ -2,8 +2,9 @@
  * Trust decisions over OpenSSH `allowed_signers` files (the format
  * `ssh-keygen -Y verify` reads) plus a revoked-keys list.
  */
-import { readFileSync, existsSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { fingerprint, parsePublicKey } from "./sshsig.js";
+import { readFileRegular } from "../fsutil.js";
 
 /** One allowed_signers entry. */
 export interface AllowedSigner {
@@ -85,7 +86,7 @@ export function parseAllowedSigners(text: string): AllowedSigner[] {
 /** Reads revoked keys: one OpenSSH public key per line. A missing file means none. */
 export function readRevoked(path: string): Buffer[] {
   if (!existsSync(path)) return [];
-  return readFileSync(path, "utf8")
+  return readFileRegular(path, "utf8")
     .split(/\r?\n/)
     .map((l) => l.trim())
     .filter((l) => l && !l.startsWith("#"))
@@ -115,6 +116,6 @@ export function checkTrust(signers: AllowedSigner[], revoked: Buffer[], key: Buf
  */
 export function loadTrust(home: string, allowedSignersPath?: string): Trust {
   const path = allowedSignersPath ?? `${home}/allowed_signers`;
-  const signers = existsSync(path) ? parseAllowedSigners(readFileSync(path, "utf8")) : [];
+  const signers = existsSync(path) ? parseAllowedSigners(readFileRegular(path, "utf8")) : [];
   return { signers, revoked: readRevoked(`${home}/revoked_signers`) };
 }

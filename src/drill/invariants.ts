@@ -3,11 +3,11 @@
  * `-- severity: error|warning` and `-- database: NAME`; a query that returns
  * rows fails, and up to five offending rows are kept for the report.
  */
-import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { usageError } from "../errors.js";
 import { globSync } from "tinyglobby";
 import { openDefensive } from "../state/sqlite.js";
+import { readFileRegular } from "../fsutil.js";
 
 export interface Invariant {
   name: string;
@@ -34,7 +34,7 @@ export function loadInvariants(base: string, globs: string[]): Invariant[] {
     const files = globSync(g, { cwd: base, absolute: true, onlyFiles: true, expandDirectories: false }).filter((f) => f.endsWith(".sql")).sort();
     if (files.length === 0) throw usageError(`invariants: "${g}" matches no .sql file`);
     for (const f of files) {
-      const sql = readFileSync(f, "utf8");
+      const sql = readFileRegular(f, "utf8");
       const header = (k: string) => sql.match(new RegExp(`^--\\s*${k}:\\s*(.+)$`, "mi"))?.[1]?.trim();
       const sev = header("severity") ?? "error";
       if (sev !== "error" && sev !== "warning") throw usageError(`invariant ${f}: severity must be error or warning`);

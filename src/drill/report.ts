@@ -4,7 +4,6 @@
  * the repository beside the agent's snapshots, or in a file of the operator's
  * choosing (`--report FILE`).
  */
-import { readFileSync } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
 import { nextLine, verifyChainText, type ChainVerifyResult } from "../crypto/chainlog.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
@@ -12,6 +11,7 @@ import type { Trust } from "../crypto/trust.js";
 import { notFound } from "../errors.js";
 import { LocalStore } from "../storage/local.js";
 import type { DrillResult } from "./runner.js";
+import { readFileRegular } from "../fsutil.js";
 
 /** The report entry for a drill result: what an operator needs to accept a restore, never state contents. */
 export function reportBody(r: DrillResult): Record<string, unknown> {
@@ -50,7 +50,7 @@ export async function appendReportFile(path: string, body: Record<string, unknow
   const abs = resolve(path);
   let text = "";
   try {
-    text = readFileSync(abs, "utf8");
+    text = readFileRegular(abs, "utf8");
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
   }
@@ -70,7 +70,7 @@ export function verifyReportText(text: string, trust: Trust): ChainVerifyResult 
 /** Reads a report file. @throws AgentbakError(10) when it is missing. */
 export function readReportFile(path: string): string {
   try {
-    return readFileSync(path, "utf8");
+    return readFileRegular(path, "utf8");
   } catch (e) {
     throw notFound(`report ${path}: ${(e as NodeJS.ErrnoException).code}`);
   }

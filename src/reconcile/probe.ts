@@ -60,11 +60,21 @@ export function makeProbe(cfg: ProbeConfig, o: ProbeOptions): Probe {
   const url = o.sinkUrl ? `${o.sinkUrl}/{idempotency_key}` : cfg.http.url;
   return async (q) => {
     const headers: Record<string, string> = { accept: "application/json", "agentbak-generation": String(o.generation) };
+    // the credential values this request carries: no message about it may hold one
+    const secrets: string[] = [];
     try {
-      for (const [h, v] of Object.entries(cfg.http.headers)) headers[h] = v.replace(CREDENTIAL_PLACEHOLDER, (_, name: string) => (o.sinkUrl ? "drill" : o.credential(name)));
+      for (const [h, v] of Object.entries(cfg.http.headers))
+        headers[h] = v.replace(CREDENTIAL_PLACEHOLDER, (_, name: string) => {
+          const value = o.sinkUrl ? "drill" : o.credential(name);
+          // a value with a line break can not be a header (and fetch's error would quote it)
+          if (/[\r\n\0]/.test(value)) throw new Error(`credential ${name} holds a line break or NUL: not sent in header ${h}`);
+          if (!o.sinkUrl) secrets.push(value);
+          return value;
+        });
     } catch (e) {
       return { state: "unknown", receipt: null, detail: (e as Error).message };
     }
+    const redact = (m: string) => secrets.reduce((t, x) => (x ? t.split(x).join("[credential]") : t), m);
     let res: Response;
     let text: string;
     try {
@@ -72,7 +82,8 @@ export function makeProbe(cfg: ProbeConfig, o: ProbeOptions): Probe {
       text = await res.text();
     } catch (e) {
       const err = e as Error & { cause?: { code?: string } };
-      const why = err.name === "TimeoutError" || err.name === "AbortError" ? `no answer within ${o.timeoutMs / 1000}s` : `request failed (${err.cause?.code ?? err.message})`;
+      // fetch's messages may quote a header value: only its code, else the message with every credential value cut out
+      const why = err.name === "TimeoutError" || err.name === "AbortError" ? `no answer within ${o.timeoutMs / 1000}s` : `request failed (${redact(err.cause?.code ?? err.message)})`;
       return { state: "unknown", receipt: null, detail: why };
     }
     if (res.status === 404) return { state: "not_found", receipt: null, detail: "provider answered 404: no record of this key" };

@@ -18,6 +18,8 @@
  * read: its bundles are listed under the tenant their signed manifest names.
  */
 import { createHash } from "node:crypto";
+import { ID_PATTERN } from "../config/schema.js";
+import { usageError } from "../errors.js";
 
 import type { AgentRef } from "../state/watermark.js";
 
@@ -30,7 +32,12 @@ export const SPOOL_RECORD = "spool.json";
 export const LAYOUT_VERSION = 2;
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
-const agentDir = (a: AgentRef) => `tenants/${a.tenant}/agents/${a.agent}`;
+/** An agent's folder; a tenant or agent id outside the id pattern (a/b, ../x) never becomes a key. @throws AgentbakError(2). */
+function agentDir(a: AgentRef): string {
+  for (const [what, v] of [["tenant", a.tenant], ["agent", a.agent]] as const)
+    if (!ID_PATTERN.test(v)) throw usageError(`${what} ${JSON.stringify(v.slice(0, 80))}: lowercase letters, digits, . _ - (max 64), starting with a letter or digit`);
+  return `tenants/${a.tenant}/agents/${a.agent}`;
+}
 
 /** The folder (key prefix, no trailing slash) holding an agent's snapshots. */
 export const snapshotsDir = (a: AgentRef) => `${agentDir(a)}/snapshots`;

@@ -209,19 +209,25 @@ export class Repository {
           return { release: async () => (unregister(), release()) };
         }
       }
-      let holder: { pid?: number; host?: string; started_at?: string } = {};
+      const raw = await this.store.get(key);
+      if (!raw) continue; // released meanwhile
+      let holder: { pid?: unknown; host?: unknown; started_at?: unknown } | null = null;
       try {
-        holder = JSON.parse(String((await this.store.get(key)) ?? "{}"));
+        holder = JSON.parse(String(raw));
       } catch {
-        /* being written; try again */
+        /* below */
       }
-      const age = holder.started_at ? Date.now() - new Date(holder.started_at).getTime() : 0;
-      if ((holder.host === hostname() && holder.pid !== undefined && !pidAlive(holder.pid)) || age > STALE_LOCK_MS) {
+      // a lock is written whole (a conditional create): one that does not read as agentbak's never will
+      const readable = holder && typeof holder === "object" && Number.isSafeInteger(holder.pid) && (holder.pid as number) > 0 && typeof holder.host === "string" && typeof holder.started_at === "string";
+      if (!readable)
+        throw lockedError(`repository lock ${key} in ${this.location} is unreadable (not written by agentbak); if no agentbak process uses this repository, remove that file`);
+      const h = holder as { pid: number; host: string; started_at: string };
+      const age = Date.now() - new Date(h.started_at).getTime();
+      if ((h.host === hostname() && !pidAlive(h.pid)) || age > STALE_LOCK_MS) {
         await this.store.delete(key);
         continue;
       }
-      if (Date.now() >= deadline)
-        throw lockedError(`repository locked (${name} lock of ${a.tenant}/${a.agent} in ${this.location}) by pid ${holder.pid ?? "?"} on ${holder.host ?? "?"} since ${holder.started_at ?? "?"}; pass --wait to wait`);
+      if (Date.now() >= deadline) throw lockedError(`repository locked (${name} lock of ${a.tenant}/${a.agent} in ${this.location}) by pid ${h.pid} on ${h.host} since ${h.started_at}; pass --wait to wait`);
       await new Promise((r) => setTimeout(r, delay));
     }
   }

@@ -29,6 +29,7 @@ import { evaluatePolicy } from "./policy.js";
 import { MARKER_DIR, SUSPENDED, type TargetRecord } from "./state.js";
 import { raiseTrustedState, readTrustedState } from "../state/watermark.js";
 import { agentbakHome } from "../crypto/keys.js";
+import { removeOnInterrupt } from "../cleanup.js";
 
 export interface RestoreOptions {
   /** the bundle to restore, as a local file, and where its chain's links come from */
@@ -100,9 +101,25 @@ function refuseSymlink(target: string): void {
 function checkTarget(target: string): string[] {
   if (!existsSync(target)) return [];
   if (!statSync(target).isDirectory()) throw usageError(`target ${target} exists and is not a folder`);
-  const files = readdirSync(target, { withFileTypes: true, recursive: true }).filter((e) => !e.isDirectory()).map((e) => join(e.parentPath, e.name));
-  const others = files.filter((f) => !SIDECAR.test(f));
-  if (others.length) throw usageError(`target ${target} is not empty (${relative(target, others[0]!)} ...); restore only into an empty or absent folder`);
+  // walked by hand, stopping at the first file that is not a sidecar: "/" or a large mount is refused at once
+  const files: string[] = [];
+  const walk = (dir: string): void => {
+    let entries;
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch (e) {
+      throw placeError(e, `target ${target}`);
+    }
+    // this folder's files first, then its folders
+    for (const e of entries) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) continue;
+      if (SIDECAR.test(e.name)) files.push(p);
+      else throw usageError(`target ${target} is not empty (${relative(target, p)} ...); restore only into an empty or absent folder`);
+    }
+    for (const e of entries) if (e.isDirectory()) walk(join(dir, e.name));
+  };
+  walk(target);
   return files;
 }
 
@@ -189,6 +206,7 @@ function repeated(prior: RestoreResult, requestId: string, target: string): Rest
  */
 export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const now = o.now ?? new Date();
+  if (!o.target.trim()) throw usageError("--target is empty: name the folder to restore into");
   const target = resolve(o.target);
   refuseSymlink(target);
   const cfg = o.lc?.config;
@@ -238,6 +256,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   checkTarget(target);
   const parent = dirname(target);
   let staging: string | null = null;
+  let unregister = () => undefined as void;
   const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   try {
     crashStep("locked");
@@ -250,6 +269,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     } catch (e) {
       throw placeError(e, `target ${target}`);
     }
+    // the staging folder holds decrypted state: Ctrl-C or SIGTERM removes it too
+    unregister = removeOnInterrupt(staging);
     const ids = o.identities();
     const root = join(staging, "root");
     const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links, o.integrity ?? "full");
@@ -348,6 +369,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     return res;
   } finally {
     if (staging) rmSync(staging, { recursive: true, force: true });
+    unregister();
     await lock?.release();
   }
 }

@@ -6,8 +6,8 @@
  * confirms the original is isolated.
  */
 import { execa } from "execa";
-import { readFileSync } from "node:fs";
 import type { Config } from "../config/schema.js";
+import { readFileRegular } from "../fsutil.js";
 
 export interface LivenessAnswer {
   how: "pidFile" | "http" | "command";
@@ -46,7 +46,7 @@ export async function checkLiveness(l: LivenessConfig, resolve: (p: string) => s
 function pidFileAnswer(file: string): LivenessAnswer {
   let text: string;
   try {
-    text = readFileSync(file, "utf8");
+    text = readFileRegular(file, "utf8");
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     return { how: "pidFile", state: code === "ENOENT" ? "stopped" : "unknown", detail: `${file}: ${code === "ENOENT" ? "no pid file" : code}` };

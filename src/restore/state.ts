@@ -1,8 +1,8 @@
 /** The markers a restore writes into a restored target, and reading them back. */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { AgentbakError, Exit, notFound } from "../errors.js";
-import { writeFileAtomic } from "../fsutil.js";
+import { writeFileAtomic, readFileRegular } from "../fsutil.js";
 import type { OpenOperation, OperationResult } from "../reconcile/operations.js";
 
 /** Files inside a restored target. */
@@ -48,7 +48,18 @@ export interface ReconcileSummary {
 export function readTargetRecord(target: string): TargetRecord {
   const p = join(target, MARKER_DIR, "restore.json");
   if (!existsSync(p)) throw notFound(`${target} holds no agentbak restore record (${MARKER_DIR}/restore.json)`);
-  return JSON.parse(readFileSync(p, "utf8")) as TargetRecord;
+  let r: Partial<TargetRecord> | null;
+  try {
+    r = JSON.parse(readFileRegular(p, "utf8")) as Partial<TargetRecord> | null;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code && (e as NodeJS.ErrnoException).code !== "ENOTREG") throw e;
+    r = null;
+  }
+  // written by restore and never edited: anything else is damage, and nothing here is guessed
+  const ok =
+    r && typeof r === "object" && typeof r.agent_id === "string" && typeof r.tenant === "string" && typeof r.snapshot_id === "string" && Number.isSafeInteger(r.generation) && Array.isArray(r.open_operations);
+  if (!ok) throw new AgentbakError(Exit.verify, `${p} is damaged (not the record restore wrote); restore the snapshot again into a new folder`);
+  return r as TargetRecord;
 }
 
 export const isSuspended = (target: string) => existsSync(join(target, MARKER_DIR, SUSPENDED));
@@ -59,11 +70,15 @@ const reconcilePath = (target: string) => join(target, MARKER_DIR, "reconcile.js
 export function readReconcileRecord(target: string): ReconcileRecord | null {
   const p = reconcilePath(target);
   if (!existsSync(p)) return null;
+  let r: ReconcileRecord | null = null;
   try {
-    return JSON.parse(readFileSync(p, "utf8")) as ReconcileRecord;
+    r = JSON.parse(readFileRegular(p, "utf8")) as ReconcileRecord;
   } catch {
-    throw new AgentbakError(Exit.verify, `${p} is not JSON; run agentbak reconcile --target ${target} again`);
+    /* damaged: below */
   }
+  if (!r || typeof r !== "object" || !Array.isArray(r.operations) || !r.operations.every((x) => x && typeof x === "object" && typeof x.idempotency_key === "string"))
+    throw new AgentbakError(Exit.verify, `${p} is damaged; remove it and run agentbak reconcile --target ${target} again (every operation is asked about afresh)`);
+  return r;
 }
 
 export const writeReconcileRecord = (target: string, r: ReconcileRecord) => writeFileAtomic(reconcilePath(target), JSON.stringify(r, null, 2) + "\n");

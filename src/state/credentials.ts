@@ -3,9 +3,10 @@
  * present / missing / unchecked, never a value.
  */
 import { execa } from "execa";
-import { accessSync, constants, readFileSync, statSync } from "node:fs";
+import { accessSync, constants, statSync } from "node:fs";
 import { usageError } from "../errors.js";
 import { isAbsolute, resolve } from "node:path";
+import { readFileRegular } from "../fsutil.js";
 
 export interface CredentialStatus {
   name: string;
@@ -69,7 +70,7 @@ export function readCredential(name: string, ref: string, root: string, env: Nod
   if (scheme === "file") {
     const p = isAbsolute(rest) ? rest : resolve(root, rest);
     try {
-      return readFileSync(p, "utf8").replace(/\r?\n$/, "");
+      return readFileRegular(p, "utf8").replace(/\r?\n$/, "");
     } catch (e) {
       throw usageError(`credential ${name} (${ref}): ${p} is not readable (${(e as NodeJS.ErrnoException).code})`);
     }

@@ -181,6 +181,10 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
       throw wrap(e, `database ${j.name}: ${j.src}`);
     }
     if (st.isDirectory()) throw usageError(`database ${j.name}: ${j.src} is a folder, not an SQLite database file`);
+    // a FIFO would block, a device never ends
+    if (!st.isFile()) throw usageError(`database ${j.name}: ${j.src} is ${st.isFIFO() ? "a FIFO" : st.isSocket() ? "a socket" : "a device"}, not an SQLite database file`);
+    // SQLite would treat an empty file as a new, empty database: a backup of nothing is not what was configured
+    if (st.size === 0) throw verifyError(`database ${j.name}: ${j.src} is empty (0 bytes), not an SQLite database`);
   }
   const locks = new Map<string, DB>();
   const readers: { job: CopyJob; db: DB; snap: LiveSnapshot | null }[] = [];
@@ -191,9 +195,8 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
       const db = openWriter(j);
       if (!db) continue; // read-only for us: its read transaction alone holds it (see below)
       locks.set(j.name, db);
-      db.pragma(`busy_timeout = ${left()}`);
       try {
-        db.exec("BEGIN IMMEDIATE");
+        await whileBusy(db, left, () => db.exec("BEGIN IMMEDIATE"));
       } catch (e) {
         throw sqliteError(e, j.name, j.src, waitMs);
       }
@@ -203,11 +206,10 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
       const db = openSource(j, true);
       const r: (typeof readers)[number] = { job: j, db, snap: null };
       readers.push(r);
-      db.pragma(`busy_timeout = ${left()}`);
       try {
         // a writer holding an exclusive lock (rollback journal) is met here, as busy
         db.exec("BEGIN");
-        db.prepare("SELECT count(*) FROM sqlite_schema").get(); // the read snapshot starts at the first read
+        await whileBusy(db, left, () => db.prepare("SELECT count(*) FROM sqlite_schema").get()); // the read snapshot starts at the first read
       } catch (e) {
         throw sqliteError(e, j.name, j.src, waitMs);
       }
@@ -275,6 +277,26 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
       r.snap?.close();
       closeQuietly(r.db);
     }
+  }
+}
+
+/**
+ * Runs `step` until SQLite stops answering busy or `left()` runs out, waiting
+ * in SQLite at most 200 ms at a time and yielding in between: a wait of
+ * minutes (backup --wait) still lets Ctrl-C and SIGTERM through at once.
+ * @throws the last busy error when the time is up, or any other error at once.
+ */
+async function whileBusy(db: DB, left: () => number, step: () => unknown): Promise<void> {
+  for (;;) {
+    db.pragma(`busy_timeout = ${Math.min(left(), 200)}`);
+    try {
+      step();
+      db.pragma(`busy_timeout = ${left()}`); // what follows on this connection waits as long as the whole budget allows
+      return;
+    } catch (e) {
+      if (!/^SQLITE_BUSY/.test(String((e as { code?: unknown }).code)) || left() <= 0) throw e;
+    }
+    await new Promise((r) => setTimeout(r, 5));
   }
 }
 

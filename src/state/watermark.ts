@@ -5,10 +5,10 @@
  * highest sequence it has backed up (the next backup's floor). Shared by
  * capture and restore.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { AgentbakError, Exit } from "../errors.js";
-import { writeFileAtomic } from "../fsutil.js";
+import { writeFileAtomic, readFileRegular } from "../fsutil.js";
 
 /** One agent of one tenant. */
 export interface AgentRef {
@@ -29,16 +29,30 @@ const v1StatePath = (home: string, agent: string) => join(home, "state", `${agen
 /** The state file as written, so a writer keeps the fields it does not own. */
 function readRaw(p: string): Record<string, unknown> {
   if (!existsSync(p)) return {};
+  let v: unknown;
   try {
-    return JSON.parse(readFileSync(p, "utf8")) as Record<string, unknown>;
+    v = JSON.parse(readFileRegular(p, "utf8"));
   } catch {
-    throw new AgentbakError(Exit.failure, `trusted state ${p} is not JSON; it records the highest sequence restored here and must not be guessed`);
+    throw damaged(p, "is not JSON");
   }
+  if (!v || typeof v !== "object" || Array.isArray(v)) throw damaged(p, "is not a JSON object");
+  return v as Record<string, unknown>;
+}
+
+const damaged = (p: string, what: string) =>
+  new AgentbakError(Exit.failure, `trusted state ${p} ${what}; it records the highest sequence and generation seen here and must not be guessed: restore it from a copy, or remove it knowingly`);
+
+/** A recorded count: absent is 0; anything but a non-negative safe integer is damage. */
+function count(p: string, s: Record<string, unknown>, k: string): number {
+  const v = s[k];
+  if (v === undefined) return 0;
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) throw damaged(p, `holds ${k} = ${JSON.stringify(v).slice(0, 40)}, not a count`);
+  return v;
 }
 
 function readState(p: string): TrustedState {
   const s = readRaw(p);
-  return { highest_sequence: Number(s.highest_sequence) || 0, generation: Number(s.generation) || 0 };
+  return { highest_sequence: count(p, s, "highest_sequence"), generation: count(p, s, "generation") };
 }
 
 /** The trusted state for `a`, or zeros when none was recorded. */
@@ -61,7 +75,8 @@ export function raiseTrustedState(home: string, a: AgentRef, seen: TrustedState)
  * does not restart at 1 (every restore from it would be a rollback).
  */
 export function hostWatermark(home: string, a: AgentRef): number {
-  return Math.max(readTrustedState(home, a).highest_sequence, Number(readRaw(homeStatePath(home, a)).highest_backup_sequence) || 0);
+  const p = homeStatePath(home, a);
+  return Math.max(readTrustedState(home, a).highest_sequence, count(p, readRaw(p), "highest_backup_sequence"));
 }
 
 /**

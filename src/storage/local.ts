@@ -4,11 +4,11 @@
  * they must not exist yet); uploads are linked into place with link(2), so
  * an existing object is never overwritten.
  */
-import { appendFileSync, closeSync, copyFileSync, existsSync, linkSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
+import { appendFileSync, closeSync, copyFileSync, existsSync, linkSync, openSync, readdirSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
 import { dirname, join, resolve, sep } from "node:path";
 import { tmpdir } from "node:os";
 import { type AgentbakError, notFound } from "../errors.js";
-import { atPath, createFileExclusive, ensureDir, fsyncDir, fsyncPath, pidDir, sweepDead, tempSibling, writeFileAtomic } from "../fsutil.js";
+import { atPath, createFileExclusive, ensureDir, fsyncDir, fsyncPath, pidDir, sweepDead, tempSibling, writeFileAtomic, readFileRegular } from "../fsutil.js";
 import { checkKey, type ObjectStore } from "./store.js";
 
 const TMP = "tmp";
@@ -87,7 +87,7 @@ export class LocalStore implements ObjectStore {
   async get(key: string): Promise<Buffer | null> {
     const p = this.path(key);
     try {
-      return atPath(p, () => readFileSync(p));
+      return atPath(p, () => readFileRegular(p));
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
       throw e;

@@ -4,9 +4,12 @@ import type { ObjectStore } from "./store.js";
 
 /**
  * The store for a location: `s3://bucket/prefix` or a local folder.
- * @throws AgentbakError(2) for another URL scheme.
+ * @throws AgentbakError(2) for another URL scheme, or credentials in the URL.
  */
 export async function openStore(location: string): Promise<ObjectStore> {
+  // credentials in a repository URL would be echoed by every message naming the repository: refused unshown
+  if (isUrl(location) && /^[a-z][a-z0-9+.-]*:\/\/[^/]*@/i.test(location))
+    throw usageError("a repository URL must not hold credentials (user:secret@): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead (the URL given is not shown)");
   if (location.startsWith("s3://")) {
     const { S3Store } = await import("./s3.js");
     return new S3Store(location).init();

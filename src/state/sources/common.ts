@@ -10,7 +10,7 @@ import { chmodSync, chownSync, mkdtempSync, readFileSync, rmSync, statSync } fro
 import { createServer } from "node:net";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { AgentbakError, Exit, usageError } from "../../errors.js";
-import { ensureDir, pidDir } from "../../fsutil.js";
+import { ensureDir, pidDir, readFileRegular } from "../../fsutil.js";
 
 export { SOURCE_KINDS, type SourceKind } from "./kinds.js";
 import type { SourceKind } from "./kinds.js";
@@ -113,7 +113,7 @@ export function resolveReference(ref: string, root: string, env: NodeJS.ProcessE
   }
   if (scheme === "file") {
     try {
-      return readFileSync(isAbsolute(rest) ? rest : resolve(root, rest), "utf8").trim();
+      return readFileRegular(isAbsolute(rest) ? rest : resolve(root, rest), "utf8").trim();
     } catch (e) {
       throw usageError(`${ref}: ${(e as NodeJS.ErrnoException).code ?? "unreadable"}`);
     }
