@@ -125,14 +125,14 @@ export function ioError(e: unknown, path: string): AgentbakError {
 
 /**
  * A folder the user named (a restore target, a key folder, a repository) that
- * can not be made or used here — under /proc, read-only, a file in the way,
- * no permission — is a usage error (2) naming it; a failing disk (EIO,
- * ENOSPC, EDQUOT) stays an I/O error (1). @returns the error to throw.
+ * can not be made or used here — under /proc, a file in the way, no
+ * permission — is a usage error (2) naming it; a full, failing or read-only
+ * disk (ENOSPC, EIO, EDQUOT, EROFS) stays an I/O error (1). @returns the error to throw.
  */
 export function placeError(e: unknown, what: string): AgentbakError {
   if (e instanceof AgentbakError) return e;
   const code = (e as NodeJS.ErrnoException)?.code;
-  if (code === "EIO" || code === "ENOSPC" || code === "EDQUOT") return ioError(e, what);
+  if (code === "EIO" || code === "ENOSPC" || code === "EDQUOT" || code === "EROFS") return ioError(e, what);
   const path = (e as NodeJS.ErrnoException)?.path;
   const gloss: Record<string, string> = { ENOTDIR: "a part of the path is not a folder", EACCES: "permission denied", EPERM: "not permitted", EROFS: "read-only file system", ENOENT: "no folder can be made there", EEXIST: "already exists" };
   const why = code ? `${gloss[code] ? `${gloss[code]}, ` : ""}${code}` : String((e as Error)?.message ?? e);
