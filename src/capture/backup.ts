@@ -593,9 +593,9 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       !integrityChecked && cfg.databases.length && cfg.databases.every((d) => parents.get(d.name))
         ? async (views) => {
             const deltas = new Map<string, { ix: ReturnType<typeof indexPages>; pages: number[]; file: string; findings: SecretFinding[] }>();
-            // each file's sha256 and the keyed hashes of its last pages in a worker thread (the descriptors are this
+            // each file's sha256 and the keyed hashes of its last 40% of pages in a worker thread (the descriptors are this
             // process's); the first pages' hashes, the delta and the counts here, at the same time
-            const SHARE = 0.7;
+            const SHARE = 0.6;
             const split = new Map(cfg.databases.map((d) => [d.name, splitPage(views.get(d.name)!.pages.pageCount, views.get(d.name)!.pages.pageSize, SHARE)]));
             const whole = new Map(cfg.databases.map((d) => [d.name, hashTailInWorker(views.get(d.name)!.pinned, pageKey, split.get(d.name)!)]));
             for (const w of whole.values()) w.catch(() => undefined); // awaited below
@@ -783,6 +783,14 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       audit: { manifest_sha256: receipt.manifest_sha256, signer: manifest.signer.fingerprint },
       signingKey: o.signingKey,
     });
+    // this host hashed that payload as it wrote it (a folder repository links the very file): the next incremental
+    // built on it need not read it again
+    if (o.repo.store.inPlace && existsSync(published.path)) {
+      const checked = checkedPayloadsFile(join(o.home, "cache", "checked-payloads.json"));
+      checked.add(published.path, manifest.payload.sha256);
+      ensureDir(join(o.home, "cache"), 0o700);
+      checked.save();
+    }
     if (other && (dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
     return { ...receipt, path: published.path };
   } finally {
