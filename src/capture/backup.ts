@@ -51,6 +51,8 @@ export interface BackupReceipt {
    * null when nothing new was written
    */
   databases_read: "copy" | "in-place" | null;
+  /** why an incremental backup made a full snapshot (the first one, fullEvery, or a chain that does not verify), else null */
+  full_reason: string | null;
   path: string;
   repeated: boolean;
   /** committed in the repository, kept in the local spool until it can be uploaded (capture/spool.ts), or
@@ -133,12 +135,12 @@ async function runHooks(cmds: string[], cwd: string, timeoutSeconds: number, pha
 }
 
 /** The parent for an incremental: the latest snapshot, if its whole chain verifies and is short enough; or why not. */
-async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): Promise<{ parent: { snapshot: Snapshot; header: VerifiedBundle } | null; reason: string; link: number }> {
+async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): Promise<{ parent: { snapshot: Snapshot; header: VerifiedBundle } | null; reason: string; link: number; routine?: boolean }> {
   let latest: Snapshot;
   try {
     latest = await o.repo.resolve("latest", o.trust, a);
   } catch (e) {
-    if (e instanceof AgentbakError) return { parent: null, reason: "no verified snapshot to build on", link: 0 };
+    if (e instanceof AgentbakError) return { parent: null, reason: "no verified snapshot to build on", link: 0, routine: true };
     throw e;
   }
   const opened = await o.repo.open(latest, o.trust);
@@ -152,7 +154,7 @@ async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): P
     const chain = await verifyChain(v, opened.links, o.trust, checked);
     ensureDir(join(o.home, "cache"), 0o700);
     checked.save();
-    if (chain.length + 1 > fullEvery) return { parent: null, reason: `a full snapshot is due after ${fullEvery} incrementals`, link: 0 };
+    if (chain.length + 1 > fullEvery) return { parent: null, reason: `a full snapshot is due after ${fullEvery} incrementals`, link: 0, routine: true };
     // the new snapshot's place in its chain: 1 for the first incremental after a full one
     return { parent: { snapshot: latest, header: v }, reason: "", link: chain.length + 1 };
   } catch (e) {
@@ -576,7 +578,9 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const snapshotId = newSnapshotId(created);
     const wantIncremental = o.incremental ?? cfg.incremental.enabled;
     const chosen = wantIncremental ? await chooseParent(o, a, cfg.incremental.fullEvery) : { parent: null, reason: "", link: 0 };
-    if (wantIncremental && !chosen.parent) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
+    // a full snapshot that fullEvery asks for, or the first one, is routine (in the receipt); one forced by a chain that
+    // does not verify is a warning
+    if (wantIncremental && !chosen.parent && !chosen.routine) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
 
     // the databases' part of the fingerprint, read at the snapshot instant (only when every write lock was held)
     let dbState: string | null = null;
@@ -765,6 +769,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       kind: manifest.parent ? "incremental" : "full",
       parent: manifest.parent?.snapshot_id ?? null,
       databases_read: dbs.length ? (done ? "in-place" : "copy") : null,
+      full_reason: wantIncremental && !chosen.parent ? chosen.reason : null,
       repeated: false,
       status: "committed",
       params_sha256: paramsDigest(o),

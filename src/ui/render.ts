@@ -95,7 +95,6 @@ export function restore(r: RestoreResult): void {
 
 export function activate(r: ActivateResult): void {
   ok(r.already_active ? `${r.agent_id} at ${r.target} is already active` : `activated ${r.agent_id} at generation ${r.generation}`);
-  if (r.accepted_unresolved) warn(`${r.unresolved.length} unresolved open operation(s) accepted: ${r.accepted_unresolved}`);
 }
 
 export function reconcile(r: ReconcileResult): void {
