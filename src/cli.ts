@@ -15,10 +15,11 @@ EXIT STATUS
   3    completed with warnings
   10   repository, snapshot or file not found
   11   repository locked by another process
-  12   no usable key: no identity matches, or signing key missing
-  13   verification failed: signature, digest, format, integrity
-  14   refused by policy: untrusted/revoked signer, expired, rollback, tenant,
-       schema or version incompatible, not approved, secret found
+  12   no usable key: a key file missing or unreadable, or no identity matches
+  13   verification failed: signature (an untrusted signer too), digest,
+       format, integrity
+  14   refused by policy: revoked signer, expired, rollback, tenant, schema
+       or version incompatible, not approved, secret found
   15   drill ran and a check failed
   130  interrupted`;
 
