@@ -195,8 +195,14 @@ describe("I/O faults", () => {
       const locks = join(repo, "tenants/acme/agents/billing-agent/locks");
       expect(existsSync(locks) ? readdirSync(locks) : [], `${op} ${path}`).toEqual([]);
     }
+    // an incremental that reads the live pages in place (no copy) names the database too
+    expect(json(await a.run(["backup", "--repo", repo, "--incremental", "--json"])).databases_read).toBe("in-place");
+    const inc = await a.run(["backup", "--repo", repo, "--incremental"], { AGENTBAK_TEST_EIO_OP: "read", AGENTBAK_TEST_EIO_PATH: "/state/agent\\.sqlite$" }, { nodeArgs: ["--import", inject] });
+    plainIoFailure(inc, "EIO", "/");
+    expect(inc.stderr).toMatch(/database state: reading .*\/state\/agent\.sqlite: EIO/);
+    expect(readdirSync(join(repo, "tmp"))).toEqual([]);
     const after = json(await a.run(["snapshots", "--repo", repo, "--json"]));
-    expect(after.map((e: any) => e.snapshot_id)).toEqual(before);
+    expect(after.map((e: any) => e.snapshot_id).slice(0, -1)).toEqual(before); // and the one good incremental
     for (const e of after) expect(e.status, e.problem).toBe("ok");
   });
 

@@ -7,13 +7,13 @@
  * digest the newest link signed.
  */
 import { existsSync, mkdtempSync, readFileSync, renameSync, statSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, ioErrno, ioError, verifyError } from "../errors.js";
 import { applyDelta } from "../state/pages.js";
 import { isDatabase } from "./manifest.js";
-import { writeFileAtomic } from "../fsutil.js";
+import { ensureDir, writeFileAtomic } from "../fsutil.js";
 import { readPayload, verifyBundle, verifyHeader, type VerifiedBundle } from "./reader.js";
 import { fileSha256 } from "./streams.js";
 
@@ -35,8 +35,9 @@ export interface CheckedPayloads {
   add(path: string, sha256: string): void;
 }
 
-/** CheckedPayloads kept in a JSON file (AGENTBAK_HOME/cache); an unreadable file is an empty cache. */
-export function checkedPayloadsFile(file: string): CheckedPayloads & { save(): void } {
+/** CheckedPayloads kept in AGENTBAK_HOME/cache; an unreadable file is an empty cache. */
+export function checkedPayloads(home: string): CheckedPayloads & { save(): void } {
+  const file = join(home, "cache", "checked-payloads.json");
   let entries: Record<string, string> = {};
   try {
     entries = JSON.parse(readFileSync(file, "utf8")) as Record<string, string>;
@@ -57,9 +58,22 @@ export function checkedPayloadsFile(file: string): CheckedPayloads & { save(): v
     save: () => {
       if (!changed) return;
       for (const k of Object.keys(entries)) if (!existsSync(k)) delete entries[k];
-      writeFileAtomic(file, JSON.stringify(entries), 0o600);
+      try {
+        ensureDir(dirname(file), 0o700);
+        writeFileAtomic(file, JSON.stringify(entries), 0o600);
+      } catch {
+        /* a cache that can not be written only costs the next backup a read */
+      }
     },
   };
+}
+
+/** verifyBundle, but a payload `checked` remembers for this very file is not read again; remembered once verified. */
+export async function verifyRemembered(path: string, trust: Trust, checked?: CheckedPayloads): Promise<VerifiedBundle> {
+  const h = verifyHeader(path, trust);
+  const v = checked?.has(path, h.manifest.payload.sha256) ? h : await verifyBundle(path, trust);
+  checked?.add(path, v.manifest.payload.sha256);
+  return v;
 }
 
 /**
@@ -81,9 +95,7 @@ export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: T
     }
     let pv: VerifiedBundle;
     try {
-      const h = verifyHeader(path, trust);
-      pv = checked?.has(path, h.manifest.payload.sha256) ? h : await verifyBundle(path, trust);
-      checked?.add(path, pv.manifest.payload.sha256);
+      pv = await verifyRemembered(path, trust, checked);
     } catch (e) {
       throw e instanceof AgentbakError ? new AgentbakError(e.code, `${what}: ${e.message}`) : e;
     }

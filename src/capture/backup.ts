@@ -12,8 +12,8 @@ import { hostname } from "node:os";
 import { join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
 import { buildManifest, componentPath, encodeManifest, isDatabase, parseManifest, sha256hex, type CapturedDatabase, type Manifest, type NotCaptured } from "../bundle/manifest.js";
-import { verifyBundle, verifyHeader, type VerifiedBundle } from "../bundle/reader.js";
-import { checkedPayloadsFile, verifyChain } from "../bundle/chain.js";
+import type { VerifiedBundle } from "../bundle/reader.js";
+import { checkedPayloads, verifyChain, verifyRemembered } from "../bundle/chain.js";
 import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
@@ -24,8 +24,9 @@ import { crashStep } from "../crashpoint.js";
 import { removeOnInterrupt } from "../cleanup.js";
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
-import { inspectInWorker, inspectSnapshot, scanChangedPages, hashTailInWorker, type InspectResult } from "../state/inspect.js";
-import { changedPages, decodeIndex, encodeIndex, indexPages, pageIndexKey, splitPage, writeDelta, type PageIndex } from "../state/pages.js";
+import { inspectInWorker, type InspectResult } from "../state/inspect.js";
+import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/incremental.js";
+import { decodeIndex, encodeIndex, indexPages, pageIndexKey, type PageIndex } from "../state/pages.js";
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut, type InPlace } from "../state/sqlite.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
@@ -147,12 +148,9 @@ async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): P
   try {
     // every link's payload digest, each read once on this host (by file identity): a large full snapshot is not
     // read again at every incremental built on it
-    const checked = checkedPayloadsFile(join(o.home, "cache", "checked-payloads.json"));
-    const h = verifyHeader(opened.path, o.trust);
-    const v = checked.has(opened.path, h.manifest.payload.sha256) ? h : await verifyBundle(opened.path, o.trust);
-    checked.add(opened.path, v.manifest.payload.sha256);
+    const checked = checkedPayloads(o.home);
+    const v = await verifyRemembered(opened.path, o.trust, checked);
     const chain = await verifyChain(v, opened.links, o.trust, checked);
-    ensureDir(join(o.home, "cache"), 0o700);
     checked.save();
     if (chain.length + 1 > fullEvery) return { parent: null, reason: `a full snapshot is due after ${fullEvery} incrementals`, link: 0, routine: true };
     // the new snapshot's place in its chain: 1 for the first incremental after a full one
@@ -586,58 +584,19 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     let dbState: string | null = null;
     const atInstant = other ? (allLocked: boolean) => void (dbState = allLocked ? databasesState(lc) : null) : undefined;
     const pageKey = pageIndexKey(o.home);
-    const scanning = cfg.secretScan.databases !== "off";
     // the parents' page indexes, before the capture: an incremental the integrity policy does not check reads
     // the live pages in place, inside the snapshot's read transactions, and copies only what changed
-    const parents = new Map<string, PageIndex | null>();
-    if (chosen.parent) for (const d of cfg.databases) parents.set(d.name, await parentIndex(o, chosen.parent, d.name));
+    const parents = new Map<string, PageIndex>();
+    for (const d of chosen.parent ? cfg.databases : []) {
+      const ix = await parentIndex(o, chosen.parent!, d.name);
+      if (ix) parents.set(d.name, ix);
+    }
     const integrityChecked = !chosen.parent || chosen.link % cfg.incremental.integrityEvery === 0;
-    const inPlaceOut: { done: { deltas: Map<string, { ix: ReturnType<typeof indexPages>; pages: number[]; file: string; findings: SecretFinding[] }>; inspected: InspectResult } | null } = { done: null };
+    let inPlaceDone: Awaited<ReturnType<typeof deltasInPlace>> | null = null;
     const inPlace: InPlace | undefined =
-      !integrityChecked && cfg.databases.length && cfg.databases.every((d) => parents.get(d.name))
+      !integrityChecked && cfg.databases.length && cfg.databases.every((d) => parents.has(d.name))
         ? async (views) => {
-            const deltas = new Map<string, { ix: ReturnType<typeof indexPages>; pages: number[]; file: string; findings: SecretFinding[] }>();
-            // each file's sha256 and the keyed hashes of its last 40% of pages in a worker thread (the descriptors are this
-            // process's); the first pages' hashes, the delta and the counts here, at the same time
-            const SHARE = 0.6;
-            const split = new Map(cfg.databases.map((d) => [d.name, splitPage(views.get(d.name)!.pages.pageCount, views.get(d.name)!.pages.pageSize, SHARE)]));
-            const whole = new Map(cfg.databases.map((d) => [d.name, hashTailInWorker(views.get(d.name)!.pinned, pageKey, split.get(d.name)!)]));
-            for (const w of whole.values()) w.catch(() => undefined); // awaited below
-            let inspected: InspectResult;
-            try {
-              for (const d of cfg.databases) {
-                const v = views.get(d.name)!;
-                try {
-                  deltas.set(d.name, { ix: indexPages(v.pages, pageKey, false, split.get(d.name)!), pages: [], file: join(staging, "db", `${d.name}.delta`), findings: [] });
-                } catch (e) {
-                  throw Object.assign(e as Error, { database: d.name });
-                }
-              }
-              // the counts and queries run here while the workers still hash
-              inspected = inspectSnapshot(
-                { dbs: cfg.databases.map((d) => ({ name: d.name, file: views.get(d.name)!.src, scan: false, integrity: false })), cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases },
-                new Map([...views].map(([n, v]) => [n, v.db])),
-              );
-              for (const d of cfg.databases) {
-                const v = views.get(d.name)!;
-                const x = deltas.get(d.name)!;
-                try {
-                  const tail = await whole.get(d.name)!;
-                  x.ix = { ...x.ix, sha256: tail.sha256, size: v.pages.pageCount * v.pages.pageSize, pageCount: v.pages.pageCount, hashes: Buffer.concat([x.ix.hashes, Buffer.from(tail.hashes)]) };
-                  x.pages = changedPages(parents.get(d.name)!, x.ix);
-                  writeDelta(v.pages, x.pages, x.ix, x.file);
-                  // pages that did not change were scanned when their snapshot was made
-                  if (scanning) x.findings = scanChangedPages(v.pages, d.name, x.pages, v.db);
-                } catch (e) {
-                  throw Object.assign(e as Error, { database: d.name });
-                }
-              }
-            } catch (e) {
-              // the workers read this snapshot's descriptors: they finish before the snapshot is released
-              await Promise.allSettled(whole.values());
-              throw e;
-            }
-            inPlaceOut.done = { deltas, inspected };
+            inPlaceDone = await deltasInPlace(views, { parents, key: pageKey, dir: join(staging, "db"), inspect: { cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases } });
             return true;
           }
         : undefined;
@@ -654,14 +613,13 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     o.progress?.("checking snapshot and writing bundle");
     for (const d of dbs) d.parentIndex = parents.get(d.name) ?? null;
     const deltaFindings: SecretFinding[] = [];
-    const done = inPlaceOut.done; // set by the capture's callback when it read the pages in place
-    if (done)
-      for (const d of dbs) {
-        const x = done.deltas.get(d.name)!;
-        d.index = encodeIndex(x.ix);
-        d.delta = { file: x.file, pages: x.pages, meta: { full_sha256: x.ix.sha256, full_size: x.ix.size, page_size: x.ix.pageSize, page_count: x.ix.pageCount, changed_pages: x.pages.length } };
-        deltaFindings.push(...x.findings);
-      }
+    const done = inPlaceDone as Awaited<ReturnType<typeof deltasInPlace>> | null; // set by the capture's callback when it read the pages in place
+    const takeDelta = (d: DbRecord, x: Delta) => {
+      d.index = encodeIndex(x.ix);
+      d.delta = { file: x.file, pages: x.pages, meta: deltaMeta(x) };
+      deltaFindings.push(...x.findings);
+    };
+    if (done) for (const d of dbs) takeDelta(d, done.deltas.get(d.name)!);
     // integrity, counts, cursors, open operations and the secret scan read the copies (one instant) in a
     // worker thread while the payload is written here; nothing is published unless they pass
     const inspection = done
@@ -673,17 +631,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
           scan: cfg.secretScan.databases,
         });
     inspection.catch(() => undefined); // awaited below; no unhandled rejection meanwhile
-    for (const d of dbs) {
-      if (!d.parentIndex || d.delta) continue;
-      const ix = indexPages(d.copy, pageKey);
-      d.index = encodeIndex(ix);
-      const pages = changedPages(d.parentIndex, ix);
-      const file = join(staging, "db", `${d.name}.delta`);
-      writeDelta(d.copy, pages, ix, file);
-      d.delta = { file, pages, meta: { full_sha256: ix.sha256, full_size: ix.size, page_size: ix.pageSize, page_count: ix.pageCount, changed_pages: pages.length } };
-      // pages that did not change were scanned when their snapshot was made
-      if (scanning) deltaFindings.push(...scanChangedPages(d.copy, d.name, pages));
-    }
+    for (const d of dbs)
+      if (d.parentIndex && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, indexPages(d.copy, pageKey), d.parentIndex, join(staging, "db", `${d.name}.delta`), cfg.secretScan.databases !== "off"));
     const staged: StagedComponent[] = [
       ...dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy })),
       ...sources.staged,
@@ -699,8 +648,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     }
     o.progress?.("finishing snapshot checks");
     const ins = await inspection;
-    dbs.forEach((d, i) => {
-      d.inspected = ins.dbs[i]!;
+    dbs.forEach((d) => {
+      d.inspected = ins.dbs.find((x) => x.name === d.name)!;
       d.index ??= d.inspected.index ? encodeIndex(d.inspected.index) : null;
       const ic = d.inspected.integrity;
       if (ic.length !== 1 || (ic[0] !== "ok" && ic[0] !== "skipped")) throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
@@ -791,9 +740,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // this host hashed that payload as it wrote it (a folder repository links the very file): the next incremental
     // built on it need not read it again
     if (o.repo.store.inPlace && existsSync(published.path)) {
-      const checked = checkedPayloadsFile(join(o.home, "cache", "checked-payloads.json"));
+      const checked = checkedPayloads(o.home);
       checked.add(published.path, manifest.payload.sha256);
-      ensureDir(join(o.home, "cache"), 0o700);
       checked.save();
     }
     if (other && (dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });

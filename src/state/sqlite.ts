@@ -4,8 +4,7 @@
 import Database from "better-sqlite3";
 import { statSync } from "node:fs";
 import { dirname } from "node:path";
-import { LiveSnapshot, type PinnedPages } from "./livesnap.js";
-import type { PageSource } from "./pages.js";
+import { LiveSnapshot } from "./livesnap.js";
 import { type AgentbakError, ioErrno, ioError, lockedError, usageError, verifyError, wrap } from "../errors.js";
 
 export type DB = Database.Database;
@@ -147,7 +146,10 @@ export interface Cut {
  * each database's pages and its connection, both held at the instant. @returns
  * true when it took everything it needs (no copy is written), false to copy.
  */
-export type InPlace = (views: Map<string, { pages: PageSource; pinned: PinnedPages; db: DB; src: string }>) => Promise<boolean>;
+export type InPlace = (views: InPlaceViews) => Promise<boolean>;
+
+/** Each database's pinned snapshot, its connection (in the snapshot's read transaction) and its live file, by name. */
+export type InPlaceViews = Map<string, { snap: LiveSnapshot; db: DB; src: string }>;
 
 /** One database to copy: its config name, the live file, the copy to write. */
 export interface CopyJob {
@@ -230,18 +232,11 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
     // read in place instead of copied, while every read transaction still holds the instant (incrementals)
     let handled = false;
     if (inPlace && readers.every((r) => r.snap)) {
-      const views = new Map(readers.map((r) => [r.job.name, { pages: r.snap!, pinned: r.snap!.pinned(), db: r.db, src: r.job.src }]));
       for (const r of readers) {
         r.db.pragma("trusted_schema = OFF");
         r.db.pragma("cell_size_check = ON");
       }
-      try {
-        handled = await inPlace(views);
-      } catch (e) {
-        const name = (e as { database?: string }).database;
-        const r = readers.find((x) => x.job.name === name);
-        throw ioErrno(e) && r ? ioError(e, `database ${r.job.name}: reading ${r.job.src}`) : e;
-      }
+      handled = await inPlace(new Map(readers.map((r) => [r.job.name, { snap: r.snap!, db: r.db, src: r.job.src }])));
     }
     for (const { job, db, snap } of handled ? [] : readers) {
       try {

@@ -1,0 +1,87 @@
+/**
+ * Page deltas of an incremental snapshot against its parent: from a copy of
+ * the database, or — for an incremental the integrity policy does not check —
+ * from the live pages themselves, read in place inside the snapshot's read
+ * transactions (no copy is made).
+ */
+import { join } from "node:path";
+import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
+import { hashTailInWorker, inspectSnapshot, scanChangedPages, type InspectInput, type InspectResult } from "./inspect.js";
+import { changedPages, indexPages, splitPage, writeDelta, type PageIndex, type PageSource } from "./pages.js";
+import type { SecretFinding } from "./secrets.js";
+import type { InPlaceViews, DB } from "./sqlite.js";
+
+/** A database's pages that changed since its parent, written to `file`, with the new page index. */
+export interface Delta {
+  ix: PageIndex & { sha256: string; size: number };
+  pages: number[];
+  file: string;
+  /** token-like values in the changed pages (the others were scanned when their snapshot was made) */
+  findings: SecretFinding[];
+}
+
+/** The manifest's record of a delta. */
+export const deltaMeta = (d: Delta) => ({ full_sha256: d.ix.sha256, full_size: d.ix.size, page_size: d.ix.pageSize, page_count: d.ix.pageCount, changed_pages: d.pages.length });
+
+/**
+ * Writes the delta of `src` (a copy's path, or pinned pages with their
+ * connection `pinned`) against `parent`, given src's page index `ix`.
+ */
+export function writeDeltaOf(src: string | PageSource, name: string, ix: Delta["ix"], parent: PageIndex, file: string, scan: boolean, pinned?: DB): Delta {
+  const pages = changedPages(parent, ix);
+  writeDelta(src, pages, ix, file);
+  return { ix, pages, file, findings: scan ? scanChangedPages(src, name, pages, pinned) : [] };
+}
+
+/** Of the keyed page hashes of an in-place read, the share made on the calling thread (the worker also hashes the whole file). */
+const MAIN_SHARE = 0.6;
+
+/**
+ * Reads every database in place (snapshotDatabases' InPlace callback): the
+ * page index — the first pages' keyed hashes here, the rest and the whole
+ * file's sha256 in a worker thread reading the same descriptors —, the delta
+ * against `parents`, and the counts, cursors and open operations through the
+ * pinned connections (no integrity_check: the policy did not ask for one).
+ * @throws an I/O error naming the database and the file it failed on.
+ */
+export async function deltasInPlace(
+  views: InPlaceViews,
+  o: { parents: Map<string, PageIndex>; key: Buffer; dir: string; inspect: Omit<InspectInput, "dbs"> },
+): Promise<{ deltas: Map<string, Delta>; inspected: InspectResult }> {
+  const names = [...views.keys()];
+  const split = new Map(names.map((n) => [n, splitPage(views.get(n)!.snap.pageCount, views.get(n)!.snap.pageSize, MAIN_SHARE)]));
+  const tails = new Map(names.map((n) => [n, hashTailInWorker(views.get(n)!.snap.pinned(), o.key, split.get(n)!)]));
+  for (const t of tails.values()) t.catch(() => undefined); // awaited below
+  const named = (n: string, file: string, e: unknown) => {
+    const v = views.get(n)!;
+    return ioErrno(e) ? ioError(e, `database ${n}: ${(e as NodeJS.ErrnoException).syscall === "write" ? `writing ${file}` : `reading ${v.src}`}`) : e;
+  };
+  const each = <T>(n: string, f: () => T): T => {
+    try {
+      return f();
+    } catch (e) {
+      throw named(n, join(o.dir, `${n}.delta`), e);
+    }
+  };
+  try {
+    const heads = new Map(names.map((n) => [n, each(n, () => indexPages(views.get(n)!.snap, o.key, false, split.get(n)!))]));
+    // the counts and queries run here while the workers still hash
+    const inspected = inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])));
+    const deltas = new Map<string, Delta>();
+    for (const n of names) {
+      const v = views.get(n)!;
+      // the worker sends back only a message: it read the live file
+      const tail = await tails.get(n)!.catch((e: Error) => {
+        throw new AgentbakError(Exit.failure, `database ${n}: reading ${v.src}: ${e.message}`);
+      });
+      const head = heads.get(n)!;
+      const ix = { ...head, sha256: tail.sha256, size: v.snap.pageCount * v.snap.pageSize, pageCount: v.snap.pageCount, hashes: Buffer.concat([head.hashes, Buffer.from(tail.hashes)]) };
+      deltas.set(n, each(n, () => writeDeltaOf(v.snap, n, ix, o.parents.get(n)!, join(o.dir, `${n}.delta`), o.inspect.scan !== "off", v.db)));
+    }
+    return { deltas, inspected };
+  } catch (e) {
+    // the workers read these snapshots' descriptors: they finish before the snapshots are released
+    await Promise.allSettled(tails.values());
+    throw e;
+  }
+}
