@@ -6,11 +6,10 @@
  */
 import { Worker } from "node:worker_threads";
 import { AgentbakError, Exit } from "../errors.js";
-import { statSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT } from "../version.js";
 import type { PinnedPages } from "./livesnap.js";
-import { PageHasher, readPages, type PageIndex, type PageSource } from "./pages.js";
+import { PageHasher, readPages, withPages, type PageIndex, type PageSource } from "./pages.js";
 import { PageScanner, scanFilePages } from "./pagescan.js";
 import { scanDatabase, type SecretFinding } from "./secrets.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "./sqlite.js";
@@ -53,7 +52,7 @@ function nameSuspicious(db: DB, name: string, suspicious: number[] | null): Secr
 
 /** The secret scan of an incremental: only the pages that changed (1-based) can hold a new secret. */
 export function scanChangedPages(from: string | PageSource, name: string, pages: number[], pinned?: DB): SecretFinding[] {
-  const suspicious = scanFilePages(from, typeof from === "string" ? statSync(from).size : 0, pages);
+  const suspicious = scanFilePages(from, pages);
   if (suspicious !== null && !suspicious.length) return [];
   if (pinned) return nameSuspicious(pinned, name, suspicious);
   const db = openDefensive(from as string);
@@ -85,21 +84,18 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): 
     const scan = input.scan !== "off" && d.scan !== false;
     let index: PageIndex | undefined;
     let suspicious: number[] | null = [];
-    if (d.indexKey) {
-      const scanner = scan ? new PageScanner(d.file, statSync(d.file).size) : null;
-      try {
-        let hasher: PageHasher | undefined;
-        readPages(d.file, (run, first, pageSize) => {
-          hasher ??= new PageHasher(Buffer.from(d.indexKey!), pageSize);
+    if (d.indexKey)
+      withPages(d.file, (src) => {
+        const scanner = scan ? new PageScanner(src) : null;
+        const hasher = new PageHasher(Buffer.from(d.indexKey!), src.pageSize);
+        readPages(src, (run, first) => {
           hasher.update(run);
           if (scanner?.header.utf8) scanner.pages(run, first);
         });
-        index = hasher?.index();
+        index = hasher.index();
         suspicious = scanner ? (scanner.header.utf8 ? scanner.suspicious : null) : [];
-      } finally {
-        scanner?.close();
-      }
-    } else if (scan) suspicious = scanFilePages(d.file, statSync(d.file).size);
+      });
+    else if (scan) suspicious = scanFilePages(d.file);
     const { db, close } = connect(d.name, d.file);
     try {
       const integrity = d.integrity === false ? ["skipped"] : integrityCheck(db);

@@ -9,7 +9,7 @@
  * whose sha256 the manifest records.
  */
 import { createHash, hash, randomBytes } from "node:crypto";
-import { closeSync, existsSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { writeAll, writeFileAtomic } from "../fsutil.js";
 
@@ -79,37 +79,60 @@ export interface PageSource {
   read(first: number, n: number, buf: Buffer): void;
 }
 
-/**
- * Reads a database — a file, or a pinned snapshot's pages (up to page `last`)
- * — in runs of whole pages (about 4 MiB each), calling `each` with each run and
- * its first page's number. @returns the page size.
- */
-export function readPages(from: string | PageSource, each: (run: Buffer, first: number, pageSize: number) => void, last?: number): number {
-  if (typeof from !== "string") {
-    const ps = from.pageSize;
-    const per = Math.max(1, Math.floor((4 << 20) / ps));
-    const buf = Buffer.allocUnsafe(per * ps);
-    const end = Math.min(last ?? from.pageCount, from.pageCount);
-    for (let p = 1; p <= end; p += per) {
-      const n = Math.min(per, end - p + 1);
-      from.read(p, n, buf);
-      each(buf.subarray(0, n * ps), p, ps);
+/** A database file's pages (a copy SQLite or agentbak wrote): one PageSource for files and pinned snapshots. close() when done. */
+export class FilePages implements PageSource {
+  readonly pageSize: number;
+  readonly pageCount: number;
+  private readonly fd: number;
+
+  constructor(readonly path: string) {
+    this.fd = openSync(path, "r");
+    try {
+      this.pageSize = headerPageSize(this.fd);
+      const size = fstatSync(this.fd).size;
+      if (size % this.pageSize) throw new Error(`database file size is not a multiple of its page size (${this.pageSize})`);
+      this.pageCount = size / this.pageSize;
+    } catch (e) {
+      closeSync(this.fd);
+      throw e;
     }
-    return ps;
   }
-  const fd = openSync(from, "r");
+
+  read(first: number, n: number, buf: Buffer): void {
+    const want = n * this.pageSize;
+    if (first < 1 || first + n - 1 > this.pageCount || readSync(this.fd, buf, 0, want, (first - 1) * this.pageSize) !== want)
+      throw new Error(`short read of pages ${first}..${first + n - 1} of ${this.path}`);
+  }
+
+  close(): void {
+    closeSync(this.fd);
+  }
+}
+
+/** Runs `f` on the pages of `from`: a file's are opened for it, and closed after. */
+export function withPages<T>(from: string | PageSource, f: (src: PageSource) => T): T {
+  if (typeof from !== "string") return f(from);
+  const pages = new FilePages(from);
   try {
-    const pageSize = headerPageSize(fd);
-    const buf = Buffer.alloc(Math.max(1, Math.floor((4 << 20) / pageSize)) * pageSize);
-    for (let off = 0; ; ) {
-      const n = readSync(fd, buf, 0, buf.length, off);
-      if (n <= 0) break;
-      each(buf.subarray(0, n), off / pageSize + 1, pageSize);
-      off += n;
-    }
-    return pageSize;
+    return f(pages);
   } finally {
-    closeSync(fd);
+    pages.close();
+  }
+}
+
+/**
+ * Reads pages 1..`last` (default all) in runs of whole pages (about 4 MiB
+ * each), calling `each` with each run and its first page's number.
+ */
+export function readPages(src: PageSource, each: (run: Buffer, first: number, pageSize: number) => void, last = src.pageCount): void {
+  const ps = src.pageSize;
+  const per = Math.max(1, Math.floor((4 << 20) / ps));
+  const buf = Buffer.allocUnsafe(per * ps);
+  const end = Math.min(last, src.pageCount);
+  for (let p = 1; p <= end; p += per) {
+    const n = Math.min(per, end - p + 1);
+    src.read(p, n, buf);
+    each(buf.subarray(0, n * ps), p, ps);
   }
 }
 
@@ -118,21 +141,22 @@ export function readPages(from: string | PageSource, each: (run: Buffer, first: 
  * hashes and the whole file's sha256 (`whole: false` leaves the sha256 to the
  * caller, who computes it elsewhere in parallel, and says "").
  */
-export function indexPages(file: string | PageSource, key: Buffer, whole = true, last?: number): PageIndex & { sha256: string; size: number } {
-  let hasher: PageHasher | undefined;
-  const h = whole ? createHash("sha256") : null;
-  let size = 0;
-  const pageSize = readPages(
-    file,
-    (run, _first, ps) => {
-      hasher ??= new PageHasher(key, ps);
-      hasher.update(run);
-      h?.update(run);
-      size += run.length;
-    },
-    last,
-  );
-  return { ...(hasher ?? new PageHasher(key, pageSize)).index(), sha256: h ? h.digest("hex") : "", size };
+export function indexPages(from: string | PageSource, key: Buffer, whole = true, last?: number): PageIndex & { sha256: string; size: number } {
+  return withPages(from, (src) => {
+    const hasher = new PageHasher(key, src.pageSize);
+    const h = whole ? createHash("sha256") : null;
+    let size = 0;
+    readPages(
+      src,
+      (run) => {
+        hasher.update(run);
+        h?.update(run);
+        size += run.length;
+      },
+      last,
+    );
+    return { ...hasher.index(), sha256: h ? h.digest("hex") : "", size };
+  });
 }
 
 /**
@@ -187,26 +211,25 @@ export function changedPages(base: PageIndex, cur: PageIndex): number[] {
 
 /** Writes a delta file: header (magic, page size, page count, n) then (u32 page number, page bytes) per changed page. */
 export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string): void {
-  const src = typeof db === "string" ? openSync(db, "r") : null;
-  const dst = openSync(out, "wx", 0o600);
-  try {
-    const h = Buffer.alloc(20);
-    DELTA_MAGIC.copy(h, 0);
-    h.writeUInt32BE(ix.pageSize, 8);
-    h.writeUInt32BE(ix.pageCount, 12);
-    h.writeUInt32BE(pages.length, 16);
-    writeAll(dst, h);
-    const rec = Buffer.alloc(4 + ix.pageSize);
-    for (const p of pages) {
-      rec.writeUInt32BE(p, 0);
-      if (src === null) (db as PageSource).read(p, 1, rec.subarray(4));
-      else if (readSync(src, rec, 4, ix.pageSize, (p - 1) * ix.pageSize) !== ix.pageSize) throw new Error(`short read of page ${p}`);
-      writeAll(dst, rec);
+  withPages(db, (src) => {
+    const dst = openSync(out, "wx", 0o600);
+    try {
+      const h = Buffer.alloc(20);
+      DELTA_MAGIC.copy(h, 0);
+      h.writeUInt32BE(ix.pageSize, 8);
+      h.writeUInt32BE(ix.pageCount, 12);
+      h.writeUInt32BE(pages.length, 16);
+      writeAll(dst, h);
+      const rec = Buffer.alloc(4 + ix.pageSize);
+      for (const p of pages) {
+        rec.writeUInt32BE(p, 0);
+        src.read(p, 1, rec.subarray(4));
+        writeAll(dst, rec);
+      }
+    } finally {
+      closeSync(dst);
     }
-  } finally {
-    if (src !== null) closeSync(src);
-    closeSync(dst);
-  }
+  });
 }
 
 /**

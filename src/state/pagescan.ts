@@ -12,8 +12,7 @@
  * Databases not encoded in UTF-8 are reported as unsupported (the caller
  * falls back to scanDatabase).
  */
-import { closeSync, openSync, readSync } from "node:fs";
-import { headerPageSize, readPages, type PageSource } from "./pages.js";
+import { readPages, withPages, type PageSource } from "./pages.js";
 import { detectSecret, RAW_PATTERN } from "./secrets.js";
 
 /** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
@@ -31,14 +30,6 @@ export interface PageScanHeader {
   usable: number;
   pageCount: number;
   utf8: boolean;
-}
-
-/** Reads what the scan needs from a database file header. @throws Error when it is not an SQLite file. */
-export function readScanHeader(fd: number, fileSize: number): PageScanHeader {
-  const pageSize = headerPageSize(fd);
-  const h = Buffer.alloc(100);
-  readSync(fd, h, 0, 100, 0);
-  return { pageSize, usable: pageSize - h[20]!, pageCount: Math.floor(fileSize / pageSize), utf8: h.readUInt32BE(56) <= 1 };
 }
 
 /** A varint at `off` in `b`: [value, bytes used]. Values beyond 2^53 lose precision, which only matters for rowids we do not need. */
@@ -85,32 +76,19 @@ export class PageScanner {
   readonly header: PageScanHeader;
   /** 1-based page numbers holding a value that matches a token format */
   readonly suspicious: number[] = [];
-  private readonly fd: number | null;
-  private readonly src: PageSource | null;
+  private readonly src: PageSource;
   private readonly maxLocalTable: number;
   private readonly maxLocalIndex: number;
   private readonly minLocal: number;
   private readonly scratch: Buffer;
   private chainBudget: number;
 
-  /** `from`: a database file (of `fileSize` bytes), or a pinned snapshot's pages read in place. */
-  constructor(from: string | PageSource, fileSize = 0) {
-    if (typeof from === "string") {
-      this.src = null;
-      this.fd = openSync(from, "r");
-      try {
-        this.header = readScanHeader(this.fd, fileSize);
-      } catch (e) {
-        closeSync(this.fd);
-        throw e;
-      }
-    } else {
-      this.src = from;
-      this.fd = null;
-      const page1 = Buffer.allocUnsafe(from.pageSize);
-      from.read(1, 1, page1);
-      this.header = { pageSize: from.pageSize, usable: from.pageSize - page1[20]!, pageCount: from.pageCount, utf8: page1.readUInt32BE(56) <= 1 };
-    }
+  /** `src`: a database file's pages (FilePages) or a pinned snapshot's, read in place. */
+  constructor(src: PageSource) {
+    this.src = src;
+    const page1 = Buffer.allocUnsafe(src.pageSize);
+    src.read(1, 1, page1);
+    this.header = { pageSize: src.pageSize, usable: src.pageSize - page1[20]!, pageCount: src.pageCount, utf8: page1.readUInt32BE(56) <= 1 };
     const u = this.header.usable;
     this.maxLocalTable = u - 35;
     this.maxLocalIndex = Math.floor(((u - 12) * 64) / 255) - 23;
@@ -119,18 +97,11 @@ export class PageScanner {
     this.chainBudget = this.header.pageCount;
   }
 
-  close(): void {
-    if (this.fd !== null) closeSync(this.fd);
-  }
-
   /** Reads page `pgno` into `buf`; false when it is not there. */
   readPage(pgno: number, buf: Buffer): boolean {
     if (pgno < 1 || pgno > this.header.pageCount) return false;
-    if (this.src) {
-      this.src.read(pgno, 1, buf);
-      return true;
-    }
-    return readSync(this.fd!, buf, 0, this.header.pageSize, (pgno - 1) * this.header.pageSize) === this.header.pageSize;
+    this.src.read(pgno, 1, buf);
+    return true;
   }
 
   /**
@@ -250,9 +221,9 @@ export class PageScanner {
  * suspicious pages, or null when the database is not UTF-8 (the caller falls
  * back to scanning rows).
  */
-export function scanFilePages(from: string | PageSource, fileSize: number, only?: number[]): number[] | null {
-  const s = new PageScanner(from, fileSize);
-  try {
+export function scanFilePages(from: string | PageSource, only?: number[]): number[] | null {
+  return withPages(from, (src) => {
+    const s = new PageScanner(src);
     if (!s.header.utf8) return null;
     const b = Buffer.alloc(s.header.pageSize);
     // a changed page that is not a b-tree page may be an overflow page rewritten in place under an unchanged
@@ -270,14 +241,8 @@ export function scanFilePages(from: string | PageSource, fileSize: number, only?
       if (all) return s.suspicious;
     }
     // the whole database, with a fresh scanner (and a fresh budget for overflow chains)
-    const whole = only ? new PageScanner(from, fileSize) : s;
-    try {
-      readPages(from, (run, first) => whole.pages(run, first));
-      return whole.suspicious;
-    } finally {
-      if (whole !== s) whole.close();
-    }
-  } finally {
-    s.close();
-  }
+    const whole = only ? new PageScanner(src) : s;
+    readPages(src, (run, first) => whole.pages(run, first));
+    return whole.suspicious;
+  });
 }
