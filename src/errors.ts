@@ -134,7 +134,7 @@ export function placeError(e: unknown, what: string): AgentbakError {
   const code = (e as NodeJS.ErrnoException)?.code;
   if (code === "EIO" || code === "ENOSPC" || code === "EDQUOT" || code === "EROFS") return ioError(e, what);
   const path = (e as NodeJS.ErrnoException)?.path;
-  const gloss: Record<string, string> = { ENOTDIR: "a part of the path is not a folder", EACCES: "permission denied", EPERM: "not permitted", EROFS: "read-only file system", ENOENT: "no folder can be made there", EEXIST: "already exists" };
+  const gloss: Record<string, string> = { ENOTDIR: "a part of the path is not a folder", EACCES: "permission denied", EPERM: "not permitted", ENOENT: "no folder can be made there", EEXIST: "already exists" };
   const why = code ? `${gloss[code] ? `${gloss[code]}, ` : ""}${code}` : String((e as Error)?.message ?? e);
   return new AgentbakError(Exit.usage, `${what}: can not ${(e as NodeJS.ErrnoException)?.syscall ?? "create"} ${path ?? ""} (${why})`, { cause: e });
 }

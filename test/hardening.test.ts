@@ -574,13 +574,17 @@ describe("[I] second sweep: FIFOs and devices, damaged records, secrets in messa
     const parent = join(big.tmp, "rparent");
     mkdirSync(parent);
     const child = execa("node", [join(import.meta.dirname, "..", "bin", "agentbak.js"), "restore", "latest", "--target", join(parent, "t"), "--yes"], { cwd: big.dir, env: { ...big.env, NO_COLOR: "1" }, reject: false });
+    // wait until decrypted state is on disk in the staging folder, then stop the process there and interrupt it
+    const decrypted = () => readdirSync(parent, { recursive: true }).some((e) => String(e).endsWith(".sqlite"));
     const t0 = Date.now();
-    while (!readdirSync(parent).some((e) => e.startsWith(".agentbak-restore-")) && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 20));
+    while (!decrypted() && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 5));
+    expect(decrypted()).toBe(true);
+    child.kill("SIGSTOP");
     child.kill("SIGINT");
+    child.kill("SIGCONT");
     const res = await child;
-    if (res.exitCode === 130) expect(readdirSync(parent)).toEqual([]);
-    else expect([0, 3]).toContain(res.exitCode); // finished before the signal: nothing to clean either way
-    expect(readdirSync(parent).filter((e) => e.startsWith(".agentbak-restore-"))).toEqual([]);
+    expect(res.exitCode, res.stderr).toBe(130);
+    expect(readdirSync(parent)).toEqual([]); // no staging folder, no decrypted database, no target
 
     const holder = new Database(join(big.dir, "state/agent.sqlite"));
     holder.exec("BEGIN IMMEDIATE"); // the write lock a backup needs

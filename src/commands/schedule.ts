@@ -9,9 +9,9 @@ import { join, resolve } from "node:path";
 import { usageError } from "../errors.js";
 import { configPath, loadConfig } from "../config/load.js";
 import { agentbakHome } from "../crypto/keys.js";
+import { ROOT } from "../version.js";
 import { parseDuration } from "./duration.js";
 
-import { ROOT } from "../version.js";
 export interface ScheduleOptions {
   every: string;
   drillEvery?: string;

@@ -210,7 +210,10 @@ export class Repository {
         }
       }
       const raw = await this.store.get(key);
-      if (!raw) continue; // released meanwhile
+      if (!raw) {
+        await new Promise((r) => setTimeout(r, delay)); // released meanwhile: try again, not in a tight loop
+        continue;
+      }
       let holder: { pid?: unknown; host?: unknown; started_at?: unknown } | null = null;
       try {
         holder = JSON.parse(String(raw));

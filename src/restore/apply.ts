@@ -256,7 +256,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   checkTarget(target);
   const parent = dirname(target);
   let staging: string | null = null;
-  let unregister = () => undefined as void;
+  let unregister: () => void = () => undefined;
   const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   try {
     crashStep("locked");

@@ -1,9 +1,8 @@
 /**
  * Worker-thread entry: inspectSnapshot of one snapshot per message, or the
  * sha256 of a pinned live snapshot's pages with the keyed hashes of its last
- * pages (an in-place incremental splits the hashing between two threads),
- * for as long as the
- * process keeps the thread.
+ * pages (an in-place incremental splits the hashing between two threads), for
+ * as long as the process keeps the thread.
  */
 import { parentPort } from "node:worker_threads";
 import { AgentbakError } from "../errors.js";
