@@ -26,7 +26,8 @@ import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usag
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, type InspectResult } from "../state/inspect.js";
 import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/incremental.js";
-import { decodeIndex, encodeIndex, indexPages, pageIndexKey, type PageIndex } from "../state/pages.js";
+import { blockSeed, BlockSumsStore } from "../state/blocks.js";
+import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, type DeltaBase, type PageIndex } from "../state/pages.js";
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut, type InPlace } from "../state/sqlite.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
@@ -100,10 +101,14 @@ interface DbRecord {
   copy: string;
   /** the parent's page index, verified against the parent's manifest (incrementals) */
   parentIndex: PageIndex | null;
-  /** this copy's page index, encoded */
+  /** this copy's page index, encoded whole (the manifest signs its digest) */
   index: Buffer | null;
+  /** the index as stored: an incremental's as the changes since its parent's */
+  stored: Buffer | null;
   delta: { file: string; pages: number[]; meta: NonNullable<CapturedDatabase["delta"]> } | null;
   inspected: InspectResult["dbs"][number] | null;
+  /** this snapshot's block sums were written (kept on this host for the next incremental once the snapshot is published) */
+  sums: boolean;
 }
 
 /** A config path as a path inside a restored root; paths outside the config folder fall back to `fallback`. */
@@ -456,7 +461,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
       );
     for (const d of cfg.databases) {
       const copy = join(staging, "db", `${d.name}.sqlite`);
-      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, delta: null, inspected: null });
+      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, stored: null, delta: null, inspected: null, sums: false });
     }
     if (cfg.sources.length) {
       o.progress?.("capturing state sources");
@@ -551,6 +556,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
   const staging = o.repo.store.tempDir(`backup-${a.agent}`);
   const unregister = removeOnInterrupt(staging);
   const removals: Promise<void>[] = [];
+  /** run at the end whatever happened: open block sums closed, and those of a snapshot not published removed */
+  const closers: (() => void)[] = [];
   try {
     crashStep("locked");
     await o.repo.sweep(a);
@@ -591,12 +598,22 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       const ix = await parentIndex(o, chosen.parent!, d.name);
       if (ix) parents.set(d.name, ix);
     }
+    // this host's block sums of the parent's databases, when it made that parent: the deltas then hold changed blocks
+    const seed = blockSeed(pageKey);
+    const sumStores = new Map(cfg.databases.map((d) => [d.name, new BlockSumsStore(o.home, o.repo.location, a.tenant, a.agent, d.name)]));
+    const bases = new Map<string, DeltaBase>();
+    for (const [name, ix] of parents) {
+      const c = chosen.parent!.header.manifest.components.find((x) => x.name === name && isDatabase(x))!;
+      const sums = sumStores.get(name)!.open(chosen.parent!.snapshot.snapshot_id, c.full_sha256 ?? c.sha256, ix.pageSize, ix.pageCount);
+      if (sums) bases.set(name, { sums, seed, out: sumStores.get(name)!.partial(snapshotId) });
+    }
+    closers.push(() => bases.forEach((b) => b.sums.close()), () => sumStores.forEach((st) => st.discard(snapshotId)));
     const integrityChecked = !chosen.parent || chosen.link % cfg.incremental.integrityEvery === 0;
     let inPlaceDone: Awaited<ReturnType<typeof deltasInPlace>> | null = null;
     const inPlace: InPlace | undefined =
       !integrityChecked && cfg.databases.length && cfg.databases.every((d) => parents.has(d.name))
         ? async (views) => {
-            inPlaceDone = await deltasInPlace(views, { parents, key: pageKey, dir: join(staging, "db"), inspect: { cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases } });
+            inPlaceDone = await deltasInPlace(views, { parents, bases, key: pageKey, dir: join(staging, "db"), inspect: { cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases } });
             return true;
           }
         : undefined;
@@ -616,7 +633,9 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const done = inPlaceDone as Awaited<ReturnType<typeof deltasInPlace>> | null; // set by the capture's callback when it read the pages in place
     const takeDelta = (d: DbRecord, x: Delta) => {
       d.index = encodeIndex(x.ix);
+      d.stored = d.parentIndex!.pageSize === x.ix.pageSize ? encodeIndexChanges(x.ix, x.pages, chosen.parent!.snapshot.snapshot_id) : d.index;
       d.delta = { file: x.file, pages: x.pages, meta: deltaMeta(x) };
+      d.sums = x.sums;
       deltaFindings.push(...x.findings);
     };
     if (done) for (const d of dbs) takeDelta(d, done.deltas.get(d.name)!);
@@ -625,14 +644,14 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const inspection = done
       ? Promise.resolve(done.inspected)
       : inspectInWorker({
-          dbs: dbs.map((d) => (d.parentIndex ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey })),
+          dbs: dbs.map((d) => (d.parentIndex ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey, sumsFile: sumStores.get(d.name)!.partial(snapshotId) })),
           cursors: cfg.cursors,
           openOperations: cfg.openOperations,
           scan: cfg.secretScan.databases,
         });
     inspection.catch(() => undefined); // awaited below; no unhandled rejection meanwhile
     for (const d of dbs)
-      if (d.parentIndex && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, indexPages(d.copy, pageKey), d.parentIndex, join(staging, "db", `${d.name}.delta`), cfg.secretScan.databases !== "off"));
+      if (d.parentIndex && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, indexPages(d.copy, pageKey), d.parentIndex, bases.get(d.name) ?? null, join(staging, "db", `${d.name}.delta`), cfg.secretScan.databases !== "off"));
     const staged: StagedComponent[] = [
       ...dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy })),
       ...sources.staged,
@@ -651,6 +670,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     dbs.forEach((d) => {
       d.inspected = ins.dbs.find((x) => x.name === d.name)!;
       d.index ??= d.inspected.index ? encodeIndex(d.inspected.index) : null;
+      if (!d.delta && d.inspected.index) d.sums = true;
       const ic = d.inspected.integrity;
       if (ic.length !== 1 || (ic[0] !== "ok" && ic[0] !== "skipped")) throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
     });
@@ -730,7 +750,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       snapshotId,
       file: bundleFile,
       sequence: manifest.sequence,
-      indexes: dbs.map((d) => [d.name, d.index!]),
+      indexes: dbs.map((d) => [d.name, d.stored ?? d.index!]),
       idempotency: o.idempotencyKey ? { key: o.idempotencyKey, receipt: (path) => ({ ...receipt, path }) } : undefined,
       ...(ol ? { lockMode: ol.mode === "compliance" ? "COMPLIANCE" : "GOVERNANCE", retainUntil: new Date(Date.now() + ol.days * 86_400_000) } : {}),
       trust: o.trust,
@@ -744,10 +764,12 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       checked.add(published.path, manifest.payload.sha256);
       checked.save();
     }
+    dbs.forEach((d, i) => d.sums && sumStores.get(d.name)!.commit(snapshotId, d.delta?.meta.full_sha256 ?? written.components[i]!.sha256, d.delta?.meta.page_size ?? d.inspected!.index!.pageSize));
     if (other && (dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
     return { ...receipt, path: published.path };
   } finally {
     await Promise.allSettled(removals);
+    for (const c of closers) c();
     rmSync(staging, { recursive: true, force: true });
     unregister();
     await lock.release();

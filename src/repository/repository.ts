@@ -25,6 +25,7 @@ import { pidAlive } from "../fsutil.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
+import { applyIndexChanges, decodeIndex, encodeIndex, indexParent } from "../state/pages.js";
 import { keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotsDir, type AgentRef } from "./layout.js";
 
 export type { AgentRef };
@@ -389,9 +390,34 @@ export class Repository {
     }
   }
 
-  /** A snapshot's page index for `db`, or null. */
-  async pageIndex(s: Snapshot, db: string): Promise<Buffer | null> {
-    return this.store.get(keys.pageIndex(s.dir, s.snapshot_id, db));
+  /**
+   * A snapshot's whole page index for `db` (encodeIndex), or null when it or
+   * an index it builds on is missing or malformed. An incremental's is stored
+   * as the changes since its parent's, rebuilt here from the chain's.
+   */
+  async pageIndex(s: Pick<Snapshot, "dir" | "snapshot_id">, db: string): Promise<Buffer | null> {
+    const changes: Buffer[] = [];
+    try {
+      for (let id = s.snapshot_id; changes.length <= 100_000; ) {
+        const b = await this.store.get(keys.pageIndex(s.dir, id, db));
+        if (!b) return null;
+        const parent = indexParent(b);
+        if (parent === null) {
+          if (!changes.length) return b;
+          let ix = decodeIndex(b);
+          ix = { ...ix, hashes: Buffer.from(ix.hashes) }; // changed in place below
+          for (const c of changes.reverse()) ix = applyIndexChanges(ix, c);
+          return encodeIndex(ix);
+        }
+        // the id names an object in this folder: nothing else is read (what is rebuilt is checked against the signed digest)
+        if (!/^\d{8}T\d{9}Z-[0-9a-f]{8}$/.test(parent)) return null;
+        changes.push(b);
+        id = parent;
+      }
+    } catch {
+      /* malformed: as if missing */
+    }
+    return null;
   }
 
   // ---- writing snapshots ----

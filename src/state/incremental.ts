@@ -1,5 +1,6 @@
 /**
- * Page deltas of an incremental snapshot against its parent: from a copy of
+ * Page deltas of an incremental snapshot against its parent (changed blocks of
+ * the changed pages when this host kept the parent's block sums): from a copy of
  * the database, or — for an incremental the integrity policy does not check —
  * from the live pages themselves, read in place inside the snapshot's read
  * transactions (no copy is made).
@@ -7,7 +8,7 @@
 import { join } from "node:path";
 import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
 import { hashTailInWorker, inspectSnapshot, scanChangedPages, type InspectInput, type InspectResult } from "./inspect.js";
-import { changedPages, indexPages, splitPage, writeDelta, type PageIndex, type PageSource } from "./pages.js";
+import { changedPages, indexPages, splitPage, writeDelta, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
 import type { SecretFinding } from "./secrets.js";
 import type { InPlaceViews, DB } from "./sqlite.js";
 
@@ -18,6 +19,8 @@ export interface Delta {
   file: string;
   /** token-like values in the changed pages (the others were scanned when their snapshot was made) */
   findings: SecretFinding[];
+  /** whether the new snapshot's block sums were written (the parent's were at hand: the delta holds changed blocks) */
+  sums: boolean;
 }
 
 /** The manifest's record of a delta. */
@@ -27,10 +30,10 @@ export const deltaMeta = (d: Delta) => ({ full_sha256: d.ix.sha256, full_size: d
  * Writes the delta of `src` (a copy's path, or pinned pages with their
  * connection `pinned`) against `parent`, given src's page index `ix`.
  */
-export function writeDeltaOf(src: string | PageSource, name: string, ix: Delta["ix"], parent: PageIndex, file: string, scan: boolean, pinned?: DB): Delta {
+export function writeDeltaOf(src: string | PageSource, name: string, ix: Delta["ix"], parent: PageIndex, base: DeltaBase | null, file: string, scan: boolean, pinned?: DB): Delta {
   const pages = changedPages(parent, ix);
-  writeDelta(src, pages, ix, file);
-  return { ix, pages, file, findings: scan ? scanChangedPages(src, name, pages, pinned) : [] };
+  writeDelta(src, pages, ix, file, base);
+  return { ix, pages, file, findings: scan ? scanChangedPages(src, name, pages, pinned) : [], sums: base !== null };
 }
 
 /** Of the keyed page hashes of an in-place read, the share made on the calling thread (the worker also hashes the whole file). */
@@ -46,7 +49,7 @@ const MAIN_SHARE = 0.6;
  */
 export async function deltasInPlace(
   views: InPlaceViews,
-  o: { parents: Map<string, PageIndex>; key: Buffer; dir: string; inspect: Omit<InspectInput, "dbs"> },
+  o: { parents: Map<string, PageIndex>; bases: Map<string, DeltaBase>; key: Buffer; dir: string; inspect: Omit<InspectInput, "dbs"> },
 ): Promise<{ deltas: Map<string, Delta>; inspected: InspectResult }> {
   const names = [...views.keys()];
   const split = new Map(names.map((n) => [n, splitPage(views.get(n)!.snap.pageCount, views.get(n)!.snap.pageSize, MAIN_SHARE)]));
@@ -76,7 +79,7 @@ export async function deltasInPlace(
       });
       const head = heads.get(n)!;
       const ix = { ...head, sha256: tail.sha256, size: v.snap.pageCount * v.snap.pageSize, pageCount: v.snap.pageCount, hashes: Buffer.concat([head.hashes, Buffer.from(tail.hashes)]) };
-      deltas.set(n, each(n, () => writeDeltaOf(v.snap, n, ix, o.parents.get(n)!, join(o.dir, `${n}.delta`), o.inspect.scan !== "off", v.db)));
+      deltas.set(n, each(n, () => writeDeltaOf(v.snap, n, ix, o.parents.get(n)!, o.bases.get(n) ?? null, join(o.dir, `${n}.delta`), o.inspect.scan !== "off", v.db)));
     }
     return { deltas, inspected };
   } catch (e) {

@@ -12,7 +12,12 @@ import { hashTail } from "./pages.js";
 
 parentPort!.on("message", (m: WorkerRequest) => {
   try {
-    if (m.kind === "inspect") return parentPort!.postMessage({ ok: true, result: inspectSnapshot(m.input) });
+    if (m.kind === "inspect") {
+      const result = inspectSnapshot(m.input);
+      // the page indexes (megabytes at a GiB) move to the caller rather than being copied
+      const own = (b?: Uint8Array) => (b && b.byteOffset === 0 && b.byteLength === b.buffer.byteLength ? [b.buffer as ArrayBuffer] : []);
+      return parentPort!.postMessage({ ok: true, result }, result.dbs.flatMap((d) => own(d.index?.hashes)));
+    }
     parentPort!.postMessage({ ok: true, result: hashTail(pinnedSource(m.pages), Buffer.from(m.key), m.from) });
   } catch (e) {
     parentPort!.postMessage({ ok: false, code: e instanceof AgentbakError ? e.code : 1, message: (e as Error).message });

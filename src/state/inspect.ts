@@ -5,10 +5,12 @@
  * nothing is published unless it passes.
  */
 import { Worker } from "node:worker_threads";
+import { closeSync, openSync } from "node:fs";
 import { AgentbakError, Exit } from "../errors.js";
 import { join } from "node:path";
 import { ROOT } from "../version.js";
 import type { PinnedPages } from "./livesnap.js";
+import { BlockSummer, blockSeed } from "./blocks.js";
 import { PageHasher, readPages, withPages, type PageIndex, type PageSource } from "./pages.js";
 import { PageScanner, scanFilePages } from "./pagescan.js";
 import { scanDatabase, type SecretFinding } from "./secrets.js";
@@ -16,11 +18,12 @@ import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from
 
 export interface InspectInput {
   /**
-   * `indexKey`: compute the page index here (full backups), in the same read as the scan.
+   * `indexKey`: compute the page index here (full backups), in the same read as the scan;
+   * `sumsFile`: and write the block sums (state/blocks.ts) there.
    * `scan: false`: leave this database's secret scan to the caller (incrementals scan changed pages only).
    * `integrity: false`: no integrity_check (an incremental the integrity policy does not check); reported as "skipped".
    */
-  dbs: { name: string; file: string; indexKey?: Uint8Array; scan?: boolean; integrity?: boolean }[];
+  dbs: { name: string; file: string; indexKey?: Uint8Array; sumsFile?: string; scan?: boolean; integrity?: boolean }[];
   cursors: Record<string, { database: string; sql: string }>;
   openOperations?: { database: string; sql: string };
   scan: "refuse" | "warn" | "off";
@@ -88,10 +91,17 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): 
       withPages(d.file, (src) => {
         const scanner = scan ? new PageScanner(src) : null;
         const hasher = new PageHasher(Buffer.from(d.indexKey!), src.pageSize);
-        readPages(src, (run, first) => {
-          hasher.update(run);
-          if (scanner?.header.utf8) scanner.pages(run, first);
-        });
+        const sums = d.sumsFile ? openSync(d.sumsFile, "w", 0o600) : null;
+        try {
+          const summer = sums === null ? null : new BlockSummer(src.pageSize, blockSeed(Buffer.from(d.indexKey!)), sums);
+          readPages(src, (run, first) => {
+            hasher.update(run);
+            summer?.update(run);
+            if (scanner?.header.utf8) scanner.pages(run, first);
+          });
+        } finally {
+          if (sums !== null) closeSync(sums);
+        }
         index = hasher.index();
         suspicious = scanner ? (scanner.header.utf8 ? scanner.suspicious : null) : [];
       });

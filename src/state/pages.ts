@@ -9,9 +9,10 @@
  * whose sha256 the manifest records.
  */
 import { createHash, hash, randomBytes } from "node:crypto";
-import { closeSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
+import { closeSync, copyFileSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { writeAll, writeFileAtomic } from "../fsutil.js";
+import { blockSize, pageSums, sumsPerPage, type ParentSums } from "./blocks.js";
 
 const INDEX_MAGIC = Buffer.from("AGBKPIX1");
 const DELTA_MAGIC = Buffer.from("AGBKDLT1");
@@ -198,6 +199,60 @@ export function decodeIndex(b: Buffer): PageIndex {
   return { pageSize, pageCount, hashes: b.subarray(16) };
 }
 
+const CHANGES_MAGIC = Buffer.from("AGBKPIX2");
+
+/**
+ * An incremental's page index as stored: the entries that changed since its
+ * parent's index (header: magic, page size, page count, entry count; the
+ * parent snapshot's id, u16 length and bytes; then u32 page number and hash
+ * per entry), about 20 bytes per changed page instead of 16 per page. The
+ * manifest signs the whole index (encodeIndex) rebuilt from it.
+ */
+export function encodeIndexChanges(ix: PageIndex, pages: number[], parentId: string): Buffer {
+  const id = Buffer.from(parentId);
+  const h = Buffer.alloc(20 + 2 + id.length);
+  CHANGES_MAGIC.copy(h, 0);
+  h.writeUInt32BE(ix.pageSize, 8);
+  h.writeUInt32BE(ix.pageCount, 12);
+  h.writeUInt32BE(pages.length, 16);
+  h.writeUInt16BE(id.length, 20);
+  id.copy(h, 22);
+  const body = Buffer.alloc(pages.length * (4 + HASH_BYTES));
+  pages.forEach((p, i) => {
+    body.writeUInt32BE(p, i * (4 + HASH_BYTES));
+    ix.hashes.copy(body, i * (4 + HASH_BYTES) + 4, (p - 1) * HASH_BYTES, p * HASH_BYTES);
+  });
+  return Buffer.concat([h, body]);
+}
+
+/** The parent snapshot an index's changes apply to; null for a whole index. @throws Error when it is neither. */
+export function indexParent(b: Buffer): string | null {
+  if (b.length >= 16 && b.subarray(0, 8).equals(INDEX_MAGIC)) return null;
+  if (b.length < 22 || !b.subarray(0, 8).equals(CHANGES_MAGIC) || b.length < 22 + b.readUInt16BE(20)) throw new Error("not a page index");
+  return b.subarray(22, 22 + b.readUInt16BE(20)).toString();
+}
+
+/** Applies stored changes (encodeIndexChanges) to their parent's whole index, in place when the page count allows. @throws Error when malformed. */
+export function applyIndexChanges(base: PageIndex, b: Buffer): PageIndex {
+  const pageSize = b.readUInt32BE(8);
+  const pageCount = b.readUInt32BE(12);
+  const n = b.readUInt32BE(16);
+  const at = 22 + b.readUInt16BE(20);
+  if (pageSize !== base.pageSize) throw new Error("page index changes are for another page size");
+  if (b.length !== at + n * (4 + HASH_BYTES)) throw new Error("page index changes length does not match their count");
+  let hashes = base.hashes;
+  if (pageCount !== base.pageCount) {
+    hashes = Buffer.alloc(pageCount * HASH_BYTES);
+    base.hashes.copy(hashes, 0, 0, Math.min(base.pageCount, pageCount) * HASH_BYTES);
+  }
+  for (let i = 0, o = at; i < n; i++, o += 4 + HASH_BYTES) {
+    const p = b.readUInt32BE(o);
+    if (p < 1 || p > pageCount) throw new Error(`page index changes name page ${p} outside 1..${pageCount}`);
+    b.copy(hashes, (p - 1) * HASH_BYTES, o + 4, o + 4 + HASH_BYTES);
+  }
+  return { pageSize, pageCount, hashes };
+}
+
 /** 1-based numbers of the pages of `cur` that differ from (or are missing in) `base`. */
 export function changedPages(base: PageIndex, cur: PageIndex): number[] {
   if (base.pageSize !== cur.pageSize) return Array.from({ length: cur.pageCount }, (_, i) => i + 1);
@@ -209,25 +264,62 @@ export function changedPages(base: PageIndex, cur: PageIndex): number[] {
   return out;
 }
 
-/** Writes a delta file: header (magic, page size, page count, n) then (u32 page number, page bytes) per changed page. */
-export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string): void {
+/** A parent's block sums on this host (state/blocks.ts), their seed, and where the new snapshot's go. */
+export interface DeltaBase {
+  sums: ParentSums;
+  seed: [number, number];
+  out: string;
+}
+
+/**
+ * Writes a delta file: header (magic, unit, unit count, n) then (u32 unit
+ * number, unit bytes) per changed unit. The unit is the page, or — given the
+ * parent's block sums — the 1 KiB block, and only the changed blocks of the
+ * changed pages are written; the new snapshot's sums (the parent's, with the
+ * changed pages' made afresh) are then written to `base.out`.
+ */
+export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string, base?: DeltaBase | null): void {
+  const b = base && base.sums.pageSize === ix.pageSize ? base : null;
+  const unit = b ? blockSize(ix.pageSize) : ix.pageSize;
+  const per = ix.pageSize / unit;
+  const spp = sumsPerPage(ix.pageSize);
   withPages(db, (src) => {
     const dst = openSync(out, "wx", 0o600);
+    let sums: number | null = null;
     try {
+      if (b) {
+        copyFileSync(b.sums.file, b.out);
+        sums = openSync(b.out, "r+");
+        ftruncateSync(sums, ix.pageCount * spp);
+      }
       const h = Buffer.alloc(20);
       DELTA_MAGIC.copy(h, 0);
-      h.writeUInt32BE(ix.pageSize, 8);
-      h.writeUInt32BE(ix.pageCount, 12);
-      h.writeUInt32BE(pages.length, 16);
-      writeAll(dst, h);
-      const rec = Buffer.alloc(4 + ix.pageSize);
+      h.writeUInt32BE(unit, 8);
+      h.writeUInt32BE(ix.pageCount * per, 12);
+      let n = 0;
+      writeAll(dst, h); // the record count is filled in at the end
+      const page = Buffer.alloc(ix.pageSize);
+      const old = Buffer.alloc(spp);
+      const rec = Buffer.alloc(4 + unit);
       for (const p of pages) {
-        rec.writeUInt32BE(p, 0);
-        src.read(p, 1, rec.subarray(4));
-        writeAll(dst, rec);
+        src.read(p, 1, page);
+        const fresh = b ? pageSums(page, b.seed) : null;
+        const known = b !== null && p <= b.sums.pageCount;
+        if (known) b.sums.read(p, old);
+        for (let j = 0; j < per; j++) {
+          if (known && fresh!.compare(old, j * 8, j * 8 + 8, j * 8, j * 8 + 8) === 0) continue;
+          rec.writeUInt32BE((p - 1) * per + j + 1, 0);
+          page.copy(rec, 4, j * unit, (j + 1) * unit);
+          writeAll(dst, rec);
+          n++;
+        }
+        if (fresh) writeAll(sums!, fresh, 0, spp, (p - 1) * spp);
       }
+      h.writeUInt32BE(n, 16);
+      writeAll(dst, h, 0, 20, 0);
     } finally {
       closeSync(dst);
+      if (sums !== null) closeSync(sums);
     }
   });
 }

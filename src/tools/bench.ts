@@ -16,7 +16,7 @@
  * for the same work. `--only checkpoint` runs this part alone.
  */
 import { execa } from "execa";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -201,6 +201,13 @@ async function main(): Promise<void> {
     // the newest bundle's size, as the operator would read it
     const lastSize = async () => (JSON.parse(String((await execa("node", [bin, "snapshots", "--json"], { cwd: agent, env })).stdout)) as { size: number }[]).at(-1)!.size;
     const bundleBytes = await lastSize();
+    // what a snapshot adds to the repository: its bundle and its stored page index (and commit marker)
+    const snapshotBytes = async () => {
+      const last = (JSON.parse(String((await execa("node", [bin, "snapshots", "--json"], { cwd: agent, env })).stdout)) as { snapshot_id: string; path: string }[]).at(-1)!;
+      const dir = join(last.path, "..");
+      return readdirSync(dir).filter((f) => f.startsWith(last.snapshot_id)).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
+    };
+    const fullStored = await snapshotBytes();
     const verify = await measure(["node", bin, "verify", "latest", "--identity", join(home, "age-identity.txt")], { cwd: agent, env });
     // without keys: the signature and the payload digest (one read of the bundle)
     const verifyNoKeys = await measure(["node", bin, "verify", "latest"], { cwd: agent, env });
@@ -246,6 +253,7 @@ async function main(): Promise<void> {
     // --skip-if-unchanged records the state's fingerprint; it changed, so this is an incremental like any other
     const inc = await measure(["node", bin, "backup", "--incremental", "--skip-if-unchanged"], { cwd: agent, env });
     const incBytes = await lastSize();
+    const incStored = await snapshotBytes();
     // nothing changed since: no bundle is written
     const unchanged = await measure(["node", bin, "backup", "--incremental", "--skip-if-unchanged"], { cwd: agent, env });
     const unchangedStatus = (JSON.parse(String((await execa("node", [bin, "backup", "--incremental", "--skip-if-unchanged", "--json"], { cwd: agent, env })).stdout)) as { status: string }).status;
@@ -286,6 +294,9 @@ async function main(): Promise<void> {
       incremental_seconds: Number(fmt(inc.seconds, 3)),
       incremental_mib: Number(fmt(incBytes / 2 ** 20, 2)),
       incremental_size_ratio: Number(fmt(incBytes / bundleBytes, 4)),
+      full_stored_mib: Number(fmt(fullStored / 2 ** 20, 2)),
+      incremental_stored_mib: Number(fmt(incStored / 2 ** 20, 2)),
+      incremental_stored_ratio: Number(fmt(incStored / fullStored, 4)),
       incremental_time_ratio: Number(fmt(inc.seconds / oursS, 3)),
       incremental_peak_rss_mib: Number(fmt(inc.rssMiB, 1)),
       s3_backup_seconds: s3 ? Number(fmt(s3.seconds, 3)) : null,
@@ -317,7 +328,8 @@ async function main(): Promise<void> {
         `restore                 ${out.restore_seconds} s  (peak RSS ${out.restore_peak_rss_mib} MiB); --integrity digest ${out.restore_digest_seconds} s`,
         `stock restore           ${out.stock_restore_seconds} s  age -d | zstd -d | tar x; ratio ${fmt(out.restore_seconds / out.stock_restore_seconds, 2)} (digest ${fmt(out.restore_digest_seconds / out.stock_restore_seconds, 2)}; goal: <= 1.5)`,
         `nothing changed         ${out.unchanged_seconds} s  (backup --skip-if-unchanged: ${out.unchanged_status}; goal: <= 0.5 s)`,
-        `incremental (1% rows)   ${out.incremental_seconds} s  (${out.incremental_time_ratio} of full; goal <= 0.2), ${out.incremental_mib} MiB (${(out.incremental_size_ratio * 100).toFixed(2)}% of full), peak RSS ${out.incremental_peak_rss_mib} MiB`,
+        `incremental (1% rows)   ${out.incremental_seconds} s  (${out.incremental_time_ratio} of full; goal <= 0.2), peak RSS ${out.incremental_peak_rss_mib} MiB`,
+        `  its bytes             bundle ${out.incremental_mib} MiB (${(out.incremental_size_ratio * 100).toFixed(2)}% of the full's); added to the repository with its page index ${out.incremental_stored_mib} MiB (${(out.incremental_stored_ratio * 100).toFixed(2)}% of the full's ${out.full_stored_mib} MiB; goal <= 3%)`,
         `backup to S3 gateway    ${s3 ? `${out.s3_backup_seconds} s  (${out.s3_throughput_mib_s} MiB/s, peak RSS ${out.s3_peak_rss_mib} MiB)` : "skipped (set AGENTBAK_BENCH_S3_ENDPOINT)"}`,
         ...checkpointRows(checkpoint),
         typeof out.restic === "string"

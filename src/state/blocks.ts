@@ -1,0 +1,173 @@
+/**
+ * Block sums: a 64-bit checksum of every 1 KiB block of a database's pages,
+ * kept on the backup host (AGENTBAK_HOME/cache) beside the snapshot they
+ * describe, so an incremental writes only the blocks of a changed page that
+ * changed. An update to one row of a 4 KiB page usually rewrites its header,
+ * its cell pointers and the row's own cell and leaves most of the page as it
+ * was: the bench's 1%-of-rows update touches 68% of the bytes of the pages it
+ * changes.
+ *
+ * The sums never leave this host (the live database is here too), so they are
+ * a fast non-cryptographic hash rather than the page index's keyed SHA-256
+ * (4.4 GB/s on one core here, against 0.8 GB/s for the keyed page hashes):
+ * two 32-bit lanes, each fed every word (a change to one word always changes
+ * both lanes), seeded from the host's page-index key. A sum that wrongly
+ * matched would drop a changed block from the delta; the rebuilt file's
+ * sha256, which the manifest signs, then fails at restore, verify and drill.
+ * The sums of a snapshot are used only by an incremental whose parent is
+ * that very snapshot with those very database bytes; anything else (another
+ * host, a lost cache, a compacted parent) writes whole changed pages.
+ */
+import { createHash } from "node:crypto";
+import { closeSync, fstatSync, openSync, readdirSync, readSync, renameSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { ensureDir, writeAll } from "../fsutil.js";
+
+const SUM_BYTES = 8;
+
+/** The delta's unit for a database of `pageSize`: 1 KiB, or the page when it is smaller. */
+export const blockSize = (pageSize: number) => Math.min(pageSize, 1024);
+
+/** Two 32-bit seeds from the page-index key. */
+export const blockSeed = (key: Buffer): [number, number] => {
+  const d = createHash("sha256").update("agentbak block sums\0").update(key).digest();
+  return [d.readInt32LE(0), d.readInt32LE(4)];
+};
+
+/** Sums of the blocks of `buf` (whole pages, 4-byte aligned) into `out` at `at` (SUM_BYTES per block). */
+function sumBlocks(buf: Buffer, unit: number, seed: [number, number], out: Buffer, at: number): void {
+  let src = buf;
+  if (buf.byteOffset % 4) src = Buffer.from(buf); // a fresh copy is aligned
+  const w = new Int32Array(src.buffer, src.byteOffset, src.length >> 2);
+  const o = new Int32Array(out.buffer, out.byteOffset + at, (src.length / unit) * 2);
+  const words = unit >> 2;
+  for (let b = 0, i = 0; i < w.length; b++) {
+    let x = seed[0];
+    let y = seed[1];
+    // words in pairs: each lane takes one word of the pair through a multiply and rotate and adds the other,
+    // so every word reaches both lanes through a step that is one-to-one in it
+    for (const end = i + words; i < end; i += 2) {
+      const k = w[i]!;
+      const l = w[i + 1]!;
+      x = Math.imul(x ^ k, 0x9e3779b1);
+      x = (((x << 13) | (x >>> 19)) + l) | 0;
+      y = Math.imul(y ^ l, 0x85ebca77);
+      y = (((y << 17) | (y >>> 15)) + k) | 0;
+    }
+    // finalise: mix each lane with the other (murmur3's fmix32 constants)
+    x ^= y >>> 15;
+    x = Math.imul(x, 0x85ebca6b);
+    x ^= x >>> 13;
+    y ^= x;
+    y = Math.imul(y, 0xc2b2ae35);
+    y ^= y >>> 16;
+    o[2 * b] = x;
+    o[2 * b + 1] = y;
+  }
+}
+
+/** Bytes of sums per page. */
+export const sumsPerPage = (pageSize: number) => (pageSize / blockSize(pageSize)) * SUM_BYTES;
+
+/** Block sums of a database's pages, fed a run of whole pages at a time, in page order, written to `fd` as they are made. */
+export class BlockSummer {
+  private readonly unit: number;
+  private scratch = Buffer.alloc(0);
+  constructor(
+    pageSize: number,
+    private readonly seed: [number, number],
+    private readonly fd: number,
+  ) {
+    this.unit = blockSize(pageSize);
+  }
+  update(run: Buffer): void {
+    const n = (run.length / this.unit) * SUM_BYTES;
+    if (this.scratch.length < n) this.scratch = Buffer.alloc(n);
+    sumBlocks(run, this.unit, this.seed, this.scratch, 0);
+    writeAll(this.fd, this.scratch, 0, n);
+  }
+}
+
+/** The sums of one page (its blocks', in order). */
+export function pageSums(page: Buffer, seed: [number, number]): Buffer {
+  const unit = blockSize(page.length);
+  const out = Buffer.alloc((page.length / unit) * SUM_BYTES);
+  sumBlocks(page, unit, seed, out, 0);
+  return out;
+}
+
+/** A parent snapshot's sums, read a page at a time. close() when done. */
+export class ParentSums {
+  readonly pageCount: number;
+  private readonly spp: number;
+  constructor(
+    readonly file: string,
+    private readonly fd: number,
+    readonly pageSize: number,
+  ) {
+    this.spp = sumsPerPage(pageSize);
+    this.pageCount = fstatSync(fd).size / this.spp;
+  }
+  /** The sums of page `p` (1-based) into `out`. */
+  read(p: number, out: Buffer): void {
+    if (readSync(this.fd, out, 0, this.spp, (p - 1) * this.spp) !== this.spp) throw new Error(`short read of block sums ${this.file}`);
+  }
+  close(): void {
+    closeSync(this.fd);
+  }
+}
+
+/**
+ * One agent database's block sums on this host: a folder in AGENTBAK_HOME/cache
+ * holding the file of its newest snapshot, named by the snapshot, the
+ * database's sha256 and its page size (a file that is not there, or whose size
+ * is not a whole number of pages' sums, is not used).
+ */
+export class BlockSumsStore {
+  readonly dir: string;
+  constructor(home: string, repo: string, tenant: string, agent: string, db: string) {
+    this.dir = join(home, "cache", `blocks-${createHash("sha256").update(`${repo}\0${tenant}\0${agent}\0${db}`).digest("hex").slice(0, 16)}`);
+  }
+  private name = (snapshotId: string, sha256: string, pageSize: number) => join(this.dir, `${snapshotId}-${sha256.slice(0, 16)}-${pageSize}.sums`);
+
+  /** The sums of `snapshotId`'s database of `sha256` with `pageCount` pages of `pageSize`, if this host kept them. */
+  open(snapshotId: string, sha256: string, pageSize: number, pageCount: number): ParentSums | null {
+    const file = this.name(snapshotId, sha256, pageSize);
+    let fd: number;
+    try {
+      fd = openSync(file, "r");
+    } catch {
+      return null;
+    }
+    try {
+      const s = new ParentSums(file, fd, pageSize);
+      if (s.pageCount === pageCount) return s;
+    } catch {
+      /* unreadable: not used */
+    }
+    closeSync(fd);
+    return null;
+  }
+
+  /** Where the sums of a snapshot being made are written (renamed by commit once it is published). */
+  partial(snapshotId: string): string {
+    ensureDir(this.dir);
+    return join(this.dir, `${snapshotId}.partial`);
+  }
+
+  /** Keeps the partial sums as `snapshotId`'s (its database's sha256 and page size) and drops every other file. Best effort. */
+  commit(snapshotId: string, sha256: string, pageSize: number): void {
+    const keep = this.name(snapshotId, sha256, pageSize);
+    try {
+      renameSync(join(this.dir, `${snapshotId}.partial`), keep);
+      for (const f of readdirSync(this.dir)) if (join(this.dir, f) !== keep) rmSync(join(this.dir, f), { force: true });
+    } catch {
+      /* a cache that can not be kept only costs bytes next time */
+    }
+  }
+
+  /** Removes the partial sums of a snapshot that was not published. */
+  discard(snapshotId: string): void {
+    rmSync(join(this.dir, `${snapshotId}.partial`), { force: true });
+  }
+}
