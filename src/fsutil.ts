@@ -102,13 +102,13 @@ export function writeAll(fd: number, buf: Uint8Array, offset = 0, length = buf.l
   for (let done = 0; done < length; ) done += writeSync(fd, buf, offset + done, length - done, position === null ? null : position + done);
 }
 
-function writeTemp(path: string, data: string | Uint8Array, mode: number): string {
+function writeTemp(path: string, data: string | Uint8Array, mode: number, durable = true): string {
   ensureDir(dirname(path));
   const tmp = tempSibling(path);
   const fd = openSync(tmp, "wx", mode);
   try {
     writeAll(fd, typeof data === "string" ? Buffer.from(data) : data);
-    fsyncSync(fd);
+    if (durable) fsyncSync(fd);
   } catch (e) {
     closeSync(fd);
     rmSync(tmp, { force: true });
@@ -130,6 +130,23 @@ export function writeFileAtomic(path: string, data: string | Uint8Array, mode = 
     throw e;
   }
   fsyncDir(dirname(path));
+}
+
+/**
+ * Replaces a cache file in AGENTBAK_HOME/cache (temp, rename): readers see the
+ * old file or the new one, never part of one, but nothing is fsynced — a cache
+ * lost or damaged by a crash is read as no cache (every reader parses it
+ * defensively), which costs the next run time, not correctness. Each fsync is
+ * 5-15 ms here; a backup writes up to four caches.
+ */
+export function writeCacheFile(path: string, data: string | Uint8Array): void {
+  const tmp = writeTemp(path, data, 0o600, false);
+  try {
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
 }
 
 /**

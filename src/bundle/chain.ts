@@ -13,7 +13,7 @@ import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, ioErrno, ioError, verifyError } from "../errors.js";
 import { applyDelta } from "../state/pages.js";
 import { isDatabase } from "./manifest.js";
-import { ensureDir, writeFileAtomic } from "../fsutil.js";
+import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { readPayload, verifyBundle, verifyHeader, type VerifiedBundle } from "./reader.js";
 import { fileSha256 } from "./streams.js";
 
@@ -60,7 +60,7 @@ export function checkedPayloads(home: string): CheckedPayloads & { save(): void 
       for (const k of Object.keys(entries)) if (!existsSync(k)) delete entries[k];
       try {
         ensureDir(dirname(file), 0o700);
-        writeFileAtomic(file, JSON.stringify(entries), 0o600);
+        writeCacheFile(file, JSON.stringify(entries));
       } catch {
         /* a cache that can not be written only costs the next backup a read */
       }

@@ -31,7 +31,7 @@ import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey,
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { snapshotDatabases, type Cut, type InPlace } from "../state/sqlite.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
-import { atPath, ensureDir, writeFileAtomic } from "../fsutil.js";
+import { atPath, ensureDir, writeCacheFile } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
@@ -386,7 +386,7 @@ function rememberCapture(home: string, live: string, c: KnownCapture): void {
   lastCapture.set(live, c);
   try {
     ensureDir(join(home, "cache"), 0o700);
-    writeFileAtomic(captureCacheFile(home, live), JSON.stringify({ live, key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, base64: f.bytes.toString("base64") })) }), 0o600);
+    writeCacheFile(captureCacheFile(home, live), JSON.stringify({ live, key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, base64: f.bytes.toString("base64") })) }));
   } catch {
     /* a cache that can not be written only costs the next run a capture */
   }

@@ -19,7 +19,7 @@
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, openSync, readSync, realpathSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { writeFileAtomic, readFileRegular } from "../fsutil.js";
+import { writeCacheFile, readFileRegular } from "../fsutil.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgentRef } from "../repository/repository.js";
 import { workspaceState } from "../state/workspace.js";
@@ -99,5 +99,5 @@ export function lastBackup<R>(home: string, location: string, a: AgentRef): Last
 }
 
 export function rememberBackup<R>(home: string, location: string, a: AgentRef, last: LastBackup<R>): void {
-  writeFileAtomic(file(home, location, a), JSON.stringify(last) + "\n", 0o600);
+  writeCacheFile(file(home, location, a), JSON.stringify(last) + "\n");
 }

@@ -11,7 +11,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { BundleLayout } from "../bundle/outer.js";
 import { rememberValidManifest, sha256hex } from "../bundle/manifest.js";
-import { writeFileAtomic } from "../fsutil.js";
+import { writeCacheFile } from "../fsutil.js";
 
 interface Entry {
   etag: string;
@@ -62,7 +62,7 @@ export class HeaderCache {
       }
     if (!this.file || !this.changed) return;
     try {
-      writeFileAtomic(this.file, JSON.stringify({ url: this.url, entries: this.entries }), 0o600);
+      writeCacheFile(this.file, JSON.stringify({ url: this.url, entries: this.entries }));
     } catch {
       /* a cache that can not be written only costs time */
     }

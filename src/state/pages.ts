@@ -300,7 +300,9 @@ export function writeDelta(db: string | PageSource, pages: number[], ix: PageInd
       writeAll(dst, h); // the record count is filled in at the end
       const page = Buffer.alloc(ix.pageSize);
       const old = Buffer.alloc(spp);
-      const rec = Buffer.alloc(4 + unit);
+      // records gathered into about 1 MiB per write
+      const recs = Buffer.alloc(Math.max(1, Math.floor((1 << 20) / (4 + unit))) * (4 + unit));
+      let filled = 0;
       for (const p of pages) {
         src.read(p, 1, page);
         const fresh = b ? pageSums(page, b.seed) : null;
@@ -308,13 +310,18 @@ export function writeDelta(db: string | PageSource, pages: number[], ix: PageInd
         if (known) b.sums.read(p, old);
         for (let j = 0; j < per; j++) {
           if (known && fresh!.compare(old, j * 8, j * 8 + 8, j * 8, j * 8 + 8) === 0) continue;
-          rec.writeUInt32BE((p - 1) * per + j + 1, 0);
-          page.copy(rec, 4, j * unit, (j + 1) * unit);
-          writeAll(dst, rec);
+          if (filled === recs.length) {
+            writeAll(dst, recs);
+            filled = 0;
+          }
+          recs.writeUInt32BE((p - 1) * per + j + 1, filled);
+          page.copy(recs, filled + 4, j * unit, (j + 1) * unit);
+          filled += 4 + unit;
           n++;
         }
         if (fresh) writeAll(sums!, fresh, 0, spp, (p - 1) * spp);
       }
+      writeAll(dst, recs, 0, filled);
       h.writeUInt32BE(n, 16);
       writeAll(dst, h, 0, 20, 0);
     } finally {
