@@ -11,9 +11,10 @@ import Database from "better-sqlite3";
 import fc from "fast-check";
 import { execa } from "execa";
 import { cpSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { json, makeAgent, SNAPS, STORE, type TestAgent } from "./helpers.js";
+import { manifestOf } from "./craft.js";
 import { blockSeed, pageSums } from "../src/state/blocks.js";
 
 let a: TestAgent;
@@ -121,6 +122,32 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     const after = json(await a.run(["backup", "--incremental", "--json"]));
     expect(after.kind).toBe("full");
     expect(await restored(after.snapshot_id)).toBe(await dump(live()));
+  });
+});
+
+describe.skipIf(STORE !== "local")("page index changes through compact and copy", () => {
+  it("compact and copy write a chain's rebuilt whole index, and the next incremental builds on the compacted snapshot", async () => {
+    const full = json(await a.run(["backup", "--no-incremental", "--json"]));
+    edit();
+    const inc = json(await a.run(["backup", "--incremental", "--json"]));
+    expect(inc.parent).toBe(full.snapshot_id);
+    const index = (repo: string, id: string) => readFileSync(join(repo, SNAPS, `${id}.state.pageindex`));
+    expect(index(a.repo, inc.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPIX2");
+    // a copy stands alone: the incremental's index arrives whole
+    const to = join(a.tmp, `copy-${randomBytes(3).toString("hex")}`);
+    const c = await a.run(["copy", "--from", a.repo, "--to", to, "--json"]);
+    expect(c.code, c.stderr).toBe(0);
+    expect(index(to, inc.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPIX1");
+    // the compacted snapshot gets the whole index of the incremental it replaces ...
+    const cp = json(await a.run(["compact", inc.snapshot_id, "--identity", a.identity, "--json"]));
+    expect(index(a.repo, cp.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPIX1");
+    expect(createHash("sha256").update(index(a.repo, cp.snapshot_id)).digest("hex")).toBe(manifestOf(inc.path).components.find((x: any) => x.name === "state").page_index_sha256);
+    // ... and the next incremental builds on it, in place (no block sums for it on this host: whole pages)
+    edit();
+    const next = json(await a.run(["backup", "--incremental", "--json"]));
+    expect(next).toMatchObject({ kind: "incremental", parent: cp.snapshot_id, databases_read: "in-place" });
+    expect(await deltaUnit(next.path)).toBe(4096);
+    expect(await restored(next.snapshot_id)).toBe(await dump(live()));
   });
 });
 
