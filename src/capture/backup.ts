@@ -594,10 +594,14 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // the parents' page indexes, before the capture: an incremental the integrity policy does not check reads
     // the live pages in place, inside the snapshot's read transactions, and copies only what changed
     const parents = new Map<string, PageIndex>();
+    let unindexed = "";
     for (const d of chosen.parent ? cfg.databases : []) {
       const ix = await parentIndex(o, chosen.parent!, d.name);
       if (ix) parents.set(d.name, ix);
+      else unindexed ||= `the page index of database ${d.name} in ${chosen.parent!.snapshot.snapshot_id} is missing or does not match its manifest`;
     }
+    // that database is stored whole (a damaged or missing index: not routine)
+    if (unindexed) warnings.push(`${unindexed}: stored whole`);
     // this host's block sums of the parent's databases, when it made that parent: the deltas then hold changed blocks
     const seed = blockSeed(pageKey);
     const sumStores = new Map(cfg.databases.map((d) => [d.name, new BlockSumsStore(o.home, o.repo.location, a.tenant, a.agent, d.name)]));
@@ -605,7 +609,9 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     for (const [name, ix] of parents) {
       const c = chosen.parent!.header.manifest.components.find((x) => x.name === name && isDatabase(x))!;
       const sums = sumStores.get(name)!.open(chosen.parent!.snapshot.snapshot_id, c.full_sha256 ?? c.sha256, ix.pageSize, ix.pageCount);
-      if (sums) bases.set(name, { sums, seed, out: sumStores.get(name)!.partial(snapshotId) });
+      const out = sums && sumStores.get(name)!.partial(snapshotId);
+      if (sums && out) bases.set(name, { sums, seed, out });
+      else sums?.close();
     }
     closers.push(() => bases.forEach((b) => b.sums.close()), () => sumStores.forEach((st) => st.discard(snapshotId)));
     const integrityChecked = !chosen.parent || chosen.link % cfg.incremental.integrityEvery === 0;
@@ -644,7 +650,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const inspection = done
       ? Promise.resolve(done.inspected)
       : inspectInWorker({
-          dbs: dbs.map((d) => (d.parentIndex ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey, sumsFile: sumStores.get(d.name)!.partial(snapshotId) })),
+          dbs: dbs.map((d) => (d.parentIndex ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey, sumsFile: sumStores.get(d.name)!.partial(snapshotId) ?? undefined })),
           cursors: cfg.cursors,
           openOperations: cfg.openOperations,
           scan: cfg.secretScan.databases,
@@ -670,7 +676,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     dbs.forEach((d) => {
       d.inspected = ins.dbs.find((x) => x.name === d.name)!;
       d.index ??= d.inspected.index ? encodeIndex(d.inspected.index) : null;
-      if (!d.delta && d.inspected.index) d.sums = true;
+      if (!d.delta) d.sums = d.inspected.sumsWritten === true;
       const ic = d.inspected.integrity;
       if (ic.length !== 1 || (ic[0] !== "ok" && ic[0] !== "skipped")) throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
     });
@@ -738,7 +744,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       kind: manifest.parent ? "incremental" : "full",
       parent: manifest.parent?.snapshot_id ?? null,
       databases_read: dbs.length ? (done ? "in-place" : "copy") : null,
-      full_reason: wantIncremental && !chosen.parent ? chosen.reason : null,
+      full_reason: wantIncremental && !manifest.parent ? chosen.reason || unindexed || null : null,
       repeated: false,
       status: "committed",
       params_sha256: paramsDigest(o),
@@ -769,7 +775,12 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     return { ...receipt, path: published.path };
   } finally {
     await Promise.allSettled(removals);
-    for (const c of closers) c();
+    for (const c of closers)
+      try {
+        c();
+      } catch {
+        /* the block sums are a cache: nothing of theirs may keep the staging folder or the lock */
+      }
     rmSync(staging, { recursive: true, force: true });
     unregister();
     await lock.release();

@@ -397,8 +397,11 @@ export class Repository {
    */
   async pageIndex(s: Pick<Snapshot, "dir" | "snapshot_id">, db: string): Promise<Buffer | null> {
     const changes: Buffer[] = [];
+    const seen = new Set<string>();
     try {
-      for (let id = s.snapshot_id; changes.length <= 100_000; ) {
+      // a chain is at most fullEvery links long; a loop of parent ids ends the walk
+      for (let id = s.snapshot_id; !seen.has(id) && changes.length <= 10_000; ) {
+        seen.add(id);
         const b = await this.store.get(keys.pageIndex(s.dir, id, db));
         if (!b) return null;
         const parent = indexParent(b);

@@ -32,8 +32,8 @@ export const deltaMeta = (d: Delta) => ({ full_sha256: d.ix.sha256, full_size: d
  */
 export function writeDeltaOf(src: string | PageSource, name: string, ix: Delta["ix"], parent: PageIndex, base: DeltaBase | null, file: string, scan: boolean, pinned?: DB): Delta {
   const pages = changedPages(parent, ix);
-  writeDelta(src, pages, ix, file, base);
-  return { ix, pages, file, findings: scan ? scanChangedPages(src, name, pages, pinned) : [], sums: base !== null };
+  const sums = writeDelta(src, pages, ix, file, base);
+  return { ix, pages, file, findings: scan ? scanChangedPages(src, name, pages, pinned) : [], sums };
 }
 
 /** Of the keyed page hashes of an in-place read, the share made on the calling thread (the worker also hashes the whole file). */

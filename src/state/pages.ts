@@ -9,7 +9,7 @@
  * whose sha256 the manifest records.
  */
 import { createHash, hash, randomBytes } from "node:crypto";
-import { closeSync, copyFileSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
+import { closeSync, copyFileSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { writeAll, writeFileAtomic } from "../fsutil.js";
 import { blockSize, pageSums, sumsPerPage, type ParentSums } from "./blocks.js";
@@ -276,22 +276,34 @@ export interface DeltaBase {
  * number, unit bytes) per changed unit. The unit is the page, or — given the
  * parent's block sums — the 1 KiB block, and only the changed blocks of the
  * changed pages are written; the new snapshot's sums (the parent's, with the
- * changed pages' made afresh) are then written to `base.out`.
+ * changed pages' made afresh) are then written to `base.out`. The sums are a
+ * cache: if they can not be read, a page's blocks are all written; if the new
+ * ones can not be written, there are none.
+ * @returns whether the new snapshot's sums were written whole.
  */
-export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string, base?: DeltaBase | null): void {
-  const b = base && base.sums.pageSize === ix.pageSize ? base : null;
+export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string, base?: DeltaBase | null): boolean {
+  let b = base && base.sums.pageSize === ix.pageSize ? base : null;
   const unit = b ? blockSize(ix.pageSize) : ix.pageSize;
   const per = ix.pageSize / unit;
   const spp = sumsPerPage(ix.pageSize);
-  withPages(db, (src) => {
-    const dst = openSync(out, "wx", 0o600);
-    let sums: number | null = null;
+  let sums: number | null = null;
+  const dropSums = () => {
+    if (sums !== null) closeSync(sums);
+    sums = null;
+    if (b) rmSync(b.out, { force: true });
+  };
+  if (b)
     try {
-      if (b) {
-        copyFileSync(b.sums.file, b.out);
-        sums = openSync(b.out, "r+");
-        ftruncateSync(sums, ix.pageCount * spp);
-      }
+      copyFileSync(b.sums.file, b.out);
+      sums = openSync(b.out, "r+");
+      ftruncateSync(sums, ix.pageCount * spp);
+    } catch {
+      dropSums();
+    }
+  const seed = b?.seed;
+  const written = withPages(db, (src) => {
+    const dst = openSync(out, "wx", 0o600);
+    try {
       const h = Buffer.alloc(20);
       DELTA_MAGIC.copy(h, 0);
       h.writeUInt32BE(unit, 8);
@@ -305,9 +317,15 @@ export function writeDelta(db: string | PageSource, pages: number[], ix: PageInd
       let filled = 0;
       for (const p of pages) {
         src.read(p, 1, page);
-        const fresh = b ? pageSums(page, b.seed) : null;
-        const known = b !== null && p <= b.sums.pageCount;
-        if (known) b.sums.read(p, old);
+        const fresh = seed ? pageSums(page, seed) : null;
+        let known = b !== null && p <= b.sums.pageCount;
+        if (known)
+          try {
+            b!.sums.read(p, old);
+          } catch {
+            known = false;
+            b = null; // unreadable: every block of this and later pages goes in
+          }
         for (let j = 0; j < per; j++) {
           if (known && fresh!.compare(old, j * 8, j * 8 + 8, j * 8, j * 8 + 8) === 0) continue;
           if (filled === recs.length) {
@@ -319,16 +337,23 @@ export function writeDelta(db: string | PageSource, pages: number[], ix: PageInd
           filled += 4 + unit;
           n++;
         }
-        if (fresh) writeAll(sums!, fresh, 0, spp, (p - 1) * spp);
+        if (fresh && sums !== null)
+          try {
+            writeAll(sums, fresh, 0, spp, (p - 1) * spp);
+          } catch {
+            dropSums();
+          }
       }
       writeAll(dst, recs, 0, filled);
       h.writeUInt32BE(n, 16);
       writeAll(dst, h, 0, 20, 0);
+      return sums !== null;
     } finally {
       closeSync(dst);
-      if (sums !== null) closeSync(sums);
     }
   });
+  if (sums !== null) closeSync(sums);
+  return written;
 }
 
 /**
