@@ -144,6 +144,19 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     expect(after).toMatchObject({ kind: "full", full_reason: `the page index of database state in ${chain[3]!.snapshot_id} is missing or does not match its manifest` });
     expect(after.warnings).toContain(`${after.full_reason}: stored whole`);
     expect(await restored(after.snapshot_id)).toBe(await dump(live()));
+    // an index whose parent id names itself (a loop) ends the walk: the next snapshot is full, with the reason
+    edit();
+    const inc2 = json(await a.run(["backup", "--incremental", "--json"]));
+    expect(inc2).toMatchObject({ kind: "incremental", parent: after.snapshot_id });
+    const own = readFileSync(index(inc2.snapshot_id));
+    expect(own.subarray(22, 22 + own.readUInt16BE(20)).toString()).toBe(after.snapshot_id);
+    Buffer.from(inc2.snapshot_id).copy(own, 22); // ids have one length
+    writeFileSync(index(inc2.snapshot_id), own);
+    edit();
+    const looped = await a.run(["backup", "--incremental", "--json"]);
+    expect(looped.code).toBe(3);
+    expect(json(looped)).toMatchObject({ kind: "full", full_reason: `the page index of database state in ${inc2.snapshot_id} is missing or does not match its manifest` });
+    expect(await restored(json(looped).snapshot_id)).toBe(await dump(live()));
   });
 });
 
