@@ -137,7 +137,8 @@ export function writeFileAtomic(path: string, data: string | Uint8Array, mode = 
  * old file or the new one, never part of one, but nothing is fsynced — a cache
  * lost or damaged by a crash is read as no cache (every reader parses it
  * defensively), which costs the next run time, not correctness. Each fsync is
- * 5-15 ms here; a backup writes up to four caches.
+ * about 15 ms here (a 1 GiB incremental made 21, 316 ms in all); a backup
+ * writes up to four caches.
  */
 export function writeCacheFile(path: string, data: string | Uint8Array): void {
   const tmp = writeTemp(path, data, 0o600, false);

@@ -20,7 +20,7 @@
  * host, a lost cache, a compacted parent) writes whole changed pages.
  */
 import { createHash } from "node:crypto";
-import { closeSync, fstatSync, openSync, readdirSync, readSync, renameSync, rmSync } from "node:fs";
+import { closeSync, copyFileSync, fstatSync, ftruncateSync, openSync, readdirSync, readSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { ensureDir, writeAll } from "../fsutil.js";
 
@@ -70,22 +70,67 @@ function sumBlocks(buf: Buffer, unit: number, seed: [number, number], out: Buffe
 /** Bytes of sums per page. */
 export const sumsPerPage = (pageSize: number) => (pageSize / blockSize(pageSize)) * SUM_BYTES;
 
-/** Block sums of a database's pages, fed a run of whole pages at a time, in page order, written to `fd` as they are made. */
+/** A sums file being written. A cache: the first failure drops it, and the backup goes on without it. */
+class SumsWriter {
+  private fd: number | null = null;
+  constructor(
+    private readonly file: string,
+    open: () => number,
+  ) {
+    try {
+      this.fd = open();
+    } catch {
+      this.drop();
+    }
+  }
+  get live(): boolean {
+    return this.fd !== null;
+  }
+  write(buf: Buffer, length: number, position: number | null): void {
+    if (this.fd === null) return;
+    try {
+      writeAll(this.fd, buf, 0, length, position);
+    } catch {
+      this.drop();
+    }
+  }
+  private drop(): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+    rmSync(this.file, { force: true });
+  }
+  /** @returns whether the file was written whole. */
+  close(): boolean {
+    if (this.fd === null) return false;
+    closeSync(this.fd);
+    this.fd = null;
+    return true;
+  }
+}
+
+/** Block sums of a database's pages, fed a run of whole pages at a time, in page order, written to `file` as they are made. */
 export class BlockSummer {
   private readonly unit: number;
   private scratch = Buffer.alloc(0);
+  private readonly out: SumsWriter;
   constructor(
     pageSize: number,
     private readonly seed: [number, number],
-    private readonly fd: number,
+    file: string,
   ) {
     this.unit = blockSize(pageSize);
+    this.out = new SumsWriter(file, () => openSync(file, "w", 0o600));
   }
   update(run: Buffer): void {
+    if (!this.out.live) return;
     const n = (run.length / this.unit) * SUM_BYTES;
     if (this.scratch.length < n) this.scratch = Buffer.alloc(n);
     sumBlocks(run, this.unit, this.seed, this.scratch, 0);
-    writeAll(this.fd, this.scratch, 0, n);
+    this.out.write(this.scratch, n, null);
+  }
+  /** @returns whether the sums were written whole. */
+  close(): boolean {
+    return this.out.close();
   }
 }
 
@@ -109,12 +154,44 @@ export class ParentSums {
     this.spp = sumsPerPage(pageSize);
     this.pageCount = fstatSync(fd).size / this.spp;
   }
-  /** The sums of page `p` (1-based) into `out`. */
-  read(p: number, out: Buffer): void {
-    if (readSync(this.fd, out, 0, this.spp, (p - 1) * this.spp) !== this.spp) throw new Error(`short read of block sums ${this.file}`);
+  /** The sums of page `p` (1-based) into `out`; false when they can not be read (the page's blocks are then all taken). */
+  read(p: number, out: Buffer): boolean {
+    try {
+      return p <= this.pageCount && readSync(this.fd, out, 0, this.spp, (p - 1) * this.spp) === this.spp;
+    } catch {
+      return false;
+    }
   }
   close(): void {
     closeSync(this.fd);
+  }
+}
+
+/** A new snapshot's sums made from its parent's: a copy, resized to `pageCount` pages, with the changed pages' set afresh. */
+export class NextSums {
+  private readonly spp: number;
+  private readonly out: SumsWriter;
+  constructor(parent: ParentSums, file: string, pageCount: number) {
+    this.spp = sumsPerPage(parent.pageSize);
+    this.out = new SumsWriter(file, () => {
+      copyFileSync(parent.file, file);
+      const fd = openSync(file, "r+");
+      try {
+        ftruncateSync(fd, pageCount * this.spp);
+      } catch (e) {
+        closeSync(fd);
+        throw e;
+      }
+      return fd;
+    });
+  }
+  /** Page `p`'s sums (pageSums). */
+  set(p: number, sums: Buffer): void {
+    this.out.write(sums, this.spp, (p - 1) * this.spp);
+  }
+  /** @returns whether the sums were written whole. */
+  close(): boolean {
+    return this.out.close();
   }
 }
 

@@ -9,10 +9,10 @@
  * whose sha256 the manifest records.
  */
 import { createHash, hash, randomBytes } from "node:crypto";
-import { closeSync, copyFileSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync, rmSync } from "node:fs";
+import { closeSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { writeAll, writeFileAtomic } from "../fsutil.js";
-import { blockSize, pageSums, sumsPerPage, type ParentSums } from "./blocks.js";
+import { blockSize, NextSums, pageSums, sumsPerPage, type ParentSums } from "./blocks.js";
 
 const INDEX_MAGIC = Buffer.from("AGBKPIX1");
 const DELTA_MAGIC = Buffer.from("AGBKDLT1");
@@ -282,78 +282,54 @@ export interface DeltaBase {
  * @returns whether the new snapshot's sums were written whole.
  */
 export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string, base?: DeltaBase | null): boolean {
-  let b = base && base.sums.pageSize === ix.pageSize ? base : null;
+  const b = base && base.sums.pageSize === ix.pageSize ? base : null;
   const unit = b ? blockSize(ix.pageSize) : ix.pageSize;
   const per = ix.pageSize / unit;
-  const spp = sumsPerPage(ix.pageSize);
-  let sums: number | null = null;
-  const dropSums = () => {
-    if (sums !== null) closeSync(sums);
-    sums = null;
-    if (b) rmSync(b.out, { force: true });
-  };
-  if (b)
-    try {
-      copyFileSync(b.sums.file, b.out);
-      sums = openSync(b.out, "r+");
-      ftruncateSync(sums, ix.pageCount * spp);
-    } catch {
-      dropSums();
-    }
-  const seed = b?.seed;
-  const written = withPages(db, (src) => {
-    const dst = openSync(out, "wx", 0o600);
-    try {
-      const h = Buffer.alloc(20);
-      DELTA_MAGIC.copy(h, 0);
-      h.writeUInt32BE(unit, 8);
-      h.writeUInt32BE(ix.pageCount * per, 12);
-      let n = 0;
-      writeAll(dst, h); // the record count is filled in at the end
-      const page = Buffer.alloc(ix.pageSize);
-      const old = Buffer.alloc(spp);
-      // records gathered into about 1 MiB per write
-      const recs = Buffer.alloc(Math.max(1, Math.floor((1 << 20) / (4 + unit))) * (4 + unit));
-      let filled = 0;
-      for (const p of pages) {
-        src.read(p, 1, page);
-        const fresh = seed ? pageSums(page, seed) : null;
-        let known = b !== null && p <= b.sums.pageCount;
-        if (known)
-          try {
-            b!.sums.read(p, old);
-          } catch {
-            known = false;
-            b = null; // unreadable: every block of this and later pages goes in
+  const next = b && new NextSums(b.sums, b.out, ix.pageCount);
+  try {
+    withPages(db, (src) => {
+      const dst = openSync(out, "wx", 0o600);
+      try {
+        const h = Buffer.alloc(20);
+        DELTA_MAGIC.copy(h, 0);
+        h.writeUInt32BE(unit, 8);
+        h.writeUInt32BE(ix.pageCount * per, 12);
+        writeAll(dst, h); // the record count is filled in at the end
+        const page = Buffer.alloc(ix.pageSize);
+        const old = Buffer.alloc(sumsPerPage(ix.pageSize));
+        // records gathered into about 1 MiB per write
+        const recs = Buffer.alloc(Math.max(1, Math.floor((1 << 20) / (4 + unit))) * (4 + unit));
+        let filled = 0;
+        let n = 0;
+        for (const p of pages) {
+          src.read(p, 1, page);
+          const fresh = b ? pageSums(page, b.seed) : null;
+          const known = b !== null && b.sums.read(p, old);
+          for (let j = 0; j < per; j++) {
+            if (known && fresh!.compare(old, j * 8, j * 8 + 8, j * 8, j * 8 + 8) === 0) continue;
+            if (filled === recs.length) {
+              writeAll(dst, recs);
+              filled = 0;
+            }
+            recs.writeUInt32BE((p - 1) * per + j + 1, filled);
+            page.copy(recs, filled + 4, j * unit, (j + 1) * unit);
+            filled += 4 + unit;
+            n++;
           }
-        for (let j = 0; j < per; j++) {
-          if (known && fresh!.compare(old, j * 8, j * 8 + 8, j * 8, j * 8 + 8) === 0) continue;
-          if (filled === recs.length) {
-            writeAll(dst, recs);
-            filled = 0;
-          }
-          recs.writeUInt32BE((p - 1) * per + j + 1, filled);
-          page.copy(recs, filled + 4, j * unit, (j + 1) * unit);
-          filled += 4 + unit;
-          n++;
+          if (fresh) next!.set(p, fresh);
         }
-        if (fresh && sums !== null)
-          try {
-            writeAll(sums, fresh, 0, spp, (p - 1) * spp);
-          } catch {
-            dropSums();
-          }
+        writeAll(dst, recs, 0, filled);
+        h.writeUInt32BE(n, 16);
+        writeAll(dst, h, 0, 20, 0);
+      } finally {
+        closeSync(dst);
       }
-      writeAll(dst, recs, 0, filled);
-      h.writeUInt32BE(n, 16);
-      writeAll(dst, h, 0, 20, 0);
-      return sums !== null;
-    } finally {
-      closeSync(dst);
-    }
-  });
-  if (sums !== null) closeSync(sums);
-  return written;
+    });
+    return next?.close() ?? false;
+  } catch (e) {
+    next?.close(); // left to the backup's clean-up
+    throw e;
+  }
 }
 
 /**
