@@ -82,7 +82,10 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
   });
 
   it("damaged sums cost bytes, never correctness: every changed block still reaches the delta", async () => {
+    rmSync(join(a.home, "cache"), { recursive: true, force: true });
     const full = json(await a.run(["backup", "--no-incremental", "--json"]));
+    // made afresh, the cache and the sums folder are the owner's alone, as the rest of AGENTBAK_HOME
+    for (const d of [join(a.home, "cache"), ...sumsFiles().map((f) => join(f, ".."))]) expect(statSync(d).mode & 0o777).toBe(0o700);
     const [file] = sumsFiles();
     expect(file).toContain(full.snapshot_id);
     writeFileSync(file!, randomBytes(statSync(file!).size));

@@ -230,7 +230,7 @@ export class BlockSumsStore {
   /** Where the sums of a snapshot being made are written (renamed by commit once it is published); null when the folder can not be made. */
   partial(snapshotId: string): string | null {
     try {
-      ensureDir(this.dir);
+      ensureDir(this.dir, 0o700); // as the rest of AGENTBAK_HOME: the sums describe the database
     } catch {
       return null; // a cache that can not be written only costs bytes next time
     }
