@@ -1,11 +1,62 @@
 /**
  * Cleanup on interruption: stages register what to remove if the process is
- * stopped by SIGINT/SIGTERM; main runs these before it exits. (kill -9 can not
- * be caught: leftovers carry the owner's pid and are swept by the next run.)
+ * stopped by SIGINT/SIGTERM, and the child processes that write into those
+ * folders; main stops the children, then runs the removals, before it exits.
+ * (kill -9 can not be caught: leftovers carry the owner's pid and are swept by
+ * the next run.)
  */
 import { rmSync } from "node:fs";
 
 const tasks = new Set<() => void>();
+
+/** What stopOnInterrupt needs of a child process (execa's subprocess is one). */
+interface Child {
+  readonly pid?: number | undefined;
+  kill(signal: NodeJS.Signals): boolean;
+  once(event: "exit" | "error", fn: () => void): unknown;
+}
+/** each tracked child and how to kill it */
+const children = new Map<Child, () => void>();
+let stopping = false;
+
+/**
+ * Tracks a child process that writes into a folder a cleanup removes (git into
+ * a restore's workspace, the drill's worker, a throwaway server). On an
+ * interrupt it is killed, and waited for, before any folder is removed: git
+ * re-creates the leading folders of what it writes, so a folder removed under a
+ * live git came back (seen as a drill temp folder left after Ctrl-C).
+ * `group`: the child was started `detached` (its own process group) and the
+ * whole group is killed, for a child whose own children write too (git clone
+ * runs index-pack).
+ * A child started once the interrupt began is killed at once.
+ */
+export function stopOnInterrupt<T extends Child>(child: T, o: { group?: boolean } = {}): T {
+  const kill = () => {
+    try {
+      if (o.group && child.pid) process.kill(-child.pid, "SIGKILL");
+      else child.kill("SIGKILL");
+    } catch {
+      /* already gone */
+    }
+  };
+  children.set(child, kill);
+  const done = () => children.delete(child);
+  child.once("exit", done);
+  child.once("error", done);
+  if (stopping) kill();
+  return child;
+}
+
+/** How many tracked children are running. */
+export const liveChildren = (): number => children.size;
+
+/** Kills every tracked child (SIGKILL) and waits until they have exited, at most `ms`. */
+export async function stopChildren(ms = 3000): Promise<void> {
+  stopping = true;
+  for (const kill of children.values()) kill();
+  const end = Date.now() + ms;
+  while (children.size && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
+}
 
 /** Registers `fn`; returns a function that unregisters it. */
 export function onInterrupt(fn: () => void): () => void {

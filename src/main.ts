@@ -6,7 +6,7 @@
 import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";
 import { AgentbakError, Exit, EXIT_NAMES, isSystemError, type ExitCode } from "./errors.js";
-import { runInterruptCleanups } from "./cleanup.js";
+import { liveChildren, runInterruptCleanups, stopChildren } from "./cleanup.js";
 
 /** Whether --json was given (before a `--`): known even when the flags did not parse. */
 const args = process.argv.slice(2);
@@ -46,23 +46,35 @@ async function main(argv: string[]): Promise<ExitCode> {
     await buildProgram(result).parseAsync(argv);
     return result.code;
   } catch (e) {
-    return report(e);
+    // a child killed by an interrupt fails what waited on it: the interrupt is the message
+    return ending ? Exit.interrupted : report(e);
   }
 }
 
-function interrupted(): void {
-  runInterruptCleanups();
-  process.exit(fail(Exit.interrupted, "interrupted"));
+/**
+ * Ends the process on an interrupt or a failure nothing awaited: stops the
+ * child processes (they may be writing into a folder about to be removed),
+ * then runs the registered cleanups (staging, temp folders, locks), then exits.
+ */
+let ending = false;
+function end(say: () => ExitCode): void {
+  if (ending) return;
+  ending = true;
+  const exit = () => {
+    runInterruptCleanups();
+    process.exit(say());
+  };
+  // with no child running, nothing else runs before the exit (as a signal handler's exit)
+  if (liveChildren() === 0) exit();
+  else void stopChildren().finally(exit);
 }
+const interrupted = () => end(() => fail(Exit.interrupted, "interrupted"));
 // a closed pipe (agentbak ... | head) is not an error of ours
 process.stdout.on("error", (e: NodeJS.ErrnoException) => {
   if (e.code === "EPIPE") process.exit(process.exitCode ?? 0);
 });
 // a failure nothing awaited: clean up as for an interrupt (staging, locks) and say what it was, never a raw dump
-process.on("unhandledRejection", (e) => {
-  runInterruptCleanups();
-  process.exit(report(e));
-});
+process.on("unhandledRejection", (e) => end(() => report(e)));
 process.on("SIGINT", interrupted);
 process.on("SIGTERM", interrupted);
 

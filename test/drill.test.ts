@@ -241,6 +241,32 @@ describe("drill lifecycle and report", () => {
     expect(drillTemps()).toEqual(before);
   });
 
+  it("an interrupt kills git and the helpers it started before the temp folder is removed, so nothing re-creates it", async () => {
+    // a git that, on clone, leaves a helper behind which writes into the clone a second later (as index-pack does)
+    const bin = join(a.tmp, "slow-git");
+    mkdirSync(bin, { recursive: true });
+    const mark = join(a.tmp, "clone-started");
+    const real = execaSync("sh", ["-c", "command -v git"]).stdout.trim();
+    writeFileSync(
+      join(bin, "git"),
+      `#!/bin/sh\nfor x; do last="$x"; done\ncase " $* " in *" clone "*) (sleep 1; mkdir -p "$last/late") & touch "${mark}"; wait ;; esac\nexec ${real} "$@"\n`,
+      { mode: 0o755 },
+    );
+    const before = drillTemps();
+    const child = execa("node", [join(ROOT, "bin/agentbak.js"), "drill", "latest", "--spec", SPEC, "--identity", a.identity, "--no-report"], {
+      cwd: a.dir,
+      env: { ...a.env, PATH: `${bin}:${process.env.PATH}` },
+      reject: false,
+    });
+    await until(() => existsSync(mark));
+    child.kill("SIGINT");
+    const r = await child;
+    expect(r.exitCode, r.stderr).toBe(130);
+    expect(r.stderr.trim()).toBe("agentbak: interrupted");
+    await new Promise((res) => setTimeout(res, 1500)); // past the helper's write, had it lived
+    expect(drillTemps()).toEqual(before);
+  });
+
   it("report verify accepts a clean chain and names the entry that was edited, deleted or reordered", async () => {
     const report = join(a.tmp, "chain.jsonl");
     for (let i = 0; i < 4; i++) {

@@ -8,6 +8,7 @@ import Database from "better-sqlite3";
 import { chmodSync, cpSync, readdirSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { openDefensive } from "../state/sqlite.js";
+import { stopOnInterrupt } from "../cleanup.js";
 import type { LoadedSpec } from "./spec.js";
 
 /** One check in a drill; `scenario` is "restore", a crash point, or a recovery scenario. */
@@ -113,14 +114,16 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
     ...(o.upgrade ? spec.upgrade?.env ?? {} : {}),
   };
   return (crashPoint) =>
-    execa(command[0]!, command.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x)), {
-      cwd: copy.dir,
-      env: { ...env, ...(crashPoint ? { AGENTBAK_CRASH_POINT: crashPoint } : {}) },
-      extendEnv: false,
-      reject: false,
-      timeout: worker.timeoutSeconds * 1000,
-      stdin: "ignore",
-    });
+    stopOnInterrupt(
+      execa(command[0]!, command.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x)), {
+        cwd: copy.dir,
+        env: { ...env, ...(crashPoint ? { AGENTBAK_CRASH_POINT: crashPoint } : {}) },
+        extendEnv: false,
+        reject: false,
+        timeout: worker.timeoutSeconds * 1000,
+        stdin: "ignore",
+      }),
+    );
 }
 
 /** Starts the worker until it exits 0, at most `restarts` times. */

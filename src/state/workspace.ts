@@ -14,6 +14,7 @@ import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpat
 import { join, relative, sep } from "node:path";
 import { notFound, policyError, usageError, wrap } from "../errors.js";
 import { atPath } from "../fsutil.js";
+import { stopOnInterrupt } from "../cleanup.js";
 import { scanText, TOKEN_PATTERNS, type SecretFinding } from "./secrets.js";
 
 /** Options that neutralise repository-controlled code execution. */
@@ -21,7 +22,9 @@ const SAFE = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-
 const ENV = { GIT_TERMINAL_PROMPT: "0", GIT_CONFIG_NOSYSTEM: "1", GIT_OPTIONAL_LOCKS: "0" };
 
 async function git(cwd: string, args: string[], opts: { input?: string; encoding?: "buffer"; okExit?: number[] } = {}) {
-  const r = await execa("git", [...SAFE, ...args], { cwd, env: ENV, input: opts.input, stripFinalNewline: false, encoding: opts.encoding === "buffer" ? "buffer" : "utf8", reject: false });
+  // own process group: an interrupt kills git and the helpers it runs (index-pack writes into the clone too)
+  const child = execa("git", [...SAFE, ...args], { cwd, env: ENV, input: opts.input, stripFinalNewline: false, encoding: opts.encoding === "buffer" ? "buffer" : "utf8", reject: false, detached: true });
+  const r = await stopOnInterrupt(child, { group: true });
   if (r.exitCode === 0 || opts.okExit?.includes(r.exitCode ?? -1)) return r.stdout as unknown as string & Uint8Array;
   const why = String(r.stderr || r.shortMessage).trim().split("\n")[0];
   throw wrap(new Error(why), `git ${args[0]} in ${cwd}`);

@@ -11,6 +11,7 @@ import { createServer } from "node:net";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { AgentbakError, Exit, usageError } from "../../errors.js";
 import { ensureDir, pidDir, readFileRegular } from "../../fsutil.js";
+import { stopOnInterrupt } from "../../cleanup.js";
 
 export { SOURCE_KINDS, type SourceKind } from "./kinds.js";
 import type { SourceKind } from "./kinds.js";
@@ -206,7 +207,7 @@ export function serverCommand(cmd: string, args: string[], sd: ServerDir): [stri
  * @throws AgentbakError(1) naming the server when it exits or is not ready within 30 s.
  */
 export async function startServer(what: string, cmd: [string, string[]], cwd: string, ready: () => Promise<boolean>): Promise<{ child: ResultPromise }> {
-  const child = execa(cmd[0], cmd[1], { cwd, reject: false, stdin: "ignore", stdout: "ignore", stderr: "pipe", cleanup: true });
+  const child = stopOnInterrupt(execa(cmd[0], cmd[1], { cwd, reject: false, stdin: "ignore", stdout: "ignore", stderr: "pipe", cleanup: true }));
   let exited = false;
   child.finally(() => (exited = true)).catch(() => undefined);
   const end = Date.now() + 30_000;

@@ -11,6 +11,7 @@ import { join } from "node:path";
 // type only: the client is loaded when a PostgreSQL source is used
 import type pg from "pg";
 import { AgentbakError, Exit, verifyError } from "../../errors.js";
+import { stopOnInterrupt } from "../../cleanup.js";
 import { freePort, serverCommand, serverDir, sourceError, startServer, stopServer, type SourceDriver, type SourceFile } from "./common.js";
 
 /**
@@ -82,11 +83,13 @@ export const postgresDriver: SourceDriver = {
       const head = (await c.query("SELECT pg_export_snapshot() AS snap, clock_timestamp() AS at, current_setting('server_version') AS v")).rows[0];
       const records = await countRows(c, schemas);
       const file = join(dir, `${spec.name}.pgdump`);
-      const r = await execa(pgBin("pg_dump"), ["--format=custom", "--no-owner", "--no-privileges", `--snapshot=${head.snap}`, ...schemas.map((s) => `--schema=${s}`), "--file", file], {
-        env: libpqEnv(url),
-        reject: false,
-        stdin: "ignore",
-      });
+      const r = await stopOnInterrupt(
+        execa(pgBin("pg_dump"), ["--format=custom", "--no-owner", "--no-privileges", `--snapshot=${head.snap}`, ...schemas.map((s) => `--schema=${s}`), "--file", file], {
+          env: libpqEnv(url),
+          reject: false,
+          stdin: "ignore",
+        }),
+      );
       if (r.exitCode !== 0) throw new AgentbakError(Exit.failure, `pg_dump exited ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n")[0]}`);
       await c.query("COMMIT");
       return { snapshotAt: new Date(head.at), serverVersion: String(head.v), files: [{ path: `sources/${spec.name}/dump.pgdump`, file, records }] };
@@ -164,7 +167,7 @@ export const postgresDriver: SourceDriver = {
     const sd = serverDir(dir, "pg");
     const data = join(sd.dir, "data");
     const init = serverCommand(pgBin("initdb"), ["-D", data, "-U", "agentbak", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"], sd);
-    const r = await execa(init[0], init[1], { cwd: sd.dir, reject: false, stdin: "ignore" });
+    const r = await stopOnInterrupt(execa(init[0], init[1], { cwd: sd.dir, reject: false, stdin: "ignore" }));
     if (r.exitCode !== 0) throw new AgentbakError(Exit.failure, `throwaway postgres: initdb exited ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n").slice(-1)[0]}`);
     const port = await freePort();
     const url = `postgres://agentbak@127.0.0.1:${port}/postgres`;
