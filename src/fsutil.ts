@@ -3,8 +3,10 @@
  * the directory. Shared by keys, repository and restore.
  */
 import { closeSync, constants, existsSync, fstatSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { close, fdatasync, open, writev } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { basename, dirname, join } from "node:path";
+import { Writable } from "node:stream";
 
 /**
  * mkdir -p without Node's recursive mkdir, which loops forever under /proc
@@ -220,4 +222,85 @@ export function sweepDead(parent: string, tag: string): number {
 export function fsyncTree(dir: string): void {
   for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) if (e.isFile() || e.isDirectory()) fsyncPath(join(e.parentPath, e.name));
   fsyncPath(dir);
+}
+
+/**
+ * A file written as a stream that starts its own writeback as it goes: each
+ * time `every` more bytes are written it calls fdatasync in the background, so
+ * the caller's fsync of the finished file only has the tail left to flush. The
+ * kernel starts writeback on its own only past dirty_background_ratio (2.4 GB
+ * of a 24 GiB host), so a restored 1.2 GB database used to be flushed whole
+ * by the final fsync: 0.87 s with the main thread blocked and the disk idle
+ * until then. Opened with O_EXCL (`path` must not exist); a failed background
+ * fdatasync fails the next write or the end.
+ */
+export class FlushBehindFile extends Writable {
+  private fd = -1;
+  private position = 0;
+  private unsynced = 0;
+  private flushing: Promise<void> | null = null;
+  private flushError: Error | null = null;
+
+  constructor(readonly path: string, private readonly mode: number, private readonly every = 32 << 20) {
+    super({ highWaterMark: 1 << 20 });
+  }
+
+  override _construct(cb: (e?: Error | null) => void): void {
+    open(this.path, "wx", this.mode, (e, fd) => {
+      if (e) return cb(e);
+      this.fd = fd;
+      cb();
+    });
+  }
+
+  override _writev(chunks: { chunk: Buffer }[], cb: (e?: Error | null) => void): void {
+    this.writeAll(chunks.map((c) => c.chunk)).then(() => cb(), cb);
+  }
+
+  override _write(chunk: Buffer, _e: BufferEncoding, cb: (e?: Error | null) => void): void {
+    this.writeAll([chunk]).then(() => cb(), cb);
+  }
+
+  override _final(cb: (e?: Error | null) => void): void {
+    void (this.flushing ?? Promise.resolve()).then(() => cb(this.flushError));
+  }
+
+  override _destroy(err: Error | null, cb: (e?: Error | null) => void): void {
+    void (this.flushing ?? Promise.resolve()).then(() => {
+      if (this.fd < 0) return cb(err);
+      close(this.fd, (e) => cb(err ?? e));
+      this.fd = -1;
+    });
+  }
+
+  private async writeAll(bufs: Buffer[]): Promise<void> {
+    if (this.flushError) throw this.flushError;
+    let total = 0;
+    for (const b of bufs) total += b.length;
+    // write(2) may write less than asked (a disk filling up): the rest is written again, and a real error thrown
+    for (let done = 0; done < total; ) {
+      let skip = done;
+      const rest: Buffer[] = [];
+      for (const b of bufs) {
+        if (skip >= b.length) skip -= b.length;
+        else {
+          rest.push(skip ? b.subarray(skip) : b);
+          skip = 0;
+        }
+      }
+      done += await new Promise<number>((res, rej) => writev(this.fd, rest, this.position + done, (e, n) => (e ? rej(e) : res(n))));
+    }
+    this.position += total;
+    this.unsynced += total;
+    if (this.unsynced >= this.every && !this.flushing) {
+      this.unsynced = 0;
+      this.flushing = new Promise<void>((res) =>
+        fdatasync(this.fd, (e) => {
+          if (e) this.flushError ??= Object.assign(e, { path: this.path });
+          this.flushing = null;
+          res();
+        }),
+      );
+    }
+  }
 }

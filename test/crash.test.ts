@@ -142,6 +142,27 @@ describe("I/O faults", () => {
     }
   });
 
+  it("[T29] the flush-behind file sink (bundles, restored components): every byte in order across short writes and background fdatasyncs, ENOSPC from a full disk, never over an existing file", async (ctx) => {
+    const { FlushBehindFile } = await import("../dist/fsutil.js");
+    const { pipeline } = await import("node:stream/promises");
+    const { Readable } = await import("node:stream");
+    const { randomBytes } = await import("node:crypto");
+    // odd-sized chunks, a flush every 10,000 bytes: many background fdatasyncs overlap the writes
+    const chunks = Array.from({ length: 400 }, (_, i) => randomBytes(1 + ((i * 7919) % 9000)));
+    const out = join(a.tmp, "flush-behind");
+    await pipeline(Readable.from(chunks), new FlushBehindFile(out, 0o600, 10_000));
+    expect(readFileSync(out).equals(Buffer.concat(chunks))).toBe(true);
+    await expect(pipeline(Readable.from([Buffer.from("x")]), new FlushBehindFile(out, 0o600))).rejects.toMatchObject({ code: "EEXIST" });
+    expect(readFileSync(out).equals(Buffer.concat(chunks))).toBe(true);
+    if (!(await mount("size=64k"))) return ctx.skip();
+    try {
+      const big = Array.from({ length: 8 }, () => randomBytes(32 * 1024));
+      await expect(pipeline(Readable.from(big), new FlushBehindFile(join(mnt(), "full"), 0o600, 16 * 1024))).rejects.toMatchObject({ code: "ENOSPC" });
+    } finally {
+      await umount();
+    }
+  });
+
   it("[T29] ENOSPC during restore: exit 1 naming errno and path, never 13; the target is not created and staging is removed", async (ctx) => {
     expect((await a.run(["backup"])).code).toBe(0);
     if (!(await mount("size=512k"))) return ctx.skip();

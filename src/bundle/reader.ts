@@ -5,7 +5,7 @@
  * parsed before the signature and payload digest check out.
  */
 import { createHash } from "node:crypto";
-import { createReadStream, createWriteStream } from "node:fs";
+import { createReadStream } from "node:fs";
 import { open } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { Writable } from "node:stream";
@@ -18,7 +18,7 @@ import { AgentbakError, ioErrno, ioError, noKey, policyError, verifyError } from
 import { clipName, parseManifest, sha256hex, type Manifest } from "./manifest.js";
 import { readLayout, type BundleLayout } from "./outer.js";
 import { boundedDecompress, ByteCounter, HashTap } from "./streams.js";
-import { ensureDir } from "../fsutil.js";
+import { ensureDir, FlushBehindFile } from "../fsutil.js";
 
 export type { Trust };
 
@@ -137,7 +137,7 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
     const dest = destDir && (!only || only.has(name)) ? join(destDir, name) : null;
     let sink: Writable;
     try {
-      sink = dest ? (ensureDir(dirname(dest)), createWriteStream(dest, { flags: "wx", mode: 0o600 })) : new Writable({ write: (_c, _e, cb) => cb() });
+      sink = dest ? (ensureDir(dirname(dest)), new FlushBehindFile(dest, 0o600)) : new Writable({ write: (_c, _e, cb) => cb() });
     } catch (e) {
       stream.resume();
       return extract.destroy(ioError(e, dest!));

@@ -46,7 +46,12 @@ export class ByteCounter extends Transform {
   }
 }
 
-const binding = createRequire(import.meta.url)("zstd-napi/binding") as typeof Binding;
+/** zstd's native binding, loaded on first use: listing and verifying never load it. */
+let loaded: typeof Binding | undefined;
+const zstdBinding = () => (loaded ??= createRequire(import.meta.url)("zstd-napi/binding") as typeof Binding);
+
+/** zstd-napi's compression stream, loaded on first use. */
+export const zstdCompressStream = (): typeof import("zstd-napi").CompressStream => (createRequire(import.meta.url)("zstd-napi") as typeof import("zstd-napi")).CompressStream;
 
 /**
  * zstd decompression as a pipeline stage that makes output only as fast as
@@ -58,6 +63,7 @@ const binding = createRequire(import.meta.url)("zstd-napi/binding") as typeof Bi
  */
 export function boundedDecompress(limit: number, windowLogMax: number, what: string) {
   return async function* decompress(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    const binding = zstdBinding();
     const dctx = new binding.DCtx();
     dctx.setParameter(binding.DParameter.windowLogMax, windowLogMax);
     const blockSize = binding.dStreamOutSize();

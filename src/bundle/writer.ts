@@ -4,18 +4,17 @@
  * Everything streams; memory does not grow with the size of the state.
  */
 import { createReadStream, createWriteStream, rmSync, statSync } from "node:fs";
-import { fsyncPath } from "../fsutil.js";
+import { FlushBehindFile, fsyncPath } from "../fsutil.js";
 import { once } from "node:events";
 import { rm } from "node:fs/promises";
 import { pipeline } from "node:stream/promises";
 import * as tar from "tar-stream";
-import { CompressStream } from "zstd-napi";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { ioErrno, ioError } from "../errors.js";
 import { encodeManifest, type Component, type Manifest } from "./manifest.js";
 import { tarEnd, tarHeader, tarPadding } from "./outer.js";
-import { ByteCounter, HashTap } from "./streams.js";
+import { ByteCounter, HashTap, zstdCompressStream } from "./streams.js";
 
 /** A staged component file and what the manifest says about it. */
 export interface StagedComponent extends Omit<Component, "sha256" | "size"> {
@@ -39,6 +38,7 @@ export async function writePayload(components: StagedComponent[], recipients: st
   // compression in zstd's own threads, off this one; 1 MiB jobs keep their buffers small (the default 8 MiB jobs
   // cost ~50 MiB). One worker or two: the same wall time beside the checks on 2 cores (1194 MiB: 14.6-17.1 s vs
   // 15.4-16.1 s), two used ~5 MiB more
+  const CompressStream = zstdCompressStream();
   const zstd = new CompressStream({ compressionLevel: ZSTD_LEVEL, nbWorkers: 2, windowLog: 21, jobSize: 1 << 20, checksumFlag: true });
   const done = pipeline(pack, tarTap, zstd, new AgeEncryptStream(recipients), outTap, out);
   // a failure of the output (a full disk) ends `done` while a component is still being packed: it is raced
@@ -81,7 +81,7 @@ export async function writeBundleFile(manifest: Manifest, key: SigningKey, paylo
   const mbytes = encodeManifest(manifest);
   const sig = Buffer.from(signMessage(key, NS.manifest, mbytes));
   const mtime = new Date(manifest.created_at);
-  const out = createWriteStream(outFile, { flags: "wx", mode: 0o644 });
+  const out = new FlushBehindFile(outFile, 0o644);
   const write = async (b: Buffer) => {
     if (!out.write(b)) await once(out, "drain");
   };

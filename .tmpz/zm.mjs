@@ -1,0 +1,1 @@
+import * as z from "zod/mini"; globalThis.z = z;
