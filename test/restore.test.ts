@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import Database from "better-sqlite3";
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync, appendFileSync, cpSync } from "node:fs";
 import { dirname, join } from "node:path";
 import canonicalize from "canonicalize";
@@ -67,6 +67,16 @@ describe("restore", () => {
       expect.objectContaining({ name: "llm", status: "missing" }),
       expect.objectContaining({ name: "mail", status: "missing" }),
     ]);
+  });
+
+  it("a payload decrypted on the worker thread (as payloads from 32 MiB are) checks every component as on the calling thread", async () => {
+    const on = await a.run(["verify", second.path, "--identity", a.identity, "--json"]);
+    const off = await a.run(["verify", second.path, "--identity", a.identity, "--json"], { AGENTBAK_PAYLOAD_WORKER: "1" });
+    expect(off.code, off.stderr).toBe(0);
+    expect(on.code, on.stderr).toBe(0);
+    expect(json(off).checks).toEqual(json(on).checks);
+    const n = manifestOf(second.path).components.length;
+    expect(json(off).checks).toContainEqual({ name: "components", ok: true, detail: `${n} components match their sha256 and size` });
   });
 
   it("appends a signed receipt to the hash-chained audit log, without state contents", async () => {
@@ -260,6 +270,7 @@ describe("restore policy refusals (exit 14, target untouched)", () => {
     const other = join(a.tmp, "other-id2");
     await run(["keygen", "--out", other]);
     await refused(["latest", "--identity", join(other, "age-identity.txt")], /no identity matched/, {}, 12);
+    await refused(["latest", "--identity", join(other, "age-identity.txt")], /no identity matched/, { AGENTBAK_PAYLOAD_WORKER: "1" }, 12);
   });
 });
 
@@ -293,14 +304,30 @@ describe("hostile bundles (exit 13, nothing written)", () => {
     /decompressed payload exceeds its declared size of 10240 bytes/,
   ]);
 
-  it.each(cases)("%s", async (_n, make, re) => {
+  cases.push([
+    "[T3] a ciphertext byte flipped under a valid signature (chunk authentication)",
+    async () => {
+      // incompressible, so the ciphertext has two chunks; the flipped byte is in the second
+      const p = await payloadFrom([{ name: "files/a", data: randomBytes(100_000) }], recip());
+      p.age[p.age.length - 500] ^= 1;
+      return p;
+    },
+    /payload chunk 1 failed authentication/,
+  ]);
+
+  // each case twice: on the calling thread (small payloads) and on the worker thread large payloads use
+  const both = cases.flatMap(([n, make, re]) => [
+    [n, make, re, {}],
+    [`${n}, decrypted on the worker thread`, make, re, { AGENTBAK_PAYLOAD_WORKER: "1" }],
+  ]) as [string, (typeof cases)[number][1], RegExp, Record<string, string>][];
+  it.each(both)("%s", async (_n, make, re, env) => {
     const p = await make();
     const out = join(a.tmp, `hostile-${Math.random().toString(16).slice(2)}.agentbak`);
     await craft({ baseManifest: { ...manifestOf(second.path), workspace: null }, payloadAge: p.age, tarSize: p.tarSize, keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.components = p.components) });
     const t = join(a.tmp, "hostile-target");
     const before = snapshotTree(a.tmp);
     const t0 = Date.now();
-    const res = await a.run(["restore", out, "--target", t, "--yes", "--allow-rollback", "--json"]);
+    const res = await a.run(["restore", out, "--target", t, "--yes", "--allow-rollback", "--json"], env);
     expect(res.code, res.stderr).toBe(13);
     expect(res.stderr).toMatch(re);
     expect(Date.now() - t0).toBeLessThan(20_000);

@@ -5,19 +5,19 @@
  * parsed before the signature and payload digest check out.
  */
 import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 import { open } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import * as tar from "tar-stream";
-import { AgeDecryptStream, type AgeIdentity } from "../crypto/age.js";
+import type { AgeIdentity } from "../crypto/age.js";
 import { NS, verifyMessage } from "../crypto/sshsig.js";
 import { checkTrust, type Trust } from "../crypto/trust.js";
 import { AgentbakError, ioErrno, ioError, noKey, policyError, verifyError } from "../errors.js";
 import { clipName, parseManifest, sha256hex, type Manifest } from "./manifest.js";
 import { readLayout, type BundleLayout } from "./outer.js";
-import { boundedDecompress, ByteCounter, HashTap } from "./streams.js";
+import { plaintext } from "./plaintext.js";
+import { ByteCounter, HashTap } from "./streams.js";
 import { ensureDir, FlushBehindFile } from "../fsutil.js";
 
 export type { Trust };
@@ -29,9 +29,6 @@ export interface VerifiedBundle {
   manifestSha256: string;
   signer: { principal: string; fingerprint: string };
 }
-
-/** zstd window limit for decoding (8 MiB); our writer uses 2 MiB. */
-const WINDOW_LOG_MAX = 23;
 
 /**
  * Checks the signature and manifest of a bundle without touching the payload.
@@ -62,9 +59,6 @@ export function verifyLayout(layout: BundleLayout, trust: Trust, now = new Date(
   if (layout.payloadSize !== manifest.payload.size) throw verifyError(`payload.age: ${layout.payloadSize} bytes, manifest says ${manifest.payload.size}`);
   return { layout, manifest, manifestSha256: sha256hex(layout.manifest), signer: { principal: t.principal, fingerprint: t.fingerprint } };
 }
-
-const payloadStream = (l: BundleLayout) =>
-  createReadStream(l.path, { start: l.payloadOffset, end: l.payloadOffset + l.payloadSize - 1, highWaterMark: 1 << 20 });
 
 /** sha256 of bytes [start, start + size) of a file: the next read runs while this chunk is hashed. */
 export async function fileRangeSha256(path: string, start: number, size: number): Promise<string> {
@@ -115,9 +109,9 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
   const expected = new Map(v.manifest.components.map((c) => [c.path, c]));
   const seen = new Set<string>();
   const found: PayloadCheck["components"] = [];
-  const outerTap = new HashTap(v.manifest.payload.size, "payload.age");
   // the decompressed tar is only counted: each component in it is hashed on its own below
   const tarTap = new ByteCounter(v.manifest.payload.tar_size, "decompressed payload");
+  let payloadDigest = () => "";
   const extract = tar.extract();
   extract.on("entry", (header, stream, next) => {
     stream.on("error", () => undefined); // the extract's own error carries the reason
@@ -154,7 +148,10 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
     );
   });
   try {
-    await pipeline(payloadStream(v.layout), outerTap, new AgeDecryptStream(identities), boundedDecompress(v.manifest.payload.tar_size, WINDOW_LOG_MAX, "decompressed payload"), tarTap, extract);
+    // read, payload digest, age and zstd: on a worker thread for a large payload (bundle/plaintext.ts)
+    const p = plaintext({ path: v.layout.path, offset: v.layout.payloadOffset, size: v.layout.payloadSize, tarSize: v.manifest.payload.tar_size }, identities);
+    payloadDigest = p.digest;
+    await pipeline(p.stream, tarTap, extract);
   } catch (e) {
     if (e instanceof AgentbakError) throw e;
     const err = e as NodeJS.ErrnoException;
@@ -163,7 +160,7 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
     if (ioErrno(err)) throw ioError(err, err.path ?? (err.syscall === "read" || !destDir ? v.layout.path : destDir));
     throw verifyError(`payload: ${err.message}`);
   }
-  if (outerTap.digest() !== v.manifest.payload.sha256) throw verifyError("payload.age: changed while being read");
+  if (payloadDigest() !== v.manifest.payload.sha256) throw verifyError("payload.age: changed while being read");
   if (tarTap.bytes !== v.manifest.payload.tar_size) throw verifyError(`payload: decompressed to ${tarTap.bytes} bytes, manifest says ${v.manifest.payload.tar_size}`);
   for (const p of expected.keys()) if (!seen.has(p)) throw verifyError(`payload: component ${p} missing`);
   return { components: found };

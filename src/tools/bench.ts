@@ -31,7 +31,9 @@ function arg(name: string, def: string): string {
 
 /** Runs a command, returning wall seconds and the child's peak RSS in MiB. */
 async function measure(cmd: string[], opts: { cwd?: string; env?: Record<string, string>; okCodes?: number[] } = {}): Promise<{ seconds: number; rssMiB: number }> {
-  const wrapper = `import resource, subprocess, sys, time
+  // dirty pages left by the step before are flushed first (not timed), so no command pays for another's writeback
+  const wrapper = `import os, resource, subprocess, sys, time
+os.sync()
 t = time.monotonic()
 r = subprocess.run(sys.argv[1:])
 dt = time.monotonic() - t

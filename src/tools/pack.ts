@@ -15,7 +15,7 @@ const root = resolve(fileURLToPath(import.meta.url), "../../..");
 const out = join(root, "dist", "packed");
 rmSync(out, { recursive: true, force: true });
 await build({
-  entryPoints: { main: join(root, "dist", "main.js"), "inspect-worker": join(root, "dist", "state", "inspect-worker.js") },
+  entryPoints: { main: join(root, "dist", "main.js"), "inspect-worker": join(root, "dist", "state", "inspect-worker.js"), "payload-worker": join(root, "dist", "bundle", "payload-worker.js") },
   outdir: out,
   bundle: true,
   splitting: true,
