@@ -239,6 +239,7 @@ export class FlushBehindFile extends Writable {
   private position = 0;
   private unsynced = 0;
   private flushing: Promise<void> | null = null;
+  private writing: Promise<void> | null = null;
   private flushError: Error | null = null;
 
   constructor(readonly path: string, private readonly mode: number, private readonly every = 32 << 20) {
@@ -254,11 +255,13 @@ export class FlushBehindFile extends Writable {
   }
 
   override _writev(chunks: { chunk: Buffer }[], cb: (e?: Error | null) => void): void {
-    this.writeAll(chunks.map((c) => c.chunk)).then(() => cb(), cb);
+    this.writing = this.writeAll(chunks.map((c) => c.chunk));
+    this.writing.then(() => cb(), cb);
   }
 
   override _write(chunk: Buffer, _e: BufferEncoding, cb: (e?: Error | null) => void): void {
-    this.writeAll([chunk]).then(() => cb(), cb);
+    this.writing = this.writeAll([chunk]);
+    this.writing.then(() => cb(), cb);
   }
 
   override _final(cb: (e?: Error | null) => void): void {
@@ -266,7 +269,9 @@ export class FlushBehindFile extends Writable {
   }
 
   override _destroy(err: Error | null, cb: (e?: Error | null) => void): void {
-    void (this.flushing ?? Promise.resolve()).then(() => {
+    // the descriptor is closed only once no write or fdatasync is using it (a closed number can be reused)
+    const busy = [this.writing, this.flushing].map((p) => p?.catch(() => undefined));
+    void Promise.all(busy).then(() => {
       if (this.fd < 0) return cb(err);
       close(this.fd, (e) => cb(err ?? e));
       this.fd = -1;

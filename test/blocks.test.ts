@@ -37,6 +37,9 @@ async function deltaUnit(bundle: string): Promise<number> {
 }
 
 /** Restores `id` into a fresh folder and returns the restored database's dump. */
+/** The uncompressed size of a bundle's delta of the agent's database, from its manifest. */
+const deltaBytes = (path: string) => manifestOf(path).components.find((c: { path: string }) => c.path === "db/state.delta").size as number;
+
 async function restored(id: string): Promise<string> {
   const target = join(a.tmp, `r-${randomBytes(4).toString("hex")}`);
   const r = await a.run(["restore", id, "--target", target, "--yes", "--allow-rollback", "--identity", a.identity]);
@@ -63,6 +66,7 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     const withSums = json(await a.run(["backup", "--incremental", "--json"]));
     expect(withSums).toMatchObject({ kind: "incremental", parent: full.snapshot_id, databases_read: "in-place" });
     expect(await deltaUnit(withSums.path)).toBe(1024);
+    const withDelta = deltaBytes(withSums.path);
     const want = await dump(live());
     expect(await restored(withSums.snapshot_id)).toBe(want);
 
@@ -75,8 +79,10 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     expect(without).toMatchObject({ kind: "incremental", parent: full.snapshot_id });
     expect(await deltaUnit(without.path)).toBe(4096);
     expect(await restored(without.snapshot_id)).toBe(want);
-    // the same change, in fewer bytes
-    expect(withSums.size).toBeLessThan(without.size * 0.85);
+    // the same change, in fewer bytes: the delta itself (the bundles' sizes are mostly the files and workspace, the
+    // same in both, and zstd's; at this size a 15% margin on them failed once in CI on a 14.5% difference)
+    expect(withDelta).toBeLessThan(deltaBytes(without.path) * 0.85);
+    expect(withSums.size).toBeLessThan(without.size);
     // no sums of the parent: none are kept for this snapshot either (the next incremental writes whole pages too)
     expect(sumsFiles()).toEqual([]);
   });

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import Database from "better-sqlite3";
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync, appendFileSync, cpSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync, writeFileSync, appendFileSync, cpSync } from "node:fs";
 import { dirname, join } from "node:path";
 import canonicalize from "canonicalize";
 import { json, makeAgent, run, type TestAgent } from "./helpers.js";
@@ -77,6 +77,43 @@ describe("restore", () => {
     expect(json(off).checks).toEqual(json(on).checks);
     const n = manifestOf(second.path).components.length;
     expect(json(off).checks).toContainEqual({ name: "components", ok: true, detail: `${n} components match their sha256 and size` });
+  });
+
+  it("a reader that stops early lets go of the bundle, on the calling thread and on the worker thread", async () => {
+    const { plaintext } = await import("../dist/bundle/plaintext.js");
+    const { parseIdentities } = await import("../dist/crypto/age.js");
+    // 8 MiB that does not compress: far more than the first chunk the reader takes
+    const pay = await payloadFrom([{ name: "files/a", data: randomBytes(8 << 20) }], [a.recipient]);
+    const bundle = join(realpathSync(a.tmp), "early-stop.age");
+    writeFileSync(bundle, pay.age);
+    const ids = parseIdentities(readFileSync(a.identity, "utf8"));
+    const held = () =>
+      readdirSync("/proc/self/fd").filter((fd) => {
+        try {
+          return readlinkSync(`/proc/self/fd/${fd}`) === bundle;
+        } catch {
+          return false;
+        }
+      }).length;
+    const before = held();
+    try {
+      for (const force of ["0", "1"]) {
+        process.env.AGENTBAK_PAYLOAD_WORKER = force;
+        for (let i = 0; i < 5; i++) {
+          const p = plaintext({ path: bundle, offset: 0, size: pay.age.length, tarSize: pay.tarSize }, ids);
+          let got = 0;
+          for await (const c of p.stream) {
+            got += (c as Buffer).length;
+            break; // leaving the loop destroys the stream, as a failing tar extract does
+          }
+          expect(got).toBeGreaterThan(0);
+        }
+        await new Promise((r) => setTimeout(r, 300));
+        expect(held(), `AGENTBAK_PAYLOAD_WORKER=${force}`).toBe(before);
+      }
+    } finally {
+      delete process.env.AGENTBAK_PAYLOAD_WORKER;
+    }
   });
 
   it("appends a signed receipt to the hash-chained audit log, without state contents", async () => {

@@ -13,6 +13,7 @@ import { Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { Worker } from "node:worker_threads";
 import { AgeDecryptStream, type AgeIdentity } from "../crypto/age.js";
+import { AgentbakError, Exit } from "../errors.js";
 import { ROOT } from "../version.js";
 import { boundedDecompress, HashTap } from "./streams.js";
 
@@ -39,28 +40,39 @@ export interface Plaintext {
   digest: () => string;
 }
 
-/** The chain of stages, on whichever thread runs it. */
-function stages(s: PayloadSource, identities: AgeIdentity[], sink: Writable): { done: Promise<void>; tap: HashTap } {
+/** The chain of stages, on whichever thread runs it; `stop` ends it early (the reader went away). */
+function stages(s: PayloadSource, identities: AgeIdentity[], sink: Writable): { done: Promise<void>; tap: HashTap; stop: () => void } {
   const tap = new HashTap(s.size, "payload.age");
   const read = createReadStream(s.path, { start: s.offset, end: s.offset + s.size - 1, highWaterMark: 1 << 20 });
   const done = pipeline(read, tap, new AgeDecryptStream(identities), boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload"), sink);
-  return { done, tap };
+  done.catch(() => undefined); // the callers look at `done`; a stopped chain's rejection is not news
+  // closing the source (no error: nothing emits one) makes the pipeline tear every stage down
+  return { done, tap, stop: () => read.destroy() };
 }
 
-/** The payload's plaintext, decrypted on this thread or (large payloads) a worker. */
+/**
+ * The payload's plaintext, decrypted on this thread or (large payloads) a
+ * worker. AGENTBAK_PAYLOAD_WORKER=1 uses the worker for any payload, =0 never.
+ */
 export function plaintext(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
-  if (s.size < WORKER_FROM && !process.env.AGENTBAK_PAYLOAD_WORKER) return onThisThread(s, identities);
-  return inWorker(s, identities);
+  const force = process.env.AGENTBAK_PAYLOAD_WORKER;
+  return force === "1" || (force !== "0" && s.size >= WORKER_FROM) ? inWorker(s, identities) : onThisThread(s, identities);
 }
 
 function onThisThread(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
   // the last stage pushes into `out`, honouring its backpressure
   let resume: (() => void) | null = null;
+  let chain: ReturnType<typeof stages> | null = null;
   const out = new Readable({
     read() {
       const r = resume;
       resume = null;
       r?.();
+    },
+    // a reader that fails (a bad tar member) ends the chain: the bundle's descriptor and zstd's context are let go
+    destroy(err, cb) {
+      chain?.stop();
+      cb(err);
     },
   });
   const sink = new Writable({
@@ -69,11 +81,12 @@ function onThisThread(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
       else resume = () => cb();
     },
   });
-  const { done, tap } = stages(s, identities, sink);
-  done.then(
+  chain = stages(s, identities, sink);
+  chain.done.then(
     () => out.push(null),
     (e: Error) => out.destroy(e),
   );
+  const tap = chain.tap;
   return { stream: out, digest: () => tap.digest() };
 }
 
@@ -99,17 +112,29 @@ function inWorker(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
       );
     },
   });
+  let ended = false;
   w.on("message", (m: FromWorker) => {
     if ("data" in m) {
       if (out.push(Buffer.from(m.data))) w.postMessage(1);
       else owed++;
     } else if ("end" in m) {
+      ended = true;
       digest = m.digest;
       out.push(null);
       void w.terminate();
-    } else out.destroy(Object.assign(new Error(m.error.message), m.error));
+    } else {
+      ended = true;
+      out.destroy(Object.assign(new Error(m.error.message), m.error));
+    }
   });
-  w.on("error", (e) => out.destroy(e));
+  // the worker itself failing (it could not start, ran out of memory, stopped) says nothing about the bundle: exit 1, never 13
+  w.on("error", (e) => {
+    ended = true;
+    out.destroy(new AgentbakError(Exit.failure, `payload worker thread failed: ${e.message}`));
+  });
+  w.on("exit", (code) => {
+    if (!ended) out.destroy(new AgentbakError(Exit.failure, `payload worker thread stopped (exit ${code}) before the payload ended`));
+  });
   w.postMessage({ source: s, identities: identities.map((i) => ({ secret: i.secret, recipient: i.recipient })), credits: CREDITS });
   return { stream: out, digest: () => digest };
 }
