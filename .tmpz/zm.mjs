@@ -1,1 +1,0 @@
-import * as z from "zod/mini"; globalThis.z = z;
