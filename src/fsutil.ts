@@ -255,12 +255,12 @@ export class FlushBehindFile extends Writable {
   }
 
   override _writev(chunks: { chunk: Buffer }[], cb: (e?: Error | null) => void): void {
-    this.writing = this.writeAll(chunks.map((c) => c.chunk));
+    this.writing = this.writeChunks(chunks.map((c) => c.chunk));
     this.writing.then(() => cb(), cb);
   }
 
   override _write(chunk: Buffer, _e: BufferEncoding, cb: (e?: Error | null) => void): void {
-    this.writing = this.writeAll([chunk]);
+    this.writing = this.writeChunks([chunk]);
     this.writing.then(() => cb(), cb);
   }
 
@@ -278,7 +278,7 @@ export class FlushBehindFile extends Writable {
     });
   }
 
-  private async writeAll(bufs: Buffer[]): Promise<void> {
+  private async writeChunks(bufs: Buffer[]): Promise<void> {
     if (this.flushError) throw this.flushError;
     let total = 0;
     for (const b of bufs) total += b.length;
