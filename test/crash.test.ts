@@ -86,34 +86,40 @@ describe("I/O faults", () => {
     const big = await makeAgent({ sizeMb: 1 });
     try {
       await execa("sqlite3", [join(big.dir, "state/agent.sqlite"), "CREATE TABLE noise(b BLOB); WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 400) INSERT INTO noise SELECT randomblob(4000) FROM c;"]);
-      const stages = new Set<string>();
-      let succeeded = 0;
-      // 2.9 MB of database: room for no copy, for the copy but not the payload, for the payload but not the bundle, for all
-      for (const kb of [2000, 3400, 4000, 4600, 5200, 5800, 6400, 9000]) {
-        expect(await mount(`size=${kb}k`)).toBe(true);
-        try {
-          const repo = join(mnt(), "repo");
-          const { Repository } = await import("../dist/repository/repository.js");
-          await Repository.init(repo);
-          const r = await big.run(["backup", "--repo", repo]);
-          if (r.code === 0) succeeded++;
-          else {
-            plainIoFailure(r, "ENOSPC", mnt());
-            stages.add(/database state/.test(r.stderr) ? "database copy" : /payload\.age|\.agentbak|\.pageindex|\.json|audit/.test(r.stderr) ? "after the database copy" : "other");
+      // a WAL database is read in place (no copy); a rollback-journal one is copied to staging first
+      for (const mode of ["WAL", "DELETE"]) {
+        await execa("sqlite3", [join(big.dir, "state/agent.sqlite"), `PRAGMA journal_mode=${mode};`]);
+        const stages = new Set<string>();
+        let succeeded = 0;
+        // 2.9 MB of database: room for no copy, for the copy but not the payload, for the payload but not the bundle, for all
+        for (const kb of [2000, 3400, 4000, 4600, 5200, 5800, 6400, 9000]) {
+          expect(await mount(`size=${kb}k`)).toBe(true);
+          try {
+            const repo = join(mnt(), "repo");
+            const { Repository } = await import("../dist/repository/repository.js");
+            await Repository.init(repo);
+            const r = await big.run(["backup", "--repo", repo, "--json"]);
+            if (r.code === 0) {
+              succeeded++;
+              expect(json(r).databases_read).toBe(mode === "WAL" ? "in-place" : "copy");
+            } else {
+              plainIoFailure(r, "ENOSPC", mnt());
+              stages.add(/database state/.test(r.stderr) ? "database copy" : /payload\.age|\.agentbak|\.pageindex|\.json|audit/.test(r.stderr) ? "after the database copy" : "other");
+            }
+            expect(readdirSync(join(repo, "tmp"))).toEqual([]);
+            const locks = join(repo, "tenants/acme/agents/billing-agent/locks");
+            expect(existsSync(locks) ? readdirSync(locks) : []).toEqual([]);
+            const listed = json(await big.run(["snapshots", "--repo", repo, "--json"]));
+            for (const e of listed) expect(e.status, e.problem).toBe("ok");
+            expect(listed.length).toBe(r.code === 0 ? 1 : listed.length);
+          } finally {
+            await umount();
           }
-          expect(readdirSync(join(repo, "tmp"))).toEqual([]);
-          const locks = join(repo, "tenants/acme/agents/billing-agent/locks");
-          expect(existsSync(locks) ? readdirSync(locks) : []).toEqual([]);
-          const listed = json(await big.run(["snapshots", "--repo", repo, "--json"]));
-          for (const e of listed) expect(e.status, e.problem).toBe("ok");
-          expect(listed.length).toBe(r.code === 0 ? 1 : listed.length);
-        } finally {
-          await umount();
         }
+        // in place, nothing of the database is written before the payload
+        expect([...stages].sort(), mode).toEqual(mode === "WAL" ? ["after the database copy"] : ["after the database copy", "database copy"]);
+        expect(succeeded, mode).toBeGreaterThan(0);
       }
-      expect(stages).toContain("database copy");
-      expect(stages).toContain("after the database copy");
-      expect(succeeded).toBeGreaterThan(0);
     } finally {
       big.cleanup();
     }
@@ -196,20 +202,26 @@ describe("I/O faults", () => {
     expect((await a.run(["backup", "--repo", repo])).code).toBe(0);
     const before = json(await a.run(["snapshots", "--repo", repo, "--json"])).map((e: any) => e.snapshot_id);
     const inject = join(import.meta.dirname, "fixtures", "eio-inject.mjs");
-    // [read or write, files it fails on, what the error line must name]
-    const stages: [string, string, RegExp][] = [
+    const dbFile = join(a.dir, "state/agent.sqlite");
+    expect(String((await execa("sqlite3", [dbFile, "PRAGMA journal_mode;"])).stdout)).toBe("wal");
+    // [read or write, files it fails on, what the error line must name, the database's journal mode]
+    const stages: [string, string, RegExp, string?][] = [
       ["read", "/state/agent\\.sqlite$", /database state: reading .*\/state\/agent\.sqlite: EIO/],
+      ["read", "/state/agent\\.sqlite$", /database state: reading .*\/state\/agent\.sqlite: EIO/, "DELETE"],
       ["read", "/workspace/", /EIO: i\/o error, read \(.*\/workspace\//],
       ["read", "/memory/", /EIO: i\/o error, read \(.*\/memory\//],
-      ["write", "/db/[^/]+\\.sqlite$", /database state: copying to .*\/db\/state\.sqlite: EIO/],
+      // only a rollback-journal database is copied to staging (a WAL one is read in place)
+      ["write", "/db/[^/]+\\.sqlite$", /database state: copying to .*\/db\/state\.sqlite: EIO/, "DELETE"],
       ["write", "/workspace/", /EIO: i\/o error, write \(.*\/workspace\//],
       ["write", "payload\\.age$", /payload\.age: EIO/],
       ["write", "\\.agentbak$", /\.agentbak: EIO|EIO.*\.agentbak/],
       ["write", "/locks/", /EIO: i\/o error, write \(.*\/locks\/agent\.lock\)/],
       ["read", "agentbak-repository\\.json$", /EIO: i\/o error, read \(.*agentbak-repository\.json\)/],
     ];
-    for (const [op, path, names] of stages) {
+    for (const [op, path, names, mode] of stages) {
+      if (mode) await execa("sqlite3", [dbFile, `PRAGMA journal_mode=${mode};`]);
       const r = await a.run(["backup", "--repo", repo], { AGENTBAK_TEST_EIO_OP: op, AGENTBAK_TEST_EIO_PATH: path }, { nodeArgs: ["--import", inject] });
+      if (mode) await execa("sqlite3", [dbFile, "PRAGMA journal_mode=WAL;"]);
       plainIoFailure(r, "EIO", "/");
       expect(r.stderr, `${op} ${path}`).toMatch(names);
       expect(readdirSync(join(repo, "tmp")), `${op} ${path}`).toEqual([]);

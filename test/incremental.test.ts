@@ -38,7 +38,7 @@ describe("incremental chains", () => {
   const points: { id: string; dump: string }[] = [];
   it("a full snapshot then four incrementals, each storing only changed pages", async () => {
     const full = json(await a.run(["backup", "--json"]));
-    expect(full.databases_read).toBe("copy"); // a full snapshot: copied at the instant, integrity_check on the copy
+    expect(full.databases_read).toBe("in-place"); // a full snapshot of a WAL database: read in place, integrity_check at the same instant
     points.push({ id: full.snapshot_id, dump: await dump(dbPath()) });
     for (let step = 1; step <= 4; step++) {
       mutate(step);

@@ -92,6 +92,51 @@ describe("LiveSnapshot", () => {
     expect(readdirSync(tmp).filter((f) => f.includes("wal-overlay"))).toEqual([]); // the overlay is unlinked at once
   });
 
+  it("a full snapshot held in place: the inspection worker's own read transaction joins the same instant while a writer commits", async () => {
+    const db = join(tmp, "held.sqlite");
+    generateDatabase(db, { sizeMb: 40, seed: 5 }); // over 32 MiB: inspected in the worker thread, through its own connection
+    const { inspectPinned } = await import("../dist/state/inspect.js");
+    const seen: number[] = [];
+    await withWriter(db, async () => {
+      for (let round = 0; round < 3; round++) {
+        let live: any;
+        let release!: () => void;
+        let snap: any;
+        const unused = join(tmp, `held-unused-${round}.sqlite`);
+        await snapshotDatabases([{ name: "state", src: db, dest: unused }], 5000, undefined, undefined, async (views, rel) => {
+          const v = views.get("state")!;
+          live = await inspectPinned(
+            { dbs: [{ name: "state", file: db, pages: v.snap.pinned() }], cursors: { transfers: { database: "state", sql: "SELECT value FROM agent_state WHERE key = 'transfers'" } }, scan: "off" },
+            new Map([["state", v.db]]),
+          );
+          snap = v.snap;
+          release = rel;
+          return true;
+        });
+        expect(existsSync(unused)).toBe(false); // nothing was copied
+        await new Promise((r) => setTimeout(r, 100)); // the writer commits meanwhile
+        const out = join(tmp, `held-${round}.sqlite`);
+        let ins: any;
+        try {
+          ins = await live.start();
+          await snap.copyTo(out); // the pages as the payload reads them, still at the instant
+        } finally {
+          await live.settled();
+          release();
+        }
+        const n = checkConsistent(out);
+        // the worker's counts and cursor are those of the same committed state as the pages
+        expect(Number(ins.cursors.transfers)).toBe(n);
+        expect(ins.dbs[0].integrity).toEqual(["ok"]);
+        const c = new Database(out, { readonly: true });
+        expect(ins.dbs[0].records.events).toBe(c.prepare("SELECT count(*) FROM events").pluck().get());
+        c.close();
+        seen.push(n);
+      }
+    });
+    expect(new Set(seen).size).toBe(seen.length); // the writer moved on between rounds
+  }, 120_000);
+
   it("rollback-journal mode: the copy equals the committed state, and writers wait only for the copy", async () => {
     const db = join(tmp, "rollback.sqlite");
     generateDatabase(db, { sizeMb: 3, seed: 4 });

@@ -8,17 +8,45 @@ import { FlushBehindFile, fsyncPath } from "../fsutil.js";
 import { once } from "node:events";
 import { rm } from "node:fs/promises";
 import { pipeline } from "node:stream/promises";
+import { Readable } from "node:stream";
 import * as tar from "tar-stream";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
-import { ioErrno, ioError } from "../errors.js";
+import { AgentbakError, ioErrno, ioError } from "../errors.js";
 import { encodeManifest, type Component, type Manifest } from "./manifest.js";
 import { tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { ByteCounter, HashTap, zstdCompressStream } from "./streams.js";
+import type { PageSource } from "../state/pages.js";
 
-/** A staged component file and what the manifest says about it. */
-export interface StagedComponent extends Omit<Component, "sha256" | "size"> {
-  file: string;
+/**
+ * A staged component and what the manifest says about it: a file, or the
+ * pages of a database snapshot read in place (a full snapshot pinned by its
+ * read transaction: nothing is copied to staging first).
+ */
+export type StagedComponent = StagedFile | (Omit<Component, "sha256" | "size"> & { pages: PageSource; file?: undefined });
+
+/** A staged component file. */
+export type StagedFile = Omit<Component, "sha256" | "size"> & { file: string; pages?: undefined };
+
+/** A snapshot's pages as a stream of 1 MiB runs (fresh buffers: the tar packer keeps what it is given until written). */
+function pageStream(src: PageSource): Readable {
+  const per = Math.max(1, Math.floor((1 << 20) / src.pageSize));
+  let next = 1;
+  return new Readable({
+    highWaterMark: 1 << 20,
+    read() {
+      try {
+        if (next > src.pageCount) return void this.push(null);
+        const n = Math.min(per, src.pageCount - next + 1);
+        const buf = Buffer.allocUnsafe(n * src.pageSize);
+        src.read(next, n, buf);
+        next += n;
+        this.push(buf);
+      } catch (e) {
+        this.destroy(e as Error);
+      }
+    },
+  });
 }
 
 /** The manifest fields the writer does not compute itself. */
@@ -47,15 +75,15 @@ export async function writePayload(components: StagedComponent[], recipients: st
   const result: Component[] = [];
   try {
     for (const c of components) {
-      const size = statSync(c.file).size;
+      const size = c.pages ? c.pages.pageCount * c.pages.pageSize : statSync(c.file).size;
       const tap = new HashTap(size, c.path);
       const entry = pack.entry({ name: c.path, size, mode: 0o644, mtime: new Date(0), type: "file" });
-      const packed = pipeline(createReadStream(c.file, { highWaterMark: 1 << 20 }), tap, entry);
+      const packed = pipeline(c.pages ? pageStream(c.pages) : createReadStream(c.file, { highWaterMark: 1 << 20 }), tap, entry);
       packed.catch(() => undefined);
       await Promise.race([packed, done]);
       await packed;
       if (tap.bytes !== size) throw new Error(`component ${c.path} changed size while being packed`);
-      const { file: _f, ...meta } = c;
+      const { file: _f, pages: _p, ...meta } = c;
       result.push({ ...meta, sha256: tap.digest(), size });
     }
     pack.finalize();
@@ -63,7 +91,8 @@ export async function writePayload(components: StagedComponent[], recipients: st
   } catch (e) {
     pack.destroy(e as Error);
     await done.catch(() => undefined);
-    throw ioErrno(e) ? ioError(e, payloadFile) : e;
+    // an error that already names its file (a database read in place) is passed on as it is
+    throw !(e instanceof AgentbakError) && ioErrno(e) ? ioError(e, payloadFile) : e;
   }
   // no fsync here: the payload is a temp file; the bundle that holds it is fsynced
   return {

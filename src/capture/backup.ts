@@ -14,7 +14,7 @@ import { globSync, isDynamicPattern } from "tinyglobby";
 import { buildManifest, componentPath, encodeManifest, isDatabase, parseManifest, sha256hex, type CapturedDatabase, type Manifest, type NotCaptured } from "../bundle/manifest.js";
 import type { VerifiedBundle } from "../bundle/reader.js";
 import { checkedPayloads, verifyChain, verifyRemembered } from "../bundle/chain.js";
-import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
+import { writeBundleFile, writePayload, type StagedComponent, type StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
 import { agentbakHome } from "../crypto/keys.js";
@@ -24,12 +24,13 @@ import { crashStep } from "../crashpoint.js";
 import { removeOnInterrupt } from "../cleanup.js";
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
-import { inspectInWorker, type InspectResult } from "../state/inspect.js";
+import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect.js";
 import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/incremental.js";
 import { blockSeed, BlockSumsStore } from "../state/blocks.js";
-import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, type DeltaBase, type PageIndex } from "../state/pages.js";
+import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, type DeltaBase, type PageIndex, type PageSource } from "../state/pages.js";
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
-import { snapshotDatabases, type Cut, type InPlace } from "../state/sqlite.js";
+import { namedSource } from "../state/livesnap.js";
+import { snapshotDatabases, type Cut, type Hold, type InPlace, type InPlaceViews } from "../state/sqlite.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
 import { atPath, ensureDir, writeCacheFile } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
@@ -92,13 +93,22 @@ const UNCHANGED_EXPIRY_MARGIN_MS = 86_400_000;
 
 export const newSnapshotId = (d: Date) => d.toISOString().replace(/[-:.]/g, "") + "-" + randomBytes(4).toString("hex");
 
+/** Snapshots a full backup keeps open at its instant (snapshotDatabases' Hold), and their inspection. */
+interface Pinned {
+  views: InPlaceViews;
+  live: Awaited<ReturnType<typeof inspectPinned>>;
+  release(): void;
+}
+
 /** One database on its way through the pipeline; each stage fills in its part. */
 interface DbRecord {
   name: string;
   /** where it goes in a restored root */
   target: string;
-  /** the consistent copy in staging */
+  /** the consistent copy in staging (none is written when `pages` is set) */
   copy: string;
+  /** a full snapshot read in place: the live pages, pinned at the instant by a read transaction */
+  pages: PageSource | null;
   /** the parent's page index, verified against the parent's manifest (incrementals) */
   parentIndex: PageIndex | null;
   /** this copy's page index, encoded whole (the manifest signs its digest) */
@@ -289,9 +299,9 @@ interface CaptureScope {
 }
 
 /** Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is scanned. */
-function captureFiles(s: CaptureScope, reserved: Reserved): StagedComponent[] {
+function captureFiles(s: CaptureScope, reserved: Reserved): StagedFile[] {
   const { lc } = s;
-  const out: StagedComponent[] = [];
+  const out: StagedFile[] = [];
   const realRoot = realpathSync(lc.dir);
   for (const pattern of lc.config.files) {
     for (const f of expandFiles(lc, pattern, reserved, realRoot)) {
@@ -321,7 +331,7 @@ function captureFiles(s: CaptureScope, reserved: Reserved): StagedComponent[] {
  * Captures the workspace into staging (git bundle and patch, without what
  * stays out), proves it rebuilds the tree, and scans what it holds.
  */
-async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: string | null): Promise<{ staged: StagedComponent[]; manifest: Manifest["workspace"] }> {
+async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: string | null): Promise<{ staged: StagedFile[]; manifest: Manifest["workspace"] }> {
   const { lc } = s;
   const cfg = lc.config.workspace!;
   const wsDir = join(s.staging, "workspace");
@@ -331,7 +341,7 @@ async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: stri
   const skipDirs = repoDir && isInside(repoDir, live) && repoDir !== live ? [relative(live, repoDir).split(sep).join("/")] : [];
   const cap = await captureWorkspace(live, cfg.uncommitted, wsDir, { skipDirs, skip: (rel) => s.leaveOut(join(live, rel), rel) });
   s.notCaptured.push(...cap.skipped.map((x) => ({ ...x, path: `${target}/${x.path}` })));
-  const staged: StagedComponent[] = [{ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile }];
+  const staged: StagedFile[] = [{ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile }];
   if (cap.patchFile) staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
   // prove the capture reproduces the tree before trusting it
   const check = join(s.staging, "ws-check");
@@ -354,7 +364,7 @@ async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: stri
   return { staged, manifest: { path: target, commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files } };
 }
 
-type WorkspaceCaptured = { staged: StagedComponent[]; manifest: Manifest["workspace"]; notCaptured: NotCaptured[]; findings: SecretFinding[] };
+type WorkspaceCaptured = { staged: StagedFile[]; manifest: Manifest["workspace"]; notCaptured: NotCaptured[]; findings: SecretFinding[] };
 
 /**
  * The last workspace capture of each workspace, by the state it was made from
@@ -365,7 +375,7 @@ type WorkspaceCaptured = { staged: StagedComponent[]; manifest: Manifest["worksp
  * Kept in this process and in AGENTBAK_HOME/cache (0600), so that one CLI
  * run reuses the last one's. Only small captures are kept.
  */
-type KnownCapture = { key: string; files: { path: string; kind: StagedComponent["kind"]; bytes: Buffer }[]; result: Omit<WorkspaceCaptured, "staged"> };
+type KnownCapture = { key: string; files: { path: string; kind: StagedFile["kind"]; bytes: Buffer }[]; result: Omit<WorkspaceCaptured, "staged"> };
 const lastCapture = new Map<string, KnownCapture>();
 const REUSE_MAX_BYTES = 8 << 20;
 const captureCacheFile = (home: string, live: string) => join(home, "cache", `workspace-${createHash("sha256").update(live).digest("hex").slice(0, 16)}.json`);
@@ -374,7 +384,7 @@ function knownCapture(home: string, live: string): KnownCapture | undefined {
   const mem = lastCapture.get(live);
   if (mem) return mem;
   try {
-    const c = JSON.parse(readFileSync(captureCacheFile(home, live), "utf8")) as Omit<KnownCapture, "files"> & { live: string; files: { path: string; kind: StagedComponent["kind"]; base64: string }[] };
+    const c = JSON.parse(readFileSync(captureCacheFile(home, live), "utf8")) as Omit<KnownCapture, "files"> & { live: string; files: { path: string; kind: StagedFile["kind"]; base64: string }[] };
     if (c.live !== live) return undefined;
     return { key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, bytes: Buffer.from(f.base64, "base64") })) };
   } catch {
@@ -401,7 +411,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
   const known = key ? knownCapture(s.home, live) : undefined;
   if (key && known && known.key === key) {
     ensureDir(join(s.staging, "workspace"));
-    const staged = known.files.map((f): StagedComponent => (atPath(join(s.staging, f.path), () => writeFileSync(join(s.staging, f.path), f.bytes)), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
+    const staged = known.files.map((f): StagedFile => (atPath(join(s.staging, f.path), () => writeFileSync(join(s.staging, f.path), f.bytes)), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
     return { staged, ...known.result };
   }
   const findings: SecretFinding[] = [];
@@ -415,12 +425,12 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
 }
 
 /** Captures databases (at one instant), state sources, files and workspace between the pre and post hooks. */
-async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions & { atInstant?: (allLocked: boolean) => void; inPlace?: InPlace }, warnings: string[]) {
+async function capture(lc: LoadedConfig, repoDir: string | null, staging: string, o: BackupOptions & { atInstant?: (allLocked: boolean) => void; inPlace?: InPlace; hold?: Hold }, warnings: string[]) {
   const cfg = lc.config;
   const dbs: DbRecord[] = [];
   let cut: Cut | undefined;
-  let files: StagedComponent[] = [];
-  let ws: { staged: StagedComponent[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
+  let files: StagedFile[] = [];
+  let ws: { staged: StagedFile[]; manifest: Manifest["workspace"] } = { staged: [], manifest: null };
   let sources: Awaited<ReturnType<typeof captureSources>> = { staged: [], instant: undefined };
   // a credential's file is a secret by definition, and names like .env usually hold one
   const credentials = credentialFiles(lc);
@@ -458,10 +468,11 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
         o.waitMs || cfg.cut.waitSeconds * 1000,
         o.atInstant,
         o.inPlace,
+        o.hold,
       );
     for (const d of cfg.databases) {
       const copy = join(staging, "db", `${d.name}.sqlite`);
-      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, parentIndex: null, index: null, stored: null, delta: null, inspected: null, sums: false });
+      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, pages: null, parentIndex: null, index: null, stored: null, delta: null, inspected: null, sums: false });
     }
     if (cfg.sources.length) {
       o.progress?.("capturing state sources");
@@ -495,7 +506,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
  * into `staging/sources/<name>/`; connections come from credential references
  * resolved only now.
  */
-async function captureSources(lc: LoadedConfig, staging: string, warnings: string[]): Promise<{ staged: StagedComponent[]; instant: Manifest["capture_instant"] }> {
+async function captureSources(lc: LoadedConfig, staging: string, warnings: string[]): Promise<{ staged: StagedFile[]; instant: Manifest["capture_instant"] }> {
   const started = new Date();
   const caps = await Promise.all(
     lc.config.sources.map(async (s) => {
@@ -505,7 +516,7 @@ async function captureSources(lc: LoadedConfig, staging: string, warnings: strin
       return { s, cap: await driverFor(s.kind).capture(s, target, dir) };
     }),
   );
-  const staged: StagedComponent[] = [];
+  const staged: StagedFile[] = [];
   for (const { s, cap } of caps)
     for (const f of cap.files) {
       if (s.embedding && f.dimension !== undefined && f.dimension !== s.embedding.dimension)
@@ -558,6 +569,16 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
   const removals: Promise<void>[] = [];
   /** run at the end whatever happened: open block sums closed, and those of a snapshot not published removed */
   const closers: (() => void)[] = [];
+  /** a full snapshot's databases held open at the instant (read in place), with their inspection */
+  let pinned: Pinned | null = null;
+  // the inspection worker reads the pinned snapshots' descriptors: they close only after it finished
+  const releasePinned = async () => {
+    const p = pinned as Pinned | null;
+    pinned = null;
+    if (!p) return;
+    await p.live.settled();
+    p.release();
+  };
   try {
     crashStep("locked");
     await o.repo.sweep(a);
@@ -623,7 +644,24 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
             return true;
           }
         : undefined;
-    const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, { ...o, atInstant, inPlace }, warnings);
+    // a full snapshot (every database in WAL mode and locked here) is read in place too: the payload streams the
+    // pinned pages, and the inspection worker checks them through its own read transactions at the same instant;
+    // no copy of the databases is written and read back
+    const inspectInput = { cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases };
+    const hold: Hold | undefined =
+      !inPlace && !parents.size && cfg.databases.length
+        ? async (views, release) => {
+            const live = await inspectPinned(
+              { ...inspectInput, dbs: [...views].map(([name, v]) => ({ name, file: v.src, pages: v.snap.pinned(), indexKey: pageKey, sumsFile: sumStores.get(name)!.partial(snapshotId) ?? undefined })) },
+              new Map([...views].map(([n, v]) => [n, v.db])),
+            );
+            pinned = { views, live, release };
+            return true;
+          }
+        : undefined;
+    // the worker starts before the write locks are taken: they are held while it joins the instant, not while it loads
+    if (hold) await warmInspection(cfg.databases.reduce((n, d) => n + (statSync(lc.resolve(d.path), { throwIfNoEntry: false })?.size ?? 0), 0));
+    const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, { ...o, atInstant, inPlace, hold }, warnings);
     // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
     if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
       throw usageError(`nothing to back up: ${lc.path} names no database, no state source, no file that exists and no workspace; no snapshot was written`);
@@ -647,19 +685,25 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     if (done) for (const d of dbs) takeDelta(d, done.deltas.get(d.name)!);
     // integrity, counts, cursors, open operations and the secret scan read the copies (one instant) in a
     // worker thread while the payload is written here; nothing is published unless they pass
+    const held = pinned as Pinned | null; // set by the capture's callback when it kept the snapshots open
+    if (held)
+      for (const d of dbs) {
+        const v = held.views.get(d.name)!;
+        d.pages = namedSource(v.snap, `database ${d.name}: reading ${v.src}`);
+      }
     const inspection = done
       ? Promise.resolve(done.inspected)
-      : inspectInWorker({
-          dbs: dbs.map((d) => (d.parentIndex ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey, sumsFile: sumStores.get(d.name)!.partial(snapshotId) ?? undefined })),
-          cursors: cfg.cursors,
-          openOperations: cfg.openOperations,
-          scan: cfg.secretScan.databases,
-        });
+      : held
+        ? held.live.start()
+        : inspectInWorker({
+            ...inspectInput,
+            dbs: dbs.map((d) => (d.parentIndex ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: pageKey, sumsFile: sumStores.get(d.name)!.partial(snapshotId) ?? undefined })),
+          });
     inspection.catch(() => undefined); // awaited below; no unhandled rejection meanwhile
     for (const d of dbs)
       if (d.parentIndex && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, indexPages(d.copy, pageKey), d.parentIndex, bases.get(d.name) ?? null, join(staging, "db", `${d.name}.delta`), cfg.secretScan.databases !== "off"));
     const staged: StagedComponent[] = [
-      ...dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy })),
+      ...dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : d.pages ? { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, pages: d.pages } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy })),
       ...sources.staged,
       ...files,
       ...ws.staged,
@@ -673,6 +717,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     }
     o.progress?.("finishing snapshot checks");
     const ins = await inspection;
+    await releasePinned(); // the instant is no longer needed: the WAL can be checkpointed past it
     dbs.forEach((d) => {
       d.inspected = ins.dbs.find((x) => x.name === d.name)!;
       d.index ??= d.inspected.index ? encodeIndex(d.inspected.index) : null;
@@ -728,7 +773,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     o.progress?.("signing and writing bundle");
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
     // rather than written back during the bundle's fsync
-    removals.push(...staged.map((c) => rm(c.file, { force: true })), ...dbs.map((d) => rm(d.copy, { force: true })));
+    removals.push(...staged.flatMap((c) => (c.file ? [rm(c.file, { force: true })] : [])), ...dbs.map((d) => rm(d.copy, { force: true })));
     const bundleFile = join(staging, `${snapshotId}.agentbak`);
     const mbytes = await writeBundleFile(manifest, o.signingKey, payloadFile, bundleFile);
     crashStep("bundle-written");
@@ -743,7 +788,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       size: statSync(bundleFile).size,
       kind: manifest.parent ? "incremental" : "full",
       parent: manifest.parent?.snapshot_id ?? null,
-      databases_read: dbs.length ? (done ? "in-place" : "copy") : null,
+      databases_read: dbs.length ? (done || held ? "in-place" : "copy") : null,
       full_reason: wantIncremental && !manifest.parent ? chosen.reason || unindexed || null : null,
       repeated: false,
       status: "committed",
@@ -774,6 +819,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     if (other && (dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
     return { ...receipt, path: published.path };
   } finally {
+    await releasePinned();
     await Promise.allSettled(removals);
     for (const c of closers)
       try {

@@ -1,5 +1,7 @@
 /**
- * Worker-thread entry: inspectSnapshot of one snapshot per message, or the
+ * Worker-thread entry: inspectSnapshot of one snapshot per message (of a
+ * copy, or of live databases in read transactions it opens at the caller's
+ * instant), or the
  * sha256 of a pinned live snapshot's pages with the keyed hashes of its last
  * pages (an in-place incremental splits the hashing between two threads), for
  * as long as the process keeps the thread.
@@ -9,11 +11,21 @@ import { AgentbakError } from "../errors.js";
 import { inspectSnapshot, type WorkerRequest } from "./inspect.js";
 import { pinnedSource } from "./livesnap.js";
 import { hashTail } from "./pages.js";
+import { joinInstant, releaseAll } from "./sqlite.js";
 
 parentPort!.on("message", (m: WorkerRequest) => {
   try {
+    if (m.kind === "ready") return parentPort!.postMessage({ ok: true, result: null });
     if (m.kind === "inspect") {
-      const result = inspectSnapshot(m.input);
+      // the caller holds the write locks until it hears `pinned`: these read transactions see its instant
+      const pinned = m.pin ? joinInstant(m.input.dbs) : undefined;
+      if (pinned) parentPort!.postMessage({ pinned: true });
+      let result;
+      try {
+        result = inspectSnapshot(m.input, pinned);
+      } finally {
+        if (pinned) releaseAll(pinned);
+      }
       // the page indexes (megabytes at a GiB) move to the caller rather than being copied
       const own = (b?: Uint8Array) => (b && b.byteOffset === 0 && b.byteLength === b.buffer.byteLength ? [b.buffer as ArrayBuffer] : []);
       return parentPort!.postMessage({ ok: true, result }, result.dbs.flatMap((d) => own(d.index?.hashes)));

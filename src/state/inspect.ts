@@ -9,7 +9,7 @@ import { statSync } from "node:fs";
 import { AgentbakError, Exit } from "../errors.js";
 import { join } from "node:path";
 import { ROOT } from "../version.js";
-import { pinnedSource, type PinnedPages } from "./livesnap.js";
+import { namedSource, pinnedSource, type PinnedPages } from "./livesnap.js";
 import { BlockSummer, blockSeed } from "./blocks.js";
 import { hashTail, PageHasher, readPages, withPages, type PageIndex, type PageSource } from "./pages.js";
 import { PageScanner, scanFilePages } from "./pagescan.js";
@@ -22,8 +22,10 @@ export interface InspectInput {
    * `sumsFile`: and write the block sums (state/blocks.ts) there.
    * `scan: false`: leave this database's secret scan to the caller (incrementals scan changed pages only).
    * `integrity: false`: no integrity_check (an incremental the integrity policy does not check); reported as "skipped".
+   * `pages`: the pages of a pinned live snapshot (a full snapshot read in place), read instead of `file`, which is
+   * then the live database the connections pinned at the same instant read.
    */
-  dbs: { name: string; file: string; indexKey?: Uint8Array; sumsFile?: string; scan?: boolean; integrity?: boolean }[];
+  dbs: { name: string; file: string; pages?: PinnedPages; indexKey?: Uint8Array; sumsFile?: string; scan?: boolean; integrity?: boolean }[];
   cursors: Record<string, { database: string; sql: string }>;
   openOperations?: { database: string; sql: string };
   scan: "refuse" | "warn" | "off";
@@ -88,8 +90,9 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): 
     let index: PageIndex | undefined;
     let sumsWritten = false;
     let suspicious: number[] | null = [];
+    const from = d.pages ? namedSource(pinnedSource(d.pages), `database ${d.name}: reading ${d.file}`) : d.file;
     if (d.indexKey)
-      withPages(d.file, (src) => {
+      withPages(from, (src) => {
         const scanner = scan ? new PageScanner(src) : null;
         const hasher = new PageHasher(Buffer.from(d.indexKey!), src.pageSize);
         const summer = d.sumsFile ? new BlockSummer(src.pageSize, blockSeed(Buffer.from(d.indexKey!)), d.sumsFile) : null;
@@ -105,7 +108,7 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): 
         index = hasher.index();
         suspicious = scanner ? (scanner.header.utf8 ? scanner.suspicious : null) : [];
       });
-    else if (scan) suspicious = scanFilePages(d.file);
+    else if (scan) suspicious = scanFilePages(from);
     const { db, close } = connect(d.name, d.file);
     try {
       const integrity = d.integrity === false ? ["skipped"] : integrityCheck(db);
@@ -149,8 +152,13 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): 
  */
 const idle: Worker[] = [];
 
-/** What the worker thread (inspect-worker.ts) is asked to do. */
-export type WorkerRequest = { kind: "inspect"; input: InspectInput } | { kind: "sha256"; pages: PinnedPages; key: Uint8Array; from: number };
+/**
+ * What the worker thread (inspect-worker.ts) is asked to do. `pin`: open its
+ * own read transaction on each live database first and answer `pinned` before
+ * inspecting (the caller holds the write locks meanwhile, so it is the
+ * caller's instant).
+ */
+export type WorkerRequest = { kind: "inspect"; input: InspectInput; pin?: boolean } | { kind: "sha256"; pages: PinnedPages; key: Uint8Array; from: number } | { kind: "ready" };
 
 /**
  * Work on databases smaller than this runs on the calling thread: starting a
@@ -161,11 +169,48 @@ export type WorkerRequest = { kind: "inspect"; input: InspectInput } | { kind: "
  */
 const IN_THREAD_MAX = 32 << 20;
 
+const bytesOf = (input: InspectInput) => input.dbs.reduce((n, d) => n + (d.pages ? d.pages.pageCount * d.pages.pageSize : statSync(d.file).size), 0);
+const inThread = (input: InspectInput) => bytesOf(input) < IN_THREAD_MAX && !idle.length;
+
 /** Runs inspectSnapshot in a worker thread (on this one for small databases). */
 export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
-  const bytes = input.dbs.reduce((n, d) => n + statSync(d.file).size, 0);
-  return bytes < IN_THREAD_MAX && !idle.length ? Promise.resolve().then(() => inspectSnapshot(input)) : inWorker<InspectResult>({ kind: "inspect", input });
+  return inThread(input) ? Promise.resolve().then(() => inspectSnapshot(input)) : inWorker<InspectResult>({ kind: "inspect", input });
 }
+
+/**
+ * Starts a worker thread for a coming inspection of `bytes` of databases, so
+ * its start (an isolate, the modules, SQLite: 60-100 ms) is not paid while
+ * write locks are held (inspectPinned). Nothing for a small agent.
+ */
+export function warmInspection(bytes: number): Promise<void> {
+  if (bytes < IN_THREAD_MAX || idle.length) return Promise.resolve();
+  return inWorker<null>({ kind: "ready" }).then(() => undefined);
+}
+
+/**
+ * The inspection of pinned live snapshots (`input.dbs[].pages`), at the
+ * instant `views` hold. Call it while the write locks are still held: a
+ * worker thread opens its own read transactions now, the same instant, and
+ * this resolves once it has (a failure to open one names the database, as
+ * snapshotDatabases would). Small databases are inspected on this thread
+ * through the views' own connections, when start() is called. start() begins
+ * (or returns) the inspection; the snapshots must stay open until settled()
+ * resolves (the worker reads their descriptors).
+ */
+export async function inspectPinned(input: InspectInput, views: Map<string, DB>): Promise<{ start(): Promise<InspectResult>; settled(): Promise<void> }> {
+  if (inThread(input)) {
+    let started: Promise<InspectResult> | null = null;
+    return { start: () => (started ??= Promise.resolve().then(() => inspectSnapshot(input, views))), settled: () => (started ?? Promise.resolve()).then(noop, noop) };
+  }
+  let pinned!: () => void;
+  const joined = new Promise<void>((r) => (pinned = r));
+  const result = inWorker<InspectResult>({ kind: "inspect", input, pin: true }, () => pinned());
+  result.catch(noop); // returned by start(); a failure before the pin is thrown below
+  await Promise.race([joined, result]);
+  return { start: () => result, settled: () => result.then(noop, noop) };
+}
+
+const noop = () => undefined;
 
 /**
  * The sha256 of a pinned live snapshot's pages and the keyed hashes of its
@@ -178,7 +223,7 @@ export function hashTailInWorker(pages: PinnedPages, key: Buffer, from: number):
     : inWorker<{ sha256: string; hashes: Uint8Array }>({ kind: "sha256", pages, key, from });
 }
 
-function inWorker<T>(req: WorkerRequest): Promise<T> {
+function inWorker<T>(req: WorkerRequest, onPinned?: () => void): Promise<T> {
   // a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
   const w = idle.pop() ?? new Worker(join(ROOT, "dist", "packed", "inspect-worker.js"), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
   w.ref();
@@ -189,7 +234,8 @@ function inWorker<T>(req: WorkerRequest): Promise<T> {
       w.unref();
       idle.push(w);
     };
-    const onMessage = (m: { ok: true; result: T } | { ok: false; code: number; message: string }) => {
+    const onMessage = (m: { ok: true; result: T } | { ok: false; code: number; message: string } | { pinned: true }) => {
+      if ("pinned" in m) return onPinned?.();
       settle(true);
       if (m.ok) resolve(m.result);
       else reject(new AgentbakError(m.code as 1, m.message));

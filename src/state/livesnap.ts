@@ -11,6 +11,7 @@
 import type Database from "better-sqlite3";
 import { closeSync, openSync, readSync, rmSync } from "node:fs";
 import { writeAll } from "../fsutil.js";
+import { ioErrno, ioError } from "../errors.js";
 import { join } from "node:path";
 import { readWal } from "./wal.js";
 import type { PageSource } from "./pages.js";
@@ -128,6 +129,19 @@ export function readPinned(d: PinnedPages, first: number, n: number, buf: Buffer
 
 /** A pinned snapshot's pages as a PageSource, in another thread of the process that pinned it. */
 export const pinnedSource = (d: PinnedPages): PageSource => ({ pageSize: d.pageSize, pageCount: d.pageCount, read: (first, n, buf) => readPinned(d, first, n, buf) });
+
+/** `src` whose I/O errors name what it reads (`what`: "database state: reading /path/agent.sqlite"), as a copy's would. */
+export const namedSource = (src: PageSource, what: string): PageSource => ({
+  pageSize: src.pageSize,
+  pageCount: src.pageCount,
+  read(first, n, buf) {
+    try {
+      src.read(first, n, buf);
+    } catch (e) {
+      throw ioErrno(e) ? ioError(e, what) : e;
+    }
+  },
+});
 
 /**
  * Makes page 1 describe a self-contained rollback-journal file: file format

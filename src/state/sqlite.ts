@@ -148,6 +148,18 @@ export interface Cut {
  */
 export type InPlace = (views: InPlaceViews) => Promise<boolean>;
 
+/**
+ * A full snapshot read in place: called while every write lock is still held,
+ * so a connection opened meanwhile (the inspection worker's) joins the same
+ * instant. Offered only when every database is in WAL mode and locked by this
+ * process: there a held read transaction blocks no writer (in rollback-journal
+ * mode its SHARED lock would stall the agent's commits for the whole backup).
+ * @returns true to take the snapshots over: they stay open after
+ *   snapshotDatabases returns or throws, until the callback's owner calls
+ *   `release` (no copy is written); false to have them copied.
+ */
+export type Hold = (views: InPlaceViews, release: () => void) => Promise<boolean>;
+
 /** Each database's pinned snapshot, its connection (in the snapshot's read transaction) and its live file, by name. */
 export type InPlaceViews = Map<string, { snap: LiveSnapshot; db: DB; src: string }>;
 
@@ -169,11 +181,13 @@ export interface CopyJob {
  * a sequential read and write instead of the online backup API's page-by-page
  * copy. A database this process may only read is copied with the online
  * backup API inside its read transaction. Integrity is checked by
- * inspectSnapshot before anything is published.
+ * inspectSnapshot before anything is published. Instead of a copy, `hold`
+ * (a full snapshot) may take the pinned snapshots over while the locks are
+ * still held, and `inPlace` (an incremental) may read them before they close.
  * @throws AgentbakError(11) naming the database whose write lock stayed busy
  *   for `waitMs`; AgentbakError naming the database when one is missing or unreadable.
  */
-export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInstant?: (allLocked: boolean) => void, inPlace?: InPlace): Promise<Cut> {
+export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInstant?: (allLocked: boolean) => void, inPlace?: InPlace, hold?: Hold): Promise<Cut> {
   const ordered = [...jobs].sort((x, y) => (x.name < y.name ? -1 : 1));
   for (const j of ordered) {
     let st;
@@ -190,6 +204,7 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
   }
   const locks = new Map<string, DB>();
   const readers: { job: CopyJob; db: DB; snap: LiveSnapshot | null }[] = [];
+  let handedOver = false;
   const t0 = Date.now();
   const left = () => Math.max(0, Math.round(waitMs - (Date.now() - t0)));
   try {
@@ -227,17 +242,23 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
     const at = new Date();
     // the instant itself: with every write lock held, nothing can commit (capture/unchanged.ts reads the files here)
     atInstant?.(locks.size === ordered.length);
-    for (const l of locks.values()) closeQuietly(l);
-    const held = Date.now() - locked;
-    // read in place instead of copied, while every read transaction still holds the instant (incrementals)
-    let handled = false;
-    if (inPlace && readers.every((r) => r.snap)) {
+    const views = (): InPlaceViews => {
       for (const r of readers) {
         r.db.pragma("trusted_schema = OFF");
         r.db.pragma("cell_size_check = ON");
       }
-      handled = await inPlace(new Map(readers.map((r) => [r.job.name, { snap: r.snap!, db: r.db, src: r.job.src }])));
+      return new Map(readers.map((r) => [r.job.name, { snap: r.snap!, db: r.db, src: r.job.src }]));
+    };
+    // a full snapshot kept in place: other connections join the instant before the locks go
+    let handled = false;
+    if (hold && locks.size === ordered.length && readers.every((r) => r.snap?.journal === "wal")) {
+      const mine = [...readers];
+      handled = handedOver = await hold(views(), () => mine.forEach(closeReader));
     }
+    for (const l of locks.values()) closeQuietly(l);
+    const heldMs = Date.now() - locked;
+    // read in place instead of copied, while every read transaction still holds the instant (incrementals)
+    if (!handled && inPlace && readers.every((r) => r.snap)) handled = await inPlace(views());
     for (const { job, db, snap } of handled ? [] : readers) {
       try {
         if (snap) await snap.copyTo(job.dest);
@@ -259,20 +280,60 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
       }
     }
     const all = locks.size === ordered.length;
-    return {
+    const cut: Cut = {
       at: at.toISOString(),
       method: all ? "write-locks" : "read-transaction",
       databases: ordered.map((j) => j.name),
       wait_ms: locked - t0,
-      hold_ms: held,
+      hold_ms: heldMs,
     };
+    return cut;
   } finally {
     for (const l of locks.values()) closeQuietly(l);
-    for (const r of readers) {
-      r.snap?.close();
-      closeQuietly(r.db);
-    }
+    // snapshots handed over (Hold) are the taker's to release, whatever happened here
+    if (!handedOver) readers.forEach(closeReader);
   }
+}
+
+/**
+ * Opens a read transaction on each live database, for a connection that joins
+ * the instant another one pinned while its write locks are held (a full
+ * snapshot inspected in place, in the inspection worker).
+ * @throws what snapshotDatabases would throw for the database (a schema that
+ *   SQLite refuses to parse: 13 naming it).
+ */
+export function joinInstant(dbs: { name: string; file: string }[]): Map<string, DB> {
+  const out = new Map<string, DB>();
+  try {
+    for (const d of dbs) {
+      let db: DB | undefined;
+      try {
+        db = openDefensive(d.file);
+        db.pragma("busy_timeout = 5000"); // a checkpoint that is running (WAL) answers busy for a moment
+        db.exec("BEGIN");
+        db.prepare("SELECT count(*) FROM sqlite_schema").get(); // the read snapshot starts at the first read
+      } catch (e) {
+        db?.close();
+        throw sqliteError(e, d.name, d.file);
+      }
+      out.set(d.name, db);
+    }
+  } catch (e) {
+    releaseAll(out);
+    throw e;
+  }
+  return out;
+}
+
+/** Ends the read transactions of joinInstant's connections and closes them. */
+export function releaseAll(dbs: Map<string, DB>): void {
+  for (const db of dbs.values()) closeQuietly(db);
+  dbs.clear();
+}
+
+function closeReader(r: { db: DB; snap: LiveSnapshot | null }): void {
+  r.snap?.close();
+  closeQuietly(r.db);
 }
 
 /**
