@@ -20,9 +20,12 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-async function encrypt(data: Buffer, recipients: string[]): Promise<Buffer> {
+async function encrypt(data: Buffer, recipients: string[], cuts: number[] = []): Promise<Buffer> {
   const chunks: Buffer[] = [];
-  await pipeline(Readable.from([data]), new AgeEncryptStream(recipients), async function* (src) {
+  const parts: Buffer[] = [];
+  let at = 0;
+  for (const c of [...cuts.filter((c) => c > 0 && c < data.length), data.length].sort((x, y) => x - y)) parts.push(data.subarray(at, (at = c)));
+  await pipeline(Readable.from(parts.length ? parts : [data]), new AgeEncryptStream(recipients), async function* (src) {
     for await (const c of src) chunks.push(c as Buffer);
   });
   return Buffer.concat(chunks);
@@ -51,6 +54,32 @@ describe("age payload encryption", () => {
     // stripFinalNewline off: random data ends in "\n" one time in 256
     const r = await execa("age", ["-d", "-i", idFile, join(dir, "f.age")], { encoding: "buffer", stripFinalNewline: false });
     expect(Buffer.from(r.stdout).equals(data)).toBe(true);
+  });
+
+  // the stream seals a chunk where it lies when a whole one (and a byte more) is at hand, and copies the rest aside:
+  // every way the plaintext can arrive gives the same valid age file
+  it.each([0, 1, 65536, 65537, 131072, 131073, 200_000])("our %i-byte file, fed in pieces that cross the 64 KiB chunks every way, decrypts with the age CLI", async (n) => {
+    const id = generateIdentity();
+    const idFile = join(dir, `id-p${n}.txt`);
+    writeFileSync(idFile, identityString(id) + "\n");
+    const data = randomBytes(n);
+    const ways = [
+      Array.from({ length: Math.ceil(n / 7) }, (_, i) => i * 7), // small pieces
+      [65536, 131072], // exactly at chunk ends
+      [1, 65537, 65538, 131073], // a byte past them
+      [100, 70_000, 140_000], // a piece larger than a chunk after a partial one
+    ];
+    for (const cuts of ways) {
+      const enc = await encrypt(data, [id.recipient], cuts);
+      const chunks = Math.max(1, Math.ceil(n / 65536));
+      writeFileSync(join(dir, "pieces.age"), enc);
+      const r = await execa("age", ["-d", "-i", idFile, join(dir, "pieces.age")], { encoding: "buffer", stripFinalNewline: false });
+      expect(Buffer.from(r.stdout).equals(data), `${n} bytes cut at ${cuts.slice(0, 5).join(",")}`).toBe(true);
+      // payload = 16-byte nonce + the plaintext + a 16-byte tag per chunk, after the header
+      const header = enc.indexOf("\n", enc.indexOf("\n---") + 1) + 1;
+      expect(enc.length - header).toBe(16 + n + 16 * chunks);
+      expect((await decrypt(enc, [id], 1000)).equals(data)).toBe(true);
+    }
   });
 
   it.each(sizes)("the age CLI's %i-byte file decrypts here, fed whole and byte-chunked", async (n) => {

@@ -69,7 +69,9 @@ function openOnce(key: Buffer, nonce: Buffer, sealed: Uint8Array): Buffer | null
   const d = createDecipheriv("chacha20-poly1305", key, nonce, { authTagLength: TAG });
   d.setAuthTag(sealed.subarray(sealed.length - TAG));
   try {
-    return Buffer.concat([d.update(sealed.subarray(0, sealed.length - TAG)), d.final()]);
+    const plain = d.update(sealed.subarray(0, sealed.length - TAG));
+    d.final(); // checks the tag; a stream cipher has no bytes left over
+    return plain;
   } catch {
     return null;
   }
@@ -218,8 +220,9 @@ function chunkNonce(counter: number, last: boolean): Buffer {
  */
 export class AgeEncryptStream extends Transform {
   private key: Buffer;
-  private pending: Buffer[] = [];
-  private pendingLen = 0;
+  /** plaintext not yet sealed: at most one chunk, kept until more data shows whether it is the last */
+  private readonly acc = Buffer.allocUnsafe(CHUNK);
+  private accLen = 0;
   private counter = 0;
 
   constructor(recipients: string[]) {
@@ -231,30 +234,36 @@ export class AgeEncryptStream extends Transform {
     this.push(Buffer.concat([buildHeader(recipients, fileKey), nonce]));
   }
 
-  private seal(plain: Buffer, last: boolean): Buffer {
-    return sealOnce(this.key, chunkNonce(this.counter++, last), plain);
+  /** Seals one chunk and pushes its ciphertext and tag as they come (no concatenation: each would copy every byte). */
+  private seal(plain: Buffer, last: boolean): void {
+    const c = createCipheriv("chacha20-poly1305", this.key, chunkNonce(this.counter++, last), { authTagLength: TAG });
+    this.push(c.update(plain));
+    c.final();
+    this.push(c.getAuthTag());
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
-    this.pending.push(chunk);
-    this.pendingLen += chunk.length;
-    // keep at least one byte back so the final chunk is always known at flush time
-    if (this.pendingLen > CHUNK) {
-      let all = Buffer.concat(this.pending);
-      const out: Buffer[] = [];
-      while (all.length > CHUNK) {
-        out.push(this.seal(all.subarray(0, CHUNK), false));
-        all = all.subarray(CHUNK);
+    // a full chunk is sealed only once a byte after it has arrived, so the final chunk is known at flush time
+    for (let off = 0; off < chunk.length; ) {
+      if (this.accLen === CHUNK) {
+        this.seal(this.acc, false); // the cipher's output is a new buffer: acc is free again at once
+        this.accLen = 0;
       }
-      this.pending = [all];
-      this.pendingLen = all.length;
-      this.push(Buffer.concat(out));
+      if (this.accLen === 0 && chunk.length - off > CHUNK) {
+        this.seal(chunk.subarray(off, off + CHUNK), false); // sealed where it lies, not copied first
+        off += CHUNK;
+        continue;
+      }
+      const n = Math.min(CHUNK - this.accLen, chunk.length - off);
+      chunk.copy(this.acc, this.accLen, off, off + n);
+      this.accLen += n;
+      off += n;
     }
     done();
   }
 
   override _flush(done: TransformCallback): void {
-    this.push(this.seal(Buffer.concat(this.pending), true));
+    this.seal(this.acc.subarray(0, this.accLen), true);
     done();
   }
 }
@@ -308,7 +317,6 @@ export class AgeDecryptStream extends Transform {
       this.buf = this.buf.subarray(h.length + 16);
     }
     const sealedSize = CHUNK + TAG;
-    const out: Buffer[] = [];
     while (this.buf.length > sealedSize || (final && this.buf.length > 0)) {
       if (this.done) return this.fail("trailing data after final chunk");
       const take = Math.min(sealedSize, this.buf.length);
@@ -324,15 +332,25 @@ export class AgeDecryptStream extends Transform {
       if (this.done && plain.length === 0 && this.counter > 0) return this.fail("empty final chunk");
       this.counter++;
       this.buf = this.buf.subarray(take);
-      out.push(plain);
+      this.push(plain); // each chunk as it is (concatenating them would copy every byte once more)
     }
-    if (out.length) this.push(Buffer.concat(out));
     if (final && !this.done) return this.fail("truncated age payload");
     return null;
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    const sealedSize = CHUNK + TAG;
+    const need = sealedSize - this.buf.length;
+    if (this.key && this.buf.length > 0 && chunk.length > need) {
+      // the carried part of a chunk is completed from this one (a copy of at most one chunk) and opened: more
+      // bytes follow it, so it is not the last; the rest is opened where it lies instead of being appended
+      if (this.done) return cb(this.fail("trailing data after final chunk"));
+      const plain = this.openChunk(Buffer.concat([this.buf, chunk.subarray(0, need)]), false);
+      if (!plain || plain.length < CHUNK) return cb(this.fail(`payload chunk ${this.counter} failed authentication`));
+      this.counter++;
+      this.push(plain);
+      this.buf = chunk.subarray(need);
+    } else this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
     cb(this.drain(false));
   }
 
