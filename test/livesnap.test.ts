@@ -8,7 +8,7 @@ import Database from "better-sqlite3";
 import { mkdtempSync, rmSync, readdirSync, existsSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ROOT } from "./helpers.js";
+import { json, makeAgent, ROOT, SNAPS } from "./helpers.js";
 import { snapshotDatabases } from "../dist/state/sqlite.js";
 import { readWal } from "../dist/state/wal.js";
 // @ts-expect-error plain JS fixture
@@ -136,6 +136,25 @@ describe("LiveSnapshot", () => {
     });
     expect(new Set(seen).size).toBe(seen.length); // the writer moved on between rounds
   }, 120_000);
+
+  it("a full backup read in place stores the page index of the very pages it stored (hashed by two threads)", async () => {
+    // 40 MiB: the worker thread hashes the last pages of the index, the payload's thread the first ones
+    const a = await makeAgent({ sizeMb: 40, seed: 7 });
+    try {
+      const r = json(await a.run(["backup", "--json"]));
+      expect(r).toMatchObject({ kind: "full", databases_read: "in-place" });
+      const { decodeIndex, indexPages, pageIndexKey } = await import("../dist/state/pages.js");
+      const stored = decodeIndex(await (await a.store()).get(`${SNAPS}/${r.snapshot_id}.state.pageindex`));
+      const target = join(a.tmp, "restored-ix");
+      expect([0, 3]).toContain((await a.run(["restore", r.snapshot_id, "--target", target, "--yes", "--allow-rollback", "--integrity", "digest"])).code);
+      const restored = indexPages(join(target, "state/agent.sqlite"), pageIndexKey(a.home));
+      expect(stored.pageCount).toBe(restored.pageCount);
+      expect(stored.pageCount).toBeGreaterThan(2048); // both threads had pages to hash
+      expect(Buffer.compare(stored.hashes, restored.hashes)).toBe(0);
+    } finally {
+      a.cleanup();
+    }
+  }, 180_000);
 
   it("rollback-journal mode: the copy equals the committed state, and writers wait only for the copy", async () => {
     const db = join(tmp, "rollback.sqlite");

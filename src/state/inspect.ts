@@ -22,10 +22,12 @@ export interface InspectInput {
    * `sumsFile`: and write the block sums (state/blocks.ts) there.
    * `scan: false`: leave this database's secret scan to the caller (incrementals scan changed pages only).
    * `integrity: false`: no integrity_check (an incremental the integrity policy does not check); reported as "skipped".
+   * `indexAfter`: the page index here holds only the pages after this one; the caller hashes the first ones (a
+   * full snapshot read in place: its payload's thread hashes them as it streams them, sharing the work).
    * `pages`: the pages of a pinned live snapshot (a full snapshot read in place), read instead of `file`, which is
    * then the live database the connections pinned at the same instant read.
    */
-  dbs: { name: string; file: string; pages?: PinnedPages; indexKey?: Uint8Array; sumsFile?: string; scan?: boolean; integrity?: boolean }[];
+  dbs: { name: string; file: string; pages?: PinnedPages; indexKey?: Uint8Array; indexAfter?: number; sumsFile?: string; scan?: boolean; integrity?: boolean }[];
   cursors: Record<string, { database: string; sql: string }>;
   openOperations?: { database: string; sql: string };
   scan: "refuse" | "warn" | "off";
@@ -95,10 +97,12 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): 
       withPages(from, (src) => {
         const scanner = scan ? new PageScanner(src) : null;
         const hasher = new PageHasher(Buffer.from(d.indexKey!), src.pageSize);
+        const after = d.indexAfter ?? 0;
         const summer = d.sumsFile ? new BlockSummer(src.pageSize, blockSeed(Buffer.from(d.indexKey!)), d.sumsFile) : null;
         try {
           readPages(src, (run, first) => {
-            hasher.update(run);
+            const skip = Math.min(run.length / src.pageSize, Math.max(0, after - first + 1));
+            if (skip * src.pageSize < run.length) hasher.update(skip ? run.subarray(skip * src.pageSize) : run);
             summer?.update(run);
             if (scanner?.header.utf8) scanner.pages(run, first);
           });
