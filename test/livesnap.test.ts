@@ -156,6 +156,30 @@ describe("LiveSnapshot", () => {
     }
   }, 180_000);
 
+  it("a WAL database this process may only read (its BEGIN IMMEDIATE locks nothing) is copied, not read in place, and restores consistent", async (ctx) => {
+    if (process.getuid?.() !== 0 || (await execa("sh", ["-c", "command -v setpriv"], { reject: false })).exitCode !== 0) return ctx.skip();
+    const a = await makeAgent({ sizeMb: 4, seed: 9 });
+    try {
+      const db = join(a.dir, "state/agent.sqlite");
+      await execa("chown", ["-R", "nobody", a.tmp]);
+      // root's writer keeps committing; the database, its WAL and WAL index stay root's, read-only to the backup
+      await withWriter(db, async () => {
+        await execa("chown", ["root", db, `${db}-wal`, `${db}-shm`]);
+        await execa("chmod", ["444", db]);
+        const r = await execa("setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "node", join(ROOT, "bin/agentbak.js"), "backup", "--json"], { cwd: a.dir, env: { ...process.env, ...a.env, NO_COLOR: "1" }, reject: false, timeout: 60_000 });
+        expect(r.exitCode, r.stderr).toBe(0);
+        // before: "in-place", with writers committing under a lock that was never taken (restores failed integrity_check)
+        expect(JSON.parse(r.stdout).databases_read).toBe("copy");
+      });
+      await execa("chmod", ["644", db]);
+      const target = join(a.tmp, "restored-ro");
+      expect([0, 3]).toContain((await a.run(["restore", "latest", "--target", target, "--yes", "--allow-rollback"])).code);
+      checkConsistent(join(target, "state/agent.sqlite"));
+    } finally {
+      a.cleanup();
+    }
+  }, 180_000);
+
   it("rollback-journal mode: the copy equals the committed state, and writers wait only for the copy", async () => {
     const db = join(tmp, "rollback.sqlite");
     generateDatabase(db, { sizeMb: 3, seed: 4 });

@@ -2,7 +2,7 @@
  * SQLite: consistent online copies, defensive opening, integrity checks.
  */
 import Database from "better-sqlite3";
-import { statSync } from "node:fs";
+import { accessSync, constants, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { LiveSnapshot } from "./livesnap.js";
 import { type AgentbakError, ioErrno, ioError, lockedError, usageError, verifyError, wrap } from "../errors.js";
@@ -217,6 +217,12 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
       } catch (e) {
         throw sqliteError(e, j.name, j.src, waitMs);
       }
+      if (!holdsWriteLock(db, j.src)) {
+        // opened read-write but silently read-only (a file or WAL index this process may not write): its
+        // BEGIN IMMEDIATE took no lock, and writers go on; it is treated as read-only for us
+        closeQuietly(db);
+        locks.delete(j.name);
+      }
     }
     const locked = Date.now();
     for (const j of ordered) {
@@ -353,6 +359,37 @@ async function whileBusy(db: DB, left: () => number, step: () => unknown): Promi
       if (!/^SQLITE_BUSY/.test(String((e as { code?: unknown }).code)) || left() <= 0) throw e;
     }
     await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/**
+ * Whether `db`, in BEGIN IMMEDIATE, really holds the write lock of `path`.
+ * SQLite opens a file this process may not write read-only without saying
+ * so, and BEGIN IMMEDIATE then succeeds without locking anything: writers
+ * commit meanwhile (seen as a process that could only read a root-owned
+ * database). In WAL mode (where the WAL index may be the read-only part)
+ * writing user_version's own value answers SQLITE_READONLY there; otherwise
+ * it stays in the page cache (nothing is written before a commit) and is
+ * rolled back with the lock. In rollback-journal mode the same write would
+ * create a journal beside the database, so the file's own writability is
+ * asked instead: SQLite falls back to read-only exactly when it can not open
+ * it for writing.
+ */
+function holdsWriteLock(db: DB, path: string): boolean {
+  if (db.pragma("journal_mode", { simple: true }) !== "wal") {
+    try {
+      accessSync(path, constants.W_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+  try {
+    db.pragma(`user_version = ${Number(db.pragma("user_version", { simple: true }))}`);
+    return true;
+  } catch (e) {
+    if (/^SQLITE_READONLY/.test(String((e as { code?: unknown }).code))) return false;
+    throw e;
   }
 }
 
