@@ -212,12 +212,14 @@ export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInsta
       const db = openWriter(j);
       if (!db) continue; // read-only for us: its read transaction alone holds it (see below)
       locks.set(j.name, db);
+      let real: boolean;
       try {
         await whileBusy(db, left, () => db.exec("BEGIN IMMEDIATE"));
+        real = holdsWriteLock(db, j.src);
       } catch (e) {
         throw sqliteError(e, j.name, j.src, waitMs);
       }
-      if (!holdsWriteLock(db, j.src)) {
+      if (!real) {
         // opened read-write but silently read-only (a file or WAL index this process may not write): its
         // BEGIN IMMEDIATE took no lock, and writers go on; it is treated as read-only for us
         closeQuietly(db);
