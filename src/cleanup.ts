@@ -76,6 +76,36 @@ export function removeTree(dir: string): void {
 /** Registers the removal of `dir` on an interrupt; returns a function that unregisters it. */
 export const removeOnInterrupt = (dir: string): (() => void) => onInterrupt(() => removeTree(dir));
 
+const done = new Set<string>();
+
+/**
+ * Records something an interrupted exit must still report as done (a
+ * snapshot whose commit marker is written: it is complete and listed, and a
+ * bare "interrupted" would say nothing was published). @returns its removal.
+ */
+export function doneBeforeInterrupt(what: string): () => void {
+  done.add(what);
+  return () => done.delete(what);
+}
+
+/**
+ * Yields to the event loop once, so a signal that has already arrived is
+ * handled (the process cleans up and exits 130) before the step that
+ * follows. Work on a local disk can run from one await to the next without
+ * ever yielding: a Ctrl-C during it was handled only after the snapshot was
+ * committed. Called before a commit point, and before a "done" note is
+ * removed.
+ */
+export async function letInterruptsIn(): Promise<void> {
+  // two turns: the first immediate may run before this turn's poll phase has read libuv's signal pipe; the
+  // second runs after the next poll phase, which has (one turn was not enough: a SIGINT sent before the
+  // commit marker was still handled after it)
+  for (let i = 0; i < 2; i++) await new Promise((r) => setImmediate(r));
+}
+
+/** The line of an interrupted exit: "interrupted", and what was done before it. */
+export const interruptedMessage = (): string => (done.size ? `interrupted after ${[...done].join("; ")}` : "interrupted");
+
 /** Runs every registered cleanup, ignoring individual failures. */
 export function runInterruptCleanups(): void {
   for (const fn of tasks) {

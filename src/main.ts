@@ -6,7 +6,7 @@
 import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";
 import { AgentbakError, Exit, EXIT_NAMES, isSystemError, type ExitCode } from "./errors.js";
-import { liveChildren, runInterruptCleanups, stopChildren } from "./cleanup.js";
+import { interruptedMessage, liveChildren, runInterruptCleanups, stopChildren } from "./cleanup.js";
 
 /** Whether --json was given (before a `--`): known even when the flags did not parse. */
 const args = process.argv.slice(2);
@@ -68,7 +68,7 @@ function end(say: () => ExitCode): void {
   if (liveChildren() === 0) exit();
   else void stopChildren().finally(exit);
 }
-const interrupted = () => end(() => fail(Exit.interrupted, "interrupted"));
+const interrupted = () => end(() => fail(Exit.interrupted, interruptedMessage()));
 // a closed pipe (agentbak ... | head) is not an error of ours
 process.stdout.on("error", (e: NodeJS.ErrnoException) => {
   if (e.code === "EPIPE") process.exit(process.exitCode ?? 0);

@@ -603,6 +603,31 @@ describe("[I] second sweep: FIFOs and devices, damaged records, secrets in messa
     expect(readdirSync(join(big.repo, "tmp"))).toEqual([]);
   });
 
+  it("[I] an interrupt after a snapshot's commit marker exits 130 naming the committed snapshot (listed, verifies); one just before it publishes nothing", async () => {
+    const t = await agent();
+    const listed = async () => json(await t.run(["snapshots", "--json"])).map((e: any) => e.snapshot_id);
+    const before = await listed();
+    // SIGINT at the bundle's last step before publishing: a plain "interrupted", nothing new listed
+    const early = await t.run(["backup"], { AGENTBAK_INTERRUPT_STEP: "bundle-written" });
+    expect(early.code, early.stderr).toBe(130);
+    expect(early.stderr.trim()).toBe("agentbak: interrupted");
+    expect(await listed()).toEqual(before);
+    // SIGINT once the commit marker is written: still 130, but the line says what is done (it said only "interrupted")
+    const late = await t.run(["backup"], { AGENTBAK_INTERRUPT_STEP: "published" });
+    expect(late.code, late.stderr).toBe(130);
+    const id = /^agentbak: interrupted after snapshot (\S+) was committed$/.exec(late.stderr.trim())?.[1];
+    expect(id, late.stderr).toBeDefined();
+    expect(await listed()).toEqual([...before, id]);
+    expect((await t.run(["verify", id!])).code).toBe(0);
+    if (!t.repo.startsWith("s3://")) expect(readdirSync(join(t.repo, "tmp"))).toEqual([]);
+    // the same for a restore interrupted once its target is in place and checked
+    const target = join(t.tmp, "interrupted-restore");
+    const r = await t.run(["restore", id!, "--target", target, "--yes", "--allow-rollback"], { AGENTBAK_INTERRUPT_STEP: "checked" });
+    expect(r.code, r.stderr).toBe(130);
+    expect(r.stderr.trim().split("\n").at(-1)).toMatch(new RegExp(`^agentbak: interrupted after the restore of ${id} was placed at .*interrupted-restore \\(suspended, generation \\d+\\)$`));
+    expect(existsSync(join(target, "state/agent.sqlite"))).toBe(true);
+  });
+
   it("[I] bad names and places: keygen --principal, a label with a line break, copy of an unknown snapshot or into its source, forget --agent a/b, restore --target / or empty, an empty database file", async () => {
     t ??= await agent();
     refusedClearly(await t.run(["keygen", "--out", join(t.tmp, "k5"), "--principal", 'a b,namespaces="x"']), 2, /--principal: 1 to 64 of/);

@@ -19,7 +19,7 @@ import { nextLine, verifyChainText, type ChainVerifyResult } from "../crypto/cha
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { onInterrupt, removeTree } from "../cleanup.js";
+import { letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, Exit, lockedError, notFound, usageError, verifyError } from "../errors.js";
 import { pidAlive } from "../fsutil.js";
 import { openStore } from "../storage/open.js";
@@ -460,6 +460,8 @@ export class Repository {
       verifyFully?: boolean;
       audit: Record<string, unknown>;
       signingKey: SigningKey | null;
+      /** called once the commit marker is written: the snapshot is complete and visible from here on */
+      committed?: () => void;
     },
   ): Promise<Snapshot> {
     const dir = snapshotsDir(a);
@@ -485,8 +487,10 @@ export class Repository {
     } finally {
       rmSync(tmp, { recursive: true, force: true });
     }
+    await letInterruptsIn(); // a Ctrl-C that came during the upload ends the run here, with nothing committed
     if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
       throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} is already committed in ${this.location}; refusing to overwrite`);
+    p.committed?.();
     crashStep("published");
     this.invalidate();
     await this.audit(a, { event: "backup", snapshot_id: p.snapshotId, sequence: p.sequence, ...p.audit }, p.signingKey);

@@ -29,7 +29,7 @@ import { evaluatePolicy } from "./policy.js";
 import { MARKER_DIR, SUSPENDED, type TargetRecord } from "./state.js";
 import { raiseTrustedState, readTrustedState } from "../state/watermark.js";
 import { agentbakHome } from "../crypto/keys.js";
-import { removeOnInterrupt } from "../cleanup.js";
+import { doneBeforeInterrupt, letInterruptsIn, removeOnInterrupt } from "../cleanup.js";
 
 export interface RestoreOptions {
   /** the bundle to restore, as a local file, and where its chain's links come from */
@@ -257,6 +257,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const parent = dirname(target);
   let staging: string | null = null;
   let unregister: () => void = () => undefined;
+  let unnote: () => void = () => undefined;
+  let noted = false;
   const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   try {
     crashStep("locked");
@@ -311,6 +313,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     fsyncTree(root);
     crashStep("markers-written");
     // stale sidecars move aside only now, when nothing can fail before the target is replaced
+    await letInterruptsIn(); // a Ctrl-C that came during extraction ends the run here, with nothing placed
     const q = quarantine(target, checkTarget(target));
     try {
       if (existsSync(target)) rmdirSync(target); // empty (checked above)
@@ -334,6 +337,9 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       throw e;
     }
     crashStep("checked");
+    // an interrupt from here on exits 130 saying the restore is in place (it is complete; a re-run finds the target taken)
+    noted = true;
+    unnote = doneBeforeInterrupt(`the restore of ${m.snapshot_id} was placed at ${target} (suspended, generation ${generation})`);
     raiseTrustedState(agentbakHome(), a, { highest_sequence: m.sequence, generation });
     crashStep("trusted-state-raised");
     const checks: Check[] = [
@@ -368,6 +374,10 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, res);
     return res;
   } finally {
+    if (noted) {
+      await letInterruptsIn(); // a signal already here is reported with the note ("... was placed at ...")
+      unnote();
+    }
     if (staging) rmSync(staging, { recursive: true, force: true });
     unregister();
     await lock?.release();
