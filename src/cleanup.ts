@@ -89,7 +89,7 @@ export function doneBeforeInterrupt(what: string): () => void {
 }
 
 /**
- * Yields to the event loop once, so a signal that has already arrived is
+ * Yields to the event loop, so a signal that has already arrived is
  * handled (the process cleans up and exits 130) before the step that
  * follows. Work on a local disk can run from one await to the next without
  * ever yielding: a Ctrl-C during it was handled only after the snapshot was
