@@ -76,16 +76,19 @@ export function removeTree(dir: string): void {
 /** Registers the removal of `dir` on an interrupt; returns a function that unregisters it. */
 export const removeOnInterrupt = (dir: string): (() => void) => onInterrupt(() => removeTree(dir));
 
-const done = new Set<string>();
+let done: string | null = null;
 
 /**
  * Records something an interrupted exit must still report as done (a
  * snapshot whose commit marker is written: it is complete and listed, and a
- * bare "interrupted" would say nothing was published). @returns its removal.
+ * bare "interrupted" would say nothing was published). It stays for the rest
+ * of the process: the command goes on for tens of milliseconds after its
+ * commit point (the audit record, the listing, printing the receipt), and a
+ * signal then still exits 130. The newest one replaces the one before (a
+ * server's shutdown line names its last commit, not all of them).
  */
-export function doneBeforeInterrupt(what: string): () => void {
-  done.add(what);
-  return () => done.delete(what);
+export function doneBeforeInterrupt(what: string): void {
+  done = what;
 }
 
 /**
@@ -93,8 +96,7 @@ export function doneBeforeInterrupt(what: string): () => void {
  * handled (the process cleans up and exits 130) before the step that
  * follows. Work on a local disk can run from one await to the next without
  * ever yielding: a Ctrl-C during it was handled only after the snapshot was
- * committed. Called before a commit point, and before a "done" note is
- * removed.
+ * committed. Called before a commit point.
  */
 export async function letInterruptsIn(): Promise<void> {
   // two turns: the first immediate may run before this turn's poll phase has read libuv's signal pipe; the
@@ -104,7 +106,7 @@ export async function letInterruptsIn(): Promise<void> {
 }
 
 /** The line of an interrupted exit: "interrupted", and what was done before it. */
-export const interruptedMessage = (): string => (done.size ? `interrupted after ${[...done].join("; ")}` : "interrupted");
+export const interruptedMessage = (): string => (done ? `interrupted after ${done}` : "interrupted");
 
 /** Runs every registered cleanup, ignoring individual failures. */
 export function runInterruptCleanups(): void {

@@ -21,7 +21,7 @@ import { agentbakHome } from "../crypto/keys.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { doneBeforeInterrupt, letInterruptsIn, removeOnInterrupt } from "../cleanup.js";
+import { doneBeforeInterrupt, removeOnInterrupt } from "../cleanup.js";
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect.js";
@@ -575,8 +575,6 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
   const removals: Promise<void>[] = [];
   /** run at the end whatever happened: open block sums closed, and those of a snapshot not published removed */
   const closers: (() => void)[] = [];
-  /** the removal of "snapshot ... was committed" from an interrupted exit's line (this run is over) */
-  let committedNote: (() => void) | null = null;
   /** a full snapshot's databases held open at the instant (read in place), with their inspection */
   let pinned: Pinned | null = null;
   // the inspection worker reads the pinned snapshots' descriptors: they close only after it finished
@@ -825,7 +823,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const ol = cfg.objectLock;
     const published = await o.repo.publish(a, {
       // an interrupt from here on exits 130 saying the snapshot was committed (it is complete and listed)
-      committed: () => void (committedNote = doneBeforeInterrupt(`snapshot ${snapshotId} was committed`)),
+      committed: () => doneBeforeInterrupt(`snapshot ${snapshotId} was committed`),
       snapshotId,
       file: bundleFile,
       sequence: manifest.sequence,
@@ -847,11 +845,6 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     if (other && (dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
     return { ...receipt, path: published.path };
   } finally {
-    const note = committedNote as (() => void) | null;
-    if (note) {
-      await letInterruptsIn(); // a signal already here is reported with the note ("... was committed")
-      note();
-    }
     await releasePinned();
     await Promise.allSettled(removals);
     for (const c of closers)

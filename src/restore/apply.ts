@@ -257,8 +257,6 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const parent = dirname(target);
   let staging: string | null = null;
   let unregister: () => void = () => undefined;
-  let unnote: () => void = () => undefined;
-  let noted = false;
   const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   try {
     crashStep("locked");
@@ -338,8 +336,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     }
     crashStep("checked");
     // an interrupt from here on exits 130 saying the restore is in place (it is complete; a re-run finds the target taken)
-    noted = true;
-    unnote = doneBeforeInterrupt(`the restore of ${m.snapshot_id} was placed at ${target} (suspended, generation ${generation})`);
+    doneBeforeInterrupt(`the restore of ${m.snapshot_id} was placed at ${target} (suspended, generation ${generation})`);
     raiseTrustedState(agentbakHome(), a, { highest_sequence: m.sequence, generation });
     crashStep("trusted-state-raised");
     const checks: Check[] = [
@@ -374,10 +371,6 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, res);
     return res;
   } finally {
-    if (noted) {
-      await letInterruptsIn(); // a signal already here is reported with the note ("... was placed at ...")
-      unnote();
-    }
     if (staging) rmSync(staging, { recursive: true, force: true });
     unregister();
     await lock?.release();
