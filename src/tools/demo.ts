@@ -72,7 +72,10 @@ async function main(): Promise<void> {
     agent,
   );
   await step("verify the drill report's hash chain and signatures", ["report", "verify"], env, agent);
-  process.stderr.write(`\nbundle: ${receipt.path}\n`);
+  // the newest snapshot (the worker's last checkpoint): the one verified, restored and drilled above
+  const listed = await execa("node", [bin, "snapshots", "--json"], { env, cwd: agent });
+  const latest = (JSON.parse(String(listed.stdout)) as { path: string }[]).at(-1)!;
+  process.stderr.write(`\nbundle: ${latest.path} (the first backup's: ${receipt.path})\n`);
   process.stderr.write(`open it with stock tools: tar xf <bundle>; age -d -i ${join(home, "age-identity.txt")} payload.age | zstd -d | tar x\n`);
 }
 
