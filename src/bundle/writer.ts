@@ -16,7 +16,7 @@ import { AgentbakError, ioErrno, ioError } from "../errors.js";
 import { encodeManifest, type Component, type Manifest } from "./manifest.js";
 import { tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { ByteCounter, HashTap, zstdCompressStream } from "./streams.js";
-import type { PageSource } from "../state/pages.js";
+import { pageRuns, type PageSource } from "../state/pages.js";
 
 /**
  * A staged component and what the manifest says about it: a file, or the
@@ -30,17 +30,16 @@ export type StagedFile = Omit<Component, "sha256" | "size"> & { file: string; pa
 
 /** A snapshot's pages as a stream of 1 MiB runs (fresh buffers: the tar packer keeps what it is given until written). */
 function pageStream(src: PageSource): Readable {
-  const per = Math.max(1, Math.floor((1 << 20) / src.pageSize));
-  let next = 1;
+  const runs = pageRuns(src.pageSize, src.pageCount, 1 << 20);
   return new Readable({
     highWaterMark: 1 << 20,
     read() {
       try {
-        if (next > src.pageCount) return void this.push(null);
-        const n = Math.min(per, src.pageCount - next + 1);
+        const r = runs.next();
+        if (r.done) return void this.push(null);
+        const [first, n] = r.value;
         const buf = Buffer.allocUnsafe(n * src.pageSize);
-        src.read(next, n, buf);
-        next += n;
+        src.read(first, n, buf);
         this.push(buf);
       } catch (e) {
         this.destroy(e as Error);

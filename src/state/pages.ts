@@ -127,14 +127,17 @@ export function withPages<T>(from: string | PageSource, f: (src: PageSource) => 
  */
 export function readPages(src: PageSource, each: (run: Buffer, first: number, pageSize: number) => void, last = src.pageCount): void {
   const ps = src.pageSize;
-  const per = Math.max(1, Math.floor((4 << 20) / ps));
-  const buf = Buffer.allocUnsafe(per * ps);
-  const end = Math.min(last, src.pageCount);
-  for (let p = 1; p <= end; p += per) {
-    const n = Math.min(per, end - p + 1);
+  const buf = Buffer.allocUnsafe(Math.max(1, Math.floor((4 << 20) / ps)) * ps);
+  for (const [p, n] of pageRuns(ps, Math.min(last, src.pageCount), 4 << 20)) {
     src.read(p, n, buf);
     each(buf.subarray(0, n * ps), p, ps);
   }
+}
+
+/** Runs of whole pages of about `bytes` each covering pages 1..`last`: [first page, page count]. */
+export function* pageRuns(pageSize: number, last: number, bytes: number): Generator<[number, number]> {
+  const per = Math.max(1, Math.floor(bytes / pageSize));
+  for (let p = 1; p <= last; p += per) yield [p, Math.min(per, last - p + 1)];
 }
 
 /**
