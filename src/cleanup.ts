@@ -68,9 +68,18 @@ export function onInterrupt(fn: () => void): () => void {
  * Removes `dir` (a staging or temp folder) now. On an interrupt a child
  * process (git, the drill's worker) may still be writing into it, so
  * ENOTEMPTY is retried a few times rather than leaving the folder behind.
+ * Never throws: it runs in `finally` blocks, where a throw would replace the
+ * error that is being reported and skip the lock's release; a folder that
+ * still can not be removed carries its owner's pid and is swept by the next run.
+ * @returns whether the folder is gone
  */
-export function removeTree(dir: string): void {
-  rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
+export function removeTree(dir: string): boolean {
+  try {
+    rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Registers the removal of `dir` on an interrupt; returns a function that unregisters it. */

@@ -90,6 +90,10 @@ export async function writePayload(components: StagedComponent[], recipients: st
   } catch (e) {
     pack.destroy(e as Error);
     await done.catch(() => undefined);
+    // the pipeline ends on the first error without waiting for the file's close, and a read that fails at once
+    // beats the file's open (in libuv's thread pool): the caller removes the staging folder, which must not see
+    // the file appear after it was emptied
+    if (!out.closed) await once(out, "close");
     // an error that already names its file (a database read in place) is passed on as it is
     throw !(e instanceof AgentbakError) && ioErrno(e) ? ioError(e, payloadFile) : e;
   }

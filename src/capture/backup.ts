@@ -21,7 +21,7 @@ import { agentbakHome } from "../crypto/keys.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { doneBeforeInterrupt, removeOnInterrupt } from "../cleanup.js";
+import { doneBeforeInterrupt, removeOnInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect.js";
@@ -853,7 +853,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       } catch {
         /* the block sums are a cache: nothing of theirs may keep the staging folder or the lock */
       }
-    rmSync(staging, { recursive: true, force: true });
+    removeTree(staging);
     unregister();
     await lock.release();
   }

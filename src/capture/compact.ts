@@ -4,7 +4,7 @@
  * older links of its chain can be forgotten. Needs an identity: the chain is
  * decrypted to rebuild the databases.
  */
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { rebuildDatabases, verifyChain } from "../bundle/chain.js";
 import { isDatabase, sha256hex, type Manifest } from "../bundle/manifest.js";
@@ -13,7 +13,7 @@ import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/w
 import type { AgeIdentity } from "../crypto/age.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
-import { removeOnInterrupt } from "../cleanup.js";
+import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { verifyError } from "../errors.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
 import { newSnapshotId } from "./backup.js";
@@ -71,7 +71,7 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
     const published = await repo.publish(a, { snapshotId: id, file, sequence: m.sequence, indexes, trust, audit: { event: "compact", replaces: m.snapshot_id, manifest_sha256: sha256hex(mbytes) }, signingKey: key });
     return { snapshot_id: id, replaces: m.snapshot_id, path: published.path, already_full: false };
   } finally {
-    rmSync(staging, { recursive: true, force: true });
+    removeTree(staging);
     unregister();
     opened.release();
     await lock.release();

@@ -3,13 +3,13 @@
  * and their page indexes, parents first, each verified before it is sent and
  * read back in full on arrival before it is committed; idempotent.
  */
-import { copyFileSync, rmSync } from "node:fs";
+import { copyFileSync } from "node:fs";
 import { join } from "node:path";
 import { verifyBundle } from "../bundle/reader.js";
 import { isDatabase } from "../bundle/manifest.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
-import { removeOnInterrupt } from "../cleanup.js";
+import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import type { Repository } from "./repository.js";
 import { notFound } from "../errors.js";
 
@@ -68,7 +68,7 @@ export async function replicate(
       await dst.publish(a, { snapshotId: e.snapshot_id, file, sequence: e.sequence!, indexes, idempotency, trust, verifyFully: true, audit: { event: "copy", from: src.location }, signingKey: o.signingKey });
       res.copied.push(e.snapshot_id);
     } finally {
-      rmSync(tmp, { recursive: true, force: true });
+      removeTree(tmp);
       unregister();
       opened.release();
       await lock.release();

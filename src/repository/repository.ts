@@ -9,7 +9,6 @@
  * to a half-written bundle.
  */
 import { randomBytes } from "node:crypto";
-import { rmSync } from "node:fs";
 import { hostname, userInfo } from "node:os";
 import { verifyBundle, verifyLayout, type VerifiedBundle } from "../bundle/reader.js";
 import { readLayoutRanges } from "../bundle/outer.js";
@@ -485,7 +484,7 @@ export class Repository {
       await this.store.delete(key);
       throw e instanceof AgentbakError ? new AgentbakError(e.code, `${key} failed verification on arrival: ${e.message}`) : e;
     } finally {
-      rmSync(tmp, { recursive: true, force: true });
+      removeTree(tmp);
     }
     await letInterruptsIn(); // a Ctrl-C that came during the upload ends the run here, with nothing committed
     if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
