@@ -25,6 +25,8 @@ import { join } from "node:path";
 import { ensureDir, writeAll } from "../fsutil.js";
 
 const SUM_BYTES = 8;
+/** Bytes of a sums file read or written at a time (the sums of 128 MiB of 4 KiB pages). */
+const WINDOW = 1 << 20;
 
 /** The delta's unit for a database of `pageSize`: 1 KiB, or the page when it is smaller. */
 export const blockSize = (pageSize: number) => Math.min(pageSize, 1024);
@@ -36,7 +38,7 @@ export const blockSeed = (key: Buffer): [number, number] => {
 };
 
 /** Sums of the blocks of `buf` (whole pages, 4-byte aligned) into `out` at `at` (SUM_BYTES per block). */
-function sumBlocks(buf: Buffer, unit: number, seed: [number, number], out: Buffer, at: number): void {
+export function sumBlocks(buf: Buffer, unit: number, seed: [number, number], out: Buffer, at: number): void {
   let src = buf;
   if (buf.byteOffset % 4) src = Buffer.from(buf); // a fresh copy is aligned
   const w = new Int32Array(src.buffer, src.byteOffset, src.length >> 2);
@@ -85,6 +87,17 @@ class SumsWriter {
   }
   get live(): boolean {
     return this.fd !== null;
+  }
+  /** Reads `length` bytes at `position` into `buf`; false (and the file dropped) when they can not be read. */
+  read(buf: Buffer, length: number, position: number): boolean {
+    if (this.fd === null) return false;
+    try {
+      if (readSync(this.fd, buf, 0, length, position) === length) return true;
+    } catch {
+      /* dropped below */
+    }
+    this.drop();
+    return false;
   }
   write(buf: Buffer, length: number, position: number | null): void {
     if (this.fd === null) return;
@@ -146,6 +159,10 @@ export function pageSums(page: Buffer, seed: [number, number]): Buffer {
 export class ParentSums {
   readonly pageCount: number;
   private readonly spp: number;
+  /** the window of the file last read: pages winFirst..winFirst+winPages-1 */
+  private win: Buffer | null = null;
+  private winFirst = 0;
+  private winPages = 0;
   constructor(
     readonly file: string,
     private readonly fd: number,
@@ -154,13 +171,27 @@ export class ParentSums {
     this.spp = sumsPerPage(pageSize);
     this.pageCount = fstatSync(fd).size / this.spp;
   }
-  /** The sums of page `p` (1-based) into `out`; false when they can not be read (the page's blocks are then all taken). */
-  read(p: number, out: Buffer): boolean {
-    try {
-      return p <= this.pageCount && readSync(this.fd, out, 0, this.spp, (p - 1) * this.spp) === this.spp;
-    } catch {
-      return false;
+  /**
+   * The sums of pages first..first+n-1 (1-based) into `out`.
+   * @returns how many of those pages, from `first` on, have sums here (0 when they can not be read: the pages'
+   *   blocks are then all taken)
+   */
+  readRun(first: number, n: number, out: Buffer): number {
+    const have = Math.min(n, this.pageCount - first + 1);
+    if (have <= 0) return 0;
+    // runs come in ascending order and are mostly a page or two: the file is read a window at a time
+    if (first < this.winFirst || first + have > this.winFirst + this.winPages) {
+      if (!this.win || this.win.length < n * this.spp) this.win = Buffer.allocUnsafe(Math.max(WINDOW, n * this.spp));
+      try {
+        this.winPages = Math.floor(readSync(this.fd, this.win, 0, Math.min(this.win.length, (this.pageCount - first + 1) * this.spp), (first - 1) * this.spp) / this.spp);
+      } catch {
+        this.winPages = 0;
+      }
+      this.winFirst = first;
     }
+    const got = Math.max(0, Math.min(have, this.winFirst + this.winPages - first));
+    this.win!.copy(out, 0, (first - this.winFirst) * this.spp, (first - this.winFirst + got) * this.spp);
+    return got;
   }
   close(): void {
     closeSync(this.fd);
@@ -171,7 +202,12 @@ export class ParentSums {
 export class NextSums {
   private readonly spp: number;
   private readonly out: SumsWriter;
-  constructor(parent: ParentSums, file: string, pageCount: number) {
+  /** the window of the file being filled: pages winFirst..winFirst+winPages-1 */
+  private win = Buffer.alloc(0);
+  private winFirst = 0;
+  private winPages = 0;
+  private dirty = false;
+  constructor(parent: ParentSums, file: string, private readonly pageCount: number) {
     this.spp = sumsPerPage(parent.pageSize);
     this.out = new SumsWriter(file, () => {
       copyFileSync(parent.file, file);
@@ -185,12 +221,32 @@ export class NextSums {
       return fd;
     });
   }
-  /** Page `p`'s sums (pageSums). */
-  set(p: number, sums: Buffer): void {
-    this.out.write(sums, this.spp, (p - 1) * this.spp);
+  /**
+   * The sums of pages first..first+n-1 (pageSums of each, in order, at the
+   * start of `sums`). Runs come in ascending order and are mostly a page or
+   * two: they are gathered into a window of the file, read and written whole.
+   */
+  setRun(first: number, sums: Buffer, n: number): void {
+    if (first < this.winFirst || first + n > this.winFirst + this.winPages) {
+      this.flush();
+      this.winFirst = first;
+      this.winPages = Math.min(Math.max(Math.floor(WINDOW / this.spp), n), this.pageCount - first + 1);
+      if (this.win.length < this.winPages * this.spp) this.win = Buffer.allocUnsafe(this.winPages * this.spp);
+      if (!this.out.read(this.win, this.winPages * this.spp, (first - 1) * this.spp)) {
+        this.winPages = 0; // the file was dropped: nothing more is written
+        return;
+      }
+    }
+    sums.copy(this.win, (first - this.winFirst) * this.spp, 0, n * this.spp);
+    this.dirty = true;
+  }
+  private flush(): void {
+    if (this.dirty) this.out.write(this.win, this.winPages * this.spp, (this.winFirst - 1) * this.spp);
+    this.dirty = false;
   }
   /** @returns whether the sums were written whole. */
   close(): boolean {
+    this.flush();
     return this.out.close();
   }
 }

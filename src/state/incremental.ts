@@ -7,8 +7,9 @@
  */
 import { join } from "node:path";
 import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
-import { hashTailInWorker, inspectSnapshot, scanChangedPages, type InspectInput, type InspectResult } from "./inspect.js";
-import { changedPages, indexPages, splitPage, writeDelta, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
+import { changedPagesFindings, hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
+import { ChangedPagesScan } from "./pagescan.js";
+import { changedPages, indexPages, splitPage, withPages, writeDelta, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
 import type { SecretFinding } from "./secrets.js";
 import type { InPlaceViews, DB } from "./sqlite.js";
 
@@ -32,8 +33,12 @@ export const deltaMeta = (d: Delta) => ({ full_sha256: d.ix.sha256, full_size: d
  */
 export function writeDeltaOf(src: string | PageSource, name: string, ix: Delta["ix"], parent: PageIndex, base: DeltaBase | null, file: string, scan: boolean, pinned?: DB): Delta {
   const pages = changedPages(parent, ix);
-  const sums = writeDelta(src, pages, ix, file, base);
-  return { ix, pages, file, findings: scan ? scanChangedPages(src, name, pages, pinned) : [], sums };
+  return withPages(src, (from) => {
+    // only the pages that changed can hold a new secret: scanned as the delta reads them
+    const scanner = scan ? new ChangedPagesScan(from) : null;
+    const sums = writeDelta(from, pages, ix, file, base, scanner ? (run, first) => scanner.run(run, first) : undefined);
+    return { ix, pages, file, findings: scanner ? changedPagesFindings(src, name, scanner.finish(), pinned) : [], sums };
+  });
 }
 
 /** Of the keyed page hashes of an in-place read, the share made on the calling thread (the worker also hashes the whole file). */

@@ -57,9 +57,11 @@ function nameSuspicious(db: DB, name: string, suspicious: number[] | null): Secr
   return named.length ? named : (suspicious ?? []).slice(0, 20).map((p) => ({ where: `database ${name}: page ${p}`, kind: "token format" }));
 }
 
-/** The secret scan of an incremental: only the pages that changed (1-based) can hold a new secret. */
-export function scanChangedPages(from: string | PageSource, name: string, pages: number[], pinned?: DB): SecretFinding[] {
-  const suspicious = scanFilePages(from, pages);
+/**
+ * The findings of an incremental's secret scan, given what the scan of its
+ * changed pages (ChangedPagesScan) found suspicious in `from`.
+ */
+export function changedPagesFindings(from: string | PageSource, name: string, suspicious: number[] | null, pinned?: DB): SecretFinding[] {
   if (suspicious !== null && !suspicious.length) return [];
   if (pinned) return nameSuspicious(pinned, name, suspicious);
   const db = openDefensive(from as string);

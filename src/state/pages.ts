@@ -12,7 +12,7 @@ import { createHash, hash, randomBytes } from "node:crypto";
 import { closeSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { writeAll, writeFileAtomic } from "../fsutil.js";
-import { blockSize, NextSums, pageSums, sumsPerPage, type ParentSums } from "./blocks.js";
+import { blockSize, NextSums, sumBlocks, sumsPerPage, type ParentSums } from "./blocks.js";
 
 const INDEX_MAGIC = Buffer.from("AGBKPIX1");
 const DELTA_MAGIC = Buffer.from("AGBKDLT1");
@@ -261,8 +261,8 @@ export function changedPages(base: PageIndex, cur: PageIndex): number[] {
   if (base.pageSize !== cur.pageSize) return Array.from({ length: cur.pageCount }, (_, i) => i + 1);
   const out: number[] = [];
   for (let i = 0; i < cur.pageCount; i++) {
-    const a = i < base.pageCount ? base.hashes.subarray(i * HASH_BYTES, (i + 1) * HASH_BYTES) : null;
-    if (!a || !a.equals(cur.hashes.subarray(i * HASH_BYTES, (i + 1) * HASH_BYTES))) out.push(i + 1);
+    const at = i * HASH_BYTES;
+    if (i >= base.pageCount || cur.hashes.compare(base.hashes, at, at + HASH_BYTES, at, at + HASH_BYTES) !== 0) out.push(i + 1);
   }
   return out;
 }
@@ -284,10 +284,12 @@ export interface DeltaBase {
  * ones can not be written, there are none.
  * @returns whether the new snapshot's sums were written whole.
  */
-export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string, base?: DeltaBase | null): boolean {
+export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string, base?: DeltaBase | null, onRun?: (run: Buffer, first: number) => void): boolean {
   const b = base && base.sums.pageSize === ix.pageSize ? base : null;
-  const unit = b ? blockSize(ix.pageSize) : ix.pageSize;
-  const per = ix.pageSize / unit;
+  const ps = ix.pageSize;
+  const unit = b ? blockSize(ps) : ps;
+  const per = ps / unit;
+  const spp = sumsPerPage(ps);
   const next = b && new NextSums(b.sums, b.out, ix.pageCount);
   try {
     withPages(db, (src) => {
@@ -298,28 +300,36 @@ export function writeDelta(db: string | PageSource, pages: number[], ix: PageInd
         h.writeUInt32BE(unit, 8);
         h.writeUInt32BE(ix.pageCount * per, 12);
         writeAll(dst, h); // the record count is filled in at the end
-        const page = Buffer.alloc(ix.pageSize);
-        const old = Buffer.alloc(sumsPerPage(ix.pageSize));
+        // consecutive changed pages are read, summed and looked up in the parent's sums a run at a time (one call
+        // each, not one per page)
+        const most = Math.max(1, Math.floor((1 << 20) / ps));
+        const run = Buffer.allocUnsafe(most * ps);
+        const fresh = b ? Buffer.alloc(most * spp) : null;
+        const old = b ? Buffer.alloc(most * spp) : null;
         // records gathered into about 1 MiB per write
         const recs = Buffer.alloc(Math.max(1, Math.floor((1 << 20) / (4 + unit))) * (4 + unit));
         let filled = 0;
         let n = 0;
-        for (const p of pages) {
-          src.read(p, 1, page);
-          const fresh = b ? pageSums(page, b.seed) : null;
-          const known = b !== null && b.sums.read(p, old);
-          for (let j = 0; j < per; j++) {
-            if (known && fresh!.compare(old, j * 8, j * 8 + 8, j * 8, j * 8 + 8) === 0) continue;
-            if (filled === recs.length) {
-              writeAll(dst, recs);
-              filled = 0;
+        for (const [first, count] of consecutiveRuns(pages, most)) {
+          const pagesRead = run.subarray(0, count * ps);
+          src.read(first, count, pagesRead);
+          onRun?.(pagesRead, first);
+          if (b) sumBlocks(pagesRead, unit, b.seed, fresh!, 0);
+          const known = b ? b.sums.readRun(first, count, old!) : 0;
+          for (let i = 0; i < count; i++)
+            for (let j = 0; j < per; j++) {
+              const at = i * spp + j * (spp / per);
+              if (i < known && fresh!.compare(old!, at, at + spp / per, at, at + spp / per) === 0) continue;
+              if (filled === recs.length) {
+                writeAll(dst, recs);
+                filled = 0;
+              }
+              recs.writeUInt32BE((first + i - 1) * per + j + 1, filled);
+              pagesRead.copy(recs, filled + 4, i * ps + j * unit, i * ps + (j + 1) * unit);
+              filled += 4 + unit;
+              n++;
             }
-            recs.writeUInt32BE((p - 1) * per + j + 1, filled);
-            page.copy(recs, filled + 4, j * unit, (j + 1) * unit);
-            filled += 4 + unit;
-            n++;
-          }
-          if (fresh) next!.set(p, fresh);
+          if (fresh) next!.setRun(first, fresh, count);
         }
         writeAll(dst, recs, 0, filled);
         h.writeUInt32BE(n, 16);
@@ -332,6 +342,16 @@ export function writeDelta(db: string | PageSource, pages: number[], ix: PageInd
   } catch (e) {
     next?.close(); // left to the backup's clean-up
     throw e;
+  }
+}
+
+/** Runs of consecutive page numbers in `pages` (ascending), at most `most` long: [first page, page count]. */
+export function* consecutiveRuns(pages: number[], most: number): Generator<[number, number]> {
+  for (let i = 0; i < pages.length; ) {
+    let n = 1;
+    while (n < most && i + n < pages.length && pages[i + n] === pages[i]! + n) n++;
+    yield [pages[i]!, n];
+    i += n;
   }
 }
 

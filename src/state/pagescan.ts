@@ -12,7 +12,7 @@
  * Databases not encoded in UTF-8 are reported as unsupported (the caller
  * falls back to scanDatabase).
  */
-import { readPages, withPages, type PageSource } from "./pages.js";
+import { consecutiveRuns, readPages, withPages, type PageSource } from "./pages.js";
 import { detectSecret, RAW_PATTERN } from "./secrets.js";
 
 /** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
@@ -24,6 +24,7 @@ const TABLE_LEAF = 13;
 const INDEX_LEAF = 10;
 const INDEX_INTERIOR = 2;
 const TABLE_INTERIOR = 5;
+const BTREE = [TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR, TABLE_INTERIOR];
 
 export interface PageScanHeader {
   pageSize: number;
@@ -216,33 +217,64 @@ export class PageScanner {
 }
 
 /**
- * Scans a whole database (a file, or a pinned snapshot's pages), or only the
- * pages listed (1-based), for values that look like secrets. @returns the
- * suspicious pages, or null when the database is not UTF-8 (the caller falls
- * back to scanning rows).
+ * The scan of an incremental's changed pages, fed each run of consecutive
+ * changed pages as the delta reads it (one read of each page for both).
+ * A changed page that is not a b-tree page may be an overflow page rewritten
+ * in place under an unchanged cell (an update to a value of the same length),
+ * whose owner can not be found from here: then the whole database is scanned
+ * at the end instead.
+ */
+export class ChangedPagesScan {
+  private readonly s: PageScanner;
+  private whole = false;
+
+  constructor(private readonly src: PageSource) {
+    this.s = new PageScanner(src);
+  }
+
+  /** Scans the whole pages in `run`, the first of them page `first`. */
+  run(run: Buffer, first: number): void {
+    if (this.whole || !this.s.header.utf8) return;
+    const ps = this.s.header.pageSize;
+    for (let i = 0; i < run.length / ps; i++)
+      if (!BTREE.includes(run[i * ps + (first + i === 1 ? 100 : 0)]!)) {
+        this.whole = true;
+        return;
+      }
+    this.s.pages(run, first);
+  }
+
+  /** The suspicious pages, or null for a database not in UTF-8 (the caller falls back to scanDatabase). */
+  finish(): number[] | null {
+    if (!this.s.header.utf8) return null;
+    if (!this.whole) return this.s.suspicious;
+    // a fresh scanner, with a fresh budget for overflow chains
+    const all = new PageScanner(this.src);
+    readPages(this.src, (run, first) => all.pages(run, first));
+    return all.suspicious;
+  }
+}
+
+/**
+ * Scans a database file (or a pinned snapshot's pages), or with `only` (1-based,
+ * ascending) just those pages, as ChangedPagesScan does.
+ * @returns the suspicious pages, or null for a database not in UTF-8.
  */
 export function scanFilePages(from: string | PageSource, only?: number[]): number[] | null {
   return withPages(from, (src) => {
-    const s = new PageScanner(src);
-    if (!s.header.utf8) return null;
-    const b = Buffer.alloc(s.header.pageSize);
-    // a changed page that is not a b-tree page may be an overflow page rewritten in place under an unchanged
-    // cell (an update to a value of the same length), whose owner we can not find from here: scan everything
-    const btree = (p: number) => [TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR, TABLE_INTERIOR].includes(b[p === 1 ? 100 : 0]!);
-    if (only) {
-      let all = true;
-      for (const p of only) {
-        if (!s.readPage(p, b) || !btree(p)) {
-          all = false;
-          break;
-        }
-        s.page(b, p);
-      }
-      if (all) return s.suspicious;
+    if (!only) {
+      const s = new PageScanner(src);
+      if (!s.header.utf8) return null;
+      readPages(src, (run, first) => s.pages(run, first));
+      return s.suspicious;
     }
-    // the whole database, with a fresh scanner (and a fresh budget for overflow chains)
-    const whole = only ? new PageScanner(src) : s;
-    readPages(src, (run, first) => whole.pages(run, first));
-    return whole.suspicious;
+    const c = new ChangedPagesScan(src);
+    const most = Math.max(1, Math.floor((1 << 20) / src.pageSize));
+    const buf = Buffer.allocUnsafe(most * src.pageSize);
+    for (const [first, n] of consecutiveRuns(only, most)) {
+      src.read(first, n, buf);
+      c.run(buf.subarray(0, n * src.pageSize), first);
+    }
+    return c.finish();
   });
 }
