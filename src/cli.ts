@@ -366,7 +366,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
       .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d, 7d)")
       .option("--drill-every <duration>", "also drill a random recent snapshot this often")
       .option("--forget-every <duration>", "apply the config's retention rules this often", "1d")
-      .option("--spec <file>", "drill spec for scheduled drills (default drills/checks-only.json)")
+      .option("--spec <file>", "drill spec for scheduled drills (default drills/integrity-only.json: the restore checks without invariants)")
       .option("--user <name>", "user the systemd services run as (default: the current user)")
       .option("--credentials-file <file>", "KEY=value file the jobs read their credentials from, e.g. S3 keys; printed by path only (default AGENTBAK_HOME/agentbak.env)")
       .addOption(cfgOpt())

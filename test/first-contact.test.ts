@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, makeBucket, run, storeAt, type TestAgent } from "./helpers.js";
+import { json, makeAgent, makeBucket, ROOT, run, storeAt, type TestAgent } from "./helpers.js";
 import { plain, Term } from "./pty.js";
 // @ts-expect-error plain JS fixture
 import { generateAgent } from "../fixtures/agent/generate.js";
@@ -113,6 +113,33 @@ describe("interactive init", () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/--database/);
     expect(existsSync(join(dir, "agentbak.json"))).toBe(false);
+  });
+});
+
+describe("scheduled drills of an agent of its own", () => {
+  it("without --spec the drill line runs the restore checks alone and passes; the reference agent's invariants would fail on its tables", async () => {
+    const dir = join(a.tmp, "own-agent");
+    mkdirSync(dir);
+    const db = new Database(join(dir, "notes.sqlite"));
+    db.exec("PRAGMA journal_mode = WAL; CREATE TABLE notes(id INTEGER PRIMARY KEY, text TEXT); INSERT INTO notes(text) VALUES ('a'), ('b'), ('c')");
+    db.close();
+    const env = { AGENTBAK_HOME: join(a.tmp, "own-home") };
+    expect((await run(["init", "--agent-id", "notes-agent", "--tenant", "acme", "--database", "notes=notes.sqlite", "--yes"], { cwd: dir, env })).code).toBe(0);
+    expect((await run(["backup"], { cwd: dir, env })).code).toBe(0);
+    const s = json(await run(["schedule", "--every", "1h", "--drill-every", "1d", "--json"], { cwd: dir, env }));
+    const line = s.crontab.find((l: string) => / drill random /.test(l)) as string;
+    expect(s.crontab[s.crontab.indexOf(line) - 2]).toMatch(/restore checks alone .*--spec/);
+    const spec = /--spec (\S+)/.exec(line)![1]!;
+    expect(spec).toMatch(/drills\/integrity-only\.json$/);
+    const d = await run(["drill", "latest", "--spec", spec, "--json"], { cwd: dir, env });
+    expect(d.code, d.stderr).toBe(0);
+    const r = json(d);
+    expect(r.ok).toBe(true);
+    expect(JSON.stringify(r)).toMatch(/integrity/);
+    // the old default: the reference agent's invariants name tables this agent does not have
+    const ref = await run(["drill", "latest", "--spec", join(ROOT, "drills", "checks-only.json")], { cwd: dir, env });
+    expect(ref.code).toBe(15);
+    expect(ref.stdout + ref.stderr).toMatch(/invariant:budget_conserved: error: no database named state/);
   });
 });
 

@@ -90,7 +90,9 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
 
   const r = lc.config.retention;
   const hasRetention = [r.keepLast, r.keepHourly, r.keepDaily, r.keepWeekly, r.keepMonthly, r.keepYearly].some((v) => v !== undefined);
-  const spec = opts.spec ? resolve(opts.spec) : join(ROOT, "drills", "checks-only.json");
+  // without a spec of the agent's own, scheduled drills run the restore checks alone: drills/checks-only.json's
+  // invariants query the reference agent's tables, and every other agent's drill would fail on them
+  const spec = opts.spec ? resolve(opts.spec) : join(ROOT, "drills", "integrity-only.json");
   // `listing`: the job prints a listing on stdout (forget's kept/removed), which cron would mail
   const jobs: { name: string; what: string; every: string; offset: number; args: string[]; nice: boolean; listing?: boolean }[] = [
     { name: "backup", what: "back up", every: opts.every, offset: 7, args: ["backup", "-c", cfg, "--wait", "10m"], nice: true },
@@ -107,6 +109,7 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
     const w = when(parseDuration(j.every), j.offset);
     const words = [...bin, ...j.args];
     const assignments = env.map(([k, v]) => `${k}=${shWord(v)}`).join(" ");
+    if (j.name === "drill" && !opts.spec) crontab.push("# the drill runs the restore checks alone (integrity, row counts, chain): pass --spec with the agent's invariants to run them too");
     crontab.push(`# ${j.what} ${agent} every ${j.every}`, `${cronTime(w)} ${`${sourceEnv} ${assignments}`.replace(/%/g, "\\%")} ${cronCommand(words)}${j.listing ? " >/dev/null" : ""}`);
     const everyMs = parseDuration(j.every);
     systemd[`agentbak-${j.name}.service`] = [

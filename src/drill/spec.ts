@@ -19,7 +19,8 @@ const workerSchema = z.strictObject({
 export const DrillSpecSchema = z.strictObject({
   $schema: z.string().optional(),
   name: z.string().min(1),
-  invariants: z.array(z.string()).min(1),
+  /** globs of invariant .sql files; empty: the restore checks (integrity, row counts, chain, credentials) alone */
+  invariants: z.array(z.string()),
   worker: workerSchema.optional(),
   /** the newer worker for during_migration and old_backup_new_worker (default: worker with upgrade env) */
   upgrade: z.strictObject({ command: z.array(z.string()).optional(), env: z.record(z.string(), z.string()).default({}), schemaVersion: z.number().int().optional() }).optional(),
