@@ -3,7 +3,11 @@
  * its documented exit code; only src/main.ts turns one into a process exit.
  */
 
-import type * as z from "zod";
+import { config, type core } from "zod/mini";
+import en from "zod/v4/locales/en.js";
+
+// zod/mini (the config, manifest and drill spec schemas) ships without messages: formatIssues prints zod's English ones
+config(en());
 
 /** Exit codes from DESIGN.md; unknown codes mean failure. */
 export const Exit = {
@@ -140,7 +144,7 @@ export function placeError(e: unknown, what: string): AgentbakError {
 }
 
 /** Formats zod issues as `path.to.key: message`, joined with "; ". */
-export function formatIssues(issues: z.core.$ZodIssue[]): string {
+export function formatIssues(issues: core.$ZodIssue[]): string {
   return issues
     .map((i) => {
       const path = i.path.length ? i.path.join(".") : "(root)";

@@ -5,7 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
-import * as z from "zod";
+import * as z from "zod/mini";
 import { ID_PATTERN } from "../config/schema.js";
 import { SOURCE_KINDS, type SourceKind } from "../state/sources/kinds.js";
 import { formatIssues, policyError } from "../errors.js";
@@ -16,22 +16,15 @@ export const FORMAT = "agentbak-bundle";
 export const FORMAT_VERSION = 1;
 const MAX_MANIFEST = 1024 * 1024;
 
-const int = z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
-const sha = z.string().regex(/^[0-9a-f]{64}$/);
-const time = z.string().regex(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+const int = z.int().check(z.minimum(0)).check(z.maximum(Number.MAX_SAFE_INTEGER));
+const sha = z.string().check(z.regex(/^[0-9a-f]{64}$/));
+const time = z.string().check(z.regex(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/));
 const scalar = z.union([z.string(), int, z.null()]);
 const embedding = z.strictObject({ model: z.string(), dimension: int });
-const relPath = z
-  .string()
-  .max(1024)
-  .refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === "." || s === "") && !p.includes("\0"), "a relative path without . or ..");
+const relPath = z.string().check(z.maxLength(1024)).check(z.refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === "." || s === "") && !p.includes("\0"), "a relative path without . or .."));
 
 /** Component paths inside the payload: relative, no `..`, no empty or dot segments. */
-export const componentPath = z
-  .string()
-  .max(512)
-  .regex(/^(?:db|files|workspace|sources)\/[A-Za-z0-9._+@=-]+(?:\/[A-Za-z0-9._+@=-]+)*$/)
-  .refine((p) => !p.split("/").some((s) => s === "." || s === ".."), "no . or .. segments");
+export const componentPath = z.string().check(z.maxLength(512)).check(z.regex(/^(?:db|files|workspace|sources)\/[A-Za-z0-9._+@=-]+(?:\/[A-Za-z0-9._+@=-]+)*$/)).check(z.refine((p) => !p.split("/").some((s) => s === "." || s === ".."), "no . or .. segments"));
 
 export const ComponentSchema = z.strictObject({
   path: componentPath,
@@ -39,26 +32,26 @@ export const ComponentSchema = z.strictObject({
   name: z.string(),
   sha256: sha,
   size: int,
-  records: z.record(z.string(), int).optional(),
-  schema_version: int.optional(),
-  mode: int.optional(),
+  records: z.optional(z.record(z.string(), int)),
+  schema_version: z.optional(int),
+  mode: z.optional(int),
   /** keyed page hashes of this database, kept beside the bundle for the next incremental */
-  page_index_sha256: sha.optional(),
+  page_index_sha256: z.optional(sha),
   /** sqlite-delta: the whole rebuilt database, and the delta's shape */
-  full_sha256: sha.optional(),
-  full_size: int.optional(),
-  page_size: int.optional(),
-  page_count: int.optional(),
-  changed_pages: int.optional(),
+  full_sha256: z.optional(sha),
+  full_size: z.optional(int),
+  page_size: z.optional(int),
+  page_count: z.optional(int),
+  changed_pages: z.optional(int),
   /** a vector store's embedding model and dimension (from the config), checked at restore and in drills */
-  embedding: embedding.optional(),
+  embedding: z.optional(embedding),
   /** SQLite: virtual tables whose module is not loaded here, so not counted (their shadow tables are) */
-  virtual_tables: z.array(z.string()).optional(),
+  virtual_tables: z.optional(z.array(z.string())),
   /** a LanceDB table: the version captured and the dimension of its vector column */
-  table_version: int.optional(),
-  dimension: int.optional(),
+  table_version: z.optional(int),
+  dimension: z.optional(int),
   /** where the component goes inside a restored root (relative, no ..) */
-  target: relPath.optional(),
+  target: z.optional(relPath),
 });
 
 /** When each state source was captured, and from which credential reference (never its value). */
@@ -70,20 +63,20 @@ export const CaptureInstantSchema = z.strictObject({
       name: z.string(),
       kind: z.enum(SOURCE_KINDS),
       /** the credential reference the connection came from (postgres, redis) */
-      ref: z.string().nullable(),
+      ref: z.nullable(z.string()),
       /** lancedb: the folder inside a restored root */
-      path: relPath.nullable(),
+      path: z.nullable(relPath),
       snapshot_at: time,
-      server_version: z.string().nullable(),
+      server_version: z.nullable(z.string()),
     }),
   ),
 });
 
 /** A path the backup deliberately left out, and why (`detail`: the credential reference, the exclude pattern, ...). */
 export const NotCapturedSchema = z.strictObject({
-  path: z.string().max(1024),
+  path: z.string().check(z.maxLength(1024)),
   reason: z.enum(["credential", "exclude", "repository", "nested-git"]),
-  detail: z.string().max(1024),
+  detail: z.string().check(z.maxLength(1024)),
 });
 
 export const ManifestSchema = z.strictObject({
@@ -91,26 +84,26 @@ export const ManifestSchema = z.strictObject({
   format_version: int,
   tool_version: z.string(),
   // both name folders in repositories and in AGENTBAK_HOME
-  agent_id: z.string().regex(ID_PATTERN),
-  tenant: z.string().regex(ID_PATTERN),
-  snapshot_id: z.string().regex(/^\d{8}T\d{6}\d{3}Z-[0-9a-f]{8}$/),
+  agent_id: z.string().check(z.regex(ID_PATTERN)),
+  tenant: z.string().check(z.regex(ID_PATTERN)),
+  snapshot_id: z.string().check(z.regex(/^\d{8}T\d{6}\d{3}Z-[0-9a-f]{8}$/)),
   created_at: time,
   expires_at: time,
-  sequence: int.min(1),
-  parent: z.strictObject({ snapshot_id: z.string(), manifest_sha256: sha }).nullable(),
+  sequence: int.check(z.minimum(1)),
+  parent: z.nullable(z.strictObject({ snapshot_id: z.string(), manifest_sha256: sha })),
   /** set by compact: the incremental this full snapshot replaces (same state, same sequence) */
-  compacted_from: z.strictObject({ snapshot_id: z.string(), manifest_sha256: sha }).nullable().optional(),
-  label: z.string().nullable(),
-  idempotency_key: z.string().nullable(),
+  compacted_from: z.optional(z.nullable(z.strictObject({ snapshot_id: z.string(), manifest_sha256: sha }))),
+  label: z.nullable(z.string()),
+  idempotency_key: z.nullable(z.string()),
   signer: z.strictObject({ fingerprint: z.string(), principal: z.string() }),
-  recipients: z.array(z.string()).min(1),
+  recipients: z.array(z.string()).check(z.minLength(1)),
   runtime: z.strictObject({
-    image_digest: z.string().nullable(),
-    agent_version: z.string().nullable(),
+    image_digest: z.nullable(z.string()),
+    agent_version: z.nullable(z.string()),
     models: z.record(z.string(), z.string()),
     host: z.string(),
   }),
-  schema_version: int.nullable(),
+  schema_version: z.nullable(int),
   components: z.array(ComponentSchema),
   payload: z.strictObject({
     sha256: sha,
@@ -119,17 +112,15 @@ export const ManifestSchema = z.strictObject({
     compression: z.literal("zstd"),
     encryption: z.literal("age-x25519"),
   }),
-  workspace: z
-    .strictObject({
-      path: z.string().refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === ""), "a relative path"),
-      commit: z.string().regex(/^[0-9a-f]{40,64}$/),
-      branch: z.string().nullable(),
-      dirty: z.boolean(),
-      uncommitted: z.enum(["include", "refuse", "ignore"]),
-      tree_sha256: sha,
-      files: int,
-    })
-    .nullable(),
+  workspace: z.nullable(z.strictObject({
+    path: z.string().check(z.refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === ""), "a relative path")),
+    commit: z.string().check(z.regex(/^[0-9a-f]{40,64}$/)),
+    branch: z.nullable(z.string()),
+    dirty: z.boolean(),
+    uncommitted: z.enum(["include", "refuse", "ignore"]),
+    tree_sha256: sha,
+    files: int,
+  })),
   credentials: z.array(z.strictObject({ name: z.string(), ref: z.string() })),
   cursors: z.record(z.string(), scalar),
   /** the queries that produced the cursors, so a drill can compare them on the restored state */
@@ -139,25 +130,23 @@ export const ManifestSchema = z.strictObject({
       id: scalar,
       idempotency_key: z.string(),
       /** what kind of effect it is (e.g. email, payment), when the open-operations query names one */
-      kind: z.string().nullable().optional(),
+      kind: z.optional(z.nullable(z.string())),
       /** how a restore reconciles it, from the config at backup time */
-      strategy: z.enum(STRATEGIES).optional(),
+      strategy: z.optional(z.enum(STRATEGIES)),
     }),
   ),
   /** how the databases were captured at one instant (absent in bundles made before agentbak recorded it) */
-  cut: z
-    .strictObject({
-      at: time,
-      method: z.enum(["write-locks", "read-transaction"]),
-      databases: z.array(z.string()),
-      wait_ms: int,
-      hold_ms: int,
-    })
-    .optional(),
+  cut: z.optional(z.strictObject({
+    at: time,
+    method: z.enum(["write-locks", "read-transaction"]),
+    databases: z.array(z.string()),
+    wait_ms: int,
+    hold_ms: int,
+  })),
   /** state sources beyond SQLite (absent in bundles made before them) */
-  capture_instant: CaptureInstantSchema.optional(),
+  capture_instant: z.optional(CaptureInstantSchema),
   /** what was deliberately left out (a credential's file, an excluded name, a nested repository's history); never values */
-  not_captured: z.array(NotCapturedSchema).optional(),
+  not_captured: z.optional(z.array(NotCapturedSchema)),
 });
 
 export type Manifest = z.infer<typeof ManifestSchema>;

@@ -3,79 +3,70 @@
  * operation strategies, the reconcile probe and outcome SQL, timers,
  * objectives, the capture cut, runtime compatibility and liveness.
  */
-import * as z from "zod";
+import * as z from "zod/mini";
 
-const sqlRef = z.strictObject({ database: z.string(), sql: z.string().min(1) });
-const url = z.string().regex(/^https?:\/\/[^\s]+$/, "an http(s) URL");
+const sqlRef = z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)) });
+const url = z.string().check(z.regex(/^https?:\/\/[^\s]+$/, "an http(s) URL"));
 /** How an open operation is reconciled after a restore (DESIGN.md, Recovery protocol). */
 export const STRATEGIES = ["observe", "retry-safe", "escalate"] as const;
 export type Strategy = (typeof STRATEGIES)[number];
 export const strategy = z.enum(STRATEGIES);
-const ident = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "a plain SQL identifier (letters, digits, _)");
+const ident = z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "a plain SQL identifier (letters, digits, _)"));
 /** `{credential:NAME}` in a probe header: the named credential's value, resolved when the probe runs */
 export const CREDENTIAL_PLACEHOLDER = /\{credential:([^}]+)\}/g;
 export const reconcile = z.strictObject({
   probe: z.union([
     z.strictObject({
       http: z.strictObject({
-        url: url.refine((u) => !u.includes("{credential:"), "credentials belong in headers, never in the URL"),
-        headers: z.record(z.string(), z.string()).default({}),
+        url: url.check(z.refine((u) => !u.includes("{credential:"), "credentials belong in headers, never in the URL")),
+        headers: z._default(z.record(z.string(), z.string()), {}),
       }),
     }),
-    z.strictObject({ command: z.array(z.string().min(1)).min(1) }),
+    z.strictObject({ command: z.array(z.string().check(z.minLength(1))).check(z.minLength(1)) }),
   ]),
   onCompleted: sqlRef,
-  onRetry: sqlRef.optional(),
-  onEscalate: sqlRef.optional(),
-  timeoutSeconds: z.number().positive().max(300).default(10),
-  attempts: z.number().int().min(1).max(10).default(3),
+  onRetry: z.optional(sqlRef),
+  onEscalate: z.optional(sqlRef),
+  timeoutSeconds: z._default(z.number().check(z.positive()).check(z.maximum(300)), 10),
+  attempts: z._default(z.int().check(z.minimum(1)).check(z.maximum(10)), 3),
 });
 
-export const openOperations = z
-  .strictObject({ database: z.string(), sql: z.string().min(1), strategies: z.record(z.string(), strategy).default({}), defaultStrategy: strategy.default("observe") })
-  .optional();
+export const openOperations = z.optional(z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)), strategies: z._default(z.record(z.string(), strategy), {}), defaultStrategy: z._default(strategy, "observe") }));
 
 /** lease and deadline columns rebased at restore by the time elapsed since the snapshot (shift) or set to the restore time (expire) */
-export const timers = z
-  .array(
-    z.strictObject({
-      database: z.string(),
-      table: ident,
-      column: ident,
-      mode: z.enum(["shift", "expire"]),
-      format: z.enum(["epoch_ms", "epoch_s", "iso8601"]).default("epoch_ms"),
-    }),
-  )
-  .default([]);
+export const timers = z._default(z.array(
+  z.strictObject({
+    database: z.string(),
+    table: ident,
+    column: ident,
+    mode: z.enum(["shift", "expire"]),
+    format: z._default(z.enum(["epoch_ms", "epoch_s", "iso8601"]), "epoch_ms"),
+  }),
+), []);
 
 /** recovery objectives: a drill fails when missed; snapshots warns when the newest snapshot is older than the RPO */
-export const objectives = z.strictObject({ rpoMinutes: z.number().positive().optional(), rtoSeconds: z.number().positive().optional() }).optional();
+export const objectives = z.optional(z.strictObject({ rpoMinutes: z.optional(z.number().check(z.positive())), rtoSeconds: z.optional(z.number().check(z.positive())) }));
 
 /** who owns an unresolved difference a drill reports: by category (open_operation, credential, check, or a scenario name), then default */
-export const owners = z.record(z.string(), z.string().min(1)).optional();
+export const owners = z.optional(z.record(z.string(), z.string().check(z.minLength(1))));
 
 /** all databases are captured at one instant: how long to wait for their write locks */
-export const cut = z.strictObject({ waitSeconds: z.number().positive().max(3600).default(10) }).default({ waitSeconds: 10 });
+export const cut = z._default(z.strictObject({ waitSeconds: z._default(z.number().check(z.positive()).check(z.maximum(3600)), 10) }), { waitSeconds: 10 });
 
 /** snapshot-side runtime values this runtime accepts besides its own (exact, or with * wildcards) */
-export const compatible = z
-  .strictObject({
-    agentVersion: z.array(z.string()).optional(),
-    imageDigest: z.array(z.string()).optional(),
-    models: z.record(z.string(), z.array(z.string())).optional(),
-  })
-  .optional();
+export const compatible = z.optional(z.strictObject({
+  agentVersion: z.optional(z.array(z.string())),
+  imageDigest: z.optional(z.array(z.string())),
+  models: z.optional(z.record(z.string(), z.array(z.string()))),
+}));
 
 /** how to tell whether the original runtime still runs: activation refuses while it answers alive */
-export const liveness = z
-  .strictObject({
-    pidFile: z.string().min(1).optional(),
-    http: url.optional(),
-    command: z.array(z.string().min(1)).min(1).optional(),
-    timeoutSeconds: z.number().positive().max(60).default(3),
-  })
-  .refine((l) => l.pidFile || l.http || l.command, "name a pidFile, an http URL or a command")
-  .optional();
+export const liveness = z.optional(z.strictObject({
+  pidFile: z.optional(z.string().check(z.minLength(1))),
+  http: z.optional(url),
+  command: z.optional(z.array(z.string().check(z.minLength(1))).check(z.minLength(1))),
+  timeoutSeconds: z._default(z.number().check(z.positive()).check(z.maximum(60)), 3),
+}).check(z.refine((l) => l.pidFile || l.http || l.command, "name a pidFile, an http URL or a command")));
 
 /** The strategy for an open operation of `kind`: its own in `strategies`, else the default (observe when nothing is configured). */
 export const strategyFor = (kind: string | null | undefined, ops: z.infer<typeof openOperations>): Strategy =>

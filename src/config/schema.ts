@@ -2,40 +2,40 @@
  * The `agentbak.json` schema: one zod definition, used for strict validation
  * and exported as JSON Schema for editors (`agentbak config schema`).
  */
-import * as z from "zod";
+import * as z from "zod/mini";
 import { parseRecipient } from "../crypto/age.js";
 import * as recovery from "./recovery.js";
 
 /** Agent ids and tenants: also folder names in repositories and in AGENTBAK_HOME. */
 export const ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,63}$/;
-const id = z.string().regex(ID_PATTERN, "lowercase letters, digits, . _ - (max 64)");
-const recipient = z.string().refine((r) => {
+const id = z.string().check(z.regex(ID_PATTERN, "lowercase letters, digits, . _ - (max 64)"));
+const recipient = z.string().check(z.refine((r) => {
   try {
     parseRecipient(r);
     return true;
   } catch {
     return false;
   }
-}, "not an age X25519 recipient (age1..., 62 characters, valid bech32 checksum)");
-const sqlRef = z.strictObject({ database: z.string(), sql: z.string().min(1) });
-const stateName = z.string().regex(/^[a-z][a-z0-9_]{0,31}$/, "lowercase name");
+}, "not an age X25519 recipient (age1..., 62 characters, valid bech32 checksum)"));
+const sqlRef = z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)) });
+const stateName = z.string().check(z.regex(/^[a-z][a-z0-9_]{0,31}$/, "lowercase name"));
 /** The embedding model a vector store was written with: part of the restore compatibility policy. */
-const embedding = z.strictObject({ model: z.string().min(1), dimension: z.number().int().positive().max(65536) });
+const embedding = z.strictObject({ model: z.string().check(z.minLength(1)), dimension: z.int().check(z.positive()).check(z.maximum(65536)) });
 /** A state source beside the SQLite files: its connection is a credential reference, resolved only to connect. */
 const source = z.strictObject({
   name: stateName,
   kind: z.enum(["postgres", "redis", "lancedb"]),
-  url: z.string().regex(/^(env|file):.+/, "a credential reference: env:NAME or file:PATH holding the connection URL").optional(),
-  path: z.string().min(1).optional(),
-  schemas: z.array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/, "a schema name")).min(1).optional(),
-  patterns: z.array(z.string().min(1)).min(1).optional(),
-  embedding: embedding.optional(),
+  url: z.optional(z.string().check(z.regex(/^(env|file):.+/, "a credential reference: env:NAME or file:PATH holding the connection URL"))),
+  path: z.optional(z.string().check(z.minLength(1))),
+  schemas: z.optional(z.array(z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/, "a schema name"))).check(z.minLength(1))),
+  patterns: z.optional(z.array(z.string().check(z.minLength(1))).check(z.minLength(1))),
+  embedding: z.optional(embedding),
 });
 
 /** Access tiers of the agent interface (MCP and HTTP), each including the ones before it; no tier deletes or restores. */
 export const TIERS = ["read", "checkpoint", "restore-request"] as const;
 export type Tier = (typeof TIERS)[number];
-const scanPolicy = z.enum(["refuse", "warn", "off"]).default("refuse");
+const scanPolicy = z._default(z.enum(["refuse", "warn", "off"]), "refuse");
 
 /**
  * Names that commonly hold secrets, never captured from uncommitted work or
@@ -63,89 +63,71 @@ export const DEFAULT_EXCLUDE = [
 ];
 
 const ConfigObject = z.strictObject({
-  $schema: z.string().optional(),
+  $schema: z.optional(z.string()),
   agent: z.strictObject({ id, tenant: id }),
-  repository: z.string().min(1),
-  recipients: z.array(recipient).min(1),
-  databases: z
-    .array(z.strictObject({ name: stateName, path: z.string().min(1), embedding: embedding.optional() }))
-    .default([]),
-  sources: z.array(source).default([]),
-  files: z.array(z.string().min(1)).default([]),
-  workspace: z
-    .strictObject({ path: z.string().min(1), uncommitted: z.enum(["include", "refuse", "ignore"]).default("include") })
-    .optional(),
-  credentials: z
-    .array(z.strictObject({ name: z.string().min(1), ref: z.string().regex(/^[a-z][a-z0-9+.-]*:.+/, "a reference like env:NAME or file:PATH") }))
-    .default([]),
-  cursors: z.record(z.string().regex(/^[a-z][a-z0-9_]*$/), sqlRef).default({}),
+  repository: z.string().check(z.minLength(1)),
+  recipients: z.array(recipient).check(z.minLength(1)),
+  databases: z._default(z.array(z.strictObject({ name: stateName, path: z.string().check(z.minLength(1)), embedding: z.optional(embedding) })), []),
+  sources: z._default(z.array(source), []),
+  files: z._default(z.array(z.string().check(z.minLength(1))), []),
+  workspace: z.optional(z.strictObject({ path: z.string().check(z.minLength(1)), uncommitted: z._default(z.enum(["include", "refuse", "ignore"]), "include") })),
+  credentials: z._default(z.array(z.strictObject({ name: z.string().check(z.minLength(1)), ref: z.string().check(z.regex(/^[a-z][a-z0-9+.-]*:.+/, "a reference like env:NAME or file:PATH")) })), []),
+  cursors: z._default(z.record(z.string().check(z.regex(/^[a-z][a-z0-9_]*$/)), sqlRef), {}),
   openOperations: recovery.openOperations,
   /** reconciliation of open operations after a restore: probe, and the SQL that writes each outcome into the restored state */
-  reconcile: recovery.reconcile.optional(),
+  reconcile: z.optional(recovery.reconcile),
   timers: recovery.timers,
   objectives: recovery.objectives,
   owners: recovery.owners,
   cut: recovery.cut,
-  runtime: z
-    .strictObject({
-      imageDigest: z.string().optional(),
-      agentVersion: z.string().optional(),
-      models: z.record(z.string(), z.string()).optional(),
-      maxSchemaVersion: z.number().int().min(0).optional(),
-      compatible: recovery.compatible,
-      liveness: recovery.liveness,
-    })
-    .default({}),
-  hooks: z
-    .strictObject({
-      pre: z.array(z.string()).default([]),
-      post: z.array(z.string()).default([]),
-      timeoutSeconds: z.number().int().positive().default(30),
-    })
-    .default({ pre: [], post: [], timeoutSeconds: 30 }),
-  retention: z
-    .strictObject({
-      keepLast: z.number().int().positive().optional(),
-      keepHourly: z.number().int().positive().optional(),
-      keepDaily: z.number().int().positive().optional(),
-      keepWeekly: z.number().int().positive().optional(),
-      keepMonthly: z.number().int().positive().optional(),
-      keepYearly: z.number().int().positive().optional(),
-      expireDays: z.number().int().positive().default(365),
-    })
-    .default({ expireDays: 365 }),
+  runtime: z._default(z.strictObject({
+    imageDigest: z.optional(z.string()),
+    agentVersion: z.optional(z.string()),
+    models: z.optional(z.record(z.string(), z.string())),
+    maxSchemaVersion: z.optional(z.int().check(z.minimum(0))),
+    compatible: recovery.compatible,
+    liveness: recovery.liveness,
+  }), {}),
+  hooks: z._default(z.strictObject({
+    pre: z._default(z.array(z.string()), []),
+    post: z._default(z.array(z.string()), []),
+    timeoutSeconds: z._default(z.int().check(z.positive()), 30),
+  }), { pre: [], post: [], timeoutSeconds: 30 }),
+  retention: z._default(z.strictObject({
+    keepLast: z.optional(z.int().check(z.positive())),
+    keepHourly: z.optional(z.int().check(z.positive())),
+    keepDaily: z.optional(z.int().check(z.positive())),
+    keepWeekly: z.optional(z.int().check(z.positive())),
+    keepMonthly: z.optional(z.int().check(z.positive())),
+    keepYearly: z.optional(z.int().check(z.positive())),
+    expireDays: z._default(z.int().check(z.positive()), 365),
+  }), { expireDays: 365 }),
   /** per source: refuse (exit 14), warn (exit 3) or off; `exclude`: names never captured from the workspace's uncommitted work or `files` */
-  secretScan: z
-    .strictObject({
-      databases: scanPolicy,
-      workspace: scanPolicy,
-      files: scanPolicy,
-      exclude: z.array(z.string().min(1)).default(DEFAULT_EXCLUDE),
-    })
-    .default({ databases: "refuse", workspace: "refuse", files: "refuse", exclude: DEFAULT_EXCLUDE }),
+  secretScan: z._default(z.strictObject({
+    databases: scanPolicy,
+    workspace: scanPolicy,
+    files: scanPolicy,
+    exclude: z._default(z.array(z.string().check(z.minLength(1))), DEFAULT_EXCLUDE),
+  }), { databases: "refuse", workspace: "refuse", files: "refuse", exclude: DEFAULT_EXCLUDE }),
   /** S3 Object Lock for uploaded bundles: a compromised agent host can not delete its history */
-  objectLock: z.strictObject({ mode: z.enum(["governance", "compliance"]), days: z.number().int().positive() }).optional(),
+  objectLock: z.optional(z.strictObject({ mode: z.enum(["governance", "compliance"]), days: z.int().check(z.positive()) })),
   /**
    * `fullEvery`: a full snapshot after this many incrementals. `integrityEvery`: integrity_check runs on every full
    * snapshot and on every Nth incremental of a chain; the others read only the pages in place (no copy) and check
    * the counts (restore and drill always check the rebuilt database in full)
    */
-  incremental: z
-    .strictObject({ enabled: z.boolean().default(false), fullEvery: z.number().int().min(1).default(10), integrityEvery: z.number().int().min(1).default(5) })
-    .default({ enabled: false, fullEvery: 10, integrityEvery: 5 }),
-  signing: z.strictObject({ key: z.string().optional(), allowedSigners: z.string().optional() }).default({}),
+  incremental: z._default(z.strictObject({ enabled: z._default(z.boolean(), false), fullEvery: z._default(z.int().check(z.minimum(1)), 10), integrityEvery: z._default(z.int().check(z.minimum(1)), 5) }), { enabled: false, fullEvery: 10, integrityEvery: 5 }),
+  signing: z._default(z.strictObject({ key: z.optional(z.string()), allowedSigners: z.optional(z.string()) }), {}),
   /** the agent interface: the tier `agentbak mcp` runs at (--tier beats it), and where `agentbak serve` listens */
-  agentInterface: z.strictObject({ tier: z.enum(TIERS).default("read"), listen: z.string().optional() }).optional(),
-  restore: z
-    .strictObject({
-      staleAfterHours: z.number().int().positive().default(24),
-      credentialCheck: z.record(z.string(), z.array(z.string())).optional(),
-    })
-    .default({ staleAfterHours: 24 }),
+  agentInterface: z.optional(z.strictObject({ tier: z._default(z.enum(TIERS), "read"), listen: z.optional(z.string()) })),
+  restore: z._default(z.strictObject({
+    staleAfterHours: z._default(z.int().check(z.positive()), 24),
+    credentialCheck: z.optional(z.record(z.string(), z.array(z.string()))),
+  }), { staleAfterHours: 24 }),
 });
 
 /** The config: every key, plus what one key can not say alone (names that must exist or be unique). */
-export const ConfigSchema = ConfigObject.superRefine((c, ctx) => {
+export const ConfigSchema = ConfigObject.check(z.superRefine((c, ctx) => {
   const names = new Set<string>();
   c.databases.forEach((d, i) => {
     if (names.has(d.name)) ctx.addIssue({ code: "custom", path: ["databases", i, "name"], message: `database name "${d.name}" is used twice` });
@@ -183,7 +165,7 @@ export const ConfigSchema = ConfigObject.superRefine((c, ctx) => {
   c.timers.forEach((t, i) => {
     if (!names.has(t.database)) ctx.addIssue({ code: "custom", path: ["timers", i, "database"], message: `no database named "${t.database}"` });
   });
-});
+}));
 
 export type Config = z.infer<typeof ConfigSchema>;
 

@@ -3,7 +3,7 @@
  * globs resolve against the spec file's folder.
  */
 import { dirname, isAbsolute, resolve } from "node:path";
-import * as z from "zod";
+import * as z from "zod/mini";
 import { formatIssues, notFound, usageError } from "../errors.js";
 import { readFileRegular } from "../fsutil.js";
 
@@ -11,33 +11,31 @@ export const CRASH_POINTS = ["after_commit_before_delivery", "after_send_before_
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 
 const workerSchema = z.strictObject({
-  command: z.array(z.string()).min(1),
-  env: z.record(z.string(), z.string()).default({}),
-  timeoutSeconds: z.number().int().positive().default(30),
+  command: z.array(z.string()).check(z.minLength(1)),
+  env: z._default(z.record(z.string(), z.string()), {}),
+  timeoutSeconds: z._default(z.int().check(z.positive()), 30),
 });
 
 export const DrillSpecSchema = z.strictObject({
-  $schema: z.string().optional(),
-  name: z.string().min(1),
+  $schema: z.optional(z.string()),
+  name: z.string().check(z.minLength(1)),
   /** globs of invariant .sql files; empty: the restore checks (integrity, row counts, chain, credentials) alone */
   invariants: z.array(z.string()),
-  worker: workerSchema.optional(),
+  worker: z.optional(workerSchema),
   /** the newer worker for during_migration and old_backup_new_worker (default: worker with upgrade env) */
-  upgrade: z.strictObject({ command: z.array(z.string()).optional(), env: z.record(z.string(), z.string()).default({}), schemaVersion: z.number().int().optional() }).optional(),
-  inject: z
-    .strictObject({ database: z.string(), sql: z.string().min(1), taskId: z.string().min(1), completedSql: z.string().min(1) })
-    .optional(),
-  crashPoints: z.array(z.enum(CRASH_POINTS)).default([]),
-  sinkKill: z.boolean().default(false),
-  restarts: z.number().int().min(1).max(10).default(3),
+  upgrade: z.optional(z.strictObject({ command: z.optional(z.array(z.string())), env: z._default(z.record(z.string(), z.string()), {}), schemaVersion: z.optional(z.int()) })),
+  inject: z.optional(z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)), taskId: z.string().check(z.minLength(1)), completedSql: z.string().check(z.minLength(1)) })),
+  crashPoints: z._default(z.array(z.enum(CRASH_POINTS)), []),
+  sinkKill: z._default(z.boolean(), false),
+  restarts: z._default(z.int().check(z.minimum(1)).check(z.maximum(10)), 3),
   /** reconcile the snapshot's open operations against the sink (seeded already delivered, then never arrived), then run the worker */
-  reconcile: z.boolean().default(false),
+  reconcile: z._default(z.boolean(), false),
   /** reconciliation while the sink's lookups fail: each must leave the operations unresolved and cause no duplicate */
-  reconcileFaults: z.array(z.enum(["5xx", "timeout", "lost_answer"])).default([]),
+  reconcileFaults: z._default(z.array(z.enum(["5xx", "timeout", "lost_answer"])), []),
   /** the pre-restore and the restored generation run at once; the sink rejects the lower */
-  splitBrain: z.boolean().default(false),
+  splitBrain: z._default(z.boolean(), false),
   /** who owns an unresolved difference: by category (open_operation, open_operation:<kind>, credential, check, a scenario) or default; beats the config's owners */
-  owners: z.record(z.string(), z.string().min(1)).default({}),
+  owners: z._default(z.record(z.string(), z.string().check(z.minLength(1))), {}),
 });
 
 export type DrillSpec = z.infer<typeof DrillSpecSchema>;
