@@ -87,7 +87,8 @@ export function hasCause(err: unknown, cls: abstract new (...args: never[]) => E
 export function wrap(err: unknown, context: string): AgentbakError {
   if (err instanceof AgentbakError) return new AgentbakError(err.code, `${context}: ${err.message}`, { cause: err });
   const e = err as NodeJS.ErrnoException;
-  const detail = e?.code && e?.path ? `${e.code} ${e.path}` : e?.message ?? String(err);
+  // a context that already names the path is not followed by it again
+  const detail = e?.code && e?.path ? (context.includes(e.path) ? (e.code === "ENOENT" ? "does not exist (ENOENT)" : e.code) : `${e.code} ${e.path}`) : e?.message ?? String(err);
   const code = e?.code === "ENOENT" ? Exit.notFound : Exit.failure;
   return new AgentbakError(code, `${context}: ${detail}`, { cause: err });
 }

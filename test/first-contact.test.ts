@@ -116,6 +116,24 @@ describe("interactive init", () => {
   });
 });
 
+describe("a database named before the agent created it", () => {
+  it("init says it does not exist yet (exit 0); backup exits 10 naming it once", async () => {
+    const dir = join(a.tmp, "not-yet");
+    mkdirSync(dir);
+    const env = { AGENTBAK_HOME: join(a.tmp, "not-yet-home") };
+    const i = await run(["init", "--agent-id", "later", "--tenant", "acme", "--database", "state=state/agent.sqlite", "--yes"], { cwd: dir, env });
+    expect(i.code, i.stderr).toBe(0);
+    expect(i.stdout + i.stderr).toMatch(/database: {3}state = state\/agent\.sqlite \(does not exist yet: a backup fails with 10 until it does\)/);
+    const b = await run(["backup"], { cwd: dir, env });
+    expect(b.code).toBe(10);
+    expect(b.stderr.trim()).toMatch(/^agentbak: database state: \S+\/not-yet\/state\/agent\.sqlite: does not exist \(ENOENT\)$/);
+    // once the agent made it, the same config backs it up
+    mkdirSync(join(dir, "state"));
+    new Database(join(dir, "state", "agent.sqlite")).exec("CREATE TABLE t(x); INSERT INTO t VALUES (1)");
+    expect((await run(["backup"], { cwd: dir, env })).code).toBe(0);
+  });
+});
+
 describe("scheduled drills of an agent of its own", () => {
   it("without --spec the drill line runs the restore checks alone and passes; the reference agent's invariants would fail on its tables", async () => {
     const dir = join(a.tmp, "own-agent");

@@ -36,6 +36,8 @@ export interface InitResult {
   recipient: string;
   /** what the config names for backup (an empty list and null: backups capture no state) */
   databases: { name: string; path: string }[];
+  /** names of those databases whose file does not exist yet (a backup fails with 10 until it does) */
+  missing?: string[];
   workspace: string | null;
   warnings: string[];
 }
@@ -110,5 +112,7 @@ export async function init(opts: InitOptions): Promise<InitResult> {
   });
   writeFileAtomic(join(dir, "agentbak.schema.json"), JSON.stringify(configJsonSchema(), null, 2) + "\n");
   writeFileAtomic(cfgPath, JSON.stringify(raw, null, 2) + "\n");
-  return { config: cfgPath, config_created: true, repository: location, repository_created: created, home, keys_created: keysCreated, recipient, databases, workspace: workspace ?? null, warnings: [] };
+  // an agent may create its database at its first start: named, not refused, and said
+  const missing = databases.filter((d) => !existsSync(resolve(dir, d.path))).map((d) => d.name);
+  return { config: cfgPath, config_created: true, repository: location, repository_created: created, home, keys_created: keysCreated, recipient, databases, missing, workspace: workspace ?? null, warnings: [] };
 }

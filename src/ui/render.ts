@@ -22,11 +22,11 @@ export function keygen(r: KeygenResult): void {
   say(`  signer:    ${r.principal} ${r.signer_fingerprint}`);
 }
 
-export function init(r: { config: string; config_created: boolean; repository: string; repository_created: boolean; home: string; keys_created: boolean; databases: { name: string; path: string }[]; workspace: string | null }): void {
+export function init(r: { config: string; config_created: boolean; repository: string; repository_created: boolean; home: string; keys_created: boolean; databases: { name: string; path: string }[]; missing?: string[]; workspace: string | null }): void {
   ok(`${r.config_created ? "wrote" : "using"} ${r.config}`);
   say(`  repository: ${r.repository}${r.repository_created ? " (created)" : " (already there)"}`);
   say(`  keys:       ${r.home}${r.keys_created ? " (generated)" : ""}`);
-  for (const d of r.databases) say(`  database:   ${d.name} = ${d.path}`);
+  for (const d of r.databases) say(`  database:   ${d.name} = ${d.path}${r.missing?.includes(d.name) ? " (does not exist yet: a backup fails with 10 until it does)" : ""}`);
   if (r.workspace) say(`  workspace:  ${r.workspace}`);
   if (!r.databases.length && !r.workspace) say(`  next: name the agent's databases ("databases") or workspace in ${r.config}; until then a backup refuses: there is nothing to back up`);
 }
