@@ -302,17 +302,14 @@ export function writeDelta(db: string | PageSource, pages: number[], ix: PageInd
         writeAll(dst, h); // the record count is filled in at the end
         // consecutive changed pages are read, summed and looked up in the parent's sums a run at a time (one call
         // each, not one per page)
-        const most = Math.max(1, Math.floor((1 << 20) / ps));
-        const run = Buffer.allocUnsafe(most * ps);
-        const fresh = b ? Buffer.alloc(most * spp) : null;
-        const old = b ? Buffer.alloc(most * spp) : null;
+        const fresh = b ? Buffer.alloc(listedRunPages(ps) * spp) : null;
+        const old = b ? Buffer.alloc(fresh!.length) : null;
         // records gathered into about 1 MiB per write
         const recs = Buffer.alloc(Math.max(1, Math.floor((1 << 20) / (4 + unit))) * (4 + unit));
         let filled = 0;
         let n = 0;
-        for (const [first, count] of consecutiveRuns(pages, most)) {
-          const pagesRead = run.subarray(0, count * ps);
-          src.read(first, count, pagesRead);
+        readListedPages(src, pages, (pagesRead, first) => {
+          const count = pagesRead.length / ps;
           onRun?.(pagesRead, first);
           if (b) sumBlocks(pagesRead, unit, b.seed, fresh!, 0);
           const known = b ? b.sums.readRun(first, count, old!) : 0;
@@ -330,7 +327,7 @@ export function writeDelta(db: string | PageSource, pages: number[], ix: PageInd
               n++;
             }
           if (fresh) next!.setRun(first, fresh, count);
-        }
+        });
         writeAll(dst, recs, 0, filled);
         h.writeUInt32BE(n, 16);
         writeAll(dst, h, 0, 20, 0);
@@ -345,8 +342,27 @@ export function writeDelta(db: string | PageSource, pages: number[], ix: PageInd
   }
 }
 
+/** Pages of the longest run readListedPages reads at once: about 1 MiB, at least one page. */
+const listedRunPages = (pageSize: number) => Math.max(1, Math.floor((1 << 20) / pageSize));
+
+/**
+ * Reads the listed pages (1-based, ascending) in runs of consecutive pages of
+ * about 1 MiB, calling `each` with each run and its first page's number: one
+ * read per run, not per page.
+ */
+export function readListedPages(src: PageSource, pages: number[], each: (run: Buffer, first: number) => void): void {
+  const ps = src.pageSize;
+  const most = listedRunPages(ps);
+  const buf = Buffer.allocUnsafe(most * ps);
+  for (const [first, n] of consecutiveRuns(pages, most)) {
+    const run = buf.subarray(0, n * ps);
+    src.read(first, n, run);
+    each(run, first);
+  }
+}
+
 /** Runs of consecutive page numbers in `pages` (ascending), at most `most` long: [first page, page count]. */
-export function* consecutiveRuns(pages: number[], most: number): Generator<[number, number]> {
+function* consecutiveRuns(pages: number[], most: number): Generator<[number, number]> {
   for (let i = 0; i < pages.length; ) {
     let n = 1;
     while (n < most && i + n < pages.length && pages[i + n] === pages[i]! + n) n++;

@@ -12,7 +12,7 @@
  * Databases not encoded in UTF-8 are reported as unsupported (the caller
  * falls back to scanDatabase).
  */
-import { consecutiveRuns, readPages, withPages, type PageSource } from "./pages.js";
+import { readListedPages, readPages, withPages, type PageSource } from "./pages.js";
 import { detectSecret, RAW_PATTERN } from "./secrets.js";
 
 /** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
@@ -269,12 +269,7 @@ export function scanFilePages(from: string | PageSource, only?: number[]): numbe
       return s.suspicious;
     }
     const c = new ChangedPagesScan(src);
-    const most = Math.max(1, Math.floor((1 << 20) / src.pageSize));
-    const buf = Buffer.allocUnsafe(most * src.pageSize);
-    for (const [first, n] of consecutiveRuns(only, most)) {
-      src.read(first, n, buf);
-      c.run(buf.subarray(0, n * src.pageSize), first);
-    }
+    readListedPages(src, only, (run, first) => c.run(run, first));
     return c.finish();
   });
 }
