@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { createHash } from "node:crypto";
-import { appendFileSync, cpSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, cpSync, existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, ROOT, SNAPS, STORE, storeAt, type TestAgent } from "./helpers.js";
 import { manifestOf } from "./craft.js";
@@ -75,6 +75,24 @@ describe(`repository (${STORE})`, () => {
     expect(sha(join(t1, "state/agent.sqlite"))).toBe(sha(join(t2, "state/agent.sqlite")));
     const again = json(await a.run(["copy", "--from", a.repo, "--to", to, "--json"]));
     expect(again.copied).toEqual([]);
+  });
+
+  it("the header cache is trusted only for entries this host wrote: a cached manifest edited in place is ignored and the bundle read again", async () => {
+    expect((await a.run(["snapshots", "--json"])).code).toBe(0); // the cache now holds every header, each with its HMAC
+    const dir = join(a.home, "cache");
+    expect(statSync(join(dir, "headers.key")).mode & 0o777).toBe(0o600);
+    const file = join(dir, readdirSync(dir).find((f) => f.startsWith("headers-") && f.endsWith(".json"))!);
+    const cache = JSON.parse(readFileSync(file, "utf8"));
+    const key = Object.keys(cache.entries).find((k) => k.includes(snaps[0].snapshot_id))!;
+    const m = JSON.parse(Buffer.from(cache.entries[key].manifest, "base64").toString("utf8"));
+    cache.entries[key].manifest = Buffer.from(JSON.stringify({ ...m, label: "forged" })).toString("base64");
+    writeFileSync(file, JSON.stringify(cache));
+    const r = await a.run(["snapshots", "--json"]);
+    const e = json(r).find((x: any) => x.snapshot_id === snaps[0].snapshot_id);
+    expect(e.status).toBe("ok");
+    expect(e.label).toBe(m.label); // the signed bundle's, not the cache's
+    // and the entry was written afresh from the bundle
+    expect(Buffer.from(JSON.parse(readFileSync(file, "utf8")).entries[key].manifest, "base64").toString("utf8")).not.toMatch(/forged/);
   });
 
   it("a drill's report goes into the repository beside the agent's snapshots, never into the working folder", async () => {

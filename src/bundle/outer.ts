@@ -45,6 +45,8 @@ export interface BundleLayout {
   payloadOffset: number;
   payloadSize: number;
   fileSize: number;
+  /** the key manifest.sig verified with, once it has: set by verifyLayout, or by the header cache for bytes it verified */
+  signedBy?: Buffer;
 }
 
 function parseOctal(b: Buffer, name: string): number {

@@ -42,7 +42,7 @@ export function verifyHeader(path: string, trust: Trust, now = new Date()): Veri
 export function verifyLayout(layout: BundleLayout, trust: Trust, now = new Date()): VerifiedBundle {
   let key: Buffer;
   try {
-    key = verifyMessage(layout.signature, NS.manifest, layout.manifest);
+    key = layout.signedBy ?? verifyMessage(layout.signature, NS.manifest, layout.manifest);
   } catch (e) {
     throw verifyError(`manifest.sig: ${(e as Error).message}`);
   }
@@ -57,7 +57,7 @@ export function verifyLayout(layout: BundleLayout, trust: Trust, now = new Date(
   }
   if (manifest.signer.fingerprint !== t.fingerprint) throw verifyError(`manifest.json: names signer ${manifest.signer.fingerprint} but was signed by ${t.fingerprint}`);
   if (layout.payloadSize !== manifest.payload.size) throw verifyError(`payload.age: ${layout.payloadSize} bytes, manifest says ${manifest.payload.size}`);
-  return { layout, manifest, manifestSha256: sha256hex(layout.manifest), signer: { principal: t.principal, fingerprint: t.fingerprint } };
+  return { layout: { ...layout, signedBy: key }, manifest, manifestSha256: sha256hex(layout.manifest), signer: { principal: t.principal, fingerprint: t.fingerprint } };
 }
 
 /** sha256 of bytes [start, start + size) of a file: the next read runs while this chunk is hashed. */

@@ -1,12 +1,21 @@
 /**
- * A cache of verified bundle headers (the manifest and signature bytes and
- * where the payload is), kept in AGENTBAK_HOME per repository and keyed by
- * each bundle's key and identity (etag: inode, size and time for a folder;
- * the object's ETag in a bucket), so listing does not read every bundle
- * again. Signatures and trust are still checked on every use; only the
- * reading and the strict parse of bytes already found valid are skipped.
+ * A cache of verified bundle headers (the manifest and signature bytes, where
+ * the payload is, and the key the signature verified with), kept in
+ * AGENTBAK_HOME per repository and keyed by each bundle's key and identity
+ * (etag: inode, size and time for a folder; the object's ETag in a bucket),
+ * so listing does not read, nor verify the signature of, every bundle again.
+ *
+ * Trust is still checked on every use (allowed_signers, revocation, validity
+ * windows, the manifest's own checks); only the reading, the Ed25519
+ * verification and the strict parse of bytes already found valid are
+ * skipped. Each entry carries an HMAC-SHA256 under a random key kept beside
+ * the cache (0600), so an entry not written by this host's agentbak (a cache
+ * folder copied in, or written by someone who can not read the key) is
+ * ignored and its bundle verified afresh. Whoever can read the key can also
+ * read AGENTBAK_HOME's signing key and sign a manifest outright, so the cache
+ * adds no way to forge one.
  */
-import { createHash } from "node:crypto";
+import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { BundleLayout } from "../bundle/outer.js";
@@ -17,20 +26,27 @@ interface Entry {
   etag: string;
   manifest: string;
   signature: string;
+  /** the public key (base64 SSH wire form) the signature verified with */
+  signer: string;
   payloadOffset: number;
   payloadSize: number;
   fileSize: number;
+  mac: string;
 }
 
 export class HeaderCache {
   private entries: Record<string, Entry> = {};
   private changed = false;
   private readonly file: string | null;
+  private readonly keyFile: string | null;
+  private key: Buffer | null = null;
 
   constructor(dir: string | undefined, private readonly url: string) {
     this.file = dir ? join(dir, `headers-${createHash("sha256").update(url).digest("hex").slice(0, 16)}.json`) : null;
+    this.keyFile = dir ? join(dir, "headers.key") : null;
     if (!this.file) return;
     try {
+      this.key = readFileSync(this.keyFile!);
       const c = JSON.parse(readFileSync(this.file, "utf8")) as { url?: string; entries?: Record<string, Entry> };
       if (c.url === url && c.entries) this.entries = c.entries;
     } catch {
@@ -38,18 +54,27 @@ export class HeaderCache {
     }
   }
 
-  /** The cached layout of `key` when its identity is still `etag`. */
-  get(key: string, etag: string, path: string): BundleLayout | null {
-    const e = this.entries[key];
-    if (!e || e.etag !== etag) return null;
-    const manifest = Buffer.from(e.manifest, "base64");
-    rememberValidManifest(sha256hex(manifest));
-    return { path, manifest, signature: e.signature, payloadOffset: e.payloadOffset, payloadSize: e.payloadSize, fileSize: e.fileSize };
+  private mac(key: Buffer, k: string, e: Omit<Entry, "mac">): string {
+    const fields = [this.url, k, e.etag, e.manifest, e.signature, e.signer, e.payloadOffset, e.payloadSize, e.fileSize];
+    return createHmac("sha256", key).update(fields.join("\0")).digest("base64");
   }
 
-  /** Remembers a layout whose signature and manifest verified. */
-  set(key: string, etag: string, l: BundleLayout): void {
-    this.entries[key] = { etag, manifest: l.manifest.toString("base64"), signature: l.signature, payloadOffset: l.payloadOffset, payloadSize: l.payloadSize, fileSize: l.fileSize };
+  /** The cached layout of `key` when its identity is still `etag` and its entry is this host's. */
+  get(key: string, etag: string, path: string): BundleLayout | null {
+    const e = this.entries[key];
+    if (!e || e.etag !== etag || !this.key || typeof e.mac !== "string") return null;
+    const want = Buffer.from(this.mac(this.key, key, e), "base64");
+    const got = Buffer.from(e.mac, "base64");
+    if (got.length !== want.length || !timingSafeEqual(got, want)) return null;
+    const manifest = Buffer.from(e.manifest, "base64");
+    rememberValidManifest(sha256hex(manifest));
+    return { path, manifest, signature: e.signature, payloadOffset: e.payloadOffset, payloadSize: e.payloadSize, fileSize: e.fileSize, signedBy: Buffer.from(e.signer, "base64") };
+  }
+
+  /** Remembers a layout whose signature (by `signer`) and manifest verified. */
+  set(key: string, etag: string, l: BundleLayout, signer: Buffer): void {
+    const e = { etag, manifest: l.manifest.toString("base64"), signature: l.signature, signer: signer.toString("base64"), payloadOffset: l.payloadOffset, payloadSize: l.payloadSize, fileSize: l.fileSize };
+    this.entries[key] = { ...e, mac: this.key ? this.mac(this.key, key, e) : "" };
     this.changed = true;
   }
 
@@ -62,6 +87,12 @@ export class HeaderCache {
       }
     if (!this.file || !this.changed) return;
     try {
+      if (!this.key) {
+        // the first cache of this home: entries made before the key existed are signed with it now
+        this.key = randomBytes(32);
+        writeCacheFile(this.keyFile!, this.key);
+        for (const [k, e] of Object.entries(this.entries)) e.mac = this.mac(this.key, k, e);
+      }
       writeCacheFile(this.file, JSON.stringify({ url: this.url, entries: this.entries }));
     } catch {
       /* a cache that can not be written only costs time */

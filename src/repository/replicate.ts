@@ -10,7 +10,7 @@ import { isDatabase } from "../bundle/manifest.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
-import type { Repository } from "./repository.js";
+import { ordinal, type Repository } from "./repository.js";
 import { notFound } from "../errors.js";
 
 export interface CopyResult {
@@ -38,7 +38,7 @@ export async function replicate(
 ): Promise<CopyResult> {
   const picked = (await src.list(trust, { tenant: o.tenant, agent: o.agent }))
     .filter((e) => e.status === "ok" && e.header && (o.ids.length === 0 || o.ids.includes(e.snapshot_id)))
-    .sort((x, y) => x.tenant!.localeCompare(y.tenant!) || x.agent_id.localeCompare(y.agent_id) || x.sequence! - y.sequence!);
+    .sort((x, y) => ordinal(x.tenant!, y.tenant!) || ordinal(x.agent_id, y.agent_id) || x.sequence! - y.sequence!);
   // a snapshot named that is not among the verified ones is an error, not "copied 0"
   const missing = o.ids.filter((id) => !picked.some((e) => e.snapshot_id === id));
   if (missing.length) throw notFound(`snapshot ${missing[0]!.slice(0, 80)} not found among the verified snapshots in ${src.location}${o.tenant || o.agent ? ` (tenant ${o.tenant ?? "any"}, agent ${o.agent ?? "any"})` : ""}`);

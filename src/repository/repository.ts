@@ -102,6 +102,12 @@ export function selectEntries<E extends CatalogEntry>(list: E[], f: { label?: st
   return labelled.filter((e) => keep.has(e));
 }
 
+/**
+ * Orders ids by UTF-16 code unit, the same in every locale. (localeCompare loaded ICU's collator on the first
+ * call: 10-12 ms of a 200-snapshot listing.)
+ */
+export const ordinal = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
 export class Repository {
   private catalogCache: Promise<Snapshot[]> | null = null;
   /**
@@ -280,7 +286,7 @@ export class Repository {
       if (parent && !present.has(`${e.dir}/${parent}`) && !present.has(`${legacy.dir(e.agent_id)}/${parent}`))
         Object.assign(e, { status: "invalid", problem: `chain broken: parent snapshot ${parent} is missing`, problem_code: Exit.verify });
     }
-    return out.sort((x, y) => (x.tenant ?? "").localeCompare(y.tenant ?? "") || x.agent_id.localeCompare(y.agent_id) || (x.snapshot_id < y.snapshot_id ? -1 : 1));
+    return out.sort((x, y) => ordinal(x.tenant ?? "", y.tenant ?? "") || ordinal(x.agent_id, y.agent_id) || ordinal(x.snapshot_id, y.snapshot_id));
   }
 
   private async describeSnapshot(dir: string, id: string, hasBundle: boolean, trust: Trust, now: Date): Promise<Snapshot> {
@@ -296,10 +302,10 @@ export class Repository {
     try {
       if (known?.etag === h.etag && known.trust === trust) v = known.v;
       else {
-        // the same bytes read in an earlier run: the signature and trust are checked again, the reads are not repeated
+        // the same bytes read and verified in an earlier run: trust is checked again, the reads and the signature are not
         const cached = this.headerCache.get(key, h.etag, base.path);
         v = verifyLayout(cached ?? (await readLayoutRanges(base.path, h.size, (s, e) => this.store.getRange(key, s, e))), trust, now);
-        if (!cached) this.headerCache.set(key, h.etag, v.layout);
+        if (!cached) this.headerCache.set(key, h.etag, v.layout, v.layout.signedBy!);
       }
       this.headers.set(key, { etag: h.etag, trust, v });
     } catch (e) {
