@@ -27,6 +27,21 @@ const zodWithoutLocales: Plugin = {
     b.onLoad({ filter: /.*/, namespace: "empty" }, () => ({ contents: "export {};", loader: "js" }));
   },
 };
+/**
+ * Classic zod stays in node_modules: the agent interface (its schemas go to
+ * @hono/zod-openapi and the MCP SDK, which take classic schemas) and those
+ * packages load it from there when `serve` or `mcp` starts. Bundled, classic
+ * zod shares zod's core with the CLI's zod/mini schemas, and esbuild put all
+ * of core (303 KB) in the chunk every command loads; without it the chunk
+ * holds only what zod/mini uses: measured in the commit that added this.
+ * The CLI's own `zod/mini` imports are bundled.
+ */
+const classicZodOutside: Plugin = {
+  name: "classic-zod-outside",
+  setup(b) {
+    b.onResolve({ filter: /^zod(\/.*)?$/ }, (a) => (a.path === "zod" || a.importer.includes(`${"/node_modules/"}`) && !a.importer.includes(`${"/node_modules/zod/"}`) ? { path: a.path, external: true } : undefined));
+  },
+};
 const out = join(root, "dist", "packed");
 rmSync(out, { recursive: true, force: true });
 await build({
@@ -40,7 +55,7 @@ await build({
   logLevel: "warning",
   // native addons, and packages only a source or S3 repository loads (large, and loaded lazily anyway)
   external: ["better-sqlite3", "zstd-napi", "@lancedb/lancedb", "apache-arrow", "node-pty", "@aws-sdk/*", "@smithy/*", "pg", "ioredis"],
-  plugins: [zodWithoutLocales],
+  plugins: [zodWithoutLocales, classicZodOutside],
   // CommonJS packages inside an ES module bundle call require() for Node's own modules
   banner: { js: "import { createRequire as __agentbakRequire } from 'node:module'; const require = __agentbakRequire(import.meta.url);" },
 });
