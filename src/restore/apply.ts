@@ -29,7 +29,7 @@ import { evaluatePolicy } from "./policy.js";
 import { MARKER_DIR, SUSPENDED, type TargetRecord } from "./state.js";
 import { raiseTrustedState, readTrustedState } from "../state/watermark.js";
 import { agentbakHome } from "../crypto/keys.js";
-import { doneBeforeInterrupt, letInterruptsIn, removeOnInterrupt } from "../cleanup.js";
+import { doneBeforeInterrupt, letInterruptsIn, removeOnInterrupt, removeTree } from "../cleanup.js";
 
 export interface RestoreOptions {
   /** the bundle to restore, as a local file, and where its chain's links come from */
@@ -371,7 +371,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, res);
     return res;
   } finally {
-    if (staging) rmSync(staging, { recursive: true, force: true });
+    // never throws: an error here would replace the one being reported, and skip the lock's release
+    if (staging) removeTree(staging);
     unregister();
     await lock?.release();
   }
