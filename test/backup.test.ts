@@ -1,6 +1,7 @@
 // `agentbak backup`, `verify`, `snapshots`, `init`, `keygen` through the real binary.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
+import { createHash } from "node:crypto";
 import Database from "better-sqlite3";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -106,6 +107,11 @@ describe("backup, snapshots, verify", () => {
     snap.close();
     expect(existsSync(join(x, "db/state.sqlite-wal"))).toBe(false);
     const m = JSON.parse(readFileSync(join(x, "manifest.json"), "utf8"));
+    // the payload's digests with coreutils: whole, and per 4 MiB chunk (payload.chunks, which verify hashes on two threads)
+    expect((await execa("sha256sum", ["payload.age"], { cwd: x })).stdout.slice(0, 64)).toBe(m.payload.sha256);
+    const perChunk = (await execa("sh", ["-c", "split -b 4194304 --filter=sha256sum payload.age"], { cwd: x })).stdout.split("\n").map((l) => l.slice(0, 64));
+    expect(m.payload.chunks.size).toBe(4194304);
+    expect(createHash("sha256").update(Buffer.from(perChunk.join(""), "hex")).digest("hex")).toBe(m.payload.chunks.sha256);
     expect(m.workspace.commit).toBe(a.commit);
     expect(m.workspace.dirty).toBe(true);
     expect(m.workspace.branch).toBe("main");

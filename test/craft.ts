@@ -22,6 +22,13 @@ export interface Member {
 
 const sha = (b: Buffer) => createHash("sha256").update(b).digest("hex");
 
+/** The root of payload.chunks: the sha256 of each chunk's sha256, written out here rather than taken from agentbak. */
+export function chunksRoot(b: Buffer, size: number): string {
+  const root = createHash("sha256");
+  for (let off = 0; off < b.length; off += size) root.update(createHash("sha256").update(b.subarray(off, off + size)).digest());
+  return root.digest("hex");
+}
+
 /** A tar of `members` (headers as given: hostile names and types allowed). */
 export async function makeTar(members: Member[]): Promise<Buffer> {
   const pack = tar.pack();
@@ -56,6 +63,7 @@ export async function ageEncrypt(plain: Buffer, recipients: string[]): Promise<B
 export async function craft(opts: { baseManifest: any; payloadAge: Buffer; tarSize?: number; patch?: (m: any) => void; keyFile: string; out: string }): Promise<void> {
   const m = structuredClone(opts.baseManifest);
   m.payload = { ...m.payload, sha256: sha(opts.payloadAge), size: opts.payloadAge.length, tar_size: opts.tarSize ?? m.payload.tar_size };
+  if (m.payload.chunks) m.payload.chunks = { size: m.payload.chunks.size, sha256: chunksRoot(opts.payloadAge, m.payload.chunks.size) };
   const key = parsePrivateKey(readFileSync(opts.keyFile, "utf8"));
   const { fingerprint } = await import("../dist/crypto/sshsig.js");
   m.signer = { ...m.signer, fingerprint: fingerprint(key.publicKey) };

@@ -111,6 +111,8 @@ export const ManifestSchema = z.strictObject({
     tar_size: int,
     compression: z.literal("zstd"),
     encryption: z.literal("age-x25519"),
+    /** the sha256 of each `size` bytes of payload.age and their root (streams.ts ChunkDigests), which verify hashes in parallel */
+    chunks: z.optional(z.strictObject({ size: z.int().check(z.minimum(1 << 20)).check(z.maximum(1 << 26)), sha256: sha })),
   }),
   workspace: z.nullable(z.strictObject({
     path: z.string().check(z.refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === ""), "a relative path")),

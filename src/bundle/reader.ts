@@ -17,6 +17,7 @@ import { AgentbakError, ioErrno, ioError, noKey, policyError, verifyError } from
 import { clipName, parseManifest, sha256hex, type Manifest } from "./manifest.js";
 import { readLayout, type BundleLayout } from "./outer.js";
 import { plaintext } from "./plaintext.js";
+import { fileChunksSha256 } from "./chunks.js";
 import { ByteCounter, HashTap } from "./streams.js";
 import { ensureDir, FlushBehindFile } from "../fsutil.js";
 
@@ -88,7 +89,10 @@ export async function fileRangeSha256(path: string, start: number, size: number)
  */
 export async function verifyBundle(path: string, trust: Trust, now = new Date()): Promise<VerifiedBundle> {
   const v = verifyHeader(path, trust, now);
-  if ((await fileRangeSha256(path, v.layout.payloadOffset, v.layout.payloadSize)) !== v.manifest.payload.sha256)
+  const { payloadOffset: at, payloadSize: size } = v.layout;
+  // a bundle that lists its chunks' digests is hashed on two threads; one without (written before they were added) in one stream
+  const c = v.manifest.payload.chunks;
+  if (c ? (await fileChunksSha256(path, at, size, c.size)) !== c.sha256 : (await fileRangeSha256(path, at, size)) !== v.manifest.payload.sha256)
     throw verifyError("payload.age: digest mismatch (not the payload the manifest signed)");
   return v;
 }

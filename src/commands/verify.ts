@@ -1,12 +1,12 @@
 /** `agentbak verify`: signature, manifest and payload digest; with an identity, every component too. */
-import { rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { extractAndCheck, type Check } from "../bundle/extract.js";
+import type { Check } from "../bundle/extract.js";
+import type { Manifest } from "../bundle/manifest.js";
 import { verifyBundle } from "../bundle/reader.js";
 import { pidDir } from "../fsutil.js";
 import { context, type GlobalOpts } from "./context.js";
-import { removeOnInterrupt } from "../cleanup.js";
+import { removeOnInterrupt, removeTree } from "../cleanup.js";
 
 export interface VerifyOptions extends GlobalOpts {
   identity?: string;
@@ -34,7 +34,7 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
     const checks: Check[] = [
       { name: "signature", ok: true, detail: `signed by ${v.signer.principal} (${v.signer.fingerprint}), namespace agentbak-manifest` },
       { name: "manifest", ok: true, detail: "canonical JSON, schema valid" },
-      { name: "payload", ok: true, detail: `sha256 ${v.manifest.payload.sha256.slice(0, 16)}… matches, ${v.manifest.payload.size} bytes` },
+      { name: "payload", ok: true, detail: payloadDetail(v.manifest.payload) },
     ];
     const deep = Boolean(opts.identity || process.env.AGENTBAK_IDENTITY || process.env.AGENTBAK_IDENTITY_FILE);
     if (deep) {
@@ -42,9 +42,11 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
       const tmp = pidDir(tmpdir(), "agentbak-verify");
       const unregister = removeOnInterrupt(tmp); // decrypted state: removed on Ctrl-C or SIGTERM too
       try {
+        // loaded only here: the deep checks bring SQLite, git and the payload's decoders, which a check without keys never uses
+        const { extractAndCheck } = await import("../bundle/extract.js");
         checks.push(...(await extractAndCheck(v, ids, join(tmp, "root"), ctx.trust, b.links)).checks);
       } finally {
-        rmSync(tmp, { recursive: true, force: true });
+        removeTree(tmp);
         unregister();
       }
     }
@@ -53,4 +55,10 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
   } finally {
     b.release();
   }
+}
+
+/** What the payload check compared: the chunk digests' root when the manifest lists one, else the whole sha256. */
+function payloadDetail(p: Manifest["payload"]): string {
+  const what = p.chunks ? `sha256 of each ${p.chunks.size >> 20} MiB chunk (root ${p.chunks.sha256.slice(0, 16)}…)` : `sha256 ${p.sha256.slice(0, 16)}…`;
+  return `${what} matches, ${p.size} bytes`;
 }
