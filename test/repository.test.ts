@@ -81,18 +81,23 @@ describe(`repository (${STORE})`, () => {
     expect((await a.run(["snapshots", "--json"])).code).toBe(0); // the cache now holds every header, each with its HMAC
     const dir = join(a.home, "cache");
     expect(statSync(join(dir, "headers.key")).mode & 0o777).toBe(0o600);
-    const file = join(dir, readdirSync(dir).find((f) => f.startsWith("headers-") && f.endsWith(".json"))!);
-    const cache = JSON.parse(readFileSync(file, "utf8"));
+    // this repository's cache (a spool or another repository the tests opened has its own)
+    const files = readdirSync(dir)
+      .filter((f) => f.startsWith("headers-") && f.endsWith(".json"))
+      .map((f) => ({ f: join(dir, f), url: JSON.parse(readFileSync(join(dir, f), "utf8")).url }));
+    const file = files.find((x) => x.url === a.repo)?.f;
+    expect(file, `no header cache for ${a.repo} among ${JSON.stringify(files)}`).toBeDefined();
+    const cache = JSON.parse(readFileSync(file!, "utf8"));
     const key = Object.keys(cache.entries).find((k) => k.includes(snaps[0].snapshot_id))!;
     const m = JSON.parse(Buffer.from(cache.entries[key].manifest, "base64").toString("utf8"));
     cache.entries[key].manifest = Buffer.from(JSON.stringify({ ...m, label: "forged" })).toString("base64");
-    writeFileSync(file, JSON.stringify(cache));
+    writeFileSync(file!, JSON.stringify(cache));
     const r = await a.run(["snapshots", "--json"]);
     const e = json(r).find((x: any) => x.snapshot_id === snaps[0].snapshot_id);
     expect(e.status).toBe("ok");
     expect(e.label).toBe(m.label); // the signed bundle's, not the cache's
     // and the entry was written afresh from the bundle
-    expect(Buffer.from(JSON.parse(readFileSync(file, "utf8")).entries[key].manifest, "base64").toString("utf8")).not.toMatch(/forged/);
+    expect(Buffer.from(JSON.parse(readFileSync(file!, "utf8")).entries[key].manifest, "base64").toString("utf8")).not.toMatch(/forged/);
   });
 
   it("a drill's report goes into the repository beside the agent's snapshots, never into the working folder", async () => {
