@@ -31,6 +31,20 @@ export type FromWorker = { done: true } | { truncated: number } | { error: { mes
 
 const truncated = (at: number) => verifyError(`bundle truncated at byte ${at}`);
 
+const startWorker = () => new Worker(join(ROOT, "dist", "packed", "digest-worker.js"), { resourceLimits: { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 4 } });
+let spare: Worker | null = null;
+
+/**
+ * Starts the digest worker before its job is known, so that its start (~50 ms
+ * of Node's own bootstrap) runs on the other core while this thread loads the
+ * command, the config and the bundle's header. It waits, unreferenced (it
+ * keeps no process alive), for the first fileChunksSha256.
+ */
+export function warmDigestWorker(): void {
+  spare ??= startWorker();
+  spare.unref();
+}
+
 /**
  * The root of the chunk digests of bytes [start, start + size) of a file.
  * @throws AgentbakError(13) when the file ends early.
@@ -38,7 +52,13 @@ const truncated = (at: number) => verifyError(`bundle truncated at byte ${at}`);
 export async function fileChunksSha256(path: string, start: number, size: number, chunkSize: number): Promise<string> {
   const n = Math.ceil(size / chunkSize);
   const job: ChunkJob = { path, start, size, chunkSize, next: new SharedArrayBuffer(4), table: new SharedArrayBuffer(n * 32) };
-  const w = n >= WORKER_FROM ? new Worker(join(ROOT, "dist", "packed", "digest-worker.js"), { workerData: job, resourceLimits: { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 4 } }) : null;
+  let w: Worker | null = null;
+  if (n >= WORKER_FROM) {
+    w = spare ?? startWorker();
+    spare = null;
+    w.ref();
+    w.postMessage(job);
+  }
   const helped = new Promise<void>((resolve, reject) => {
     if (!w) return resolve();
     w.once("message", (m: FromWorker) => ("done" in m ? resolve() : reject("truncated" in m ? truncated(m.truncated) : Object.assign(new Error(m.error.message), m.error))));

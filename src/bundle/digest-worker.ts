@@ -5,7 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import { closeSync, openSync, readSync } from "node:fs";
-import { parentPort, workerData, type MessagePort } from "node:worker_threads";
+import { parentPort, type MessagePort } from "node:worker_threads";
 import type { ChunkJob, FromWorker } from "./chunks.js";
 
 /** Takes chunks until none are left: the worker's loop (synchronous reads; it has nothing else to do). */
@@ -44,4 +44,5 @@ function serveChunkWorker(port: MessagePort, job: ChunkJob): void {
   port.postMessage(msg);
 }
 
-serveChunkWorker(parentPort!, workerData as ChunkJob);
+// the job comes as the first message: the worker may be started before it is known (chunks.ts warmDigestWorker)
+parentPort!.once("message", (job: ChunkJob) => serveChunkWorker(parentPort!, job));

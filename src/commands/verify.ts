@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Check } from "../bundle/extract.js";
 import type { Manifest } from "../bundle/manifest.js";
+import { warmDigestWorker } from "../bundle/chunks.js";
 import { verifyBundle } from "../bundle/reader.js";
 import { pidDir } from "../fsutil.js";
 import { context, type GlobalOpts } from "./context.js";
@@ -27,6 +28,7 @@ export interface VerifyResult {
 }
 
 export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyResult> {
+  warmDigestWorker();
   const ctx = context(opts);
   const b = await ctx.openRef(ref, ctx.agentFilter(opts));
   try {
