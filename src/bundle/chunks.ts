@@ -41,8 +41,14 @@ let spare: Worker | null = null;
  * keeps no process alive), for the first fileChunksSha256.
  */
 export function warmDigestWorker(): void {
-  spare ??= startWorker();
-  spare.unref();
+  if (spare) return;
+  const w = (spare = startWorker());
+  w.unref();
+  // a spare that failed to start is not handed a job (its exit would already have been emitted, and nobody would hear it)
+  w.once("error", () => undefined);
+  w.once("exit", () => {
+    if (spare === w) spare = null;
+  });
 }
 
 /**
