@@ -84,8 +84,9 @@ describe(`repository (${STORE})`, () => {
     // this repository's cache (a spool or another repository the tests opened has its own)
     const files = readdirSync(dir)
       .filter((f) => f.startsWith("headers-") && f.endsWith(".json"))
-      .map((f) => ({ f: join(dir, f), url: JSON.parse(readFileSync(join(dir, f), "utf8")).url }));
-    const file = files.find((x) => x.url === a.repo)?.f;
+      .map((f) => ({ f: join(dir, f), ...(JSON.parse(readFileSync(join(dir, f), "utf8")) as { url: string; scope: string }), entries: undefined }));
+    // the listing of this agent reads only its folders, and keeps their headers in a file of their own
+    const file = files.find((x) => x.url === a.repo && x.scope.startsWith("tenants/acme/agents/billing-agent/"))?.f;
     expect(file, `no header cache for ${a.repo} among ${JSON.stringify(files)}`).toBeDefined();
     const cache = JSON.parse(readFileSync(file!, "utf8"));
     const key = Object.keys(cache.entries).find((k) => k.includes(snaps[0].snapshot_id))!;
@@ -157,6 +158,13 @@ describe(`repository (${STORE})`, () => {
       expect(gd.tenant).toBe("globex");
       const listed = json(await g.run(["snapshots", "--json"]));
       expect(listed.map((e: any) => e.snapshot_id)).toEqual([gb.snapshot_id]);
+      // globex's backup, restore, drill and listing read only globex's folders: no acme bundle was read (nor cached)
+      const caches = readdirSync(join(g.home, "cache"))
+        .filter((f) => f.startsWith("headers-") && f.endsWith(".json"))
+        .map((f) => JSON.parse(readFileSync(join(g.home, "cache", f), "utf8")) as { url: string; scope: string; entries: Record<string, unknown> })
+        .filter((c) => c.url === a.repo);
+      expect(caches.map((c) => c.scope)).toEqual(["tenants/globex/agents/billing-agent/snapshots|agents/billing-agent"]);
+      expect(Object.keys(caches[0]!.entries)).toEqual([`tenants/globex/agents/billing-agent/snapshots/${gb.snapshot_id}.agentbak`]);
       const all = json(await a.run(["snapshots", "--repo", a.repo, "--agent", "billing-agent", "--tenant", "globex", "--json"]));
       expect(all.map((e: any) => e.tenant)).toEqual(["globex"]);
     } finally {

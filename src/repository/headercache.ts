@@ -1,7 +1,8 @@
 /**
  * A cache of verified bundle headers (the manifest and signature bytes, where
  * the payload is, and the key the signature verified with), kept in
- * AGENTBAK_HOME per repository and keyed by each bundle's key and identity
+ * AGENTBAK_HOME per repository and listing scope (the whole repository, or
+ * one agent's folders) and keyed by each bundle's key and identity
  * (etag: inode, size and time for a folder; the object's ETag in a bucket),
  * so listing does not read, nor verify the signature of, every bundle again.
  *
@@ -41,21 +42,23 @@ export class HeaderCache {
   private readonly keyFile: string | null;
   private key: Buffer | null = null;
 
-  constructor(dir: string | undefined, private readonly url: string) {
-    this.file = dir ? join(dir, `headers-${createHash("sha256").update(url).digest("hex").slice(0, 16)}.json`) : null;
+  /** `scope`: "" for a listing of the whole repository, or the folders of the one agent listed (a file of its own) */
+  constructor(dir: string | undefined, private readonly url: string, private readonly scope = "") {
+    const name = createHash("sha256").update(scope ? `${url}\0${scope}` : url).digest("hex").slice(0, 16);
+    this.file = dir ? join(dir, `headers-${name}.json`) : null;
     this.keyFile = dir ? join(dir, "headers.key") : null;
     if (!this.file) return;
     try {
       this.key = readFileSync(this.keyFile!);
-      const c = JSON.parse(readFileSync(this.file, "utf8")) as { url?: string; entries?: Record<string, Entry> };
-      if (c.url === url && c.entries) this.entries = c.entries;
+      const c = JSON.parse(readFileSync(this.file, "utf8")) as { url?: string; scope?: string; entries?: Record<string, Entry> };
+      if (c.url === url && (c.scope ?? "") === scope && c.entries) this.entries = c.entries;
     } catch {
       /* no cache yet, or unreadable: start empty */
     }
   }
 
   private mac(key: Buffer, k: string, e: Omit<Entry, "mac">): string {
-    const fields = [this.url, k, e.etag, e.manifest, e.signature, e.signer, e.payloadOffset, e.payloadSize, e.fileSize];
+    const fields = [this.url, this.scope, k, e.etag, e.manifest, e.signature, e.signer, e.payloadOffset, e.payloadSize, e.fileSize];
     return createHmac("sha256", key).update(fields.join("\0")).digest("base64");
   }
 
@@ -93,7 +96,7 @@ export class HeaderCache {
         writeCacheFile(this.keyFile!, this.key);
         for (const [k, e] of Object.entries(this.entries)) e.mac = this.mac(this.key, k, e);
       }
-      writeCacheFile(this.file, JSON.stringify({ url: this.url, entries: this.entries }));
+      writeCacheFile(this.file, JSON.stringify({ url: this.url, scope: this.scope, entries: this.entries }));
     } catch {
       /* a cache that can not be written only costs time */
     }

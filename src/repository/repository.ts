@@ -26,6 +26,7 @@ import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
 import { applyIndexChanges, decodeIndex, encodeIndex, indexParent } from "../state/pages.js";
 import { keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotsDir, type AgentRef } from "./layout.js";
+import { ID_PATTERN } from "../config/schema.js";
 
 export type { AgentRef };
 
@@ -109,7 +110,8 @@ export function selectEntries<E extends CatalogEntry>(list: E[], f: { label?: st
 export const ordinal = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
 export class Repository {
-  private catalogCache: Promise<Snapshot[]> | null = null;
+  /** what list() read, by scope: "" for the whole repository, an agent's folder for a list of that agent */
+  private catalogs = new Map<string, Promise<Snapshot[]>>();
   /**
    * Verified headers by bundle key, for a process that lists again and again
    * (the agent interface's server): a committed bundle is never rewritten, so
@@ -119,15 +121,11 @@ export class Repository {
   /** locks this process took but could not release (the store was unreachable), by key: the nonce they carry */
   private leaked = new Map<string, string>();
 
-  /** verified headers on disk (AGENTBAK_HOME), for the next process */
-  private readonly headerCache: HeaderCache;
-
   private constructor(
     readonly store: ObjectStore,
-    cacheDir?: string,
-  ) {
-    this.headerCache = new HeaderCache(cacheDir, store.url);
-  }
+    /** where verified headers are kept on disk (AGENTBAK_HOME), for the next process */
+    private readonly cacheDir?: string,
+  ) {}
 
   /** Where the repository is, for people and for records. */
   get location(): string {
@@ -248,13 +246,18 @@ export class Repository {
    * header or the reason it did not verify.
    */
   async list(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date()): Promise<Snapshot[]> {
-    const all = await (this.catalogCache ??= this.readCatalog(trust, now));
-    return all.filter((e) => (!f.agent || e.agent_id === f.agent) && (!f.tenant || e.tenant === f.tenant || (e.tenant === null && !f.agent)));
+    // one agent of one tenant: only its own folders are read (its v2 folder, and the v1 folder of that agent id),
+    // so a backup or listing costs what that agent holds, not what the whole repository holds
+    const scope = f.tenant && f.agent && ID_PATTERN.test(f.tenant) && ID_PATTERN.test(f.agent) ? [snapshotsDir({ tenant: f.tenant, agent: f.agent }), legacy.dir(f.agent)] : null;
+    const k = scope?.join("|") ?? "";
+    let all = this.catalogs.get(k);
+    if (!all) this.catalogs.set(k, (all = this.readCatalog(trust, now, scope)));
+    return (await all).filter((e) => (!f.agent || e.agent_id === f.agent) && (!f.tenant || e.tenant === f.tenant || (e.tenant === null && !f.agent)));
   }
 
   /** Forgets what list() read, after this process changed the repository. */
   private invalidate(): void {
-    this.catalogCache = null;
+    this.catalogs.clear();
   }
 
   /** Lists afresh next time: for a long-running process, whose repository others write too. */
@@ -262,10 +265,12 @@ export class Repository {
     this.invalidate();
   }
 
-  private async readCatalog(trust: Trust, now: Date): Promise<Snapshot[]> {
+  private async readCatalog(trust: Trust, now: Date, scope: string[] | null): Promise<Snapshot[]> {
     const found = new Map<string, { dir: string; id: string; bundle: boolean; commit: boolean }>();
-    const v1Listed = (await this.store.list("agents/")).map((k) => parseSnapshotKey(k));
-    for (const p of [...(await this.store.list("tenants/")).map((k) => parseSnapshotKey(k)), ...v1Listed]) {
+    const listed: string[] = [];
+    for (const prefix of scope ? scope.map((d) => `${d}/`) : ["tenants/", "agents/"]) listed.push(...(await this.store.list(prefix)));
+    const headerCache = new HeaderCache(this.cacheDir, this.store.url, scope?.join("|") ?? "");
+    for (const p of listed.map((k) => parseSnapshotKey(k))) {
       if (!p || (p.ext !== "agentbak" && p.ext !== "commit")) continue;
       const k = `${p.dir}/${p.id}`;
       const e = found.get(k) ?? { dir: p.dir, id: p.id, bundle: false, commit: false };
@@ -276,8 +281,8 @@ export class Repository {
     // layout v1 folders published bundles with link(2): in a store that writes objects whole, a bundle there is committed
     const committed = [...found.values()].filter((e) => e.commit || (e.bundle && this.store.inPlace && e.dir.startsWith("agents/")));
     const out: Snapshot[] = [];
-    for (const c of committed) out.push(await this.describeSnapshot(c.dir, c.id, c.bundle, trust, now));
-    this.headerCache.save(new Set(out.map((e) => e.key)));
+    for (const c of committed) out.push(await this.describeSnapshot(c.dir, c.id, c.bundle, trust, now, headerCache));
+    headerCache.save(new Set(out.map((e) => e.key)));
     // a missing parent breaks a chain; a damaged one is found when the chain is verified
     const present = new Set(committed.filter((c) => c.bundle).map((c) => `${c.dir}/${c.id}`));
     for (const e of out) {
@@ -289,7 +294,7 @@ export class Repository {
     return out.sort((x, y) => ordinal(x.tenant ?? "", y.tenant ?? "") || ordinal(x.agent_id, y.agent_id) || ordinal(x.snapshot_id, y.snapshot_id));
   }
 
-  private async describeSnapshot(dir: string, id: string, hasBundle: boolean, trust: Trust, now: Date): Promise<Snapshot> {
+  private async describeSnapshot(dir: string, id: string, hasBundle: boolean, trust: Trust, now: Date, headerCache: HeaderCache): Promise<Snapshot> {
     const owner = ownerOf(dir);
     const key = keys.bundle(dir, id);
     const base = { dir, key, agent_id: owner.agent, snapshot_id: id, path: this.store.inPlace ? `${this.location}/${key}` : `${this.location}/${key}` };
@@ -303,9 +308,9 @@ export class Repository {
       if (known?.etag === h.etag && known.trust === trust) v = known.v;
       else {
         // the same bytes read and verified in an earlier run: trust is checked again, the reads and the signature are not
-        const cached = this.headerCache.get(key, h.etag, base.path);
+        const cached = headerCache.get(key, h.etag, base.path);
         v = verifyLayout(cached ?? (await readLayoutRanges(base.path, h.size, (s, e) => this.store.getRange(key, s, e))), trust, now);
-        if (!cached) this.headerCache.set(key, h.etag, v.layout, v.layout.signedBy!);
+        if (!cached) headerCache.set(key, h.etag, v.layout, v.layout.signedBy!);
       }
       this.headers.set(key, { etag: h.etag, trust, v });
     } catch (e) {
@@ -383,7 +388,8 @@ export class Repository {
       const path = await fetchKey(s.key);
       const links: LinkSource = async (id) => {
         if (!ID_RE.test(id)) throw notFound(`snapshot ${id} not found`);
-        const inList = (await this.list(trust, { agent: s.agent_id })).find((e) => e.snapshot_id === id && (e.dir === s.dir || e.dir === legacy.dir(s.agent_id)));
+        // the links sit in the snapshot's own folders: the same listing as the snapshot's (read once per process)
+        const inList = (await this.list(trust, s.tenant ? { tenant: s.tenant, agent: s.agent_id } : { agent: s.agent_id })).find((e) => e.snapshot_id === id && (e.dir === s.dir || e.dir === legacy.dir(s.agent_id)));
         if (!inList) throw notFound(`snapshot ${id} not found in ${this.location}`);
         if (!inList.header) throw new AgentbakError(inList.problem_code === Exit.notFound ? Exit.notFound : Exit.verify, inList.problem ?? "does not verify");
         return fetchKey(inList.key);
