@@ -54,7 +54,16 @@ describe("manifest", () => {
   });
 
   it("refuses a newer format version with a policy error naming both versions", () => {
-    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 2 })!))).toThrow(/version 2 .*\(1\)/);
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 3 })!))).toThrow(/version 3 .*\(2\)/);
+  });
+
+  it("reads format versions 1 and 2; payload.chunks only in 2, where it was added", () => {
+    const chunks = { size: 4 << 20, sha256: "ab".repeat(32) };
+    expect(parseManifest(Buffer.from(canonicalize(base)!)).format_version).toBe(1);
+    expect(parseManifest(Buffer.from(canonicalize({ ...base, format_version: 2, payload: { ...base.payload, chunks } })!)).payload.chunks).toEqual(chunks);
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, payload: { ...base.payload, chunks } })!))).toThrow(/payload\.chunks in a format version 1 manifest/);
+    // a chunk size outside 1-64 MiB: a hostile manifest can not make the digest table large
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 2, payload: { ...base.payload, chunks: { ...chunks, size: 4096 } } })!))).toThrow(/manifest invalid/);
   });
 
   it("accepts no mutation of a valid manifest other than re-canonicalised equivalents (property)", () => {

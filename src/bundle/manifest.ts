@@ -13,7 +13,12 @@ import { STRATEGIES } from "../config/recovery.js";
 import { TOOL_VERSION } from "../version.js";
 
 export const FORMAT = "agentbak-bundle";
-export const FORMAT_VERSION = 1;
+/**
+ * The version this tool writes. 2 added `payload.chunks`: a tool that knows
+ * only 1 refuses a version-2 bundle as newer (exit 14) rather than as an
+ * invalid manifest (13). Version 1 bundles are still read.
+ */
+export const FORMAT_VERSION = 2;
 const MAX_MANIFEST = 1024 * 1024;
 
 const int = z.int().check(z.minimum(0)).check(z.maximum(Number.MAX_SAFE_INTEGER));
@@ -388,7 +393,8 @@ export function parseManifest(bytes: Buffer): Manifest {
   const parsed = ManifestSchema.safeParse(raw);
   if (!parsed.success) throw new Error(`manifest invalid: ${formatIssues(parsed.error.issues)}`);
   const m = parsed.data;
-  if (m.format_version !== FORMAT_VERSION) throw new Error(`unsupported bundle format version ${m.format_version}`);
+  if (m.format_version !== FORMAT_VERSION && m.format_version !== 1) throw new Error(`unsupported bundle format version ${m.format_version}`);
+  if (m.format_version === 1 && m.payload.chunks) throw new Error("payload.chunks in a format version 1 manifest (added in version 2)");
   const seen = new Set<string>();
   for (const c of m.components) {
     if (seen.has(c.path)) throw new Error(`manifest lists component ${c.path} twice`);
