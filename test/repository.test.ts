@@ -3,7 +3,7 @@
 // Each of the first cases failed on agentbak 0.1 (issue 10).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
-import { createHash } from "node:crypto";
+import { createHash, createHmac } from "node:crypto";
 import { appendFileSync, cpSync, existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, ROOT, SNAPS, STORE, storeAt, type TestAgent } from "./helpers.js";
@@ -99,6 +99,38 @@ describe(`repository (${STORE})`, () => {
     expect(e.label).toBe(m.label); // the signed bundle's, not the cache's
     // and the entry was written afresh from the bundle
     expect(Buffer.from(JSON.parse(readFileSync(file!, "utf8")).entries[key].manifest, "base64").toString("utf8")).not.toMatch(/forged/);
+  });
+
+  it("the header cache's key must be 32 bytes: an entry signed with a key cut to nothing is ignored, and a new key is made", async () => {
+    expect((await a.run(["snapshots", "--json"])).code).toBe(0);
+    const dir = join(a.home, "cache");
+    const file = readdirSync(dir)
+      .filter((f) => f.startsWith("headers-") && f.endsWith(".json"))
+      .map((f) => join(dir, f))
+      .find((f) => {
+        const c = JSON.parse(readFileSync(f, "utf8"));
+        return c.url === a.repo && c.scope.startsWith("tenants/acme/agents/billing-agent/");
+      })!;
+    // an entry rewritten and signed (HMAC) the way agentbak signs them, with `key`
+    const forge = (key: Buffer, label: string) => {
+      const c = JSON.parse(readFileSync(file, "utf8"));
+      const k = Object.keys(c.entries).find((x) => x.includes(snaps[0].snapshot_id))!;
+      const e = c.entries[k];
+      const m = JSON.parse(Buffer.from(e.manifest, "base64").toString("utf8"));
+      e.manifest = Buffer.from(JSON.stringify({ ...m, label })).toString("base64");
+      const fields = [c.url, c.scope, k, e.etag, e.manifest, e.signature, e.signer, e.payloadOffset, e.payloadSize, e.fileSize];
+      e.mac = createHmac("sha256", key).update(fields.join("\0")).digest("base64");
+      writeFileSync(file, JSON.stringify(c));
+    };
+    const label = async () => json(await a.run(["snapshots", "--json"])).find((x: any) => x.snapshot_id === snaps[0].snapshot_id).label;
+    // with this host's key the entry is believed: this is what makes the signing above the right one to test with
+    const keyFile = join(dir, "headers.key");
+    forge(readFileSync(keyFile), "signed with the real key");
+    expect(await label()).toBe("signed with the real key");
+    writeFileSync(keyFile, "");
+    forge(Buffer.alloc(0), "signed with an empty key");
+    expect(await label()).toBe(null);
+    expect(readFileSync(keyFile).length).toBe(32);
   });
 
   it("a drill's report goes into the repository beside the agent's snapshots, never into the working folder", async () => {

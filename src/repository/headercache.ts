@@ -21,7 +21,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { BundleLayout } from "../bundle/outer.js";
 import { rememberValidManifest, sha256hex } from "../bundle/manifest.js";
-import { writeCacheFile } from "../fsutil.js";
+import { createFileExclusive, writeCacheFile, writeFileAtomic } from "../fsutil.js";
 
 interface Entry {
   etag: string;
@@ -33,6 +33,27 @@ interface Entry {
   payloadSize: number;
   fileSize: number;
   mac: string;
+}
+
+const KEY_BYTES = 32;
+
+/**
+ * A new HMAC key, written durably and without overwriting: when another
+ * process made one first, that one is used. An unusable key file (not 32
+ * bytes) is replaced.
+ */
+function makeKey(file: string): Buffer {
+  const key = randomBytes(KEY_BYTES);
+  try {
+    createFileExclusive(file, key, 0o600);
+    return key;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+  }
+  const theirs = readFileSync(file);
+  if (theirs.length === KEY_BYTES) return theirs;
+  writeFileAtomic(file, key, 0o600);
+  return key;
 }
 
 export class HeaderCache {
@@ -49,7 +70,10 @@ export class HeaderCache {
     this.keyFile = dir ? join(dir, "headers.key") : null;
     if (!this.file) return;
     try {
-      this.key = readFileSync(this.keyFile!);
+      const key = readFileSync(this.keyFile!);
+      // a key of any other length (a file cut short by a crash, or an empty one put there) is no key
+      if (key.length !== KEY_BYTES) return;
+      this.key = key;
       const c = JSON.parse(readFileSync(this.file, "utf8")) as { url?: string; scope?: string; entries?: Record<string, Entry> };
       if (c.url === url && (c.scope ?? "") === scope && c.entries) this.entries = c.entries;
     } catch {
@@ -91,9 +115,8 @@ export class HeaderCache {
     if (!this.file || !this.changed) return;
     try {
       if (!this.key) {
-        // the first cache of this home: entries made before the key existed are signed with it now
-        this.key = randomBytes(32);
-        writeCacheFile(this.keyFile!, this.key);
+        // the first cache of this home (or its key was unusable): entries made before the key existed are signed with it now
+        this.key = makeKey(this.keyFile!);
         for (const [k, e] of Object.entries(this.entries)) e.mac = this.mac(this.key, k, e);
       }
       writeCacheFile(this.file, JSON.stringify({ url: this.url, scope: this.scope, entries: this.entries }));
