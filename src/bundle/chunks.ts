@@ -12,21 +12,10 @@ import { join } from "node:path";
 import { Worker } from "node:worker_threads";
 import { AgentbakError, Exit, verifyError } from "../errors.js";
 import { ROOT } from "../version.js";
+import { chunkCount, claim, readChunk, recordChunk, Truncated, type ChunkJob } from "./chunk-table.js";
 
 /** Below this many chunks the payload is hashed on this thread alone: a worker's bootstrap took 36-50 ms of CPU in the profile. */
 const WORKER_FROM = 8;
-
-export interface ChunkJob {
-  path: string;
-  /** where payload.age starts in the file, and its size */
-  start: number;
-  size: number;
-  chunkSize: number;
-  /** an Int32 counter: the next chunk to take */
-  next: SharedArrayBuffer;
-  /** 32 bytes per chunk, in order */
-  table: SharedArrayBuffer;
-}
 
 export type FromWorker = { done: true } | { truncated: number } | { error: { message: string; code?: string; errno?: number; syscall?: string; path?: string } };
 
@@ -57,7 +46,7 @@ export function warmDigestWorker(): void {
  * @throws AgentbakError(13) when the file ends early.
  */
 export async function fileChunksSha256(path: string, start: number, size: number, chunkSize: number): Promise<string> {
-  const n = Math.ceil(size / chunkSize);
+  const n = chunkCount({ size, chunkSize });
   const job: ChunkJob = { path, start, size, chunkSize, next: new SharedArrayBuffer(4), table: new SharedArrayBuffer(n * 32) };
   let w: Worker | null = null;
   if (n >= WORKER_FROM) {
@@ -79,27 +68,20 @@ export async function fileChunksSha256(path: string, start: number, size: number
     const table = new Uint8Array(job.table);
     const bufs = [Buffer.allocUnsafe(chunkSize), Buffer.allocUnsafe(chunkSize)];
     const fh = await open(path, "r");
+    const read = async (buf: Buffer, got: number, len: number, at: number) => (await fh.read(buf, got, len, at)).bytesRead;
     // the next chunk is read (in libuv's pool) while this one is hashed
-    const readChunk = async (i: number, buf: Buffer) => {
-      const len = Math.min(chunkSize, size - i * chunkSize);
-      for (let got = 0; got < len; ) {
-        const { bytesRead } = await fh.read(buf, got, len - got, start + i * chunkSize + got);
-        if (bytesRead === 0) throw truncated(start + i * chunkSize + got);
-        got += bytesRead;
-      }
-      return { i, data: buf.subarray(0, len) };
-    };
     const take = (k: number) => {
-      const i = Atomics.add(next, 0, 1);
-      const r = i < n ? readChunk(i, bufs[k % 2]!) : null;
+      const i = claim(job, next);
+      const r = i === null ? null : readChunk(job, i, bufs[k % 2]!, read).then((data) => ({ i, data }));
       r?.catch(() => undefined); // awaited below, or dropped after an earlier chunk's failure
       return r;
     };
     try {
       for (let k = 0, r = take(0); r; k++) {
         const { i, data } = await r;
+        if (data instanceof Truncated) throw truncated(data.at);
         r = take(k + 1);
-        table.set(createHash("sha256").update(data).digest(), i * 32);
+        recordChunk(table, i, data);
       }
     } finally {
       await fh.close();

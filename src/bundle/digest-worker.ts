@@ -3,25 +3,21 @@
  * (bundle/chunks.ts). It imports nothing of agentbak's but types, so its start
  * is Node's own worker bootstrap (36-50 ms of CPU in the profile) and no more.
  */
-import { createHash } from "node:crypto";
 import { closeSync, openSync, readSync } from "node:fs";
 import { parentPort, type MessagePort } from "node:worker_threads";
-import type { ChunkJob, FromWorker } from "./chunks.js";
+import { claim, readChunkSync, recordChunk, Truncated, type ChunkJob } from "./chunk-table.js";
+import type { FromWorker } from "./chunks.js";
 
 /** Takes chunks until none are left: the worker's loop (synchronous reads; it has nothing else to do). */
 function hashClaimedSync(job: ChunkJob, fd: number): number | null {
   const next = new Int32Array(job.next);
   const table = new Uint8Array(job.table);
-  const n = Math.ceil(job.size / job.chunkSize);
   const buf = Buffer.allocUnsafe(job.chunkSize);
-  for (let i: number; (i = Atomics.add(next, 0, 1)) < n; ) {
-    const len = Math.min(job.chunkSize, job.size - i * job.chunkSize);
-    for (let got = 0; got < len; ) {
-      const r = readSync(fd, buf, got, len - got, job.start + i * job.chunkSize + got);
-      if (r === 0) return job.start + i * job.chunkSize + got;
-      got += r;
-    }
-    table.set(createHash("sha256").update(buf.subarray(0, len)).digest(), i * 32);
+  const read = (b: Buffer, got: number, len: number, at: number) => readSync(fd, b, got, len, at);
+  for (let i: number | null; (i = claim(job, next)) !== null; ) {
+    const data = readChunkSync(job, i, buf, read);
+    if (data instanceof Truncated) return data.at;
+    recordChunk(table, i, data);
   }
   return null;
 }
