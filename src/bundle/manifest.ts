@@ -368,12 +368,11 @@ const valid = new Set<string>();
 export const rememberValidManifest = (sha256: string) => void valid.add(sha256);
 
 /**
- * Parses manifest bytes strictly.
+ * Parses manifest bytes strictly. `digest`: their sha256, when the caller has it.
  * @throws Error naming the problem: `not canonical JSON`, `manifest.<path>: ...`.
  */
-export function parseManifest(bytes: Buffer): Manifest {
+export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifest {
   if (bytes.length > MAX_MANIFEST) throw new Error("manifest larger than 1 MiB");
-  const digest = sha256hex(bytes);
   if (valid.has(digest)) return JSON.parse(bytes.toString("utf8")) as Manifest;
   const text = bytes.toString("utf8");
   if (!Buffer.from(text, "utf8").equals(bytes)) throw new Error("manifest is not valid UTF-8");

@@ -47,6 +47,8 @@ export interface BundleLayout {
   fileSize: number;
   /** the key manifest.sig verified with, once it has: set by verifyLayout, or by the header cache for bytes it verified */
   signedBy?: Buffer;
+  /** sha256 of `manifest`, once computed (by the header cache), so the listing's hot path hashes each manifest once */
+  manifestSha256?: string;
 }
 
 function parseOctal(b: Buffer, name: string): number {

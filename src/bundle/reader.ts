@@ -49,16 +49,17 @@ export function verifyLayout(layout: BundleLayout, trust: Trust, now = new Date(
   }
   const t = checkTrust(trust.signers, trust.revoked, key, NS.manifest, now);
   if (!t.trusted) throw t.kind === "unknown" || t.kind === "namespace" ? verifyError(`manifest.sig: ${t.reason}`) : policyError(t.reason);
+  const digest = layout.manifestSha256 ?? sha256hex(layout.manifest);
   let manifest: Manifest;
   try {
-    manifest = parseManifest(layout.manifest);
+    manifest = parseManifest(layout.manifest, digest);
   } catch (e) {
     if (e instanceof AgentbakError) throw e;
     throw verifyError(`manifest.json: ${(e as Error).message}`);
   }
   if (manifest.signer.fingerprint !== t.fingerprint) throw verifyError(`manifest.json: names signer ${manifest.signer.fingerprint} but was signed by ${t.fingerprint}`);
   if (layout.payloadSize !== manifest.payload.size) throw verifyError(`payload.age: ${layout.payloadSize} bytes, manifest says ${manifest.payload.size}`);
-  return { layout: { ...layout, signedBy: key }, manifest, manifestSha256: sha256hex(layout.manifest), signer: { principal: t.principal, fingerprint: t.fingerprint } };
+  return { layout: { ...layout, signedBy: key, manifestSha256: digest }, manifest, manifestSha256: digest, signer: { principal: t.principal, fingerprint: t.fingerprint } };
 }
 
 /** sha256 of bytes [start, start + size) of a file: the next read runs while this chunk is hashed. */

@@ -94,8 +94,9 @@ export class HeaderCache {
     const got = Buffer.from(e.mac, "base64");
     if (got.length !== want.length || !timingSafeEqual(got, want)) return null;
     const manifest = Buffer.from(e.manifest, "base64");
-    rememberValidManifest(sha256hex(manifest));
-    return { path, manifest, signature: e.signature, payloadOffset: e.payloadOffset, payloadSize: e.payloadSize, fileSize: e.fileSize, signedBy: Buffer.from(e.signer, "base64") };
+    const manifestSha256 = sha256hex(manifest);
+    rememberValidManifest(manifestSha256);
+    return { path, manifest, manifestSha256, signature: e.signature, payloadOffset: e.payloadOffset, payloadSize: e.payloadSize, fileSize: e.fileSize, signedBy: Buffer.from(e.signer, "base64") };
   }
 
   /** Remembers a layout whose signature (by `signer`) and manifest verified. */

@@ -32,7 +32,10 @@ export const SPOOL_RECORD = "spool.json";
 export const LAYOUT_VERSION = 2;
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
-/** An agent's folder; a tenant or agent id outside the id pattern (a/b, ../x) never becomes a key. @throws AgentbakError(2). */
+/** Whether a tenant and agent id can name folders at all (an id outside the pattern, a/b or ../x, never becomes a key). */
+export const isAgentRef = (a: AgentRef) => ID_PATTERN.test(a.tenant) && ID_PATTERN.test(a.agent);
+
+/** An agent's folder. @throws AgentbakError(2) for an id outside the pattern. */
 function agentDir(a: AgentRef): string {
   for (const [what, v] of [["tenant", a.tenant], ["agent", a.agent]] as const)
     if (!ID_PATTERN.test(v)) throw usageError(`${what} ${JSON.stringify(v.slice(0, 80))}: lowercase letters, digits, . _ - (max 64), starting with a letter or digit`);
@@ -41,6 +44,9 @@ function agentDir(a: AgentRef): string {
 
 /** The folder (key prefix, no trailing slash) holding an agent's snapshots. */
 export const snapshotsDir = (a: AgentRef) => `${agentDir(a)}/snapshots`;
+
+/** Every folder an agent's snapshots may sit in: its v2 folder, then the v1 folder of its agent id. @throws AgentbakError(2) as agentDir. */
+export const snapshotFolders = (a: AgentRef): [v2: string, v1: string] => [snapshotsDir(a), legacy.dir(a.agent)];
 
 export const keys = {
   bundle: (dir: string, id: string) => `${dir}/${id}.agentbak`,

@@ -25,8 +25,7 @@ import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
 import { applyIndexChanges, decodeIndex, encodeIndex, indexParent } from "../state/pages.js";
-import { keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotsDir, type AgentRef } from "./layout.js";
-import { ID_PATTERN } from "../config/schema.js";
+import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir, type AgentRef } from "./layout.js";
 
 export type { AgentRef };
 
@@ -248,7 +247,9 @@ export class Repository {
   async list(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date()): Promise<Snapshot[]> {
     // one agent of one tenant: only its own folders are read (its v2 folder, and the v1 folder of that agent id),
     // so a backup or listing costs what that agent holds, not what the whole repository holds
-    const scope = f.tenant && f.agent && ID_PATTERN.test(f.tenant) && ID_PATTERN.test(f.agent) ? [snapshotsDir({ tenant: f.tenant, agent: f.agent }), legacy.dir(f.agent)] : null;
+    const ref = f.tenant && f.agent ? { tenant: f.tenant, agent: f.agent } : null;
+    if (ref && !isAgentRef(ref)) return []; // no folder can hold it
+    const scope = ref ? snapshotFolders(ref) : null;
     const k = scope?.join("|") ?? "";
     let all = this.catalogs.get(k);
     if (!all) this.catalogs.set(k, (all = this.readCatalog(trust, now, scope)));
@@ -533,7 +534,7 @@ export class Repository {
     const removed: string[] = [];
     const n = await this.store.sweep(3_600_000);
     if (n) removed.push(`${n} temp file(s), folder(s) or incomplete upload(s)`);
-    for (const dir of [snapshotsDir(a), legacy.dir(a.agent)]) {
+    for (const dir of snapshotFolders(a)) {
       const listed = (await this.store.list(`${dir}/`)).map((k) => ({ k, p: parseSnapshotKey(k) })).filter((x) => x.p?.dir === dir);
       const committed = new Set(listed.filter((x) => x.p!.ext === "commit").map((x) => x.p!.id));
       const v1Committed = dir === legacy.dir(a.agent) && this.store.inPlace;
