@@ -242,9 +242,13 @@ export class FlushBehindFile extends Writable {
   private writing: Promise<void> | null = null;
   private flushError: Error | null = null;
 
-  constructor(readonly path: string, private readonly mode: number, private readonly every = 32 << 20) {
+  /** `start`: where in the new file the stream's first byte goes (the bytes before it are left for the caller) */
+  constructor(readonly path: string, private readonly mode: number, { start = 0, every = 32 << 20 }: { start?: number; every?: number } = {}) {
     super({ highWaterMark: 1 << 20 });
+    this.position = start;
+    this.every = every;
   }
+  private readonly every: number;
 
   override _construct(cb: (e?: Error | null) => void): void {
     open(this.path, "wx", this.mode, (e, fd) => {

@@ -9,8 +9,9 @@ import * as tar from "tar-stream";
 import { compress } from "zstd-napi";
 import { createHash } from "node:crypto";
 import { AgeEncryptStream } from "../dist/crypto/age.js";
-import { parsePrivateKey } from "../dist/crypto/sshsig.js";
-import { writeBundleFile } from "../dist/bundle/writer.js";
+import { NS, parsePrivateKey, signMessage } from "../dist/crypto/sshsig.js";
+import { tarEnd, tarHeader, tarPadding } from "../dist/bundle/outer.js";
+import canonicalize from "canonicalize";
 
 export interface Member {
   name: string;
@@ -68,10 +69,16 @@ export async function craft(opts: { baseManifest: any; payloadAge: Buffer; tarSi
   const { fingerprint } = await import("../dist/crypto/sshsig.js");
   m.signer = { ...m.signer, fingerprint: fingerprint(key.publicKey) };
   opts.patch?.(m);
-  const pf = opts.out + ".payload";
-  writeFileSync(pf, opts.payloadAge);
+  // the manifest exactly as patched (agentbak's writer stamps its own format version and pads)
+  const mbytes = Buffer.from(canonicalize(m)!);
+  const sig = Buffer.from(signMessage(key, NS.manifest, mbytes));
+  const mtime = new Date(m.created_at);
+  const p = opts.payloadAge;
   rmSync(opts.out, { force: true });
-  await writeBundleFile(m, key, pf, opts.out); // consumes pf
+  writeFileSync(
+    opts.out,
+    Buffer.concat([tarHeader("manifest.json", mbytes.length, mtime), mbytes, tarPadding(mbytes.length), tarHeader("manifest.sig", sig.length, mtime), sig, tarPadding(sig.length), tarHeader("payload.age", p.length, mtime), p, tarPadding(p.length), tarEnd()]),
+  );
 }
 
 /** A payload built from members, with manifest components describing the regular files among `listed`. */

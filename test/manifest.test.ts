@@ -54,7 +54,7 @@ describe("manifest", () => {
   });
 
   it("refuses a newer format version with a policy error naming both versions", () => {
-    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 3 })!))).toThrow(/version 3 .*\(2\)/);
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 4 })!))).toThrow(/version 4 .*\(3\)/);
   });
 
   it("reads format versions 1 and 2; payload.chunks only in 2, where it was added", () => {
@@ -64,6 +64,16 @@ describe("manifest", () => {
     expect(() => parseManifest(Buffer.from(canonicalize({ ...base, payload: { ...base.payload, chunks } })!))).toThrow(/payload\.chunks in a format version 1 manifest/);
     // a chunk size outside 1-64 MiB: a hostile manifest can not make the digest table large
     expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 2, payload: { ...base.payload, chunks: { ...chunks, size: 4096 } } })!))).toThrow(/manifest invalid/);
+  });
+
+  it("reads layout_padding (spaces only) in format version 3, where it was added", () => {
+    const padded = (v: number, pad: string) => Buffer.from(canonicalize({ ...base, format_version: v, layout_padding: pad })!);
+    expect(parseManifest(padded(3, " ".repeat(700))).layout_padding).toHaveLength(700);
+    expect(parseManifest(padded(3, "")).layout_padding).toBe("");
+    expect(() => parseManifest(padded(2, "  "))).toThrow(/layout_padding in a format version 2 manifest/);
+    // padding carries nothing: anything but spaces is refused
+    expect(() => parseManifest(padded(3, "  x "))).toThrow(/manifest invalid/);
+    expect(() => parseManifest(padded(3, "\t"))).toThrow(/manifest invalid/);
   });
 
   it("accepts no mutation of a valid manifest other than re-canonicalised equivalents (property)", () => {

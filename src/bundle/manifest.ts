@@ -14,12 +14,13 @@ import { TOOL_VERSION } from "../version.js";
 
 export const FORMAT = "agentbak-bundle";
 /**
- * The version this tool writes. 2 added `payload.chunks`: a tool that knows
- * only 1 refuses a version-2 bundle as newer (exit 14) rather than as an
- * invalid manifest (13). Version 1 bundles are still read.
+ * The version this tool writes. 2 added `payload.chunks`, 3 `layout_padding`:
+ * a tool that knows only an older one refuses a newer bundle as newer
+ * (exit 14) rather than as an invalid manifest (13). Versions 1 and 2 are
+ * still read.
  */
-export const FORMAT_VERSION = 2;
-const MAX_MANIFEST = 1024 * 1024;
+export const FORMAT_VERSION = 3;
+export const MAX_MANIFEST = 1024 * 1024;
 
 const int = z.int().check(z.minimum(0)).check(z.maximum(Number.MAX_SAFE_INTEGER));
 const sha = z.string().check(z.regex(/^[0-9a-f]{64}$/));
@@ -154,6 +155,12 @@ export const ManifestSchema = z.strictObject({
   capture_instant: z.optional(CaptureInstantSchema),
   /** what was deliberately left out (a credential's file, an excluded name, a nested repository's history); never values */
   not_captured: z.optional(z.array(NotCapturedSchema)),
+  /**
+   * Spaces, and nothing else: they make manifest.json fill the room the
+   * writer reserved before payload.age, which it wrote first, in place
+   * (bundle/writer.ts). They mean nothing.
+   */
+  layout_padding: z.optional(z.string().check(z.regex(/^ *$/))),
 });
 
 export type Manifest = z.infer<typeof ManifestSchema>;
@@ -392,8 +399,9 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
   const parsed = ManifestSchema.safeParse(raw);
   if (!parsed.success) throw new Error(`manifest invalid: ${formatIssues(parsed.error.issues)}`);
   const m = parsed.data;
-  if (m.format_version !== FORMAT_VERSION && m.format_version !== 1) throw new Error(`unsupported bundle format version ${m.format_version}`);
-  if (m.format_version === 1 && m.payload.chunks) throw new Error("payload.chunks in a format version 1 manifest (added in version 2)");
+  if (m.format_version < 1 || m.format_version > FORMAT_VERSION) throw new Error(`unsupported bundle format version ${m.format_version}`);
+  if (m.format_version < 2 && m.payload.chunks) throw new Error("payload.chunks in a format version 1 manifest (added in version 2)");
+  if (m.format_version < 3 && m.layout_padding !== undefined) throw new Error(`layout_padding in a format version ${m.format_version} manifest (added in version 3)`);
   const seen = new Set<string>();
   for (const c of m.components) {
     if (seen.has(c.path)) throw new Error(`manifest lists component ${c.path} twice`);

@@ -14,7 +14,7 @@ import { globSync, isDynamicPattern } from "tinyglobby";
 import { buildManifest, componentPath, encodeManifest, isDatabase, parseManifest, sha256hex, type CapturedDatabase, type Manifest, type NotCaptured } from "../bundle/manifest.js";
 import type { VerifiedBundle } from "../bundle/reader.js";
 import { checkedPayloads, verifyChain, verifyRemembered } from "../bundle/chain.js";
-import { writeBundleFile, writePayload, type StagedComponent, type StagedFile } from "../bundle/writer.js";
+import { planBundle, writeBundleFile, writePayload, type StagedComponent, type StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
 import { agentbakHome } from "../crypto/keys.js";
@@ -730,10 +730,10 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       ...files,
       ...ws.staged,
     ];
-    const payloadFile = join(staging, "payload.age");
+    const plan = planBundle(join(staging, `${snapshotId}.agentbak`), o.signingKey, staged);
     let written: Awaited<ReturnType<typeof writePayload>>;
     try {
-      written = await writePayload(staged, cfg.recipients, payloadFile);
+      written = await writePayload(staged, cfg.recipients, plan);
     } finally {
       await inspection.catch(() => undefined);
     }
@@ -798,8 +798,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
     // rather than written back during the bundle's fsync
     removals.push(...staged.flatMap((c) => (c.file ? [rm(c.file, { force: true })] : [])), ...dbs.map((d) => rm(d.copy, { force: true })));
-    const bundleFile = join(staging, `${snapshotId}.agentbak`);
-    const mbytes = await writeBundleFile(manifest, o.signingKey, payloadFile, bundleFile);
+    const bundleFile = plan.path;
+    const mbytes = await writeBundleFile(manifest, o.signingKey, plan);
     crashStep("bundle-written");
     const receipt: Omit<BackupReceipt, "path"> = {
       snapshot_id: snapshotId,

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { rebuildDatabases, verifyChain } from "../bundle/chain.js";
 import { isDatabase, sha256hex, type Manifest } from "../bundle/manifest.js";
 import { readPayload, verifyBundle } from "../bundle/reader.js";
-import { writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
+import { planBundle, writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
@@ -47,10 +47,11 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
       const { sha256: _s, size: _z, full_sha256: _f, full_size: _fs, page_size: _p, page_count: _c, changed_pages: _n, ...meta } = c;
       return c.kind === "sqlite-delta" ? { ...meta, kind: "sqlite", path: `db/${c.name}.sqlite`, file: rebuilt.get(c.name)! } : { ...meta, file: join(raw, c.path) };
     });
-    const written = await writePayload(staged, m.recipients, join(staging, "payload.age"));
+    const id = newSnapshotId(new Date());
+    const plan = planBundle(join(staging, `${id}.agentbak`), key, staged);
+    const written = await writePayload(staged, m.recipients, plan);
     for (const [i, c] of m.components.entries())
       if (c.kind === "sqlite-delta" && written.components[i]!.sha256 !== c.full_sha256) throw verifyError(`compact: database ${c.name} rebuilt for ${m.snapshot_id} does not match its recorded sha256`);
-    const id = newSnapshotId(new Date());
     const manifest: Manifest = {
       ...m,
       snapshot_id: id,
@@ -60,8 +61,8 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
       components: written.components,
       payload: written.payload,
     };
-    const file = join(staging, `${id}.agentbak`);
-    const mbytes = await writeBundleFile(manifest, key, join(staging, "payload.age"), file);
+    const file = plan.path;
+    const mbytes = await writeBundleFile(manifest, key, plan);
     // the page indexes describe the same pages: the next incremental builds on the compacted snapshot
     const indexes: [string, Buffer][] = [];
     for (const c of m.components.filter((x) => isDatabase(x) && x.page_index_sha256)) {
