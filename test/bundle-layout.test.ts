@@ -98,5 +98,10 @@ describe("bundle written payload first", () => {
     const back = new Database(join(target, "state/agent.sqlite"), { readonly: true });
     expect(back.prepare("SELECT count(*) FROM deliveries WHERE delivery_id LIKE 'dlv-layout-%'").pluck().get()).toBe(300);
     back.close();
+    // the next backup sizes its room from this manifest: written in place again, padded
+    const next = json(await a.run(["backup", "--json"]));
+    const nm = manifestOf(await a.file(next.path));
+    expect(nm.open_operations.length).toBe(m.open_operations.length);
+    expect(nm.layout_padding).toMatch(/^ +$/);
   });
 });

@@ -607,11 +607,19 @@ describe("[I] second sweep: FIFOs and devices, damaged records, secrets in messa
     const t = await agent();
     const listed = async () => json(await t.run(["snapshots", "--json"])).map((e: any) => e.snapshot_id);
     const before = await listed();
-    // SIGINT at the bundle's last step before publishing: a plain "interrupted", nothing new listed
-    const early = await t.run(["backup"], { AGENTBAK_INTERRUPT_STEP: "bundle-written" });
-    expect(early.code, early.stderr).toBe(130);
-    expect(early.stderr.trim()).toBe("agentbak: interrupted");
-    expect(await listed()).toEqual(before);
+    // SIGINT once the payload or the whole bundle is written, before publishing: a plain "interrupted", nothing
+    // new listed, and nothing new in the repository's snapshot folder either (an uncommitted bundle was left there
+    // when the bundle's writing never yielded to the signal)
+    const snapsDir = join(t.repo, "tenants/acme/agents/billing-agent/snapshots");
+    const files = () => (t.repo.startsWith("s3://") || !existsSync(snapsDir) ? [] : readdirSync(snapsDir).sort());
+    const filesBefore = files();
+    for (const step of ["payload-written", "bundle-written"]) {
+      const early = await t.run(["backup"], { AGENTBAK_INTERRUPT_STEP: step });
+      expect(early.code, early.stderr).toBe(130);
+      expect(early.stderr.trim()).toBe("agentbak: interrupted");
+      expect(await listed()).toEqual(before);
+      expect(files(), step).toEqual(filesBefore);
+    }
     // SIGINT once the commit marker is written: still 130, but the line says what is done (it said only "interrupted")
     const late = await t.run(["backup"], { AGENTBAK_INTERRUPT_STEP: "published" });
     expect(late.code, late.stderr).toBe(130);

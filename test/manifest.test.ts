@@ -2,7 +2,8 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import canonicalize from "canonicalize";
-import { encodeManifest, parseManifest } from "../dist/bundle/manifest.js";
+import { encodeManifest, parseManifest, rememberValidManifest } from "../dist/bundle/manifest.js";
+import { createHash } from "node:crypto";
 
 const base = {
   format: "agentbak-bundle",
@@ -64,6 +65,12 @@ describe("manifest", () => {
     expect(() => parseManifest(Buffer.from(canonicalize({ ...base, payload: { ...base.payload, chunks } })!))).toThrow(/payload\.chunks in a format version 1 manifest/);
     // a chunk size outside 1-64 MiB: a hostile manifest can not make the digest table large
     expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 2, payload: { ...base.payload, chunks: { ...chunks, size: 4096 } } })!))).toThrow(/manifest invalid/);
+  });
+
+  it("a newer format version is refused even when its bytes were remembered as valid (a header cache another version wrote)", () => {
+    const newer = Buffer.from(canonicalize({ ...base, format_version: 4 })!);
+    rememberValidManifest(createHash("sha256").update(newer).digest("hex"));
+    expect(() => parseManifest(newer)).toThrow(/version 4 .*\(3\)/);
   });
 
   it("reads layout_padding (spaces only) in format version 3, where it was added", () => {

@@ -374,13 +374,21 @@ const valid = new Set<string>();
 /** Records manifest bytes (by sha256) known to pass parseManifest. */
 export const rememberValidManifest = (sha256: string) => void valid.add(sha256);
 
+const newerFormat = (v: number) => policyError(`bundle format version ${v} is newer than this tool supports (${FORMAT_VERSION})`);
+
 /**
  * Parses manifest bytes strictly. `digest`: their sha256, when the caller has it.
  * @throws Error naming the problem: `not canonical JSON`, `manifest.<path>: ...`.
  */
 export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifest {
   if (bytes.length > MAX_MANIFEST) throw new Error("manifest larger than 1 MiB");
-  if (valid.has(digest)) return JSON.parse(bytes.toString("utf8")) as Manifest;
+  if (valid.has(digest)) {
+    // bytes found valid by another version of agentbak (the header cache in AGENTBAK_HOME outlives upgrades and
+    // downgrades): a newer format is still refused as newer
+    const m = JSON.parse(bytes.toString("utf8")) as Manifest;
+    if (m.format_version > FORMAT_VERSION) throw newerFormat(m.format_version);
+    return m;
+  }
   const text = bytes.toString("utf8");
   if (!Buffer.from(text, "utf8").equals(bytes)) throw new Error("manifest is not valid UTF-8");
   let raw: unknown;
@@ -391,7 +399,7 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
   }
   const head = raw as { format_version?: unknown; sequence?: unknown } | null;
   if (typeof head?.format_version === "number" && head.format_version > FORMAT_VERSION)
-    throw policyError(`bundle format version ${head.format_version} is newer than this tool supports (${FORMAT_VERSION})`);
+    throw newerFormat(head.format_version);
   if (typeof head?.sequence === "number" && Number.isInteger(head.sequence) && !Number.isSafeInteger(head.sequence))
     throw policyError(`checkpoint sequence ${head.sequence} is beyond the safe integer range; refusing a fast-forward`);
   // duplicate keys, other key orders, whitespace, -0 and float spellings all change the canonical form

@@ -38,16 +38,24 @@ export interface BundlePlan {
 /**
  * Plans the bundle file `path` (which must not exist yet) for these
  * components. The manifest's room is a guess made before the manifest
- * exists: 3 KiB for the agent, cursors and open operations, and per component
- * twice its path and 256 bytes (a component's entry was 434 bytes for a
- * database with its record counts). A manifest that does not fit is written
- * without padding and the payload moved after it (writeBundleFile).
+ * exists: the agent's previous manifest (`prior`, without its padding) and
+ * 1 KiB more, or, when that is smaller or there is none, 3 KiB and per
+ * component twice its path and 256 bytes (a component's entry was 434 bytes
+ * for a database with its record counts). A manifest that does not fit is
+ * written without padding and the payload moved after it (writeBundleFile).
  */
-export function planBundle(path: string, key: SigningKey, components: Pick<Component, "path">[]): BundlePlan {
-  const manifestRoom = Math.min(MAX_MANIFEST, blocks(3072 + components.reduce((n, c) => n + 2 * c.path.length + 256, 0)));
+export function planBundle(path: string, key: SigningKey, components: Pick<Component, "path">[], prior?: Manifest): BundlePlan {
+  const guess = Math.max(3072 + components.reduce((n, c) => n + 2 * c.path.length + 256, 0), prior ? unpadded(prior).length + 1024 : 0);
+  const manifestRoom = Math.min(MAX_MANIFEST, blocks(guess));
   // an Ed25519 SSHSIG of one key in one namespace has the same size whatever it signs
   const sigSize = signMessage(key, NS.manifest, Buffer.alloc(0)).length;
   return { path, manifestRoom, sigSize, payloadAt: BLOCK + manifestRoom + BLOCK + blocks(sigSize) + BLOCK };
+}
+
+/** A manifest's bytes without its padding. */
+function unpadded(m: Manifest): Buffer {
+  const { layout_padding: _p, ...rest } = m;
+  return encodeManifest(rest);
 }
 
 /**
@@ -182,7 +190,8 @@ export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: Bu
     } else await movePayloadAfter(head, tail, plan, size);
   } catch (e) {
     rmSync(plan.path, { force: true });
-    throw ioErrno(e) ? ioError(e, plan.path) : e;
+    // the file that failed: the bundle, or (moving the payload) its new copy
+    throw ioErrno(e) ? ioError(e, (e as NodeJS.ErrnoException).path ?? plan.path) : e;
   }
   return mbytes;
 }
@@ -205,6 +214,7 @@ async function movePayloadAfter(head: Buffer, tail: Buffer, plan: BundlePlan, si
   } catch (e) {
     out.destroy();
     rmSync(moved, { force: true });
-    throw e;
+    // the copy's own writes, fsync and rename name it; a failed read of the bundle names the bundle (the stream says so)
+    throw ioErrno(e) && !(e as NodeJS.ErrnoException).path ? Object.assign(e as Error, { path: moved }) : e;
   }
 }

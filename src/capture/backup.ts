@@ -730,7 +730,9 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       ...files,
       ...ws.staged,
     ];
-    const plan = planBundle(join(staging, `${snapshotId}.agentbak`), o.signingKey, staged);
+    // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
+    const prior = (await o.repo.list(o.trust, a)).filter((e) => e.header).at(-1)?.header?.manifest;
+    const plan = planBundle(join(staging, `${snapshotId}.agentbak`), o.signingKey, staged, prior);
     let written: Awaited<ReturnType<typeof writePayload>>;
     try {
       written = await writePayload(staged, cfg.recipients, plan);

@@ -48,7 +48,7 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
       return c.kind === "sqlite-delta" ? { ...meta, kind: "sqlite", path: `db/${c.name}.sqlite`, file: rebuilt.get(c.name)! } : { ...meta, file: join(raw, c.path) };
     });
     const id = newSnapshotId(new Date());
-    const plan = planBundle(join(staging, `${id}.agentbak`), key, staged);
+    const plan = planBundle(join(staging, `${id}.agentbak`), key, staged, m);
     const written = await writePayload(staged, m.recipients, plan);
     for (const [i, c] of m.components.entries())
       if (c.kind === "sqlite-delta" && written.components[i]!.sha256 !== c.full_sha256) throw verifyError(`compact: database ${c.name} rebuilt for ${m.snapshot_id} does not match its recorded sha256`);

@@ -20,7 +20,7 @@ import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypt
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { BundleLayout } from "../bundle/outer.js";
-import { rememberValidManifest, sha256hex } from "../bundle/manifest.js";
+import { FORMAT_VERSION, rememberValidManifest, sha256hex } from "../bundle/manifest.js";
 import { createFileExclusive, writeCacheFile, writeFileAtomic } from "../fsutil.js";
 
 interface Entry {
@@ -65,7 +65,8 @@ export class HeaderCache {
 
   /** `scope`: "" for a listing of the whole repository, or the folders of the one agent listed (a file of its own) */
   constructor(dir: string | undefined, private readonly url: string, private readonly scope = "") {
-    const name = createHash("sha256").update(scope ? `${url}\0${scope}` : url).digest("hex").slice(0, 16);
+    // one cache per bundle format this tool reads: entries another version found valid are not taken on its word
+    const name = createHash("sha256").update(`${url}\0${scope}\0format ${FORMAT_VERSION}`).digest("hex").slice(0, 16);
     this.file = dir ? join(dir, `headers-${name}.json`) : null;
     this.keyFile = dir ? join(dir, "headers.key") : null;
     if (!this.file) return;

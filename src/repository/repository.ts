@@ -476,6 +476,9 @@ export class Repository {
       committed?: () => void;
     },
   ): Promise<Snapshot> {
+    // a Ctrl-C that came while the bundle was written (on a local disk, work that may never yield) ends the run
+    // here, before anything of the snapshot is in the repository
+    await letInterruptsIn();
     const dir = snapshotsDir(a);
     const key = keys.bundle(dir, p.snapshotId);
     const path = `${this.location}/${key}`;
