@@ -241,6 +241,7 @@ export class FlushBehindFile extends Writable {
   private flushing: Promise<void> | null = null;
   private writing: Promise<void> | null = null;
   private flushError: Error | null = null;
+  private readonly every: number;
 
   /** `start`: where in the new file the stream's first byte goes (the bytes before it are left for the caller) */
   constructor(readonly path: string, private readonly mode: number, { start = 0, every = 32 << 20 }: { start?: number; every?: number } = {}) {
@@ -248,7 +249,6 @@ export class FlushBehindFile extends Writable {
     this.position = start;
     this.every = every;
   }
-  private readonly every: number;
 
   override _construct(cb: (e?: Error | null) => void): void {
     open(this.path, "wx", this.mode, (e, fd) => {
