@@ -275,7 +275,13 @@ describe("restore policy refusals (exit 14, target untouched)", () => {
     const l = readLayout(second.path);
     await craft({ baseManifest: m, payloadAge: raw.subarray(l.payloadOffset, l.payloadOffset + l.payloadSize), keyFile: join(other, "signing-key"), out });
     const fp = (await execa("ssh-keygen", ["-l", "-f", join(other, "signing-key.pub")])).stdout.split(" ")[1];
-    await refused([out], new RegExp(`signer key ${fp!.replace(/[+/]/g, ".")} is not in allowed_signers`), {}, 13);
+    await refused([out], new RegExp(`signer key ${fp!.replace(/[+/]/g, ".")} is not in allowed_signers$`, "m"), {}, 13);
+    // with no allowed_signers file at all (AGENTBAK_HOME wrong or unset, as under cron), the line says so
+    const elsewhere = join(a.tmp, "other-home");
+    mkdirSync(elsewhere, { recursive: true });
+    const v = await a.run(["verify", second.path], { AGENTBAK_HOME: elsewhere });
+    expect(v.code, v.stderr).toBe(13);
+    expect(v.stderr.trim()).toMatch(new RegExp(`is not in allowed_signers: ${join(elsewhere, "allowed_signers").replace(/[/.-]/g, "\\$&")} does not exist \\(is AGENTBAK_HOME the home that holds the signers\\?\\)$`));
     appendFileSync(join(a.home, "revoked_signers"), readFileSync(join(a.home, "signing-key.pub")));
     try {
       await refused(["latest"], /is revoked/);

@@ -12,7 +12,7 @@ import { pipeline } from "node:stream/promises";
 import * as tar from "tar-stream";
 import type { AgeIdentity } from "../crypto/age.js";
 import { NS, verifyMessage } from "../crypto/sshsig.js";
-import { checkTrust, type Trust } from "../crypto/trust.js";
+import { trusts, type Trust } from "../crypto/trust.js";
 import { AgentbakError, ioErrno, ioError, noKey, policyError, verifyError } from "../errors.js";
 import { clipName, parseManifest, sha256hex, type Manifest } from "./manifest.js";
 import { readLayout, type BundleLayout } from "./outer.js";
@@ -47,7 +47,7 @@ export function verifyLayout(layout: BundleLayout, trust: Trust, now = new Date(
   } catch (e) {
     throw verifyError(`manifest.sig: ${(e as Error).message}`);
   }
-  const t = checkTrust(trust.signers, trust.revoked, key, NS.manifest, now);
+  const t = trusts(trust, key, NS.manifest, now);
   if (!t.trusted) throw t.kind === "unknown" || t.kind === "namespace" ? verifyError(`manifest.sig: ${t.reason}`) : policyError(t.reason);
   const digest = layout.manifestSha256 ?? sha256hex(layout.manifest);
   let manifest: Manifest;

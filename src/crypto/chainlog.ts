@@ -8,7 +8,7 @@ import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
 import { verifyError } from "../errors.js";
 import { signMessage, verifyMessage, type SigningKey } from "./sshsig.js";
-import { checkTrust, type Trust } from "./trust.js";
+import { trusts, type Trust } from "./trust.js";
 
 const GENESIS = "0".repeat(64);
 const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
@@ -67,7 +67,7 @@ export function verifyChainText(text: string, trust: Trust, namespace: string, w
     } catch (err) {
       throw bad(`signature: ${(err as Error).message} (entry edited)`);
     }
-    const t = checkTrust(trust.signers, trust.revoked, pub, namespace, new Date(String(body.at ?? Date.now())));
+    const t = trusts(trust, pub, namespace, new Date(String(body.at ?? Date.now())));
     if (!t.trusted) throw bad(t.reason);
     prev = sha256hex(line);
   });

@@ -20,6 +20,8 @@ export interface AllowedSigner {
 export interface Trust {
   signers: AllowedSigner[];
   revoked: Buffer[];
+  /** the allowed_signers file, when it does not exist (so nobody is trusted) */
+  missing?: string;
 }
 
 /** The outcome of a trust check; `reason` is set when not trusted. */
@@ -110,12 +112,24 @@ export function checkTrust(signers: AllowedSigner[], revoked: Buffer[], key: Buf
 }
 
 /**
+ * checkTrust against a loaded Trust. An unknown signer where the
+ * allowed_signers file does not exist says so: a wrong or unset AGENTBAK_HOME
+ * (a cron job's) made every bundle look untrusted, and nothing said why.
+ */
+export function trusts(trust: Trust, key: Buffer, namespace: string, now: Date): TrustResult {
+  const t = checkTrust(trust.signers, trust.revoked, key, namespace, now);
+  if (t.trusted || t.kind !== "unknown" || !trust.missing) return t;
+  return { ...t, reason: `${t.reason}: ${trust.missing} does not exist (is AGENTBAK_HOME the home that holds the signers?)` };
+}
+
+/**
  * Loads trust from an allowed_signers file (default AGENTBAK_HOME/allowed_signers)
  * and AGENTBAK_HOME/revoked_signers. A missing allowed_signers file trusts no one.
  * @throws Error when the file is malformed.
  */
 export function loadTrust(home: string, allowedSignersPath?: string): Trust {
   const path = allowedSignersPath ?? `${home}/allowed_signers`;
-  const signers = existsSync(path) ? parseAllowedSigners(readFileRegular(path, "utf8")) : [];
-  return { signers, revoked: readRevoked(`${home}/revoked_signers`) };
+  const found = existsSync(path);
+  const signers = found ? parseAllowedSigners(readFileRegular(path, "utf8")) : [];
+  return { signers, revoked: readRevoked(`${home}/revoked_signers`), ...(found ? {} : { missing: path }) };
 }
