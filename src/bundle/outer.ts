@@ -8,7 +8,8 @@ import { verifyError } from "../errors.js";
 import { openRegular } from "../fsutil.js";
 
 export const MEMBERS = ["manifest.json", "manifest.sig", "payload.age"] as const;
-const BLOCK = 512;
+/** A tar block: every header is one, every member's data is padded to whole ones. */
+export const BLOCK = 512;
 const LIMITS: Record<string, number> = { "manifest.json": 1024 * 1024, "manifest.sig": 16 * 1024 };
 
 /** A ustar header block for a regular file. */
@@ -33,7 +34,9 @@ export function tarHeader(name: string, size: number, mtime: Date): Buffer {
 }
 
 /** Zero padding after a member of `size` bytes. */
-export const tarPadding = (size: number) => Buffer.alloc((BLOCK - (size % BLOCK)) % BLOCK);
+export const tarPadding = (size: number) => Buffer.alloc(tarBlocks(size) - size);
+/** `size` bytes of member data rounded up to whole blocks. */
+export const tarBlocks = (size: number) => Math.ceil(size / BLOCK) * BLOCK;
 /** The end-of-archive marker. */
 export const tarEnd = () => Buffer.alloc(BLOCK * 2);
 

@@ -16,12 +16,9 @@ import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, ioErrno, ioError } from "../errors.js";
 import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, type Component, type Manifest } from "./manifest.js";
-import { tarEnd, tarHeader, tarPadding } from "./outer.js";
+import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { ByteCounter, HashTap, PAYLOAD_CHUNK, zstdCompressStream } from "./streams.js";
 import { pageRuns, type PageSource } from "../state/pages.js";
-
-const BLOCK = 512;
-const blocks = (n: number) => Math.ceil(n / BLOCK) * BLOCK;
 
 /**
  * A bundle file planned before its payload is written: payload.age starts at
@@ -46,10 +43,10 @@ export interface BundlePlan {
  */
 export function planBundle(path: string, key: SigningKey, components: Pick<Component, "path">[], prior?: Manifest): BundlePlan {
   const guess = Math.max(3072 + components.reduce((n, c) => n + 2 * c.path.length + 256, 0), prior ? unpadded(prior).length + 1024 : 0);
-  const manifestRoom = Math.min(MAX_MANIFEST, blocks(guess));
+  const manifestRoom = Math.min(MAX_MANIFEST, tarBlocks(guess));
   // an Ed25519 SSHSIG of one key in one namespace has the same size whatever it signs
   const sigSize = signMessage(key, NS.manifest, Buffer.alloc(0)).length;
-  return { path, manifestRoom, sigSize, payloadAt: BLOCK + manifestRoom + BLOCK + blocks(sigSize) + BLOCK };
+  return { path, manifestRoom, sigSize, payloadAt: BLOCK + manifestRoom + BLOCK + tarBlocks(sigSize) + BLOCK };
 }
 
 /** A manifest's bytes without its padding. */
