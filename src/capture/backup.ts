@@ -605,6 +605,11 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       (await o.repo.committed(a, last.receipt.snapshot_id))
     )
       return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
+    // the inspection worker starts now, beside the choice of a parent and the reading of its page indexes (an in-place
+    // incremental hashes in it as soon as the snapshot is pinned), and before the write locks are taken: they are
+    // held while it joins the instant, not while it loads
+    const warmed = warmInspection(cfg.databases.reduce((n, d) => n + (statSync(lc.resolve(d.path), { throwIfNoEntry: false })?.size ?? 0), 0));
+    warmed.catch(() => undefined); // awaited before a capture that holds the snapshots; a failed start fails the work it is given
     const warnings: string[] = [];
     const created = new Date();
     const snapshotId = newSnapshotId(created);
@@ -665,8 +670,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
             return true;
           }
         : undefined;
-    // the worker starts before the write locks are taken: they are held while it joins the instant, not while it loads
-    if (hold) await warmInspection(cfg.databases.reduce((n, d) => n + (statSync(lc.resolve(d.path), { throwIfNoEntry: false })?.size ?? 0), 0));
+    if (hold) await warmed;
     const { dbs, sources, files, ws, cut, notCaptured, findings: captured } = await capture(lc, repoDir, staging, { ...o, atInstant, inPlace, hold }, warnings);
     // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
     if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)

@@ -7,6 +7,7 @@
  */
 import { join } from "node:path";
 import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
+import { BtreeCensus } from "./btree.js";
 import { changedPagesFindings, hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
 import { ChangedPagesScan } from "./pagescan.js";
 import { changedPages, indexPages, splitPage, withPages, writeDelta, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
@@ -41,15 +42,19 @@ export function writeDeltaOf(src: string | PageSource, name: string, ix: Delta["
   });
 }
 
-/** Of the keyed page hashes of an in-place read, the share made on the calling thread (the worker also hashes the whole file). */
-const MAIN_SHARE = 0.6;
+/**
+ * Of the keyed page hashes of an in-place read, the share made on the calling
+ * thread (the worker also hashes the whole file): 1.0 and 1.6 CPU-s of 1.2 GB
+ * at 0.6, before the row counts left this thread (state/btree.ts).
+ */
+const MAIN_SHARE = 0.8;
 
 /**
  * Reads every database in place (snapshotDatabases' InPlace callback): the
  * page index — the first pages' keyed hashes here, the rest and the whole
  * file's sha256 in a worker thread reading the same descriptors —, the delta
- * against `parents`, and the counts, cursors and open operations through the
- * pinned connections (no integrity_check: the policy did not ask for one).
+ * against `parents`, the row counts from the pages both threads read, and the
+ * cursors and open operations through the pinned connections (no integrity_check: the policy did not ask for one).
  * @throws an I/O error naming the database and the file it failed on.
  */
 export async function deltasInPlace(
@@ -72,19 +77,25 @@ export async function deltasInPlace(
     }
   };
   try {
-    const heads = new Map(names.map((n) => [n, each(n, () => indexPages(views.get(n)!.snap, o.key, false, split.get(n)!))]));
-    // the counts and queries run here while the workers still hash
-    const inspected = inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])));
-    const deltas = new Map<string, Delta>();
+    const censuses = new Map(names.map((n) => [n, new BtreeCensus(views.get(n)!.snap.pageSize, views.get(n)!.snap.pageCount)]));
+    const heads = new Map(names.map((n) => [n, each(n, () => indexPages(views.get(n)!.snap, o.key, { whole: false, last: split.get(n)!, census: censuses.get(n)! }))]));
+    const ixs = new Map<string, Delta["ix"]>();
     for (const n of names) {
       const v = views.get(n)!;
       // the worker sends back only a message: it read the live file
       const tail = await tails.get(n)!.catch((e: Error) => {
         throw new AgentbakError(Exit.failure, `database ${n}: reading ${v.src}: ${e.message}`);
       });
+      censuses.get(n)!.merge(tail.census, split.get(n)! + 1);
       const head = heads.get(n)!;
-      const ix = { ...head, sha256: tail.sha256, size: v.snap.pageCount * v.snap.pageSize, pageCount: v.snap.pageCount, hashes: Buffer.concat([head.hashes, Buffer.from(tail.hashes)]) };
-      deltas.set(n, each(n, () => writeDeltaOf(v.snap, n, ix, o.parents.get(n)!, o.bases.get(n) ?? null, join(o.dir, `${n}.delta`), o.inspect.scan !== "off", v.db)));
+      ixs.set(n, { ...head, sha256: tail.sha256, size: v.snap.pageCount * v.snap.pageSize, pageCount: v.snap.pageCount, hashes: Buffer.concat([head.hashes, Buffer.from(tail.hashes)]) });
+    }
+    // the counts come from the pages both threads read (state/btree.ts); the cursors and open operations through the pinned connections
+    const inspected = inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])), censuses);
+    const deltas = new Map<string, Delta>();
+    for (const n of names) {
+      const v = views.get(n)!;
+      deltas.set(n, each(n, () => writeDeltaOf(v.snap, n, ixs.get(n)!, o.parents.get(n)!, o.bases.get(n) ?? null, join(o.dir, `${n}.delta`), o.inspect.scan !== "off", v.db)));
     }
     return { deltas, inspected };
   } catch (e) {

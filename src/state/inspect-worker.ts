@@ -15,7 +15,6 @@ import { joinInstant, releaseAll } from "./sqlite.js";
 
 parentPort!.on("message", (m: WorkerRequest) => {
   try {
-    if (m.kind === "ready") return parentPort!.postMessage({ ok: true, result: null });
     if (m.kind === "inspect") {
       // the caller holds the write locks until it hears `pinned`: these read transactions see its instant
       const pinned = m.pin ? joinInstant(m.input.dbs) : undefined;
@@ -35,3 +34,5 @@ parentPort!.on("message", (m: WorkerRequest) => {
     parentPort!.postMessage({ ok: false, code: e instanceof AgentbakError ? e.code : 1, message: (e as Error).message });
   }
 });
+// said once its modules (and SQLite) are loaded: a caller may wait for it before taking write locks (warmInspection)
+parentPort!.postMessage({ loaded: true });

@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { ROOT } from "../version.js";
 import { namedSource, pinnedSource, type PinnedPages } from "./livesnap.js";
 import { BlockSummer, blockSeed } from "./blocks.js";
+import { BtreeCensus, type CensusPart } from "./btree.js";
 import { hashTail, PageHasher, readPages, withPages, type PageIndex, type PageSource } from "./pages.js";
 import { PageScanner, scanFilePages } from "./pagescan.js";
 import { scanDatabase, type SecretFinding } from "./secrets.js";
@@ -73,7 +74,7 @@ export function changedPagesFindings(from: string | PageSource, name: string, su
 }
 
 /** Runs every inspection synchronously. @throws AgentbakError(2) for bad cursor/open-operation SQL. */
-export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): InspectResult {
+export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, censuses?: Map<string, BtreeCensus>): InspectResult {
   const files = new Map(input.dbs.map((d) => [d.name, d.file]));
   // `pinned`: connections held in the read transaction of the snapshot (an in-place incremental); used, never closed
   const connect = (name: string, file: string): { db: DB; close(): void } => {
@@ -94,6 +95,7 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): 
     let index: PageIndex | undefined;
     let sumsWritten = false;
     let suspicious: number[] | null = [];
+    let census = censuses?.get(d.name);
     const from = d.pages ? namedSource(pinnedSource(d.pages), `database ${d.name}: reading ${d.file}`) : d.file;
     if (d.indexKey)
       withPages(from, (src) => {
@@ -101,11 +103,13 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): 
         const hasher = new PageHasher(Buffer.from(d.indexKey!), src.pageSize);
         const after = d.indexAfter ?? 0;
         const summer = d.sumsFile ? new BlockSummer(src.pageSize, blockSeed(Buffer.from(d.indexKey!)), d.sumsFile) : null;
+        const counter = (census = new BtreeCensus(src.pageSize, src.pageCount));
         try {
           readPages(src, (run, first) => {
             const skip = Math.min(run.length / src.pageSize, Math.max(0, after - first + 1));
             if (skip * src.pageSize < run.length) hasher.update(skip ? run.subarray(skip * src.pageSize) : run);
             summer?.update(run);
+            counter.pages(run, first);
             if (scanner?.header.utf8) scanner.pages(run, first);
           });
         } finally {
@@ -119,7 +123,7 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>): 
     try {
       const integrity = d.integrity === false ? ["skipped"] : integrityCheck(db);
       const sound = integrity[0] === "ok" || integrity[0] === "skipped";
-      const counted = sound ? tableCounts(db) : { counts: {}, skipped: [] };
+      const counted = sound ? tableCounts(db, census) : { counts: {}, skipped: [] };
       out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: counted.counts, virtualTables: counted.skipped, integrity, index, sumsWritten });
       if (scan && sound) out.findings.push(...nameSuspicious(db, d.name, suspicious));
     } finally {
@@ -164,7 +168,7 @@ const idle: Worker[] = [];
  * inspecting (the caller holds the write locks meanwhile, so it is the
  * caller's instant).
  */
-export type WorkerRequest = { kind: "inspect"; input: InspectInput; pin?: boolean } | { kind: "sha256"; pages: PinnedPages; key: Uint8Array; from: number } | { kind: "ready" };
+export type WorkerRequest = { kind: "inspect"; input: InspectInput; pin?: boolean } | { kind: "sha256"; pages: PinnedPages; key: Uint8Array; from: number };
 
 /**
  * Work on databases smaller than this runs on the calling thread: starting a
@@ -184,13 +188,26 @@ export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
 }
 
 /**
- * Starts a worker thread for a coming inspection of `bytes` of databases, so
- * its start (an isolate, the modules, SQLite: 60-100 ms) is not paid while
- * write locks are held (inspectPinned). Nothing for a small agent.
+ * Starts a worker thread for a coming inspection of `bytes` of databases and
+ * keeps it idle for it, so its start (an isolate, the modules, SQLite:
+ * 100-200 ms) runs beside the caller's own work. The promise resolves once the
+ * worker has loaded: a caller about to take write locks waits for it, so they
+ * are not held while it loads (inspectPinned); one that only hands it work
+ * need not (requests wait in the worker's queue). Nothing for a small agent.
  */
 export function warmInspection(bytes: number): Promise<void> {
   if (bytes < IN_THREAD_MAX || idle.length) return Promise.resolve();
-  return inWorker<null>({ kind: "ready" }).then(() => undefined);
+  const w = startWorker();
+  w.unref();
+  idle.push(w);
+  return new Promise((resolve, reject) => {
+    const off = () => w.off("message", onMessage).off("error", onError).off("exit", onExit);
+    const gone = () => idle.includes(w) && idle.splice(idle.indexOf(w), 1);
+    const onMessage = (m: object) => "loaded" in m && (off(), resolve());
+    const onError = (e: Error) => (off(), gone(), reject(e));
+    const onExit = (code: number) => (off(), gone(), reject(new AgentbakError(Exit.failure, `snapshot inspection worker exited ${code}`)));
+    w.on("message", onMessage).on("error", onError).on("exit", onExit);
+  });
 }
 
 /**
@@ -223,15 +240,17 @@ const noop = () => undefined;
  * pages after `from`, computed in a worker thread (on this one for small
  * databases; valid while the snapshot is held).
  */
-export function hashTailInWorker(pages: PinnedPages, key: Buffer, from: number): Promise<{ sha256: string; hashes: Uint8Array }> {
+export function hashTailInWorker(pages: PinnedPages, key: Buffer, from: number): Promise<{ sha256: string; hashes: Uint8Array; census: CensusPart }> {
   return pages.pageCount * pages.pageSize < IN_THREAD_MAX && !idle.length
     ? Promise.resolve().then(() => hashTail(pinnedSource(pages), key, from))
-    : inWorker<{ sha256: string; hashes: Uint8Array }>({ kind: "sha256", pages, key, from });
+    : inWorker<{ sha256: string; hashes: Uint8Array; census: CensusPart }>({ kind: "sha256", pages, key, from });
 }
 
+// a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
+const startWorker = () => new Worker(join(ROOT, "dist", "packed", "inspect-worker.js"), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
+
 function inWorker<T>(req: WorkerRequest, onPinned?: () => void): Promise<T> {
-  // a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
-  const w = idle.pop() ?? new Worker(join(ROOT, "dist", "packed", "inspect-worker.js"), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
+  const w = idle.pop() ?? startWorker();
   w.ref();
   return new Promise((resolve, reject) => {
     const settle = (keep: boolean) => {
@@ -240,7 +259,8 @@ function inWorker<T>(req: WorkerRequest, onPinned?: () => void): Promise<T> {
       w.unref();
       idle.push(w);
     };
-    const onMessage = (m: { ok: true; result: T } | { ok: false; code: number; message: string } | { pinned: true }) => {
+    const onMessage = (m: { ok: true; result: T } | { ok: false; code: number; message: string } | { pinned: true } | { loaded: true }) => {
+      if ("loaded" in m) return; // its start-up is done (warmInspection)
       if ("pinned" in m) return onPinned?.();
       settle(true);
       if (m.ok) resolve(m.result);

@@ -12,6 +12,7 @@ import { createHash, hash, randomBytes } from "node:crypto";
 import { closeSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { writeAll, writeFileAtomic } from "../fsutil.js";
+import { BtreeCensus, type CensusPart } from "./btree.js";
 import { blockSize, NextSums, sumBlocks, sumsPerPage, type ParentSums } from "./blocks.js";
 
 const INDEX_MAGIC = Buffer.from("AGBKPIX1");
@@ -143,21 +144,23 @@ export function* pageRuns(pageSize: number, last: number, bytes: number): Genera
 /**
  * Reads a database once (a file, or a pinned snapshot's pages): keyed page
  * hashes and the whole file's sha256 (`whole: false` leaves the sha256 to the
- * caller, who computes it elsewhere in parallel, and says "").
+ * caller, who computes it elsewhere in parallel, and says ""); pages 1..`last`
+ * (default all); `census`: records the pages read for row counts (state/btree.ts).
  */
-export function indexPages(from: string | PageSource, key: Buffer, whole = true, last?: number): PageIndex & { sha256: string; size: number } {
+export function indexPages(from: string | PageSource, key: Buffer, o: { whole?: boolean; last?: number; census?: BtreeCensus } = {}): PageIndex & { sha256: string; size: number } {
   return withPages(from, (src) => {
     const hasher = new PageHasher(key, src.pageSize);
-    const h = whole ? createHash("sha256") : null;
+    const h = o.whole === false ? null : createHash("sha256");
     let size = 0;
     readPages(
       src,
-      (run) => {
+      (run, first) => {
         hasher.update(run);
         h?.update(run);
+        o.census?.pages(run, first);
         size += run.length;
       },
-      last,
+      o.last,
     );
     return { ...hasher.index(), sha256: h ? h.digest("hex") : "", size };
   });
@@ -165,17 +168,22 @@ export function indexPages(from: string | PageSource, key: Buffer, whole = true,
 
 /**
  * The whole sha256 of a pinned snapshot's pages, and the keyed hashes of its
- * pages after `from` (the caller hashes the ones before, in another thread).
+ * pages after `from` (the caller hashes the ones before, in another thread),
+ * with the census of those pages (to merge into the caller's).
  */
-export function hashTail(src: PageSource, key: Buffer, from: number): { sha256: string; hashes: Buffer } {
+export function hashTail(src: PageSource, key: Buffer, from: number): { sha256: string; hashes: Buffer; census: CensusPart } {
   const h = createHash("sha256");
   const hasher = new PageHasher(key, src.pageSize);
+  const census = new BtreeCensus(src.pageSize, src.pageCount);
   readPages(src, (run, first, ps) => {
     h.update(run);
     const skip = Math.max(0, from - first + 1);
-    if (skip * ps < run.length) hasher.update(run.subarray(skip * ps));
+    if (skip * ps < run.length) {
+      hasher.update(run.subarray(skip * ps));
+      census.pages(run.subarray(skip * ps), first + skip);
+    }
   });
-  return { sha256: h.digest("hex"), hashes: hasher.index().hashes };
+  return { sha256: h.digest("hex"), hashes: hasher.index().hashes, census: census.part(from + 1, src.pageCount) };
 }
 
 /** Where an in-place index splits its keyed hashing between two threads: a run boundary about `share` into the file. */

@@ -4,6 +4,7 @@
 import Database from "better-sqlite3";
 import { accessSync, constants, statSync } from "node:fs";
 import { dirname } from "node:path";
+import type { BtreeCensus } from "./btree.js";
 import { LiveSnapshot } from "./livesnap.js";
 import { type AgentbakError, ioErrno, ioError, lockedError, usageError, verifyError, wrap } from "../errors.js";
 
@@ -65,14 +66,23 @@ export function foreignKeyCheck(db: DB): string[] {
  * Row counts per user table. A virtual table whose module is not loaded here
  * (sqlite-vec's vec0, say) can not be read: it is left out and named in
  * `skipped` with the reason; its shadow tables are ordinary tables and counted.
+ * `census`: the pages of this very snapshot as another read saw them
+ * (state/btree.ts); a table whose tree it holds soundly is counted from it,
+ * any other through SQL.
  */
-export function tableCounts(db: DB): { counts: Record<string, number>; skipped: string[] } {
+export function tableCounts(db: DB, census?: BtreeCensus): { counts: Record<string, number>; skipped: string[] } {
   const tables = db
-    .prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
-    .all() as { name: string; sql: string | null }[];
+    .prepare("SELECT name, sql, rootpage FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+    .all() as { name: string; sql: string | null; rootpage: number | null }[];
+  const withoutRowid = census ? new Set((db.pragma("table_list") as { schema: string; name: string; wr: number }[]).filter((t) => t.schema === "main" && t.wr).map((t) => t.name)) : null;
   const counts: Record<string, number> = {};
   const skipped: string[] = [];
   for (const t of tables) {
+    const fromPages = census && !isVirtual(t.sql) && t.rootpage ? census.count(t.rootpage, withoutRowid!.has(t.name)) : null;
+    if (fromPages !== null) {
+      counts[t.name] = fromPages;
+      continue;
+    }
     try {
       counts[t.name] = db.prepare(`SELECT count(*) FROM "${t.name.replace(/"/g, '""')}"`).pluck().get() as number;
     } catch (e) {
