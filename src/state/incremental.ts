@@ -10,7 +10,7 @@ import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
 import { BtreeCensus } from "./btree.js";
 import { changedPagesFindings, hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
 import { ChangedPagesScan } from "./pagescan.js";
-import { changedPages, indexPages, splitPage, withPages, writeDelta, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
+import { changedIn, changedPages, DeltaWriter, listedRunPages, PageHasher, readListedPages, readPages, splitPage, withPages, writeDelta, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
 import type { SecretFinding } from "./secrets.js";
 import type { InPlaceViews, DB } from "./sqlite.js";
 
@@ -44,17 +44,73 @@ export function writeDeltaOf(src: string | PageSource, name: string, ix: Delta["
 
 /**
  * Of the keyed page hashes of an in-place read, the share made on the calling
- * thread (the worker also hashes the whole file): 1.0 and 1.6 CPU-s of 1.2 GB
- * at 0.6, before the row counts left this thread (state/btree.ts).
+ * thread, which also writes the delta of the changed pages among them (the
+ * worker hashes the whole file besides).
  */
-const MAIN_SHARE = 0.8;
+const MAIN_SHARE = 0.75;
+
+/**
+ * The delta of one database read in place: the changed pages among those
+ * hashed on this thread go in from the run being hashed (no second read);
+ * those among the worker's pages are read once its hashes are back.
+ */
+class InPlaceDelta {
+  readonly pages: number[] = [];
+  private readonly writer: DeltaWriter;
+  private readonly scanner: ChangedPagesScan | null;
+  private readonly most: number;
+  constructor(
+    private readonly snap: PageSource,
+    private readonly parent: PageIndex,
+    base: DeltaBase | null,
+    readonly file: string,
+    scan: boolean,
+  ) {
+    // only the pages that changed can hold a new secret: scanned as they go into the delta
+    this.scanner = scan ? new ChangedPagesScan(snap) : null;
+    this.writer = new DeltaWriter(snap, file, base, this.scanner ? (run, first) => this.scanner!.run(run, first) : undefined);
+    this.most = listedRunPages(snap.pageSize);
+  }
+
+  /** A run just hashed here (`hashes`: its pages' keyed hashes): its changed pages, consecutive ones together. */
+  hashed(run: Buffer, first: number, hashes: Buffer): void {
+    const ps = this.snap.pageSize;
+    const changed = changedIn(this.parent, ps, hashes, first);
+    for (let i = 0; i < changed.length; ) {
+      let k = 1;
+      while (k < this.most && i + k < changed.length && changed[i + k] === changed[i]! + k) k++;
+      const at = changed[i]! - first;
+      this.writer.add(run.subarray(at * ps, (at + k) * ps), changed[i]!);
+      i += k;
+    }
+    for (const p of changed) this.pages.push(p);
+  }
+
+  /** The pages from `first` on, hashed by the worker: the changed ones are read and added. */
+  rest(first: number, hashes: Buffer): void {
+    const changed = changedIn(this.parent, this.snap.pageSize, hashes, first);
+    readListedPages(this.snap, changed, (run, at) => this.writer.add(run, at));
+    for (const p of changed) this.pages.push(p);
+  }
+
+  finish(name: string, ix: Delta["ix"], pinned: DB): Delta {
+    const sums = this.writer.finish();
+    return { ix, pages: this.pages, file: this.file, findings: this.scanner ? changedPagesFindings(this.snap, name, this.scanner.finish(), pinned) : [], sums };
+  }
+
+  abandon(): void {
+    this.writer.abandon();
+  }
+}
 
 /**
  * Reads every database in place (snapshotDatabases' InPlace callback): the
- * page index — the first pages' keyed hashes here, the rest and the whole
- * file's sha256 in a worker thread reading the same descriptors —, the delta
- * against `parents`, the row counts from the pages both threads read, and the
- * cursors and open operations through the pinned connections (no integrity_check: the policy did not ask for one).
+ * page index — the first pages' keyed hashes here, with the delta of those
+ * that changed, the rest and the whole file's sha256 in a worker thread
+ * reading the same descriptors —, the delta of the worker's changed pages,
+ * the row counts from the pages both threads read, and the cursors and open
+ * operations through the pinned connections (no integrity_check: the policy
+ * did not ask for one).
  * @throws an I/O error naming the database and the file it failed on.
  */
 export async function deltasInPlace(
@@ -65,20 +121,40 @@ export async function deltasInPlace(
   const split = new Map(names.map((n) => [n, splitPage(views.get(n)!.snap.pageCount, views.get(n)!.snap.pageSize, MAIN_SHARE)]));
   const tails = new Map(names.map((n) => [n, hashTailInWorker(views.get(n)!.snap.pinned(), o.key, split.get(n)!)]));
   for (const t of tails.values()) t.catch(() => undefined); // awaited below
-  const named = (n: string, file: string, e: unknown) => {
+  const fileOf = (n: string) => join(o.dir, `${n}.delta`);
+  const named = (n: string, e: unknown) => {
     const v = views.get(n)!;
-    return ioErrno(e) ? ioError(e, `database ${n}: ${(e as NodeJS.ErrnoException).syscall === "write" ? `writing ${file}` : `reading ${v.src}`}`) : e;
+    return ioErrno(e) ? ioError(e, `database ${n}: ${(e as NodeJS.ErrnoException).syscall === "write" || (e as NodeJS.ErrnoException).syscall === "open" ? `writing ${fileOf(n)}` : `reading ${v.src}`}`) : e;
   };
   const each = <T>(n: string, f: () => T): T => {
     try {
       return f();
     } catch (e) {
-      throw named(n, join(o.dir, `${n}.delta`), e);
+      throw named(n, e);
     }
   };
+  const open = new Map<string, InPlaceDelta>();
   try {
     const censuses = new Map(names.map((n) => [n, new BtreeCensus(views.get(n)!.snap.pageSize, views.get(n)!.snap.pageCount)]));
-    const heads = new Map(names.map((n) => [n, each(n, () => indexPages(views.get(n)!.snap, o.key, { whole: false, last: split.get(n)!, census: censuses.get(n)! }))]));
+    const heads = new Map<string, PageIndex>();
+    for (const n of names) {
+      const { snap } = views.get(n)!;
+      const d = each(n, () => new InPlaceDelta(snap, o.parents.get(n)!, o.bases.get(n) ?? null, fileOf(n), o.inspect.scan !== "off"));
+      open.set(n, d);
+      const hasher = new PageHasher(o.key, snap.pageSize);
+      const census = censuses.get(n)!;
+      each(n, () =>
+        readPages(
+          snap,
+          (run, first) => {
+            census.pages(run, first);
+            d.hashed(run, first, hasher.update(run));
+          },
+          split.get(n)!,
+        ),
+      );
+      heads.set(n, hasher.index());
+    }
     const ixs = new Map<string, Delta["ix"]>();
     for (const n of names) {
       const v = views.get(n)!;
@@ -89,16 +165,18 @@ export async function deltasInPlace(
       censuses.get(n)!.merge(tail.census, split.get(n)! + 1);
       const head = heads.get(n)!;
       ixs.set(n, { ...head, sha256: tail.sha256, size: v.snap.pageCount * v.snap.pageSize, pageCount: v.snap.pageCount, hashes: Buffer.concat([head.hashes, Buffer.from(tail.hashes)]) });
+      each(n, () => open.get(n)!.rest(split.get(n)! + 1, Buffer.from(tail.hashes)));
     }
     // the counts come from the pages both threads read (state/btree.ts); the cursors and open operations through the pinned connections
     const inspected = inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])), censuses);
     const deltas = new Map<string, Delta>();
     for (const n of names) {
-      const v = views.get(n)!;
-      deltas.set(n, each(n, () => writeDeltaOf(v.snap, n, ixs.get(n)!, o.parents.get(n)!, o.bases.get(n) ?? null, join(o.dir, `${n}.delta`), o.inspect.scan !== "off", v.db)));
+      deltas.set(n, each(n, () => open.get(n)!.finish(n, ixs.get(n)!, views.get(n)!.db)));
+      open.delete(n);
     }
     return { deltas, inspected };
   } catch (e) {
+    for (const d of open.values()) d.abandon();
     // the workers read these snapshots' descriptors: they finish before the snapshots are released
     await Promise.allSettled(tails.values());
     throw e;

@@ -54,8 +54,8 @@ export class PageHasher {
     key.copy(this.scratch, 0);
   }
 
-  /** Hashes the whole pages in `buf` (its length must be a multiple of the page size). */
-  update(buf: Buffer): void {
+  /** Hashes the whole pages in `buf` (its length must be a multiple of the page size). @returns their hashes, in order. */
+  update(buf: Buffer): Buffer {
     const n = buf.length / this.pageSize;
     if (!Number.isInteger(n)) throw new Error(`database file size is not a multiple of its page size (${this.pageSize})`);
     const hashes = Buffer.alloc(n * HASH_BYTES);
@@ -66,6 +66,7 @@ export class PageHasher {
     }
     this.parts.push(hashes);
     this.pages += n;
+    return hashes;
   }
 
   index(): PageIndex {
@@ -141,28 +142,18 @@ export function* pageRuns(pageSize: number, last: number, bytes: number): Genera
   for (let p = 1; p <= last; p += per) yield [p, Math.min(per, last - p + 1)];
 }
 
-/**
- * Reads a database once (a file, or a pinned snapshot's pages): keyed page
- * hashes and the whole file's sha256 (`whole: false` leaves the sha256 to the
- * caller, who computes it elsewhere in parallel, and says ""); pages 1..`last`
- * (default all); `census`: records the pages read for row counts (state/btree.ts).
- */
-export function indexPages(from: string | PageSource, key: Buffer, o: { whole?: boolean; last?: number; census?: BtreeCensus } = {}): PageIndex & { sha256: string; size: number } {
+/** Reads a database once (a file, or a pinned snapshot's pages): keyed page hashes and the whole file's sha256. */
+export function indexPages(from: string | PageSource, key: Buffer): PageIndex & { sha256: string; size: number } {
   return withPages(from, (src) => {
     const hasher = new PageHasher(key, src.pageSize);
-    const h = o.whole === false ? null : createHash("sha256");
+    const h = createHash("sha256");
     let size = 0;
-    readPages(
-      src,
-      (run, first) => {
-        hasher.update(run);
-        h?.update(run);
-        o.census?.pages(run, first);
-        size += run.length;
-      },
-      o.last,
-    );
-    return { ...hasher.index(), sha256: h ? h.digest("hex") : "", size };
+    readPages(src, (run) => {
+      hasher.update(run);
+      h.update(run);
+      size += run.length;
+    });
+    return { ...hasher.index(), sha256: h.digest("hex"), size };
   });
 }
 
@@ -266,11 +257,18 @@ export function applyIndexChanges(base: PageIndex, b: Buffer): PageIndex {
 
 /** 1-based numbers of the pages of `cur` that differ from (or are missing in) `base`. */
 export function changedPages(base: PageIndex, cur: PageIndex): number[] {
-  if (base.pageSize !== cur.pageSize) return Array.from({ length: cur.pageCount }, (_, i) => i + 1);
+  return changedIn(base, cur.pageSize, cur.hashes, 1);
+}
+
+/** Of the pages whose keyed hashes are `hashes` (of `pageSize`, the first page `first`), the numbers of those that differ from (or are missing in) `base`. */
+export function changedIn(base: PageIndex, pageSize: number, hashes: Buffer, first: number): number[] {
+  const n = hashes.length / HASH_BYTES;
+  if (base.pageSize !== pageSize) return Array.from({ length: n }, (_, i) => first + i);
   const out: number[] = [];
-  for (let i = 0; i < cur.pageCount; i++) {
-    const at = i * HASH_BYTES;
-    if (i >= base.pageCount || cur.hashes.compare(base.hashes, at, at + HASH_BYTES, at, at + HASH_BYTES) !== 0) out.push(i + 1);
+  for (let i = 0; i < n; i++) {
+    const p = first + i;
+    const at = (p - 1) * HASH_BYTES;
+    if (p > base.pageCount || hashes.compare(base.hashes, at, at + HASH_BYTES, i * HASH_BYTES, (i + 1) * HASH_BYTES) !== 0) out.push(p);
   }
   return out;
 }
@@ -293,65 +291,115 @@ export interface DeltaBase {
  * @returns whether the new snapshot's sums were written whole.
  */
 export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string, base?: DeltaBase | null, onRun?: (run: Buffer, first: number) => void): boolean {
-  const b = base && base.sums.pageSize === ix.pageSize ? base : null;
-  const ps = ix.pageSize;
-  const unit = b ? blockSize(ps) : ps;
-  const per = ps / unit;
-  const spp = sumsPerPage(ps);
-  const next = b && new NextSums(b.sums, b.out, ix.pageCount);
-  try {
-    withPages(db, (src) => {
-      const dst = openSync(out, "wx", 0o600);
-      try {
-        const h = Buffer.alloc(20);
-        DELTA_MAGIC.copy(h, 0);
-        h.writeUInt32BE(unit, 8);
-        h.writeUInt32BE(ix.pageCount * per, 12);
-        writeAll(dst, h); // the record count is filled in at the end
-        // consecutive changed pages are read, summed and looked up in the parent's sums a run at a time (one call
-        // each, not one per page)
-        const fresh = b ? Buffer.alloc(listedRunPages(ps) * spp) : null;
-        const old = b ? Buffer.alloc(fresh!.length) : null;
-        // records gathered into about 1 MiB per write
-        const recs = Buffer.alloc(Math.max(1, Math.floor((1 << 20) / (4 + unit))) * (4 + unit));
-        let filled = 0;
-        let n = 0;
-        readListedPages(src, pages, (pagesRead, first) => {
-          const count = pagesRead.length / ps;
-          onRun?.(pagesRead, first);
-          if (b) sumBlocks(pagesRead, unit, b.seed, fresh!, 0);
-          const known = b ? b.sums.readRun(first, count, old!) : 0;
-          for (let i = 0; i < count; i++)
-            for (let j = 0; j < per; j++) {
-              const at = i * spp + j * (spp / per);
-              if (i < known && fresh!.compare(old!, at, at + spp / per, at, at + spp / per) === 0) continue;
-              if (filled === recs.length) {
-                writeAll(dst, recs);
-                filled = 0;
-              }
-              recs.writeUInt32BE((first + i - 1) * per + j + 1, filled);
-              pagesRead.copy(recs, filled + 4, i * ps + j * unit, i * ps + (j + 1) * unit);
-              filled += 4 + unit;
-              n++;
-            }
-          if (fresh) next!.setRun(first, fresh, count);
-        });
-        writeAll(dst, recs, 0, filled);
-        h.writeUInt32BE(n, 16);
-        writeAll(dst, h, 0, 20, 0);
-      } finally {
-        closeSync(dst);
+  return withPages(db, (src) => {
+    const w = new DeltaWriter(ix, out, base, onRun);
+    try {
+      readListedPages(src, pages, (run, first) => w.add(run, first));
+    } catch (e) {
+      w.abandon(); // the file is left to the backup's clean-up
+      throw e;
+    }
+    return w.finish();
+  });
+}
+
+/**
+ * A delta file being written (writeDelta): runs of changed pages are added in
+ * ascending page order, from wherever the caller holds them (a read of the
+ * listed pages, or the run an in-place read is hashing).
+ */
+export class DeltaWriter {
+  private readonly b: DeltaBase | null;
+  private readonly unit: number;
+  private readonly per: number;
+  private readonly spp: number;
+  private readonly next: NextSums | null;
+  private readonly fresh: Buffer | null;
+  private readonly old: Buffer | null;
+  private readonly recs: Buffer;
+  private readonly head = Buffer.alloc(20);
+  private dst: number | null = null;
+  private filled = 0;
+  private n = 0;
+
+  constructor(
+    private readonly ix: Pick<PageIndex, "pageSize" | "pageCount">,
+    out: string,
+    base?: DeltaBase | null,
+    private readonly onRun?: (run: Buffer, first: number) => void,
+  ) {
+    this.b = base && base.sums.pageSize === ix.pageSize ? base : null;
+    const ps = ix.pageSize;
+    this.unit = this.b ? blockSize(ps) : ps;
+    this.per = ps / this.unit;
+    this.spp = sumsPerPage(ps);
+    this.next = this.b && new NextSums(this.b.sums, this.b.out, ix.pageCount);
+    try {
+      this.dst = openSync(out, "wx", 0o600);
+      DELTA_MAGIC.copy(this.head, 0);
+      this.head.writeUInt32BE(this.unit, 8);
+      this.head.writeUInt32BE(ix.pageCount * this.per, 12);
+      writeAll(this.dst, this.head); // the record count is filled in at the end
+    } catch (e) {
+      this.abandon();
+      throw e;
+    }
+    // consecutive changed pages are summed and looked up in the parent's sums a run at a time (one call each, not one per page)
+    this.fresh = this.b ? Buffer.alloc(listedRunPages(ps) * this.spp) : null;
+    this.old = this.b ? Buffer.alloc(this.fresh!.length) : null;
+    // records gathered into about 1 MiB per write
+    this.recs = Buffer.alloc(Math.max(1, Math.floor((1 << 20) / (4 + this.unit))) * (4 + this.unit));
+  }
+
+  /** Adds a run of changed pages (whole pages, at most listedRunPages of them), the first of which is page `first`. */
+  add(pagesRead: Buffer, first: number): void {
+    const { b, per, unit, spp, fresh, old, recs } = this;
+    const ps = this.ix.pageSize;
+    const count = pagesRead.length / ps;
+    this.onRun?.(pagesRead, first);
+    if (b) sumBlocks(pagesRead, unit, b.seed, fresh!, 0);
+    const known = b ? b.sums.readRun(first, count, old!) : 0;
+    for (let i = 0; i < count; i++)
+      for (let j = 0; j < per; j++) {
+        const at = i * spp + j * (spp / per);
+        if (i < known && fresh!.compare(old!, at, at + spp / per, at, at + spp / per) === 0) continue;
+        if (this.filled === recs.length) {
+          writeAll(this.dst!, recs);
+          this.filled = 0;
+        }
+        recs.writeUInt32BE((first + i - 1) * per + j + 1, this.filled);
+        pagesRead.copy(recs, this.filled + 4, i * ps + j * unit, i * ps + (j + 1) * unit);
+        this.filled += 4 + unit;
+        this.n++;
       }
-    });
-    return next?.close() ?? false;
-  } catch (e) {
-    next?.close(); // left to the backup's clean-up
-    throw e;
+    if (fresh) this.next!.setRun(first, fresh, count);
+  }
+
+  /** Writes what is gathered and the record count, and closes the file. @returns whether the new snapshot's sums were written whole. */
+  finish(): boolean {
+    try {
+      writeAll(this.dst!, this.recs, 0, this.filled);
+      this.head.writeUInt32BE(this.n, 16);
+      writeAll(this.dst!, this.head, 0, 20, 0);
+    } catch (e) {
+      this.abandon();
+      throw e;
+    }
+    closeSync(this.dst!);
+    this.dst = null;
+    return this.next?.close() ?? false;
+  }
+
+  /** Closes the file and the sums unfinished (the caller removes them). */
+  abandon(): void {
+    if (this.dst !== null) closeSync(this.dst);
+    this.dst = null;
+    this.next?.close();
   }
 }
 
-/** Pages of the longest run readListedPages reads at once: about 1 MiB, at least one page. */
-const listedRunPages = (pageSize: number) => Math.max(1, Math.floor((1 << 20) / pageSize));
+/** Pages of the longest run readListedPages reads at once (and DeltaWriter.add takes): about 1 MiB, at least one page. */
+export const listedRunPages = (pageSize: number) => Math.max(1, Math.floor((1 << 20) / pageSize));
 
 /**
  * Reads the listed pages (1-based, ascending) in runs of consecutive pages of
