@@ -133,7 +133,7 @@ describe("row counts from a census of the pages", () => {
     expect(whole.count(root, true)).toBeNull();
   });
 
-  it("answers null for a child pointer outside the file and for a page reached twice", () => {
+  it("answers null for a child pointer outside the file, a page reached twice, and a page below the root with no cells or too many", () => {
     const p = make(4096, (d) => rows(d, 50_000, 30));
     const src = new FilePages(p);
     const db = openDefensive(p);
@@ -155,6 +155,17 @@ describe("row counts from a census of the pages", () => {
     expect(read((b) => b.writeUInt32BE(src.pageCount + 1, firstCell))).toBeNull();
     // the right-most child made the same as the first cell's child: one subtree reached twice
     expect(read((b) => b.writeUInt32BE(b.readUInt32BE(firstCell), 8))).toBeNull();
+    // a page below the root with no cells, or with more than fit in a page: what SQLite calls corrupt on the way down
+    const child = page.readUInt32BE(firstCell);
+    for (const cells of [0, Math.floor((src.pageSize - 8) / 6) + 1]) {
+      const c = new BtreeCensus(src.pageSize, src.pageCount);
+      readPages(src, (run, first) => c.pages(run, first));
+      const b = Buffer.alloc(src.pageSize);
+      src.read(child, 1, b);
+      b.writeUInt16BE(cells, 3);
+      c.pages(b, child);
+      expect(c.count(root, false), `${cells} cells`).toBeNull();
+    }
     src.close();
   });
 
@@ -180,5 +191,34 @@ describe("row counts from a census of the pages", () => {
     expect(answered).toBe(2);
     expect(fromPages).toEqual(sql);
     expect(sql).toEqual({ r: 40_000, kv: 20_000 });
+  });
+});
+
+describe("the worker's part of an in-place read", () => {
+  it("hashTail's census of the pages after `from`, merged into a census of the pages up to it, counts as one read of the whole", async () => {
+    const { hashTail } = await import("../src/state/pages.js");
+    const p = make(4096, (d) => {
+      rows(d, 120_000, 30);
+      d.exec("CREATE TABLE kv (k TEXT PRIMARY KEY, v) WITHOUT ROWID");
+      const kv = d.prepare("INSERT INTO kv VALUES (?, ?)");
+      for (let i = 0; i < 30_000; i++) kv.run(`k${i}`, i);
+    });
+    const src = new FilePages(p);
+    try {
+      expect(src.pageCount).toBeGreaterThan(1024 + 100); // more than one of readPages' 4 MiB runs
+      // a split inside a 4 MiB run (the tail starts part-way through the run readPages hands hashTail) and one at a run's end
+      for (const from of [Math.floor(src.pageCount / 3) + 7, 1024]) {
+        const head = new BtreeCensus(src.pageSize, src.pageCount);
+        readPages(src, (run, first) => head.pages(run, first), from);
+        const tail = hashTail(src, Buffer.alloc(32, 1), from);
+        expect(tail.census.kind.length).toBe(src.pageCount - from);
+        head.merge(structuredClone(tail.census), from + 1);
+        const { fromPages, answered } = both(p, head);
+        expect(answered, `from ${from}`).toBe(2);
+        expect(fromPages).toEqual({ r: 120_000, kv: 30_000 });
+      }
+    } finally {
+      src.close();
+    }
   });
 });

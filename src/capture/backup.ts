@@ -609,7 +609,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // incremental hashes in it as soon as the snapshot is pinned), and before the write locks are taken: they are
     // held while it joins the instant, not while it loads
     const warmed = warmInspection(cfg.databases.reduce((n, d) => n + (statSync(lc.resolve(d.path), { throwIfNoEntry: false })?.size ?? 0), 0));
-    warmed.catch(() => undefined); // awaited before a capture that holds the snapshots; a failed start fails the work it is given
+    warmed.catch(() => undefined); // awaited before a capture that holds the snapshots; a worker that failed to start is not used
     const warnings: string[] = [];
     const created = new Date();
     const snapshotId = newSnapshotId(created);

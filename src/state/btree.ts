@@ -18,15 +18,18 @@
  * nobody's tree reaches (free pages, overflow pages) are recorded as
  * whatever their first byte says and never looked at. Anything a sound tree
  * can not hold (a child outside the file, a page reached twice, a page of the
- * wrong type) makes count() answer null, and the caller asks SQLite.
+ * wrong type, a page below the root with no cells or more than fit in a page:
+ * what SQLite itself calls corrupt on the way down) makes count() answer null,
+ * and the caller asks SQLite.
  */
 
-const TABLE_LEAF = 13;
-const TABLE_INTERIOR = 5;
-const INDEX_LEAF = 10;
-const INDEX_INTERIOR = 2;
+/** b-tree page types (the first byte of the page's header) */
+export const TABLE_LEAF = 13;
+export const TABLE_INTERIOR = 5;
+export const INDEX_LEAF = 10;
+export const INDEX_INTERIOR = 2;
 
-/** What a thread's census of some of the pages holds: transferable to another thread and merged there. */
+/** What a thread's census of some of the pages holds: posted to another thread (its arrays moved) and merged there. */
 export interface CensusPart {
   kind: Uint8Array;
   cells: Uint16Array;
@@ -118,6 +121,7 @@ export class BtreeCensus {
   count(root: number, withoutRowid: boolean): number | null {
     const where = (this.where ??= this.index());
     const leaf = withoutRowid ? INDEX_LEAF : TABLE_LEAF;
+    const most = Math.floor((this.pageSize - 8) / 6);
     const inner = withoutRowid ? INDEX_INTERIOR : TABLE_INTERIOR;
     const seen = (this.seen ??= new Uint32Array(this.pageCount + 1));
     const walk = ++this.walks;
@@ -128,6 +132,7 @@ export class BtreeCensus {
       if (p < 1 || p > this.pageCount || seen[p] === walk) return null;
       seen[p] = walk;
       const k = this.kind[p];
+      if (this.cells[p]! > most || (p !== root && this.cells[p]! < 1)) return null;
       if (k === leaf) rows += this.cells[p]!;
       else if (k === inner) {
         if (withoutRowid) rows += this.cells[p]!;

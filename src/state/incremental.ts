@@ -10,7 +10,7 @@ import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
 import { BtreeCensus } from "./btree.js";
 import { changedPagesFindings, hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
 import { ChangedPagesScan } from "./pagescan.js";
-import { changedIn, changedPages, DeltaWriter, listedRunPages, PageHasher, readListedPages, readPages, splitPage, withPages, writeDelta, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
+import { changedIn, changedPages, consecutiveRuns, DeltaWriter, listedRunPages, PageHasher, readListedPages, readPages, splitPage, withPages, writeDelta, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
 import type { SecretFinding } from "./secrets.js";
 import type { InPlaceViews, DB } from "./sqlite.js";
 
@@ -76,13 +76,7 @@ class InPlaceDelta {
   hashed(run: Buffer, first: number, hashes: Buffer): void {
     const ps = this.snap.pageSize;
     const changed = changedIn(this.parent, ps, hashes, first);
-    for (let i = 0; i < changed.length; ) {
-      let k = 1;
-      while (k < this.most && i + k < changed.length && changed[i + k] === changed[i]! + k) k++;
-      const at = changed[i]! - first;
-      this.writer.add(run.subarray(at * ps, (at + k) * ps), changed[i]!);
-      i += k;
-    }
+    for (const [p, k] of consecutiveRuns(changed, this.most)) this.writer.add(run.subarray((p - first) * ps, (p - first + k) * ps), p);
     for (const p of changed) this.pages.push(p);
   }
 
@@ -164,8 +158,9 @@ export async function deltasInPlace(
       });
       censuses.get(n)!.merge(tail.census, split.get(n)! + 1);
       const head = heads.get(n)!;
-      ixs.set(n, { ...head, sha256: tail.sha256, size: v.snap.pageCount * v.snap.pageSize, pageCount: v.snap.pageCount, hashes: Buffer.concat([head.hashes, Buffer.from(tail.hashes)]) });
-      each(n, () => open.get(n)!.rest(split.get(n)! + 1, Buffer.from(tail.hashes)));
+      const tailHashes = Buffer.from(tail.hashes.buffer, tail.hashes.byteOffset, tail.hashes.byteLength);
+      ixs.set(n, { ...head, sha256: tail.sha256, size: v.snap.pageCount * v.snap.pageSize, pageCount: v.snap.pageCount, hashes: Buffer.concat([head.hashes, tailHashes]) });
+      each(n, () => open.get(n)!.rest(split.get(n)! + 1, tailHashes));
     }
     // the counts come from the pages both threads read (state/btree.ts); the cursors and open operations through the pinned connections
     const inspected = inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])), censuses);
@@ -176,9 +171,9 @@ export async function deltasInPlace(
     }
     return { deltas, inspected };
   } catch (e) {
-    for (const d of open.values()) d.abandon();
     // the workers read these snapshots' descriptors: they finish before the snapshots are released
     await Promise.allSettled(tails.values());
+    for (const d of open.values()) d.abandon();
     throw e;
   }
 }

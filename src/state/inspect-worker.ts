@@ -6,6 +6,7 @@
  * pages (an in-place incremental splits the hashing between two threads), for
  * as long as the process keeps the thread.
  */
+import Database from "better-sqlite3";
 import { parentPort } from "node:worker_threads";
 import { AgentbakError } from "../errors.js";
 import { inspectSnapshot, type WorkerRequest } from "./inspect.js";
@@ -29,10 +30,15 @@ parentPort!.on("message", (m: WorkerRequest) => {
       const own = (b?: Uint8Array) => (b && b.byteOffset === 0 && b.byteLength === b.buffer.byteLength ? [b.buffer as ArrayBuffer] : []);
       return parentPort!.postMessage({ ok: true, result }, result.dbs.flatMap((d) => own(d.index?.hashes)));
     }
-    parentPort!.postMessage({ ok: true, result: hashTail(pinnedSource(m.pages), Buffer.from(m.key), m.from) });
+    const tail = hashTail(pinnedSource(m.pages), Buffer.from(m.key), m.from);
+    // the census part's arrays are its own (slices): moved, not copied
+    parentPort!.postMessage({ ok: true, result: tail }, [tail.census.kind.buffer, tail.census.cells.buffer, tail.census.links.buffer] as ArrayBuffer[]);
   } catch (e) {
     parentPort!.postMessage({ ok: false, code: e instanceof AgentbakError ? e.code : 1, message: (e as Error).message });
   }
 });
-// said once its modules (and SQLite) are loaded: a caller may wait for it before taking write locks (warmInspection)
+// better-sqlite3 loads SQLite's library at its first connection: made here, so the first one a request opens (perhaps
+// while the caller holds write locks) does not pay for it
+new Database(":memory:").close();
+// said once the modules and SQLite's library are loaded: a caller may wait for it before taking write locks (warmInspection)
 parentPort!.postMessage({ loaded: true });

@@ -189,8 +189,8 @@ export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
 
 /**
  * Starts a worker thread for a coming inspection of `bytes` of databases and
- * keeps it idle for it, so its start (an isolate, the modules, SQLite:
- * 100-200 ms) runs beside the caller's own work. The promise resolves once the
+ * keeps it idle for it, so its start (an isolate, the modules, SQLite's
+ * library: 100-200 ms) runs beside the caller's own work. The promise resolves once the
  * worker has loaded: a caller about to take write locks waits for it, so they
  * are not held while it loads (inspectPinned); one that only hands it work
  * need not (requests wait in the worker's queue). Nothing for a small agent.
@@ -202,10 +202,9 @@ export function warmInspection(bytes: number): Promise<void> {
   idle.push(w);
   return new Promise((resolve, reject) => {
     const off = () => w.off("message", onMessage).off("error", onError).off("exit", onExit);
-    const gone = () => idle.includes(w) && idle.splice(idle.indexOf(w), 1);
     const onMessage = (m: object) => "loaded" in m && (off(), resolve());
-    const onError = (e: Error) => (off(), gone(), reject(e));
-    const onExit = (code: number) => (off(), gone(), reject(new AgentbakError(Exit.failure, `snapshot inspection worker exited ${code}`)));
+    const onError = (e: Error) => (off(), reject(e));
+    const onExit = (code: number) => (off(), reject(new AgentbakError(Exit.failure, `snapshot inspection worker exited ${code}`)));
     w.on("message", onMessage).on("error", onError).on("exit", onExit);
   });
 }
@@ -246,8 +245,17 @@ export function hashTailInWorker(pages: PinnedPages, key: Buffer, from: number):
     : inWorker<{ sha256: string; hashes: Uint8Array; census: CensusPart }>({ kind: "sha256", pages, key, from });
 }
 
-// a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
-const startWorker = () => new Worker(join(ROOT, "dist", "packed", "inspect-worker.js"), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
+/**
+ * A new inspection worker. One that fails or stops while idle leaves the idle
+ * list (a dead worker handed a request would never answer); the request that
+ * holds a worker hears its failure through its own listeners.
+ */
+function startWorker(): Worker {
+  // a small heap: the scan makes many short-lived page strings, and a lazy collector would let them pile up
+  const w = new Worker(join(ROOT, "dist", "packed", "inspect-worker.js"), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
+  const gone = () => void (idle.includes(w) && idle.splice(idle.indexOf(w), 1));
+  return w.on("error", gone).on("exit", gone);
+}
 
 function inWorker<T>(req: WorkerRequest, onPinned?: () => void): Promise<T> {
   const w = idle.pop() ?? startWorker();

@@ -385,15 +385,21 @@ export class DeltaWriter {
       this.abandon();
       throw e;
     }
-    closeSync(this.dst!);
-    this.dst = null;
+    const fd = this.dst!;
+    this.dst = null; // closed once, even when the close fails
+    closeSync(fd);
     return this.next?.close() ?? false;
   }
 
   /** Closes the file and the sums unfinished (the caller removes them). */
   abandon(): void {
-    if (this.dst !== null) closeSync(this.dst);
+    const fd = this.dst;
     this.dst = null;
+    try {
+      if (fd !== null) closeSync(fd);
+    } catch {
+      // an error is already on its way; this one would hide it
+    }
     this.next?.close();
   }
 }
@@ -418,7 +424,7 @@ export function readListedPages(src: PageSource, pages: number[], each: (run: Bu
 }
 
 /** Runs of consecutive page numbers in `pages` (ascending), at most `most` long: [first page, page count]. */
-function* consecutiveRuns(pages: number[], most: number): Generator<[number, number]> {
+export function* consecutiveRuns(pages: number[], most: number): Generator<[number, number]> {
   for (let i = 0; i < pages.length; ) {
     let n = 1;
     while (n < most && i + n < pages.length && pages[i + n] === pages[i]! + n) n++;

@@ -12,6 +12,7 @@
  * Databases not encoded in UTF-8 are reported as unsupported (the caller
  * falls back to scanDatabase).
  */
+import { INDEX_INTERIOR, INDEX_LEAF, TABLE_INTERIOR, TABLE_LEAF } from "./btree.js";
 import { readListedPages, readPages, withPages, type PageSource } from "./pages.js";
 import { detectSecret, RAW_PATTERN } from "./secrets.js";
 
@@ -20,10 +21,6 @@ const REASSEMBLE_MAX = 4 << 20;
 /** Bytes carried from one overflow page to the next in a raw scan: longer than any token pattern needs to match. */
 const CARRY = 256;
 
-const TABLE_LEAF = 13;
-const INDEX_LEAF = 10;
-const INDEX_INTERIOR = 2;
-const TABLE_INTERIOR = 5;
 const BTREE = [TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR, TABLE_INTERIOR];
 
 export interface PageScanHeader {
