@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { BtreeCensus } from "../src/state/btree.js";
-import { FilePages, readPages } from "../src/state/pages.js";
+import { FilePages, hashTail, readPages } from "../src/state/pages.js";
 import { openDefensive, tableCounts } from "../src/state/sqlite.js";
 
 const dir = mkdtempSync(join(tmpdir(), "agentbak-btree-"));
@@ -60,6 +60,14 @@ const rows = (d: Database.Database, count: number, width: number) => {
   d.exec("CREATE TABLE r (id INTEGER PRIMARY KEY, v TEXT)");
   const ins = d.prepare("INSERT INTO r (v) VALUES (?)");
   for (let i = 0; i < count; i++) ins.run("x".repeat(width + (i % 37)));
+};
+
+/** A rowid table `r` and a WITHOUT ROWID table `kv`. */
+const rowsAndKeys = (d: Database.Database, rowCount: number, keyCount: number) => {
+  rows(d, rowCount, 30);
+  d.exec("CREATE TABLE kv (k TEXT PRIMARY KEY, v) WITHOUT ROWID");
+  const kv = d.prepare("INSERT INTO kv VALUES (?, ?)");
+  for (let i = 0; i < keyCount; i++) kv.run(`k${i}`, i);
 };
 
 describe("row counts from a census of the pages", () => {
@@ -170,12 +178,7 @@ describe("row counts from a census of the pages", () => {
   });
 
   it("a census split between two threads' reads and merged equals one read of the whole", () => {
-    const p = make(4096, (d) => {
-      rows(d, 40_000, 30);
-      d.exec("CREATE TABLE kv (k TEXT PRIMARY KEY, v) WITHOUT ROWID");
-      const kv = d.prepare("INSERT INTO kv VALUES (?, ?)");
-      for (let i = 0; i < 20_000; i++) kv.run(`k${i}`, i);
-    });
+    const p = make(4096, (d) => rowsAndKeys(d, 40_000, 20_000));
     const src = new FilePages(p);
     const split = Math.floor(src.pageCount / 2);
     const head = new BtreeCensus(src.pageSize, src.pageCount);
@@ -195,14 +198,8 @@ describe("row counts from a census of the pages", () => {
 });
 
 describe("the worker's part of an in-place read", () => {
-  it("hashTail's census of the pages after `from`, merged into a census of the pages up to it, counts as one read of the whole", async () => {
-    const { hashTail } = await import("../src/state/pages.js");
-    const p = make(4096, (d) => {
-      rows(d, 120_000, 30);
-      d.exec("CREATE TABLE kv (k TEXT PRIMARY KEY, v) WITHOUT ROWID");
-      const kv = d.prepare("INSERT INTO kv VALUES (?, ?)");
-      for (let i = 0; i < 30_000; i++) kv.run(`k${i}`, i);
-    });
+  it("hashTail's census of the pages after `from`, merged into a census of the pages up to it, counts as one read of the whole", () => {
+    const p = make(4096, (d) => rowsAndKeys(d, 120_000, 30_000));
     const src = new FilePages(p);
     try {
       expect(src.pageCount).toBeGreaterThan(1024 + 100); // more than one of readPages' 4 MiB runs

@@ -10,7 +10,7 @@ import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
 import { BtreeCensus } from "./btree.js";
 import { changedPagesFindings, hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
 import { ChangedPagesScan } from "./pagescan.js";
-import { changedIn, changedPages, consecutiveRuns, DeltaWriter, listedRunPages, PageHasher, readListedPages, readPages, splitPage, withPages, writeDelta, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
+import { changedIn, consecutiveRuns, DeltaWriter, listedRunPages, PageHasher, readListedPages, readPages, splitPage, withPages, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
 import type { SecretFinding } from "./secrets.js";
 import type { InPlaceViews, DB } from "./sqlite.js";
 
@@ -29,20 +29,6 @@ export interface Delta {
 export const deltaMeta = (d: Delta) => ({ full_sha256: d.ix.sha256, full_size: d.ix.size, page_size: d.ix.pageSize, page_count: d.ix.pageCount, changed_pages: d.pages.length });
 
 /**
- * Writes the delta of `src` (a copy's path, or pinned pages with their
- * connection `pinned`) against `parent`, given src's page index `ix`.
- */
-export function writeDeltaOf(src: string | PageSource, name: string, ix: Delta["ix"], parent: PageIndex, base: DeltaBase | null, file: string, scan: boolean, pinned?: DB): Delta {
-  const pages = changedPages(parent, ix);
-  return withPages(src, (from) => {
-    // only the pages that changed can hold a new secret: scanned as the delta reads them
-    const scanner = scan ? new ChangedPagesScan(from) : null;
-    const sums = writeDelta(from, pages, ix, file, base, scanner ? (run, first) => scanner.run(run, first) : undefined);
-    return { ix, pages, file, findings: scanner ? changedPagesFindings(src, name, scanner.finish(), pinned) : [], sums };
-  });
-}
-
-/**
  * Of the keyed page hashes of an in-place read, the share made on the calling
  * thread, which also writes the delta of the changed pages among them (the
  * worker hashes the whole file besides).
@@ -50,11 +36,12 @@ export function writeDeltaOf(src: string | PageSource, name: string, ix: Delta["
 const MAIN_SHARE = 0.75;
 
 /**
- * The delta of one database read in place: the changed pages among those
- * hashed on this thread go in from the run being hashed (no second read);
- * those among the worker's pages are read once its hashes are back.
+ * The delta of one database against its parent's page index. Read in place,
+ * the changed pages among those hashed on this thread go in from the run
+ * being hashed (no second read), and those among the worker's pages are read
+ * once its hashes are back; from a copy, all are read (writeDeltaOf).
  */
-class InPlaceDelta {
+class PageDelta {
   readonly pages: number[] = [];
   private readonly writer: DeltaWriter;
   private readonly scanner: ChangedPagesScan | null;
@@ -80,21 +67,36 @@ class InPlaceDelta {
     for (const p of changed) this.pages.push(p);
   }
 
-  /** The pages from `first` on, hashed by the worker: the changed ones are read and added. */
+  /** The pages from `first` on, hashed elsewhere (by the worker, or all of a copy): the changed ones are read and added. */
   rest(first: number, hashes: Buffer): void {
     const changed = changedIn(this.parent, this.snap.pageSize, hashes, first);
     readListedPages(this.snap, changed, (run, at) => this.writer.add(run, at));
     for (const p of changed) this.pages.push(p);
   }
 
-  finish(name: string, ix: Delta["ix"], pinned: DB): Delta {
+  /** `src`: what the findings name rows through (a copy's path when there is no pinned connection). */
+  finish(name: string, ix: Delta["ix"], pinned?: DB, src: string | PageSource = this.snap): Delta {
     const sums = this.writer.finish();
-    return { ix, pages: this.pages, file: this.file, findings: this.scanner ? changedPagesFindings(this.snap, name, this.scanner.finish(), pinned) : [], sums };
+    return { ix, pages: this.pages, file: this.file, findings: this.scanner ? changedPagesFindings(src, name, this.scanner.finish(), pinned) : [], sums };
   }
 
   abandon(): void {
     this.writer.abandon();
   }
+}
+
+/** Writes the delta of a copy of a database (its path) against `parent`, given the copy's page index `ix`. */
+export function writeDeltaOf(copy: string, name: string, ix: Delta["ix"], parent: PageIndex, base: DeltaBase | null, file: string, scan: boolean): Delta {
+  return withPages(copy, (from) => {
+    const d = new PageDelta(from, parent, base, file, scan);
+    try {
+      d.rest(1, ix.hashes);
+    } catch (e) {
+      d.abandon(); // the file is left to the backup's clean-up
+      throw e;
+    }
+    return d.finish(name, ix, undefined, copy);
+  });
 }
 
 /**
@@ -127,13 +129,13 @@ export async function deltasInPlace(
       throw named(n, e);
     }
   };
-  const open = new Map<string, InPlaceDelta>();
+  const open = new Map<string, PageDelta>();
   try {
     const censuses = new Map(names.map((n) => [n, new BtreeCensus(views.get(n)!.snap.pageSize, views.get(n)!.snap.pageCount)]));
     const heads = new Map<string, PageIndex>();
     for (const n of names) {
       const { snap } = views.get(n)!;
-      const d = each(n, () => new InPlaceDelta(snap, o.parents.get(n)!, o.bases.get(n) ?? null, fileOf(n), o.inspect.scan !== "off"));
+      const d = each(n, () => new PageDelta(snap, o.parents.get(n)!, o.bases.get(n) ?? null, fileOf(n), o.inspect.scan !== "off"));
       open.set(n, d);
       const hasher = new PageHasher(o.key, snap.pageSize);
       const census = censuses.get(n)!;

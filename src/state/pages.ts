@@ -255,11 +255,6 @@ export function applyIndexChanges(base: PageIndex, b: Buffer): PageIndex {
   return { pageSize, pageCount, hashes };
 }
 
-/** 1-based numbers of the pages of `cur` that differ from (or are missing in) `base`. */
-export function changedPages(base: PageIndex, cur: PageIndex): number[] {
-  return changedIn(base, cur.pageSize, cur.hashes, 1);
-}
-
 /** Of the pages whose keyed hashes are `hashes` (of `pageSize`, the first page `first`), the numbers of those that differ from (or are missing in) `base`. */
 export function changedIn(base: PageIndex, pageSize: number, hashes: Buffer, first: number): number[] {
   const n = hashes.length / HASH_BYTES;
@@ -281,31 +276,14 @@ export interface DeltaBase {
 }
 
 /**
- * Writes a delta file: header (magic, unit, unit count, n) then (u32 unit
- * number, unit bytes) per changed unit. The unit is the page, or — given the
- * parent's block sums — the 1 KiB block, and only the changed blocks of the
- * changed pages are written; the new snapshot's sums (the parent's, with the
- * changed pages' made afresh) are then written to `base.out`. The sums are a
- * cache: if they can not be read, a page's blocks are all written; if the new
- * ones can not be written, there are none.
- * @returns whether the new snapshot's sums were written whole.
- */
-export function writeDelta(db: string | PageSource, pages: number[], ix: PageIndex, out: string, base?: DeltaBase | null, onRun?: (run: Buffer, first: number) => void): boolean {
-  return withPages(db, (src) => {
-    const w = new DeltaWriter(ix, out, base, onRun);
-    try {
-      readListedPages(src, pages, (run, first) => w.add(run, first));
-    } catch (e) {
-      w.abandon(); // the file is left to the backup's clean-up
-      throw e;
-    }
-    return w.finish();
-  });
-}
-
-/**
- * A delta file being written (writeDelta): runs of changed pages are added in
- * ascending page order, from wherever the caller holds them (a read of the
+ * A delta file being written: header (magic, unit, unit count, n) then (u32
+ * unit number, unit bytes) per changed unit. The unit is the page, or — given
+ * the parent's block sums — the 1 KiB block, and only the changed blocks of
+ * the changed pages are written; the new snapshot's sums (the parent's, with
+ * the changed pages' made afresh) are then written to `base.out`. The sums are
+ * a cache: if they can not be read, a page's blocks are all written; if the
+ * new ones can not be written, there are none. Runs of changed pages are added
+ * in ascending page order, from wherever the caller holds them (a read of the
  * listed pages, or the run an in-place read is hashing).
  */
 export class DeltaWriter {
