@@ -3,11 +3,12 @@
 // Each of the first cases failed on agentbak 0.1 (issue 10).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
-import { createHash, createHmac } from "node:crypto";
+import { createHash } from "node:crypto";
 import { appendFileSync, cpSync, existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, ROOT, SNAPS, STORE, storeAt, type TestAgent } from "./helpers.js";
 import { manifestOf } from "./craft.js";
+import { decodeCacheFile, encodeCacheFile } from "../src/repository/headercache.js";
 
 let a: TestAgent;
 const snaps: any[] = [];
@@ -77,58 +78,59 @@ describe(`repository (${STORE})`, () => {
     expect(again.copied).toEqual([]);
   });
 
-  it("the header cache is trusted only for entries this host wrote: a cached manifest edited in place is ignored and the bundle read again", async () => {
-    expect((await a.run(["snapshots", "--json"])).code).toBe(0); // the cache now holds every header, each with its HMAC
+  /** This repository's header cache file for the listing of the agent (a spool or another repository the tests opened has its own), decoded with this host's key. */
+  const agentCache = () => {
     const dir = join(a.home, "cache");
-    expect(statSync(join(dir, "headers.key")).mode & 0o777).toBe(0o600);
-    // this repository's cache (a spool or another repository the tests opened has its own)
+    const key = readFileSync(join(dir, "headers.key"));
     const files = readdirSync(dir)
-      .filter((f) => f.startsWith("headers-") && f.endsWith(".json"))
-      .map((f) => ({ f: join(dir, f), ...(JSON.parse(readFileSync(join(dir, f), "utf8")) as { url: string; scope: string }), entries: undefined }));
-    // the listing of this agent reads only its folders, and keeps their headers in a file of their own
-    const file = files.find((x) => x.url === a.repo && x.scope.startsWith("tenants/acme/agents/billing-agent/"))?.f;
-    expect(file, `no header cache for ${a.repo} among ${JSON.stringify(files)}`).toBeDefined();
-    const cache = JSON.parse(readFileSync(file!, "utf8"));
-    const key = Object.keys(cache.entries).find((k) => k.includes(snaps[0].snapshot_id))!;
-    const m = JSON.parse(Buffer.from(cache.entries[key].manifest, "base64").toString("utf8"));
-    cache.entries[key].manifest = Buffer.from(JSON.stringify({ ...m, label: "forged" })).toString("base64");
-    writeFileSync(file!, JSON.stringify(cache));
+      .filter((f) => f.startsWith("headers-") && f.endsWith(".bin"))
+      .map((f) => ({ file: join(dir, f), ...decodeCacheFile(readFileSync(join(dir, f)), key)! }));
+    // the listing of this agent reads only its folders, and keeps their headers in a file of its own
+    const c = files.find((x) => x.url === a.repo && x.scope.startsWith("tenants/acme/agents/billing-agent/"));
+    expect(c, `no header cache for ${a.repo} among ${JSON.stringify(files.map((x) => [x.url, x.scope]))}`).toBeDefined();
+    return { ...c!, key: [...c!.entries.keys()].find((k) => k.includes(snaps[0].snapshot_id))! };
+  };
+
+  it("the header cache is trusted only when this host wrote it: a cached manifest edited in place is ignored and the bundle read again", async () => {
+    expect((await a.run(["snapshots", "--json"])).code).toBe(0); // the cache now holds every header, under its HMAC
+    expect(statSync(join(a.home, "cache", "headers.key")).mode & 0o777).toBe(0o600);
+    const c = agentCache();
+    const e = c.entries.get(c.key)!;
+    const m = JSON.parse(e.manifest.toString("utf8"));
+    // the manifest's bytes edited where they lie in the file, the HMAC left as it was
+    const raw = readFileSync(c.file);
+    const at = raw.indexOf(e.manifest);
+    expect(at).toBeGreaterThan(0);
+    const forged = Buffer.from(JSON.stringify({ ...m, label: "forged" }));
+    const edited = Buffer.concat([raw.subarray(0, at - 4), Buffer.from([0, 0, forged.length >> 8, forged.length & 255]), forged, raw.subarray(at + e.manifest.length)]);
+    expect(forged.length).toBeLessThan(65536);
+    writeFileSync(c.file, edited);
     const r = await a.run(["snapshots", "--json"]);
-    const e = json(r).find((x: any) => x.snapshot_id === snaps[0].snapshot_id);
-    expect(e.status).toBe("ok");
-    expect(e.label).toBe(m.label); // the signed bundle's, not the cache's
-    // and the entry was written afresh from the bundle
-    expect(Buffer.from(JSON.parse(readFileSync(file!, "utf8")).entries[key].manifest, "base64").toString("utf8")).not.toMatch(/forged/);
+    const listed = json(r).find((x: any) => x.snapshot_id === snaps[0].snapshot_id);
+    expect(listed.status).toBe("ok");
+    expect(listed.label).toBe(m.label); // the signed bundle's, not the cache's
+    // and the cache was written afresh from the bundles
+    expect(agentCache().entries.get(c.key)!.manifest.toString("utf8")).not.toMatch(/forged/);
   });
 
-  it("the header cache's key must be 32 bytes: an entry signed with a key cut to nothing is ignored, and a new key is made", async () => {
+  it("the header cache's key must be 32 bytes: a cache signed with a key cut to nothing is ignored, and a new key is made", async () => {
     expect((await a.run(["snapshots", "--json"])).code).toBe(0);
-    const dir = join(a.home, "cache");
-    const file = readdirSync(dir)
-      .filter((f) => f.startsWith("headers-") && f.endsWith(".json"))
-      .map((f) => join(dir, f))
-      .find((f) => {
-        const c = JSON.parse(readFileSync(f, "utf8"));
-        return c.url === a.repo && c.scope.startsWith("tenants/acme/agents/billing-agent/");
-      })!;
-    // an entry rewritten and signed (HMAC) the way agentbak signs them, with `key`
+    const keyFile = join(a.home, "cache", "headers.key");
+    // the cache rewritten and signed (HMAC) the way agentbak signs it, with `key`
     const forge = (key: Buffer, label: string) => {
-      const c = JSON.parse(readFileSync(file, "utf8"));
-      const k = Object.keys(c.entries).find((x) => x.includes(snaps[0].snapshot_id))!;
-      const e = c.entries[k];
-      const m = JSON.parse(Buffer.from(e.manifest, "base64").toString("utf8"));
-      e.manifest = Buffer.from(JSON.stringify({ ...m, label })).toString("base64");
-      const fields = [c.url, c.scope, k, e.etag, e.manifest, e.signature, e.signer, e.payloadOffset, e.payloadSize, e.fileSize];
-      e.mac = createHmac("sha256", key).update(fields.join("\0")).digest("base64");
-      writeFileSync(file, JSON.stringify(c));
+      const c = agentCache();
+      const e = c.entries.get(c.key)!;
+      const manifest = Buffer.from(JSON.stringify({ ...JSON.parse(e.manifest.toString("utf8")), label }));
+      c.entries.set(c.key, { ...e, manifest, manifestSha256: createHash("sha256").update(manifest).digest("hex") });
+      writeFileSync(c.file, encodeCacheFile(key, c.url, c.scope, c.entries));
     };
     const label = async () => json(await a.run(["snapshots", "--json"])).find((x: any) => x.snapshot_id === snaps[0].snapshot_id).label;
-    // with this host's key the entry is believed: this is what makes the signing above the right one to test with
-    const keyFile = join(dir, "headers.key");
+    // with this host's key the cache is believed: this is what makes the signing above the right one to test with
     forge(readFileSync(keyFile), "signed with the real key");
     expect(await label()).toBe("signed with the real key");
+    const real = agentCache();
     writeFileSync(keyFile, "");
-    forge(Buffer.alloc(0), "signed with an empty key");
+    writeFileSync(real.file, encodeCacheFile(Buffer.alloc(0), real.url, real.scope, real.entries));
     expect(await label()).toBe(null);
     expect(readFileSync(keyFile).length).toBe(32);
   });
@@ -191,12 +193,13 @@ describe(`repository (${STORE})`, () => {
       const listed = json(await g.run(["snapshots", "--json"]));
       expect(listed.map((e: any) => e.snapshot_id)).toEqual([gb.snapshot_id]);
       // globex's backup, restore, drill and listing read only globex's folders: no acme bundle was read (nor cached)
+      const gkey = readFileSync(join(g.home, "cache", "headers.key"));
       const caches = readdirSync(join(g.home, "cache"))
-        .filter((f) => f.startsWith("headers-") && f.endsWith(".json"))
-        .map((f) => JSON.parse(readFileSync(join(g.home, "cache", f), "utf8")) as { url: string; scope: string; entries: Record<string, unknown> })
+        .filter((f) => f.startsWith("headers-") && f.endsWith(".bin"))
+        .map((f) => decodeCacheFile(readFileSync(join(g.home, "cache", f)), gkey)!)
         .filter((c) => c.url === a.repo);
       expect(caches.map((c) => c.scope)).toEqual(["tenants/globex/agents/billing-agent/snapshots|agents/billing-agent"]);
-      expect(Object.keys(caches[0]!.entries)).toEqual([`tenants/globex/agents/billing-agent/snapshots/${gb.snapshot_id}.agentbak`]);
+      expect([...caches[0]!.entries.keys()]).toEqual([`tenants/globex/agents/billing-agent/snapshots/${gb.snapshot_id}.agentbak`]);
       const all = json(await a.run(["snapshots", "--repo", a.repo, "--agent", "billing-agent", "--tenant", "globex", "--json"]));
       expect(all.map((e: any) => e.tenant)).toEqual(["globex"]);
     } finally {

@@ -9,33 +9,111 @@
  * Trust is still checked on every use (allowed_signers, revocation, validity
  * windows, the manifest's own checks); only the reading, the Ed25519
  * verification and the strict parse of bytes already found valid are
- * skipped. Each entry carries an HMAC-SHA256 under a random key kept beside
- * the cache (0600), so an entry not written by this host's agentbak (a cache
- * folder copied in, or written by someone who can not read the key) is
- * ignored and its bundle verified afresh. Whoever can read the key can also
- * read AGENTBAK_HOME's signing key and sign a manifest outright, so the cache
- * adds no way to forge one.
+ * skipped. The file carries an HMAC-SHA256 of all its entries under a random
+ * key kept beside the cache (0600), so a file not written by this host's
+ * agentbak (a cache folder copied in, or edited by someone who can not read
+ * the key) is ignored whole and its bundles verified afresh. Whoever can read
+ * the key can also read AGENTBAK_HOME's signing key and sign a manifest
+ * outright, so the cache adds no way to forge one.
+ *
+ * The file is binary (encodeCacheFile): the manifests lie in it as their
+ * bytes, so loading 200 entries is one read, one HMAC and no decoding. As
+ * JSON with base64 manifests and an HMAC per entry, the load and the lookups
+ * of 200 entries took 55-70 ms of a 0.33 s `snapshots`.
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { BundleLayout } from "../bundle/outer.js";
-import { FORMAT_VERSION, rememberValidManifest, sha256hex } from "../bundle/manifest.js";
+import { FORMAT_VERSION, rememberValidManifest } from "../bundle/manifest.js";
 import { createFileExclusive, writeCacheFile, writeFileAtomic } from "../fsutil.js";
 
-interface Entry {
+/** One cached header. */
+export interface CacheEntry {
   etag: string;
-  manifest: string;
+  manifest: Buffer;
+  /** sha256 of `manifest`, hex */
+  manifestSha256: string;
   signature: string;
-  /** the public key (base64 SSH wire form) the signature verified with */
-  signer: string;
+  /** the public key (SSH wire form) the signature verified with */
+  signer: Buffer;
   payloadOffset: number;
   payloadSize: number;
   fileSize: number;
-  mac: string;
 }
 
 const KEY_BYTES = 32;
+const MAGIC = Buffer.from("agentbak header cache 2\n");
+const MAC_BYTES = 32;
+
+/**
+ * The cache file's bytes: MAGIC, the HMAC-SHA256 under `key` of everything
+ * after it, then the repository's url, the scope, and the entries, each
+ * string or byte field as a 32-bit big-endian length and its bytes, and the
+ * three offsets as 64-bit floats (exact below 2^53).
+ */
+export function encodeCacheFile(key: Buffer, url: string, scope: string, entries: Map<string, CacheEntry>): Buffer {
+  const parts: Buffer[] = [];
+  const field = (b: Buffer | string) => {
+    const v = typeof b === "string" ? Buffer.from(b) : b;
+    const n = Buffer.allocUnsafe(4);
+    n.writeUInt32BE(v.length);
+    parts.push(n, v);
+  };
+  field(url);
+  field(scope);
+  for (const [k, e] of entries) {
+    field(k);
+    field(e.etag);
+    field(e.manifest);
+    field(Buffer.from(e.manifestSha256, "hex"));
+    field(e.signature);
+    field(e.signer);
+    const nums = Buffer.allocUnsafe(24);
+    nums.writeDoubleBE(e.payloadOffset, 0);
+    nums.writeDoubleBE(e.payloadSize, 8);
+    nums.writeDoubleBE(e.fileSize, 16);
+    parts.push(nums);
+  }
+  const body = Buffer.concat(parts);
+  return Buffer.concat([MAGIC, createHmac("sha256", key).update(body).digest(), body]);
+}
+
+/**
+ * The url, scope and entries of a cache file written with `key`; null when it
+ * is not one, was not written with that key, or is malformed.
+ */
+export function decodeCacheFile(file: Buffer, key: Buffer): { url: string; scope: string; entries: Map<string, CacheEntry> } | null {
+  const at = MAGIC.length + MAC_BYTES;
+  if (file.length < at || !file.subarray(0, MAGIC.length).equals(MAGIC)) return null;
+  const body = file.subarray(at);
+  if (!timingSafeEqual(file.subarray(MAGIC.length, at), createHmac("sha256", key).update(body).digest())) return null;
+  let o = 0;
+  const bytes = (): Buffer => {
+    if (o + 4 > body.length) throw new RangeError("cut short");
+    const n = body.readUInt32BE(o);
+    if (o + 4 + n > body.length) throw new RangeError("cut short");
+    o += 4 + n;
+    return body.subarray(o - n, o);
+  };
+  const num = () => {
+    if (o + 8 > body.length) throw new RangeError("cut short");
+    o += 8;
+    return body.readDoubleBE(o - 8);
+  };
+  try {
+    const url = bytes().toString();
+    const scope = bytes().toString();
+    const entries = new Map<string, CacheEntry>();
+    while (o < body.length) {
+      const k = bytes().toString();
+      entries.set(k, { etag: bytes().toString(), manifest: bytes(), manifestSha256: bytes().toString("hex"), signature: bytes().toString(), signer: bytes(), payloadOffset: num(), payloadSize: num(), fileSize: num() });
+    }
+    return { url, scope, entries };
+  } catch {
+    return null; // under a valid HMAC only a bug writes this: the cache starts empty
+  }
+}
 
 /**
  * A new HMAC key, written durably and without overwriting: when another
@@ -57,7 +135,7 @@ function makeKey(file: string): Buffer {
 }
 
 export class HeaderCache {
-  private entries: Record<string, Entry> = {};
+  private entries = new Map<string, CacheEntry>();
   private changed = false;
   private readonly file: string | null;
   private readonly keyFile: string | null;
@@ -67,7 +145,7 @@ export class HeaderCache {
   constructor(dir: string | undefined, private readonly url: string, private readonly scope = "") {
     // one cache per bundle format this tool reads: entries another version found valid are not taken on its word
     const name = createHash("sha256").update(`${url}\0${scope}\0format ${FORMAT_VERSION}`).digest("hex").slice(0, 16);
-    this.file = dir ? join(dir, `headers-${name}.json`) : null;
+    this.file = dir ? join(dir, `headers-${name}.bin`) : null;
     this.keyFile = dir ? join(dir, "headers.key") : null;
     if (!this.file) return;
     try {
@@ -75,53 +153,41 @@ export class HeaderCache {
       // a key of any other length (a file cut short by a crash, or an empty one put there) is no key
       if (key.length !== KEY_BYTES) return;
       this.key = key;
-      const c = JSON.parse(readFileSync(this.file, "utf8")) as { url?: string; scope?: string; entries?: Record<string, Entry> };
-      if (c.url === url && (c.scope ?? "") === scope && c.entries) this.entries = c.entries;
+      const c = decodeCacheFile(readFileSync(this.file), key);
+      if (c && c.url === url && c.scope === scope) this.entries = c.entries;
     } catch {
       /* no cache yet, or unreadable: start empty */
     }
   }
 
-  private mac(key: Buffer, k: string, e: Omit<Entry, "mac">): string {
-    const fields = [this.url, this.scope, k, e.etag, e.manifest, e.signature, e.signer, e.payloadOffset, e.payloadSize, e.fileSize];
-    return createHmac("sha256", key).update(fields.join("\0")).digest("base64");
-  }
-
-  /** The cached layout of `key` when its identity is still `etag` and its entry is this host's. */
+  /** The cached layout of `key` when its identity is still `etag`. */
   get(key: string, etag: string, path: string): BundleLayout | null {
-    const e = this.entries[key];
-    if (!e || e.etag !== etag || !this.key || typeof e.mac !== "string") return null;
-    const want = Buffer.from(this.mac(this.key, key, e), "base64");
-    const got = Buffer.from(e.mac, "base64");
-    if (got.length !== want.length || !timingSafeEqual(got, want)) return null;
-    const manifest = Buffer.from(e.manifest, "base64");
-    const manifestSha256 = sha256hex(manifest);
-    rememberValidManifest(manifestSha256);
-    return { path, manifest, manifestSha256, signature: e.signature, payloadOffset: e.payloadOffset, payloadSize: e.payloadSize, fileSize: e.fileSize, signedBy: Buffer.from(e.signer, "base64") };
+    const e = this.entries.get(key);
+    if (!e || e.etag !== etag) return null;
+    rememberValidManifest(e.manifestSha256);
+    return { path, manifest: e.manifest, manifestSha256: e.manifestSha256, signature: e.signature, payloadOffset: e.payloadOffset, payloadSize: e.payloadSize, fileSize: e.fileSize, signedBy: e.signer };
   }
 
-  /** Remembers a layout whose signature (by `signer`) and manifest verified. */
-  set(key: string, etag: string, l: BundleLayout, signer: Buffer): void {
-    const e = { etag, manifest: l.manifest.toString("base64"), signature: l.signature, signer: signer.toString("base64"), payloadOffset: l.payloadOffset, payloadSize: l.payloadSize, fileSize: l.fileSize };
-    this.entries[key] = { ...e, mac: this.key ? this.mac(this.key, key, e) : "" };
+  /** Remembers a layout whose signature (by `signer`) and manifest (whose sha256 is `manifestSha256`) verified. */
+  set(key: string, etag: string, l: BundleLayout, signer: Buffer, manifestSha256: string): void {
+    this.entries.set(key, { etag, manifest: l.manifest, manifestSha256, signature: l.signature, signer, payloadOffset: l.payloadOffset, payloadSize: l.payloadSize, fileSize: l.fileSize });
     this.changed = true;
   }
 
   /** Drops entries for keys not in `live`, and writes the cache if anything changed. */
   save(live: Set<string>): void {
-    for (const k of Object.keys(this.entries))
+    for (const k of this.entries.keys())
       if (!live.has(k)) {
-        delete this.entries[k];
+        this.entries.delete(k);
         this.changed = true;
       }
     if (!this.file || !this.changed) return;
     try {
-      if (!this.key) {
-        // the first cache of this home (or its key was unusable): entries made before the key existed are signed with it now
-        this.key = makeKey(this.keyFile!);
-        for (const [k, e] of Object.entries(this.entries)) e.mac = this.mac(this.key, k, e);
-      }
-      writeCacheFile(this.file, JSON.stringify({ url: this.url, scope: this.scope, entries: this.entries }));
+      // the first cache of this home (or its key was unusable)
+      this.key ??= makeKey(this.keyFile!);
+      writeCacheFile(this.file, encodeCacheFile(this.key, this.url, this.scope, this.entries));
+      // the JSON cache earlier builds wrote for the same repository and scope
+      rmSync(this.file.replace(/\.bin$/, ".json"), { force: true });
     } catch {
       /* a cache that can not be written only costs time */
     }
