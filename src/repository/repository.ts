@@ -24,7 +24,7 @@ import { pidAlive } from "../fsutil.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
-import { applyIndexChanges, decodeIndex, encodeIndex, indexParent } from "../state/pages.js";
+import { applyIndexChain, indexParent } from "../state/pages.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir, type AgentRef } from "./layout.js";
 
 export type { AgentRef };
@@ -417,13 +417,7 @@ export class Repository {
         const b = await this.store.get(keys.pageIndex(s.dir, id, db));
         if (!b) return null;
         const parent = indexParent(b);
-        if (parent === null) {
-          if (!changes.length) return b;
-          let ix = decodeIndex(b);
-          ix = { ...ix, hashes: Buffer.from(ix.hashes) }; // changed in place below
-          for (const c of changes.reverse()) ix = applyIndexChanges(ix, c);
-          return encodeIndex(ix);
-        }
+        if (parent === null) return changes.length ? applyIndexChain(b, changes.reverse()) : b;
         // the id names an object in this folder: nothing else is read (what is rebuilt is checked against the signed digest)
         if (!/^\d{8}T\d{9}Z-[0-9a-f]{8}$/.test(parent)) return null;
         changes.push(b);

@@ -26,8 +26,8 @@ export class LiveSnapshot implements PageSource {
   readonly pageCount: number;
   readonly journal: "wal" | "rollback";
   private readonly fd: number;
-  /** page number → slot in the overlay file (the WAL frames of the snapshot) */
-  private readonly overlay = new Map<number, number>();
+  /** the pages in the overlay file (the WAL frames of the snapshot), ascending: slot i holds page overlay[i] */
+  private overlay = new Uint32Array(0);
   private overlayFd: number | null = null;
 
   /**
@@ -54,13 +54,15 @@ export class LiveSnapshot implements PageSource {
     this.overlayFd = openSync(file, "r");
     rmSync(file); // unlinked: nothing is left behind, whatever happens
     const buf = Buffer.allocUnsafe(this.pageSize);
+    // in page order (pages past the end were truncated away by a later commit of the snapshot): a run of pages
+    // finds its overlaid ones in one stretch of the file, read at once
+    const frames = [...w.pages].filter(([p]) => p <= this.pageCount).sort((x, y) => x[0] - y[0]);
+    this.overlay = Uint32Array.from(frames, ([p]) => p);
     try {
-      for (const [p, off] of w.pages) {
-        if (p > this.pageCount) continue; // truncated away by a later commit of the snapshot
+      frames.forEach(([p, off], slot) => {
         if (readSync(src, buf, 0, this.pageSize, off) !== this.pageSize) throw new Error(`short read of the WAL frame of page ${p}`);
-        writeAll(dst, buf, 0, this.pageSize, this.overlay.size * this.pageSize);
-        this.overlay.set(p, this.overlay.size);
-      }
+        writeAll(dst, buf, 0, this.pageSize, slot * this.pageSize);
+      });
     } finally {
       closeSync(src);
       closeSync(dst);
@@ -107,11 +109,14 @@ export class LiveSnapshot implements PageSource {
 export interface PinnedPages {
   fd: number;
   overlayFd: number | null;
-  /** page number → slot in the overlay file */
-  overlay: Map<number, number>;
+  /** the pages in the overlay file, ascending: slot i holds page overlay[i] */
+  overlay: Uint32Array;
   pageSize: number;
   pageCount: number;
 }
+
+/** The overlaid pages of the run being read (this thread's; reads are synchronous). */
+let overlayScratch = Buffer.alloc(0);
 
 /** Reads pages first..first+n-1 (1-based) of a pinned snapshot into `buf`, page 1 made self-contained. */
 export function readPinned(d: PinnedPages, first: number, n: number, buf: Buffer): void {
@@ -119,12 +124,31 @@ export function readPinned(d: PinnedPages, first: number, n: number, buf: Buffer
   if (first < 1 || first + n - 1 > d.pageCount) throw new Error(`pages ${first}..${first + n - 1} outside 1..${d.pageCount}`);
   const got = readSync(d.fd, buf, 0, n * ps, (first - 1) * ps);
   if (got < n * ps) buf.fill(0, got, n * ps); // pages beyond the file's end come from the WAL below
-  if (d.overlayFd !== null)
-    for (let p = first; p < first + n; p++) {
-      const slot = d.overlay.get(p);
-      if (slot !== undefined && readSync(d.overlayFd, buf, (p - first) * ps, ps, slot * ps) !== ps) throw new Error(`short read of WAL page ${p}`);
+  if (d.overlayFd !== null) {
+    // the run's overlaid pages are slots lo..hi-1: one read of them (one read per page was ~14k reads after
+    // an update of 1% of a 1194 MiB database's rows), then each copied to its place
+    const lo = lowerBound(d.overlay, first);
+    const hi = lowerBound(d.overlay, first + n);
+    if (hi > lo) {
+      const len = (hi - lo) * ps;
+      if (overlayScratch.length < len) overlayScratch = Buffer.allocUnsafe(len);
+      if (readSync(d.overlayFd, overlayScratch, 0, len, lo * ps) !== len) throw new Error(`short read of WAL pages ${d.overlay[lo]}..${d.overlay[hi - 1]}`);
+      for (let i = lo; i < hi; i++) overlayScratch.copy(buf, (d.overlay[i]! - first) * ps, (i - lo) * ps, (i - lo + 1) * ps);
     }
+  }
   if (first === 1) selfContained(buf, d.pageCount);
+}
+
+/** The index of the first element of ascending `a` that is at least `x` (a.length when none is). */
+function lowerBound(a: Uint32Array, x: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (a[mid]! < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /** A pinned snapshot's pages as a PageSource, in another thread of the process that pinned it. */

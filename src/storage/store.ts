@@ -29,7 +29,7 @@ export interface ObjectStore {
   upload(key: string, file: string, opts?: UploadOptions): Promise<void>;
   /** Appends one line (a local store appends in place; others rewrite the object). */
   append(key: string, line: string): Promise<void>;
-  /** The whole object, or null when missing. */
+  /** The whole object, or null when missing: a buffer of the caller's own (it may change it). */
   get(key: string): Promise<Buffer | null>;
   /** Bytes [start, end] inclusive. @throws AgentbakError(10) when missing. */
   getRange(key: string, start: number, end: number): Promise<Buffer>;
