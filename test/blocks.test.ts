@@ -125,6 +125,32 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     rmSync(dir, { force: true });
   });
 
+  it("incrementals whose changes the sums found store the keyed hashes of the very pages they stored, page for page", async () => {
+    const full = json(await a.run(["backup", "--no-incremental", "--json"]));
+    const ids = [full.snapshot_id];
+    for (let i = 0; i < 3; i++) {
+      edit();
+      // the database grows too: pages past the parent's end have no sums and are hashed as new
+      const db = new Database(live());
+      db.prepare("INSERT INTO messages (conversation_id, role, content, created_at) SELECT conversation_id, role, content || ' (copy)', created_at FROM messages WHERE id % 50 = 0").run();
+      db.close();
+      const inc = json(await a.run(["backup", "--incremental", "--json"]));
+      expect(inc).toMatchObject({ kind: "incremental", parent: ids.at(-1), databases_read: "in-place" });
+      ids.push(inc.snapshot_id);
+    }
+    expect(await deltaUnit(join(a.repo, SNAPS, `${ids.at(-1)}.agentbak`))).toBe(1024); // the sums were at hand
+    const { applyIndexChain, decodeIndex, indexPages, pageIndexKey } = await import("../src/state/pages.js");
+    const stored = (id: string) => readFileSync(join(a.repo, SNAPS, `${id}.state.pageindex`));
+    const rebuilt = decodeIndex(applyIndexChain(stored(ids[0]!), ids.slice(1).map(stored)));
+    const target = join(a.tmp, "r-index");
+    expect([0, 3]).toContain((await a.run(["restore", ids.at(-1)!, "--target", target, "--yes", "--allow-rollback", "--integrity", "digest"])).code);
+    const actual = indexPages(join(target, "state/agent.sqlite"), pageIndexKey(a.home));
+    rmSync(target, { recursive: true, force: true });
+    expect(rebuilt.pageCount).toBe(actual.pageCount);
+    expect(rebuilt.pageCount).toBeGreaterThan(decodeIndex(stored(ids[0]!)).pageCount);
+    expect(Buffer.compare(rebuilt.hashes, actual.hashes)).toBe(0);
+  });
+
   it("an incremental stores its page index as the changes since its parent's; a damaged one makes the next snapshot full", async () => {
     const full = json(await a.run(["backup", "--no-incremental", "--json"]));
     const chain = [full];
