@@ -183,6 +183,10 @@ export async function deltasInPlace(
       );
       heads.set(n, hasher.index());
     }
+    // the counts come from the pages both threads read (state/btree.ts); the cursors and open operations through the
+    // pinned connections. By sums this thread read every page: that runs while the worker finishes the sha256
+    const inspect = () => inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])), censuses);
+    const early = names.every((n) => bySums.has(n)) ? inspect() : null;
     const ixs = new Map<string, Delta["ix"]>();
     for (const n of names) {
       const v = views.get(n)!;
@@ -196,8 +200,7 @@ export async function deltasInPlace(
       ixs.set(n, { ...head, sha256: tail.sha256, size: v.snap.pageCount * v.snap.pageSize, pageCount: v.snap.pageCount, hashes: tailHashes.length ? Buffer.concat([head.hashes, tailHashes]) : head.hashes });
       each(n, () => open.get(n)!.rest(split.get(n)! + 1, tailHashes));
     }
-    // the counts come from the pages both threads read (state/btree.ts); the cursors and open operations through the pinned connections
-    const inspected = inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])), censuses);
+    const inspected = early ?? inspect();
     const deltas = new Map<string, Delta>();
     for (const n of names) {
       deltas.set(n, each(n, () => open.get(n)!.finish(n, ixs.get(n)!, views.get(n)!.db)));
