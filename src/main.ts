@@ -11,7 +11,7 @@ import { interruptedMessage, liveChildren, runInterruptCleanups, stopChildren } 
 /** Whether --json was given (before a `--`): known even when the flags did not parse. */
 const args = process.argv.slice(2);
 // verify's digest worker boots on the other core while this one loads the command, the config and the bundle's head
-if (args[0] === "verify") void import("./bundle/chunks.js").then((m) => m.warmDigestWorker());
+if (args[0] === "verify") void import("./bundle/chunks.js").then((m) => m.warmDigestWorker()).catch(() => undefined); // only sooner: verify starts it anyway
 const json = (args.includes("--") ? args.slice(0, args.indexOf("--")) : args).includes("--json");
 
 /** Reports a failure: its message on stderr and, with --json, `{message_type, code, exit_status, message}` on stdout. */

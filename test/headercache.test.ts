@@ -5,11 +5,11 @@
 import { describe, expect, it } from "vitest";
 import { createHmac, randomBytes } from "node:crypto";
 import { decodeCacheFile, encodeCacheFile, type CacheEntry } from "../src/repository/headercache.js";
+import { FORMAT_VERSION } from "../src/bundle/manifest.js";
 
 const entry = (i: number): CacheEntry => ({
   etag: `${1000 + i}-${4096 * i}-1764600000000`,
   manifest: Buffer.from(JSON.stringify({ snapshot_id: `s${i}`, label: "é\u0000\"" })),
-  manifestSha256: randomBytes(32).toString("hex"),
   signature: "-----BEGIN SSH SIGNATURE-----\nU1NIU0lH\n-----END SSH SIGNATURE-----\n",
   signer: randomBytes(51),
   payloadOffset: 7168 + i,
@@ -38,8 +38,14 @@ describe("header cache file", () => {
     // the body cut in the middle of an entry and signed again: malformed, not half a cache
     const head = Buffer.from("agentbak header cache 2\n").length;
     const body = file.subarray(head + 32, file.length - 40);
-    const resigned = Buffer.concat([file.subarray(0, head), createHmac("sha256", key).update(body).digest(), body]);
+    const resigned = Buffer.concat([file.subarray(0, head), createHmac("sha256", key).update(`agentbak header cache, bundle format ${FORMAT_VERSION}\0`).update(body).digest(), body]);
+    // (the same body signed in full is read: the HMAC above is the one agentbak makes)
+    const whole = file.subarray(head + 32);
+    expect(decodeCacheFile(Buffer.concat([file.subarray(0, head), createHmac("sha256", key).update(`agentbak header cache, bundle format ${FORMAT_VERSION}\0`).update(whole).digest(), whole]), key)).not.toBeNull();
     expect(decodeCacheFile(resigned, key)).toBeNull();
     expect(decodeCacheFile(Buffer.from("{}"), key)).toBeNull();
+    // the same bytes signed as another bundle format's cache: not taken on that version's word
+    const other = Buffer.concat([file.subarray(0, head), createHmac("sha256", key).update(`agentbak header cache, bundle format ${FORMAT_VERSION + 1}\0`).update(whole).digest(), whole]);
+    expect(decodeCacheFile(other, key)).toBeNull();
   });
 });

@@ -218,6 +218,32 @@ describe("LiveSnapshot", () => {
     c.close();
   });
 
+  it("a WAL snapshot that can not copy its frames aside fails whole: no descriptor stays open, no overlay file is left", async () => {
+    const { LiveSnapshot } = await import("../dist/state/livesnap.js");
+    const db = join(tmp, "overlay-fail.sqlite");
+    const w = new Database(db);
+    w.pragma("journal_mode = WAL");
+    w.pragma("wal_autocheckpoint = 0");
+    w.exec("CREATE TABLE t (x BLOB)");
+    w.prepare("INSERT INTO t VALUES (randomblob(5000))").run();
+    const r = new Database(db, { readonly: true });
+    r.exec("BEGIN");
+    r.prepare("SELECT count(*) FROM t").get();
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const before = fds();
+    // the overlay goes into a folder that does not exist: its open fails after the database and the WAL were opened
+    expect(() => new LiveSnapshot(db, r, join(tmp, "no-such-folder"))).toThrow(/ENOENT/);
+    expect(fds()).toBe(before);
+    const ok = new LiveSnapshot(db, r, tmp);
+    expect(fds()).toBe(before + 2); // the database and its overlay
+    ok.close();
+    expect(fds()).toBe(before);
+    expect(readdirSync(tmp).filter((f) => f.includes("wal-overlay"))).toEqual([]);
+    r.exec("COMMIT");
+    r.close();
+    w.close();
+  });
+
   it("a database whose write lock another writer holds past the wait is a locked error naming it (11), not a hang", async () => {
     const db = join(tmp, "busy.sqlite");
     const w = new Database(db);

@@ -121,7 +121,7 @@ describe(`repository (${STORE})`, () => {
       const c = agentCache();
       const e = c.entries.get(c.key)!;
       const manifest = Buffer.from(JSON.stringify({ ...JSON.parse(e.manifest.toString("utf8")), label }));
-      c.entries.set(c.key, { ...e, manifest, manifestSha256: createHash("sha256").update(manifest).digest("hex") });
+      c.entries.set(c.key, { ...e, manifest });
       writeFileSync(c.file, encodeCacheFile(key, c.url, c.scope, c.entries));
     };
     const label = async () => json(await a.run(["snapshots", "--json"])).find((x: any) => x.snapshot_id === snaps[0].snapshot_id).label;

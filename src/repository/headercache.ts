@@ -25,15 +25,13 @@ import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypt
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { BundleLayout } from "../bundle/outer.js";
-import { FORMAT_VERSION, rememberValidManifest } from "../bundle/manifest.js";
+import { FORMAT_VERSION, rememberValidManifest, sha256hex } from "../bundle/manifest.js";
 import { createFileExclusive, writeCacheFile, writeFileAtomic } from "../fsutil.js";
 
 /** One cached header. */
 export interface CacheEntry {
   etag: string;
   manifest: Buffer;
-  /** sha256 of `manifest`, hex */
-  manifestSha256: string;
   signature: string;
   /** the public key (SSH wire form) the signature verified with */
   signer: Buffer;
@@ -45,10 +43,13 @@ export interface CacheEntry {
 const KEY_BYTES = 32;
 const MAGIC = Buffer.from("agentbak header cache 2\n");
 const MAC_BYTES = 32;
+/** What the HMAC covers before the file's body: entries another bundle format's agentbak found valid are not taken on its word. */
+const MAC_PREFIX = `agentbak header cache, bundle format ${FORMAT_VERSION}\0`;
+const mac = (key: Buffer, body: Buffer) => createHmac("sha256", key).update(MAC_PREFIX).update(body).digest();
 
 /**
- * The cache file's bytes: MAGIC, the HMAC-SHA256 under `key` of everything
- * after it, then the repository's url, the scope, and the entries, each
+ * The cache file's bytes: MAGIC, the HMAC-SHA256 under `key` of the bundle
+ * format and everything after it, then the repository's url, the scope, and the entries, each
  * string or byte field as a 32-bit big-endian length and its bytes, and the
  * three offsets as 64-bit floats (exact below 2^53).
  */
@@ -66,7 +67,6 @@ export function encodeCacheFile(key: Buffer, url: string, scope: string, entries
     field(k);
     field(e.etag);
     field(e.manifest);
-    field(Buffer.from(e.manifestSha256, "hex"));
     field(e.signature);
     field(e.signer);
     const nums = Buffer.allocUnsafe(24);
@@ -76,7 +76,7 @@ export function encodeCacheFile(key: Buffer, url: string, scope: string, entries
     parts.push(nums);
   }
   const body = Buffer.concat(parts);
-  return Buffer.concat([MAGIC, createHmac("sha256", key).update(body).digest(), body]);
+  return Buffer.concat([MAGIC, mac(key, body), body]);
 }
 
 /**
@@ -87,7 +87,7 @@ export function decodeCacheFile(file: Buffer, key: Buffer): { url: string; scope
   const at = MAGIC.length + MAC_BYTES;
   if (file.length < at || !file.subarray(0, MAGIC.length).equals(MAGIC)) return null;
   const body = file.subarray(at);
-  if (!timingSafeEqual(file.subarray(MAGIC.length, at), createHmac("sha256", key).update(body).digest())) return null;
+  if (!timingSafeEqual(file.subarray(MAGIC.length, at), mac(key, body))) return null;
   let o = 0;
   const bytes = (): Buffer => {
     if (o + 4 > body.length) throw new RangeError("cut short");
@@ -107,7 +107,7 @@ export function decodeCacheFile(file: Buffer, key: Buffer): { url: string; scope
     const entries = new Map<string, CacheEntry>();
     while (o < body.length) {
       const k = bytes().toString();
-      entries.set(k, { etag: bytes().toString(), manifest: bytes(), manifestSha256: bytes().toString("hex"), signature: bytes().toString(), signer: bytes(), payloadOffset: num(), payloadSize: num(), fileSize: num() });
+      entries.set(k, { etag: bytes().toString(), manifest: bytes(), signature: bytes().toString(), signer: bytes(), payloadOffset: num(), payloadSize: num(), fileSize: num() });
     }
     return { url, scope, entries };
   } catch {
@@ -164,13 +164,15 @@ export class HeaderCache {
   get(key: string, etag: string, path: string): BundleLayout | null {
     const e = this.entries.get(key);
     if (!e || e.etag !== etag) return null;
-    rememberValidManifest(e.manifestSha256);
-    return { path, manifest: e.manifest, manifestSha256: e.manifestSha256, signature: e.signature, payloadOffset: e.payloadOffset, payloadSize: e.payloadSize, fileSize: e.fileSize, signedBy: e.signer };
+    // hashed again rather than stored: what the chain's links and the valid-bytes memo compare is these bytes' own digest
+    const manifestSha256 = sha256hex(e.manifest);
+    rememberValidManifest(manifestSha256);
+    return { path, manifest: e.manifest, manifestSha256, signature: e.signature, payloadOffset: e.payloadOffset, payloadSize: e.payloadSize, fileSize: e.fileSize, signedBy: e.signer };
   }
 
-  /** Remembers a layout whose signature (by `signer`) and manifest (whose sha256 is `manifestSha256`) verified. */
-  set(key: string, etag: string, l: BundleLayout, signer: Buffer, manifestSha256: string): void {
-    this.entries.set(key, { etag, manifest: l.manifest, manifestSha256, signature: l.signature, signer, payloadOffset: l.payloadOffset, payloadSize: l.payloadSize, fileSize: l.fileSize });
+  /** Remembers a layout whose signature (by `signer`) and manifest verified. */
+  set(key: string, etag: string, l: BundleLayout, signer: Buffer): void {
+    this.entries.set(key, { etag, manifest: l.manifest, signature: l.signature, signer, payloadOffset: l.payloadOffset, payloadSize: l.payloadSize, fileSize: l.fileSize });
     this.changed = true;
   }
 

@@ -311,7 +311,7 @@ export class Repository {
         // the same bytes read and verified in an earlier run: trust is checked again, the reads and the signature are not
         const cached = headerCache.get(key, h.etag, base.path);
         v = verifyLayout(cached ?? (await readLayoutRanges(base.path, h.size, (s, e) => this.store.getRange(key, s, e))), trust, now);
-        if (!cached) headerCache.set(key, h.etag, v.layout, v.layout.signedBy!, v.manifestSha256);
+        if (!cached) headerCache.set(key, h.etag, v.layout, v.layout.signedBy!);
       }
       this.headers.set(key, { etag: h.etag, trust, v });
     } catch (e) {

@@ -74,6 +74,7 @@ class PageDelta {
 
   /** The pages from `first` on, hashed elsewhere (by the worker, or all of a copy): the changed ones are read and added. */
   rest(first: number, hashes: Buffer): void {
+    if (!hashes.length) return; // none: by sums, this thread read every page
     const changed = changedIn(this.parent, this.snap.pageSize, hashes, first);
     readListedPages(this.snap, changed, (run, at) => this.writer.add(run, at));
     for (const p of changed) this.pages.push(p);

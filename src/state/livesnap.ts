@@ -46,26 +46,42 @@ export class LiveSnapshot implements PageSource {
     this.pageSize = reader.pragma("page_size", { simple: true }) as number;
     this.fd = openSync(path, "r");
     if (this.journal !== "wal") return;
+    try {
+      this.copyOverlay(path, tempDir);
+    } catch (e) {
+      this.close(); // nothing stays open when the snapshot can not be made
+      throw e;
+    }
+  }
+
+  /** Copies the WAL frames of the snapshot aside, into an unlinked file, in page order. */
+  private copyOverlay(path: string, tempDir: string): void {
     const w = readWal(`${path}-wal`, this.pageSize);
     if (!w.pages.size) return;
-    const file = join(tempDir, `.wal-overlay-${process.pid}-${Math.random().toString(16).slice(2, 10)}`);
-    const src = openSync(`${path}-wal`, "r");
-    const dst = openSync(file, "wx", 0o600);
-    this.overlayFd = openSync(file, "r");
-    rmSync(file); // unlinked: nothing is left behind, whatever happens
-    const buf = Buffer.allocUnsafe(this.pageSize);
     // in page order (pages past the end were truncated away by a later commit of the snapshot): a run of pages
     // finds its overlaid ones in one stretch of the file, read at once
     const frames = [...w.pages].filter(([p]) => p <= this.pageCount).sort((x, y) => x[0] - y[0]);
-    this.overlay = Uint32Array.from(frames, ([p]) => p);
+    const file = join(tempDir, `.wal-overlay-${process.pid}-${Math.random().toString(16).slice(2, 10)}`);
+    const src = openSync(`${path}-wal`, "r");
     try {
-      frames.forEach(([p, off], slot) => {
-        if (readSync(src, buf, 0, this.pageSize, off) !== this.pageSize) throw new Error(`short read of the WAL frame of page ${p}`);
-        writeAll(dst, buf, 0, this.pageSize, slot * this.pageSize);
-      });
+      const dst = openSync(file, "wx", 0o600);
+      try {
+        try {
+          this.overlayFd = openSync(file, "r");
+        } finally {
+          rmSync(file, { force: true }); // unlinked: nothing is left behind, whatever happens
+        }
+        const buf = Buffer.allocUnsafe(this.pageSize);
+        frames.forEach(([p, off], slot) => {
+          if (readSync(src, buf, 0, this.pageSize, off) !== this.pageSize) throw new Error(`short read of the WAL frame of page ${p}`);
+          writeAll(dst, buf, 0, this.pageSize, slot * this.pageSize);
+        });
+        this.overlay = Uint32Array.from(frames, ([p]) => p);
+      } finally {
+        closeSync(dst);
+      }
     } finally {
       closeSync(src);
-      closeSync(dst);
     }
   }
 
@@ -102,6 +118,7 @@ export class LiveSnapshot implements PageSource {
   close(): void {
     closeSync(this.fd);
     if (this.overlayFd !== null) closeSync(this.overlayFd);
+    this.overlayFd = null;
   }
 }
 
