@@ -198,43 +198,6 @@ export class ParentSums {
   }
 }
 
-/**
- * The pages of a snapshot that differ from its parent's, found by their block
- * sums against the parent's on this host (4.3 GB/s on one core here, where
- * the keyed page hashes of every page ran at ~0.8 GB/s): a page is the same
- * when each of its blocks' sums is. A sum that wrongly matched would keep a
- * changed page out of the delta, as it would a changed block (above): the
- * rebuilt file's signed sha256 then fails at restore, verify and drill. Runs
- * come in ascending page order.
- */
-export class SumsDiff {
-  private readonly unit: number;
-  private readonly spp: number;
-  private fresh = Buffer.alloc(0);
-  private old = Buffer.alloc(0);
-  constructor(
-    private readonly parent: ParentSums,
-    private readonly seed: [number, number],
-  ) {
-    this.unit = blockSize(parent.pageSize);
-    this.spp = sumsPerPage(parent.pageSize);
-  }
-  /** The numbers of the pages of `run` (whole pages, the first numbered `first`) whose sums differ from, or are missing in, the parent's. */
-  changed(run: Buffer, first: number): number[] {
-    const { spp } = this;
-    const n = run.length / this.parent.pageSize;
-    if (this.fresh.length < n * spp) {
-      this.fresh = Buffer.alloc(n * spp);
-      this.old = Buffer.alloc(n * spp);
-    }
-    sumBlocks(run, this.unit, this.seed, this.fresh, 0);
-    const known = this.parent.readRun(first, n, this.old);
-    const out: number[] = [];
-    for (let i = 0; i < n; i++) if (i >= known || this.fresh.compare(this.old, i * spp, (i + 1) * spp, i * spp, (i + 1) * spp) !== 0) out.push(first + i);
-    return out;
-  }
-}
-
 /** A new snapshot's sums made from its parent's: a copy, resized to `pageCount` pages, with the changed pages' set afresh. */
 export class NextSums {
   private readonly spp: number;

@@ -142,8 +142,8 @@ export function readPinned(d: PinnedPages, first: number, n: number, buf: Buffer
   const got = readSync(d.fd, buf, 0, n * ps, (first - 1) * ps);
   if (got < n * ps) buf.fill(0, got, n * ps); // pages beyond the file's end come from the WAL below
   if (d.overlayFd !== null) {
-    // the run's overlaid pages are slots lo..hi-1: one read of them (one read per page was ~14k reads after
-    // an update of 1% of a 1194 MiB database's rows), then each copied to its place
+    // the run's overlaid pages are slots lo..hi-1: one read of them, then each copied to its place (one read per
+    // page: an incremental after the bench's update made 7,395 preads in all, 4,337 this way, strace -c)
     const lo = lowerBound(d.overlay, first);
     const hi = lowerBound(d.overlay, first + n);
     if (hi > lo) {
