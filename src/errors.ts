@@ -3,11 +3,7 @@
  * its documented exit code; only src/main.ts turns one into a process exit.
  */
 
-import { config, type core } from "zod/mini";
-import en from "zod/v4/locales/en.js";
-
-// zod/mini (the config, manifest and drill spec schemas) ships without messages: formatIssues prints zod's English ones
-config(en());
+import type { core } from "zod/mini";
 
 /** Exit codes from DESIGN.md; unknown codes mean failure. */
 export const Exit = {

@@ -5,7 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
-import * as z from "zod/mini";
+import * as z from "../zod.js";
 import { ID_PATTERN } from "../config/schema.js";
 import { SOURCE_KINDS, type SourceKind } from "../state/sources/kinds.js";
 import { formatIssues, policyError } from "../errors.js";

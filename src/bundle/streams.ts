@@ -2,9 +2,9 @@
  * Small stream helpers shared by the bundle writer and reader: hashing taps and bounded decompression.
  */
 import { createHash, type Hash } from "node:crypto";
-import { createReadStream } from "node:fs";
+import { closeSync, createReadStream, openSync, readSync } from "node:fs";
 import { createRequire } from "node:module";
-import { Transform, type TransformCallback } from "node:stream";
+import { Readable, Transform, type TransformCallback } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type * as Binding from "zstd-napi/binding.js";
 
@@ -85,12 +85,129 @@ export class ByteCounter extends Transform {
   }
 }
 
+/**
+ * Read buffers handed down a pipeline and given back by the stage that copies
+ * them (zstd: its compressStream2 consumes the input before it returns), so a
+ * stream's reads reuse a few buffers instead of a fresh one each. Fresh
+ * memory is not free here: a new 1 MiB buffer costs 256 page faults (~3.5 ms
+ * per MiB on this machine), and V8 frees spent ones only when its external
+ * memory has grown ~64 MiB. Compressing a 37 MiB delta read through fresh
+ * buffers: 14,400 faults, 320 ms; through one reused buffer: 5,100, 155 ms.
+ * A buffer not given back (a pipeline that failed) is collected as usual.
+ */
+export class BufferPool {
+  private readonly free: Buffer[] = [];
+  private readonly mine = new WeakSet<ArrayBufferLike>();
+  /** how many buffers it allocated */
+  made = 0;
+  /** @param keep how many spare buffers to hold at most */
+  constructor(readonly size: number, private readonly keep = 8) {}
+  take(): Buffer {
+    const spare = this.free.pop();
+    if (spare) return spare;
+    this.made++;
+    const b = Buffer.allocUnsafeSlow(this.size);
+    this.mine.add(b.buffer);
+    return b;
+  }
+  /** A chunk (or a part) of a buffer this pool gave out, no longer referenced by its holder: it may be taken again. */
+  give(chunk: Buffer): void {
+    if (!this.mine.has(chunk.buffer) || this.free.length >= this.keep || this.free.some((f) => f.buffer === chunk.buffer)) return;
+    this.free.push(Buffer.from(chunk.buffer, 0, this.size));
+  }
+}
+
+/** A file as a stream of chunks read into `pool`'s buffers (createReadStream allocates a new buffer for each read). */
+export function pooledFileStream(path: string, pool: BufferPool): Readable {
+  let fd: number | null = null;
+  return new Readable({
+    highWaterMark: pool.size,
+    read() {
+      try {
+        fd ??= openSync(path, "r");
+        const buf = pool.take();
+        const n = readSync(fd, buf, 0, buf.length, null);
+        if (n === 0) {
+          pool.give(buf);
+          return void this.push(null);
+        }
+        this.push(n === buf.length ? buf : buf.subarray(0, n));
+      } catch (e) {
+        this.destroy(e as Error);
+      }
+    },
+    destroy(err, cb) {
+      if (fd !== null) closeSync(fd);
+      fd = null;
+      cb(err);
+    },
+  });
+}
+
 /** zstd's native binding, loaded on first use: listing and verifying never load it. */
 let loaded: typeof Binding | undefined;
 const zstdBinding = () => (loaded ??= createRequire(import.meta.url)("zstd-napi/binding") as typeof Binding);
 
-/** zstd-napi's compression stream, loaded on first use. */
-export const zstdCompressStream = (): typeof import("zstd-napi").CompressStream => (createRequire(import.meta.url)("zstd-napi") as typeof import("zstd-napi")).CompressStream;
+/**
+ * zstd compression as a pipeline stage that reuses its buffers: each input
+ * chunk goes back to `input` once compressed (compressStream2 has copied what
+ * it consumed by the time it returns), and the output is cut from `output`'s
+ * buffers, given back by the stage that consumes them (AgeEncryptStream's
+ * `spent`). One frame, with its checksum; `workers` threads of zstd's own.
+ */
+export class ZstdCompress extends Transform {
+  private readonly cctx: Binding.CCtx;
+  private readonly ends: typeof Binding.EndDirective;
+  constructor(
+    o: { level: number; workers: number; windowLog: number; jobSize: number },
+    private readonly input: BufferPool,
+    private readonly output: BufferPool,
+  ) {
+    super();
+    const b = zstdBinding();
+    this.ends = b.EndDirective;
+    this.cctx = new b.CCtx();
+    this.cctx.setParameter(b.CParameter.compressionLevel, o.level);
+    this.cctx.setParameter(b.CParameter.windowLog, o.windowLog);
+    this.cctx.setParameter(b.CParameter.checksumFlag, 1);
+    this.cctx.setParameter(b.CParameter.nbWorkers, o.workers);
+    if (o.workers) this.cctx.setParameter(b.CParameter.jobSize, o.jobSize);
+  }
+
+  private compress(chunk: Buffer, end: Binding.EndDirective): void {
+    for (;;) {
+      const out = this.output.take();
+      const [left, produced, consumed] = this.cctx.compressStream2(out, chunk, end);
+      if (produced > 0) this.push(out.subarray(0, produced));
+      else this.output.give(out);
+      chunk = chunk.subarray(consumed);
+      // continuing: done once the input is taken in; ending: once nothing is left to flush
+      if (chunk.length === 0 && (end === this.ends.continue || left === 0)) return;
+    }
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
+    try {
+      this.compress(chunk, this.ends.continue);
+    } catch (e) {
+      return done(e as Error);
+    }
+    this.input.give(chunk);
+    done();
+  }
+
+  override _flush(done: TransformCallback): void {
+    try {
+      this.compress(Buffer.alloc(0), this.ends.end);
+    } catch (e) {
+      return done(e as Error);
+    }
+    done();
+  }
+}
+
+/** zstd's output buffer size (a whole compressed block fits). */
+export const zstdOutSize = () => zstdBinding().cStreamOutSize();
 
 /**
  * zstd decompression as a pipeline stage that makes output only as fast as

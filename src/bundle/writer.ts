@@ -17,7 +17,7 @@ import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, ioErrno, ioError } from "../errors.js";
 import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
-import { ByteCounter, HashTap, PAYLOAD_CHUNK, zstdCompressStream } from "./streams.js";
+import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, ZstdCompress, zstdOutSize } from "./streams.js";
 import { pageRuns, type PageSource } from "../state/pages.js";
 
 /**
@@ -65,17 +65,17 @@ export type StagedComponent = StagedFile | (Omit<Component, "sha256" | "size"> &
 /** A staged component file. */
 export type StagedFile = Omit<Component, "sha256" | "size"> & { file: string; pages?: undefined };
 
-/** A snapshot's pages as a stream of 1 MiB runs (fresh buffers: the tar packer keeps what it is given until written). */
-function pageStream(src: PageSource): Readable {
-  const runs = pageRuns(src.pageSize, src.pageCount, 1 << 20);
+/** A snapshot's pages as a stream of 1 MiB runs, read into `pool`'s buffers (zstd gives them back). */
+function pageStream(src: PageSource, pool: BufferPool): Readable {
+  const runs = pageRuns(src.pageSize, src.pageCount, pool.size);
   return new Readable({
-    highWaterMark: 1 << 20,
+    highWaterMark: pool.size,
     read() {
       try {
         const r = runs.next();
         if (r.done) return void this.push(null);
         const [first, n] = r.value;
-        const buf = Buffer.allocUnsafe(n * src.pageSize);
+        const buf = pool.take().subarray(0, n * src.pageSize);
         src.read(first, n, buf);
         this.push(buf);
       } catch (e) {
@@ -104,9 +104,12 @@ export async function writePayload(components: StagedComponent[], recipients: st
   // compression in zstd's own threads, off this one; 1 MiB jobs keep their buffers small (the default 8 MiB jobs
   // cost ~50 MiB). One worker or two: the same wall time beside the checks on 2 cores (1194 MiB: 14.6-17.1 s vs
   // 15.4-16.1 s), two used ~5 MiB more
-  const CompressStream = zstdCompressStream();
-  const zstd = new CompressStream({ compressionLevel: ZSTD_LEVEL, nbWorkers: 2, windowLog: 21, jobSize: 1 << 20, checksumFlag: true });
-  const done = pipeline(pack, tarTap, zstd, new AgeEncryptStream(recipients), outTap, out);
+  // the components are read into a few reused buffers, which zstd gives back once it has copied them; its output
+  // buffers come back from the age stage likewise
+  const pool = new BufferPool(1 << 20);
+  const compressed = new BufferPool(zstdOutSize());
+  const zstd = new ZstdCompress({ level: ZSTD_LEVEL, workers: 2, windowLog: 21, jobSize: 1 << 20 }, pool, compressed);
+  const done = pipeline(pack, tarTap, zstd, new AgeEncryptStream(recipients, (b) => compressed.give(b)), outTap, out);
   // a failure of the output (a full disk) ends `done` while a component is still being packed: it is raced
   // below, and neither promise may go unhandled meanwhile
   done.catch(() => undefined);
@@ -116,7 +119,7 @@ export async function writePayload(components: StagedComponent[], recipients: st
       const size = c.pages ? c.pages.pageCount * c.pages.pageSize : statSync(c.file).size;
       const tap = new HashTap(size, c.path);
       const entry = pack.entry({ name: c.path, size, mode: 0o644, mtime: new Date(0), type: "file" });
-      const packed = pipeline(c.pages ? pageStream(c.pages) : createReadStream(c.file, { highWaterMark: 1 << 20 }), tap, entry);
+      const packed = pipeline(c.pages ? pageStream(c.pages, pool) : pooledFileStream(c.file, pool), tap, entry);
       packed.catch(() => undefined);
       await Promise.race([packed, done]);
       await packed;

@@ -3,7 +3,7 @@
  * operation strategies, the reconcile probe and outcome SQL, timers,
  * objectives, the capture cut, runtime compatibility and liveness.
  */
-import * as z from "zod/mini";
+import * as z from "../zod.js";
 
 const sqlRef = z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)) });
 const url = z.string().check(z.regex(/^https?:\/\/[^\s]+$/, "an http(s) URL"));

@@ -2,7 +2,7 @@
  * The `agentbak.json` schema: one zod definition, used for strict validation
  * and exported as JSON Schema for editors (`agentbak config schema`).
  */
-import * as z from "zod/mini";
+import * as z from "../zod.js";
 import { parseRecipient } from "../crypto/age.js";
 import * as recovery from "./recovery.js";
 

@@ -225,7 +225,11 @@ export class AgeEncryptStream extends Transform {
   private accLen = 0;
   private counter = 0;
 
-  constructor(recipients: string[]) {
+  /** @param spent called with each input chunk once it is sealed or copied: its buffer may be reused */
+  constructor(
+    recipients: string[],
+    private readonly spent?: (chunk: Buffer) => void,
+  ) {
     super();
     if (recipients.length === 0) throw new Error("no age recipients");
     const fileKey = randomBytes(16);
@@ -259,6 +263,7 @@ export class AgeEncryptStream extends Transform {
       this.accLen += n;
       off += n;
     }
+    this.spent?.(chunk);
     done();
   }
 

@@ -3,7 +3,7 @@
  * globs resolve against the spec file's folder.
  */
 import { dirname, isAbsolute, resolve } from "node:path";
-import * as z from "zod/mini";
+import * as z from "../zod.js";
 import { formatIssues, notFound, usageError } from "../errors.js";
 import { readFileRegular } from "../fsutil.js";
 
