@@ -6,6 +6,8 @@ import { closeSync, createReadStream, openSync, readSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Readable, Transform, type TransformCallback } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import type * as Binding from "zstd-napi/binding.js";
 
 /**
@@ -142,6 +144,32 @@ export function pooledFileStream(path: string, pool: BufferPool): Readable {
       cb(err);
     },
   });
+}
+
+/** V8's collector, reached once through a flag set at run time (as `node --expose-gc` would). */
+let collector: ((o: { type: "minor" }) => void) | undefined;
+
+/**
+ * Collects the young generation after every `every` bytes counted: the
+ * payload's sealed chunks are new 64 KiB buffers (node's ciphers write into
+ * no buffer of the caller's), spent once written, and V8 frees spent buffers
+ * only after ~64 MiB of external growth. A minor collection of a small young
+ * generation takes about a millisecond. Full backup of the bench's 1194 MiB
+ * database: peak RSS 156-160 MiB without, 142-144 MiB with one every 4 MiB
+ * (wall time within the machine's noise: 9.1-10.0 s vs 9.4-9.5 s).
+ */
+export function youngCollector(every: number): (bytes: number) => void {
+  if (!collector) {
+    setFlagsFromString("--expose-gc");
+    collector = runInNewContext("gc") as typeof collector;
+  }
+  let since = 0;
+  return (bytes) => {
+    since += bytes;
+    if (since < every) return;
+    since = 0;
+    collector!({ type: "minor" });
+  };
 }
 
 /** zstd's native binding, loaded on first use: listing and verifying never load it. */

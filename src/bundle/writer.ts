@@ -17,7 +17,7 @@ import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, ioErrno, ioError } from "../errors.js";
 import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
-import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, ZstdCompress, zstdOutSize } from "./streams.js";
+import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
 import { pageRuns, type PageSource } from "../state/pages.js";
 
 /**
@@ -109,7 +109,9 @@ export async function writePayload(components: StagedComponent[], recipients: st
   const pool = new BufferPool(1 << 20);
   const compressed = new BufferPool(zstdOutSize());
   const zstd = new ZstdCompress({ level: ZSTD_LEVEL, workers: 2, windowLog: 21, jobSize: 1 << 20 }, pool, compressed);
-  const done = pipeline(pack, tarTap, zstd, new AgeEncryptStream(recipients, (b) => compressed.give(b)), outTap, out);
+  // the age stage's output is a new buffer per 64 KiB chunk: collected every 4 MiB rather than every ~64
+  const collect = youngCollector(4 << 20);
+  const done = pipeline(pack, tarTap, zstd, new AgeEncryptStream(recipients, (b) => (compressed.give(b), collect(b.length))), outTap, out);
   // a failure of the output (a full disk) ends `done` while a component is still being packed: it is raced
   // below, and neither promise may go unhandled meanwhile
   done.catch(() => undefined);
