@@ -218,8 +218,9 @@ export async function treeDigest(path: string, o: { skipDirs?: string[]; skip?: 
  */
 export async function workspaceState(path: string): Promise<{ key: string; tree: { sha256: string; files: number } }> {
   checkFolder(path);
-  const status = await git(path, ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"]);
-  const tree = await treeDigest(path);
+  // both git calls at once: a backup reads its databases on this thread meanwhile, and a second call started only
+  // after the first one's answer waited for that read (small agent: git status at ~260 ms, ls-files at ~440)
+  const [status, tree] = await Promise.all([git(path, ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all"]), treeDigest(path)]);
   return { key: createHash("sha256").update(status).update("\0").update(tree.sha256).digest("hex"), tree };
 }
 
