@@ -12,9 +12,6 @@ import { interruptedMessage, liveChildren, runInterruptCleanups, stopChildren } 
 const args = process.argv.slice(2);
 // verify's digest worker boots on the other core while this one loads the command, the config and the bundle's head
 if (args[0] === "verify") void import("./bundle/chunks.js").then((m) => m.warmDigestWorker()).catch(() => undefined); // only sooner: verify starts it anyway
-// backup's inspection worker likewise: an in-place incremental of a large database hashes in it from the instant the
-// snapshot is pinned (1194 MiB: its hashing began ~200 ms sooner and ended ~170 ms sooner, cpu profile)
-if (args[0] === "backup") void import("./state/inspect.js").then((m) => m.startInspection()).catch(() => undefined); // only sooner: backup starts it anyway
 const json = (args.includes("--") ? args.slice(0, args.indexOf("--")) : args).includes("--json");
 
 /** Reports a failure: its message on stderr and, with --json, `{message_type, code, exit_status, message}` on stdout. */

@@ -188,52 +188,25 @@ export function inspectInWorker(input: InspectInput): Promise<InspectResult> {
 }
 
 /**
- * Starts the inspection worker as the process starts (main.ts, for `backup`),
- * before the config says how big the databases are: its start-up (an isolate,
- * the modules, SQLite's library: 100-200 ms) runs on the other core while this
- * one loads the command, instead of after. Once a worker is idle, every
- * inspection goes to it, small ones too (see inThread).
+ * Starts a worker thread for a coming inspection of `bytes` of databases and
+ * keeps it idle for it, so its start (an isolate, the modules, SQLite's
+ * library: 100-200 ms) runs beside the caller's own work. The promise resolves once the
+ * worker has loaded: a caller about to take write locks waits for it, so they
+ * are not held while it loads (inspectPinned); one that only hands it work
+ * need not (requests wait in the worker's queue). Nothing for a small agent.
  */
-export function startInspection(): void {
-  if (idle.length) return;
+export function warmInspection(bytes: number): Promise<void> {
+  if (bytes < IN_THREAD_MAX || idle.length) return Promise.resolve();
   const w = startWorker();
   w.unref();
   idle.push(w);
-  loadedOf(w).catch(noop); // its failure reaches the request that holds it
-}
-
-/**
- * Starts a worker thread for a coming inspection of `bytes` of databases and
- * keeps it idle for it, so its start runs beside the caller's own work. The promise resolves once the
- * worker has loaded: a caller about to take write locks waits for it, so they
- * are not held while it loads (inspectPinned); one that only hands it work
- * need not (requests wait in the worker's queue). Nothing for a small agent,
- * unless a worker was started already (startInspection): then its start-up.
- */
-export function warmInspection(bytes: number): Promise<void> {
-  const w = idle.at(-1);
-  if (w) return loaded.get(w) ?? Promise.resolve();
-  if (bytes < IN_THREAD_MAX) return Promise.resolve();
-  const n = startWorker();
-  n.unref();
-  idle.push(n);
-  return loadedOf(n);
-}
-
-/** Each worker's start-up, until it has loaded. */
-const loaded = new WeakMap<Worker, Promise<void>>();
-
-/** Resolves once a new worker has said it loaded; rejects if it fails or exits first. */
-function loadedOf(w: Worker): Promise<void> {
-  const p = new Promise<void>((resolve, reject) => {
+  return new Promise((resolve, reject) => {
     const off = () => w.off("message", onMessage).off("error", onError).off("exit", onExit);
-    const onMessage = (m: object) => "loaded" in m && (off(), loaded.delete(w), resolve());
+    const onMessage = (m: object) => "loaded" in m && (off(), resolve());
     const onError = (e: Error) => (off(), reject(e));
     const onExit = (code: number) => (off(), reject(new AgentbakError(Exit.failure, `snapshot inspection worker exited ${code}`)));
     w.on("message", onMessage).on("error", onError).on("exit", onExit);
   });
-  loaded.set(w, p);
-  return p;
 }
 
 /**
