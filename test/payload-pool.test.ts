@@ -5,7 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { createHash } from "node:crypto";
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from "node:fs";
+import fs, { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, truncateSync, writeFileSync } from "node:fs";
+import { syncBuiltinESMExports } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
@@ -95,5 +96,30 @@ describe("reused payload buffers", () => {
       ["files/big.bin", sha(file), file.length],
       ["db/state.sqlite", sha(pageBytes), pageBytes.length],
     ]);
+  });
+
+  it("a file that shrinks while it is read is refused naming the component, its listed size and what was read", async () => {
+    const dir = join(tmp, "shrinks");
+    mkdirSync(dir);
+    const path = join(dir, "notes.bin");
+    writeFileSync(path, content("shrinks", 5 << 20));
+    const staged = [{ path: "files/notes.bin", kind: "file" as const, name: "notes", file: path }];
+    const plan = planBundle(join(dir, "out.agentbak"), loadSigningKey(join(tmp, "keys", "signing-key")), staged);
+    // the agent truncates the file just after its first 1 MiB was read
+    const real = fs.readSync;
+    let reads = 0;
+    fs.readSync = ((...a: Parameters<typeof real>) => {
+      const n = real(...a);
+      if (reads++ === 0) truncateSync(path, 2 << 20);
+      return n;
+    }) as typeof real;
+    syncBuiltinESMExports();
+    try {
+      await expect(writePayload(staged, [recipient], plan)).rejects.toThrow(`component files/notes.bin changed size while being packed: ${5 << 20} bytes when listed, ${2 << 20} read`);
+    } finally {
+      fs.readSync = real;
+      syncBuiltinESMExports();
+    }
+    expect(reads).toBeGreaterThan(1);
   });
 });

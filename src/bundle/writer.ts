@@ -14,7 +14,7 @@ import { Readable } from "node:stream";
 import * as tar from "tar-stream";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
-import { AgentbakError, ioErrno, ioError } from "../errors.js";
+import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
 import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
@@ -123,9 +123,14 @@ export async function writePayload(components: StagedComponent[], recipients: st
       const entry = pack.entry({ name: c.path, size, mode: 0o644, mtime: new Date(0), type: "file" });
       const packed = pipeline(c.pages ? pageStream(c.pages, pool) : pooledFileStream(c.file, pool), tap, entry);
       packed.catch(() => undefined);
-      await Promise.race([packed, done]);
-      await packed;
-      if (tap.bytes !== size) throw new Error(`component ${c.path} changed size while being packed`);
+      try {
+        await Promise.race([packed, done]);
+        await packed;
+      } catch (e) {
+        // one that grew fails in its tap (OVERSIZE, named); one that shrank, in tar-stream's entry, which says only this
+        if ((e as Error).message === "Size mismatch") throw new AgentbakError(Exit.failure, `component ${c.path} changed size while being packed: ${size} bytes when listed, ${tap.bytes} read`);
+        throw e;
+      }
       const { file: _f, pages: _p, ...meta } = c;
       result.push({ ...meta, sha256: tap.digest(), size });
     }
@@ -137,7 +142,7 @@ export async function writePayload(components: StagedComponent[], recipients: st
     // the pipeline ends on the first error without waiting for the file's close, and a read that fails at once
     // beats the file's open (in libuv's thread pool): the caller removes the staging folder, which must not see
     // the file appear after it was emptied
-    if (!out.closed) await once(out, "close");
+    if (!out.closed) await new Promise<void>((resolve) => out.once("close", () => resolve())); // once() would reject on the error the stream emits first
     // an error that already names its file (a database read in place) is passed on as it is
     throw !(e instanceof AgentbakError) && ioErrno(e) ? ioError(e, plan.path) : e;
   }
