@@ -14,7 +14,7 @@ import { Readable } from "node:stream";
 import * as tar from "tar-stream";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
-import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
+import { AgentbakError, ioErrno, ioError } from "../errors.js";
 import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
@@ -119,18 +119,13 @@ export async function writePayload(components: StagedComponent[], recipients: st
   try {
     for (const c of components) {
       const size = c.pages ? c.pages.pageCount * c.pages.pageSize : statSync(c.file).size;
-      const tap = new HashTap(size, c.path);
+      // a component that grows or shrinks while it is read fails here, named (tar-stream would say only "Size mismatch")
+      const tap = new HashTap(size, `component ${c.path}`, undefined, true);
       const entry = pack.entry({ name: c.path, size, mode: 0o644, mtime: new Date(0), type: "file" });
       const packed = pipeline(c.pages ? pageStream(c.pages, pool) : pooledFileStream(c.file, pool), tap, entry);
       packed.catch(() => undefined);
-      try {
-        await Promise.race([packed, done]);
-        await packed;
-      } catch (e) {
-        // one that grew fails in its tap (OVERSIZE, named); one that shrank, in tar-stream's entry, which says only this
-        if ((e as Error).message === "Size mismatch") throw new AgentbakError(Exit.failure, `component ${c.path} changed size while being packed: ${size} bytes when listed, ${tap.bytes} read`);
-        throw e;
-      }
+      await Promise.race([packed, done]);
+      await packed;
       const { file: _f, pages: _p, ...meta } = c;
       result.push({ ...meta, sha256: tap.digest(), size });
     }
