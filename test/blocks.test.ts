@@ -125,7 +125,7 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     rmSync(dir, { force: true });
   });
 
-  it("incrementals whose changes the sums found store the keyed hashes of the very pages they stored, page for page", async () => {
+  it("incrementals whose changes the sums found store the digests of the very pages they stored, page for page, and sign their pages root", async () => {
     const full = json(await a.run(["backup", "--no-incremental", "--json"]));
     const ids = [full.snapshot_id];
     for (let i = 0; i < 3; i++) {
@@ -139,16 +139,21 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
       ids.push(inc.snapshot_id);
     }
     expect(await deltaUnit(join(a.repo, SNAPS, `${ids.at(-1)}.agentbak`))).toBe(1024); // the sums were at hand
-    const { applyIndexChain, decodeIndex, indexPages, pageIndexKey } = await import("../src/state/pages.js");
+    const { applyIndexChain, decodeIndex, indexPages, pageIndexKey, pagesRoot } = await import("../src/state/pages.js");
+    const key = pageIndexKey(a.home);
     const stored = (id: string) => readFileSync(join(a.repo, SNAPS, `${id}.state.pageindex`));
-    const rebuilt = decodeIndex(applyIndexChain(stored(ids[0]!), ids.slice(1).map(stored)));
+    const rebuilt = decodeIndex(applyIndexChain(stored(ids[0]!), ids.slice(1).map(stored)), key);
     const target = join(a.tmp, "r-index");
     expect([0, 3]).toContain((await a.run(["restore", ids.at(-1)!, "--target", target, "--yes", "--allow-rollback", "--integrity", "digest"])).code);
-    const actual = indexPages(join(target, "state/agent.sqlite"), pageIndexKey(a.home));
+    const actual = indexPages(join(target, "state/agent.sqlite"));
     rmSync(target, { recursive: true, force: true });
     expect(rebuilt.pageCount).toBe(actual.pageCount);
-    expect(rebuilt.pageCount).toBeGreaterThan(decodeIndex(stored(ids[0]!)).pageCount);
+    expect(rebuilt.pageCount).toBeGreaterThan(decodeIndex(stored(ids[0]!), key).pageCount);
     expect(Buffer.compare(rebuilt.hashes, actual.hashes)).toBe(0);
+    // the manifest signs the root of those digests: the one the restored file has, the one the index has
+    const m = manifestOf(await a.file(join(a.repo, SNAPS, `${ids.at(-1)}.agentbak`)));
+    expect(m.components.find((c: { name: string }) => c.name === "state").full_pages_sha256).toBe(actual.root);
+    expect(pagesRoot(rebuilt)).toBe(actual.root);
   });
 
   it("an incremental stores its page index as the changes since its parent's; a damaged one makes the next snapshot full", async () => {
@@ -164,7 +169,7 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     const index = (id: string) => join(a.repo, SNAPS, `${id}.state.pageindex`);
     const fullIndex = statSync(index(full.snapshot_id)).size;
     for (const inc of chain.slice(1)) {
-      expect(readFileSync(index(inc.snapshot_id)).subarray(0, 8).toString()).toBe("AGBKPIX2");
+      expect(readFileSync(index(inc.snapshot_id)).subarray(0, 8).toString()).toBe("AGBKPXC3");
       expect(statSync(index(inc.snapshot_id)).size).toBeLessThan(fullIndex / 4);
     }
     expect(await restored(chain.at(-1)!.snapshot_id)).toBe(await dump(live()));
@@ -204,16 +209,18 @@ describe.skipIf(STORE !== "local")("page index changes through compact and copy"
     const inc = json(await a.run(["backup", "--incremental", "--json"]));
     expect(inc.parent).toBe(full.snapshot_id);
     const index = (repo: string, id: string) => readFileSync(join(repo, SNAPS, `${id}.state.pageindex`));
-    expect(index(a.repo, inc.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPIX2");
+    expect(index(a.repo, inc.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPXC3");
     // a copy stands alone: the incremental's index arrives whole
     const to = join(a.tmp, `copy-${randomBytes(3).toString("hex")}`);
     const c = await a.run(["copy", "--from", a.repo, "--to", to, "--json"]);
     expect(c.code, c.stderr).toBe(0);
-    expect(index(to, inc.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPIX1");
+    expect(index(to, inc.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPXW3");
     // the compacted snapshot gets the whole index of the incremental it replaces ...
     const cp = json(await a.run(["compact", inc.snapshot_id, "--identity", a.identity, "--json"]));
-    expect(index(a.repo, cp.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPIX1");
-    expect(createHash("sha256").update(index(a.repo, cp.snapshot_id)).digest("hex")).toBe(manifestOf(inc.path).components.find((x: any) => x.name === "state").page_index_sha256);
+    expect(index(a.repo, cp.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPXW3");
+    // (the manifest signs the pages root of the index's digests, which only this host's key opens)
+    const { decodeIndex, pageIndexKey, pagesRoot } = await import("../src/state/pages.js");
+    expect(pagesRoot(decodeIndex(index(a.repo, cp.snapshot_id), pageIndexKey(a.home)))).toBe(manifestOf(inc.path).components.find((x: any) => x.name === "state").page_index_sha256);
     // ... and the next incremental builds on it, in place (no block sums for it on this host: whole pages)
     edit();
     const next = json(await a.run(["backup", "--incremental", "--json"]));

@@ -56,7 +56,7 @@ describe("bundle written payload first", () => {
     const m = manifestOf(file);
     const { listed, at, bytes } = await members(file);
     expect(listed).toEqual(["manifest.json", "manifest.sig", "payload.age"]);
-    expect(m.format_version).toBe(3);
+    expect(m.format_version).toBe(4);
     expect(m.layout_padding).toMatch(/^ +$/);
     // the room is whole blocks, and the manifest is exactly the room: nothing between manifest.sig and payload.age
     const room = at["manifest.json"]!.size;

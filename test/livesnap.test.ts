@@ -137,17 +137,17 @@ describe("LiveSnapshot", () => {
     expect(new Set(seen).size).toBe(seen.length); // the writer moved on between rounds
   }, 120_000);
 
-  it("a full backup read in place stores the page index of the very pages it stored (hashed by two threads)", async () => {
+  it("a full backup read in place stores the page index of the very pages it stored (digested by two threads)", async () => {
     // 40 MiB: the worker thread hashes the last pages of the index, the payload's thread the first ones
     const a = await makeAgent({ sizeMb: 40, seed: 7 });
     try {
       const r = json(await a.run(["backup", "--json"]));
       expect(r).toMatchObject({ kind: "full", databases_read: "in-place" });
       const { decodeIndex, indexPages, pageIndexKey } = await import("../dist/state/pages.js");
-      const stored = decodeIndex(await (await a.store()).get(`${SNAPS}/${r.snapshot_id}.state.pageindex`));
+      const stored = decodeIndex(await (await a.store()).get(`${SNAPS}/${r.snapshot_id}.state.pageindex`), pageIndexKey(a.home));
       const target = join(a.tmp, "restored-ix");
       expect([0, 3]).toContain((await a.run(["restore", r.snapshot_id, "--target", target, "--yes", "--allow-rollback", "--integrity", "digest"])).code);
-      const restored = indexPages(join(target, "state/agent.sqlite"), pageIndexKey(a.home));
+      const restored = indexPages(join(target, "state/agent.sqlite"));
       expect(stored.pageCount).toBe(restored.pageCount);
       expect(stored.pageCount).toBeGreaterThan(2048); // both threads had pages to hash
       expect(Buffer.compare(stored.hashes, restored.hashes)).toBe(0);

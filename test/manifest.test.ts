@@ -55,7 +55,7 @@ describe("manifest", () => {
   });
 
   it("refuses a newer format version with a policy error naming both versions", () => {
-    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 4 })!))).toThrow(/version 4 .*\(3\)/);
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 5 })!))).toThrow(/version 5 .*\(4\)/);
   });
 
   it("reads format versions 1 and 2; payload.chunks only in 2, where it was added", () => {
@@ -68,9 +68,20 @@ describe("manifest", () => {
   });
 
   it("a newer format version is refused even when its bytes were remembered as valid (a header cache another version wrote)", () => {
-    const newer = Buffer.from(canonicalize({ ...base, format_version: 4 })!);
+    const newer = Buffer.from(canonicalize({ ...base, format_version: 5 })!);
     rememberValidManifest(createHash("sha256").update(newer).digest("hex"));
-    expect(() => parseManifest(newer)).toThrow(/version 4 .*\(3\)/);
+    expect(() => parseManifest(newer)).toThrow(/version 5 .*\(4\)/);
+  });
+
+  it("a delta records its rebuilt database's pages root from format version 4 on, its sha256 before; never both, never neither", () => {
+    const delta = (v: number, digests: Record<string, string>) =>
+      Buffer.from(canonicalize({ ...base, format_version: v, components: [{ path: "db/state.delta", kind: "sqlite-delta", name: "state", sha256: "a".repeat(64), size: 10, target: "state/agent.sqlite", ...digests }] })!);
+    expect(parseManifest(delta(4, { full_pages_sha256: "c".repeat(64) })).components[0]!.full_pages_sha256).toBe("c".repeat(64));
+    expect(parseManifest(delta(3, { full_sha256: "c".repeat(64) })).components[0]!.full_sha256).toBe("c".repeat(64));
+    expect(() => parseManifest(delta(4, { full_sha256: "c".repeat(64) }))).toThrow(/full_sha256 in a format version 4 manifest/);
+    expect(() => parseManifest(delta(3, { full_pages_sha256: "c".repeat(64) }))).toThrow(/full_pages_sha256 in a format version 3 manifest/);
+    expect(() => parseManifest(delta(4, {}))).toThrow(/has no full_pages_sha256/);
+    expect(() => parseManifest(delta(2, {}))).toThrow(/has no full_sha256/);
   });
 
   it("reads layout_padding (spaces only) in format version 3, where it was added", () => {
@@ -116,7 +127,7 @@ describe("buildManifest (the one pure function a backup's manifest comes from)",
     recipients: ["age1xyz"],
     runtime: { image_digest: null, agent_version: "1.4.2", models: {}, host: "h" },
     databases: [
-      { name: "state", target: "state/agent.sqlite", written: { path: "db/state.delta", sha256: "a".repeat(64), size: 40 }, delta: { full_sha256: "d".repeat(64), full_size: 8192, page_size: 4096, page_count: 2, changed_pages: 1 }, records: { messages: 3 }, schemaVersion: 3, pageIndexSha256: "e".repeat(64) },
+      { name: "state", target: "state/agent.sqlite", written: { path: "db/state.delta", sha256: "a".repeat(64), size: 40 }, delta: { full_pages_sha256: "d".repeat(64), full_size: 8192, page_size: 4096, page_count: 2, changed_pages: 1 }, records: { messages: 3 }, schemaVersion: 3, pageIndexSha256: "e".repeat(64) },
       { name: "memory", target: "memory.sqlite", written: { path: "db/memory.sqlite", sha256: "f".repeat(64), size: 4096 }, delta: null, records: {}, schemaVersion: 9, pageIndexSha256: "1".repeat(64) },
     ],
     others: [{ path: "files/notes.json", kind: "file" as const, name: "notes.json", sha256: "2".repeat(64), size: 5, target: "notes.json" }],
@@ -132,8 +143,8 @@ describe("buildManifest (the one pure function a backup's manifest comes from)",
     const { buildManifest } = await import("../dist/bundle/manifest.js");
     const m = buildManifest(input());
     expect(m.components.map((c: any) => [c.path, c.kind])).toEqual([["db/state.delta", "sqlite-delta"], ["db/memory.sqlite", "sqlite"], ["files/notes.json", "file"]]);
-    expect(m.components[0]).toMatchObject({ name: "state", target: "state/agent.sqlite", records: { messages: 3 }, schema_version: 3, page_index_sha256: "e".repeat(64), full_sha256: "d".repeat(64), changed_pages: 1 });
-    expect(m.components[1]).not.toHaveProperty("full_sha256");
+    expect(m.components[0]).toMatchObject({ name: "state", target: "state/agent.sqlite", records: { messages: 3 }, schema_version: 3, page_index_sha256: "e".repeat(64), full_pages_sha256: "d".repeat(64), changed_pages: 1 });
+    expect(m.components[1]).not.toHaveProperty("full_pages_sha256");
     expect(m.schema_version).toBe(3); // the first database's
     expect(m.expires_at).toBe("2026-12-29T12:00:00.000Z");
     expect(m).toMatchObject({ agent_id: "billing-agent", tenant: "acme", sequence: 7, label: "nightly", idempotency_key: "job-7", open_operations: [{ id: "d1", idempotency_key: "k1" }] });

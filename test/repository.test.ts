@@ -233,11 +233,15 @@ describe(`repository (${STORE})`, () => {
       const r = await t.run(["restore", exp.incremental.snapshot_id, "--target", target, "--identity", id, "--yes"]);
       expect([0, 3], r.stderr).toContain(r.code);
       expect(sha(join(target, "state/agent.sqlite"))).toBe(exp.incremental.state_sha256);
-      // the next backup continues the sequence; an incremental builds on the v1 chain
+      // the next backup continues the sequence; 0.1's page index holds keyed hashes, which no pages root (bundle
+      // format 4) is made of: the first incremental asked for after the upgrade is full, and says why
       const next = json(await t.run(["backup", "--incremental", "--json"]));
       expect(next.sequence).toBe(3);
-      expect(next.parent).toBe(exp.incremental.snapshot_id);
+      expect(next).toMatchObject({ kind: "full", parent: null, full_reason: `${exp.incremental.snapshot_id} was made by an earlier agentbak (bundle format 1), whose page index an incremental can not build on` });
+      expect(next.warnings).toContain(`${exp.incremental.snapshot_id} was made by an earlier agentbak (bundle format 1), whose page index an incremental can not build on: stored whole`);
       expect(next.path).toContain(`/${SNAPS}/`);
+      // and the one after builds on it
+      expect(json(await t.run(["backup", "--incremental", "--json"]))).toMatchObject({ kind: "incremental", parent: next.snapshot_id });
       // the drill report 0.1 kept for all agents still counts for forget
       const f = json(await t.run(["forget", "--keep-last", "1", "--dry-run", "--json"]));
       expect(f.kept.map((k: any) => k.snapshot_id)).toEqual(expect.arrayContaining([exp.incremental.snapshot_id, exp.full.snapshot_id, next.snapshot_id]));

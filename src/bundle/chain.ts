@@ -11,8 +11,8 @@ import { dirname, join, resolve } from "node:path";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, ioErrno, ioError, verifyError } from "../errors.js";
-import { applyDelta } from "../state/pages.js";
-import { isDatabase } from "./manifest.js";
+import { applyDelta, filePagesRoot } from "../state/pages.js";
+import { isDatabase, type Component } from "./manifest.js";
 import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { readPayload, verifyBundle, verifyHeader, type VerifiedBundle } from "./reader.js";
 import { fileSha256 } from "./streams.js";
@@ -146,8 +146,13 @@ export async function rebuildDatabases(v: VerifiedBundle, chain: VerifiedBundle[
         throw verifyError(`chain: ${v.manifest.snapshot_id} ${c.path}: ${(e as Error).message}`);
       }
     }
-    if ((await fileSha256(file)) !== c.full_sha256) throw verifyError(`database ${c.name}: rebuilt from the chain, it does not match its recorded sha256`);
+    if ((await rebuiltDigest(file, c)) !== (c.full_pages_sha256 ?? c.full_sha256)) throw verifyError(`database ${c.name}: rebuilt from the chain, it does not match its recorded ${c.full_pages_sha256 ? "pages root" : "sha256"}`);
     out.set(c.name, file);
   }
   return out;
+}
+
+/** The digest a delta's manifest entry records for the whole rebuilt database: its pages root (format 4 on), or its sha256. */
+export async function rebuiltDigest(file: string, c: Pick<Component, "full_pages_sha256">): Promise<string> {
+  return c.full_pages_sha256 ? filePagesRoot(file) : fileSha256(file);
 }

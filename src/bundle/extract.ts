@@ -35,8 +35,8 @@ export interface ExtractedSource {
 /** Where each restored piece landed, relative to the staging root. */
 export interface Extracted {
   root: string;
-  /** each database where it landed, and the sha256 its manifest signed for the whole file */
-  databases: { name: string; path: string; schemaVersion: number | null; sha256: string }[];
+  /** each database where it landed */
+  databases: { name: string; path: string; schemaVersion: number | null }[];
   /** source files sit beside the root (`<root>.sources/`), not inside it: they go into servers, not the agent's folder */
   sources: ExtractedSource[];
   checks: Check[];
@@ -105,7 +105,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   const work = join(raw, ".chain");
   mkdirSync(work);
   const rebuilt = await rebuildDatabases(v, chain, raw, identities, work);
-  if (chain.length) checks.push({ name: "chain", ok: true, detail: `${chain.length} parent link(s) verified; databases rebuilt match their recorded sha256` });
+  if (chain.length) checks.push({ name: "chain", ok: true, detail: `${chain.length} parent link(s) verified; databases rebuilt match their recorded digests` });
   const databases: Extracted["databases"] = [];
   const sources: ExtractedSource[] = [];
   for (const c of m.components) {
@@ -129,7 +129,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
       ensureDir(dirname(dest));
       chmodSync(src, 0o600);
       renameSync(src, dest);
-      if (isDatabase(c)) databases.push({ name: c.name, path: dest, schemaVersion: c.schema_version ?? null, sha256: c.full_sha256 ?? c.sha256 });
+      if (isDatabase(c)) databases.push({ name: c.name, path: dest, schemaVersion: c.schema_version ?? null });
     }
   }
   if (m.workspace) {

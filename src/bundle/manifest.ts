@@ -19,7 +19,7 @@ export const FORMAT = "agentbak-bundle";
  * (exit 14) rather than as an invalid manifest (13). Versions 1 and 2 are
  * still read.
  */
-export const FORMAT_VERSION = 3;
+export const FORMAT_VERSION = 4;
 export const MAX_MANIFEST = 1024 * 1024;
 
 const int = z.int().check(z.minimum(0)).check(z.maximum(Number.MAX_SAFE_INTEGER));
@@ -41,9 +41,16 @@ export const ComponentSchema = z.strictObject({
   records: z.optional(z.record(z.string(), int)),
   schema_version: z.optional(int),
   mode: z.optional(int),
-  /** keyed page hashes of this database, kept beside the bundle for the next incremental */
+  /**
+   * this database's page index, kept beside the bundle for the next incremental (its page digests, each encrypted
+   * under the backup host's key): from format 4 on the pages root of its digests, before the sha256 of the index as stored
+   */
   page_index_sha256: z.optional(sha),
-  /** sqlite-delta: the whole rebuilt database, and the delta's shape */
+  /**
+   * sqlite-delta: the whole rebuilt database — its pages root (format 4 on: SHA-256 over its page size, page count
+   * and each page's digest, see state/pages.ts) or, in earlier formats, its sha256 — and the delta's shape
+   */
+  full_pages_sha256: z.optional(sha),
   full_sha256: z.optional(sha),
   full_size: z.optional(int),
   page_size: z.optional(int),
@@ -267,7 +274,7 @@ export interface CapturedDatabase {
   target: string;
   written: { path: string; sha256: string; size: number };
   /** a page delta against the parent's copy, or null for a whole copy */
-  delta: { full_sha256: string; full_size: number; page_size: number; page_count: number; changed_pages: number } | null;
+  delta: { full_pages_sha256: string; full_size: number; page_size: number; page_count: number; changed_pages: number } | null;
   records: Record<string, number>;
   schemaVersion: number;
   pageIndexSha256: string;
@@ -414,6 +421,10 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
   for (const c of m.components) {
     if (seen.has(c.path)) throw new Error(`manifest lists component ${c.path} twice`);
     seen.add(c.path);
+    // a delta's rebuilt database is checked against one digest: its pages root from format 4 on, its sha256 before
+    const [want, other] = m.format_version >= 4 ? (["full_pages_sha256", "full_sha256"] as const) : (["full_sha256", "full_pages_sha256"] as const);
+    if (c[other] !== undefined) throw new Error(`manifest.components: ${other} in a format version ${m.format_version} manifest (component ${c.path})`);
+    if (c.kind === "sqlite-delta" && c[want] === undefined) throw new Error(`manifest.components: sqlite-delta component ${c.path} has no ${want}`);
   }
   checkPlacement(m);
   valid.add(digest);

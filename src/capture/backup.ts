@@ -27,7 +27,7 @@ import type { AgentRef, Repository, Snapshot } from "../repository/repository.js
 import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect.js";
 import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/incremental.js";
 import { blockSeed, BlockSumsStore } from "../state/blocks.js";
-import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, type DeltaBase, type PageIndex, PageHasher, splitPage, type PageSource } from "../state/pages.js";
+import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, pagesRoot, type DeltaBase, type PageIndex, PageHasher, splitPage, type PageSource } from "../state/pages.js";
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
 import { namedSource } from "../state/livesnap.js";
 import { snapshotDatabases, type Cut, type Hold, type InPlace, type InPlaceViews } from "../state/sqlite.js";
@@ -117,9 +117,9 @@ interface DbRecord {
   pages: PageSource | null;
   /** the parent's page index, verified against the parent's manifest (incrementals) */
   parentIndex: PageIndex | null;
-  /** this copy's page index, encoded whole (the manifest signs its digest) */
-  index: Buffer | null;
-  /** the index as stored: an incremental's as the changes since its parent's */
+  /** the pages root of this copy's page index (the manifest signs it) */
+  indexRoot: string | null;
+  /** the index as stored: encoded whole, or an incremental's as the changes since its parent's */
   stored: Buffer | null;
   delta: { file: string; pages: number[]; meta: NonNullable<CapturedDatabase["delta"]> } | null;
   inspected: InspectResult["dbs"][number] | null;
@@ -184,15 +184,25 @@ async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): P
   }
 }
 
-/** The parent's page index for `db`, if it is stored and matches the digest the parent's manifest signed. */
-async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; header: VerifiedBundle }, db: string): Promise<PageIndex | null> {
-  const c = parent.header.manifest.components.find((x) => x.name === db && isDatabase(x));
+/**
+ * The parent's page index for `db`, if it is stored and matches the digest the parent's manifest signed.
+ * @returns it, or why it can not be used
+ */
+async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; header: VerifiedBundle }, db: string, key: Buffer): Promise<PageIndex | string> {
+  const m = parent.header.manifest;
+  const id = m.snapshot_id;
+  // before format 4 an index held keyed page hashes, which no pages root is made of
+  if (m.format_version < 4) return `${id} was made by an earlier agentbak (bundle format ${m.format_version}), whose page index an incremental can not build on`;
+  const c = m.components.find((x) => x.name === db && isDatabase(x));
   const b = c?.page_index_sha256 ? await o.repo.pageIndex(parent.snapshot, db) : null;
-  if (!b || sha256hex(b) !== c!.page_index_sha256) return null;
+  const missing = `the page index of database ${db} in ${id} is missing or does not match its manifest`;
+  if (!b) return missing;
   try {
-    return decodeIndex(b);
+    // the manifest signs the pages root of the index's digests (an index another host's key sealed decrypts to others)
+    const ix = decodeIndex(b, key);
+    return pagesRoot(ix) === c!.page_index_sha256 ? ix : missing;
   } catch {
-    return null;
+    return missing;
   }
 }
 
@@ -478,7 +488,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
       );
     for (const d of cfg.databases) {
       const copy = join(staging, "db", `${d.name}.sqlite`);
-      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, pages: null, parentIndex: null, index: null, stored: null, delta: null, inspected: null, sums: false });
+      dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, pages: null, parentIndex: null, indexRoot: null, stored: null, delta: null, inspected: null, sums: false });
     }
     if (cfg.sources.length) {
       o.progress?.("capturing state sources");
@@ -628,11 +638,11 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const parents = new Map<string, PageIndex>();
     let unindexed = "";
     for (const d of chosen.parent ? cfg.databases : []) {
-      const ix = await parentIndex(o, chosen.parent!, d.name);
-      if (ix) parents.set(d.name, ix);
-      else unindexed ||= `the page index of database ${d.name} in ${chosen.parent!.snapshot.snapshot_id} is missing or does not match its manifest`;
+      const ix = await parentIndex(o, chosen.parent!, d.name, pageKey);
+      if (typeof ix !== "string") parents.set(d.name, ix);
+      else unindexed ||= ix;
     }
-    // that database is stored whole (a damaged or missing index: not routine)
+    // that database is stored whole (a damaged or missing index, or one an earlier version wrote: not routine)
     if (unindexed) warnings.push(`${unindexed}: stored whole`);
     // this host's block sums of the parent's databases, when it made that parent: the deltas then hold changed blocks
     const seed = blockSeed(pageKey);
@@ -640,7 +650,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const bases = new Map<string, DeltaBase>();
     for (const [name, ix] of parents) {
       const c = chosen.parent!.header.manifest.components.find((x) => x.name === name && isDatabase(x))!;
-      const sums = sumStores.get(name)!.open(chosen.parent!.snapshot.snapshot_id, c.full_sha256 ?? c.sha256, ix.pageSize, ix.pageCount);
+      const sums = sumStores.get(name)!.open(chosen.parent!.snapshot.snapshot_id, c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256, ix.pageSize, ix.pageCount);
       const out = sums && sumStores.get(name)!.partial(snapshotId);
       if (sums && out) bases.set(name, { sums, seed, out });
       else sums?.close();
@@ -686,8 +696,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const deltaFindings: SecretFinding[] = [];
     const done = inPlaceDone as Awaited<ReturnType<typeof deltasInPlace>> | null; // set by the capture's callback when it read the pages in place
     const takeDelta = (d: DbRecord, x: Delta) => {
-      d.index = encodeIndex(x.ix);
-      d.stored = d.parentIndex!.pageSize === x.ix.pageSize ? encodeIndexChanges(x.ix, x.pages, chosen.parent!.snapshot.snapshot_id) : d.index;
+      d.indexRoot = x.ix.root;
+      d.stored = d.parentIndex!.pageSize === x.ix.pageSize ? encodeIndexChanges(x.ix, x.pages, chosen.parent!.snapshot.snapshot_id, pageKey) : encodeIndex(x.ix, pageKey);
       d.delta = { file: x.file, pages: x.pages, meta: deltaMeta(x) };
       d.sums = x.sums;
       deltaFindings.push(...x.findings);
@@ -705,7 +715,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
         const named = namedSource(v.snap, `database ${d.name}: reading ${v.src}`);
         const ps = named.pageSize;
         const last = splitPage(named.pageCount, ps, FULL_MAIN_SHARE);
-        const head = new PageHasher(pageKey, ps);
+        const head = new PageHasher(ps);
         heads.set(d.name, head);
         d.pages = {
           pageSize: ps,
@@ -727,7 +737,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
           });
     inspection.catch(() => undefined); // awaited below; no unhandled rejection meanwhile
     for (const d of dbs)
-      if (d.parentIndex && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, indexPages(d.copy, pageKey), d.parentIndex, bases.get(d.name) ?? null, join(staging, "db", `${d.name}.delta`), cfg.secretScan.databases !== "off"));
+      if (d.parentIndex && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, indexPages(d.copy), d.parentIndex, bases.get(d.name) ?? null, join(staging, "db", `${d.name}.delta`), cfg.secretScan.databases !== "off"));
     const staged: StagedComponent[] = [
       ...dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : d.pages ? { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, pages: d.pages } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy })),
       ...sources.staged,
@@ -750,7 +760,10 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       d.inspected = ins.dbs.find((x) => x.name === d.name)!;
       const head = heads.get(d.name)?.index();
       const ix = d.inspected.index && head ? { ...d.inspected.index, pageCount: head.pageCount + d.inspected.index.pageCount, hashes: Buffer.concat([head.hashes, d.inspected.index.hashes]) } : d.inspected.index;
-      d.index ??= ix ? encodeIndex(ix) : null;
+      if (ix && !d.stored) {
+        d.stored = encodeIndex(ix, pageKey);
+        d.indexRoot = pagesRoot(ix);
+      }
       if (!d.delta) d.sums = d.inspected.sumsWritten === true;
       const ic = d.inspected.integrity;
       if (ic.length !== 1 || (ic[0] !== "ok" && ic[0] !== "skipped")) throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
@@ -778,7 +791,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
         delta: d.delta?.meta ?? null,
         records: d.inspected!.records,
         schemaVersion: d.inspected!.schemaVersion,
-        pageIndexSha256: sha256hex(d.index!),
+        pageIndexSha256: d.indexRoot!,
         virtualTables: d.inspected!.virtualTables,
         embedding: cfg.databases.find((c) => c.name === d.name)?.embedding,
       })),
@@ -833,7 +846,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       snapshotId,
       file: bundleFile,
       sequence: manifest.sequence,
-      indexes: dbs.map((d) => [d.name, d.stored ?? d.index!]),
+      indexes: dbs.map((d) => [d.name, d.stored!]),
       idempotency: o.idempotencyKey ? { key: o.idempotencyKey, receipt: (path) => ({ ...receipt, path }) } : undefined,
       ...(ol ? { lockMode: ol.mode === "compliance" ? "COMPLIANCE" : "GOVERNANCE", retainUntil: new Date(Date.now() + ol.days * 86_400_000) } : {}),
       trust: o.trust,
@@ -847,7 +860,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       checked.add(published.path, manifest.payload.sha256);
       checked.save();
     }
-    dbs.forEach((d, i) => d.sums && sumStores.get(d.name)!.commit(snapshotId, d.delta?.meta.full_sha256 ?? written.components[i]!.sha256, d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize));
+    dbs.forEach((d, i) => d.sums && sumStores.get(d.name)!.commit(snapshotId, d.delta?.meta.full_pages_sha256 ?? written.components[i]!.sha256, d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize));
     if (other && (dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
     return { ...receipt, path: published.path };
   } finally {

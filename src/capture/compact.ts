@@ -17,6 +17,7 @@ import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { verifyError } from "../errors.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
 import { newSnapshotId } from "./backup.js";
+import { filePagesRoot } from "../state/pages.js";
 
 export interface CompactResult {
   snapshot_id: string;
@@ -44,14 +45,15 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
     await readPayload(v, ids, raw);
     const rebuilt = await rebuildDatabases(v, chain, raw, ids, work);
     const staged: StagedComponent[] = m.components.map((c) => {
-      const { sha256: _s, size: _z, full_sha256: _f, full_size: _fs, page_size: _p, page_count: _c, changed_pages: _n, ...meta } = c;
+      const { sha256: _s, size: _z, full_sha256: _f, full_pages_sha256: _r, full_size: _fs, page_size: _p, page_count: _c, changed_pages: _n, ...meta } = c;
       return c.kind === "sqlite-delta" ? { ...meta, kind: "sqlite", path: `db/${c.name}.sqlite`, file: rebuilt.get(c.name)! } : { ...meta, file: join(raw, c.path) };
     });
     const id = newSnapshotId(new Date());
     const plan = planBundle(join(staging, `${id}.agentbak`), key, staged, m);
     const written = await writePayload(staged, m.recipients, plan);
     for (const [i, c] of m.components.entries())
-      if (c.kind === "sqlite-delta" && written.components[i]!.sha256 !== c.full_sha256) throw verifyError(`compact: database ${c.name} rebuilt for ${m.snapshot_id} does not match its recorded sha256`);
+      if (c.kind === "sqlite-delta" && (c.full_pages_sha256 ? filePagesRoot(rebuilt.get(c.name)!) : written.components[i]!.sha256) !== (c.full_pages_sha256 ?? c.full_sha256))
+        throw verifyError(`compact: database ${c.name} rebuilt for ${m.snapshot_id} does not match its recorded ${c.full_pages_sha256 ? "pages root" : "sha256"}`);
     const manifest: Manifest = {
       ...m,
       snapshot_id: id,

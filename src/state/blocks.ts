@@ -198,6 +198,55 @@ export class ParentSums {
   }
 }
 
+/**
+ * A run of pages (whole pages, in ascending order) against a parent's block
+ * sums: the run's sums into `fresh`, the parent's of the same pages into
+ * `old` (both grown to the longest run), and which pages differ. Used by the
+ * delta's writer and by the worker that scans the last part of a database.
+ */
+export class SumsDiff {
+  fresh = Buffer.alloc(0);
+  old = Buffer.alloc(0);
+  readonly spp: number;
+  private readonly unit: number;
+  constructor(
+    private readonly parent: ParentSums | null,
+    private readonly seed: [number, number],
+    private readonly pageSize: number,
+  ) {
+    this.unit = blockSize(pageSize);
+    this.spp = sumsPerPage(pageSize);
+  }
+  /** Sums `run` (its first page `first`) into fresh and the parent's into old. @returns how many of its pages the parent has sums for. */
+  sum(run: Buffer, first: number): number {
+    const count = run.length / this.pageSize;
+    if (this.fresh.length < count * this.spp) {
+      this.fresh = Buffer.alloc(count * this.spp);
+      this.old = Buffer.alloc(count * this.spp);
+    }
+    sumBlocks(run, this.unit, this.seed, this.fresh, 0);
+    return this.parent ? this.parent.readRun(first, count, this.old) : 0;
+  }
+  /**
+   * The numbers of the pages of `run` whose sums differ from, or are missing
+   * in, the parent's (fresh and old then hold the run's). A page is the same
+   * when each of its blocks' sums is.
+   * @returns them and how many of the run's pages the parent has sums for
+   */
+  changed(run: Buffer, first: number): { pages: number[]; known: number } {
+    const { spp } = this;
+    const count = run.length / this.pageSize;
+    const known = this.sum(run, first);
+    const pages: number[] = [];
+    for (let i = 0; i < count; i++) if (i >= known || this.fresh.compare(this.old, i * spp, (i + 1) * spp, i * spp, (i + 1) * spp) !== 0) pages.push(first + i);
+    return { pages, known };
+  }
+  /** Closes the parent's sums. */
+  close(): void {
+    this.parent?.close();
+  }
+}
+
 /** A new snapshot's sums made from its parent's: a copy, resized to `pageCount` pages, with the changed pages' set afresh. */
 export class NextSums {
   private readonly spp: number;

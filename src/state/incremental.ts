@@ -10,13 +10,14 @@ import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
 import { BtreeCensus } from "./btree.js";
 import { changedPagesFindings, hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
 import { ChangedPagesScan } from "./pagescan.js";
-import { changedIn, consecutiveRuns, DeltaWriter, hashesFrom, listedRunPages, PageHasher, PageKeyedHash, readListedPages, readPages, splitPage, usableBase, withPages, type DeltaBase, type PageIndex, type PageSource } from "./pages.js";
+import { changedIn, consecutiveRuns, DeltaWriter, hashesFrom, listedRunPages, PageDigest, PageHasher, pagesRoot, readListedPages, readPages, setHashes, splitPage, usableBase, withPages, type DeltaBase, type PageIndex, type PageSource, type SumsRef, type TailPart } from "./pages.js";
 import type { SecretFinding } from "./secrets.js";
 import type { InPlaceViews, DB } from "./sqlite.js";
 
 /** A database's pages that changed since its parent, written to `file`, with the new page index. */
 export interface Delta {
-  ix: PageIndex & { sha256: string; size: number };
+  /** the new page index and its pages root (what the manifest records for the rebuilt file) */
+  ix: PageIndex & { root: string; size: number };
   pages: number[];
   file: string;
   /** token-like values in the changed pages (the others were scanned when their snapshot was made) */
@@ -26,14 +27,22 @@ export interface Delta {
 }
 
 /** The manifest's record of a delta. */
-export const deltaMeta = (d: Delta) => ({ full_sha256: d.ix.sha256, full_size: d.ix.size, page_size: d.ix.pageSize, page_count: d.ix.pageCount, changed_pages: d.pages.length });
+export const deltaMeta = (d: Delta) => ({ full_pages_sha256: d.ix.root, full_size: d.ix.size, page_size: d.ix.pageSize, page_count: d.ix.pageCount, changed_pages: d.pages.length });
 
 /**
- * Of the keyed page hashes of an in-place read, the share made on the calling
- * thread, which also writes the delta of the changed pages among them (the
- * worker hashes the whole file besides).
+ * Of the pages of an in-place read, the share the calling thread reads (and
+ * digests, or sums), which also writes the delta of the changed pages among
+ * them and scans them for secrets; the worker reads the rest, and its changed
+ * pages are read again here (a few percent of the pages).
  */
-const MAIN_SHARE = 0.75;
+const MAIN_SHARE = 0.45;
+/**
+ * By block sums a page costs this thread ~1.7 times what it costs the worker
+ * (the changed pages' delta and scan, and the worker's changed pages read
+ * again here): a 1194 MiB database after the bench's 1% update, split half
+ * and half, kept this thread busy 1.0 s and the worker 0.5 s.
+ */
+const SUMS_MAIN_SHARE = 0.28;
 
 /**
  * The delta of one database against its parent's page index. Read in place,
@@ -59,7 +68,7 @@ class PageDelta {
     this.most = listedRunPages(snap.pageSize);
   }
 
-  /** A run just hashed here (`hashes`: its pages' keyed hashes): its changed pages, consecutive ones together. */
+  /** A run just digested here (`hashes`: its pages' digests): its changed pages, consecutive ones together. */
   hashed(run: Buffer, first: number, hashes: Buffer): void {
     this.add(run, first, changedIn(this.parent, this.snap.pageSize, hashes, first));
   }
@@ -78,7 +87,14 @@ class PageDelta {
     return changed;
   }
 
-  /** The pages from `first` on, hashed elsewhere (by the worker, or all of a copy): the changed ones are read and added. */
+  /** Pages found changed elsewhere (by the worker's sums; ascending, after those added so far): read and added. */
+  listed(changed: ArrayLike<number>): void {
+    const pages = Array.from(changed);
+    readListedPages(this.snap, pages, (run, first) => this.writer.add(run, first));
+    for (const p of pages) this.pages.push(p);
+  }
+
+  /** The pages from `first` on, digested elsewhere (by the worker, or all of a copy): the changed ones are read and added. */
   rest(first: number, hashes: Buffer): void {
     if (!hashes.length) return; // none: by sums, this thread read every page
     const changed = changedIn(this.parent, this.snap.pageSize, hashes, first);
@@ -112,18 +128,15 @@ export function writeDeltaOf(copy: string, name: string, ix: Delta["ix"], parent
 }
 
 /**
- * Reads every database in place (snapshotDatabases' InPlace callback): the
- * page index — the first pages' keyed hashes here, with the delta of those
- * that changed, the rest and the whole file's sha256 in a worker thread
- * reading the same descriptors —, the delta of the worker's changed pages,
- * the row counts from the pages both threads read, and the cursors and open
- * operations through the pinned connections (no integrity_check: the policy
- * did not ask for one). With this host's block sums of the parent, every page
- * is read here and the changed ones found by their sums (DeltaWriter.addChanged):
- * only those are keyed-hashed, the index keeps the parent's hashes of the
- * others, and the worker makes only the whole file's sha256 (a 1194 MiB
- * database after the bench's 1% update, 14,004 of 306,699 pages changed: the
- * incremental's CPU went from 3.2–3.5 s to 2.2–2.5 s).
+ * Reads every database in place (snapshotDatabases' InPlace callback), its
+ * first pages here and the rest in a worker thread reading the same
+ * descriptors: the page index — each page digested, or with this host's
+ * block sums of the parent only the pages whose sums differ (the others keep
+ * the parent's digests) —, the delta of the changed pages (those the worker
+ * found are read again here, as it hands them over), the pages root from the index (no read of the
+ * whole file for its sha256), the row counts from the pages both threads
+ * read, and the cursors and open operations through the pinned connections
+ * (no integrity_check: the policy did not ask for one).
  * @throws an I/O error naming the database and the file it failed on.
  */
 export async function deltasInPlace(
@@ -132,9 +145,30 @@ export async function deltasInPlace(
 ): Promise<{ deltas: Map<string, Delta>; inspected: InspectResult }> {
   const names = [...views.keys()];
   const bySums = new Set(names.filter((n) => usableBase(o.bases.get(n), views.get(n)!.snap.pageSize)));
-  // by sums, every page is read here: the worker makes only the whole file's sha256
-  const split = new Map(names.map((n) => [n, bySums.has(n) ? views.get(n)!.snap.pageCount : splitPage(views.get(n)!.snap.pageCount, views.get(n)!.snap.pageSize, MAIN_SHARE)]));
-  const tails = new Map(names.map((n) => [n, hashTailInWorker(views.get(n)!.snap.pinned(), o.key, split.get(n)!)]));
+  // the first pages are read here, the rest by the worker
+  const split = new Map(names.map((n) => [n, splitPage(views.get(n)!.snap.pageCount, views.get(n)!.snap.pageSize, bySums.has(n) ? SUMS_MAIN_SHARE : MAIN_SHARE)]));
+  const sumsOf = (n: string): SumsRef | undefined => {
+    const b = bySums.has(n) ? o.bases.get(n)! : undefined;
+    return b && { file: b.sums.file, seed: b.seed };
+  };
+  const open = new Map<string, PageDelta>();
+  const heads = new Map<string, PageIndex>();
+  // by sums, the pages the worker finds changed come in parts as it reads; each is taken in here when this thread is
+  // done with its own pages (their digests into the index, the pages read again into the delta) while the worker reads on
+  let abandoned = false;
+  const partFailed = new Map<string, unknown>();
+  const takePart = (n: string) => (part: TailPart) => {
+    const d = open.get(n);
+    const head = heads.get(n);
+    if (abandoned || partFailed.has(n) || !d || !head) return;
+    try {
+      setHashes(head.hashes, part.changed, part.hashes);
+      d.listed(part.changed);
+    } catch (e) {
+      partFailed.set(n, named(n, e));
+    }
+  };
+  const tails = new Map(names.map((n) => [n, hashTailInWorker(views.get(n)!.snap.pinned(), split.get(n)!, sumsOf(n), bySums.has(n) ? takePart(n) : undefined)]));
   for (const t of tails.values()) t.catch(() => undefined); // awaited below
   const fileOf = (n: string) => join(o.dir, `${n}.delta`);
   const named = (n: string, e: unknown) => {
@@ -148,28 +182,30 @@ export async function deltasInPlace(
       throw named(n, e);
     }
   };
-  const open = new Map<string, PageDelta>();
   try {
     const censuses = new Map(names.map((n) => [n, new BtreeCensus(views.get(n)!.snap.pageSize, views.get(n)!.snap.pageCount)]));
-    const heads = new Map<string, PageIndex>();
     for (const n of names) {
       const { snap } = views.get(n)!;
       const d = each(n, () => new PageDelta(snap, o.parents.get(n)!, o.bases.get(n) ?? null, fileOf(n), o.inspect.scan !== "off"));
       open.set(n, d);
       const census = censuses.get(n)!;
       if (bySums.has(n)) {
-        const one = new PageKeyedHash(o.key, snap.pageSize);
+        const one = new PageDigest(snap.pageSize);
         const hashes = hashesFrom(o.parents.get(n)!, snap.pageCount);
         each(n, () =>
-          readPages(snap, (run, first) => {
-            census.pages(run, first);
-            for (const p of d.summed(run, first)) one.into(run, p - first, hashes, p - 1);
-          }),
+          readPages(
+            snap,
+            (run, first) => {
+              census.pages(run, first);
+              for (const p of d.summed(run, first)) one.into(run, p - first, hashes, p - 1);
+            },
+            split.get(n)!,
+          ),
         );
         heads.set(n, { pageSize: snap.pageSize, pageCount: snap.pageCount, hashes });
         continue;
       }
-      const hasher = new PageHasher(o.key, snap.pageSize);
+      const hasher = new PageHasher(snap.pageSize);
       each(n, () =>
         readPages(
           snap,
@@ -183,9 +219,8 @@ export async function deltasInPlace(
       heads.set(n, hasher.index());
     }
     // the counts come from the pages both threads read (state/btree.ts); the cursors and open operations through the
-    // pinned connections. By sums this thread read every page: that runs while the worker finishes the sha256
+    // pinned connections
     const inspect = () => inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])), censuses);
-    const early = names.every((n) => bySums.has(n)) ? inspect() : null;
     const ixs = new Map<string, Delta["ix"]>();
     for (const n of names) {
       const v = views.get(n)!;
@@ -196,10 +231,18 @@ export async function deltasInPlace(
       censuses.get(n)!.merge(tail.census, split.get(n)! + 1);
       const head = heads.get(n)!;
       const tailHashes = Buffer.from(tail.hashes.buffer, tail.hashes.byteOffset, tail.hashes.byteLength);
-      ixs.set(n, { ...head, sha256: tail.sha256, size: v.snap.pageCount * v.snap.pageSize, pageCount: v.snap.pageCount, hashes: tailHashes.length ? Buffer.concat([head.hashes, tailHashes]) : head.hashes });
+      const shape = { size: v.snap.pageCount * v.snap.pageSize, pageSize: v.snap.pageSize, pageCount: v.snap.pageCount };
+      if (partFailed.has(n)) throw partFailed.get(n);
+      if (bySums.has(n)) {
+        // by sums: the worker's changed pages took their digests in the index begun from the parent's (takePart)
+        ixs.set(n, { ...shape, hashes: head.hashes, root: pagesRoot({ ...shape, hashes: head.hashes }) });
+        continue;
+      }
+      const hashes = tailHashes.length ? Buffer.concat([head.hashes, tailHashes]) : head.hashes;
+      ixs.set(n, { ...shape, hashes, root: pagesRoot({ ...shape, hashes }) });
       each(n, () => open.get(n)!.rest(split.get(n)! + 1, tailHashes));
     }
-    const inspected = early ?? inspect();
+    const inspected = inspect();
     const deltas = new Map<string, Delta>();
     for (const n of names) {
       deltas.set(n, each(n, () => open.get(n)!.finish(n, ixs.get(n)!, views.get(n)!.db)));
@@ -208,6 +251,7 @@ export async function deltasInPlace(
     return { deltas, inspected };
   } catch (e) {
     // the workers read these snapshots' descriptors: they finish before the snapshots are released
+    abandoned = true;
     await Promise.allSettled(tails.values());
     for (const d of open.values()) d.abandon();
     throw e;

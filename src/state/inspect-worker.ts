@@ -1,10 +1,9 @@
 /**
  * Worker-thread entry: inspectSnapshot of one snapshot per message (of a
  * copy, or of live databases in read transactions it opens at the caller's
- * instant), or the
- * sha256 of a pinned live snapshot's pages with the keyed hashes of its last
- * pages (an in-place incremental splits the hashing between two threads), for
- * as long as the process keeps the thread.
+ * instant), or the census and page digests of a pinned live snapshot's last
+ * pages (an in-place incremental splits its read between two threads), for as
+ * long as the process keeps the thread.
  */
 import Database from "better-sqlite3";
 import { parentPort } from "node:worker_threads";
@@ -30,7 +29,8 @@ parentPort!.on("message", (m: WorkerRequest) => {
       const own = (b?: Uint8Array) => (b && b.byteOffset === 0 && b.byteLength === b.buffer.byteLength ? [b.buffer as ArrayBuffer] : []);
       return parentPort!.postMessage({ ok: true, result }, result.dbs.flatMap((d) => own(d.index?.hashes)));
     }
-    const tail = hashTail(pinnedSource(m.pages), Buffer.from(m.key), m.from);
+    // each part's list of pages is its own: moved, not copied (its digests may share a pooled buffer: copied)
+    const tail = hashTail(pinnedSource(m.pages), m.from, m.sums, (part) => parentPort!.postMessage({ part }, [part.changed.buffer as ArrayBuffer]));
     // the census part's arrays are its own (slices): moved, not copied
     parentPort!.postMessage({ ok: true, result: tail }, [tail.census.kind.buffer, tail.census.cells.buffer, tail.census.links.buffer] as ArrayBuffer[]);
   } catch (e) {

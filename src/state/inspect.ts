@@ -12,7 +12,7 @@ import { ROOT } from "../version.js";
 import { namedSource, pinnedSource, type PinnedPages } from "./livesnap.js";
 import { BlockSummer, blockSeed } from "./blocks.js";
 import { BtreeCensus, type CensusPart } from "./btree.js";
-import { hashTail, PageHasher, readPages, withPages, type PageIndex, type PageSource } from "./pages.js";
+import { hashTail, PageHasher, readPages, withPages, type PageIndex, type PageSource, type SumsRef, type TailPart } from "./pages.js";
 import { PageScanner, scanFilePages } from "./pagescan.js";
 import { scanDatabase, type SecretFinding } from "./secrets.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "./sqlite.js";
@@ -100,7 +100,7 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, c
     if (d.indexKey)
       withPages(from, (src) => {
         const scanner = scan ? new PageScanner(src) : null;
-        const hasher = new PageHasher(Buffer.from(d.indexKey!), src.pageSize);
+        const hasher = new PageHasher(src.pageSize);
         const after = d.indexAfter ?? 0;
         const summer = d.sumsFile ? new BlockSummer(src.pageSize, blockSeed(Buffer.from(d.indexKey!)), d.sumsFile) : null;
         const counter = (census = new BtreeCensus(src.pageSize, src.pageCount));
@@ -168,7 +168,7 @@ const idle: Worker[] = [];
  * inspecting (the caller holds the write locks meanwhile, so it is the
  * caller's instant).
  */
-export type WorkerRequest = { kind: "inspect"; input: InspectInput; pin?: boolean } | { kind: "sha256"; pages: PinnedPages; key: Uint8Array; from: number };
+export type WorkerRequest = { kind: "inspect"; input: InspectInput; pin?: boolean } | { kind: "tail"; pages: PinnedPages; from: number; sums?: SumsRef };
 
 /**
  * Work on databases smaller than this runs on the calling thread: starting a
@@ -235,15 +235,17 @@ export async function inspectPinned(input: InspectInput, views: Map<string, DB>)
 const noop = () => undefined;
 
 /**
- * The sha256 of a pinned live snapshot's pages and the keyed hashes of its
- * pages after `from`, computed in a worker thread (on this one for small
- * databases; valid while the snapshot is held).
+ * hashTail of a pinned live snapshot's pages (the census and digests — all,
+ * or given the parent's sums those of the changed pages, handed to `onPart`
+ * as they come — of the pages after `from`), computed in a worker thread (on this one for
+ * small databases; valid while the snapshot is held).
  */
-export function hashTailInWorker(pages: PinnedPages, key: Buffer, from: number): Promise<{ sha256: string; hashes: Uint8Array; census: CensusPart }> {
+export function hashTailInWorker(pages: PinnedPages, from: number, sums?: SumsRef, onPart?: (p: TailPart) => void): Promise<TailResult> {
   return pages.pageCount * pages.pageSize < IN_THREAD_MAX && !idle.length
-    ? Promise.resolve().then(() => hashTail(pinnedSource(pages), key, from))
-    : inWorker<{ sha256: string; hashes: Uint8Array; census: CensusPart }>({ kind: "sha256", pages, key, from });
+    ? Promise.resolve().then(() => hashTail(pinnedSource(pages), from, sums, onPart))
+    : inWorker<TailResult>({ kind: "tail", pages, from, sums }, undefined, onPart && ((p: TailPart) => onPart({ changed: p.changed, hashes: Buffer.from(p.hashes.buffer, p.hashes.byteOffset, p.hashes.byteLength) })));
 }
+export type TailResult = { hashes: Uint8Array; census: CensusPart };
 
 /**
  * A new inspection worker. One that fails or stops while idle leaves the idle
@@ -257,7 +259,7 @@ function startWorker(): Worker {
   return w.on("error", gone).on("exit", gone);
 }
 
-function inWorker<T>(req: WorkerRequest, onPinned?: () => void): Promise<T> {
+function inWorker<T>(req: WorkerRequest, onPinned?: () => void, onPart?: (p: TailPart) => void): Promise<T> {
   const w = idle.pop() ?? startWorker();
   w.ref();
   return new Promise((resolve, reject) => {
@@ -267,9 +269,10 @@ function inWorker<T>(req: WorkerRequest, onPinned?: () => void): Promise<T> {
       w.unref();
       idle.push(w);
     };
-    const onMessage = (m: { ok: true; result: T } | { ok: false; code: number; message: string } | { pinned: true } | { loaded: true }) => {
+    const onMessage = (m: { ok: true; result: T } | { ok: false; code: number; message: string } | { pinned: true } | { loaded: true } | { part: TailPart }) => {
       if ("loaded" in m) return; // its start-up is done (warmInspection)
       if ("pinned" in m) return onPinned?.();
+      if ("part" in m) return onPart?.(m.part);
       settle(true);
       if (m.ok) resolve(m.result);
       else reject(new AgentbakError(m.code as 1, m.message));

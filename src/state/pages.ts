@@ -1,23 +1,31 @@
 /**
  * Page-level incrementals for SQLite snapshots.
  *
- * A page index holds a keyed hash (SHA-256 of key ‖ page, first 16 bytes; pages
- * have a fixed length, so length extension does not apply) of every page
- * of a snapshot copy, so a later backup finds changed pages without the
- * parent's payload and without revealing page contents. A delta holds the
- * changed pages; applying it to the parent's database rebuilds the whole file,
- * whose sha256 the manifest records.
+ * A page index holds the digest of every page of a snapshot (the first 16
+ * bytes of the page's SHA-256), so a later backup finds changed pages without
+ * the parent's payload. As stored in the repository each digest is encrypted
+ * on its own (AES-128 of the one 16-byte block, under a key derived from this
+ * host's page-index key): equal pages still compare equal, and nothing about
+ * a page can be told or guessed from it without the key. A delta holds the
+ * changed pages; applying it to the parent's database rebuilds the whole file.
+ * The manifest records that file's pages root (pagesRoot: SHA-256 over the
+ * page size, the page count and every page's digest): an incremental keeps the
+ * parent's digests of the pages that did not change and digests only the ones
+ * that did, rather than reading the whole database again for its sha256.
  */
-import { createHash, hash, randomBytes } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHash, hash, randomBytes } from "node:crypto";
 import { closeSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
 import { writeAll, writeFileAtomic } from "../fsutil.js";
 import { BtreeCensus, type CensusPart } from "./btree.js";
-import { blockSize, NextSums, sumBlocks, sumsPerPage, type ParentSums } from "./blocks.js";
+import { blockSize, NextSums, ParentSums, SumsDiff, sumsPerPage } from "./blocks.js";
 
-const INDEX_MAGIC = Buffer.from("AGBKPIX1");
+/** A whole index, and an incremental's changes to its parent's (encrypted digests; the keyed hashes of earlier builds were PIX1/PIX2) */
+const INDEX_MAGIC = Buffer.from("AGBKPXW3");
 const DELTA_MAGIC = Buffer.from("AGBKDLT1");
 const HASH_BYTES = 16;
+/** The sums of a delta written without a parent's (never read: no page of it is known) */
+const NO_SUMS = Buffer.alloc(0);
 
 /** The page-index key for this backup host (AGENTBAK_HOME/page-index-key), created on first use. */
 export function pageIndexKey(home: string): Buffer {
@@ -41,42 +49,30 @@ export function headerPageSize(fd: number): number {
   return v === 1 ? 65536 : v;
 }
 
-/** The keyed hash of one page at a time, into an index's hashes: one scratch buffer and the one-shot hash, no per-page objects. */
-export class PageKeyedHash {
-  private readonly scratch: Buffer;
-  constructor(
-    private readonly key: Buffer,
-    readonly pageSize: number,
-  ) {
-    this.scratch = Buffer.alloc(key.length + pageSize);
-    key.copy(this.scratch, 0);
-  }
+/** The digest of one page at a time, into an index's hashes: the one-shot hash, no per-page objects. */
+export class PageDigest {
+  constructor(readonly pageSize: number) {}
 
-  /** Hashes the `i`th page of `buf` into entry `j` of `out`. */
+  /** The digest of the `i`th page of `buf` into entry `j` of `out`. */
   into(buf: Buffer, i: number, out: Buffer, j: number): void {
-    buf.copy(this.scratch, this.key.length, i * this.pageSize, (i + 1) * this.pageSize);
-    (hash("sha256", this.scratch, "buffer") as unknown as Buffer).copy(out, j * HASH_BYTES, 0, HASH_BYTES);
+    (hash("sha256", buf.subarray(i * this.pageSize, (i + 1) * this.pageSize), "buffer") as unknown as Buffer).copy(out, j * HASH_BYTES, 0, HASH_BYTES);
   }
 }
 
-/** Keyed hashes of whole pages, fed a run of pages at a time. */
+/** Digests of whole pages, fed a run of pages at a time. */
 export class PageHasher {
   private readonly parts: Buffer[] = [];
-  private readonly one: PageKeyedHash;
+  private readonly one: PageDigest;
   private pages = 0;
-  constructor(
-    key: Buffer,
-    readonly pageSize: number,
-  ) {
-    this.one = new PageKeyedHash(key, pageSize);
+  constructor(readonly pageSize: number) {
+    this.one = new PageDigest(pageSize);
   }
 
-  /** Hashes the whole pages in `buf` (its length must be a multiple of the page size). @returns their hashes, in order. */
+  /** Digests the whole pages in `buf` (its length must be a multiple of the page size). @returns their digests, in order. */
   update(buf: Buffer): Buffer {
     const n = buf.length / this.pageSize;
     if (!Number.isInteger(n)) throw new Error(`database file size is not a multiple of its page size (${this.pageSize})`);
     const hashes = Buffer.alloc(n * HASH_BYTES);
-    // 300k Hmac objects per GiB held ~100 MiB of native memory until GC: one scratch buffer instead (PageKeyedHash)
     for (let i = 0; i < n; i++) this.one.into(buf, i, hashes, i);
     this.parts.push(hashes);
     this.pages += n;
@@ -88,11 +84,37 @@ export class PageHasher {
   }
 }
 
+/**
+ * The digest the manifest records for a database rebuilt from a delta: SHA-256
+ * over a label, the page size and page count (32-bit big-endian) and every
+ * page's digest in page order.
+ */
+export function pagesRoot(ix: PageIndex): string {
+  const head = Buffer.alloc(8);
+  head.writeUInt32BE(ix.pageSize, 0);
+  head.writeUInt32BE(ix.pageCount, 4);
+  return createHash("sha256").update("agentbak database pages 1\0").update(head).update(ix.hashes.subarray(0, ix.pageCount * HASH_BYTES)).digest("hex");
+}
+
+/** The pages root of a database file (read whole). */
+export function filePagesRoot(path: string): string {
+  return withPages(path, (src) => {
+    const hasher = new PageHasher(src.pageSize);
+    readPages(src, (run) => void hasher.update(run));
+    return pagesRoot(hasher.index());
+  });
+}
+
 /** A new index's hashes for `pageCount` pages, starting as a copy of the parent's (pages past its end are zero: to be hashed). */
 export function hashesFrom(parent: PageIndex, pageCount: number): Buffer {
   const out = Buffer.alloc(pageCount * HASH_BYTES);
   parent.hashes.copy(out, 0, 0, Math.min(parent.pageCount, pageCount) * HASH_BYTES);
   return out;
+}
+
+/** Puts the keyed hashes of `pages` (`hashes`, in that order) into an index's `into`. */
+export function setHashes(into: Buffer, pages: ArrayLike<number>, hashes: Buffer): void {
+  for (let i = 0; i < pages.length; i++) hashes.copy(into, (pages[i]! - 1) * HASH_BYTES, i * HASH_BYTES, (i + 1) * HASH_BYTES);
 }
 
 /** Pages of a database as of one instant: a pinned live snapshot (state/livesnap.ts) read in place. */
@@ -148,93 +170,166 @@ export function withPages<T>(from: string | PageSource, f: (src: PageSource) => 
 const readRunPages = (pageSize: number) => Math.max(1, Math.floor((4 << 20) / pageSize));
 
 /**
- * Reads pages 1..`last` (default all) in runs of whole pages (about 4 MiB
+ * Reads pages `start`..`last` (default all) in runs of whole pages (about 4 MiB
  * each), calling `each` with each run and its first page's number.
  */
-export function readPages(src: PageSource, each: (run: Buffer, first: number, pageSize: number) => void, last = src.pageCount): void {
+export function readPages(src: PageSource, each: (run: Buffer, first: number, pageSize: number) => void, last = src.pageCount, start = 1): void {
   const ps = src.pageSize;
   const buf = Buffer.allocUnsafe(readRunPages(ps) * ps);
-  for (const [p, n] of pageRuns(ps, Math.min(last, src.pageCount), 4 << 20)) {
+  for (const [p, n] of pageRuns(ps, Math.min(last, src.pageCount), 4 << 20, start)) {
     src.read(p, n, buf);
     each(buf.subarray(0, n * ps), p, ps);
   }
 }
 
-/** Runs of whole pages of about `bytes` each covering pages 1..`last`: [first page, page count]. */
-export function* pageRuns(pageSize: number, last: number, bytes: number): Generator<[number, number]> {
+/** Runs of whole pages of about `bytes` each covering pages `start`..`last`: [first page, page count]. */
+export function* pageRuns(pageSize: number, last: number, bytes: number, start = 1): Generator<[number, number]> {
   const per = Math.max(1, Math.floor(bytes / pageSize));
-  for (let p = 1; p <= last; p += per) yield [p, Math.min(per, last - p + 1)];
+  for (let p = start; p <= last; p += per) yield [p, Math.min(per, last - p + 1)];
 }
 
-/** Reads a database once (a file, or a pinned snapshot's pages): keyed page hashes and the whole file's sha256. */
-export function indexPages(from: string | PageSource, key: Buffer): PageIndex & { sha256: string; size: number } {
+/** Reads a database once (a file, or a pinned snapshot's pages): its page index and pages root. */
+export function indexPages(from: string | PageSource): PageIndex & { root: string; size: number } {
   return withPages(from, (src) => {
-    const hasher = new PageHasher(key, src.pageSize);
-    const h = createHash("sha256");
-    let size = 0;
-    readPages(src, (run) => {
-      hasher.update(run);
-      h.update(run);
-      size += run.length;
-    });
-    return { ...hasher.index(), sha256: h.digest("hex"), size };
+    const hasher = new PageHasher(src.pageSize);
+    readPages(src, (run) => void hasher.update(run));
+    const ix = hasher.index();
+    return { ...ix, root: pagesRoot(ix), size: ix.pageCount * ix.pageSize };
   });
 }
+
+/** The parent's block sums an in-place scan compares pages with: this host's file of them, and their seed. */
+export interface SumsRef {
+  file: string;
+  seed: [number, number];
+}
+
+/** Of the pages a tail read finds changed by their sums: their numbers (ascending) and digests (in that order). */
+export interface TailPart {
+  changed: Uint32Array;
+  hashes: Buffer;
+}
+
+/** Bytes of pages a tail read covers between the parts it hands over (the caller takes each in while the read goes on). */
+const PART_BYTES = 32 << 20;
 
 /**
- * The whole sha256 of a pinned snapshot's pages, and the keyed hashes of its
- * pages after `from` (the caller hashes the ones before, in another thread),
- * with the census of those pages (to merge into the caller's).
+ * Of a pinned snapshot's pages after `from` (the caller reads the ones
+ * before, in another thread), the census (to merge into the caller's) and the
+ * digests: of every one (`hashes`), or — given the parent's block sums — of
+ * those whose sums differ, handed to `onPart` as the read goes (about every
+ * PART_BYTES of pages, in page order; the others keep the parent's digests).
+ * Sums that can not be read find every page changed.
  */
-export function hashTail(src: PageSource, key: Buffer, from: number): { sha256: string; hashes: Buffer; census: CensusPart } {
-  const h = createHash("sha256");
-  const hasher = new PageHasher(key, src.pageSize);
-  const census = new BtreeCensus(src.pageSize, src.pageCount);
-  readPages(src, (run, first, ps) => {
-    h.update(run);
-    const skip = Math.max(0, from - first + 1);
-    if (skip * ps < run.length) {
-      hasher.update(run.subarray(skip * ps));
-      census.pages(run.subarray(skip * ps), first + skip);
-    }
-  });
-  return { sha256: h.digest("hex"), hashes: hasher.index().hashes, census: census.part(from + 1, src.pageCount) };
+export function hashTail(src: PageSource, from: number, sums?: SumsRef, onPart?: (p: TailPart) => void): { hashes: Buffer; census: CensusPart } {
+  const ps = src.pageSize;
+  const hasher = new PageHasher(ps);
+  const census = new BtreeCensus(ps, src.pageCount);
+  const diff = sums ? new SumsDiff(openParentSums(sums.file, ps), sums.seed, ps) : null;
+  const one = new PageDigest(ps);
+  let changed: number[] = [];
+  let parts: Buffer[] = [];
+  let read = 0;
+  const hand = () => {
+    if (changed.length) onPart!({ changed: Uint32Array.from(changed), hashes: Buffer.concat(parts) });
+    changed = [];
+    parts = [];
+    read = 0;
+  };
+  try {
+    readPages(
+      src,
+      (run, first) => {
+        census.pages(run, first);
+        if (!diff) return void hasher.update(run);
+        const { pages } = diff.changed(run, first);
+        const out = Buffer.allocUnsafe(pages.length * HASH_BYTES);
+        pages.forEach((p, i) => one.into(run, p - first, out, i));
+        parts.push(out);
+        for (const p of pages) changed.push(p);
+        if ((read += run.length) >= PART_BYTES) hand();
+      },
+      src.pageCount,
+      from + 1,
+    );
+    if (diff) hand();
+  } finally {
+    diff?.close();
+  }
+  return { hashes: hasher.index().hashes, census: census.part(from + 1, src.pageCount) };
 }
 
-/** Where an in-place index splits its keyed hashing between two threads: a run boundary about `share` into the file. */
+/** A parent's sums file opened for reading, or null when it can not be (its pages are then all found changed). */
+function openParentSums(file: string, pageSize: number): ParentSums | null {
+  let fd: number;
+  try {
+    fd = openSync(file, "r");
+  } catch {
+    return null;
+  }
+  try {
+    return new ParentSums(file, fd, pageSize);
+  } catch {
+    closeSync(fd);
+    return null;
+  }
+}
+
+/** Where an in-place read splits its pages between two threads: a run boundary about `share` into the file. */
 export function splitPage(pageCount: number, pageSize: number, share: number): number {
   const per = readRunPages(pageSize);
   return Math.min(pageCount, Math.round((pageCount * share) / per) * per);
 }
 
-/** Serialises a page index. */
-export function encodeIndex(ix: PageIndex): Buffer {
+/** The key the stored digests are encrypted under, from this host's page-index key. */
+const indexCipherKey = (key: Buffer) => createHash("sha256").update("agentbak page index digests\0").update(key).digest().subarray(0, 16);
+
+/** Each 16-byte digest of `digests` encrypted (or decrypted) on its own: AES-128 of one block each (ECB, no padding). */
+function sealDigests(key: Buffer, digests: Buffer, open = false): Buffer {
+  if (!digests.length) return Buffer.alloc(0);
+  const c = (open ? createDecipheriv : createCipheriv)("aes-128-ecb", indexCipherKey(key), null).setAutoPadding(false);
+  const out = c.update(digests);
+  c.final(); // nothing more: whole blocks, no padding
+  return out;
+}
+
+/** Serialises a page index as stored (its digests encrypted under `key`, this host's page-index key). */
+export function encodeIndex(ix: PageIndex, key: Buffer): Buffer {
   const h = Buffer.alloc(16);
   INDEX_MAGIC.copy(h, 0);
   h.writeUInt32BE(ix.pageSize, 8);
   h.writeUInt32BE(ix.pageCount, 12);
-  return Buffer.concat([h, ix.hashes]);
+  return Buffer.concat([h, sealDigests(key, ix.hashes.subarray(0, ix.pageCount * HASH_BYTES))]);
 }
 
-/** Parses a page index. @throws Error when malformed. */
-export function decodeIndex(b: Buffer): PageIndex {
+/** A stored whole index's page size and count. @throws Error when malformed. */
+function indexHead(b: Buffer): Omit<PageIndex, "hashes"> {
   if (b.length < 16 || !b.subarray(0, 8).equals(INDEX_MAGIC)) throw new Error("not a page index");
   const pageSize = b.readUInt32BE(8);
   const pageCount = b.readUInt32BE(12);
   if (b.length !== 16 + pageCount * HASH_BYTES) throw new Error("page index length does not match its page count");
-  return { pageSize, pageCount, hashes: b.subarray(16) };
+  return { pageSize, pageCount };
 }
 
-const CHANGES_MAGIC = Buffer.from("AGBKPIX2");
+/**
+ * Parses a stored page index (its digests decrypted under `key`; an index
+ * another host stored decrypts to digests no page has: every page differs).
+ * @throws Error when malformed.
+ */
+export function decodeIndex(b: Buffer, key: Buffer): PageIndex {
+  return { ...indexHead(b), hashes: sealDigests(key, b.subarray(16), true) };
+}
+
+const CHANGES_MAGIC = Buffer.from("AGBKPXC3");
 
 /**
  * An incremental's page index as stored: the entries that changed since its
  * parent's index (header: magic, page size, page count, entry count; the
- * parent snapshot's id, u16 length and bytes; then u32 page number and hash
- * per entry), about 20 bytes per changed page instead of 16 per page. The
- * manifest signs the whole index (encodeIndex) rebuilt from it.
+ * parent snapshot's id, u16 length and bytes; then u32 page number and
+ * encrypted digest per entry), about 20 bytes per changed page instead of 16
+ * per page. The manifest signs the whole index (encodeIndex) rebuilt from it.
  */
-export function encodeIndexChanges(ix: PageIndex, pages: number[], parentId: string): Buffer {
+export function encodeIndexChanges(ix: PageIndex, pages: number[], parentId: string, key: Buffer): Buffer {
   const id = Buffer.from(parentId);
   const h = Buffer.alloc(20 + 2 + id.length);
   CHANGES_MAGIC.copy(h, 0);
@@ -243,10 +338,13 @@ export function encodeIndexChanges(ix: PageIndex, pages: number[], parentId: str
   h.writeUInt32BE(pages.length, 16);
   h.writeUInt16BE(id.length, 20);
   id.copy(h, 22);
+  const mine = Buffer.alloc(pages.length * HASH_BYTES);
+  pages.forEach((p, i) => ix.hashes.copy(mine, i * HASH_BYTES, (p - 1) * HASH_BYTES, p * HASH_BYTES));
+  const sealed = sealDigests(key, mine);
   const body = Buffer.alloc(pages.length * (4 + HASH_BYTES));
   pages.forEach((p, i) => {
     body.writeUInt32BE(p, i * (4 + HASH_BYTES));
-    ix.hashes.copy(body, i * (4 + HASH_BYTES) + 4, (p - 1) * HASH_BYTES, p * HASH_BYTES);
+    sealed.copy(body, i * (4 + HASH_BYTES) + 4, i * HASH_BYTES, (i + 1) * HASH_BYTES);
   });
   return Buffer.concat([h, body]);
 }
@@ -260,7 +358,7 @@ export function indexParent(b: Buffer): string | null {
 
 /**
  * A whole index (encodeIndex) with stored changes (encodeIndexChanges)
- * applied, oldest first: the whole index of the newest snapshot of the chain.
+ * applied (as stored: the digests stay encrypted, each on its own), oldest first: the whole index of the newest snapshot of the chain.
  * One buffer for the chain: `whole` itself (the caller's own; changed in
  * place) when no link has more pages, else one of the largest page count (a
  * fresh buffer per link, and a Buffer.copy per 16-byte entry, were 108 of
@@ -268,7 +366,7 @@ export function indexParent(b: Buffer): string | null {
  * @throws Error when malformed.
  */
 export function applyIndexChain(whole: Buffer, changes: Buffer[]): Buffer {
-  const base = decodeIndex(whole);
+  const base = indexHead(whole);
   let count = base.pageCount;
   for (const c of changes) {
     if (c.length < 22 || c.length !== 22 + c.readUInt16BE(20) + c.readUInt32BE(16) * (4 + HASH_BYTES)) throw new Error("page index changes length does not match their count");
@@ -298,7 +396,7 @@ export function applyIndexChain(whole: Buffer, changes: Buffer[]): Buffer {
   return out.subarray(0, 16 + count * HASH_BYTES);
 }
 
-/** Of the pages whose keyed hashes are `hashes` (of `pageSize`, the first page `first`), the numbers of those that differ from (or are missing in) `base`. */
+/** Of the pages whose digests are `hashes` (of `pageSize`, the first page `first`), the numbers of those that differ from (or are missing in) `base`. */
 export function changedIn(base: PageIndex, pageSize: number, hashes: Buffer, first: number): number[] {
   const n = hashes.length / HASH_BYTES;
   if (base.pageSize !== pageSize) return Array.from({ length: n }, (_, i) => first + i);
@@ -338,9 +436,8 @@ export class DeltaWriter {
   private readonly per: number;
   private readonly spp: number;
   private readonly next: NextSums | null;
-  /** a run's sums and the parent's sums of its pages (grown to the longest run) */
-  private fresh = Buffer.alloc(0);
-  private old = Buffer.alloc(0);
+  /** a run's sums and the parent's sums of its pages */
+  private readonly diff: SumsDiff | null;
   private readonly recs: Buffer;
   private readonly head = Buffer.alloc(20);
   private dst: number | null = null;
@@ -359,6 +456,7 @@ export class DeltaWriter {
     this.per = ps / this.unit;
     this.spp = sumsPerPage(ps);
     this.next = this.b && new NextSums(this.b.sums, this.b.out, ix.pageCount);
+    this.diff = this.b && new SumsDiff(this.b.sums, this.b.seed, ps);
     try {
       this.dst = openSync(out, "wx", 0o600);
       DELTA_MAGIC.copy(this.head, 0);
@@ -392,30 +490,21 @@ export class DeltaWriter {
   addChanged(run: Buffer, first: number): number[] {
     const { spp } = this;
     const ps = this.ix.pageSize;
-    const count = run.length / ps;
-    const known = this.sum(run, first); // (may grow fresh and old: read through this below)
-    const changed: number[] = [];
-    for (let i = 0; i < count; i++) if (i >= known || this.fresh.compare(this.old, i * spp, (i + 1) * spp, i * spp, (i + 1) * spp) !== 0) changed.push(first + i);
-    for (const [p, k] of consecutiveRuns(changed, count)) this.put(run.subarray((p - first) * ps, (p - first + k) * ps), p, Math.max(0, known - (p - first)), (p - first) * spp);
+    const { pages: changed, known } = this.diff ? this.diff.changed(run, first) : { pages: Array.from({ length: run.length / ps }, (_, i) => first + i), known: 0 };
+    for (const [p, k] of consecutiveRuns(changed, run.length / ps)) this.put(run.subarray((p - first) * ps, (p - first + k) * ps), p, Math.max(0, known - (p - first)), (p - first) * spp);
     return changed;
   }
 
-  /** The sums of a run and the parent's of its pages, into fresh and old. @returns how many of its pages the parent has sums for. */
+  /** The sums of a run and the parent's of its pages, into the diff's fresh and old. @returns how many of its pages the parent has sums for. */
   private sum(run: Buffer, first: number): number {
-    const { b, spp } = this;
-    if (!b) return 0;
-    const count = run.length / this.ix.pageSize;
-    if (this.fresh.length < count * spp) {
-      this.fresh = Buffer.alloc(count * spp);
-      this.old = Buffer.alloc(count * spp);
-    }
-    sumBlocks(run, this.unit, b.seed, this.fresh, 0);
-    return b.sums.readRun(first, count, this.old);
+    return this.diff ? this.diff.sum(run, first) : 0;
   }
 
   /** Writes the changed units of `pagesRead` (its first page `first`, its sums at `at` in fresh and old; the parent has sums for its first `known` pages). */
   private put(pagesRead: Buffer, first: number, known: number, at: number): void {
-    const { b, per, unit, spp, fresh, old, recs } = this;
+    const { b, per, unit, spp, recs } = this;
+    const fresh = this.diff?.fresh ?? NO_SUMS;
+    const old = this.diff?.old ?? NO_SUMS;
     const ps = this.ix.pageSize;
     const count = pagesRead.length / ps;
     this.onRun?.(pagesRead, first);
