@@ -16,6 +16,7 @@ import { join } from "node:path";
 import { json, makeAgent, SNAPS, STORE, type TestAgent } from "./helpers.js";
 import { manifestOf } from "./craft.js";
 import { blockSeed, pageSums } from "../src/state/blocks.js";
+import { pageIndexKey } from "../src/state/pages.js";
 
 let a: TestAgent;
 const live = () => join(a.dir, "state/agent.sqlite");
@@ -104,6 +105,43 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     const next = json(await a.run(["backup", "--incremental", "--json"]));
     expect(next).toMatchObject({ kind: "incremental", parent: inc.snapshot_id });
     expect(await restored(next.snapshot_id)).toBe(await dump(live()));
+  });
+
+  it("sums that collide keep the parent's bytes in a by-sums incremental (the pages root can not see it); the next integrity-checked incremental writes those pages whole", async () => {
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    const before = JSON.stringify(cfg);
+    // link 1 of a chain is read in place by sums, link 2 is copied, digested page by page and integrity-checked
+    cfg.incremental = { enabled: true, fullEvery: 10, integrityEvery: 2 };
+    writeFileSync(a.config, JSON.stringify(cfg));
+    try {
+      const full = json(await a.run(["backup", "--no-incremental", "--json"]));
+      const stale = await dump(live());
+      // the same length, so the file keeps its page count (the parent's sums must cover every page)
+      const db = new Database(live());
+      db.prepare("UPDATE messages SET content = upper(content) WHERE id % 97 = 0").run();
+      db.pragma("wal_checkpoint(TRUNCATE)");
+      db.close();
+      const want = await dump(live());
+      expect(want).not.toBe(stale);
+      // every page's sums made to match its new bytes: as if every changed block's sum had collided
+      const [file] = sumsFiles();
+      expect(file).toContain(full.snapshot_id);
+      const bytes = readFileSync(live());
+      const seed = blockSeed(pageIndexKey(a.home));
+      const sums = Buffer.concat(Array.from({ length: bytes.length / 4096 }, (_, i) => pageSums(bytes.subarray(i * 4096, (i + 1) * 4096), seed)));
+      expect(sums.length).toBe(statSync(file!).size);
+      writeFileSync(file!, sums);
+      const blind = json(await a.run(["backup", "--incremental", "--json"]));
+      expect(blind).toMatchObject({ kind: "incremental", parent: full.snapshot_id, databases_read: "in-place" });
+      // what the sums decide is what the chain holds: the parent's pages, and a pages root that matches them
+      expect(await restored(blind.snapshot_id)).toBe(stale);
+      const checked = json(await a.run(["backup", "--incremental", "--json"]));
+      expect(checked).toMatchObject({ kind: "incremental", parent: blind.snapshot_id, databases_read: "copy" });
+      // the pages whose digests differ from the index went in whole, though their sums still matched
+      expect(await restored(checked.snapshot_id)).toBe(want);
+    } finally {
+      writeFileSync(a.config, before);
+    }
   });
 
   it("sums that can not be written cost bytes, never a backup: nothing is left behind and every snapshot restores", async () => {

@@ -508,10 +508,16 @@ export class DeltaWriter {
     const ps = this.ix.pageSize;
     const count = pagesRead.length / ps;
     this.onRun?.(pagesRead, first);
-    for (let i = 0; i < count; i++)
+    for (let i = 0; i < count; i++) {
+      // a page given as changed whose every block's sum matches (its digest differed: the sums collided) goes in whole
+      let same = i < known;
+      for (let j = 0; same && j < per; j++) {
+        const o = at + i * spp + j * (spp / per);
+        same = fresh.compare(old, o, o + spp / per, o, o + spp / per) === 0;
+      }
       for (let j = 0; j < per; j++) {
         const o = at + i * spp + j * (spp / per);
-        if (i < known && fresh.compare(old, o, o + spp / per, o, o + spp / per) === 0) continue;
+        if (!same && i < known && fresh.compare(old, o, o + spp / per, o, o + spp / per) === 0) continue;
         if (this.filled === recs.length) {
           writeAll(this.dst!, recs);
           this.filled = 0;
@@ -521,6 +527,7 @@ export class DeltaWriter {
         this.filled += 4 + unit;
         this.n++;
       }
+    }
     if (b) this.next!.setRun(first, fresh.subarray(at), count);
   }
 
