@@ -16,7 +16,7 @@ export const FORMAT = "agentbak-bundle";
 /**
  * The version this tool writes. 2 added `payload.chunks`, 3 `layout_padding`:
  * a tool that knows only an older one refuses a newer bundle as newer
- * (exit 14) rather than as an invalid manifest (13). Versions 1 and 2 are
+ * (exit 14) rather than as an invalid manifest (13). Versions 1 to 3 are
  * still read.
  */
 export const FORMAT_VERSION = 4;

@@ -9,12 +9,14 @@
  * changes.
  *
  * The sums never leave this host (the live database is here too), so they are
- * a fast non-cryptographic hash rather than the page index's keyed SHA-256
- * (4.4 GB/s on one core here, against 0.8 GB/s for the keyed page hashes):
+ * a fast non-cryptographic hash rather than the page index's SHA-256
+ * (4.4 GB/s on one core here, against ~0.85 GB/s for the page digests):
  * two 32-bit lanes, each fed every word (a change to one word always changes
- * both lanes), seeded from the host's page-index key. A sum that wrongly
- * matched would drop a changed block from the delta; the rebuilt file's
- * sha256, which the manifest signs, then fails at restore, verify and drill.
+ * both lanes), seeded from the host's page-index key. They decide which
+ * pages changed: a sum that wrongly matched keeps the parent's bytes of that
+ * block in the chain, and the pages root the manifest signs (made from the
+ * parent's digests of the pages found unchanged) can not see it (README,
+ * "Incremental").
  * The sums of a snapshot are used only by an incremental whose parent is
  * that very snapshot with those very database bytes; anything else (another
  * host, a lost cache, a compacted parent) writes whole changed pages.
@@ -171,6 +173,21 @@ export class ParentSums {
     this.spp = sumsPerPage(pageSize);
     this.pageCount = fstatSync(fd).size / this.spp;
   }
+  /** The sums in `file` for pages of `pageSize`, or null when it can not be opened or read (a cache: then not used). */
+  static open(file: string, pageSize: number): ParentSums | null {
+    let fd: number;
+    try {
+      fd = openSync(file, "r");
+    } catch {
+      return null;
+    }
+    try {
+      return new ParentSums(file, fd, pageSize);
+    } catch {
+      closeSync(fd);
+      return null;
+    }
+  }
   /**
    * The sums of pages first..first+n-1 (1-based) into `out`.
    * @returns how many of those pages, from `first` on, have sums here (0 when they can not be read: the pages'
@@ -315,20 +332,9 @@ export class BlockSumsStore {
 
   /** The sums of `snapshotId`'s database of `sha256` with `pageCount` pages of `pageSize`, if this host kept them. */
   open(snapshotId: string, sha256: string, pageSize: number, pageCount: number): ParentSums | null {
-    const file = this.name(snapshotId, sha256, pageSize);
-    let fd: number;
-    try {
-      fd = openSync(file, "r");
-    } catch {
-      return null;
-    }
-    try {
-      const s = new ParentSums(file, fd, pageSize);
-      if (s.pageCount === pageCount) return s;
-    } catch {
-      /* unreadable: not used */
-    }
-    closeSync(fd);
+    const s = ParentSums.open(this.name(snapshotId, sha256, pageSize), pageSize);
+    if (s?.pageCount === pageCount) return s;
+    s?.close();
     return null;
   }
 

@@ -158,10 +158,12 @@ export async function deltasInPlace(
   let abandoned = false;
   const partFailed = new Map<string, unknown>();
   const takePart = (n: string) => (part: TailPart) => {
-    const d = open.get(n);
-    const head = heads.get(n);
-    if (abandoned || partFailed.has(n) || !d || !head) return;
+    if (abandoned || partFailed.has(n)) return;
     try {
+      // parts are taken at this thread's awaits, after its own pages: a part with nowhere to go would be pages lost
+      const d = open.get(n);
+      const head = heads.get(n);
+      if (!d || !head) throw new Error(`internal error: pages ${part.changed[0]}.. of database ${n} came before its delta was begun`);
       setHashes(head.hashes, part.changed, part.hashes);
       d.listed(part.changed);
     } catch (e) {
