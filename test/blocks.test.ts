@@ -144,6 +144,26 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     }
   });
 
+  it("two hosts with their own page-index keys take turns: each builds an incremental on the other's snapshot (every page taken as changed), exit 0, no warning", async () => {
+    const full = json(await a.run(["backup", "--no-incremental", "--json"]));
+    // host B: the same keys to sign and encrypt, its own page-index key and no cache
+    const homeB = join(a.tmp, `home-b-${randomBytes(3).toString("hex")}`);
+    cpSync(a.home, homeB, { recursive: true });
+    rmSync(join(homeB, "cache"), { recursive: true, force: true });
+    writeFileSync(join(homeB, "page-index-key"), randomBytes(32).toString("hex") + "\n");
+    edit();
+    const b = await a.run(["backup", "--incremental", "--json"], { AGENTBAK_HOME: homeB });
+    expect(b.code, b.stderr).toBe(0);
+    expect(json(b)).toMatchObject({ kind: "incremental", parent: full.snapshot_id, full_reason: null, warnings: [] });
+    // A's key can not read the index B sealed: A too takes every page as changed, and both restore the live state
+    edit();
+    const back = await a.run(["backup", "--incremental", "--json"]);
+    expect(back.code, back.stderr).toBe(0);
+    expect(json(back)).toMatchObject({ kind: "incremental", parent: json(b).snapshot_id, warnings: [] });
+    expect(deltaBytes(json(back).path)).toBeGreaterThan(statSync(live()).size * 0.9); // whole: not the changed pages alone
+    expect(await restored(json(back).snapshot_id)).toBe(await dump(live()));
+  });
+
   it("sums that can not be written cost bytes, never a backup: nothing is left behind and every snapshot restores", async () => {
     // the agent's sums folder made impossible: a file where the folder goes
     const full0 = json(await a.run(["backup", "--no-incremental", "--json"]));
@@ -180,13 +200,13 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     const { applyIndexChain, decodeIndex, indexPages, pageIndexKey, pagesRoot } = await import("../src/state/pages.js");
     const key = pageIndexKey(a.home);
     const stored = (id: string) => readFileSync(join(a.repo, SNAPS, `${id}.state.pageindex`));
-    const rebuilt = decodeIndex(applyIndexChain(stored(ids[0]!), ids.slice(1).map(stored)), key);
+    const rebuilt = decodeIndex(applyIndexChain(stored(ids[0]!), ids.slice(1).map(stored)), key)!;
     const target = join(a.tmp, "r-index");
     expect([0, 3]).toContain((await a.run(["restore", ids.at(-1)!, "--target", target, "--yes", "--allow-rollback", "--integrity", "digest"])).code);
     const actual = indexPages(join(target, "state/agent.sqlite"));
     rmSync(target, { recursive: true, force: true });
     expect(rebuilt.pageCount).toBe(actual.pageCount);
-    expect(rebuilt.pageCount).toBeGreaterThan(decodeIndex(stored(ids[0]!), key).pageCount);
+    expect(rebuilt.pageCount).toBeGreaterThan(decodeIndex(stored(ids[0]!), key)!.pageCount);
     expect(Buffer.compare(rebuilt.hashes, actual.hashes)).toBe(0);
     // the manifest signs the root of those digests: the one the restored file has, the one the index has
     const m = manifestOf(await a.file(join(a.repo, SNAPS, `${ids.at(-1)}.agentbak`)));
@@ -258,7 +278,7 @@ describe.skipIf(STORE !== "local")("page index changes through compact and copy"
     expect(index(a.repo, cp.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPXW3");
     // (the manifest signs the pages root of the index's digests, which only this host's key opens)
     const { decodeIndex, pageIndexKey, pagesRoot } = await import("../src/state/pages.js");
-    expect(pagesRoot(decodeIndex(index(a.repo, cp.snapshot_id), pageIndexKey(a.home)))).toBe(manifestOf(inc.path).components.find((x: any) => x.name === "state").page_index_sha256);
+    expect(pagesRoot(decodeIndex(index(a.repo, cp.snapshot_id), pageIndexKey(a.home))!)).toBe(manifestOf(inc.path).components.find((x: any) => x.name === "state").page_index_sha256);
     // ... and the next incremental builds on it, in place (no block sums for it on this host: whole pages)
     edit();
     const next = json(await a.run(["backup", "--incremental", "--json"]));

@@ -144,7 +144,7 @@ describe("LiveSnapshot", () => {
       const r = json(await a.run(["backup", "--json"]));
       expect(r).toMatchObject({ kind: "full", databases_read: "in-place" });
       const { decodeIndex, indexPages, pageIndexKey } = await import("../dist/state/pages.js");
-      const stored = decodeIndex(await (await a.store()).get(`${SNAPS}/${r.snapshot_id}.state.pageindex`), pageIndexKey(a.home));
+      const stored = decodeIndex(await (await a.store()).get(`${SNAPS}/${r.snapshot_id}.state.pageindex`), pageIndexKey(a.home))!;
       const target = join(a.tmp, "restored-ix");
       expect([0, 3]).toContain((await a.run(["restore", r.snapshot_id, "--target", target, "--yes", "--allow-rollback", "--integrity", "digest"])).code);
       const restored = indexPages(join(target, "state/agent.sqlite"));

@@ -198,8 +198,11 @@ async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; heade
   const missing = `the page index of database ${db} in ${id} is missing or does not match its manifest`;
   if (!b) return missing;
   try {
-    // the manifest signs the pages root of the index's digests (an index another host's key sealed decrypts to others)
     const ix = decodeIndex(b, key);
+    // sealed under another key (another host made the parent, or this host's key was replaced): its digests can not be
+    // read here, so every page is taken as changed (an index of page size 0 matches no page) and no sums are used
+    if (!ix) return { pageSize: 0, pageCount: 0, hashes: Buffer.alloc(0) };
+    // the manifest signs the pages root of the index's digests
     return pagesRoot(ix) === c!.page_index_sha256 ? ix : missing;
   } catch {
     return missing;

@@ -277,31 +277,40 @@ function sealDigests(key: Buffer, digests: Buffer, open = false): Buffer {
   return out;
 }
 
+/** Bytes of a whole index's header: magic, page size, page count, and which key sealed it (keyCheck). */
+const WHOLE_HEAD = 24;
+
+/** 8 bytes that tell whether an index was sealed under `key` (a digest of it; the key can not be had from them). */
+const keyCheck = (key: Buffer) => createHash("sha256").update("agentbak page index key\0").update(key).digest().subarray(0, 8);
+
 /** Serialises a page index as stored (its digests encrypted under `key`, this host's page-index key). */
 export function encodeIndex(ix: PageIndex, key: Buffer): Buffer {
-  const h = Buffer.alloc(16);
+  const h = Buffer.alloc(WHOLE_HEAD);
   INDEX_MAGIC.copy(h, 0);
   h.writeUInt32BE(ix.pageSize, 8);
   h.writeUInt32BE(ix.pageCount, 12);
+  keyCheck(key).copy(h, 16);
   return Buffer.concat([h, sealDigests(key, ix.hashes.subarray(0, ix.pageCount * HASH_BYTES))]);
 }
 
 /** A stored whole index's page size and count. @throws Error when malformed. */
 function indexHead(b: Buffer): Omit<PageIndex, "hashes"> {
-  if (b.length < 16 || !b.subarray(0, 8).equals(INDEX_MAGIC)) throw new Error("not a page index");
+  if (b.length < WHOLE_HEAD || !b.subarray(0, 8).equals(INDEX_MAGIC)) throw new Error("not a page index");
   const pageSize = b.readUInt32BE(8);
   const pageCount = b.readUInt32BE(12);
-  if (b.length !== 16 + pageCount * HASH_BYTES) throw new Error("page index length does not match its page count");
+  if (b.length !== WHOLE_HEAD + pageCount * HASH_BYTES) throw new Error("page index length does not match its page count");
   return { pageSize, pageCount };
 }
 
 /**
- * Parses a stored page index (its digests decrypted under `key`; an index
- * another host stored decrypts to digests no page has: every page differs).
+ * Parses a stored page index, its digests decrypted under `key`, or null
+ * when another key sealed it (another host, or this host's key replaced):
+ * its digests can not be read here.
  * @throws Error when malformed.
  */
-export function decodeIndex(b: Buffer, key: Buffer): PageIndex {
-  return { ...indexHead(b), hashes: sealDigests(key, b.subarray(16), true) };
+export function decodeIndex(b: Buffer, key: Buffer): PageIndex | null {
+  const head = indexHead(b);
+  return b.subarray(16, WHOLE_HEAD).equals(keyCheck(key)) ? { ...head, hashes: sealDigests(key, b.subarray(WHOLE_HEAD), true) } : null;
 }
 
 const CHANGES_MAGIC = Buffer.from("AGBKPXC3");
@@ -335,7 +344,7 @@ export function encodeIndexChanges(ix: PageIndex, pages: number[], parentId: str
 
 /** The parent snapshot an index's changes apply to; null for a whole index. @throws Error when it is neither. */
 export function indexParent(b: Buffer): string | null {
-  if (b.length >= 16 && b.subarray(0, 8).equals(INDEX_MAGIC)) return null;
+  if (b.length >= WHOLE_HEAD && b.subarray(0, 8).equals(INDEX_MAGIC)) return null;
   if (b.length < 22 || !b.subarray(0, 8).equals(CHANGES_MAGIC) || b.length < 22 + b.readUInt16BE(20)) throw new Error("not a page index");
   return b.subarray(22, 22 + b.readUInt16BE(20)).toString();
 }
@@ -359,10 +368,10 @@ export function applyIndexChain(whole: Buffer, changes: Buffer[]): Buffer {
   const most = Math.max(count, ...changes.map((c) => c.readUInt32BE(12)));
   let out = whole;
   if (most > count) {
-    out = Buffer.alloc(16 + most * HASH_BYTES);
-    whole.copy(out, 0, 0, 16 + count * HASH_BYTES);
+    out = Buffer.alloc(WHOLE_HEAD + most * HASH_BYTES);
+    whole.copy(out, 0, 0, WHOLE_HEAD + count * HASH_BYTES);
   }
-  const hashes = out.subarray(16);
+  const hashes = out.subarray(WHOLE_HEAD);
   for (const c of changes) {
     const pageCount = c.readUInt32BE(12);
     // pages past the end are gone: zero, as a page that comes back is until a change names it
@@ -377,7 +386,7 @@ export function applyIndexChain(whole: Buffer, changes: Buffer[]): Buffer {
     }
   }
   out.writeUInt32BE(count, 12);
-  return out.subarray(0, 16 + count * HASH_BYTES);
+  return out.subarray(0, WHOLE_HEAD + count * HASH_BYTES);
 }
 
 /** Of the pages whose digests are `hashes` (of `pageSize`, the first page `first`), the numbers of those that differ from (or are missing in) `base`. */
