@@ -164,6 +164,21 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     expect(await restored(json(back).snapshot_id)).toBe(await dump(live()));
   });
 
+  it("a page-index key file that is not 64 hex digits is refused (12), not read as a short or empty key", async () => {
+    const file = join(a.home, "page-index-key");
+    const kept = readFileSync(file);
+    try {
+      for (const bad of ["not hex at all\n", "", "ab".repeat(31) + "\n"]) {
+        writeFileSync(file, bad);
+        const r = await a.run(["backup", "--incremental", "--json"]);
+        expect(r.code, r.stderr).toBe(12);
+        expect(r.stderr).toContain("is not a page-index key (64 hex digits)");
+      }
+    } finally {
+      writeFileSync(file, kept);
+    }
+  });
+
   it("sums that can not be written cost bytes, never a backup: nothing is left behind and every snapshot restores", async () => {
     // the agent's sums folder made impossible: a file where the folder goes
     const full0 = json(await a.run(["backup", "--no-incremental", "--json"]));

@@ -16,6 +16,7 @@
 import { createCipheriv, createDecipheriv, createHash, hash, randomBytes } from "node:crypto";
 import { closeSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
+import { noKey } from "../errors.js";
 import { writeAll, writeFileAtomic } from "../fsutil.js";
 import { BtreeCensus, type CensusPart } from "./btree.js";
 import { blockSize, NextSums, ParentSums, SumsDiff, sumsPerPage } from "./blocks.js";
@@ -31,7 +32,10 @@ const NO_SUMS = Buffer.alloc(0);
 export function pageIndexKey(home: string): Buffer {
   const p = join(home, "page-index-key");
   if (!existsSync(p)) writeFileAtomic(p, randomBytes(32).toString("hex") + "\n", 0o600);
-  return Buffer.from(readFileSync(p, "utf8").trim(), "hex");
+  const text = readFileSync(p, "utf8").trim();
+  // Buffer.from(…, "hex") stops at the first character that is not hex: a damaged file would be a short, even empty, key
+  if (!/^[0-9a-f]{64}$/i.test(text)) throw noKey(`${p} is not a page-index key (64 hex digits); restore it from a copy of AGENTBAK_HOME, or remove it to start a new one (the next incremental then holds every page)`);
+  return Buffer.from(text, "hex");
 }
 
 export interface PageIndex {
