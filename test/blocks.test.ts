@@ -144,6 +144,51 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     }
   });
 
+  it("a page whose sums collided and that changes again: the link by blocks after it fails verification (13) saying what to do; a full snapshot starts a sound chain", async () => {
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    const before = JSON.stringify(cfg);
+    // every link is read in place by sums
+    cfg.incremental = { enabled: true, fullEvery: 10, integrityEvery: 10 };
+    writeFileSync(a.config, JSON.stringify(cfg));
+    const update = (sql: string) => {
+      const db = new Database(live());
+      db.prepare(sql).run();
+      db.pragma("wal_checkpoint(TRUNCATE)");
+      db.close();
+    };
+    try {
+      const full = json(await a.run(["backup", "--no-incremental", "--json"]));
+      // rows a few apart, many in the same pages and in different blocks of them (rows of a few hundred bytes); a
+      // rotation by one character changes each whatever earlier tests did to it, and keeps its length
+      const rotate = (where: string) => update(`UPDATE messages SET content = substr(content, 2) || substr(content, 1, 1) WHERE ${where}`);
+      rotate("id % 13 IN (0, 6)");
+      // every page's sums made to match its new bytes: as if every changed block's sum had collided
+      const [file] = sumsFiles();
+      expect(file).toContain(full.snapshot_id);
+      const bytes = readFileSync(live());
+      const seed = blockSeed(pageIndexKey(a.home));
+      writeFileSync(file!, Buffer.concat(Array.from({ length: bytes.length / 4096 }, (_, i) => pageSums(bytes.subarray(i * 4096, (i + 1) * 4096), seed))));
+      const blind = json(await a.run(["backup", "--incremental", "--json"]));
+      expect(blind).toMatchObject({ kind: "incremental", parent: full.snapshot_id, databases_read: "in-place" });
+      // one of the two sets of rows changes again: link 2 writes the blocks that moved over the chain's older bytes, and the
+      // other row's blocks keep what the full held (their sums matched the new bytes)
+      rotate("id % 13 = 6");
+      const mixed = json(await a.run(["backup", "--incremental", "--json"]));
+      expect(mixed).toMatchObject({ kind: "incremental", parent: blind.snapshot_id, databases_read: "in-place" });
+      const v = await a.run(["verify", mixed.snapshot_id, "--identity", a.identity]);
+      expect(v.code, v.stderr).toBe(13);
+      expect(v.stderr).toContain("does not match its recorded pages root");
+      expect(v.stderr).toContain("a link is damaged or missed a change; the next full snapshot (backup --no-incremental) starts a sound chain");
+      const full2 = json(await a.run(["backup", "--no-incremental", "--json"]));
+      rotate("id % 83 = 0");
+      const next = json(await a.run(["backup", "--incremental", "--json"]));
+      expect(next).toMatchObject({ kind: "incremental", parent: full2.snapshot_id, databases_read: "in-place" });
+      expect(await restored(next.snapshot_id)).toBe(await dump(live()));
+    } finally {
+      writeFileSync(a.config, before);
+    }
+  });
+
   it("two hosts with their own page-index keys take turns: each builds an incremental on the other's snapshot (every page taken as changed), exit 0, no warning", async () => {
     const full = json(await a.run(["backup", "--no-incremental", "--json"]));
     // host B: the same keys to sign and encrypt, its own page-index key and no cache

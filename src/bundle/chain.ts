@@ -146,7 +146,7 @@ export async function rebuildDatabases(v: VerifiedBundle, chain: VerifiedBundle[
         throw verifyError(`chain: ${v.manifest.snapshot_id} ${c.path}: ${(e as Error).message}`);
       }
     }
-    if ((await rebuiltDigest(file, c)) !== (c.full_pages_sha256 ?? c.full_sha256)) throw verifyError(`database ${c.name}: rebuilt from the chain, it does not match its recorded ${c.full_pages_sha256 ? "pages root" : "sha256"}`);
+    if ((await rebuiltDigest(file, c)) !== (c.full_pages_sha256 ?? c.full_sha256)) throw verifyError(`database ${c.name}: rebuilt from the chain of ${v.manifest.snapshot_id} (${chain.length} link(s) below it), it does not match its recorded ${c.full_pages_sha256 ? "pages root" : "sha256"}: a link is damaged or missed a change; the next full snapshot (backup --no-incremental) starts a sound chain`);
     out.set(c.name, file);
   }
   return out;

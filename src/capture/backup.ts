@@ -188,14 +188,14 @@ async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): P
  * The parent's page index for `db`, if it is stored and matches the digest the parent's manifest signed.
  * @returns it, or why it can not be used
  */
-async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; header: VerifiedBundle }, db: string, key: Buffer): Promise<PageIndex | string> {
+async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; header: VerifiedBundle }, db: string, key: Buffer): Promise<PageIndex | Unindexed> {
   const m = parent.header.manifest;
   const id = m.snapshot_id;
-  // before format 4 an index held keyed page hashes, which no pages root is made of
-  if (m.format_version < 4) return `${id} was made by an earlier agentbak (bundle format ${m.format_version}), whose page index an incremental can not build on`;
+  // before format 4 an index held keyed page hashes, which no pages root is made of: a full snapshot after upgrading is routine
+  if (m.format_version < 4) return { reason: `${id} was made by an earlier agentbak (bundle format ${m.format_version}), whose page index an incremental can not build on`, routine: true };
   const c = m.components.find((x) => x.name === db && isDatabase(x));
   const b = c?.page_index_sha256 ? await o.repo.pageIndex(parent.snapshot, db) : null;
-  const missing = `the page index of database ${db} in ${id} is missing or does not match its manifest`;
+  const missing = { reason: `the page index of database ${db} in ${id} is missing or does not match its manifest`, routine: false };
   if (!b) return missing;
   try {
     const ix = decodeIndex(b, key);
@@ -207,6 +207,12 @@ async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; heade
   } catch {
     return missing;
   }
+}
+
+/** Why a database is stored whole in an incremental; `routine`: expected (an upgrade), not a warning. */
+interface Unindexed {
+  reason: string;
+  routine: boolean;
 }
 
 /** Whether `p` is `dir` or inside it. */
@@ -639,14 +645,14 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // the parents' page indexes, before the capture: an incremental the integrity policy does not check reads
     // the live pages in place, inside the snapshot's read transactions, and copies only what changed
     const parents = new Map<string, PageIndex>();
-    let unindexed = "";
+    let unindexed: Unindexed | null = null;
     for (const d of chosen.parent ? cfg.databases : []) {
       const ix = await parentIndex(o, chosen.parent!, d.name, pageKey);
-      if (typeof ix !== "string") parents.set(d.name, ix);
-      else unindexed ||= ix;
+      if ("hashes" in ix) parents.set(d.name, ix);
+      else unindexed ??= ix;
     }
-    // that database is stored whole (a damaged or missing index, or one an earlier version wrote: not routine)
-    if (unindexed) warnings.push(`${unindexed}: stored whole`);
+    // that database is stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning
+    if (unindexed && !unindexed.routine) warnings.push(`${unindexed.reason}: stored whole`);
     // this host's block sums of the parent's databases, when it made that parent: the deltas then hold changed blocks
     const seed = blockSeed(pageKey);
     const sumStores = new Map(cfg.databases.map((d) => [d.name, new BlockSumsStore(o.home, o.repo.location, a.tenant, a.agent, d.name)]));
@@ -835,7 +841,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       kind: manifest.parent ? "incremental" : "full",
       parent: manifest.parent?.snapshot_id ?? null,
       databases_read: dbs.length ? (done || held ? "in-place" : "copy") : null,
-      full_reason: wantIncremental && !manifest.parent ? chosen.reason || unindexed || null : null,
+      full_reason: wantIncremental && !manifest.parent ? chosen.reason || unindexed?.reason || null : null,
       repeated: false,
       status: "committed",
       params_sha256: paramsDigest(o),

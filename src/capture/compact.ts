@@ -16,6 +16,7 @@ import type { Trust } from "../crypto/trust.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { verifyError } from "../errors.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
+import { encodeIndex, indexPages, type PageIndex } from "../state/pages.js";
 import { newSnapshotId } from "./backup.js";
 
 export interface CompactResult {
@@ -26,7 +27,7 @@ export interface CompactResult {
 }
 
 /** Rewrites snapshot `s` (an incremental) as a full bundle in the same repository. */
-export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: AgeIdentity[], key: SigningKey, principal: string): Promise<CompactResult> {
+export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: AgeIdentity[], key: SigningKey, principal: string, indexKey: Buffer): Promise<CompactResult> {
   const a = { tenant: s.tenant!, agent: s.agent_id };
   if (s.kind !== "incremental") return { snapshot_id: s.snapshot_id, replaces: s.snapshot_id, path: null, already_full: true };
   const lock = await repo.lock(a, "agent");
@@ -47,6 +48,16 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
       const { sha256: _s, size: _z, full_sha256: _f, full_pages_sha256: _r, full_size: _fs, page_size: _p, page_count: _c, changed_pages: _n, ...meta } = c;
       return c.kind === "sqlite-delta" ? { ...meta, kind: "sqlite", path: `db/${c.name}.sqlite`, file: rebuilt.get(c.name)! } : { ...meta, file: join(raw, c.path) };
     });
+    // an earlier format's page index holds keyed hashes, which no incremental builds on now: the databases' indexes are
+    // made afresh from the rebuilt files (one read of each), so the next incremental builds on the compacted snapshot
+    const fresh = new Map<string, PageIndex & { root: string }>();
+    if (m.format_version < 4)
+      for (const c of staged)
+        if (c.kind === "sqlite" && "file" in c && c.file) {
+          const ix = indexPages(c.file);
+          fresh.set(c.name!, ix);
+          c.page_index_sha256 = ix.root;
+        }
     const id = newSnapshotId(new Date());
     const plan = planBundle(join(staging, `${id}.agentbak`), key, staged, m);
     const written = await writePayload(staged, m.recipients, plan);
@@ -67,8 +78,8 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
     const file = plan.path;
     const mbytes = await writeBundleFile(manifest, key, plan);
     // the page indexes describe the same pages: the next incremental builds on the compacted snapshot
-    const indexes: [string, Buffer][] = [];
-    for (const c of m.components.filter((x) => isDatabase(x) && x.page_index_sha256)) {
+    const indexes: [string, Buffer][] = [...fresh].map(([name, ix]) => [name, encodeIndex(ix, indexKey)]);
+    for (const c of m.format_version < 4 ? [] : m.components.filter((x) => isDatabase(x) && x.page_index_sha256)) {
       const ix = await repo.pageIndex(s, c.name);
       if (ix) indexes.push([c.name, ix]);
     }

@@ -1,10 +1,11 @@
 /** `agentbak compact`: rewrite an incremental as a full snapshot. */
 import { compact as run, type CompactResult } from "../capture/compact.js";
+import { pageIndexKey } from "../state/pages.js";
 import { context, type GlobalOpts } from "./context.js";
 
 export async function compact(ref: string, opts: GlobalOpts & { identity?: string; agent?: string; tenant?: string }): Promise<CompactResult> {
   const ctx = context(opts);
   const s = await ctx.resolve(ref, ctx.agentFilter(opts));
   const key = ctx.signingKey();
-  return run(await ctx.repository(), s, ctx.trust, ctx.identities(opts.identity), key, key.comment || "agentbak");
+  return run(await ctx.repository(), s, ctx.trust, ctx.identities(opts.identity), key, key.comment || "agentbak", pageIndexKey(ctx.home));
 }
