@@ -189,6 +189,32 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
     }
   });
 
+  it("a database added to the config since the parent is stored whole in the incremental, routinely: exit 0, no warning", async () => {
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    const before = JSON.stringify(cfg);
+    const extra = join(a.dir, "state/extra.sqlite");
+    try {
+      const full = json(await a.run(["backup", "--no-incremental", "--json"]));
+      const db = new Database(extra);
+      db.exec("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT); INSERT INTO notes (body) VALUES ('first'), ('second');");
+      db.close();
+      cfg.databases.push({ name: "extra", path: "state/extra.sqlite" });
+      writeFileSync(a.config, JSON.stringify(cfg));
+      edit();
+      const r = await a.run(["backup", "--incremental", "--json"]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(json(r)).toMatchObject({ kind: "incremental", parent: full.snapshot_id, warnings: [] });
+      const target = join(a.tmp, `added-${randomBytes(3).toString("hex")}`);
+      const back = await a.run(["restore", json(r).snapshot_id, "--target", target, "--yes", "--allow-rollback", "--identity", a.identity]);
+      expect([0, 3], back.stderr).toContain(back.code);
+      expect(await dump(join(target, "state/extra.sqlite"))).toBe(await dump(extra));
+      expect(await dump(join(target, "state/agent.sqlite"))).toBe(await dump(live()));
+    } finally {
+      writeFileSync(a.config, before);
+      rmSync(extra, { force: true });
+    }
+  });
+
   it("two hosts with their own page-index keys take turns: each builds an incremental on the other's snapshot (every page taken as changed), exit 0, no warning", async () => {
     const full = json(await a.run(["backup", "--no-incremental", "--json"]));
     // host B: the same keys to sign and encrypt, its own page-index key and no cache

@@ -194,7 +194,9 @@ async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; heade
   // before format 4 an index held keyed page hashes, which no pages root is made of: a full snapshot after upgrading is routine
   if (m.format_version < 4) return { reason: `${id} was made by an earlier agentbak (bundle format ${m.format_version}), whose page index an incremental can not build on`, routine: true };
   const c = m.components.find((x) => x.name === db && isDatabase(x));
-  const b = c?.page_index_sha256 ? await o.repo.pageIndex(parent.snapshot, db) : null;
+  // a database added to the config since the parent: stored whole, as expected
+  if (!c) return { reason: `database ${db} is not in ${id} (added since)`, routine: true };
+  const b = c.page_index_sha256 ? await o.repo.pageIndex(parent.snapshot, db) : null;
   const missing = { reason: `the page index of database ${db} in ${id} is missing or does not match its manifest`, routine: false };
   if (!b) return missing;
   try {
@@ -203,7 +205,7 @@ async function parentIndex(o: BackupOptions, parent: { snapshot: Snapshot; heade
     // read here, so every page is taken as changed (an index of page size 0 matches no page) and no sums are used
     if (!ix) return { pageSize: 0, pageCount: 0, hashes: Buffer.alloc(0) };
     // the manifest signs the pages root of the index's digests
-    return pagesRoot(ix) === c!.page_index_sha256 ? ix : missing;
+    return pagesRoot(ix) === c.page_index_sha256 ? ix : missing;
   } catch {
     return missing;
   }
@@ -649,7 +651,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     for (const d of chosen.parent ? cfg.databases : []) {
       const ix = await parentIndex(o, chosen.parent!, d.name, pageKey);
       if ("hashes" in ix) parents.set(d.name, ix);
-      else unindexed ??= ix;
+      else if (!unindexed || (unindexed.routine && !ix.routine)) unindexed = ix; // a warning's reason before a routine one
     }
     // that database is stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning
     if (unindexed && !unindexed.routine) warnings.push(`${unindexed.reason}: stored whole`);
