@@ -19,35 +19,40 @@ function walk(dir: string, rel = ""): string[] {
   return readdirSync(join(dir, rel), { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(dir, join(rel, e.name)) : [join(rel, e.name)]));
 }
 
-beforeAll(async () => {
-  a = await makeAgent();
-  const b = json(await a.run(["backup", "--json"]));
-  expect(b.snapshot_id).toBeTruthy();
-  good = await a.file(b.path);
-  // open the payload with the stock tools, delete rows from the database, and sign it again with the agent's key
-  const outer = join(a.tmp, "outer");
-  const plain = join(a.tmp, "plain");
+/** `bundle` opened with the stock tools, its database changed by `sql`, and signed again with the agent's key. */
+async function rebundle(t: TestAgent, bundle: string, sql: string, name: string): Promise<string> {
+  const outer = join(t.tmp, `${name}-outer`);
+  const plain = join(t.tmp, `${name}-plain`);
   mkdirSync(outer);
   mkdirSync(plain);
-  await execa("tar", ["-xf", good, "-C", outer]);
-  await execa("sh", ["-c", `age -d -i '${a.identity}' '${join(outer, "payload.age")}' | zstd -d -q | tar -x -C '${plain}'`]);
-  const m = manifestOf(good);
+  await execa("tar", ["-xf", bundle, "-C", outer]);
+  await execa("sh", ["-c", `age -d -i '${t.identity}' '${join(outer, "payload.age")}' | zstd -d -q | tar -x -C '${plain}'`]);
+  const m = manifestOf(bundle);
   const db = m.components.find((c: any) => c.kind === "sqlite");
-  await execa("sqlite3", [join(plain, db.path), "DELETE FROM messages WHERE rowid % 2 = 0;"]);
+  await execa("sqlite3", [join(plain, db.path), sql]);
   const bytes = readFileSync(join(plain, db.path));
-  const t = await makeTar(walk(plain).map((p) => ({ name: p, data: readFileSync(join(plain, p)) })));
-  lying = join(a.tmp, "lying.agentbak");
+  const tarred = await makeTar(walk(plain).map((p) => ({ name: p, data: readFileSync(join(plain, p)) })));
+  const out = join(t.tmp, `${name}.agentbak`);
   await craft({
     baseManifest: m,
-    payloadAge: await ageEncrypt(compress(t), [a.recipient]),
-    tarSize: t.length,
-    keyFile: join(a.home, "signing-key"),
-    out: lying,
+    payloadAge: await ageEncrypt(compress(tarred), [t.recipient]),
+    tarSize: tarred.length,
+    keyFile: join(t.home, "signing-key"),
+    out,
     patch: (x) => {
       const c = x.components.find((y: any) => y.path === db.path);
       Object.assign(c, { sha256: sha(bytes), size: bytes.length });
     },
   });
+  return out;
+}
+
+beforeAll(async () => {
+  a = await makeAgent();
+  const b = json(await a.run(["backup", "--json"]));
+  expect(b.snapshot_id).toBeTruthy();
+  good = await a.file(b.path);
+  lying = await rebundle(a, good, "DELETE FROM messages WHERE rowid % 2 = 0;", "lying");
 }, 120_000);
 
 afterAll(() => a?.cleanup());
@@ -94,4 +99,30 @@ describe("restore --integrity", () => {
     expect(r.stderr.split("\n")[0]).toMatch(/--integrity.*paranoid.*full, quick, digest/);
     expect(json(r)).toMatchObject({ code: "usage_error", exit_status: 2 });
   });
+
+  it("a large database (its integrity_check on a worker thread, beside the row counts) with a broken index: full refuses it (13) naming the index, nothing placed; quick, which does not cross-check indexes, lets it through", async () => {
+    const big = await makeAgent({ sizeMb: 40, seed: 7 });
+    try {
+      const b = json(await big.run(["backup", "--json"]));
+      const m = manifestOf(await big.file(b.path));
+      expect(m.components.find((c: any) => c.kind === "sqlite").size).toBeGreaterThan(32 << 20);
+      // the index b-tree keeps its entries while the schema says it indexes another column
+      const broken = await rebundle(big, await big.file(b.path), "PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql='CREATE INDEX tasks_status ON tasks(kind)' WHERE name='tasks_status';", "broken");
+      const run = (target: string, policy: string) => big.run(["restore", broken, "--target", join(big.tmp, target), "--yes", "--allow-rollback", "--json", "--integrity", policy]);
+      const full = await run("broken-full", "full");
+      expect(full.code, full.stderr).toBe(13);
+      expect(full.stderr.split("\n")[0]).toMatch(/database state: integrity_check: row \d+ missing from index tasks_status/);
+      expect(() => statSync(join(big.tmp, "broken-full"))).toThrow();
+      expect(readdirSync(big.tmp).filter((f) => f.startsWith(".agentbak-restore-"))).toEqual([]);
+      const quick = await run("broken-quick", "quick");
+      expect([0, 3], quick.stderr).toContain(quick.code);
+      expect(json(quick).checks.find((c: any) => c.name === "integrity:state").detail).toMatch(/^quick_check ok/);
+      // the good bundle of the same agent passes the worker's full check
+      const ok = await big.run(["restore", b.snapshot_id, "--target", join(big.tmp, "good-full"), "--yes", "--allow-rollback", "--json"]);
+      expect([0, 3], ok.stderr).toContain(ok.code);
+      expect(json(ok).checks.find((c: any) => c.name === "integrity:state").detail).toMatch(/^integrity_check ok/);
+    } finally {
+      big.cleanup();
+    }
+  }, 180_000);
 });

@@ -10,7 +10,8 @@ import { dirname, join } from "node:path";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
 import { ioErrno, ioError, verifyError } from "../errors.js";
-import { integrityCheck, openDefensive, tableCounts, userVersion } from "../state/sqlite.js";
+import { integrityCheckInWorker, warmInspection } from "../state/inspect.js";
+import { openDefensive, tableCounts, userVersion } from "../state/sqlite.js";
 import { rebuildWorkspace, treeDigest } from "../state/workspace.js";
 import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
 import { isDatabase, isSource, type Component } from "./manifest.js";
@@ -55,10 +56,12 @@ export type IntegrityPolicy = "full" | "quick" | "digest";
 /**
  * Checks a database file against its manifest entry: one self-contained file
  * (not in WAL mode), then per `policy` integrity_check or quick_check, row
- * counts and user_version.
+ * counts and user_version. The integrity check of a large file runs on a
+ * worker thread while this one counts the rows (and the caller goes on with
+ * its own work until it awaits); its failure is reported before a count's.
  * @throws AgentbakError(13) naming the database and what differs.
  */
-export function checkDatabase(file: string, c: Component, policy: IntegrityPolicy = "full"): void {
+export async function checkDatabase(file: string, c: Component, policy: IntegrityPolicy = "full"): Promise<void> {
   // a header still in WAL mode (bytes 18-19 = 2) means frames may be missing
   const head = Buffer.alloc(20);
   const fd = openSync(file, "r");
@@ -69,24 +72,28 @@ export function checkDatabase(file: string, c: Component, policy: IntegrityPolic
   }
   if (head[18] !== 1 || head[19] !== 1) throw verifyError(`database ${c.name}: the file is in WAL mode (header ${head[18]}/${head[19]}); a snapshot must be one self-contained file`);
   const db = openDefensive(file);
+  let counting: Error | null = null;
+  let counts: Record<string, number> = {};
+  let checking: Promise<string[]> | undefined;
   try {
     const uv = userVersion(db);
     if (c.schema_version !== undefined && uv !== c.schema_version) throw verifyError(`database ${c.name}: user_version ${uv}, manifest says ${c.schema_version}`);
     if (policy === "digest") return;
-    const ic = integrityCheck(db, policy === "quick" ? "quick_check" : "integrity_check");
-    if (ic.length === 1 && ioErrno(ic[0])) throw ioError(ic[0], file);
-    if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${c.name}: ${policy === "quick" ? "quick_check" : "integrity_check"}: ${ic.slice(0, 3).join("; ")}`);
-    let counts: Record<string, number>;
+    checking = integrityCheckInWorker(file, policy === "quick" ? "quick_check" : "integrity_check");
     try {
       counts = tableCounts(db).counts;
     } catch (e) {
-      throw verifyError(`database ${c.name}: counting rows: ${(e as Error).message}`);
+      counting = verifyError(`database ${c.name}: counting rows: ${(e as Error).message}`);
     }
-    for (const [t, n] of Object.entries(c.records ?? {}))
-      if (counts[t] !== n) throw verifyError(`database ${c.name}: table ${t} has ${counts[t] ?? 0} rows, manifest says ${n}`);
   } finally {
     db.close();
   }
+  const ic = await checking!;
+  if (ic.length === 1 && ioErrno(ic[0])) throw ioError(ic[0], file);
+  if (ic.length !== 1 || ic[0] !== "ok") throw verifyError(`database ${c.name}: ${policy === "quick" ? "quick_check" : "integrity_check"}: ${ic.slice(0, 3).join("; ")}`);
+  if (counting) throw counting;
+  for (const [t, n] of Object.entries(c.records ?? {}))
+    if (counts[t] !== n) throw verifyError(`database ${c.name}: table ${t} has ${counts[t] ?? 0} rows, manifest says ${n}`);
 }
 
 /**
@@ -100,6 +107,8 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   const chain = m.components.some((c) => c.kind === "sqlite-delta") ? await verifyChain(v, links, trust) : [];
   const raw = join(root, ".agentbak-raw");
   ensureDir(raw, 0o700);
+  // the worker that will run a large database's integrity_check starts beside the payload's read (nothing for small ones)
+  if (integrity !== "digest") warmInspection(m.components.reduce((n, c) => n + (isDatabase(c) ? (c.full_size ?? c.size) : 0), 0)).catch(() => undefined);
   await readPayload(v, identities, raw);
   const checks: Check[] = [{ name: "components", ok: true, detail: `${m.components.length} components match their sha256 and size` }];
   const work = join(raw, ".chain");
@@ -108,6 +117,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   if (chain.length) checks.push({ name: "chain", ok: true, detail: `${chain.length} parent link(s) verified; databases rebuilt match their recorded digests` });
   const databases: Extracted["databases"] = [];
   const sources: ExtractedSource[] = [];
+  const checking: Promise<Check>[] = [];
   for (const c of m.components) {
     if (isSource(c)) {
       const dest = join(`${root}.sources`, c.path);
@@ -119,19 +129,35 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
       continue;
     }
     const src = c.kind === "sqlite-delta" ? rebuilt.get(c.name)! : join(raw, c.path);
-    if (isDatabase(c)) {
-      checkDatabase(src, c, integrity);
-      const what = { full: "integrity_check ok; row counts and user_version match the manifest", quick: "quick_check ok; row counts and user_version match the manifest", digest: "sha256 matches the signed digest (--integrity digest); user_version matches the manifest" }[integrity];
-      checks.push({ name: `integrity:${c.name}`, ok: true, detail: what });
-    }
     if (isDatabase(c) || c.kind === "file") {
       const dest = join(root, c.target ?? c.path);
       ensureDir(dirname(dest));
       chmodSync(src, 0o600);
       renameSync(src, dest);
-      if (isDatabase(c)) databases.push({ name: c.name, path: dest, schemaVersion: c.schema_version ?? null });
+      if (!isDatabase(c)) continue;
+      databases.push({ name: c.name, path: dest, schemaVersion: c.schema_version ?? null });
+      // checked where it lies (the staging root, removed if anything fails); a large one's integrity_check runs on a worker
+      // thread beside the workspace's rebuild and the sources' checks
+      checking.push(checkDatabase(dest, c, integrity).then(() => ({ name: `integrity:${c.name}`, ok: true, detail: checked[integrity] })));
     }
   }
+  const settled = await Promise.allSettled([...checking, workspaceAndSources(m, raw, root, sources)]);
+  // the first failure in the order they were started: a database's before the workspace's
+  for (const s of settled) if (s.status === "rejected") throw s.reason;
+  for (const s of settled) if (s.status === "fulfilled") checks.push(...[s.value].flat());
+  rmSync(raw, { recursive: true, force: true });
+  return { root, databases, sources, checks };
+}
+
+const checked: Record<IntegrityPolicy, string> = {
+  full: "integrity_check ok; row counts and user_version match the manifest",
+  quick: "quick_check ok; row counts and user_version match the manifest",
+  digest: "sha256 matches the signed digest (--integrity digest); user_version matches the manifest",
+};
+
+/** The workspace rebuilt and its tree checked, then each state source's files checked offline. */
+async function workspaceAndSources(m: VerifiedBundle["manifest"], raw: string, root: string, sources: ExtractedSource[]): Promise<Check[]> {
+  const checks: Check[] = [];
   if (m.workspace) {
     const bundle = join(raw, "workspace/repo.bundle");
     const patch = m.components.some((c) => c.path === "workspace/changes.patch") ? join(raw, "workspace/changes.patch") : null;
@@ -151,6 +177,5 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
     const detail = await driverFor(src.kind).check(src.name, src.files);
     checks.push({ name: `source:${src.name}`, ok: true, detail: `${src.kind}: ${detail}` });
   }
-  rmSync(raw, { recursive: true, force: true });
-  return { root, databases, sources, checks };
+  return checks;
 }

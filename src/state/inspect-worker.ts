@@ -1,9 +1,10 @@
 /**
  * Worker-thread entry: inspectSnapshot of one snapshot per message (of a
  * copy, or of live databases in read transactions it opens at the caller's
- * instant), or the census and page digests of a pinned live snapshot's last
- * pages (an in-place incremental splits its read between two threads), for as
- * long as the process keeps the thread.
+ * instant), the integrity_check of a restored database file, or the census
+ * and page digests of a pinned live snapshot's last pages (an in-place
+ * incremental splits its read between two threads), for as long as the
+ * process keeps the thread.
  */
 import Database from "better-sqlite3";
 import { parentPort } from "node:worker_threads";
@@ -11,7 +12,7 @@ import { AgentbakError } from "../errors.js";
 import { inspectSnapshot, type WorkerRequest } from "./inspect.js";
 import { pinnedSource } from "./livesnap.js";
 import { hashTail } from "./pages.js";
-import { joinInstant, releaseAll } from "./sqlite.js";
+import { integrityCheck, joinInstant, openDefensive, releaseAll } from "./sqlite.js";
 
 parentPort!.on("message", (m: WorkerRequest) => {
   try {
@@ -28,6 +29,14 @@ parentPort!.on("message", (m: WorkerRequest) => {
       // the page indexes (megabytes at a GiB) move to the caller rather than being copied
       const own = (b?: Uint8Array) => (b && b.byteOffset === 0 && b.byteLength === b.buffer.byteLength ? [b.buffer as ArrayBuffer] : []);
       return parentPort!.postMessage({ ok: true, result }, result.dbs.flatMap((d) => own(d.index?.hashes)));
+    }
+    if (m.kind === "check") {
+      const db = openDefensive(m.file);
+      try {
+        return parentPort!.postMessage({ ok: true, result: integrityCheck(db, m.check) });
+      } finally {
+        db.close();
+      }
     }
     // each part's list of pages is its own: moved, not copied (its digests may share a pooled buffer: copied)
     const tail = hashTail(pinnedSource(m.pages), m.from, m.sums, (part) => parentPort!.postMessage({ part }, [part.changed.buffer as ArrayBuffer]));

@@ -168,7 +168,11 @@ const idle: Worker[] = [];
  * inspecting (the caller holds the write locks meanwhile, so it is the
  * caller's instant).
  */
-export type WorkerRequest = { kind: "inspect"; input: InspectInput; pin?: boolean } | { kind: "tail"; pages: PinnedPages; from: number; sums?: SumsRef };
+export type WorkerRequest =
+  | { kind: "inspect"; input: InspectInput; pin?: boolean }
+  | { kind: "tail"; pages: PinnedPages; from: number; sums?: SumsRef }
+  | { kind: "check"; file: string; check: IntegrityPragma };
+export type IntegrityPragma = "integrity_check" | "quick_check";
 
 /**
  * Work on databases smaller than this runs on the calling thread: starting a
@@ -246,6 +250,32 @@ export function hashTailInWorker(pages: PinnedPages, from: number, sums?: SumsRe
     : inWorker<TailResult>({ kind: "tail", pages, from, sums }, undefined, onPart && ((p: TailPart) => onPart({ changed: p.changed, hashes: Buffer.from(p.hashes.buffer, p.hashes.byteOffset, p.hashes.byteLength) })));
 }
 export type TailResult = { hashes: Uint8Array; census: CensusPart };
+
+/**
+ * integrity_check (or quick_check) of a database file we did not write,
+ * opened defensively: on a worker thread for a large one, so the caller's
+ * own reads (row counts, the workspace's rebuild) run beside SQLite's
+ * longest single-threaded pass; on this thread for a small one. One check
+ * at a time, on one worker: a restore of many databases holds one extra thread.
+ */
+let checkLane: Promise<unknown> | null = null;
+export function integrityCheckInWorker(file: string, check: IntegrityPragma): Promise<string[]> {
+  if (statSync(file).size < IN_THREAD_MAX && !idle.length)
+    return Promise.resolve().then(() => {
+      const db = openDefensive(file);
+      try {
+        return integrityCheck(db, check);
+      } finally {
+        db.close();
+      }
+    });
+  // posted now when no check is running: the caller goes on with synchronous work (the row counts) meanwhile
+  const go = () => inWorker<string[]>({ kind: "check", file, check });
+  const run = checkLane ? checkLane.then(go) : go();
+  const lane: Promise<unknown> = run.catch(noop).then(() => void (checkLane === lane && (checkLane = null)));
+  checkLane = lane;
+  return run;
+}
 
 /**
  * A new inspection worker. One that fails or stops while idle leaves the idle
