@@ -81,6 +81,9 @@ describe("drill with the reference worker", () => {
     expect(entry.schema.migrations).toEqual(expect.arrayContaining([expect.objectContaining({ scenario: "during_migration", ok: true })]));
     expect(entry.credentials.find((c: any) => c.name === "llm").status).toBe("present");
     expect(JSON.stringify(entry)).not.toContain('"x"');
+    // integrity_check ran once, in staging, and the report says so
+    expect(entry.integrity).toEqual({ state: "ok" });
+    expect(d.checks.find((c: any) => c.name === "integrity:state")).toMatchObject({ ok: true, detail: expect.stringMatching(/^integrity_check ok/) });
   });
 
   const modes: [string, string, string][] = [
