@@ -4,7 +4,7 @@
 // checks can notice) is refused by full and quick and let through by digest;
 // a good bundle restores the same bytes under every policy.
 import { execa } from "execa";
-import { mkdirSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ageEncrypt, craft, join, makeTar, manifestOf, sha } from "./craft.js";
 import { json, makeAgent, type TestAgent } from "./helpers.js";
@@ -20,7 +20,7 @@ function walk(dir: string, rel = ""): string[] {
 }
 
 /** `bundle` opened with the stock tools, its database changed by `sql`, and signed again with the agent's key. */
-async function rebundle(t: TestAgent, bundle: string, sql: string, name: string): Promise<string> {
+async function rebundle(t: TestAgent, bundle: string, change: string | ((file: string) => void), name: string, also?: (m: any) => void, dbPath?: string): Promise<string> {
   const outer = join(t.tmp, `${name}-outer`);
   const plain = join(t.tmp, `${name}-plain`);
   mkdirSync(outer);
@@ -28,8 +28,9 @@ async function rebundle(t: TestAgent, bundle: string, sql: string, name: string)
   await execa("tar", ["-xf", bundle, "-C", outer]);
   await execa("sh", ["-c", `age -d -i '${t.identity}' '${join(outer, "payload.age")}' | zstd -d -q | tar -x -C '${plain}'`]);
   const m = manifestOf(bundle);
-  const db = m.components.find((c: any) => c.kind === "sqlite");
-  await execa("sqlite3", [join(plain, db.path), sql]);
+  const db = m.components.find((c: any) => c.kind === "sqlite" && (dbPath === undefined || c.path === dbPath));
+  if (typeof change === "string") await execa("sqlite3", [join(plain, db.path), change]);
+  else change(join(plain, db.path));
   const bytes = readFileSync(join(plain, db.path));
   const tarred = await makeTar(walk(plain).map((p) => ({ name: p, data: readFileSync(join(plain, p)) })));
   const out = join(t.tmp, `${name}.agentbak`);
@@ -42,6 +43,7 @@ async function rebundle(t: TestAgent, bundle: string, sql: string, name: string)
     patch: (x) => {
       const c = x.components.find((y: any) => y.path === db.path);
       Object.assign(c, { sha256: sha(bytes), size: bytes.length });
+      also?.(x);
     },
   });
   return out;
@@ -93,6 +95,20 @@ describe("restore --integrity", () => {
     expect(details[2]).toMatch(/^sha256 matches/);
   });
 
+  it("a database file that is not SQLite at all is refused (13) naming it, under every policy, not an internal error", async () => {
+    const garbage = await rebundle(a, good, (f) => {
+      const b = readFileSync(f);
+      b.write("NOT A SQLITE DB!", 0);
+      writeFileSync(f, b);
+    }, "not-sqlite");
+    for (const policy of ["full", "digest"]) {
+      const r = await restore(garbage, `not-sqlite-${policy}`, policy);
+      expect(r.code, r.stderr).toBe(13);
+      expect(r.stderr.trim()).toBe("agentbak: database state: cannot open: file is not a database");
+      expect(() => statSync(join(a.tmp, `not-sqlite-${policy}`))).toThrow();
+    }
+  });
+
   it("an unknown policy is a usage error (2) naming the allowed values", async () => {
     const r = await restore(good, "bad-policy", "paranoid");
     expect(r.code).toBe(2);
@@ -103,6 +119,10 @@ describe("restore --integrity", () => {
   it("a large database (its integrity_check on a worker thread, beside the row counts) with a broken index: full refuses it (13) naming the index, nothing placed; quick, which does not cross-check indexes, lets it through", async () => {
     const big = await makeAgent({ sizeMb: 40, seed: 7 });
     try {
+      // a second large database: its check waits in the worker's queue behind the first's
+      copyFileSync(join(big.dir, "state/agent.sqlite"), join(big.dir, "state/second.sqlite"));
+      const cfg = JSON.parse(readFileSync(big.config, "utf8"));
+      writeFileSync(big.config, JSON.stringify({ ...cfg, databases: [...cfg.databases, { name: "second", path: "state/second.sqlite" }] }, null, 2));
       const b = json(await big.run(["backup", "--json"]));
       const m = manifestOf(await big.file(b.path));
       expect(m.components.find((c: any) => c.kind === "sqlite").size).toBeGreaterThan(32 << 20);
@@ -117,6 +137,24 @@ describe("restore --integrity", () => {
       const quick = await run("broken-quick", "quick");
       expect([0, 3], quick.stderr).toContain(quick.code);
       expect(json(quick).checks.find((c: any) => c.name === "integrity:state").detail).toMatch(/^quick_check ok/);
+      // a later component that cannot be placed (a 300-character file name) while the check is on the worker: the
+      // database's failure is the one reported, once, and the check ends before the staging root is removed
+      const longName = await rebundle(
+        big,
+        await big.file(b.path),
+        "PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql='CREATE INDEX tasks_status ON tasks(kind)' WHERE name='tasks_status';",
+        "long-name",
+        (x) => {
+          x.components.find((c: any) => c.kind === "file").target = `memory/${"n".repeat(300)}.json`;
+        },
+        "db/second.sqlite",
+      );
+      const both = await big.run(["restore", longName, "--target", join(big.tmp, "long-name"), "--yes", "--allow-rollback", "--json"]);
+      expect(both.code, both.stderr).toBe(13);
+      expect(both.stderr.trim().split("\n")).toEqual([expect.stringMatching(/^agentbak: database second: integrity_check: row \d+ missing from index tasks_status/)]);
+      expect(both.stdout.trim().split("\n").map((l) => JSON.parse(l).exit_status)).toEqual([13]);
+      expect(() => statSync(join(big.tmp, "long-name"))).toThrow();
+      expect(big.leftovers()).toEqual([]);
       // the good bundle of the same agent passes the worker's full check
       const ok = await big.run(["restore", b.snapshot_id, "--target", join(big.tmp, "good-full"), "--yes", "--allow-rollback", "--json"]);
       expect([0, 3], ok.stderr).toContain(ok.code);
