@@ -11,7 +11,7 @@ import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
 import { ioErrno, ioError, verifyError } from "../errors.js";
 import { integrityCheckInWorker, warmInspection } from "../state/inspect.js";
-import { openDefensive, tableCounts, userVersion } from "../state/sqlite.js";
+import { openDefensive, sqliteError, tableCounts, userVersion, type DB } from "../state/sqlite.js";
 import { rebuildWorkspace, treeDigest } from "../state/workspace.js";
 import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
 import { isDatabase, isSource, type Component } from "./manifest.js";
@@ -71,19 +71,20 @@ export async function checkDatabase(file: string, c: Component, policy: Integrit
     closeSync(fd);
   }
   if (head[18] !== 1 || head[19] !== 1) throw verifyError(`database ${c.name}: the file is in WAL mode (header ${head[18]}/${head[19]}); a snapshot must be one self-contained file`);
-  let db: ReturnType<typeof openDefensive>;
+  // a file SQLite refuses (not a database) is 13 naming it, a failing disk 1
+  let db: DB | undefined;
+  let uv: number;
   try {
     db = openDefensive(file);
-    userVersion(db);
+    uv = userVersion(db);
   } catch (e) {
-    if (ioErrno(e)) throw ioError(e, file);
-    throw verifyError(`database ${c.name}: cannot open: ${(e as Error).message}`);
+    db?.close();
+    throw sqliteError(e, c.name, file);
   }
   let counting: Error | null = null;
   let counts: Record<string, number> = {};
   let checking: Promise<string[]> | undefined;
   try {
-    const uv = userVersion(db);
     if (c.schema_version !== undefined && uv !== c.schema_version) throw verifyError(`database ${c.name}: user_version ${uv}, manifest says ${c.schema_version}`);
     if (policy === "digest") return;
     checking = integrityCheckInWorker(file, policy === "quick" ? "quick_check" : "integrity_check");
@@ -124,48 +125,40 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   if (chain.length) checks.push({ name: "chain", ok: true, detail: `${chain.length} parent link(s) verified; databases rebuilt match their recorded digests` });
   const databases: Extracted["databases"] = [];
   const sources: ExtractedSource[] = [];
-  const checking: Promise<Check>[] = [];
-  try {
-    placeComponents();
-  } catch (e) {
-    // the checks already started are awaited before the caller removes the staging root: a database's failure
-    // (found first, as when the checks ran in line) is reported, else this one
-    const first = (await Promise.allSettled(checking)).find((s) => s.status === "rejected");
-    throw first ? first.reason : e;
+  const placed: [string, Component][] = [];
+  for (const c of m.components) {
+    if (isSource(c)) {
+      const dest = join(`${root}.sources`, c.path);
+      ensureDir(dirname(dest), 0o700);
+      renameSync(join(raw, c.path), dest);
+      let s = sources.find((x) => x.name === c.name);
+      if (!s) sources.push((s = { name: c.name, kind: c.kind, files: [] }));
+      s.files.push({ path: c.path, file: dest, records: c.records ?? {}, ...(c.dimension !== undefined ? { dimension: c.dimension } : {}) });
+      continue;
+    }
+    const src = c.kind === "sqlite-delta" ? rebuilt.get(c.name)! : join(raw, c.path);
+    if (isDatabase(c) || c.kind === "file") {
+      const dest = join(root, c.target ?? c.path);
+      ensureDir(dirname(dest));
+      chmodSync(src, 0o600);
+      renameSync(src, dest);
+      if (!isDatabase(c)) continue;
+      databases.push({ name: c.name, path: dest, schemaVersion: c.schema_version ?? null });
+      placed.push([dest, c]);
+    }
   }
-  const settled = await Promise.allSettled([...checking, workspaceAndSources(m, raw, root, sources)]);
+  // every component in place before any check starts: a component that cannot be placed fails with nothing in flight.
+  // Each database is checked where it lies (the staging root, removed if anything fails); a large one's integrity_check
+  // runs on a worker thread beside the workspace's rebuild and the sources' checks
+  const settled = await Promise.allSettled([
+    ...placed.map(([dest, c]) => checkDatabase(dest, c, integrity).then((): Check => ({ name: `integrity:${c.name}`, ok: true, detail: checked[integrity] }))),
+    workspaceAndSources(m, raw, root, sources),
+  ]);
   // the first failure in the order they were started: a database's before the workspace's
   for (const s of settled) if (s.status === "rejected") throw s.reason;
   for (const s of settled) if (s.status === "fulfilled") checks.push(...[s.value].flat());
   rmSync(raw, { recursive: true, force: true });
   return { root, databases, sources, checks };
-
-  /** Each source, database and file moved to its place in the staging root; a database's check started there. */
-  function placeComponents(): void {
-    for (const c of m.components) {
-      if (isSource(c)) {
-        const dest = join(`${root}.sources`, c.path);
-        ensureDir(dirname(dest), 0o700);
-        renameSync(join(raw, c.path), dest);
-        let s = sources.find((x) => x.name === c.name);
-        if (!s) sources.push((s = { name: c.name, kind: c.kind, files: [] }));
-        s.files.push({ path: c.path, file: dest, records: c.records ?? {}, ...(c.dimension !== undefined ? { dimension: c.dimension } : {}) });
-        continue;
-      }
-      const src = c.kind === "sqlite-delta" ? rebuilt.get(c.name)! : join(raw, c.path);
-      if (isDatabase(c) || c.kind === "file") {
-        const dest = join(root, c.target ?? c.path);
-        ensureDir(dirname(dest));
-        chmodSync(src, 0o600);
-        renameSync(src, dest);
-        if (!isDatabase(c)) continue;
-        databases.push({ name: c.name, path: dest, schemaVersion: c.schema_version ?? null });
-        // checked where it lies (the staging root, removed if anything fails); a large one's integrity_check runs on a worker
-        // thread beside the workspace's rebuild and the sources' checks
-        checking.push(checkDatabase(dest, c, integrity).then(() => ({ name: `integrity:${c.name}`, ok: true, detail: checked[integrity] })));
-      }
-    }
-  }
 }
 
 const checked: Record<IntegrityPolicy, string> = {
