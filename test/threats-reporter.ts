@@ -1,7 +1,7 @@
 // `npm run threats`: a vitest reporter that prints the THREATS.md figures from
 // the tests that exercise it. A test counts for a case when its name carries
 // the case's tag: [T<n>] for case n of ../shared/THREATS.md, [S] for secrets,
-// [I] for bad input. Figures come from the tests' own measurements (task.meta):
+// [I] for bad input, [E<n>] for point n of issue 32 (trust at the edges). Figures come from the tests' own measurements (task.meta):
 // the tamper sweep's bit flips, and the peak memory of every bomb case.
 import type { Reporter, TestCase } from "vitest/node";
 
@@ -14,6 +14,7 @@ const SECTIONS: { title: string; has: (tag: string) => boolean }[] = [
   { title: "Side effects, fencing, repeats (31-37)", has: (t) => caseIn(t, 31, 37) },
   { title: "Secrets never enter a bundle [S]", has: (t) => t === "S" },
   { title: "Bad input and config [I]", has: (t) => t === "I" },
+  { title: "Trust at the edges [E1-E13] (issue 32)", has: (t) => /^E\d+$/.test(t) },
 ];
 
 function caseIn(tag: string, lo: number, hi: number): boolean {
@@ -27,7 +28,7 @@ export default class ThreatsReporter implements Reporter {
   private readonly results: { tags: string[]; name: string; state: string; meta: ReturnType<TestCase["meta"]> }[] = [];
 
   onTestCaseResult(tc: TestCase): void {
-    const tags = [...tc.name.matchAll(/\[(T\d+|S|I)\]/g)].map((m) => m[1]!);
+    const tags = [...tc.name.matchAll(/\[(T\d+|E\d+|S|I)\]/g)].map((m) => m[1]!);
     if (tags.length) this.results.push({ tags, name: tc.name, state: tc.result().state, meta: tc.meta() });
   }
 
@@ -38,7 +39,7 @@ export default class ThreatsReporter implements Reporter {
     for (const s of SECTIONS) {
       const mine = this.results.filter((r) => r.tags.some(s.has));
       const passed = mine.filter((r) => r.state === "passed").length;
-      const cases = [...new Set(mine.flatMap((r) => r.tags.filter(s.has)))].filter((t) => t.startsWith("T")).sort((a, b) => Number(a.slice(1)) - Number(b.slice(1)));
+      const cases = [...new Set(mine.flatMap((r) => r.tags.filter(s.has)))].filter((t) => /^[TE]/.test(t)).sort((a, b) => Number(a.slice(1)) - Number(b.slice(1)));
       out.push(`  ${s.title.padEnd(w)}  ${String(mine.length).padStart(5)}  ${String(passed).padStart(6)}  ${cases.join(" ") || (mine.length ? "-" : "none in this run")}`);
     }
     const failed = this.results.filter((r) => r.state === "failed");
