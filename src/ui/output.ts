@@ -9,6 +9,7 @@ import { readFileSync } from "node:fs";
 import type { Ora } from "ora";
 import { onInterrupt } from "../cleanup.js";
 import { AgentbakError, Exit, usageError } from "../errors.js";
+import { safe } from "./escape.js";
 
 export const isTTY = () => Boolean(process.stderr.isTTY);
 export const stdinTTY = () => Boolean(process.stdin.isTTY);
@@ -84,8 +85,8 @@ export function progress(text: string): { update(t: string): void; stop(): void 
 
 /** Prints rows as an aligned table to stdout (a listing is a command's result). */
 export function table(headers: string[], rows: string[][]): void {
-  // a cell (a label from a bundle, an id) never carries a line break or escape sequence onto the terminal
-  rows = rows.map((r) => r.map((c) => c.replace(/[\x00-\x1f\x7f-\x9f]/g, "\uFFFD")));
+  // a cell (a label from a bundle, an id) never carries a line break, escape sequence or bidi control onto the terminal
+  rows = rows.map((r) => r.map(safe));
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   const fmt = (r: string[]) => r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
   out(bold(fmt(headers)) + "\n");

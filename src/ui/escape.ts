@@ -1,0 +1,23 @@
+/**
+ * The one escaping function for text that came from outside agentbak (an
+ * agent, its database, a provider, a bundle) on its way to a terminal: every
+ * character of UNSAFE_TEXT (controls, escape sequences, bidi and other format
+ * controls, separators, lone surrogates) is shown as `\xNN` / `\uNNNN`, so such
+ * text can never move the cursor, recolour, rewrite or reorder what a person
+ * reads. JSON output keeps the exact value and does not use it.
+ */
+import { UNSAFE_TEXT } from "../facts.js";
+
+const ALL = new RegExp(UNSAFE_TEXT.source, "gu");
+
+/**
+ * Text safe to print.
+ * @param s any text, possibly hostile
+ * @returns `s` with every unsafe character replaced by its escape (ESC becomes the four visible characters `\x1b`)
+ */
+export function safe(s: string): string {
+  return s.replace(ALL, (c) => {
+    const n = c.codePointAt(0)!;
+    return n <= 0xff ? `\\x${n.toString(16).padStart(2, "0")}` : `\\u${n.toString(16).padStart(4, "0")}`;
+  });
+}
