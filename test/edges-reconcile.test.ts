@@ -227,18 +227,31 @@ describe("[E8] probes are contained", () => {
        appendFileSync(${JSON.stringify(seen)}, JSON.stringify(process.env) + "\\n");
        console.log(JSON.stringify({ state: "completed", receipt: "cmd-" + JSON.parse(s).idempotency_key }));`,
     );
-    const cfg = configVariant("e8-env", (c) => (c.reconcile.probe = { command: ["node", script], env: { PROVIDER_TOKEN: "Bearer {credential:mail}", REGION: "eu-1" } }));
-    const t = await restore("e8-env");
     const operatorEnv = { AGENTBAK_IDENTITY: readFileSync(a.identity, "utf8"), AGENTBAK_SIGNING_KEY_FILE: join(a.home, "signing-key"), OPERATOR_SECRET: "op-secret-1", AWS_SECRET_ACCESS_KEY: "aws-secret-2" };
-    const r = await a.run(["reconcile", "--target", t, "-c", cfg, "--json"], operatorEnv);
-    expect(r.code, r.stderr).toBe(EXIT.ok);
-    const envs = readFileSync(seen, "utf8").trim().split("\n").map((l) => JSON.parse(l));
-    expect(envs).toHaveLength(2); // one per distinct key
+    const basics = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "AGENTBAK_GENERATION"];
+    /** reconciles a fresh restore with `cfg` and @returns the environment the probe saw, once per distinct key */
+    const probeEnvs = async (name: string, cfg: string) => {
+      rmSync(seen, { force: true });
+      const t = await restore(name);
+      const r = await a.run(["reconcile", "--target", t, "-c", cfg, "--json"], operatorEnv);
+      expect(r.code, r.stderr).toBe(EXIT.ok);
+      const envs = readFileSync(seen, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+      for (const env of envs) expect(JSON.stringify(env)).not.toMatch(/AGE-SECRET-KEY|op-secret-1|aws-secret-2/);
+      expect(envs).toHaveLength(2); // one per distinct key
+      return { t, envs };
+    };
+    // a probe configured without an environment: the basics and its generation, nothing of the operator's
+    const plain = await probeEnvs("e8-env-plain", configVariant("e8-env-plain", (c) => (c.reconcile.probe = { command: ["node", script] })));
+    for (const env of plain.envs) {
+      expect(Object.keys(env).filter((k) => !basics.includes(k))).toEqual([]);
+      expect(env).toMatchObject({ AGENTBAK_GENERATION: expect.stringMatching(/^\d+$/), PATH: process.env.PATH });
+    }
+    // what the config passes, credentials filled
+    const cfg = configVariant("e8-env", (c) => (c.reconcile.probe = { command: ["node", script], env: { PROVIDER_TOKEN: "Bearer {credential:mail}", REGION: "eu-1" } }));
+    const { t, envs } = await probeEnvs("e8-env", cfg);
     for (const env of envs) {
-      expect(env).toMatchObject({ PROVIDER_TOKEN: `Bearer ${SECRET}`, REGION: "eu-1", AGENTBAK_GENERATION: expect.stringMatching(/^\d+$/), PATH: process.env.PATH });
-      const allowed = new Set(["PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PROVIDER_TOKEN", "REGION", "AGENTBAK_GENERATION"]);
-      expect(Object.keys(env).filter((k) => !allowed.has(k))).toEqual([]);
-      expect(JSON.stringify(env)).not.toMatch(/AGE-SECRET-KEY|op-secret-1|aws-secret-2/);
+      expect(env).toMatchObject({ PROVIDER_TOKEN: `Bearer ${SECRET}`, REGION: "eu-1" });
+      expect(Object.keys(env).filter((k) => !basics.includes(k)).sort()).toEqual(["PROVIDER_TOKEN", "REGION"]);
     }
     // AGENTBAK_* is agentbak's: a config can not set it
     const reserved = configVariant("e8-reserved", (c) => (c.reconcile.probe = { command: ["node", script], env: { AGENTBAK_IDENTITY: "x" } }));
