@@ -1,14 +1,33 @@
 /** `agentbak activate` and `agentbak fence check`: lifting a restored agent's suspension, and fencing checks. */
-import { usageError } from "../errors.js";
+import { agentbakHome } from "../crypto/keys.js";
+import { loadTrust } from "../crypto/trust.js";
+import { usageError, wrap } from "../errors.js";
 import { activate as lift, fenceCheck, type ActivateResult, type ActivationCheck, type FenceResult } from "../restore/activate.js";
-import { readTargetRecord } from "../restore/state.js";
-import { context } from "./context.js";
+import { openTarget, type Target } from "../restore/state.js";
+import { context, type Context } from "./context.js";
 
 /**
- * The context of a command about a restored target: its config is the one
- * named (-c, AGENTBAK_CONFIG), else the one the restore ran with.
+ * A restored target and the context of a command about it. Its restore record
+ * must be signed by a trusted key: the signers of the config named (-c,
+ * AGENTBAK_CONFIG), else AGENTBAK_HOME's allowed_signers — never a config the
+ * record itself names, which is believed only once the signature holds. The
+ * config is the one named, else the one the restore ran with.
+ * @throws AgentbakError(10) not a restored target, (13) its record unsigned, edited or signed by a key not trusted.
  */
-export const targetContext = (target: string, config?: string) => context({ config: config ?? process.env.AGENTBAK_CONFIG ?? readTargetRecord(target).config ?? undefined });
+export function targetContext(dir: string, config?: string): { ctx: Context; target: Target } {
+  const named = config ?? process.env.AGENTBAK_CONFIG;
+  const first = named ? context({ config: named }) : undefined;
+  const target = openTarget(dir, first?.trust ?? homeTrust());
+  return { ctx: first ?? context({ config: target.record.config ?? undefined }), target };
+}
+
+function homeTrust() {
+  try {
+    return loadTrust(agentbakHome());
+  } catch (e) {
+    throw wrap(e, "allowed_signers");
+  }
+}
 
 export interface ActivateCmdOptions {
   target: string;
@@ -24,8 +43,8 @@ export interface ActivateCmdOptions {
 export async function activate(opts: ActivateCmdOptions): Promise<ActivateResult> {
   if (opts.reason !== undefined && !opts.acceptUnresolved) throw usageError("--reason goes with --accept-unresolved");
   if (opts.acceptUnresolved && !opts.reason?.trim()) throw usageError("--accept-unresolved needs --reason TEXT: why the unresolved operations are accepted");
-  const ctx = targetContext(opts.target, opts.config);
-  return lift(opts.target, {
+  const { ctx, target } = targetContext(opts.target, opts.config);
+  return lift(target, {
     repo: opts.repo,
     signingKey: ctx.maybeSigningKey(),
     lc: ctx.lc,

@@ -11,7 +11,11 @@ const url = z.string().check(z.regex(/^https?:\/\/[^\s]+$/, "an http(s) URL"));
 export const STRATEGIES = ["observe", "retry-safe", "escalate"] as const;
 export type Strategy = (typeof STRATEGIES)[number];
 export const strategy = z.enum(STRATEGIES);
+/** How strict a strategy is: operations sharing an idempotency key are all reconciled by the strictest of theirs. */
+export const STRICTNESS: Record<Strategy, number> = { "retry-safe": 0, observe: 1, escalate: 2 };
 const ident = z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "a plain SQL identifier (letters, digits, _)"));
+/** A name a command probe's config may set in its environment: AGENTBAK_* is agentbak's own. */
+export const PROBE_ENV_NAME = /^(?!AGENTBAK_)[A-Za-z_][A-Za-z0-9_]*$/;
 /** `{credential:NAME}` in a probe header: the named credential's value, resolved when the probe runs */
 export const CREDENTIAL_PLACEHOLDER = /\{credential:([^}]+)\}/g;
 export const reconcile = z.strictObject({
@@ -22,8 +26,14 @@ export const reconcile = z.strictObject({
         headers: z._default(z.record(z.string(), z.string()), {}),
       }),
     }),
-    z.strictObject({ command: z.array(z.string().check(z.minLength(1))).check(z.minLength(1)) }),
+    z.strictObject({
+      command: z.array(z.string().check(z.minLength(1))).check(z.minLength(1)),
+      /** the command's environment beyond PATH, HOME and the like (values may hold {credential:NAME}); AGENTBAK_* is agentbak's */
+      env: z._default(z.record(z.string(), z.string()), {}),
+    }),
   ]),
+  /** the fields of the provider's answer kept as the receipt (dotted paths; default "receipt"): nothing else of the answer is stored */
+  receiptFields: z._default(z.array(z.string().check(z.regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, "a field name, or a dotted path of them"))).check(z.minLength(1)), ["receipt"]),
   onCompleted: sqlRef,
   onRetry: z.optional(sqlRef),
   onEscalate: z.optional(sqlRef),

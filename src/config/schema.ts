@@ -157,10 +157,14 @@ export const ConfigSchema = ConfigObject.check(z.superRefine((c, ctx) => {
     else if (!r.onRetry && [ops.defaultStrategy, ...Object.values(ops.strategies)].includes("retry-safe"))
       ctx.addIssue({ code: "custom", path: ["reconcile", "onRetry"], message: "a retry-safe strategy needs onRetry (the SQL that queues the resend)" });
     const creds = new Set(c.credentials.map((x) => x.name));
-    if ("http" in r.probe)
-      for (const [h, v] of Object.entries(r.probe.http.headers))
-        for (const m of v.matchAll(recovery.CREDENTIAL_PLACEHOLDER))
-          if (!creds.has(m[1]!)) ctx.addIssue({ code: "custom", path: ["reconcile", "probe", "http", "headers", h], message: `no credential named "${m[1]}"` });
+    // credentials fill an HTTP probe's headers, or a command probe's environment
+    const filled = "http" in r.probe ? { path: ["http", "headers"], values: r.probe.http.headers } : { path: ["env"], values: r.probe.env };
+    for (const [k, v] of Object.entries(filled.values)) {
+      if ("command" in r.probe && !recovery.PROBE_ENV_NAME.test(k))
+        ctx.addIssue({ code: "custom", path: ["reconcile", "probe", "env", k], message: "not an environment variable name (letters, digits, _), or an AGENTBAK_* name (agentbak's own)" });
+      for (const m of v.matchAll(recovery.CREDENTIAL_PLACEHOLDER))
+        if (!creds.has(m[1]!)) ctx.addIssue({ code: "custom", path: ["reconcile", "probe", ...filled.path, k], message: `no credential named "${m[1]}"` });
+    }
   }
   c.timers.forEach((t, i) => {
     if (!names.has(t.database)) ctx.addIssue({ code: "custom", path: ["timers", i, "database"], message: `no database named "${t.database}"` });

@@ -8,7 +8,7 @@
  * against a sink that rejects the lower one.
  */
 import type { Config } from "../config/schema.js";
-import { decide, reconcileOperations, type OpenOperation, type Resolution } from "../reconcile/operations.js";
+import { decide, reconcileOperations, type OpenOperation, type OpenOpsQuery, type Resolution } from "../reconcile/operations.js";
 import { makeProbe, type ProbeState } from "../reconcile/probe.js";
 import { runInvariants, type Invariant, type InvariantResult } from "./invariants.js";
 import { TestSink, type LookupFault } from "./sink.js";
@@ -57,6 +57,7 @@ export async function reconciliationScenarios(
   b: RecoveryBench,
   ops: OpenOperation[],
   protocol: NonNullable<Config["reconcile"]>,
+  openOps: OpenOpsQuery,
 ): Promise<{ scenarios: ScenarioResult[]; operations: OperationReport[]; reconcileSeconds: number | null }> {
   const { spec } = b.spec;
   const rounds: { name: string; delivered: (i: number) => boolean; fault: LookupFault | null }[] = [
@@ -88,9 +89,9 @@ export async function reconciliationScenarios(
     try {
       const seeded = new Map(ops.filter((_, i) => round.delivered(i)).map((op) => [op.idempotency_key, sink.seed(op.idempotency_key)]));
       sink.lookupFault = round.fault;
-      const probe = makeProbe(protocol.probe, { generation: GENERATION.restored, timeoutMs: protocol.timeoutSeconds * 1000, credential: () => "drill", sinkUrl: url });
+      const probe = makeProbe(protocol, { generation: GENERATION.restored, credential: () => "drill", sinkUrl: url });
       const r0 = Date.now();
-      const results = await reconcileOperations(ops, protocol, probe, copy.dbs);
+      const results = await reconcileOperations(ops, protocol, openOps, probe, copy.dbs);
       if (!round.fault && reconcileSeconds === null) reconcileSeconds = (Date.now() - r0) / 1000;
       sink.lookupFault = null;
       check("reconciliation sends nothing", !sink.requests.some((q) => q.method === "POST"), `${sink.requests.filter((q) => q.method === "POST").length} delivery request(s) while reconciling`);

@@ -283,7 +283,8 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     };
     if (reconciled) {
       o.progress?.("reconciliation scenarios");
-      const r = await reconciliationScenarios(bench, operations, protocol);
+      // a config with a reconcile section has openOperations (the schema says so)
+      const r = await reconciliationScenarios(bench, operations, protocol, o.config!.openOperations!);
       result.scenarios.push(...r.scenarios);
       result.open_operations = r.operations;
       result.rto_seconds = Math.round((result.recovery_seconds + (r.reconcileSeconds ?? 0)) * 100) / 100;

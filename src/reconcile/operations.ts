@@ -2,12 +2,15 @@
  * Reconciling open operations: for each operation sent without a receipt,
  * ask the provider by idempotency key, decide by its strategy (a pure
  * function), and write the outcome into the restored state with the
- * configured SQL. Shared by `agentbak reconcile` and the drill.
+ * configured SQL. Each operation has its own result; operations sharing a key
+ * are asked about once and reconciled by the strictest strategy of theirs.
+ * Shared by `agentbak reconcile`, `agentbak activate` and the drill.
  */
-import { strategyFor, type Strategy } from "../config/recovery.js";
+import { STRICTNESS, strategyFor, type Strategy } from "../config/recovery.js";
 import type { Config } from "../config/schema.js";
+import { openOperationRows } from "../state/inspect.js";
 import { openDefensive, type DB } from "../state/sqlite.js";
-import { probeWithRetries, type Probe, type ProbeState } from "./probe.js";
+import { probeWithRetries, type Probe, type ProbeOutcome, type ProbeState } from "./probe.js";
 
 /** An open operation as a snapshot recorded it, with its strategy settled. */
 export interface OpenOperation {
@@ -20,10 +23,20 @@ export interface OpenOperation {
 /**
  * A snapshot's open operations with kind and strategy settled: the strategy
  * the manifest recorded, else the config's for the operation's kind (bundles
- * made before strategies were recorded).
+ * made before strategies were recorded); then operations sharing an
+ * idempotency key all take the strictest of their strategies (escalate >
+ * observe > retry-safe): a resend under a key another operation also holds
+ * is for a person to decide when that one must not be resent.
  */
-export const settleOperations = (ops: { id: string | number | null; idempotency_key: string; kind?: string | null; strategy?: Strategy }[], cfg: Config["openOperations"]): OpenOperation[] =>
-  ops.map((o) => ({ id: o.id, idempotency_key: o.idempotency_key, kind: o.kind ?? null, strategy: o.strategy ?? strategyFor(o.kind, cfg) }));
+export function settleOperations(ops: { id: string | number | null; idempotency_key: string; kind?: string | null; strategy?: Strategy }[], cfg: Config["openOperations"]): OpenOperation[] {
+  const own = ops.map((o) => ({ id: o.id, idempotency_key: o.idempotency_key, kind: o.kind ?? null, strategy: o.strategy ?? strategyFor(o.kind, cfg) }));
+  const strictest = new Map<string, Strategy>();
+  for (const o of own) {
+    const s = strictest.get(o.idempotency_key);
+    if (!s || STRICTNESS[o.strategy] > STRICTNESS[s]) strictest.set(o.idempotency_key, o.strategy);
+  }
+  return own.map((o) => ({ ...o, strategy: strictest.get(o.idempotency_key)! }));
+}
 
 /**
  * What happens to an operation: `completed` (the provider's receipt is
@@ -63,17 +76,23 @@ export function decide(strategy: Strategy, outcome: ProbeState): Resolution {
 const SQL_KEY = { completed: "onCompleted", retry: "onRetry", escalated: "onEscalate", unknown: null } as const;
 
 /**
- * Probes every operation (one after the other), then writes each outcome into
- * the databases in `databases` (name -> restored file) with the configured
- * SQL, one transaction per operation. An outcome the SQL did not record (it
- * failed, or changed no row) leaves the operation unresolved, saying why.
+ * Probes every operation (one after the other, each idempotency key once),
+ * then writes each outcome into the databases in `databases` (name ->
+ * restored file) with the configured SQL, one transaction per operation.
+ * @returns one result per operation of `ops`, in its order. An outcome the
+ * SQL did not record (it failed, changed no row, or left the row among the
+ * ones `openOps` still lists) leaves the operation unresolved, saying why.
  */
-export async function reconcileOperations(ops: OpenOperation[], cfg: NonNullable<Config["reconcile"]>, probe: Probe, databases: Map<string, string>): Promise<OperationResult[]> {
+export async function reconcileOperations(ops: OpenOperation[], cfg: NonNullable<Config["reconcile"]>, openOps: OpenOpsQuery, probe: Probe, databases: Map<string, string>): Promise<OperationResult[]> {
+  const asked = new Map<string, ProbeOutcome>();
   const results: OperationResult[] = [];
   for (const op of ops) {
-    const o = await probeWithRetries(probe, op, cfg.attempts);
+    let o = asked.get(op.idempotency_key);
+    if (!o) asked.set(op.idempotency_key, (o = await probeWithRetries(probe, op, cfg.attempts)));
     const resolution = decide(op.strategy, o.state);
-    results.push({ ...op, outcome: o.state, receipt: o.receipt, resolution, resolved: isResolved(resolution), attempts: o.attempts, applied: null, detail: o.detail, at: new Date().toISOString() });
+    const sharing = ops.filter((x) => x.idempotency_key === op.idempotency_key).length;
+    const detail = sharing > 1 ? `${o.detail}; key shared by ${sharing} open operations: asked once, each decided by the strictest strategy of theirs (${op.strategy})` : o.detail;
+    results.push({ ...op, outcome: o.state, receipt: o.receipt, resolution, resolved: isResolved(resolution), attempts: o.attempts, applied: null, detail, at: new Date().toISOString() });
   }
   const open = new Map<string, DB>();
   try {
@@ -101,7 +120,39 @@ export async function reconcileOperations(ops: OpenOperation[], cfg: NonNullable
   } finally {
     for (const db of open.values()) db.close();
   }
+  // an outcome recorded, yet the state still lists the row as open: the agent would act on it again
+  const still = stillOpen(results, openOps, databases);
+  for (const [i, r] of results.entries()) if (r.resolved && still[i]) unresolve(r, `${r.applied} ran, but ${still[i]}`);
   return results;
+}
+
+/** The query that lists a state's open operations (config `openOperations`). */
+export type OpenOpsQuery = Pick<NonNullable<Config["openOperations"]>, "database" | "sql">;
+
+const identity = (o: { id: string | number | null; idempotency_key: string }) => JSON.stringify([o.id, o.idempotency_key]);
+
+/**
+ * Which of `ops` the restored state still lists as open: the open-operations
+ * query is run again on the restored database (read-only), whatever any
+ * record says. @returns for each operation why it is still open, or null;
+ * when the query can not run, that reason for every operation.
+ */
+export function stillOpen(ops: readonly { id: string | number | null; idempotency_key: string }[], q: OpenOpsQuery, databases: Map<string, string>): (string | null)[] {
+  if (!ops.length) return [];
+  const file = databases.get(q.database);
+  if (!file) return ops.map(() => `the restored state could not be re-read: no restored database named "${q.database}"`);
+  let rows: Set<string>;
+  try {
+    const db = openDefensive(file);
+    try {
+      rows = new Set(openOperationRows(db, q.sql).map(identity));
+    } finally {
+      db.close();
+    }
+  } catch (e) {
+    return ops.map(() => `the restored state could not be re-read: openOperations.sql failed: ${(e as Error).message}`);
+  }
+  return ops.map((o) => (rows.has(identity(o)) ? `still open in the restored database: openOperations.sql lists id ${JSON.stringify(o.id)}` : null));
 }
 
 /** An outcome that could not be written into the state: the agent would act on the old state, so a person decides. */

@@ -1,9 +1,12 @@
 /**
  * Lifting the suspension of a restored agent, and fencing checks. Activation
+ * trusts only signed records (the restore's and the reconciliation's), and
  * refuses while the restore is superseded, while an open operation is
- * unresolved (unless accepted with a reason), and while the original runtime
- * answers alive (unless the operator confirms it is isolated). The activation
- * record, and every refusal, is signed into the agent's audit log.
+ * unresolved — by the reconciliation record, or because the restored
+ * database still lists it as open — (unless accepted with a reason), and
+ * while the original runtime answers alive (unless the operator confirms it
+ * is isolated). The activation record, and every refusal, is signed into the
+ * agent's audit log.
  */
 import { rmSync } from "node:fs";
 import { userInfo } from "node:os";
@@ -12,11 +15,11 @@ import type { LoadedConfig } from "../config/load.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, Exit, policyError, usageError } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
-import type { OpenOperation, OperationResult } from "../reconcile/operations.js";
+import { stillOpen, type OpenOperation, type OperationResult } from "../reconcile/operations.js";
 import { Repository } from "../repository/repository.js";
 import { checkLiveness, type LivenessAnswer } from "./liveness.js";
 import { appendReceipt } from "./receipt.js";
-import { isSuspended, MARKER_DIR, operationStatus, readReconcileRecord, readTargetRecord, summarize, SUSPENDED, type ReconcileSummary, type TargetRecord } from "./state.js";
+import { isSuspended, MARKER_DIR, operationStatus, readReconcileRecord, readTargetRecord, summarize, SUSPENDED, type ReconcileSummary, type Target, type TargetRecord } from "./state.js";
 
 /** An open operation that still needs a person: never reconciled, escalated, unknown, or its outcome not recorded. */
 export interface Unresolved extends OpenOperation {
@@ -34,7 +37,7 @@ export interface ActivateOptions {
   /** the repository, when not the one the restore recorded */
   repo?: string;
   signingKey: SigningKey | null;
-  /** the agent's config: runtime.liveness */
+  /** the agent's config: runtime.liveness, and openOperations (the restored database is asked again) */
   lc?: LoadedConfig;
   /** accept unresolved operations, for this reason */
   acceptUnresolved?: string;
@@ -63,21 +66,37 @@ const why = (r: OperationResult | null) =>
   !r ? "never reconciled" : r.resolved ? "" : r.resolution === "escalated" ? `escalated: ${r.detail}` : r.resolution === "unknown" ? `unknown: ${r.detail}` : `outcome not recorded: ${r.detail}`;
 
 /**
- * Lifts the suspended marker of a restored target.
- * @throws AgentbakError: 2 --reason missing or empty, 10 not a restored target,
- *   14 superseded, unresolved operations, original runtime alive, or not confirmed.
+ * Why each of the target's open operations is still open in its restored database (null: it is not), whatever
+ * any record says: the config's open-operations query, run again.
  */
-export async function activate(target: string, o: ActivateOptions): Promise<ActivateResult> {
+function openInState(t: Target, lc: LoadedConfig | undefined): (string | null)[] {
+  const { open_operations: ops, databases } = t.record;
+  const q = lc?.config.openOperations;
+  if (!q || !databases) return ops.map(() => `the restored database was not re-read: ${q ? "the restore did not record its databases" : "no openOperations query in the config"}`);
+  return stillOpen(ops, q, new Map(databases.map((d) => [d.name, join(t.dir, d.path)])));
+}
+
+/**
+ * Lifts the suspended marker of a restored target.
+ * @throws AgentbakError: 2 --reason missing or empty, 13 reconcile.json damaged, unsigned, edited or of another
+ *   restore, 14 superseded, unresolved operations, original runtime alive, or not confirmed.
+ */
+export async function activate(t: Target, o: ActivateOptions): Promise<ActivateResult> {
   if (o.acceptUnresolved !== undefined && !o.acceptUnresolved.trim()) throw usageError("--accept-unresolved needs --reason TEXT: why the unresolved operations are accepted");
-  const rec = readTargetRecord(target);
-  const results = readReconcileRecord(target)?.operations;
-  const unresolved = operationStatus(rec, results).filter((x) => !x.result?.resolved).map((x) => ({ ...x.op, why: why(x.result) }));
+  const { record: rec, dir: target } = t;
+  const results = readReconcileRecord(t)?.operations;
+  const open = openInState(t, o.lc);
+  const unresolved = operationStatus(rec.open_operations, results).flatMap((x, i) => {
+    const reason = x.result?.resolved ? open[i] : why(x.result);
+    return reason ? [{ ...x.op, why: reason }] : [];
+  });
   const base = {
     target,
     agent_id: rec.agent_id,
     generation: rec.generation,
     open_operations: rec.open_operations,
-    reconciliation: summarize(rec, results),
+    // what activation counts as unresolved: the record's, and what the restored state still lists as open
+    reconciliation: { ...summarize(rec.open_operations, results), unresolved: unresolved.length },
     unresolved,
     accepted_unresolved: null,
     liveness: [] as LivenessAnswer[],

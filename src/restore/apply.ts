@@ -26,7 +26,7 @@ import { buildPlan, type PlannedSource, type RestorePlan } from "./plan.js";
 import { appendReceipt } from "./receipt.js";
 import { applyTimers, planTimers } from "./timers.js";
 import { evaluatePolicy } from "./policy.js";
-import { MARKER_DIR, SUSPENDED, type TargetRecord } from "./state.js";
+import { MARKER_DIR, SUSPENDED, writeTargetRecord, type TargetRecord } from "./state.js";
 import { raiseTrustedState, readTrustedState } from "../state/watermark.js";
 import { agentbakHome } from "../crypto/keys.js";
 import { doneBeforeInterrupt, letInterruptsIn, removeOnInterrupt, removeTree } from "../cleanup.js";
@@ -290,7 +290,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       if (r.skipped.length) warnings.push(`source ${r.name}: ${r.skipped.length} key(s) expired since the snapshot and were not restored: ${r.skipped.slice(0, 10).join(", ")}${r.skipped.length > 10 ? " ..." : ""}`);
     const generation = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : nextGen;
     crashStep("generation-reserved");
-    const record: TargetRecord = {
+    const key = o.signingKey();
+    const record: Omit<TargetRecord, "kind"> = {
       agent_id: m.agent_id,
       tenant: m.tenant,
       snapshot_id: m.snapshot_id,
@@ -302,7 +303,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       databases,
       config: o.lc?.path ?? null,
     };
-    writeFileAtomic(join(root, MARKER_DIR, "restore.json"), JSON.stringify(record, null, 2) + "\n");
+    // signed: reconcile and activate act only on a record agentbak wrote (an edited list of open operations, or config, is refused)
+    const recordSha256 = writeTargetRecord(root, record, key);
     writeFileAtomic(join(root, MARKER_DIR, "generation"), `${generation}\n`);
     writeFileAtomic(
       join(root, MARKER_DIR, SUSPENDED),
@@ -357,6 +359,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       checks: checks.map((c) => ({ name: c.name, ok: c.ok })),
       credentials: credentials.map((c) => ({ name: c.name, ref: c.ref, status: c.status })),
       open_operations: operations,
+      record_sha256: recordSha256,
       sources: restoredSources.map((r) => ({ name: r.name, kind: r.kind, into: plan.sources.find((p) => p.name === r.name)?.into ?? null, records: r.records, expired_keys_skipped: r.skipped })),
       timers,
       runtime: policy.runtime,
@@ -364,8 +367,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       request_id: o.requestId ?? null,
       at: now.toISOString(),
     };
-    const key = o.signingKey();
-    if (!key) warnings.push("no signing key: the restore receipt is recorded unsigned");
+    if (!key) warnings.push("no signing key: the restore receipt and the target's restore record are unsigned; reconcile and activate refuse an unsigned target");
     await appendReceipt(repo, a, "restore", receipt, key);
     const res = result({ restored: true, generation, checks, receipt_signed: Boolean(key), sources: restoredSources });
     if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, res);

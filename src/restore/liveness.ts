@@ -3,9 +3,10 @@
  * restored agent act (runtime.liveness: a pid file, an HTTP URL, a command).
  * Only a definite "stopped" lets it through; an answer that cannot be read
  * counts as "unknown", which refuses like "alive" unless the operator
- * confirms the original is isolated.
+ * confirms the original is isolated. A command runs contained (own process
+ * group, basic environment, killed whole at the timeout).
  */
-import { execa } from "execa";
+import { basicEnv, runContained } from "../contained.js";
 import type { Config } from "../config/schema.js";
 import { readFileRegular } from "../fsutil.js";
 
@@ -35,10 +36,11 @@ export async function checkLiveness(l: LivenessConfig, resolve: (p: string) => s
     }
   }
   if (l.command) {
-    const r = await execa(l.command[0]!, l.command.slice(1), { reject: false, timeout: ms, stdio: "ignore" });
+    // contained like a reconcile probe: its own process group, killed whole at the timeout; PATH, HOME and the like only
+    const r = await runContained(l.command, { env: basicEnv(), timeoutMs: ms });
     const what = l.command.join(" ");
-    if (r.timedOut || r.failed && r.exitCode === undefined) out.push({ how: "command", state: "unknown", detail: `${what}: ${r.timedOut ? `no answer within ${l.timeoutSeconds}s` : "could not run"}` });
-    else out.push({ how: "command", state: r.exitCode === 0 ? "alive" : "stopped", detail: `${what} exited ${r.exitCode}` });
+    const unknown = r.timedOut ? `no answer within ${l.timeoutSeconds}s` : r.startError ? `could not run (${r.startError})` : r.tooLarge ? "printed more than 64 KiB" : r.exitCode === null ? `killed by ${r.signal}` : null;
+    out.push(unknown ? { how: "command", state: "unknown", detail: `${what}: ${unknown}` } : { how: "command", state: r.exitCode === 0 ? "alive" : "stopped", detail: `${what} exited ${r.exitCode}` });
   }
   return out;
 }

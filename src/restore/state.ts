@@ -1,6 +1,14 @@
-/** The markers a restore writes into a restored target, and reading them back. */
+/**
+ * The records a restore and a reconciliation write into a restored target
+ * (signed, so that activation trusts only what agentbak wrote), and reading
+ * them back.
+ */
+import canonicalize from "canonicalize";
+import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { NS, signMessage, verifyMessage, type SigningKey } from "../crypto/sshsig.js";
+import { trusts, type Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, notFound } from "../errors.js";
 import { writeFileAtomic, readFileRegular } from "../fsutil.js";
 import type { OpenOperation, OperationResult } from "../reconcile/operations.js";
@@ -9,8 +17,9 @@ import type { OpenOperation, OperationResult } from "../reconcile/operations.js"
 export const MARKER_DIR = ".agentbak";
 export const SUSPENDED = "SUSPENDED";
 
-/** What a restore records inside the target. */
+/** What a restore records inside the target (.agentbak/restore.json, signed). */
 export interface TargetRecord {
+  kind: "restore-record";
   agent_id: string;
   tenant: string;
   snapshot_id: string;
@@ -25,10 +34,13 @@ export interface TargetRecord {
   config?: string | null;
 }
 
-/** What `agentbak reconcile` records inside the target (.agentbak/reconcile.json). */
+/** What `agentbak reconcile` records inside the target (.agentbak/reconcile.json, signed): one result per open operation, in the restore record's order. */
 export interface ReconcileRecord {
+  kind: "reconcile-record";
   snapshot_id: string;
   generation: number;
+  /** the restore record this reconciliation belongs to (its recordDigest) */
+  restore_record_sha256: string;
   reconciled_at: string;
   operations: OperationResult[];
   summary: ReconcileSummary;
@@ -44,54 +56,127 @@ export interface ReconcileSummary {
   unresolved: number;
 }
 
-/** Reads the restore record of a target. @throws AgentbakError(10) when the folder was not restored by agentbak. */
-export function readTargetRecord(target: string): TargetRecord {
-  const p = join(target, MARKER_DIR, "restore.json");
-  if (!existsSync(p)) throw notFound(`${target} holds no agentbak restore record (${MARKER_DIR}/restore.json)`);
-  let r: Partial<TargetRecord> | null;
+/** A restored target whose restore record is signed by a trusted key: what reconcile and activate act on. */
+export interface Target {
+  dir: string;
+  record: TargetRecord;
+  /** recordDigest of the restore record */
+  digest: string;
+  /** the signers its records are checked against */
+  trust: Trust;
+}
+
+const restorePath = (target: string) => join(target, MARKER_DIR, "restore.json");
+const reconcilePath = (target: string) => join(target, MARKER_DIR, "reconcile.json");
+
+/** The sha256 (hex) of a record's canonical JSON without its signature: what its signature covers. */
+export const recordDigest = (r: object): string => createHash("sha256").update(canonicalize(unsigned(r))!).digest("hex");
+const unsigned = (r: object) => Object.fromEntries(Object.entries(r).filter(([k]) => k !== "signature"));
+
+/**
+ * Writes `record` to `file` with a signature (SSHSIG, namespace agentbak-receipt) over its canonical JSON, or
+ * unsigned when there is no key. @returns its recordDigest.
+ */
+function writeSigned(file: string, record: object, key: SigningKey | null): string {
+  const body = unsigned(record);
+  const signature = key ? signMessage(key, NS.receipt, Buffer.from(canonicalize(body)!)) : undefined;
+  writeFileAtomic(file, JSON.stringify({ ...body, ...(signature ? { signature } : {}) }, null, 2) + "\n");
+  return recordDigest(body);
+}
+
+/**
+ * Checks the signature of a record read from `p` against `trust`.
+ * @throws AgentbakError(13) naming `p`: unsigned, not matching (edited), or signed by a key not trusted; `remedy` says what to do.
+ */
+function checkSignature(p: string, r: Record<string, unknown>, trust: Trust, remedy: string): void {
+  if (typeof r.signature !== "string") throw new AgentbakError(Exit.verify, `${p} is not signed (written without a signing key, or by an older agentbak): it is not trusted; ${remedy}`);
+  let signer: Buffer;
   try {
-    r = JSON.parse(readFileRegular(p, "utf8")) as Partial<TargetRecord> | null;
+    signer = verifyMessage(r.signature, NS.receipt, Buffer.from(canonicalize(unsigned(r))!));
+  } catch (e) {
+    throw new AgentbakError(Exit.verify, `${p} was changed after agentbak signed it (${(e as Error).message}); ${remedy}`);
+  }
+  const t = trusts(trust, signer, NS.receipt, new Date());
+  if (!t.trusted) throw new AgentbakError(Exit.verify, `${p} is not trusted: ${t.reason}; ${remedy}`);
+}
+
+/** Parses a record file; null when it is not a JSON object. */
+function readObject(p: string): Record<string, unknown> | null {
+  let r: unknown;
+  try {
+    r = JSON.parse(readFileRegular(p, "utf8"));
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code && (e as NodeJS.ErrnoException).code !== "ENOTREG") throw e;
-    r = null;
+    return null;
   }
+  return r && typeof r === "object" && !Array.isArray(r) ? (r as Record<string, unknown>) : null;
+}
+
+/** Writes the restore record into a target's (staged) root, signed with `key`. @returns its recordDigest. */
+export const writeTargetRecord = (root: string, r: Omit<TargetRecord, "kind">, key: SigningKey | null): string => writeSigned(restorePath(root), { kind: "restore-record", ...r }, key);
+
+/**
+ * Reads the restore record of a target, checking only its shape (fence check, which a worker without the
+ * operator's signers runs). @throws AgentbakError(10) when the folder was not restored by agentbak, (13) when
+ * the record is damaged.
+ */
+export function readTargetRecord(target: string): TargetRecord {
+  const p = restorePath(target);
+  if (!existsSync(p)) throw notFound(`${target} holds no agentbak restore record (${MARKER_DIR}/restore.json)`);
+  const r = readObject(p) as Partial<TargetRecord> | null;
   // written by restore and never edited: anything else is damage, and nothing here is guessed
-  const ok =
-    r && typeof r === "object" && typeof r.agent_id === "string" && typeof r.tenant === "string" && typeof r.snapshot_id === "string" && Number.isSafeInteger(r.generation) && Array.isArray(r.open_operations);
+  const ok = r && typeof r.agent_id === "string" && typeof r.tenant === "string" && typeof r.snapshot_id === "string" && Number.isSafeInteger(r.generation) && Array.isArray(r.open_operations);
   if (!ok) throw new AgentbakError(Exit.verify, `${p} is damaged (not the record restore wrote); restore the snapshot again into a new folder`);
   return r as TargetRecord;
 }
 
-export const isSuspended = (target: string) => existsSync(join(target, MARKER_DIR, SUSPENDED));
-
-const reconcilePath = (target: string) => join(target, MARKER_DIR, "reconcile.json");
-
-/** The reconciliation recorded in a target, or null when `reconcile` never ran there. */
-export function readReconcileRecord(target: string): ReconcileRecord | null {
-  const p = reconcilePath(target);
-  if (!existsSync(p)) return null;
-  let r: ReconcileRecord | null = null;
-  try {
-    r = JSON.parse(readFileRegular(p, "utf8")) as ReconcileRecord;
-  } catch {
-    /* damaged: below */
-  }
-  if (!r || typeof r !== "object" || !Array.isArray(r.operations) || !r.operations.every((x) => x && typeof x === "object" && typeof x.idempotency_key === "string"))
-    throw new AgentbakError(Exit.verify, `${p} is damaged; remove it and run agentbak reconcile --target ${target} again (every operation is asked about afresh)`);
-  return r;
+/**
+ * A restored target, its restore record signed by a key `trust` trusts.
+ * @throws AgentbakError(10) not a restored target; (13) the record damaged, unsigned, edited or signed by a key not trusted.
+ */
+export function openTarget(target: string, trust: Trust): Target {
+  const record = readTargetRecord(target);
+  const remedy = "restore the snapshot again into a new folder (with a signing key)";
+  checkSignature(restorePath(target), record as unknown as Record<string, unknown>, trust, remedy);
+  if (record.kind !== "restore-record") throw new AgentbakError(Exit.verify, `${restorePath(target)} is a signed ${String(record.kind)}, not a restore record; ${remedy}`);
+  return { dir: target, record, digest: recordDigest(record), trust };
 }
 
-export const writeReconcileRecord = (target: string, r: ReconcileRecord) => writeFileAtomic(reconcilePath(target), JSON.stringify(r, null, 2) + "\n");
+export const isSuspended = (target: string) => existsSync(join(target, MARKER_DIR, SUSPENDED));
 
-/** Each of the target's open operations with its latest result (none when never reconciled). */
-export function operationStatus(rec: TargetRecord, results: OperationResult[] = []): { op: OpenOperation; result: OperationResult | null }[] {
-  const byKey = new Map(results.map((x) => [x.idempotency_key, x]));
-  return rec.open_operations.map((op) => ({ op, result: byKey.get(op.idempotency_key) ?? null }));
+/**
+ * The reconciliation recorded in a target, or null when `reconcile` never ran there: signed by a trusted key,
+ * made for this very restore record, with one result for each of its open operations.
+ * @throws AgentbakError(13) naming the file when it is damaged, unsigned, edited, or belongs to another restore.
+ */
+export function readReconcileRecord(t: Target): ReconcileRecord | null {
+  const p = reconcilePath(t.dir);
+  if (!existsSync(p)) return null;
+  const again = `remove it and run agentbak reconcile --target ${t.dir} again (every operation is asked about afresh)`;
+  const r = readObject(p) as Partial<ReconcileRecord> | null;
+  if (!r || !Array.isArray(r.operations) || !r.operations.every((x) => x && typeof x === "object" && typeof x.idempotency_key === "string"))
+    throw new AgentbakError(Exit.verify, `${p} is damaged; ${again}`);
+  checkSignature(p, r as Record<string, unknown>, t.trust, again);
+  const ops = t.record.open_operations;
+  if (r.kind !== "reconcile-record" || r.restore_record_sha256 !== t.digest || r.generation !== t.record.generation)
+    throw new AgentbakError(Exit.verify, `${p} belongs to another restore (not to generation ${t.record.generation} as restore.json records it); ${again}`);
+  if (r.operations.length !== ops.length || r.operations.some((x, i) => x.idempotency_key !== ops[i]!.idempotency_key || x.id !== ops[i]!.id))
+    throw new AgentbakError(Exit.verify, `${p} does not hold one result for each open operation of restore.json; ${again}`);
+  return r as ReconcileRecord;
+}
+
+/** Writes a target's reconciliation, bound to its restore record and signed with `key`. @returns its recordDigest. */
+export const writeReconcileRecord = (t: Target, r: Omit<ReconcileRecord, "kind" | "restore_record_sha256">, key: SigningKey): string =>
+  writeSigned(reconcilePath(t.dir), { kind: "reconcile-record", ...r, restore_record_sha256: t.digest }, key);
+
+/** Each of the target's open operations with its latest result (none when never reconciled), by position. */
+export function operationStatus(ops: OpenOperation[], results: OperationResult[] = []): { op: OpenOperation; result: OperationResult | null }[] {
+  return ops.map((op, i) => ({ op, result: results[i] ?? null }));
 }
 
 /** Counts for receipts and activation records. */
-export function summarize(rec: TargetRecord, results: OperationResult[] = []): ReconcileSummary {
-  const st = operationStatus(rec, results);
+export function summarize(ops: OpenOperation[], results: OperationResult[] = []): ReconcileSummary {
+  const st = operationStatus(ops, results);
   const n = (res: string) => st.filter((x) => x.result?.resolution === res).length;
   return { operations: st.length, completed: n("completed"), retry: n("retry"), escalated: n("escalated"), unknown: n("unknown"), unresolved: st.filter((x) => !x.result?.resolved).length };
 }

@@ -49,6 +49,15 @@ function scalar(v: unknown): string | number | null {
 }
 
 /**
+ * The rows the open-operations query returns, as a manifest records them
+ * (read at backup, and again in a restored state by reconcile and activate).
+ * @throws the SQLite error when the query fails.
+ */
+export function openOperationRows(db: DB, sql: string): InspectResult["openOperations"] {
+  return (db.prepare(sql).all() as Record<string, unknown>[]).map((r) => ({ id: scalar(r.id), idempotency_key: String(r.idempotency_key ?? ""), ...("kind" in r ? { kind: r.kind === null ? null : String(r.kind) } : {}) }));
+}
+
+/**
  * Findings for the pages the page scan found suspicious: rows are read through
  * SQL only to name where a value is (or for databases not in UTF-8, `null`).
  */
@@ -144,8 +153,7 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, c
   if (input.openOperations) {
     const { db, close } = open(input.openOperations.database, "openOperations");
     try {
-      for (const r of db.prepare(input.openOperations.sql).all() as Record<string, unknown>[])
-        out.openOperations.push({ id: scalar(r.id), idempotency_key: String(r.idempotency_key ?? ""), ...("kind" in r ? { kind: r.kind === null ? null : String(r.kind) } : {}) });
+      out.openOperations.push(...openOperationRows(db, input.openOperations.sql));
     } catch (e) {
       throw new AgentbakError(Exit.usage, `openOperations: ${(e as Error).message}`);
     } finally {
