@@ -1,0 +1,252 @@
+// Issue 32, trust at the edges, through the real binary and server: text an agent, its database, a bundle
+// or a provider controls never reaches a terminal raw (shown escaped; JSON keeps it exact), and labels and
+// restore-request fields holding such characters are refused at input [E2]; state sources quote every
+// identifier, give up on a held lock after a stated timeout, report a bad connection in one line, and never
+// echo a password [E9]; a timer whose stored values are not of its declared format is named at backup and
+// never moved 1000-fold at restore [E12].
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import Database from "better-sqlite3";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { json, makeAgent, ROOT, type RunResult, type TestAgent } from "./helpers.js";
+import { api, makeToken, mcpStdio, startServer, tool } from "./agentapi-helpers.js";
+import { craft, manifestOf } from "./craft.js";
+import { plain, Term } from "./pty.js";
+
+// what an agent would plant: clear the screen and turn red; reverse the rest of the line; return to column 0
+const ESC = "\x1b[2J\x1b[31m";
+const RLO = "\u202e";
+const SHOWN = { ESC: "\\x1b[2J\\x1b[31m", RLO: "\\u202e", CR: "\\x0d" };
+const OP_ID = `dlv-${RLO}fdp.exe`;
+const OP_KEY = `idem-${ESC}red`;
+const CURSOR = `9999-12-31T00:00:00.000Z\rapproved by ops`;
+const TABLE = `notes${ESC}x`;
+
+/** None of the planted characters reached the terminal raw. */
+function noRaw(r: { stdout: string; stderr: string }, what: string): void {
+  for (const [name, raw] of [["ESC[2J", "\x1b[2J"], ["ESC[31m", "\x1b[31m"], ["U+202E", RLO], ["CR", "\r"]] as const)
+    expect(r.stdout + r.stderr, `${what}: raw ${name}`).not.toContain(raw);
+}
+
+let a: TestAgent;
+let backup: { snapshot_id: string; path: string };
+
+/** A config beside the agent's, changed by `patch`. @returns its path. */
+function configWith(name: string, patch: (c: any) => void): string {
+  const c = JSON.parse(readFileSync(a.config, "utf8"));
+  patch(c);
+  const p = join(a.dir, `${name}.json`);
+  writeFileSync(p, JSON.stringify(c, null, 2));
+  return p;
+}
+
+beforeAll(async () => {
+  a = await makeAgent({ sizeMb: 1 });
+  // the agent writes hostile text into its own state: the open operation's id and key, a cursor, a table name
+  const db = new Database(join(a.dir, "state/agent.sqlite"));
+  db.prepare("UPDATE deliveries SET delivery_id = ?, idempotency_key = ? WHERE status = 'attempted'").run(OP_ID, OP_KEY);
+  db.prepare("UPDATE deliveries SET delivered_at = ? WHERE delivery_id = (SELECT max(delivery_id) FROM deliveries WHERE status = 'delivered')").run(CURSOR);
+  db.exec(`CREATE TABLE "${TABLE}" (id INTEGER PRIMARY KEY); INSERT INTO "${TABLE}" VALUES (1), (2), (3);`);
+  db.close();
+  const r = await a.run(["backup", "--json"]);
+  expect(r.code, r.stderr).toBe(0);
+  backup = json(r);
+  backup.path = await a.file(backup.path);
+}, 120_000);
+afterAll(() => a?.cleanup());
+
+describe("[E2] agent-controlled text reaches a terminal escaped", () => {
+  it("[E2] a restore plan shows an open operation id with U+202E, its key with ESC[2J and a cursor with CR escaped; --json keeps them exact", async () => {
+    const target = join(a.tmp, "plan-target");
+    const r = await a.run(["restore", "latest", "--target", target, "--dry-run"]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    noRaw(r, "restore --dry-run");
+    expect(r.stdout).toContain(`open op    dlv-${SHOWN.RLO}fdp.exe key idem-${SHOWN.ESC}red`);
+    expect(r.stdout).toContain(`cursor     delivery_cursor = 9999-12-31T00:00:00.000Z${SHOWN.CR}approved by ops`);
+    const j = json(await a.run(["restore", "latest", "--target", target, "--dry-run", "--json"]));
+    expect(j.plan.open_operations[0]).toMatchObject({ id: OP_ID, idempotency_key: OP_KEY });
+    expect(j.plan.cursors.delivery_cursor).toBe(CURSOR);
+    expect(existsSync(target)).toBe(false);
+  });
+
+  it("[E2] a table named with ESC[2J, quoted by a verification error, is escaped once by main; --json keeps the exact message", async () => {
+    expect(manifestOf(backup.path).components.find((c: any) => c.name === "state").records[TABLE]).toBe(3);
+    // a re-signed manifest (a trusted key, as a compromised backup host holds) that claims another row count for that table
+    const out = join(a.tmp, "table-count.agentbak");
+    const { readLayout } = await import("../dist/bundle/outer.js");
+    const l = readLayout(backup.path);
+    const payload = readFileSync(backup.path).subarray(l.payloadOffset, l.payloadOffset + l.payloadSize);
+    await craft({ baseManifest: manifestOf(backup.path), payloadAge: payload, keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.components.find((c: any) => c.name === "state").records[TABLE] = 4) });
+    const r = await a.run(["verify", out, "--identity", a.identity]);
+    expect(r.code, r.stderr).toBe(13);
+    noRaw(r, "verify");
+    expect(r.stderr.trim()).toBe(`agentbak: database state: table notes${SHOWN.ESC}x has 3 rows, manifest says 4`);
+    const j = await a.run(["verify", out, "--identity", a.identity, "--json"]);
+    expect(j.code).toBe(13);
+    expect(json(j).message).toBe(`database state: table ${TABLE} has 3 rows, manifest says 4`);
+  });
+
+  it("[E2] a label and an agent version planted in a re-signed manifest: snapshots, the plan and the policy refusal show them escaped", async () => {
+    const { readLayout } = await import("../dist/bundle/outer.js");
+    const l = readLayout(backup.path);
+    const payload = readFileSync(backup.path).subarray(l.payloadOffset, l.payloadOffset + l.payloadSize);
+    // the same snapshot, re-signed in place in the repository with a label and an agent version of the agent's choosing
+    const original = readFileSync(backup.path);
+    const out = join(a.tmp, "label.agentbak");
+    await craft({
+      baseManifest: manifestOf(backup.path),
+      payloadAge: payload,
+      keyFile: join(a.home, "signing-key"),
+      out,
+      patch: (m) => ((m.label = `nightly${RLO}gpj.exe`), (m.runtime.agent_version = `1.4.2${ESC}`)),
+    });
+    try {
+      writeFileSync(backup.path, readFileSync(out));
+      const list = await a.run(["snapshots"]);
+      expect(list.code, list.stderr).toBe(0);
+      noRaw(list, "snapshots");
+      expect(list.stdout).toContain(`nightly${SHOWN.RLO}gpj.exe`);
+      expect(json(await a.run(["snapshots", "--json"]))[0].label).toBe(`nightly${RLO}gpj.exe`);
+    } finally {
+      writeFileSync(backup.path, original);
+    }
+    const target = join(a.tmp, "runtime-target");
+    const dry = await a.run(["restore", out, "--target", target, "--dry-run"]);
+    noRaw(dry, "restore --dry-run of a changed runtime");
+    expect(dry.stdout).toContain(`1.4.2${SHOWN.ESC}`);
+    const r = await a.run(["restore", out, "--target", target, "--yes"]);
+    expect(r.code, r.stderr).toBe(14);
+    noRaw(r, "refused restore");
+    expect(r.stderr).toMatch(/^agentbak: .*1\.4\.2\\x1b\[2J\\x1b\[31m/m);
+    expect(existsSync(target)).toBe(false);
+  });
+
+  it("[E2] activate's refusal and reconcile's lines name the hostile key escaped; a probe's receipt with ESC stays exact in --json", async () => {
+    const probe = join(a.tmp, "probe.mjs");
+    writeFileSync(probe, `process.stdout.write(JSON.stringify({ state: "completed", receipt: "rcpt-\\u001b[2J-\\u202e" }));\n`);
+    const cfg = configWith("probe-config", (c) => (c.reconcile.probe = { command: [process.execPath, probe] }));
+    const target = join(a.tmp, "reconciled");
+    const restored = await a.run(["restore", "latest", "--target", target, "--yes", "-c", cfg]);
+    expect([0, 3], restored.stderr).toContain(restored.code);
+    noRaw(restored, "restore");
+
+    const refused = await a.run(["activate", "--target", target, "--yes", "-c", cfg]);
+    expect(refused.code, refused.stderr).toBe(14);
+    noRaw(refused, "activate");
+    expect(refused.stderr).toContain(`idem-${SHOWN.ESC}red`);
+
+    const r = await a.run(["reconcile", "--target", target, "-c", cfg]);
+    expect(r.code, r.stderr).toBe(0);
+    noRaw(r, "reconcile");
+    expect(r.stderr).toContain(`idem-${SHOWN.ESC}red (send_invoice) [retry-safe]: completed -> completed, recorded by onCompleted`);
+    const j = json(await a.run(["reconcile", "--target", target, "-c", cfg, "--json"]));
+    expect(j.operations[0]).toMatchObject({ id: OP_ID, idempotency_key: OP_KEY, receipt: `rcpt-${"\x1b"}[2J-${RLO}` });
+  });
+
+  it("[E2] a drill's failing invariant shows its offending rows (U+202E and ESC in them) escaped", async () => {
+    const dir = join(a.tmp, "inv");
+    const { mkdirSync } = await import("node:fs");
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "no_open_deliveries.sql"), "SELECT delivery_id, idempotency_key FROM deliveries WHERE status = 'attempted'");
+    const spec = join(a.tmp, "hostile-drill.json");
+    writeFileSync(spec, JSON.stringify({ name: "hostile", invariants: [join(dir, "*.sql")] }));
+    const r = await a.run(["drill", "latest", "--spec", spec, "--identity", a.identity, "--no-report"]);
+    expect(r.code, r.stderr).toBe(15);
+    noRaw(r, "drill");
+    expect(r.stderr).toContain(`dlv-${SHOWN.RLO}fdp.exe`);
+    const j = await a.run(["drill", "latest", "--spec", spec, "--identity", a.identity, "--no-report", "--json"]);
+    expect(json(j).checks.find((c: any) => c.name === "invariant:no_open_deliveries").sample[0]).toEqual({ delivery_id: OP_ID, idempotency_key: OP_KEY });
+  });
+
+  it("[E2] approve on a terminal: the request's reason and proposed target (ESC[2J, U+202E) and the plan are escaped in the prompt itself", async () => {
+    // a request holding what the input check now refuses (one recorded by an older agentbak, or by an agent that writes the repository)
+    const { Repository } = await import("../dist/repository/repository.js");
+    const { loadTrust } = await import("../dist/crypto/trust.js");
+    const { parsePrivateKey } = await import("../dist/crypto/sshsig.js");
+    const { recordRequest } = await import("../dist/restore/request.js");
+    const repo = await Repository.open(a.repo);
+    const key = parsePrivateKey(readFileSync(join(a.home, "signing-key"), "utf8"));
+    const { request } = await recordRequest(repo, loadTrust(a.home), { tenant: "acme", agent: "billing-agent" }, {
+      snapshot: backup.snapshot_id,
+      reason: `routine${ESC}APPROVED BY SECURITY${RLO}`,
+      target: `/srv/${RLO}tegrat`,
+      by: "test",
+      signingKey: key,
+    });
+    const target = join(a.tmp, "approve-target");
+    const t = Term.agentbak(["approve", request.request_id, "--target", target], { cwd: a.dir, env: { ...a.env, NO_COLOR: "1" } });
+    await t.waitFor(/Approve restore request/);
+    t.write("n\r");
+    const e = await t.exit();
+    expect(e.code, plain(t.output)).toBe(14);
+    for (const raw of ["\x1b[2J", "\x1b[31m", RLO]) expect(t.output).not.toContain(raw);
+    const shown = plain(t.output);
+    expect(shown).toContain(`reason     routine${SHOWN.ESC}APPROVED BY SECURITY${SHOWN.RLO}`);
+    expect(shown).toContain(`proposed   /srv/${SHOWN.RLO}tegrat`);
+    expect(shown).toContain(`open op    dlv-${SHOWN.RLO}fdp.exe key idem-${SHOWN.ESC}red`);
+    expect(existsSync(target)).toBe(false);
+    // the listing an operator reads first
+    const list = await a.run(["requests"]);
+    noRaw(list, "requests");
+    expect(list.stdout).toContain(`routine${SHOWN.ESC}APPROVED`);
+  });
+});
+
+describe("[E2] labels and restore-request fields with control, escape or bidi characters are refused at input", () => {
+  const hostile = [`a${ESC}b`, `a${RLO}b`, "a\u2066b", "a\rb", "a\u200bb"];
+
+  it("[E2] backup --label: exit 2 naming --label, nothing written", async () => {
+    const before = json<any[]>(await a.run(["snapshots", "--json"])).length;
+    for (const label of hostile) {
+      const r = await a.run(["backup", "--label", label]);
+      expect(r.code, `${JSON.stringify(label)}: ${r.stderr}`).toBe(2);
+      expect(r.stderr.trim()).toMatch(/^agentbak: --label: .*control characters, escape sequences or Unicode bidi\/format controls$/);
+      noRaw(r, "backup --label");
+    }
+    expect(json<any[]>(await a.run(["snapshots", "--json"])).length).toBe(before);
+  });
+
+  it("[E2] HTTP: a label, a reason or a target holding one is a 400 naming the field; nothing recorded", async () => {
+    const srv = await startServer(a);
+    try {
+      const cp = await makeToken(a, "acme", "billing-agent", "restore-request");
+      for (const s of hostile) {
+        const b = await api(srv.url, cp.token, "POST", "/v1/backups", { body: { label: s } });
+        expect(b.status, JSON.stringify(b.body)).toBe(400);
+        expect(b.body.error).toMatchObject({ code: 2, message: expect.stringMatching(/^label: .*escape sequences or Unicode bidi\/format controls/) });
+        const q = await api(srv.url, cp.token, "POST", "/v1/restores", { body: { snapshot: "latest", reason: s } });
+        expect(q.status, JSON.stringify(q.body)).toBe(400);
+        expect(q.body.error.message).toMatch(/^reason: /);
+        const t = await api(srv.url, cp.token, "POST", "/v1/restores", { body: { snapshot: "latest", reason: "ok", target: `/srv/${s}` } });
+        expect(t.status, JSON.stringify(t.body)).toBe(400);
+        expect(t.body.error.message).toMatch(/^target: /);
+      }
+      // printable text in any script is still welcome
+      const fine = await api(srv.url, cp.token, "POST", "/v1/restores", { body: { snapshot: "latest", reason: "café 日本語 — rollback after bad deploy" } });
+      expect(fine.status, JSON.stringify(fine.body)).toBe(202);
+      expect(srv.log()).not.toContain("\x1b[2J");
+    } finally {
+      await srv.stop();
+    }
+  });
+
+  it("[E2] MCP: create_backup and request_restore refuse such a label, reason or target, naming the field", async () => {
+    const c = await mcpStdio(a, ["--tier", "restore-request"]);
+    try {
+      for (const s of hostile) {
+        const b = await tool(c, "create_backup", { label: s });
+        expect(b.isError, b.text).toBe(true);
+        expect(b.text).toMatch(/label/);
+        expect(b.text).toMatch(/escape sequences or Unicode bidi\/format controls/);
+        const q = await tool(c, "request_restore", { snapshot: "latest", reason: s });
+        expect(q.isError, q.text).toBe(true);
+        expect(q.text).toMatch(/reason/);
+        const t = await tool(c, "request_restore", { snapshot: "latest", reason: "ok", target: `/x/${s}` });
+        expect(t.isError, t.text).toBe(true);
+        expect(t.text).toMatch(/target/);
+      }
+    } finally {
+      await c.close();
+    }
+  });
+});
