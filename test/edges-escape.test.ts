@@ -250,3 +250,67 @@ describe("[E2] labels and restore-request fields with control, escape or bidi ch
     }
   });
 });
+
+describe("[E12] timers whose stored values are not of the declared format", () => {
+  let t: TestAgent;
+  const leaseS = Math.floor(Date.now() / 1000) + 3600; // an hour ahead, in epoch seconds, as the agent stores it
+  const cfg = (name: string, timer: Record<string, unknown>) => {
+    const c = JSON.parse(readFileSync(t.config, "utf8"));
+    c.timers = [{ database: "state", table: "tasks", column: "lease_until", mode: "shift", ...timer }];
+    const p = join(t.dir, `${name}.json`);
+    writeFileSync(p, JSON.stringify(c, null, 2));
+    return p;
+  };
+  const lease = (dir: string) => {
+    const db = new Database(join(dir, "state/agent.sqlite"), { readonly: true });
+    try {
+      return db.prepare("SELECT lease_until FROM tasks WHERE task_id = 'task-open-1'").pluck().get() as number;
+    } finally {
+      db.close();
+    }
+  };
+  beforeAll(async () => {
+    t = await makeAgent({ sizeMb: 1, seed: 3 });
+    const db = new Database(join(t.dir, "state/agent.sqlite"));
+    db.prepare("UPDATE tasks SET lease_until = ? WHERE task_id = 'task-open-1'").run(leaseS);
+    db.close();
+  }, 120_000);
+  afterAll(() => t?.cleanup());
+
+  it("[E12] a shift timer left at the default format (epoch_ms) over epoch seconds: the backup completes with a warning naming format (exit 3); the restore leaves the lease unmoved instead of moving it 1000-fold", async () => {
+    const ms = cfg("timers-default", {});
+    const b = await t.run(["backup", "-c", ms, "--json"]);
+    expect(b.code, b.stderr).toBe(3);
+    const why = `timers[0] (state.tasks.lease_until): 1 stored value(s) are epoch_s timestamps (e.g. ${leaseS}), but its "format" is "epoch_ms" (the default): a restore leaves them unmoved; set "format": "epoch_s"`;
+    expect(json(b).warnings).toContain(why);
+    expect(b.stderr).toContain(`warning: ${why}`);
+    await new Promise((r) => setTimeout(r, 2100)); // time passes between the snapshot and the restore
+    const target = join(t.tmp, "restored-default");
+    const r = await t.run(["restore", json(b).snapshot_id, "--target", target, "--yes", "-c", ms, "--json"]);
+    expect(r.code, r.stderr).toBe(3);
+    expect(json(r).warnings).toContain(why);
+    expect(lease(target)).toBe(leaseS); // before: leaseS + ~2100, i.e. 35 minutes later for 2 seconds elapsed
+  });
+
+  it("[E12] declared as epoch_s, the same column backs up without a warning and shifts by the seconds elapsed", async () => {
+    const s = cfg("timers-seconds", { format: "epoch_s" });
+    const b = await t.run(["backup", "-c", s, "--json"]);
+    expect(b.code, b.stderr).toBe(0);
+    expect(json(b).warnings).toEqual([]);
+    await new Promise((r) => setTimeout(r, 2100));
+    const target = join(t.tmp, "restored-seconds");
+    const r = await t.run(["restore", json(b).snapshot_id, "--target", target, "--yes", "-c", s, "--json"]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(json(r).warnings.filter((w: string) => w.startsWith("timers"))).toEqual([]);
+    const moved = lease(target) - leaseS;
+    expect(moved).toBeGreaterThanOrEqual(2);
+    expect(moved).toBeLessThan(60);
+  });
+
+  it("[E12] a timer naming a column that is not there is a warning at backup (a restore with that config would refuse)", async () => {
+    const bad = cfg("timers-missing", { column: "no_such_column" });
+    const b = await t.run(["backup", "-c", bad, "--json"]);
+    expect(b.code, b.stderr).toBe(3);
+    expect(json(b).warnings.join("\n")).toMatch(/timers\[0\] \(state\.tasks\.no_such_column\): no such column: "?no_such_column.*; a restore with this config refuses \(exit 2\)$/m);
+  });
+});

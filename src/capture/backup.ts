@@ -670,18 +670,18 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     }
     closers.push(() => bases.forEach((b) => b.sums.close()), () => sumStores.forEach((st) => st.discard(snapshotId)));
     const integrityChecked = !chosen.parent || chosen.link % cfg.incremental.integrityEvery === 0;
+    const inspectInput = { cursors: cfg.cursors, openOperations: cfg.openOperations, timers: cfg.timers, scan: cfg.secretScan.databases };
     let inPlaceDone: Awaited<ReturnType<typeof deltasInPlace>> | null = null;
     const inPlace: InPlace | undefined =
       !integrityChecked && cfg.databases.length && cfg.databases.every((d) => parents.has(d.name))
         ? async (views) => {
-            inPlaceDone = await deltasInPlace(views, { parents, bases, key: pageKey, dir: join(staging, "db"), inspect: { cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases } });
+            inPlaceDone = await deltasInPlace(views, { parents, bases, key: pageKey, dir: join(staging, "db"), inspect: inspectInput });
             return true;
           }
         : undefined;
     // a full snapshot (every database in WAL mode and locked here) is read in place too: the payload streams the
     // pinned pages, and the inspection worker checks them through its own read transactions at the same instant;
     // no copy of the databases is written and read back
-    const inspectInput = { cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases };
     const hold: Hold | undefined =
       !inPlace && !parents.size && cfg.databases.length
         ? async (views, release) => {
@@ -783,6 +783,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     });
     applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
     applyScanPolicy(cfg.secretScan.databases, [...ins.findings, ...deltaFindings], warnings);
+    warnings.push(...ins.timerWarnings);
     crashStep("payload-written");
 
     const manifest = buildManifest({
