@@ -9,6 +9,7 @@ import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";
 import { AgentbakError, Exit, EXIT_NAMES, isSystemError, type ExitCode } from "./errors.js";
 import { interruptedMessage, liveChildren, runInterruptCleanups, stopChildren } from "./cleanup.js";
+import { redactUrls } from "./facts.js";
 import { safe } from "./ui/escape.js";
 
 /** Whether --json was given (before a `--`): known even when the flags did not parse. */
@@ -30,7 +31,9 @@ const frames = (e: unknown) => {
  * Reports a failure: its message, escaped, on stderr (then `trace`, our own
  * lines) and, with --json, `{message_type, code, exit_status, message}` on stdout.
  */
-function fail(code: ExitCode, message: string, trace = ""): ExitCode {
+function fail(code: ExitCode, text: string, trace = ""): ExitCode {
+  // whatever a stage or a library put in it, no connection password leaves in an error
+  const message = redactUrls(text);
   process.stderr.write(`agentbak: ${safe(message)}\n${trace && `${safeLines(trace)}\n`}`);
   // AGENTBAK_DEBUG=1: where it came from, for a bug report
   if (process.env.AGENTBAK_DEBUG && lastError instanceof Error && !trace) process.stderr.write(`${safeLines(frames(lastError))}\n`);

@@ -6,12 +6,15 @@
 // never moved 1000-fold at restore [E12].
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import pg from "pg";
+import { Redis } from "ioredis";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, ROOT, type RunResult, type TestAgent } from "./helpers.js";
+import { json, makeAgent, type TestAgent } from "./helpers.js";
 import { api, makeToken, mcpStdio, startServer, tool } from "./agentapi-helpers.js";
 import { craft, manifestOf } from "./craft.js";
 import { plain, Term } from "./pty.js";
+import { patchConfig, server, type Server } from "./sourcekit.js";
 
 // what an agent would plant: clear the screen and turn red; reverse the rest of the line; return to column 0
 const ESC = "\x1b[2J\x1b[31m";
@@ -145,7 +148,6 @@ describe("[E2] agent-controlled text reaches a terminal escaped", () => {
 
   it("[E2] a drill's failing invariant shows its offending rows (U+202E and ESC in them) escaped", async () => {
     const dir = join(a.tmp, "inv");
-    const { mkdirSync } = await import("node:fs");
     mkdirSync(dir, { recursive: true });
     writeFileSync(join(dir, "no_open_deliveries.sql"), "SELECT delivery_id, idempotency_key FROM deliveries WHERE status = 'attempted'");
     const spec = join(a.tmp, "hostile-drill.json");
@@ -312,5 +314,203 @@ describe("[E12] timers whose stored values are not of the declared format", () =
     const b = await t.run(["backup", "-c", bad, "--json"]);
     expect(b.code, b.stderr).toBe(3);
     expect(json(b).warnings.join("\n")).toMatch(/timers\[0\] \(state\.tasks\.no_such_column\): no such column: "?no_such_column.*; a restore with this config refuses \(exit 2\)$/m);
+  });
+});
+
+describe("[E9] state sources: identifiers, locks, connection errors, passwords", () => {
+  let s: TestAgent;
+  let live: Server;
+  let spare: Server;
+  let rlive: Server;
+  let snapshot: { snapshot_id: string; path: string };
+  // names PostgreSQL allows and a careless tool breaks: a RAISE placeholder, a quote, the dollar tag the count check used, a capital
+  const TABLES = [`public."100%"`, `public."say ""hi"""`, `public."x$agentbak$y"`, `public."it's"`, `"Mixed".t`];
+  const PW = "s3cret-pw-Z9";
+
+  async function sql<T = any>(url: string, q: string): Promise<T[]> {
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    try {
+      return (await c.query(q)).rows as T[];
+    } finally {
+      await c.end();
+    }
+  }
+  /** A session of its own (a migration, an operator's psql) that holds what it takes until released. */
+  async function session(url: string) {
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    await c.query("SET lock_timeout = '60s'");
+    return { c, q: (q: string) => c.query(q), end: () => c.end() };
+  }
+  const withPassword = (url: string) => url.replace("://agentbak@", `://agentbak:${PW}@`);
+  /** An empty server of `kind`, stopped after the tests. */
+  const servers: Server[] = [];
+  const fresh = async (kind: "postgres" | "redis") => {
+    const x = await server(kind, s.tmp);
+    servers.push(x);
+    return x;
+  };
+
+  beforeAll(async () => {
+    s = await makeAgent({ sizeMb: 1, seed: 5 });
+    [live, spare, rlive] = await Promise.all([server("postgres", s.tmp), server("postgres", s.tmp), server("redis", s.tmp)]);
+    await sql(live.target, `CREATE SCHEMA "Mixed";
+      ${TABLES.map((t, i) => `CREATE TABLE ${t} (id int PRIMARY KEY, note text); INSERT INTO ${t} SELECT g, 'row ' || g FROM generate_series(1, ${i + 2}) g;`).join("\n")}`);
+    const r = new Redis(rlive.target);
+    await r.set("wf:run:1", "state");
+    r.disconnect();
+    patchConfig(s, (c) => (c.sources = [
+      { name: "conv", kind: "postgres", url: "env:AGENT_PG_URL", schemas: ["public", "Mixed"] },
+      { name: "wf", kind: "redis", url: "env:AGENT_REDIS_URL", patterns: ["wf:*"] },
+    ]));
+    const b = await s.run(["backup", "--json"], { AGENT_PG_URL: live.target, AGENT_REDIS_URL: rlive.target });
+    expect(b.code, b.stderr).toBe(0);
+    snapshot = json(b);
+    snapshot.path = await s.file(snapshot.path);
+  }, 180_000);
+  afterAll(async () => {
+    await Promise.allSettled([live, spare, rlive, ...servers].map((x) => x?.stop()));
+    s?.cleanup();
+  });
+
+  it("[E9] tables named with %, a double quote and $agentbak$, and a schema with a capital, back up and restore with their row counts checked", async () => {
+    const rec = manifestOf(snapshot.path).components.find((c: any) => c.kind === "postgres").records;
+    expect(rec).toEqual({ "Mixed.t": 6, "public.100%": 2, 'public.say "hi"': 3, "public.x$agentbak$y": 4, "public.it's": 5 });
+    const v = await s.run(["verify", snapshot.snapshot_id, "--identity", s.identity, "--json"]);
+    expect(v.code, v.stderr).toBe(0);
+    // a manifest that claims another count for the % table: the restore's count check still bites (13) and rolls back
+    const { readLayout } = await import("../dist/bundle/outer.js");
+    const l = readLayout(snapshot.path);
+    const wrong = join(s.tmp, "wrong-count.agentbak");
+    const payload = readFileSync(snapshot.path).subarray(l.payloadOffset, l.payloadOffset + l.payloadSize);
+    await craft({ baseManifest: manifestOf(snapshot.path), payloadAge: payload, keyFile: join(s.home, "signing-key"), out: wrong, patch: (m) => (m.components.find((c: any) => c.kind === "postgres").records["public.100%"] = 7) });
+    const bad = await s.run(["restore", wrong, "--target", join(s.tmp, "wrong"), "--yes", "--source", `conv=${spare.target}`, "--source", `wf=${(await fresh("redis")).target}`]);
+    expect(bad.code, bad.stderr).toBe(13);
+    expect(bad.stderr).toMatch(/source conv: restore rolled back: .*agentbak: table public\.100% has 2 rows, manifest says 7/);
+    expect(await sql(spare.target, "SELECT count(*)::int AS n FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')")).toEqual([{ n: 0 }]);
+    // the real snapshot restores every table, rows and all
+    const r = await s.run(["restore", snapshot.snapshot_id, "--target", join(s.tmp, "restored"), "--yes", "--json", "--source", `conv=${spare.target}`, "--source", `wf=${(await fresh("redis")).target}`]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(json(r).sources.find((x: any) => x.name === "conv").records).toEqual(rec);
+    for (const [i, t] of TABLES.entries()) expect(await sql(spare.target, `SELECT count(*)::int AS n FROM ${t}`), t).toEqual([{ n: i + 2 }]);
+  });
+
+  it("[E9] a table another session holds locked: the backup gives up after lockTimeoutSeconds (exit 11 naming the table) instead of waiting under the agent lock", async () => {
+    const holder = await session(live.target);
+    try {
+      await holder.q(`BEGIN; LOCK TABLE public."100%" IN ACCESS EXCLUSIVE MODE`);
+      patchConfig(s, (c) => (c.sources[0].lockTimeoutSeconds = 1));
+      const t0 = Date.now();
+      const r = await s.run(["backup"], { AGENT_PG_URL: live.target, AGENT_REDIS_URL: rlive.target }, { timeout: 90_000 });
+      expect(r.code, r.stderr).toBe(11);
+      expect(r.stderr.trim()).toBe(`agentbak: source conv: table "public"."100%" is locked by another session: not granted within 1 s (lockTimeoutSeconds)`);
+      expect(Date.now() - t0).toBeLessThan(30_000);
+      // the default, unset: 10 s
+      patchConfig(s, (c) => delete c.sources[0].lockTimeoutSeconds);
+      const t1 = Date.now();
+      const d = await s.run(["backup"], { AGENT_PG_URL: live.target, AGENT_REDIS_URL: rlive.target }, { timeout: 90_000 });
+      expect(d.code, d.stderr).toBe(11);
+      expect(d.stderr).toMatch(/not granted within 10 s \(lockTimeoutSeconds\)/);
+      expect(Date.now() - t1).toBeGreaterThanOrEqual(9_500);
+    } finally {
+      await holder.q("ROLLBACK").catch(() => undefined);
+      await holder.end();
+      patchConfig(s, (c) => delete c.sources[0].lockTimeoutSeconds);
+    }
+    // the agent lock went with it: the next backup runs
+    expect((await s.run(["backup"], { AGENT_PG_URL: live.target, AGENT_REDIS_URL: rlive.target })).code).toBe(0);
+  });
+
+  it("[E9] pg_dump's own wait for a lock (a session queued for the table after it was counted) also ends after lockTimeoutSeconds, exit 11 naming it", async () => {
+    patchConfig(s, (c) => (c.sources[0].lockTimeoutSeconds = 3));
+    // the count reads "Mixed".t first and public."x$agentbak$y" last: the last is held, so the capture pauses there while holding "Mixed".t
+    const last = await session(live.target);
+    const queued = await session(live.target);
+    const watcher = await session(live.target);
+    try {
+      await last.q(`BEGIN; LOCK TABLE public."x$agentbak$y" IN ACCESS EXCLUSIVE MODE`);
+      const run = s.run(["backup"], { AGENT_PG_URL: live.target, AGENT_REDIS_URL: rlive.target }, { timeout: 120_000 });
+      const locks = (mode: string, granted: boolean) =>
+        watcher.q(`SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'Mixed' AND c.relname = 't' AND l.mode = '${mode}' AND l.granted = ${granted}`);
+      for (const end = Date.now() + 30_000; !(await locks("AccessShareLock", true)).rowCount && Date.now() < end; ) await new Promise((r) => setTimeout(r, 10));
+      // a migration asks for "Mixed".t while the capture holds it: it queues, and pg_dump's lock queues behind it
+      const migration = queued.q(`BEGIN; LOCK TABLE "Mixed".t IN ACCESS EXCLUSIVE MODE`).catch(() => undefined);
+      for (const end = Date.now() + 30_000; !(await locks("AccessExclusiveLock", false)).rowCount && Date.now() < end; ) await new Promise((r) => setTimeout(r, 10));
+      await last.q("ROLLBACK");
+      const r = await run;
+      await migration;
+      expect(r.code, r.stderr).toBe(11);
+      expect(r.stderr.trim()).toBe(`agentbak: source conv: table "Mixed".t is locked by another session: pg_dump's lock not granted within 3 s (lockTimeoutSeconds)`);
+    } finally {
+      for (const x of [last, queued]) await x.q("ROLLBACK").catch(() => undefined);
+      await Promise.all([last.end(), queued.end(), watcher.end()]);
+      patchConfig(s, (c) => delete c.sources[0].lockTimeoutSeconds);
+    }
+  });
+
+  it("[E9] a --source target that can not be reached or refuses the login is one line with the client's code (exit 1), never an internal error, never the URL or its password", async () => {
+    const target = join(s.tmp, "unreachable");
+    const redisOk = (await fresh("redis")).target;
+    const pgOk = (await fresh("postgres")).target;
+    const cases: [string[], RegExp][] = [
+      ...[`postgres://agentbak:${PW}@127.0.0.1:1/postgres`, `postgres://agentbak:${PW}@localhost:1/postgres`, withPassword(pgOk).replace("agentbak:", "nobody:"), `postgres://agentbak:${PW}@no-such-host.invalid/postgres`].map(
+        (u): [string[], RegExp] => [["--source", `conv=${u}`, "--source", `wf=${redisOk}`], /^agentbak: source conv: checking its target: .*\b(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|28000)\b/],
+      ),
+      [["--source", `conv=${pgOk}`, "--source", `wf=redis://:${PW}@127.0.0.1:1/0`], /^agentbak: source wf: checking its target: .*\bECONNREFUSED\b/],
+    ];
+    for (const [flags, want] of cases) {
+      const r = await s.run(["restore", snapshot.snapshot_id, "--target", target, "--yes", ...flags]);
+      expect(r.code, `${flags.join(" ")}: ${r.stderr}`).toBe(1);
+      expect(r.stderr.trim().split("\n"), r.stderr).toHaveLength(1);
+      expect(r.stderr).toMatch(want);
+      expect(r.stderr).not.toMatch(/internal error|\n\s+at /);
+      expect(r.stdout + r.stderr).not.toContain(PW);
+      expect(existsSync(target)).toBe(false);
+    }
+    // a drill reports it as its failed sources check, in the same words
+    const spec = join(s.tmp, "sources-spec.json");
+    writeFileSync(spec, JSON.stringify({ name: "sources", invariants: [] }));
+    const d = await s.run(["drill", snapshot.snapshot_id, "--spec", spec, "--identity", s.identity, "--no-report", ...cases[0]![0]]);
+    expect(d.code, d.stderr).toBe(15);
+    expect(d.stderr).toMatch(/✗ {3}sources: source conv: checking its target: connect ECONNREFUSED 127\.0\.0\.1:1$/m);
+    expect(d.stdout + d.stderr).not.toContain(PW);
+    // not a URL of the source's kind at all: a usage error that does not echo the value
+    const r = await s.run(["restore", snapshot.snapshot_id, "--target", target, "--yes", "--source", `conv=mysql://root:${PW}@db/x`]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim()).toBe("agentbak: --source conv: not a postgres:// or postgresql:// URL (the value given is not shown: it may hold a password)");
+  });
+
+  it("[E9] a backup whose source connection fails says so in one line with the code, and no password, in the message and the JSON error", async () => {
+    for (const [env, want] of [
+      [{ AGENT_PG_URL: `postgres://agentbak:${PW}@127.0.0.1:1/postgres`, AGENT_REDIS_URL: rlive.target }, /^source conv: connect ECONNREFUSED 127\.0\.0\.1:1$/],
+      [{ AGENT_PG_URL: live.target, AGENT_REDIS_URL: `redis://:${PW}@127.0.0.1:1/0` }, /^source wf: .*ECONNREFUSED/],
+    ] as const) {
+      const r = await s.run(["backup", "--json"], env);
+      expect(r.code, r.stderr).toBe(1);
+      expect(json(r).message).toMatch(want);
+      expect(r.stdout + r.stderr).not.toContain(PW);
+      expect(r.stderr).not.toMatch(/internal error|\n\s+at /);
+    }
+  });
+
+  it("[E9] the one redaction every echoed error goes through: a URL's password, up to the last @ of its authority, becomes ***", async () => {
+    const { redactUrls } = await import("../dist/facts.js");
+    expect(redactUrls(`connect to postgres://agentbak:${PW}@127.0.0.1:5432/db failed`)).toBe("connect to postgres://agentbak:***@127.0.0.1:5432/db failed");
+    expect(redactUrls(`redis://:${PW}@h:6379/0 and postgresql://u:p@ss@host/x?a=b`)).toBe("redis://:***@h:6379/0 and postgresql://u:***@host/x?a=b");
+    for (const t of ["no URL: a:b@c", "https://host/path:x@y", "s3://bucket/prefix", "postgres://agentbak@127.0.0.1/db"]) expect(redactUrls(t)).toBe(t);
+  });
+
+  it("[E9] a probe or liveness URL with user:password@ in it is refused at config load (exit 2), the password not echoed", async () => {
+    const c = JSON.parse(readFileSync(s.config, "utf8"));
+    c.runtime.liveness = { http: `http://ops:${PW}@127.0.0.1:1/health` };
+    c.reconcile.probe = { http: { url: `https://ops:${PW}@api.example.invalid/v1/deliveries/{idempotency_key}`, headers: {} } };
+    const cfg = join(s.dir, "credential-urls.json");
+    writeFileSync(cfg, JSON.stringify(c));
+    const r = await s.run(["backup", "-c", cfg]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("reconcile.probe.http.url: no user:password@ in the URL (credentials belong in headers)");
+    expect(r.stderr).toContain("runtime.liveness.http: no user:password@ in the URL (credentials belong in headers)");
+    expect(r.stdout + r.stderr).not.toContain(PW);
   });
 });
