@@ -4,6 +4,7 @@
  * `--json`, a failure also prints one JSON error object on stdout. Every
  * message is escaped here, once (ui/escape.ts): it may quote a label, a key,
  * a table name or a provider's answer; the JSON object keeps the exact text.
+ * Both have any URL's password redacted (facts.ts).
  */
 import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";

@@ -1,8 +1,8 @@
 /**
  * Inspection of snapshot copies: integrity_check, row counts, schema version,
- * cursors, open operations, timer columns and the secret scan. The copies are immutable once
- * made, so this runs in a worker thread while the payload is being written;
- * nothing is published unless it passes.
+ * cursors, open operations, timer columns and the secret scan. The copies are
+ * immutable once made, so this runs in a worker thread while the payload is
+ * being written; nothing is published unless it passes.
  */
 import { Worker } from "node:worker_threads";
 import { statSync } from "node:fs";
