@@ -1,12 +1,17 @@
 /**
  * Entry point: runs the command table and is the only place that exits.
  * User-facing errors print their message; unexpected ones print detail. With
- * `--json`, a failure also prints one JSON error object on stdout.
+ * `--json`, a failure also prints one JSON error object on stdout. Every
+ * message is escaped here, once (ui/escape.ts): it may quote a label, a key,
+ * a table name or a provider's answer; the JSON object keeps the exact text.
+ * Both have any URL's password redacted (facts.ts).
  */
 import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";
 import { AgentbakError, Exit, EXIT_NAMES, isSystemError, type ExitCode } from "./errors.js";
 import { interruptedMessage, liveChildren, runInterruptCleanups, stopChildren } from "./cleanup.js";
+import { redactUrls } from "./facts.js";
+import { safe } from "./ui/escape.js";
 
 /** Whether --json was given (before a `--`): known even when the flags did not parse. */
 const args = process.argv.slice(2);
@@ -14,11 +19,25 @@ const args = process.argv.slice(2);
 if (args[0] === "verify") void import("./bundle/chunks.js").then((m) => m.warmDigestWorker()).catch(() => undefined); // only sooner: verify starts it anyway
 const json = (args.includes("--") ? args.slice(0, args.indexOf("--")) : args).includes("--json");
 
-/** Reports a failure: its message on stderr and, with --json, `{message_type, code, exit_status, message}` on stdout. */
-function fail(code: ExitCode, message: string, detail = message): ExitCode {
-  process.stderr.write(`agentbak: ${detail}\n`);
+/** Lines of our own (a stack's frames) each escaped: what they quote can not add a line or steer the terminal. */
+const safeLines = (text: string) => text.split("\n").map(safe).join("\n");
+/** The frames of an error's stack, without its message (which may span lines). */
+const frames = (e: unknown) => {
+  const stack = (e as Error)?.stack ?? "";
+  const at = stack.indexOf("\n    at ");
+  return at < 0 ? "" : stack.slice(at + 1);
+};
+
+/**
+ * Reports a failure: its message, escaped, on stderr (then `trace`, our own
+ * lines) and, with --json, `{message_type, code, exit_status, message}` on stdout.
+ */
+function fail(code: ExitCode, text: string, trace = ""): ExitCode {
+  // whatever a stage or a library put in it, no connection password leaves in an error
+  const message = redactUrls(text);
+  process.stderr.write(`agentbak: ${safe(message)}\n${trace && `${safeLines(trace)}\n`}`);
   // AGENTBAK_DEBUG=1: where it came from, for a bug report
-  if (process.env.AGENTBAK_DEBUG && lastError instanceof Error && !detail.includes("\n    at ")) process.stderr.write(`${lastError.stack}\n`);
+  if (process.env.AGENTBAK_DEBUG && lastError instanceof Error && !trace) process.stderr.write(`${safeLines(frames(lastError))}\n`);
   if (json) process.stdout.write(JSON.stringify({ message_type: "exit_error", code: EXIT_NAMES[code], exit_status: code, message }) + "\n");
   return code;
 }
@@ -39,7 +58,7 @@ function report(e: unknown): ExitCode {
   // an operating-system error (ENOSPC, EIO, EROFS, EACCES, ...): name the path and errno, no stack
   if (isSystemError(e)) return fail(Exit.failure, `${e.message}${e.path && !e.message.includes(e.path) ? ` (${e.path})` : ""}`);
   const err = e as Error;
-  return fail(Exit.failure, `internal error: ${err?.message ?? String(e)}`, `internal error: ${err?.stack ?? String(e)}\nThis is a bug; please report it.`);
+  return fail(Exit.failure, `internal error: ${err?.message ?? String(e)}`, `${frames(err)}\nThis is a bug; please report it.`.trimStart());
 }
 
 async function main(argv: string[]): Promise<ExitCode> {

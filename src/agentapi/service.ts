@@ -16,6 +16,7 @@ import { TIERS, type Tier } from "../config/schema.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, formatIssues, hasCause, notFound, policyError, UnreachableError, usageError } from "../errors.js";
+import { hasUnsafeText } from "../facts.js";
 import type { AgentRef, CatalogEntry, Repository } from "../repository/repository.js";
 import { openSpool, spools } from "../repository/spool.js";
 import { runRestore } from "../restore/apply.js";
@@ -55,12 +56,14 @@ const snapshotRef = z
   .default("latest")
   .describe("latest, a snapshot id, or a unique prefix of one");
 const key = z.string().min(1).max(200).regex(/^[\x21-\x7e]+$/, "printable ASCII without spaces");
+/** Text a person reads later (in a listing, at an approval prompt) is refused when it holds a character that could steer a terminal. */
+const readable = [(s: string) => !hasUnsafeText(s), "no control characters, escape sequences or Unicode bidi/format controls"] as const;
 
 /** Input schemas of the operations (MCP input schemas and HTTP bodies are built from these). */
 export const INPUTS = {
   create_backup: z.object({
     idempotency_key: key.optional().describe("the same key again returns the first receipt; another label or incremental choice with it is refused (409)"),
-    label: z.string().max(200).regex(/^[^\x00-\x1f\x7f-\x9f]*$/, "no control characters").optional().describe("free-form label, e.g. the sub-task just finished"),
+    label: z.string().max(200).refine(...readable).optional().describe("free-form label, e.g. the sub-task just finished"),
     incremental: z.boolean().optional().describe("store only the SQLite pages changed since the latest snapshot (default: the config's choice)"),
   }),
   get_backup: z.object({ snapshot_id: snapshotId }),
@@ -72,8 +75,8 @@ export const INPUTS = {
   }),
   request_restore: z.object({
     snapshot: snapshotRef,
-    reason: z.string().min(1).max(1000).describe("why the agent asks; the operator reads it"),
-    target: z.string().min(1).max(4096).optional().describe("folder proposed for the restore; the operator may choose another"),
+    reason: z.string().min(1).max(1000).refine(...readable).describe("why the agent asks; the operator reads it"),
+    target: z.string().min(1).max(4096).refine(...readable).optional().describe("folder proposed for the restore; the operator may choose another"),
     idempotency_key: key.optional().describe("the same key again returns the first request"),
   }),
   get_restore_request: z.object({ request_id: z.string().regex(/^req-\d{8}T\d{9}Z-[0-9a-f]{8}$/, "a restore request id (req-...)") }),

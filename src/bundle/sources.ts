@@ -4,7 +4,7 @@
  * source is restored with the time elapsed since its own snapshot.
  */
 import { usageError, wrap } from "../errors.js";
-import { driverFor, targetIsFolder, type SourceKind } from "../state/sources/index.js";
+import { driverFor, sourceError, targetIsFolder, type SourceKind } from "../state/sources/index.js";
 import type { ExtractedSource } from "./extract.js";
 import type { Manifest } from "./manifest.js";
 
@@ -23,9 +23,12 @@ export interface SourceOutcome {
 /** The sources a manifest records (empty for bundles made before sources existed). */
 export const manifestSources = (m: Manifest) => m.capture_instant?.sources ?? [];
 
+/** The URL schemes a server source's connection may use. */
+const SCHEMES: Partial<Record<SourceKind, string[]>> = { postgres: ["postgres:", "postgresql:"], redis: ["redis:", "rediss:"] };
+
 /**
  * Parses `--source NAME=URL` values.
- * @throws AgentbakError(2) for a value without `=`, or a name the bundle has no source for.
+ * @throws AgentbakError(2) for a value without `=`, a name the bundle has no source for, or a value that is not a URL of its kind.
  */
 export function parseSourceFlags(values: string[] | undefined, m: Manifest): Map<string, string> {
   const out = new Map<string, string>();
@@ -34,8 +37,13 @@ export function parseSourceFlags(values: string[] | undefined, m: Manifest): Map
     const name = i > 0 ? v.slice(0, i) : "";
     // the value is never echoed: it may be a connection URL with a password in it
     if (!/^[A-Za-z0-9_.-]{1,64}$/.test(name) || i === v.length - 1) throw usageError("--source: expected NAME=URL, where NAME is a state source of the snapshot (the value given is not shown: it may hold a password)");
-    if (!manifestSources(m).some((s) => s.name === name)) throw usageError(`--source ${name}: snapshot ${m.snapshot_id} has no source named "${name}"`);
-    out.set(name, v.slice(i + 1));
+    const s = manifestSources(m).find((x) => x.name === name);
+    if (!s) throw usageError(`--source ${name}: snapshot ${m.snapshot_id} has no source named "${name}"`);
+    const schemes = SCHEMES[s.kind];
+    const value = v.slice(i + 1);
+    if (schemes && !(URL.canParse(value) && schemes.includes(new URL(value).protocol)))
+      throw usageError(`--source ${name}: not a ${schemes.map((x) => `${x}//`).join(" or ")} URL (the value given is not shown: it may hold a password)`);
+    out.set(name, value);
   }
   return out;
 }
@@ -55,7 +63,10 @@ export async function restoreSources(m: Manifest, extracted: ExtractedSource[], 
   }
   for (const x of extracted) {
     const target = targets.get(x.name)!;
-    const held = await driverFor(x.kind).occupant(target, x.files, allowNonEmpty.includes(x.name));
+    // a target that can not be reached or read is one line naming the source and the client's code, never its URL
+    const held = await driverFor(x.kind)
+      .occupant(target, x.files, allowNonEmpty.includes(x.name))
+      .catch((e: unknown) => Promise.reject(sourceError(x.name, e, target, "checking its target")));
     if (held) {
       const where = targetIsFolder(x.kind) ? target : "its target";
       const hint = x.kind === "redis" ? " (--allow-nonempty-source to restore beside other keys)" : "";

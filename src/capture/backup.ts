@@ -23,6 +23,7 @@ import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { doneBeforeInterrupt, removeOnInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
+import { hasUnsafeText } from "../facts.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect.js";
 import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/incremental.js";
@@ -586,8 +587,9 @@ export function replay(prior: BackupReceipt, o: Pick<BackupOptions, "label" | "i
  *   ConflictError (2) when the idempotency key was first used with another label or incremental choice.
  */
 export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<BackupReceipt> {
-  // a label is shown in listings and logs: a line break or escape sequence there could forge a row
-  if (o.label !== undefined && (/[\x00-\x1f\x7f-\x9f]/.test(o.label) || o.label.length > 200)) throw usageError("--label: at most 200 characters, none of them control characters (line breaks, escapes)");
+  // a label is shown in listings and logs: a line break, escape sequence or bidi control there could forge a row
+  if (o.label !== undefined && (hasUnsafeText(o.label) || o.label.length > 200))
+    throw usageError("--label: at most 200 characters, none of them control characters, escape sequences or Unicode bidi/format controls");
   const cfg = lc.config;
   const a: AgentRef = { tenant: cfg.agent.tenant, agent: cfg.agent.id };
   const lock = await o.repo.lock(a, "agent", o.waitMs ?? 0);
@@ -668,18 +670,18 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     }
     closers.push(() => bases.forEach((b) => b.sums.close()), () => sumStores.forEach((st) => st.discard(snapshotId)));
     const integrityChecked = !chosen.parent || chosen.link % cfg.incremental.integrityEvery === 0;
+    const inspectInput = { cursors: cfg.cursors, openOperations: cfg.openOperations, timers: cfg.timers, scan: cfg.secretScan.databases };
     let inPlaceDone: Awaited<ReturnType<typeof deltasInPlace>> | null = null;
     const inPlace: InPlace | undefined =
       !integrityChecked && cfg.databases.length && cfg.databases.every((d) => parents.has(d.name))
         ? async (views) => {
-            inPlaceDone = await deltasInPlace(views, { parents, bases, key: pageKey, dir: join(staging, "db"), inspect: { cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases } });
+            inPlaceDone = await deltasInPlace(views, { parents, bases, key: pageKey, dir: join(staging, "db"), inspect: inspectInput });
             return true;
           }
         : undefined;
     // a full snapshot (every database in WAL mode and locked here) is read in place too: the payload streams the
     // pinned pages, and the inspection worker checks them through its own read transactions at the same instant;
     // no copy of the databases is written and read back
-    const inspectInput = { cursors: cfg.cursors, openOperations: cfg.openOperations, scan: cfg.secretScan.databases };
     const hold: Hold | undefined =
       !inPlace && !parents.size && cfg.databases.length
         ? async (views, release) => {
@@ -781,6 +783,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     });
     applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
     applyScanPolicy(cfg.secretScan.databases, [...ins.findings, ...deltaFindings], warnings);
+    warnings.push(...ins.timerWarnings);
     crashStep("payload-written");
 
     const manifest = buildManifest({

@@ -6,7 +6,8 @@
 import * as z from "../zod.js";
 
 const sqlRef = z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)) });
-const url = z.string().check(z.regex(/^https?:\/\/[^\s]+$/, "an http(s) URL"));
+// fetch refuses a URL with user:password@ in it, and one would be echoed in details and receipts: credentials go in headers
+const url = z.string().check(z.regex(/^https?:\/\/[^\s]+$/, "an http(s) URL")).check(z.refine((u) => !/^https?:\/\/[^/?#]*@/.test(u), "no user:password@ in the URL (credentials belong in headers)"));
 /** How an open operation is reconciled after a restore (DESIGN.md, Recovery protocol). */
 export const STRATEGIES = ["observe", "retry-safe", "escalate"] as const;
 export type Strategy = (typeof STRATEGIES)[number];

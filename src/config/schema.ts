@@ -30,6 +30,8 @@ const source = z.strictObject({
   schemas: z.optional(z.array(z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/, "a schema name"))).check(z.minLength(1))),
   patterns: z.optional(z.array(z.string().check(z.minLength(1))).check(z.minLength(1))),
   embedding: z.optional(embedding),
+  /** postgres: how long a backup waits for a table another session holds locked before it fails (exit 11 naming the table); default 10 */
+  lockTimeoutSeconds: z.optional(z.number().check(z.positive()).check(z.maximum(3600))),
 });
 
 /** Access tiers of the agent interface (MCP and HTTP), each including the ones before it; no tier deletes or restores. */
@@ -139,8 +141,8 @@ export const ConfigSchema = ConfigObject.check(z.superRefine((c, ctx) => {
     all.add(s.name);
     const want = s.kind === "lancedb" ? "path" : "url";
     if (!s[want]) ctx.addIssue({ code: "custom", path: ["sources", i, want], message: `a ${s.kind} source needs "${want}"` });
-    for (const k of ["url", "path", "schemas", "patterns", "embedding"] as const) {
-      const allowed = { postgres: ["url", "schemas"], redis: ["url", "patterns"], lancedb: ["path", "embedding"] }[s.kind];
+    for (const k of ["url", "path", "schemas", "patterns", "embedding", "lockTimeoutSeconds"] as const) {
+      const allowed = { postgres: ["url", "schemas", "lockTimeoutSeconds"], redis: ["url", "patterns"], lancedb: ["path", "embedding"] }[s.kind];
       if (s[k] !== undefined && !allowed.includes(k)) ctx.addIssue({ code: "custom", path: ["sources", i, k], message: `not a key of a ${s.kind} source` });
     }
   });

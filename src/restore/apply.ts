@@ -275,7 +275,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const root = join(staging, "root");
     const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links, o.integrity ?? "full");
     const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
-    const timers = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
+    const { moves: timers, warnings: timerWarnings } = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
+    warnings.push(...timerWarnings);
     // what the post-placement check expects: the very file whose bytes were checked (the signed sha256, and
     // SQLite's own writes of the timer moves since), by identity — a rename keeps device, inode, size and mtime
     const identity = (p: string) => {

@@ -3,11 +3,14 @@
  * taken before the snapshot does not look fresh (or long expired) to the
  * restored agent. `shift` adds the time elapsed since the snapshot, like
  * restoring Redis TTLs minus the elapsed time; `expire` ends leases still in
- * the future, so the work is claimed again.
+ * the future, so the work is claimed again. Only timestamps of the declared
+ * format move (state/timestamps.ts); values of another format are left as
+ * they were and named in a warning.
  */
 import type { Config } from "../config/schema.js";
 import { usageError } from "../errors.js";
 import { openDefensive } from "../state/sqlite.js";
+import { describeOtherFormat, isTimestamp, otherFormat, quoteIdent as q } from "../state/timestamps.js";
 
 type Timer = Config["timers"][number];
 
@@ -25,8 +28,6 @@ export interface TimerMove {
   /** rows changed; null in a plan */
   rows: number | null;
 }
-
-const q = (ident: string) => `"${ident}"`;
 
 /** The moves the config declares, for a snapshot made at `created` restored at `now` (pure; rows unknown). */
 export function planTimers(timers: Timer[], created: Date, now: Date): TimerMove[] {
@@ -46,32 +47,39 @@ export function planTimers(timers: Timer[], created: Date, now: Date): TimerMove
 /** The UPDATE for one move, and its parameter. Values that are not timestamps of the declared format are left alone. */
 function statement(m: TimerMove): { sql: string; param: number | string } {
   const c = q(m.column);
+  const mine = isTimestamp(c, m.format);
   const iso = (expr: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', ${expr})`;
   if (m.mode === "shift") {
-    if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = ${iso(`${c}, :p`)} WHERE typeof(${c}) = 'text' AND ${iso(c)} IS NOT NULL`, param: `+${(m.shift_ms! / 1000).toFixed(3)} seconds` };
-    return { sql: `UPDATE ${q(m.table)} SET ${c} = ${c} + :p WHERE typeof(${c}) IN ('integer', 'real')`, param: m.format === "epoch_s" ? m.shift_ms! / 1000 : m.shift_ms! };
+    if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = ${iso(`${c}, :p`)} WHERE ${mine}`, param: `+${(m.shift_ms! / 1000).toFixed(3)} seconds` };
+    return { sql: `UPDATE ${q(m.table)} SET ${c} = ${c} + :p WHERE ${mine}`, param: m.format === "epoch_s" ? m.shift_ms! / 1000 : m.shift_ms! };
   }
-  if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = :p WHERE typeof(${c}) = 'text' AND ${iso(c)} > ${iso(":p")}`, param: m.to as string };
-  return { sql: `UPDATE ${q(m.table)} SET ${c} = :p WHERE typeof(${c}) IN ('integer', 'real') AND ${c} > :p`, param: m.to as number };
+  if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = :p WHERE ${mine} AND ${iso(c)} > ${iso(":p")}`, param: m.to as string };
+  return { sql: `UPDATE ${q(m.table)} SET ${c} = :p WHERE ${mine} AND ${c} > :p`, param: m.to as number };
 }
 
 /**
  * Applies the moves to the restored databases (name -> file), one transaction
- * per database, and returns them with the rows each changed.
+ * per move, and returns them with the rows each changed, and a warning for
+ * each column holding timestamps of another format than declared (left as they were).
  * @throws AgentbakError(2) naming the timer when its table or column is not there.
  */
-export function applyTimers(moves: TimerMove[], databases: Map<string, string>): TimerMove[] {
-  return moves.map((m, i) => {
+export function applyTimers(moves: TimerMove[], databases: Map<string, string>): { moves: TimerMove[]; warnings: string[] } {
+  const warnings: string[] = [];
+  const moved = moves.map((m, i) => {
     const file = databases.get(m.database);
     if (!file) throw usageError(`timers[${i}]: no restored database named "${m.database}"`);
     const db = openDefensive(file, { readonly: false });
     try {
       const s = statement(m);
-      return { ...m, rows: db.transaction(() => db.prepare(s.sql).run({ p: s.param }).changes)() };
+      const rows = db.transaction(() => db.prepare(s.sql).run({ p: s.param }).changes)();
+      const other = otherFormat(db, m);
+      if (other) warnings.push(describeOtherFormat(i, m, other));
+      return { ...m, rows };
     } catch (e) {
       throw usageError(`timers[${i}] (${m.database}.${m.table}.${m.column}): ${(e as Error).message}`);
     } finally {
       db.close();
     }
   });
+  return { moves: moved, warnings };
 }

@@ -1,8 +1,8 @@
 /**
  * Inspection of snapshot copies: integrity_check, row counts, schema version,
- * cursors, open operations and the secret scan. The copies are immutable once
- * made, so this runs in a worker thread while the payload is being written;
- * nothing is published unless it passes.
+ * cursors, open operations, timer columns and the secret scan. The copies are
+ * immutable once made, so this runs in a worker thread while the payload is
+ * being written; nothing is published unless it passes.
  */
 import { Worker } from "node:worker_threads";
 import { statSync } from "node:fs";
@@ -16,6 +16,7 @@ import { hashTail, PageHasher, readPages, withPages, type PageIndex, type PageSo
 import { PageScanner, scanFilePages } from "./pagescan.js";
 import { scanDatabase, type SecretFinding } from "./secrets.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "./sqlite.js";
+import { describeOtherFormat, otherFormat, type TimerFormat } from "./timestamps.js";
 
 export interface InspectInput {
   /**
@@ -31,6 +32,8 @@ export interface InspectInput {
   dbs: { name: string; file: string; pages?: PinnedPages; indexKey?: Uint8Array; indexAfter?: number; sumsFile?: string; scan?: boolean; integrity?: boolean }[];
   cursors: Record<string, { database: string; sql: string }>;
   openOperations?: { database: string; sql: string };
+  /** the config's timer columns: each is checked to hold timestamps of its declared format */
+  timers?: { database: string; table: string; column: string; format: TimerFormat }[];
   scan: "refuse" | "warn" | "off";
 }
 
@@ -38,6 +41,8 @@ export interface InspectResult {
   dbs: { name: string; schemaVersion: number; records: Record<string, number>; virtualTables: string[]; integrity: string[]; index?: PageIndex; sumsWritten?: boolean }[];
   cursors: Record<string, string | number | null>;
   openOperations: { id: string | number | null; idempotency_key: string; kind?: string | null }[];
+  /** timer columns a restore with this config would not move as declared (values of another format, a missing column) */
+  timerWarnings: string[];
   findings: SecretFinding[];
 }
 
@@ -97,7 +102,7 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, c
     if (!f) throw new AgentbakError(Exit.usage, `${where}: no database named "${name}"`);
     return connect(name, f);
   };
-  const out: InspectResult = { dbs: [], cursors: {}, openOperations: [], findings: [] };
+  const out: InspectResult = { dbs: [], cursors: {}, openOperations: [], timerWarnings: [], findings: [] };
   for (const d of input.dbs) {
     // one read of the file for the page index and the page-level secret scan
     const scan = input.scan !== "off" && d.scan !== false;
@@ -160,6 +165,18 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, c
       close();
     }
   }
+  // a timer is applied at restore from the config there: what is wrong with it now is a warning, not a lost backup
+  (input.timers ?? []).forEach((t, i) => {
+    const { db, close } = open(t.database, `timers[${i}]`);
+    try {
+      const other = otherFormat(db, t);
+      if (other) out.timerWarnings.push(describeOtherFormat(i, t, other));
+    } catch (e) {
+      out.timerWarnings.push(`timers[${i}] (${t.database}.${t.table}.${t.column}): ${(e as Error).message}; a restore with this config refuses (exit 2)`);
+    } finally {
+      close();
+    }
+  });
   return out;
 }
 

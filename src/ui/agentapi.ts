@@ -3,7 +3,8 @@ import type { FlushResult } from "../repository/spool.js";
 import type { RestoreResult } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
 import type { RequestStatus } from "../restore/request.js";
-import { dim, ok, out, say, table, warn } from "./output.js";
+import { safe } from "./escape.js";
+import { ok, out, say, table, warn } from "./output.js";
 import { renderPlan } from "./plan.js";
 
 interface TokenView {
@@ -29,15 +30,16 @@ export function tokenRevoked(r: TokenView): void {
   ok(`token ${r.id} (${r.tenant}/${r.agent}) revoked at ${r.revoked_at}`);
 }
 
-/** One request, as an operator reads it before deciding. */
+/** One request, as an operator reads it before deciding: the agent wrote most of it, so every field is escaped. */
 export function request(r: RequestStatus): void {
-  say(`restore request ${r.request_id} (${r.status})`);
-  say(`  agent      ${r.tenant}/${r.agent_id}, asked by ${r.requested_by} at ${r.requested_at}`);
-  say(`  snapshot   ${r.snapshot_id} (sequence ${r.sequence})`);
-  say(`  reason     ${r.reason}`);
-  if (r.target) say(`  proposed   ${r.target}`);
-  if (r.decision) say(`  decision   ${r.decision.decision} by ${r.decision.by} at ${r.decision.at}${r.decision.reason ? `: ${r.decision.reason}` : ""}`);
-  if (r.outcome?.error) say(`  last try   failed at ${r.outcome.at}: ${r.outcome.error.message}`);
+  const $ = (v: unknown) => safe(String(v));
+  say(`restore request ${$(r.request_id)} (${$(r.status)})`);
+  say(`  agent      ${$(r.tenant)}/${$(r.agent_id)}, asked by ${$(r.requested_by)} at ${$(r.requested_at)}`);
+  say(`  snapshot   ${$(r.snapshot_id)} (sequence ${$(r.sequence)})`);
+  say(`  reason     ${$(r.reason)}`);
+  if (r.target) say(`  proposed   ${$(r.target)}`);
+  if (r.decision) say(`  decision   ${$(r.decision.decision)} by ${$(r.decision.by)} at ${$(r.decision.at)}${r.decision.reason ? `: ${$(r.decision.reason)}` : ""}`);
+  if (r.outcome?.error) say(`  last try   failed at ${$(r.outcome.at)}: ${$(r.outcome.error.message)}`);
 }
 
 /** What approve shows before asking: the request, then the restore plan. */
@@ -62,7 +64,7 @@ export function requests(list: RequestStatus[]): void {
 
 export function flushed(list: FlushResult[]): void {
   if (!list.length) ok("nothing spooled");
-  for (const f of list) ok(`${f.flushed.length} spooled snapshot(s) uploaded to ${f.remote}${f.already.length ? `, ${f.already.length} already there` : ""} ${dim(`(spool ${f.spool})`)}`);
+  for (const f of list) ok(`${f.flushed.length} spooled snapshot(s) uploaded to ${f.remote}${f.already.length ? `, ${f.already.length} already there` : ""} (spool ${f.spool})`);
 }
 
 export function listening(info: { url: string; agents: string[] }): void {
@@ -71,5 +73,5 @@ export function listening(info: { url: string; agents: string[] }): void {
   if (host !== "127.0.0.1" && host !== "[::1]" && host !== "localhost") warn(`listening on ${host}, not loopback: tokens travel in plain HTTP; put TLS in front`);
 }
 
-/** The server's log: one line per request, to stderr. */
-export const log = (line: string) => say(`${new Date().toISOString()} ${line}`);
+/** The server's log: one line per request, to stderr; what a caller sent (or a stack) can not break it into more lines. */
+export const log = (line: string) => say(`${new Date().toISOString()} ${safe(line)}`);

@@ -42,15 +42,19 @@ export function configureColor(noColorFlag: boolean): void {
   if (noColorFlag || (!forced && process.env.NO_COLOR)) chalk.level = 0;
 }
 
-/** Writes a human line to stderr. */
+/**
+ * Writes a human line to stderr as given: a caller that styles a line (bold,
+ * dim) has passed every piece of outside text in it through safe() first.
+ */
 export const say = (line = "") => void process.stderr.write(line + "\n");
-export const warn = (line: string) => say(chalk.yellow("warning: ") + line);
-export const ok = (line: string) => say(chalk.green("✓ ") + line);
-export const bad = (line: string) => say(chalk.red("✗ ") + line);
+// a message line (a warning, a check, an error a stage phrased) may quote an agent's data anywhere in it: escaped whole
+export const warn = (line: string) => say(chalk.yellow("warning: ") + safe(line));
+export const ok = (line: string) => say(chalk.green("✓ ") + safe(line));
+export const bad = (line: string) => say(chalk.red("✗ ") + safe(line));
 export const dim = (s: string) => chalk.dim(s);
 export const bold = (s: string) => chalk.bold(s);
 
-/** Writes plain text to stdout (for output meant to be piped, like a crontab). */
+/** Writes plain text to stdout (for output meant to be piped, like a crontab); outside text in it was passed through safe(). */
 export const out = (text: string) => void process.stdout.write(text);
 
 /** Writes one JSON document (or JSON Lines record) to stdout. */
@@ -67,14 +71,14 @@ export function progress(text: string): { update(t: string): void; stop(): void 
   if (!spinnable()) return { update: () => undefined, stop: () => undefined };
   // ora is loaded only here, on a terminal (cron and CI never pay for it); the spinner starts once it is
   let s: Ora | null = null;
-  let latest = text;
+  let latest = safe(text);
   let stopped = false;
   void import("ora").then(({ default: ora }) => {
     if (!stopped) s = ora({ text: latest, stream: process.stderr, discardStdin: false }).start();
   });
   const unregister = onInterrupt(() => s?.stop());
   return {
-    update: (t) => void ((latest = t), s && (s.text = t)),
+    update: (t) => void ((latest = safe(t)), s && (s.text = latest)),
     stop: () => {
       stopped = true;
       unregister();
@@ -110,27 +114,29 @@ async function prompt<T>(what: string, flag: string, ask: (p: typeof import("@in
 }
 
 const context = { output: process.stderr };
+// a prompt's question and choices may quote an agent's data (a request id, an agent id, a file name): escaped; the answer is the value itself
+const choice = (value: string) => ({ value, name: safe(value) });
 
 /** Asks a yes/no question, or fails naming the flag that answers it. */
 export async function confirm(message: string, flag: string): Promise<boolean> {
-  return prompt("confirmation", flag, (p) => p.confirm({ message, default: false }, context));
+  return prompt("confirmation", flag, (p) => p.confirm({ message: safe(message), default: false }, context));
 }
 
 /** Asks for a text value, or fails naming the flag. */
 export async function askText(message: string, flag: string, def?: string): Promise<string> {
-  return prompt(message.replace(/[?:]\s*$/, ""), flag, (p) => p.input({ message, default: def, required: true }, context));
+  return prompt(message.replace(/[?:]\s*$/, ""), flag, (p) => p.input({ message: safe(message), default: def, required: true }, context));
 }
 
 /** Offers `choices` to tick (none ticked is an answer), or fails naming the flag. */
 export async function askChoices(message: string, flag: string, choices: string[]): Promise<string[]> {
   if (!choices.length) return [];
-  return prompt(message.replace(/[?:]\s*$/, ""), flag, (p) => p.checkbox({ message, choices: choices.map((value) => ({ value, checked: true })) }, context));
+  return prompt(message.replace(/[?:]\s*$/, ""), flag, (p) => p.checkbox({ message: safe(message), choices: choices.map((value) => ({ ...choice(value), checked: true })) }, context));
 }
 
 /** Offers `choices` and "none", or fails naming the flag. @returns the choice, or undefined for none. */
 export async function askOne(message: string, flag: string, choices: string[]): Promise<string | undefined> {
   if (!choices.length) return undefined;
   const none = "(none)";
-  const r = await prompt(message.replace(/[?:]\s*$/, ""), flag, (p) => p.select({ message, choices: [...choices, none].map((value) => ({ value })) }, context));
+  const r = await prompt(message.replace(/[?:]\s*$/, ""), flag, (p) => p.select({ message: safe(message), choices: [...choices, none].map(choice) }, context));
   return r === none ? undefined : r;
 }

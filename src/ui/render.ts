@@ -13,22 +13,23 @@ import type { ActivateResult, FenceResult } from "../restore/activate.js";
 import type { RestoreResult } from "../restore/apply.js";
 import type { ReconcileResult } from "../restore/reconcile.js";
 import type { Check } from "../bundle/extract.js";
+import { safe } from "./escape.js";
 import { dim, isTTY, ok, out, say, table, warn } from "./output.js";
 import { renderPlan } from "./plan.js";
 
 export function keygen(r: KeygenResult): void {
   ok(`keys written to ${r.dir}`);
   say(`  recipient: ${r.recipient}`);
-  say(`  signer:    ${r.principal} ${r.signer_fingerprint}`);
+  say(`  signer:    ${safe(r.principal)} ${r.signer_fingerprint}`);
 }
 
 export function init(r: { config: string; config_created: boolean; repository: string; repository_created: boolean; home: string; keys_created: boolean; databases: { name: string; path: string }[]; missing?: string[]; workspace: string | null }): void {
   ok(`${r.config_created ? "wrote" : "using"} ${r.config}`);
-  say(`  repository: ${r.repository}${r.repository_created ? " (created)" : " (already there)"}`);
-  say(`  keys:       ${r.home}${r.keys_created ? " (generated)" : ""}`);
-  for (const d of r.databases) say(`  database:   ${d.name} = ${d.path}${r.missing?.includes(d.name) ? " (does not exist yet: a backup fails with 10 until it does)" : ""}`);
-  if (r.workspace) say(`  workspace:  ${r.workspace}`);
-  if (!r.databases.length && !r.workspace) say(`  next: name the agent's databases ("databases") or workspace in ${r.config}; until then a backup refuses: there is nothing to back up`);
+  say(`  repository: ${safe(r.repository)}${r.repository_created ? " (created)" : " (already there)"}`);
+  say(`  keys:       ${safe(r.home)}${r.keys_created ? " (generated)" : ""}`);
+  for (const d of r.databases) say(`  database:   ${safe(d.name)} = ${safe(d.path)}${r.missing?.includes(d.name) ? " (does not exist yet: a backup fails with 10 until it does)" : ""}`);
+  if (r.workspace) say(`  workspace:  ${safe(r.workspace)}`);
+  if (!r.databases.length && !r.workspace) say(`  next: name the agent's databases ("databases") or workspace in ${safe(r.config)}; until then a backup refuses: there is nothing to back up`);
 }
 
 export function backup(r: BackupReceipt): void {
@@ -40,8 +41,8 @@ export function backup(r: BackupReceipt): void {
   if (isTTY() || r.repeated) {
     const what = r.status === "spooled" ? (r.repeated ? "already spooled" : "spooled") : r.repeated ? "already backed up" : "backed up";
     ok(`${what} ${r.agent_id} as ${r.snapshot_id} (${r.kind}, sequence ${r.sequence}, ${r.size} bytes)`);
-    say(`  ${r.path}`);
-    for (const n of r.not_captured ?? []) say(`  left out ${n.path} (${n.reason}: ${n.detail})`);
+    say(`  ${safe(r.path)}`);
+    for (const n of r.not_captured ?? []) say(`  left out ${safe(n.path)} (${n.reason}: ${safe(n.detail)})`);
   }
 }
 
@@ -83,7 +84,7 @@ export function snapshots(list: CatalogEntry[]): void {
 
 export function verify(r: { snapshot_id: string; deep: boolean; checks: Check[] }): void {
   for (const c of r.checks) ok(`${c.name}: ${c.detail}`);
-  out(`${r.snapshot_id} verified${r.deep ? "" : " (pass --identity to check the contents too)"}\n`);
+  out(`${safe(r.snapshot_id)} verified${r.deep ? "" : " (pass --identity to check the contents too)"}\n`);
 }
 
 export function restore(r: RestoreResult): void {
@@ -104,7 +105,7 @@ export function reconcile(r: ReconcileResult): void {
     else warn(line);
   }
   const s = r.summary;
-  out(`${r.agent_id} generation ${r.generation}: ${s.operations} open operation(s): ${s.completed} completed, ${s.retry} to resend, ${s.escalated} escalated, ${s.unknown} unknown; ${s.unresolved} unresolved${s.unresolved ? " (activate refuses until they are resolved or accepted)" : ""}\n`);
+  out(`${safe(r.agent_id)} generation ${r.generation}: ${s.operations} open operation(s): ${s.completed} completed, ${s.retry} to resend, ${s.escalated} escalated, ${s.unknown} unknown; ${s.unresolved} unresolved${s.unresolved ? " (activate refuses until they are resolved or accepted)" : ""}\n`);
 }
 
 export function fence(r: FenceResult): void {
@@ -116,8 +117,8 @@ export function reportVerify(r: ChainVerifyResult): void {
 }
 
 export function forget(r: ForgetResult): void {
-  for (const k of r.kept) out(`keep    ${k.snapshot_id}  ${dim(k.reasons.join("; "))}\n`);
-  for (const id of r.removed) out(`${r.dry_run ? "would remove" : "remove"}  ${id}\n`);
+  for (const k of r.kept) out(`keep    ${safe(k.snapshot_id)}  ${dim(safe(k.reasons.join("; ")))}\n`);
+  for (const id of r.removed) out(`${r.dry_run ? "would remove" : "remove"}  ${safe(id)}\n`);
   for (const n of r.not_removed) warn(`not removed ${n.snapshot_id}: ${n.reason}`);
 }
 

@@ -10,6 +10,7 @@ import { chmodSync, chownSync, mkdtempSync, readFileSync, rmSync, statSync } fro
 import { createServer } from "node:net";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { AgentbakError, Exit, usageError } from "../../errors.js";
+import { redactUrls } from "../../facts.js";
 import { ensureDir, pidDir, readFileRegular } from "../../fsutil.js";
 import { stopOnInterrupt } from "../../cleanup.js";
 
@@ -24,6 +25,8 @@ export interface SourceSpec {
   schemas?: string[];
   /** redis: the key patterns to capture (default every key) */
   patterns?: string[];
+  /** postgres: how long the capture waits for a table another session holds locked (default 10 s) */
+  lockTimeoutSeconds?: number;
 }
 
 /** One captured file: a payload component of the source's kind. */
@@ -123,11 +126,16 @@ export function resolveReference(ref: string, root: string, env: NodeJS.ProcessE
 }
 
 /**
- * An error from a source, with the connection URL (and its password) taken
- * out of the message and the exit code kept when it had one.
+ * An error from a source, in one line: the connection URL (and any URL's
+ * password) taken out of the message, the client's error code (ECONNREFUSED,
+ * ENOTFOUND, a SQLSTATE) named, and the exit code kept when it had one.
+ * @param doing what was being done, said after the source's name ("checking its target")
  */
-export function sourceError(name: string, e: unknown, url?: string): AgentbakError {
-  let msg = (e as Error)?.message ?? String(e);
+export function sourceError(name: string, e: unknown, url?: string, doing?: string): AgentbakError {
+  // a refused connection to a host with several addresses is an AggregateError with an empty message
+  let msg = (e as Error)?.message || (e as AggregateError)?.errors?.[0]?.message || String(e);
+  const code = (e as { code?: unknown })?.code;
+  if (!(e instanceof AgentbakError) && typeof code === "string" && code && !msg.includes(code)) msg = `${msg} (${code})`;
   if (url) {
     msg = msg.split(url).join("<url>");
     try {
@@ -137,7 +145,7 @@ export function sourceError(name: string, e: unknown, url?: string): AgentbakErr
       /* not a URL: nothing more to take out */
     }
   }
-  return new AgentbakError(e instanceof AgentbakError ? e.code : Exit.failure, `source ${name}: ${msg.split("\n")[0]}`, { cause: e });
+  return new AgentbakError(e instanceof AgentbakError ? e.code : Exit.failure, `source ${name}: ${doing ? `${doing}: ` : ""}${redactUrls(msg.split("\n")[0]!)}`, { cause: e });
 }
 
 /** A free TCP port on 127.0.0.1 (the kernel's choice). */

@@ -3,6 +3,10 @@
  * one exported REPEATABLE READ snapshot (row counts read in that same
  * snapshot), restored by pg_restore into an empty database in one
  * transaction that also checks the counts, and throwaway servers for drills.
+ * Every identifier is quoted (a table may be named `100%`, `say "hi"` or
+ * `x$agentbak$y`), and a table another session holds locked stops the
+ * capture after the source's lock timeout instead of holding the agent's
+ * lock (and its quiesced runtime) for as long as that session likes.
  */
 import { execa } from "execa";
 import { once } from "node:events";
@@ -10,7 +14,7 @@ import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 // type only: the client is loaded when a PostgreSQL source is used
 import type pg from "pg";
-import { AgentbakError, Exit, verifyError } from "../../errors.js";
+import { AgentbakError, Exit, lockedError, verifyError } from "../../errors.js";
 import { stopOnInterrupt } from "../../cleanup.js";
 import { freePort, serverCommand, serverDir, sourceError, startServer, stopServer, type SourceDriver, type SourceFile } from "./common.js";
 
@@ -40,6 +44,12 @@ function libpqEnv(url: string): Record<string, string> {
 }
 
 const ident = (s: string) => `"${s.replace(/"/g, '""')}"`;
+/** A string literal (standard_conforming_strings: backslashes are plain characters). */
+const literal = (s: string) => `'${s.replace(/'/g, "''")}'`;
+/** How long a capture waits for a table another session holds locked, when the source does not say. */
+export const DEFAULT_LOCK_TIMEOUT_SECONDS = 10;
+/** PostgreSQL's SQLSTATE for a lock not granted within lock_timeout. */
+const LOCK_NOT_AVAILABLE = "55P03";
 const USER_TABLES = `SELECT n.nspname AS schema, c.relname AS table FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE c.relkind IN ('r', 'p') AND n.nspname = ANY($1) ORDER BY 1, 2`;
 
@@ -50,47 +60,84 @@ async function connect(url: string): Promise<pg.Client> {
   return c;
 }
 
-/** Row counts of every table in `schemas`, keyed `schema.table`, in the client's current transaction. */
-async function countRows(c: pg.Client, schemas: string[]): Promise<Record<string, number>> {
+/**
+ * Row counts of every table in `schemas`, keyed `schema.table`, in the client's current transaction.
+ * @throws AgentbakError(11) naming the table when its lock was not granted within the session's lock_timeout.
+ */
+async function countRows(c: pg.Client, schemas: string[], lockTimeout?: string): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
-  for (const t of (await c.query<{ schema: string; table: string }>(USER_TABLES, [schemas])).rows)
-    out[`${t.schema}.${t.table}`] = Number((await c.query(`SELECT count(*) AS n FROM ${ident(t.schema)}.${ident(t.table)}`)).rows[0].n);
+  for (const t of (await c.query<{ schema: string; table: string }>(USER_TABLES, [schemas])).rows) {
+    const rel = `${ident(t.schema)}.${ident(t.table)}`;
+    try {
+      out[`${t.schema}.${t.table}`] = Number((await c.query(`SELECT count(*) AS n FROM ${rel}`)).rows[0].n);
+    } catch (e) {
+      if ((e as { code?: string }).code === LOCK_NOT_AVAILABLE) throw lockedError(`table ${rel} is locked by another session: not granted within ${lockTimeout} (lockTimeoutSeconds)`);
+      throw e;
+    }
+  }
   return out;
 }
 
 /** The schemas a dump's record keys (`schema.table`) name. */
 const schemasOf = (f: SourceFile) => [...new Set(Object.keys(f.records).map((k) => k.slice(0, k.indexOf("."))))];
 
-/** SQL that raises (rolling the restore back) unless each table holds its recorded number of rows. */
+/**
+ * SQL that raises (rolling the restore back) unless each table holds its
+ * recorded number of rows. Names go in as quoted identifiers and as RAISE
+ * parameters (never into its format string, where % is a placeholder), in a
+ * body quoted with a dollar tag none of them contains.
+ */
 function countCheck(records: Record<string, number>): string {
   const lines = Object.entries(records).map(([k, n]) => {
     const i = k.indexOf(".");
     const rel = `${ident(k.slice(0, i))}.${ident(k.slice(i + 1))}`;
-    const label = k.replace(/'/g, "''");
-    return `  SELECT count(*) INTO c FROM ${rel}; IF c <> ${n} THEN RAISE EXCEPTION 'agentbak: table ${label} has % rows, manifest says ${n}', c; END IF;`;
+    return `  SELECT count(*) INTO c FROM ${rel}; IF c <> ${n} THEN RAISE EXCEPTION 'agentbak: table % has % rows, manifest says %', ${literal(k)}, c, ${n}; END IF;`;
   });
-  return `DO $agentbak$ DECLARE c bigint; BEGIN\n${lines.join("\n")}\nEND $agentbak$;\n`;
+  const body = `DECLARE c bigint; BEGIN\n${lines.join("\n")}\nEND`;
+  let tag = "$agentbak$";
+  while (body.includes(tag)) tag = `${tag.slice(0, -1)}_$`;
+  return `SET standard_conforming_strings = on;\nDO ${tag} ${body} ${tag};\n`;
+}
+
+/** A capture's lock timeout in milliseconds (PostgreSQL's unit for a bare number). @param seconds the source's lockTimeoutSeconds */
+const lockTimeoutMs = (seconds = DEFAULT_LOCK_TIMEOUT_SECONDS) => Math.max(1, Math.round(seconds * 1000));
+
+/**
+ * pg_dump's failure, in one line. Its own wait for a table lock
+ * (--lock-wait-timeout, which it enforces as a statement timeout on its
+ * LOCK TABLE) names the table, exit 11.
+ */
+function dumpError(r: { exitCode?: number; signal?: string; stderr: unknown }, lockTimeout: string): AgentbakError {
+  const text = String(r.stderr).trim();
+  const rel = text.match(/timeout[\s\S]*Query was: LOCK TABLE (.+) IN ACCESS SHARE MODE/)?.[1];
+  if (rel) return lockedError(`table ${rel} is locked by another session: pg_dump's lock not granted within ${lockTimeout} (lockTimeoutSeconds)`);
+  return new AgentbakError(Exit.failure, `pg_dump exited ${r.exitCode ?? r.signal}: ${text.split("\n")[0]}`);
 }
 
 export const postgresDriver: SourceDriver = {
   async capture(spec, url, dir) {
     const schemas = spec.schemas ?? ["public"];
+    const ms = lockTimeoutMs(spec.lockTimeoutSeconds);
+    const lockTimeout = `${ms / 1000} s`;
     let c: pg.Client | undefined;
     try {
       c = await connect(url);
       // one snapshot: exported, counted in, and handed to pg_dump while this transaction holds it
       await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+      await c.query(`SET LOCAL lock_timeout = ${ms}`);
       const head = (await c.query("SELECT pg_export_snapshot() AS snap, clock_timestamp() AS at, current_setting('server_version') AS v")).rows[0];
-      const records = await countRows(c, schemas);
+      const records = await countRows(c, schemas, lockTimeout);
       const file = join(dir, `${spec.name}.pgdump`);
+      // --schema takes a pattern: quoted, a name is matched exactly (case, dots, stars and all)
+      const patterns = schemas.map((s) => `--schema=${ident(s)}`);
       const r = await stopOnInterrupt(
-        execa(pgBin("pg_dump"), ["--format=custom", "--no-owner", "--no-privileges", `--snapshot=${head.snap}`, ...schemas.map((s) => `--schema=${s}`), "--file", file], {
+        execa(pgBin("pg_dump"), ["--format=custom", "--no-owner", "--no-privileges", `--snapshot=${head.snap}`, `--lock-wait-timeout=${ms}`, ...patterns, "--file", file], {
           env: libpqEnv(url),
           reject: false,
           stdin: "ignore",
         }),
       );
-      if (r.exitCode !== 0) throw new AgentbakError(Exit.failure, `pg_dump exited ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n")[0]}`);
+      if (r.exitCode !== 0) throw dumpError(r, lockTimeout);
       await c.query("COMMIT");
       return { snapshotAt: new Date(head.at), serverVersion: String(head.v), files: [{ path: `sources/${spec.name}/dump.pgdump`, file, records }] };
     } catch (e) {

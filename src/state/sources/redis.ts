@@ -49,9 +49,11 @@ const connect = async (url: string): Promise<Redis> => {
 
 async function withClient<T>(url: string, fn: (r: Redis) => Promise<T>): Promise<T> {
   const r = await connect(url);
-  r.on("error", () => undefined); // surfaced by the command that fails
+  let cause: Error | null = null;
+  r.on("error", (e: Error) => (cause = e)); // surfaced by the command that fails
   try {
-    await r.connect();
+    // a connection that failed rejects as "Connection is closed."; the error event said why (ECONNREFUSED, ENOTFOUND, ...)
+    await r.connect().catch((e: unknown) => Promise.reject(cause ?? e));
     return await fn(r);
   } finally {
     r.disconnect();
