@@ -259,7 +259,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
   help(
     fence
       .command("check")
-      .description("exit 0 when GENERATION is the agent's current one; 14 when superseded")
+      .description("exit 0 when GENERATION is the agent's current one (across the repositories copy linked, and this host's trusted state); 14 when superseded; 3 when a linked repository could not be read")
       .requiredOption("--target <dir>", "a folder agentbak restored")
       .requiredOption("--generation <n>", "the generation a writer carries")
       .addOption(repoOpt())
@@ -267,7 +267,11 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak fence check --target ./restored --generation \"$(cat ./restored/.agentbak/generation)\""],
   ).action(async (o) => {
     const { fence } = await import("./commands/activate.js");
-    await show(o, await fence(o), (await render()).fence);
+    const r = await fence(o);
+    await show(o, r, (await render()).fence);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   help(
@@ -382,7 +386,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
   help(
     program
       .command("copy")
-      .description("replicate signed bundles between repositories (folders or s3://), verifying each on arrival")
+      .description("replicate signed bundles between repositories (folders or s3://), verifying each on arrival; carries each agent's generation record and links the two for fencing")
       .argument("[snapshot...]", "snapshot ids (default: every verified snapshot)")
       .requiredOption("--from <repo>", "source repository")
       .requiredOption("--to <repo>", "destination repository (created if missing)")
@@ -392,7 +396,11 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak copy --from ./backups --to s3://backups-eu/agents", "agentbak copy --from s3://a/x --to s3://b/x 20261129T120000000Z-1a2b3c4d"],
   ).action(async (ids, o) => {
     const { copy } = await import("./commands/copy.js");
-    await show(o, await copy({ ...o, snapshots: ids }), (await render()).copy);
+    const r = await copy({ ...o, snapshots: ids });
+    await show(o, r, (await render()).copy);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   addAgentInterface(program, result);

@@ -6,7 +6,7 @@
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.agentbak   the bundle
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.commit     written last: the snapshot exists
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.<db>.pageindex
- *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json
+ *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json        generation.json also lists the replicas copy linked
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
  *   tenants/<tenant>/agents/<agent>/locks/<name>.lock
  *   tenants/<tenant>/agents/<agent>/audit.jsonl, drills/report.jsonl
@@ -55,7 +55,7 @@ export const keys = {
   sequence: (a: AgentRef) => `${agentDir(a)}/sequence.json`,
   generation: (a: AgentRef) => `${agentDir(a)}/generation.json`,
   idempotency: (a: AgentRef, kind: "backup" | "restore" | "request", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
-  lock: (a: AgentRef, name: "agent" | "restore" | "log") => `${agentDir(a)}/locks/${name}.lock`,
+  lock: (a: AgentRef, name: "agent" | "restore" | "log" | "generation") => `${agentDir(a)}/locks/${name}.lock`,
   audit: (a: AgentRef) => `${agentDir(a)}/audit.jsonl`,
   drillReport: (a: AgentRef) => `${agentDir(a)}/drills/report.jsonl`,
   requests: (a: AgentRef) => `${agentDir(a)}/requests/`,

@@ -24,6 +24,7 @@ import { pidAlive } from "../fsutil.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
+import { readGenerations, reserveGeneration, type GenerationView } from "./generation.js";
 import { applyIndexChain, indexParent } from "../state/pages.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir, type AgentRef } from "./layout.js";
 
@@ -176,7 +177,7 @@ export class Repository {
    * gone, or that is older than 6 hours, is stale and taken over.
    * @throws AgentbakError(11) naming the holder when held and `waitMs` runs out.
    */
-  async lock(a: AgentRef, name: "agent" | "restore" | "log", waitMs = 0): Promise<Lock> {
+  async lock(a: AgentRef, name: "agent" | "restore" | "log" | "generation", waitMs = 0): Promise<Lock> {
     const key = keys.lock(a, name);
     const deadline = Date.now() + waitMs;
     const me = { pid: process.pid, host: hostname(), started_at: new Date().toISOString(), nonce: randomBytes(8).toString("hex") };
@@ -559,18 +560,26 @@ export class Repository {
 
   // ---- restore records ----
 
-  /** The current fencing generation of `a` (0 when never restored). */
+  /**
+   * The fencing generation of `a` (0 when never restored): the highest in this
+   * repository's record and in the records of the replicas copy linked it with.
+   * @throws AgentbakError(13) when this repository's record is damaged.
+   */
   async generation(a: AgentRef): Promise<number> {
-    const cur = (await this.readJson<{ generation: number }>(keys.generation(a)))?.generation ?? 0;
-    const v1 = (await this.readJson<{ generation: number }>(legacy.generation(a.agent)))?.generation ?? 0;
-    return Math.max(cur, v1);
+    return (await this.generations(a)).highest;
   }
 
-  /** Reserves the next generation (a crash after this only burns a number). The caller holds the restore lock. */
-  async reserveGeneration(a: AgentRef, atLeast: number, info: Record<string, unknown>): Promise<number> {
-    const next = Math.max(await this.generation(a), atLeast) + 1;
-    await this.writeJson(keys.generation(a), { generation: next, ...info });
-    return next;
+  /** The generation of `a` with where it was read, and the linked replicas that could not be. @throws as generation(). */
+  async generations(a: AgentRef): Promise<GenerationView> {
+    return readGenerations(this, a, (l) => Repository.open(l));
+  }
+
+  /**
+   * Reserves the next generation of `a` above `atLeast` and every linked record, and records it in each
+   * (a crash after this only burns a number). The caller holds the restore lock. @throws as reserveGeneration.
+   */
+  async reserveGeneration(a: AgentRef, atLeast: number, info: Record<string, unknown>): Promise<{ generation: number; unreachable: GenerationView["unreachable"] }> {
+    return reserveGeneration(this, a, atLeast, info, (l) => Repository.open(l));
   }
 
   async restoreRecord<T>(a: AgentRef, requestId: string): Promise<T | undefined> {

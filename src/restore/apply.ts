@@ -16,6 +16,7 @@ import { crashStep } from "../crashpoint.js";
 import { placeError, policyError, usageError, verifyError } from "../errors.js";
 import { ensureDir, fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
 import type { Repository } from "../repository/repository.js";
+import { unreachableWarning } from "../repository/generation.js";
 import { checkCredentials } from "../state/credentials.js";
 import { isSource, embeddingChanges, type Manifest } from "../bundle/manifest.js";
 import { manifestSources, parseSourceFlags, restoreSources, type SourceOutcome } from "../bundle/sources.js";
@@ -239,11 +240,18 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   // a dry run shows the plan with its refusals (the command exits 14); anything else stops here
   if (policy.refusals.length && !o.dryRun) throw await refuse(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
   const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
-  const nextGen = Math.max(repo ? await repo.generation(a) : 0, seen.generation) + 1;
+  // the agent's generation: the repository's record, the replicas copy linked it with, and this host's trusted state
+  const gens = repo ? await repo.generations(a) : null;
+  const nextGen = Math.max(gens?.highest ?? 0, seen.generation) + 1;
   const sources = sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
   const operations = settleOperations(m.open_operations, cfg?.openOperations);
   const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, { operations, timers: planTimers(cfg?.timers ?? [], new Date(m.created_at), now), sources: sources.planned });
-  const warnings = [...policy.warnings, ...policy.needs_approval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
+  const warnings = [
+    ...policy.warnings,
+    ...policy.needs_approval,
+    ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`),
+    ...(gens?.unreachable ?? []).map(unreachableWarning),
+  ];
   const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, sources: [], ...x });
   if (o.dryRun) return result({});
   const unresolved = sources.planned.find((p) => !p.resolved);
@@ -288,7 +296,9 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
     for (const r of restoredSources)
       if (r.skipped.length) warnings.push(`source ${r.name}: ${r.skipped.length} key(s) expired since the snapshot and were not restored: ${r.skipped.slice(0, 10).join(", ")}${r.skipped.length > 10 ? " ..." : ""}`);
-    const generation = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : nextGen;
+    const reserved = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : { generation: nextGen, unreachable: [] };
+    const generation = reserved.generation;
+    for (const w of reserved.unreachable.map(unreachableWarning)) if (!warnings.includes(w)) warnings.push(w);
     crashStep("generation-reserved");
     const record: TargetRecord = {
       agent_id: m.agent_id,
