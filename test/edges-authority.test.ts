@@ -6,7 +6,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { json, makeAgent, type TestAgent } from "./helpers.js";
+import { mcpStdio, tool } from "./agentapi-helpers.js";
 
 const AGENT_DIR = "tenants/acme/agents/billing-agent";
 
@@ -93,5 +95,102 @@ describe("[E5] fencing generations belong to the agent", () => {
     } finally {
       writeFileSync(rec, good);
     }
+  });
+});
+
+describe("[E6] an approval is one decision; requests and decisions are signed", () => {
+  let a: TestAgent;
+  let agent: Client;
+  let s1: any;
+  let s2: any;
+  const t = (n: string) => join(a.tmp, n);
+  const file = (id: string, part = "") => join(a.repo, AGENT_DIR, "requests", `${id}${part}.json`);
+  const edit = (path: string, patch: (r: any) => void) => {
+    const r = JSON.parse(readFileSync(path, "utf8"));
+    patch(r);
+    writeFileSync(path, JSON.stringify(r, null, 2) + "\n");
+  };
+  const ask = async (snapshot: string, target?: string) => {
+    const r = await tool(agent, "request_restore", { snapshot, reason: "memory table corrupted", ...(target ? { target } : {}) });
+    if (r.isError) throw new Error(r.text);
+    return r.data.request_id as string;
+  };
+  /** exit 13, naming the record's file, and nothing restored anywhere named */
+  const refused = (r: { code: number; stderr: string }, path: string, ...targets: string[]) => {
+    expect(r.code, r.stderr).toBe(13);
+    expect(r.stderr).toContain(path.slice(a.repo.length + 1));
+    for (const x of targets) expect(existsSync(x), x).toBe(false);
+  };
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    s1 = json(await a.run(["backup", "--json"]));
+    s2 = json(await a.run(["backup", "--json"]));
+    agent = await mcpStdio(a, ["--tier", "restore-request"]);
+  }, 120_000);
+  afterAll(async () => {
+    await agent?.close();
+    a?.cleanup();
+  }, 60_000);
+
+  it("[E6] a restore that failed after its approval leaves nothing reusable: another target needs a new prompt or --yes", async () => {
+    const busy = t("busy");
+    mkdirSync(busy);
+    writeFileSync(join(busy, "notes.txt"), "not empty\n");
+    const id = await ask(s2.snapshot_id, busy);
+    const first = await a.run(["approve", id, "--yes"]);
+    expect(first.code).toBe(2);
+    expect(first.stderr).toMatch(/is not empty/);
+    expect((await tool(agent, "get_restore_request", { request_id: id })).data).toMatchObject({ status: "failed", decision: { decision: "approved" } });
+    // the approval was spent by the attempt it was given for
+    const again = await a.run(["approve", id, "--target", t("elsewhere")]);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/no TTY: pass --yes/);
+    expect(existsSync(t("elsewhere"))).toBe(false);
+    expect((await tool(agent, "get_restore_request", { request_id: id })).data.outcome).toMatchObject({ status: "failed", target: busy });
+    const yes = await a.run(["approve", id, "--target", t("elsewhere"), "--yes", "--json"]);
+    expect([0, 3], yes.stderr).toContain(yes.code);
+    // the decision that stands is the first approval, for the target it named; the outcome is this attempt's
+    expect(json(yes).request).toMatchObject({ status: "restored", decision: { target: busy }, outcome: { status: "restored", target: t("elsewhere") } });
+  });
+
+  it("[E6] a request whose target was edited in the repository is refused (13) naming its file, by approve, requests and the agent interface", async () => {
+    const id = await ask(s2.snapshot_id, t("proposed"));
+    edit(file(id), (r) => (r.target = t("attacker")));
+    refused(await a.run(["approve", id, "--yes"]), file(id), t("proposed"), t("attacker"));
+    refused(await a.run(["requests"]), file(id));
+    const seen = await tool(agent, "get_restore_request", { request_id: id });
+    expect(seen.isError).toBe(true);
+    expect(seen.text).toContain(`requests/${id}.json`);
+  });
+
+  it("[E6] a swapped snapshot is refused (13): a request edited to name another snapshot, or another request's record moved in", async () => {
+    const id = await ask(s2.snapshot_id, t("swap-1"));
+    edit(file(id), (r) => Object.assign(r, { snapshot_id: s1.snapshot_id, sequence: s1.sequence }));
+    refused(await a.run(["approve", id, "--yes", "--allow-rollback"]), file(id), t("swap-1"));
+    const other = await ask(s1.snapshot_id, t("swap-2"));
+    const id2 = await ask(s2.snapshot_id, t("swap-3"));
+    writeFileSync(file(id2), readFileSync(file(other))); // signed, but for another request
+    const r = await a.run(["approve", id2, "--yes", "--allow-rollback"]);
+    refused(r, file(id2), t("swap-2"), t("swap-3"));
+    expect(r.stderr).toMatch(/its request_id is .*, not req-/);
+  });
+
+  it("[E6] a forged approval, a denial edited to \"approved\" and an outcome edited to \"restored\" are refused (13) naming their files", async () => {
+    const forged = await ask(s2.snapshot_id, t("forged"));
+    writeFileSync(file(forged, ".decision"), JSON.stringify({ decision: "approved", by: "ops@bastion", at: new Date().toISOString(), reason: null }));
+    refused(await a.run(["approve", forged, "--yes"]), file(forged, ".decision"), t("forged"));
+    const denied = await ask(s2.snapshot_id, t("denied"));
+    expect((await a.run(["deny", denied, "--reason", "use last night's", "--yes"])).code).toBe(0);
+    edit(file(denied, ".decision"), (d) => (d.decision = "approved"));
+    refused(await a.run(["approve", denied, "--yes"]), file(denied, ".decision"), t("denied"));
+    // a failed attempt's outcome, edited to tell the agent and the operator it was restored
+    const failed = await ask(s2.snapshot_id, join(a.dir, "state")); // not empty: fails
+    expect((await a.run(["approve", failed, "--yes"])).code).toBe(2);
+    edit(file(failed, ".outcome"), (o) => Object.assign(o, { status: "restored", generation: 9, error: null }));
+    const seen = await tool(agent, "get_restore_request", { request_id: failed });
+    expect(seen.isError).toBe(true);
+    expect(seen.text).toContain(`requests/${failed}.outcome.json`);
+    refused(await a.run(["approve", failed, "--target", t("failed-2"), "--yes"]), file(failed, ".outcome"), t("failed-2"));
   });
 });
