@@ -319,6 +319,28 @@ export function buildProgram(result: { code: ExitCode }): Command {
     await show(o, await reportVerify(file, o), (await render()).reportVerify);
   });
 
+  const audit = program.command("audit").description("the agent's audit log in the repository");
+  help(
+    audit
+      .command("verify")
+      .description(
+        "check the audit log: every entry chained, of this agent and signed by a trusted key (unsigned ones are not genuine), reaching its signed head record and as far as this host verified before; names the first bad entry or the cut",
+      )
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's, or the agent's only tenant)")
+      .addOption(jsonOpt()),
+    ["agentbak audit verify", "agentbak audit verify --repo s3://backups/fleet --tenant acme --agent billing-agent --json"],
+  ).action(async (o) => {
+    const { auditVerify } = await import("./commands/audit.js");
+    const r = await auditVerify(o);
+    await show(o, r, (await render()).reportVerify);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
+  });
+
   help(
     program
       .command("forget")

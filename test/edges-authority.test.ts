@@ -4,11 +4,13 @@
 // Everything through the real binary, with real repositories, a second host's AGENTBAK_HOME and an
 // MCP server for the agent's requests.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { json, makeAgent, type TestAgent } from "./helpers.js";
 import { mcpStdio, tool } from "./agentapi-helpers.js";
+import { nextLine } from "../dist/crypto/chainlog.js";
+import { generateSigningKey } from "../dist/crypto/sshsig.js";
 
 const AGENT_DIR = "tenants/acme/agents/billing-agent";
 
@@ -192,5 +194,122 @@ describe("[E6] an approval is one decision; requests and decisions are signed", 
     expect(seen.isError).toBe(true);
     expect(seen.text).toContain(`requests/${failed}.outcome.json`);
     refused(await a.run(["approve", failed, "--target", t("failed-2"), "--yes"]), file(failed, ".outcome"), t("failed-2"));
+  });
+});
+
+describe("[E7] the audit log can be verified", () => {
+  let a: TestAgent;
+  let log: string;
+  let head: string;
+  const verify = (env: Record<string, string> = {}, ...args: string[]) => a.run(["audit", "verify", "--json", ...args], env);
+  const lines = () => readFileSync(log, "utf8").split("\n").slice(0, -1);
+  /** Runs `fn` on a damaged log (and head), then puts the genuine ones back. */
+  const damaged = async (damage: (lines: string[]) => string[], fn: () => Promise<void>) => {
+    const [l, h] = [readFileSync(log), readFileSync(head)];
+    writeFileSync(log, damage(lines()).map((x) => x + "\n").join(""));
+    try {
+      await fn();
+    } finally {
+      writeFileSync(log, l);
+      writeFileSync(head, h);
+    }
+  };
+  const named = (r: { code: number; stderr: string }, why: RegExp, dir = AGENT_DIR) => {
+    expect(r.code, r.stderr).toBe(13);
+    expect(r.stderr).toContain(`${dir}/audit.`);
+    expect(r.stderr).toMatch(why);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+  };
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    expect((await a.run(["backup"])).code).toBe(0);
+    expect([0, 3]).toContain((await a.run(["restore", "latest", "--target", join(a.tmp, "t1"), "--yes"])).code);
+    log = join(a.repo, AGENT_DIR, "audit.jsonl");
+    head = join(a.repo, AGENT_DIR, "audit.head.json");
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E7] an untouched audit log verifies (0), up to its signed head", async () => {
+    const r = await verify();
+    expect(r.code, r.stderr).toBe(0);
+    const out = json(r);
+    expect(out).toMatchObject({ ok: true, entries: lines().length, head: { entries: lines().length }, warnings: [] });
+    expect(lines().length).toBeGreaterThanOrEqual(2);
+  });
+
+  it("[E7] an edited entry and reordered entries are named (13)", async () => {
+    await damaged(
+      (l) => l.map((x, i) => (i === 1 ? x.replace(/"user":"[^"]*"/, '"user":"someone-else"') : x)),
+      async () => named(await verify(), /audit\.jsonl in .*: entry 1 \(line 2\): .*edited/),
+    );
+    await damaged(
+      (l) => [l[1]!, l[0]!, ...l.slice(2)],
+      async () => named(await verify(), /entry 0 \(line 1\): index is 1, expected 0/),
+    );
+  });
+
+  it("[E7] entries cut off the end are found by the signed head record (13)", async () => {
+    const n = lines().length;
+    await damaged(
+      (l) => l.slice(0, -1),
+      async () => named(await verify({ AGENTBAK_HOME: secondHome(a, "home-cut").AGENTBAK_HOME }), new RegExp(`cut short or replaced: its signed head record .* names ${n} entries .* holds only ${n - 1}`)),
+    );
+  });
+
+  it("[E7] a log whose head record is gone verifies only with a warning that a cut is not detectable from the repository (3)", async () => {
+    const h = readFileSync(head);
+    rmSync(head);
+    try {
+      const r = await verify(secondHome(a, "home-nohead"));
+      expect(r.code, r.stderr).toBe(3);
+      expect(r.stderr).toMatch(/audit\.head\.json is missing .*: entries cut off the end of the log can not be detected from the repository alone/);
+    } finally {
+      writeFileSync(head, h);
+    }
+  });
+
+  it("[E7] a cut together with an older genuine head: found by a host that verified further (13), not from the repository alone (0 on a host that never did)", async () => {
+    const [oldLog, oldHead] = [readFileSync(log), readFileSync(head)];
+    expect((await a.run(["backup"])).code).toBe(0);
+    expect((await verify()).code).toBe(0); // this host now saw the log reach further
+    await damaged(
+      () => oldLog.toString().split("\n").slice(0, -1),
+      async () => {
+        writeFileSync(head, oldHead);
+        named(await verify(), /cut short or replaced: this host's trusted state .* names \d+ entries/);
+        const fresh = await verify(secondHome(a, "home-fresh"));
+        expect(fresh.code, fresh.stderr).toBe(0);
+      },
+    );
+  });
+
+  it("[E7] forged entries are named (13): signed by a key not in allowed_signers, or unsigned", async () => {
+    const text = () => readFileSync(log, "utf8");
+    const body = { at: new Date().toISOString(), tenant: "acme", agent_id: "billing-agent", event: "restore-approved", by: "ops@bastion" };
+    const n = lines().length;
+    await damaged(
+      (l) => [...l, nextLine(text(), body, generateSigningKey("mallory"), "agentbak-receipt").line.trimEnd()],
+      async () => named(await verify(), new RegExp(`entry ${n} \\(line ${n + 1}\\): signer key SHA256:\\S+ is not in allowed_signers`)),
+    );
+    await damaged(
+      (l) => [...l, nextLine(text(), body, null, "agentbak-receipt").line.trimEnd()],
+      async () => named(await verify(), new RegExp(`entry ${n} \\(line ${n + 1}\\): unsigned .* not accepted as genuine`)),
+    );
+  });
+
+  it("[E7] another agent's log moved in is named (13)", async () => {
+    const other = join(a.repo, "tenants/globex/agents/billing-agent");
+    mkdirSync(other, { recursive: true });
+    cpSync(log, join(other, "audit.jsonl"));
+    cpSync(head, join(other, "audit.head.json"));
+    named(await verify({}, "--tenant", "globex"), /entry 0 \(line 1\): its tenant is "acme", not globex/, "tenants/globex/agents/billing-agent");
+  });
+
+  it("[E7] an entry written without a signing key is not accepted as genuine (13)", async () => {
+    const r = await a.run(["restore", "latest", "--target", join(a.tmp, "t-nokey"), "--yes"], { AGENTBAK_SIGNING_KEY_FILE: join(a.tmp, "no-such-key") });
+    expect([0, 3]).toContain(r.code);
+    expect(r.stderr).toMatch(/no signing key: the restore receipt is recorded unsigned/);
+    named(await verify(), /: entry \d+ \(line \d+\): unsigned/);
   });
 });

@@ -14,8 +14,9 @@ import { verifyBundle, verifyLayout, type VerifiedBundle } from "../bundle/reade
 import { readLayoutRanges } from "../bundle/outer.js";
 import { snapshotKind } from "../bundle/manifest.js";
 import type { LinkSource } from "../bundle/chain.js";
-import { nextLine, verifyChainText, type ChainVerifyResult } from "../crypto/chainlog.js";
-import type { SigningKey } from "../crypto/sshsig.js";
+import { holdsCheckpoint, lineSha256, nextLine, verifyChainText, type ChainCheckpoint, type ChainVerifyResult } from "../crypto/chainlog.js";
+import { signRecord, verifyRecord } from "../crypto/signed.js";
+import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
@@ -81,6 +82,20 @@ export interface ResolveFilter {
   /** created within this many milliseconds of now (random) */
   within?: number;
 }
+
+/** What `agentbak audit verify` found. */
+export interface AuditVerifyResult extends ChainVerifyResult {
+  /** where the log is, for people */
+  log: string;
+  /** the signed head record the log reaches, or null when there is none */
+  head: (ChainCheckpoint & { at: string }) | null;
+  /** how many entries this host had verified before (0: never) */
+  seen_before: number;
+  warnings: string[];
+}
+
+/** The kind of the audit log's signed head record. */
+const AUDIT_HEAD = "audit-head";
 
 const STALE_LOCK_MS = 6 * 3_600_000;
 const ID_RE = /^\d{8}T\d{9}Z-[0-9a-f]{8}$/;
@@ -594,16 +609,19 @@ export class Repository {
 
   /**
    * Appends an entry to `a`'s audit log (hash-chained; signed when a key is
-   * given). Never pass state contents.
+   * given, and then its signed head record moves to it). Never pass state contents.
    */
   async audit(a: AgentRef, entry: Record<string, unknown>, key: SigningKey | null): Promise<void> {
     const who = { host: hostname(), user: safeUser() };
-    await this.appendChained(a, keys.audit(a), { at: new Date().toISOString(), ...who, tenant: a.tenant, agent_id: a.agent, ...entry }, key, "agentbak-receipt");
+    await this.appendChained(a, keys.audit(a), { at: new Date().toISOString(), ...who, tenant: a.tenant, agent_id: a.agent, ...entry }, key, NS.receipt, (line, e) =>
+      // the head names how far the log reached: entries cut off its end are found by it (unless it was replaced by an older one too)
+      this.writeJson(keys.auditHead(a), signRecord({ kind: AUDIT_HEAD, tenant: a.tenant, agent_id: a.agent, entries: (e.index as number) + 1, head_sha256: lineSha256(line), at: e.at }, key!, NS.receipt)),
+    );
   }
 
   /** Appends a signed drill report entry for `a`. @returns the entry and where the report is. */
   async appendDrillReport(a: AgentRef, body: Record<string, unknown>, key: SigningKey): Promise<{ entry: Record<string, unknown>; location: string }> {
-    const entry = await this.appendChained(a, keys.drillReport(a), body, key, "agentbak-report");
+    const entry = await this.appendChained(a, keys.drillReport(a), body, key, NS.report);
     return { entry, location: `${this.location}/${keys.drillReport(a)}` };
   }
 
@@ -617,16 +635,57 @@ export class Repository {
     return (await this.drillReport(a)) + String((await this.store.get(legacy.drillReport)) ?? "");
   }
 
-  /** Verifies `a`'s audit log chain (unsigned entries are allowed: a restore without a signing key). */
-  async verifyAudit(a: AgentRef, trust: Trust): Promise<ChainVerifyResult> {
-    return verifyChainText(String((await this.store.get(keys.audit(a))) ?? ""), trust, "agentbak-receipt", "audit entry", true);
+  /**
+   * Verifies `a`'s audit log: every entry chained, of this agent and signed by
+   * a trusted key (an unsigned one is not accepted as genuine); then that it
+   * still reaches its signed head record, and `seen` (how far this host saw it
+   * reach before, from its trusted state). Entries cut off the end are found
+   * by either; a cut together with an older genuine head is found only by a
+   * host that saw further.
+   * @returns the chain's extent, and warnings (no head record: a cut is not detectable from the repository alone).
+   * @throws AgentbakError(10) when `a` has no audit log here, (13) naming the first bad entry, or the head or
+   *   checkpoint the log no longer reaches.
+   */
+  async verifyAudit(a: AgentRef, trust: Trust, seen: ChainCheckpoint | null): Promise<AuditVerifyResult> {
+    const file = keys.audit(a);
+    const raw = await this.store.get(file);
+    const headRaw = await this.readJson<unknown>(keys.auditHead(a));
+    if (!raw && headRaw === undefined && !seen?.entries) throw notFound(`no audit log for ${a.tenant}/${a.agent} in ${this.location}`);
+    const text = String(raw ?? "");
+    const chain = verifyChainText(text, trust, NS.receipt, `${file} in ${this.location}: entry`, { expect: { tenant: a.tenant, agent_id: a.agent } });
+    const cut = (cp: ChainCheckpoint, by: string) =>
+      verifyError(
+        `${file} in ${this.location} was cut short or replaced: ${by} names ${cp.entries} entries ending in a line of sha256 ${cp.head_sha256.slice(0, 16)}..., the log ${chain.entries < cp.entries ? `holds only ${chain.entries}` : "does not hold that line"}`,
+      );
+    const warnings: string[] = [];
+    let head: AuditVerifyResult["head"] = null;
+    if (headRaw === undefined) {
+      if (chain.entries) warnings.push(`${keys.auditHead(a)} is missing in ${this.location} (a log written before agentbak kept one, or removed): entries cut off the end of the log can not be detected from the repository alone`);
+    } else {
+      const what = `${keys.auditHead(a)} in ${this.location}`;
+      const h = verifyRecord(headRaw, trust, NS.receipt, AUDIT_HEAD, what);
+      if (h.tenant !== a.tenant || h.agent_id !== a.agent || !Number.isSafeInteger(h.entries) || (h.entries as number) < 1 || typeof h.head_sha256 !== "string")
+        throw verifyError(`${what}: not the head of ${a.tenant}/${a.agent}'s audit log (moved in from another agent)`);
+      head = { entries: h.entries as number, head_sha256: h.head_sha256, at: String(h.at) };
+      if (!holdsCheckpoint(text, head)) throw cut(head, `its signed head record ${keys.auditHead(a)} (${head.at})`);
+    }
+    if (seen && !holdsCheckpoint(text, seen)) throw cut(seen, "this host's trusted state (the furthest it verified before)");
+    return { ...chain, log: `${this.location}/${file}`, head, seen_before: seen?.entries ?? 0, warnings };
   }
 
-  private async appendChained(a: AgentRef, key: string, body: Record<string, unknown>, signingKey: SigningKey | null, ns: string): Promise<Record<string, unknown>> {
+  private async appendChained(
+    a: AgentRef,
+    key: string,
+    body: Record<string, unknown>,
+    signingKey: SigningKey | null,
+    ns: string,
+    signedHead?: (line: string, entry: Record<string, unknown>) => Promise<unknown>,
+  ): Promise<Record<string, unknown>> {
     const lock = await this.lock(a, "log", 30_000);
     try {
       const { line, entry } = nextLine(String((await this.store.get(key)) ?? ""), body, signingKey, ns);
       await this.store.append(key, line);
+      if (signingKey && signedHead) await signedHead(line, entry);
       return entry;
     } finally {
       await lock.release();
