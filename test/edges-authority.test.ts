@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { json, makeAgent, type TestAgent } from "./helpers.js";
+import { json, makeAgent, makeBucket, type TestAgent } from "./helpers.js";
 import { mcpStdio, tool } from "./agentapi-helpers.js";
 import { nextLine } from "../dist/crypto/chainlog.js";
 import { generateSigningKey } from "../dist/crypto/sshsig.js";
@@ -97,6 +97,19 @@ describe("[E5] fencing generations belong to the agent", () => {
     } finally {
       writeFileSync(rec, good);
     }
+  });
+
+  it.runIf(Boolean(process.env.AGENTBAK_TEST_S3_ENDPOINT))("[E5] across a folder and a bucket: a restore from an S3 copy continues above both folders' and fences them", async () => {
+    const bucket = `t-${Date.now().toString(36)}-gen`;
+    await makeBucket(bucket);
+    const s3 = `s3://${bucket}/copy`;
+    const env = { ...host2, AGENTBAK_S3_ENDPOINT: process.env.AGENTBAK_TEST_S3_ENDPOINT! };
+    const c = await a.run(["copy", "--from", a.repo, "--to", s3], env);
+    expect(c.code, c.stderr).toBe(0);
+    expect((await restore(t("t7"), { ...env, ...secondHome(a, "home-3") }, s3)).generation).toBe(6);
+    // the folder the copy came from, and the one copied from it before, both hear of 6
+    expect((await fence(t("t5"), 5, env)).code).toBe(14);
+    expect((await fence(t("t3"), 3)).code).toBe(14);
   });
 });
 
