@@ -4,6 +4,7 @@
 // Everything through the real binary, with real repositories, a second host's AGENTBAK_HOME and an
 // MCP server for the agent's requests.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -207,6 +208,35 @@ describe("[E6] an approval is one decision; requests and decisions are signed", 
     expect(seen.isError).toBe(true);
     expect(seen.text).toContain(`requests/${failed}.outcome.json`);
     refused(await a.run(["approve", failed, "--target", t("failed-2"), "--yes"]), file(failed, ".outcome"), t("failed-2"));
+  });
+
+  it("[E6] the record that answers a repeated --request-id is signed: one forged or moved in is refused (13), never answered as \"already restored\"", async () => {
+    const record = (id: string) => join(a.repo, AGENT_DIR, "idempotency", `restore-${createHash("sha256").update(id).digest("hex")}.json`);
+    const first = await a.run(["restore", "latest", "--target", t("req-1"), "--yes", "--json", "--request-id", "INC-1"]);
+    expect([0, 3], first.stderr).toContain(first.code);
+    cpSync(record("INC-1"), record("INC-2")); // genuine, but INC-1's
+    const moved = await a.run(["restore", "latest", "--target", t("req-2"), "--yes", "--request-id", "INC-2"]);
+    expect(moved.code, moved.stderr).toBe(13);
+    expect(moved.stderr).toMatch(/restore record .* \(request id INC-2\) .*: recorded for another request id or agent \(moved in\)/);
+    writeFileSync(record("INC-3"), JSON.stringify({ ...JSON.parse(readFileSync(record("INC-1"), "utf8")).result, signature: undefined }));
+    const forged = await a.run(["restore", "latest", "--target", t("req-3"), "--yes", "--request-id", "INC-3"]);
+    expect(forged.code, forged.stderr).toBe(13);
+    expect(forged.stderr).toMatch(/\(request id INC-3\).*: unsigned, so not accepted as genuine/);
+    for (const x of ["req-2", "req-3"]) expect(existsSync(t(x))).toBe(false);
+    const keyless = await a.run(["restore", "latest", "--target", t("req-4"), "--yes", "--request-id", "INC-4"], { AGENTBAK_SIGNING_KEY_FILE: t("no-such-key") });
+    expect(keyless.code).toBe(12);
+    expect(keyless.stderr).toMatch(/--request-id needs a signing key/);
+  });
+
+  it("[E6] a backup idempotency record edited to name another snapshot is refused (13), not answered with that snapshot", async () => {
+    const k = json(await a.run(["backup", "--json", "--idempotency-key", "nightly-42"]));
+    const other = json(await a.run(["backup", "--json"]));
+    const rec = join(a.repo, AGENT_DIR, "idempotency", `backup-${createHash("sha256").update("nightly-42").digest("hex")}.json`);
+    edit(rec, (r) => Object.assign(r, { snapshot_id: other.snapshot_id, sequence: other.sequence }));
+    const r = await a.run(["backup", "--json", "--idempotency-key", "nightly-42"]);
+    expect(r.code, r.stdout).toBe(13);
+    expect(r.stderr).toMatch(new RegExp(`idempotency record .*backup-[0-9a-f]{64}\\.json in .* names snapshot ${other.snapshot_id}, whose signed manifest carries another idempotency key`));
+    expect(k.snapshot_id).not.toBe(other.snapshot_id);
   });
 });
 

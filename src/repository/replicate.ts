@@ -70,7 +70,7 @@ export async function replicate(
         if (ix) indexes.push([c.name, ix]);
       }
       const key = o.idempotency ? e.header!.manifest.idempotency_key : null;
-      const prior = key ? await src.idempotent<Record<string, unknown> & { snapshot_id: string }>(a, key) : undefined;
+      const prior = key ? await src.idempotent<Record<string, unknown> & { snapshot_id: string }>(a, key, trust) : undefined;
       const idempotency = key && prior ? { key, receipt: (path: string) => ({ ...prior, path }) } : undefined;
       await dst.publish(a, { snapshotId: e.snapshot_id, file, sequence: e.sequence!, indexes, idempotency, trust, verifyFully: true, audit: { event: "copy", from: src.location }, signingKey: o.signingKey });
       res.copied.push(e.snapshot_id);

@@ -530,12 +530,23 @@ export class Repository {
     return Boolean(await this.store.head(keys.commit(snapshotsDir(a), id)));
   }
 
-  /** The receipt an idempotency key recorded, if its snapshot was committed. */
-  async idempotent<T extends { snapshot_id: string }>(a: AgentRef, key: string): Promise<T | undefined> {
-    const prior = await this.readJson<T>(keys.idempotency(a, "backup", key));
+  /**
+   * The receipt an idempotency key recorded, if its snapshot was committed.
+   * The record itself is not signed; the snapshot it names must be one whose
+   * signed manifest carries this key, so an edited record can not answer a
+   * backup with another snapshot.
+   * @throws AgentbakError(13) naming the record when its snapshot's manifest carries another key (or none verifies).
+   */
+  async idempotent<T extends { snapshot_id: string }>(a: AgentRef, key: string, trust: Trust): Promise<T | undefined> {
+    const file = keys.idempotency(a, "backup", key);
+    const prior = await this.readJson<T>(file);
     if (!prior) return undefined;
     // a record whose snapshot never committed was written by a run that died before publishing
-    return (await this.store.head(keys.commit(snapshotsDir(a), prior.snapshot_id))) ? prior : undefined;
+    if (typeof prior.snapshot_id !== "string" || !ID_RE.test(prior.snapshot_id) || !(await this.store.head(keys.commit(snapshotsDir(a), prior.snapshot_id)))) return undefined;
+    const s = (await this.list(trust, a)).find((e) => e.snapshot_id === prior.snapshot_id && e.dir === snapshotsDir(a));
+    if (s?.header?.manifest.idempotency_key !== key)
+      throw verifyError(`idempotency record ${file} in ${this.location} names snapshot ${prior.snapshot_id}, whose signed manifest ${s?.header ? "carries another idempotency key" : "does not verify"} (edited)`);
+    return prior;
   }
 
   /**

@@ -10,12 +10,14 @@ import { extractAndCheck, type Check, type IntegrityPolicy } from "../bundle/ext
 import { verifyBundle } from "../bundle/reader.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
-import type { SigningKey } from "../crypto/sshsig.js";
+import { NS, type SigningKey } from "../crypto/sshsig.js";
+import { signRecord, verifyRecord } from "../crypto/signed.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { placeError, policyError, usageError, verifyError } from "../errors.js";
+import { noKey, placeError, policyError, usageError, verifyError } from "../errors.js";
 import { ensureDir, fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
-import type { Repository } from "../repository/repository.js";
+import type { AgentRef, Repository } from "../repository/repository.js";
+import { keys } from "../repository/layout.js";
 import { unreachableWarning } from "../repository/generation.js";
 import { checkCredentials } from "../state/credentials.js";
 import { isSource, embeddingChanges, type Manifest } from "../bundle/manifest.js";
@@ -189,6 +191,25 @@ function sourceTargets(m: Manifest, flags: Map<string, string>, target: string, 
   return { planned, targets };
 }
 
+/** The kind of the signed record that answers a repeated request id. */
+const RESTORE_RECORD = "restore-record";
+
+/**
+ * The first result of request id `id`, when one was recorded. The record is
+ * signed and bound to the id and the agent: one an attacker wrote would make a
+ * restore answer "already done" (and an approval record it as restored) while
+ * nothing was restored.
+ * @throws AgentbakError(13) naming the record when it is unsigned, edited, signed by an untrusted key or moved in.
+ */
+async function priorResult(repo: Repository, trust: Trust, a: AgentRef, id: string): Promise<RestoreResult | undefined> {
+  const raw = await repo.restoreRecord<unknown>(a, id);
+  if (raw === undefined) return undefined;
+  const what = `restore record ${keys.idempotency(a, "restore", id)} (request id ${id}) in ${repo.location}`;
+  const r = verifyRecord(raw, trust, NS.receipt, RESTORE_RECORD, what);
+  if (r.request_id !== id || r.tenant !== a.tenant || r.agent_id !== a.agent) throw verifyError(`${what}: recorded for another request id or agent (moved in)`);
+  return r.result as RestoreResult;
+}
+
 /**
  * The first result of a request id, returned again: nothing is restored a
  * second time. A different target (or snapshot) in the repeat is named in a
@@ -203,7 +224,8 @@ function repeated(prior: RestoreResult, requestId: string, target: string): Rest
 /**
  * Restores a snapshot into `target`.
  * State sources go into their targets (each must be empty) before the folder is placed.
- * @throws AgentbakError: 2 target a symbolic link or not empty, a source's target not empty or unresolved, no approval without TTY; 10 not found, 11 locked, 12 no key, 13 verification, 14 policy; 1 naming path and errno when the disk fails.
+ * @throws AgentbakError: 2 target a symbolic link or not empty, a source's target not empty or unresolved, no approval without TTY; 10 not found, 11 locked,
+ *   12 no key (an identity, or the signing key a request id needs), 13 verification (a request id's record too), 14 policy; 1 naming path and errno when the disk fails.
  */
 export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const now = o.now ?? new Date();
@@ -257,7 +279,10 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const unresolved = sources.planned.find((p) => !p.resolved);
   if (unresolved) throw usageError(`source ${unresolved.name}: ${unresolved.into} does not resolve here; set it, or pass --source ${unresolved.name}=URL`);
 
-  const prior = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
+  // the record that answers a repeat is signed: without a key there could be none an attacker can not forge
+  const requestKey = o.requestId && repo ? o.signingKey() : null;
+  if (o.requestId && repo && !requestKey) throw noKey(`--request-id needs a signing key: the record that answers a repeat of ${o.requestId} is signed (set AGENTBAK_SIGNING_KEY_FILE, or run agentbak keygen)`);
+  const prior = o.requestId && repo ? await priorResult(repo, o.trust, a, o.requestId) : undefined;
   if (prior) return repeated(prior, o.requestId!, target);
   if (!(await o.approve(plan))) throw await refuse(`restore of ${m.snapshot_id} not approved`);
 
@@ -268,7 +293,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   try {
     crashStep("locked");
-    const again = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
+    const again = o.requestId && repo ? await priorResult(repo, o.trust, a, o.requestId) : undefined;
     if (again) return repeated(again, o.requestId!, target);
     try {
       ensureDir(parent);
@@ -378,7 +403,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     if (!key) warnings.push("no signing key: the restore receipt is recorded unsigned");
     await appendReceipt(repo, a, "restore", receipt, key);
     const res = result({ restored: true, generation, checks, receipt_signed: Boolean(key), sources: restoredSources });
-    if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, res);
+    if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, signRecord({ kind: RESTORE_RECORD, request_id: o.requestId, tenant: a.tenant, agent_id: a.agent, result: res }, requestKey!, NS.receipt));
     return res;
   } finally {
     // never throws: an error here would replace the one being reported, and skip the lock's release
