@@ -191,6 +191,56 @@ function sourceTargets(m: Manifest, flags: Map<string, string>, target: string, 
   return { planned, targets };
 }
 
+/** A file's identity: a rename keeps device, inode, size and mtime. */
+function fileIdentity(p: string): string {
+  const st = statSync(p, { bigint: true });
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
+}
+
+/** Writes a restore's markers into the staged root: its record, its generation, and SUSPENDED (a restored agent starts suspended). */
+function writeMarkers(root: string, target: string, record: TargetRecord): void {
+  writeFileAtomic(join(root, MARKER_DIR, "restore.json"), JSON.stringify(record, null, 2) + "\n");
+  writeFileAtomic(join(root, MARKER_DIR, "generation"), `${record.generation}\n`);
+  writeFileAtomic(
+    join(root, MARKER_DIR, SUSPENDED),
+    `suspended by agentbak restore of ${record.snapshot_id} at generation ${record.generation}; run "agentbak activate --target ${target}" once the original runtime is stopped\n`,
+  );
+  fsyncTree(root);
+}
+
+/**
+ * Places the staged `root` at `target` with one rename (stale sidecars moved
+ * aside only now, when nothing can fail before the target is replaced; back
+ * again if the rename fails), then checks each database where it now lives:
+ * the same file as the staged one that passed the checks (so neither its
+ * sha256 nor its integrity needs a second run). A failure removes what was placed.
+ * @param checked each database: its path inside the root and its identity when checked
+ * @returns the quarantine folder the sidecars went to, if any.
+ * @throws AgentbakError(13) when a placed database is not the file that was checked; the rename's error.
+ */
+function place(root: string, target: string, checked: { name: string; path: string; identity: string }[]): string | null {
+  const q = quarantine(target, checkTarget(target));
+  try {
+    if (existsSync(target)) rmdirSync(target); // empty (checked before)
+    renameSync(root, target);
+  } catch (e) {
+    q?.undo();
+    throw e;
+  }
+  fsyncDir(dirname(target));
+  crashStep("placed");
+  try {
+    for (const d of checked) {
+      const placed = join(target, d.path);
+      if (fileIdentity(placed) !== d.identity) throw verifyError(`post-restore check of ${d.name}: ${placed} is not the file that was checked (replaced or changed after its check)`);
+    }
+  } catch (e) {
+    rmSync(target, { recursive: true, force: true });
+    throw e;
+  }
+  return q?.folder ?? null;
+}
+
 /** The kind of the signed record that answers a repeated request id. */
 const RESTORE_RECORD = "restore-record";
 
@@ -268,12 +318,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const sources = sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
   const operations = settleOperations(m.open_operations, cfg?.openOperations);
   const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, { operations, timers: planTimers(cfg?.timers ?? [], new Date(m.created_at), now), sources: sources.planned });
-  const warnings = [
-    ...policy.warnings,
-    ...policy.needs_approval,
-    ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`),
-    ...(gens?.unreachable ?? []).map(unreachableWarning),
-  ];
+  const warnings = [...policy.warnings, ...policy.needs_approval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
+  warnings.push(...(gens?.unreachable ?? []).map(unreachableWarning));
   const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, sources: [], ...x });
   if (o.dryRun) return result({});
   const unresolved = sources.planned.find((p) => !p.resolved);
@@ -310,20 +356,15 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
     const timers = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
     // what the post-placement check expects: the very file whose bytes were checked (the signed sha256, and
-    // SQLite's own writes of the timer moves since), by identity — a rename keeps device, inode, size and mtime
-    const identity = (p: string) => {
-      const st = statSync(p, { bigint: true });
-      return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
-    };
-    const expected = new Map(x.databases.map((d) => [d.name, identity(d.path)]));
+    // SQLite's own writes of the timer moves since), by identity
+    const checked = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path), identity: fileIdentity(d.path) }));
     crashStep("extracted");
     // servers first, then the folder: a source that can not be restored stops the restore before anything is placed
     const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
     for (const r of restoredSources)
       if (r.skipped.length) warnings.push(`source ${r.name}: ${r.skipped.length} key(s) expired since the snapshot and were not restored: ${r.skipped.slice(0, 10).join(", ")}${r.skipped.length > 10 ? " ..." : ""}`);
-    const reserved = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : { generation: nextGen, unreachable: [] };
-    const generation = reserved.generation;
-    for (const w of reserved.unreachable.map(unreachableWarning)) if (!warnings.includes(w)) warnings.push(w);
+    const { generation, unreachable } = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : { generation: nextGen, unreachable: [] };
+    warnings.push(...unreachable.map(unreachableWarning).filter((w) => !warnings.includes(w)));
     crashStep("generation-reserved");
     const record: TargetRecord = {
       agent_id: m.agent_id,
@@ -337,38 +378,11 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       databases,
       config: o.lc?.path ?? null,
     };
-    writeFileAtomic(join(root, MARKER_DIR, "restore.json"), JSON.stringify(record, null, 2) + "\n");
-    writeFileAtomic(join(root, MARKER_DIR, "generation"), `${generation}\n`);
-    writeFileAtomic(
-      join(root, MARKER_DIR, SUSPENDED),
-      `suspended by agentbak restore of ${m.snapshot_id} at generation ${generation}; run "agentbak activate --target ${target}" once the original runtime is stopped\n`,
-    );
-    fsyncTree(root);
+    writeMarkers(root, target, record);
     crashStep("markers-written");
-    // stale sidecars move aside only now, when nothing can fail before the target is replaced
     await letInterruptsIn(); // a Ctrl-C that came during extraction ends the run here, with nothing placed
-    const q = quarantine(target, checkTarget(target));
-    try {
-      if (existsSync(target)) rmdirSync(target); // empty (checked above)
-      renameSync(root, target);
-    } catch (e) {
-      q?.undo();
-      throw e;
-    }
-    if (q) warnings.push(`stale SQLite sidecar files in the target were moved to ${q.folder}`);
-    fsyncDir(parent);
-    crashStep("placed");
-    // check again where it now lives: the same file as the staged one that passed the checks above (so neither
-    // its sha256 nor its integrity needs a second run); a failure removes what was placed
-    try {
-      for (const d of x.databases) {
-        const placed = join(target, relative(root, d.path));
-        if (identity(placed) !== expected.get(d.name)) throw verifyError(`post-restore check of ${d.name}: ${placed} is not the file that was checked (replaced or changed after its check)`);
-      }
-    } catch (e) {
-      rmSync(target, { recursive: true, force: true });
-      throw e;
-    }
+    const quarantined = place(root, target, checked);
+    if (quarantined) warnings.push(`stale SQLite sidecar files in the target were moved to ${quarantined}`);
     crashStep("checked");
     // an interrupt from here on exits 130 saying the restore is in place (it is complete; a re-run finds the target taken)
     doneBeforeInterrupt(`the restore of ${m.snapshot_id} was placed at ${target} (suspended, generation ${generation})`);
