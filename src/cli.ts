@@ -306,7 +306,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
   help(
     report
       .command("verify")
-      .description("check a drill report's hash chain and signatures; names the first bad entry")
+      .description("check a drill report's hash chain and signatures (in the repository: and that it reaches its signed head record); names the first bad entry or the cut")
       .argument("[file]", "report file (JSON Lines); default: the agent's report in the repository")
       .addOption(cfgOpt())
       .addOption(repoOpt())
@@ -316,7 +316,11 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak report verify", "agentbak report verify ./drill-report.jsonl --json"],
   ).action(async (file, o) => {
     const { reportVerify } = await import("./commands/report.js");
-    await show(o, await reportVerify(file, o), (await render()).reportVerify);
+    const r = await reportVerify(file, o);
+    await show(o, r, (await render()).reportVerify);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   const audit = program.command("audit").description("the agent's audit log in the repository");

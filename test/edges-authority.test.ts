@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { json, makeAgent, makeBucket, type TestAgent } from "./helpers.js";
+import { json, makeAgent, makeBucket, ROOT, type TestAgent } from "./helpers.js";
 import { mcpStdio, tool } from "./agentapi-helpers.js";
 import { nextLine } from "../dist/crypto/chainlog.js";
 import { generateSigningKey } from "../dist/crypto/sshsig.js";
@@ -347,6 +347,22 @@ describe("[E7] the audit log can be verified", () => {
     cpSync(log, join(other, "audit.jsonl"));
     cpSync(head, join(other, "audit.head.json"));
     named(await verify({}, "--tenant", "globex"), /entry 0 \(line 1\): its tenant is "acme", not globex/, "tenants/globex/agents/billing-agent");
+  });
+
+  it("[E7] the drill report in the repository: a cut-off tail (the last drills) is found by its signed head (13)", async () => {
+    const drill = () => a.run(["drill", "latest", "--spec", join(ROOT, "drills/checks-only.json"), "--identity", a.identity]);
+    for (let i = 0; i < 2; i++) expect([0, 3]).toContain((await drill()).code);
+    const report = join(a.repo, AGENT_DIR, "drills/report.jsonl");
+    expect((await a.run(["report", "verify"])).code).toBe(0);
+    const whole = readFileSync(report, "utf8");
+    writeFileSync(report, whole.split("\n").slice(0, 1).join("\n") + "\n");
+    try {
+      const r = await a.run(["report", "verify"]);
+      expect(r.code, r.stderr).toBe(13);
+      expect(r.stderr).toMatch(/drills\/report\.jsonl in .* was cut short or replaced: its signed head record .*report\.head\.json .* names 2 entries .* holds only 1/);
+    } finally {
+      writeFileSync(report, whole);
+    }
   });
 
   it("[E7] an entry written without a signing key is not accepted as genuine (13)", async () => {

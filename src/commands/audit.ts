@@ -1,5 +1,5 @@
 /** `agentbak audit verify`: the agent's audit log in the repository, its chain, signatures and signed head, and how far this host saw it reach. */
-import type { AuditVerifyResult } from "../repository/repository.js";
+import type { LogVerifyResult } from "../repository/repository.js";
 import { raiseAuditSeen, readAuditSeen } from "../state/watermark.js";
 import { agentOf, context, type GlobalOpts } from "./context.js";
 
@@ -9,7 +9,7 @@ import { agentOf, context, type GlobalOpts } from "./context.js";
  * found here even if the head record was replaced too.
  * @throws AgentbakError(2) which agent is unclear, (10) no repository or no log, (13) naming the first bad entry or the cut.
  */
-export async function auditVerify(opts: GlobalOpts & { agent?: string; tenant?: string }): Promise<AuditVerifyResult> {
+export async function auditVerify(opts: GlobalOpts & { agent?: string; tenant?: string }): Promise<LogVerifyResult> {
   const ctx = context(opts);
   const repo = await ctx.repository();
   const a = await agentOf(ctx, opts);

@@ -10,7 +10,7 @@
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
  *   tenants/<tenant>/agents/<agent>/locks/<name>.lock
  *   tenants/<tenant>/agents/<agent>/audit.jsonl, drills/report.jsonl
- *   tenants/<tenant>/agents/<agent>/audit.head.json                   the audit log's signed head: entries and last line's sha256
+ *   tenants/<tenant>/agents/<agent>/audit.head.json, drills/report.head.json   each log's signed head: entries, last line's sha256
  *   tenants/<tenant>/agents/<agent>/requests/<id>.json                a restore request (agent interface)
  *   tenants/<tenant>/agents/<agent>/requests/<id>.decision.json       approved or denied, written once
  *   tenants/<tenant>/agents/<agent>/requests/<id>.outcome.json        the last attempt to carry it out
@@ -60,6 +60,7 @@ export const keys = {
   audit: (a: AgentRef) => `${agentDir(a)}/audit.jsonl`,
   auditHead: (a: AgentRef) => `${agentDir(a)}/audit.head.json`,
   drillReport: (a: AgentRef) => `${agentDir(a)}/drills/report.jsonl`,
+  drillReportHead: (a: AgentRef) => `${agentDir(a)}/drills/report.head.json`,
   requests: (a: AgentRef) => `${agentDir(a)}/requests/`,
   request: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.json`,
   requestDecision: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.decision.json`,

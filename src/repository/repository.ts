@@ -83,8 +83,8 @@ export interface ResolveFilter {
   within?: number;
 }
 
-/** What `agentbak audit verify` found. */
-export interface AuditVerifyResult extends ChainVerifyResult {
+/** What verifying a log (the audit log, a drill report) in the repository found. */
+export interface LogVerifyResult extends ChainVerifyResult {
   /** where the log is, for people */
   log: string;
   /** the signed head record the log reaches, or null when there is none */
@@ -94,8 +94,21 @@ export interface AuditVerifyResult extends ChainVerifyResult {
   warnings: string[];
 }
 
-/** The kind of the audit log's signed head record. */
-const AUDIT_HEAD = "audit-head";
+/** A hash-chained log of an agent's, with its signed head record: where both are, the namespace, the head's kind. */
+interface LogKind {
+  name: string;
+  key: (a: AgentRef) => string;
+  head: (a: AgentRef) => string;
+  ns: string;
+  headKind: string;
+  /** every entry names the tenant and agent (the audit log's do) */
+  bound: boolean;
+}
+
+const LOGS = {
+  audit: { name: "audit log", key: keys.audit, head: keys.auditHead, ns: NS.receipt, headKind: "audit-head", bound: true },
+  report: { name: "drill report", key: keys.drillReport, head: keys.drillReportHead, ns: NS.report, headKind: "report-head", bound: false },
+} satisfies Record<string, LogKind>;
 
 const STALE_LOCK_MS = 6 * 3_600_000;
 const ID_RE = /^\d{8}T\d{9}Z-[0-9a-f]{8}$/;
@@ -624,15 +637,12 @@ export class Repository {
    */
   async audit(a: AgentRef, entry: Record<string, unknown>, key: SigningKey | null): Promise<void> {
     const who = { host: hostname(), user: safeUser() };
-    await this.appendChained(a, keys.audit(a), { at: new Date().toISOString(), ...who, tenant: a.tenant, agent_id: a.agent, ...entry }, key, NS.receipt, (line, e) =>
-      // the head names how far the log reached: entries cut off its end are found by it (unless it was replaced by an older one too)
-      this.writeJson(keys.auditHead(a), signRecord({ kind: AUDIT_HEAD, tenant: a.tenant, agent_id: a.agent, entries: (e.index as number) + 1, head_sha256: lineSha256(line), at: e.at }, key!, NS.receipt)),
-    );
+    await this.appendChained(a, LOGS.audit, { at: new Date().toISOString(), ...who, tenant: a.tenant, agent_id: a.agent, ...entry }, key);
   }
 
-  /** Appends a signed drill report entry for `a`. @returns the entry and where the report is. */
+  /** Appends a signed drill report entry for `a` (its signed head record moves to it). @returns the entry and where the report is. */
   async appendDrillReport(a: AgentRef, body: Record<string, unknown>, key: SigningKey): Promise<{ entry: Record<string, unknown>; location: string }> {
-    const entry = await this.appendChained(a, keys.drillReport(a), body, key, NS.report);
+    const entry = await this.appendChained(a, LOGS.report, body, key);
     return { entry, location: `${this.location}/${keys.drillReport(a)}` };
   }
 
@@ -657,46 +667,57 @@ export class Repository {
    * @throws AgentbakError(10) when `a` has no audit log here, (13) naming the first bad entry, or the head or
    *   checkpoint the log no longer reaches.
    */
-  async verifyAudit(a: AgentRef, trust: Trust, seen: ChainCheckpoint | null): Promise<AuditVerifyResult> {
-    const file = keys.audit(a);
+  async verifyAudit(a: AgentRef, trust: Trust, seen: ChainCheckpoint | null): Promise<LogVerifyResult> {
+    return this.verifyLog(a, LOGS.audit, trust, seen);
+  }
+
+  /** Verifies `a`'s drill report in this repository as verifyAudit does its audit log (without a host's checkpoint). @throws as verifyAudit. */
+  async verifyDrillReport(a: AgentRef, trust: Trust): Promise<LogVerifyResult> {
+    return this.verifyLog(a, LOGS.report, trust, null);
+  }
+
+  private async verifyLog(a: AgentRef, log: LogKind, trust: Trust, seen: ChainCheckpoint | null): Promise<LogVerifyResult> {
+    const [file, headFile] = [log.key(a), log.head(a)];
     const raw = await this.store.get(file);
-    const headRaw = await this.readJson<unknown>(keys.auditHead(a));
-    if (!raw && headRaw === undefined && !seen?.entries) throw notFound(`no audit log for ${a.tenant}/${a.agent} in ${this.location}`);
+    const headRaw = await this.readJson<unknown>(headFile);
+    if (!raw && headRaw === undefined && !seen?.entries) throw notFound(`no ${log.name} for ${a.tenant}/${a.agent} in ${this.location}`);
     const text = String(raw ?? "");
-    const chain = verifyChainText(text, trust, NS.receipt, `${file} in ${this.location}: entry`, { expect: { tenant: a.tenant, agent_id: a.agent } });
+    const chain = verifyChainText(text, trust, log.ns, `${file} in ${this.location}: entry`, { expect: log.bound ? { tenant: a.tenant, agent_id: a.agent } : {} });
     const cut = (cp: ChainCheckpoint, by: string) =>
       verifyError(
         `${file} in ${this.location} was cut short or replaced: ${by} names ${cp.entries} entries ending in a line of sha256 ${cp.head_sha256.slice(0, 16)}..., the log ${chain.entries < cp.entries ? `holds only ${chain.entries}` : "does not hold that line"}`,
       );
     const warnings: string[] = [];
-    let head: AuditVerifyResult["head"] = null;
+    let head: LogVerifyResult["head"] = null;
     if (headRaw === undefined) {
-      if (chain.entries) warnings.push(`${keys.auditHead(a)} is missing in ${this.location} (a log written before agentbak kept one, or removed): entries cut off the end of the log can not be detected from the repository alone`);
+      if (chain.entries) warnings.push(`${headFile} is missing in ${this.location} (a log written before agentbak kept one, or removed): entries cut off the end of the log can not be detected from the repository alone`);
     } else {
-      const what = `${keys.auditHead(a)} in ${this.location}`;
-      const h = verifyRecord(headRaw, trust, NS.receipt, AUDIT_HEAD, what);
+      const what = `${headFile} in ${this.location}`;
+      const h = verifyRecord(headRaw, trust, log.ns, log.headKind, what);
       if (h.tenant !== a.tenant || h.agent_id !== a.agent || !Number.isSafeInteger(h.entries) || (h.entries as number) < 1 || typeof h.head_sha256 !== "string")
-        throw verifyError(`${what}: not the head of ${a.tenant}/${a.agent}'s audit log (moved in from another agent)`);
+        throw verifyError(`${what}: not the head of ${a.tenant}/${a.agent}'s ${log.name} (moved in from another agent)`);
       head = { entries: h.entries as number, head_sha256: h.head_sha256, at: String(h.at) };
-      if (!holdsCheckpoint(text, head)) throw cut(head, `its signed head record ${keys.auditHead(a)} (${head.at})`);
+      if (!holdsCheckpoint(text, head)) throw cut(head, `its signed head record ${headFile} (${head.at})`);
     }
     if (seen && !holdsCheckpoint(text, seen)) throw cut(seen, "this host's trusted state (the furthest it verified before)");
     return { ...chain, log: `${this.location}/${file}`, head, seen_before: seen?.entries ?? 0, warnings };
   }
 
-  private async appendChained(
-    a: AgentRef,
-    key: string,
-    body: Record<string, unknown>,
-    signingKey: SigningKey | null,
-    ns: string,
-    signedHead?: (line: string, entry: Record<string, unknown>) => Promise<unknown>,
-  ): Promise<Record<string, unknown>> {
+  /**
+   * Appends one entry to a log of `a` under its log lock; when signed, the
+   * log's signed head record moves to it: a count and the last line's sha256,
+   * so entries cut off the end are found (unless the head was replaced by an
+   * older genuine one too).
+   */
+  private async appendChained(a: AgentRef, log: LogKind, body: Record<string, unknown>, signingKey: SigningKey | null): Promise<Record<string, unknown>> {
     const lock = await this.lock(a, "log", 30_000);
     try {
-      const { line, entry } = nextLine(String((await this.store.get(key)) ?? ""), body, signingKey, ns);
-      await this.store.append(key, line);
-      if (signingKey && signedHead) await signedHead(line, entry);
+      const { line, entry } = nextLine(String((await this.store.get(log.key(a))) ?? ""), body, signingKey, log.ns);
+      await this.store.append(log.key(a), line);
+      if (signingKey) {
+        const head = { kind: log.headKind, tenant: a.tenant, agent_id: a.agent, entries: (entry.index as number) + 1, head_sha256: lineSha256(line), at: new Date().toISOString() };
+        await this.writeJson(log.head(a), signRecord(head, signingKey, log.ns));
+      }
       return entry;
     } finally {
       await lock.release();
