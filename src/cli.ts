@@ -259,7 +259,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
   help(
     fence
       .command("check")
-      .description("exit 0 when GENERATION is the agent's current one; 14 when superseded")
+      .description("exit 0 when GENERATION is the agent's current one (across the repositories copy linked, and this host's trusted state); 14 when superseded; 3 when a linked repository could not be read")
       .requiredOption("--target <dir>", "a folder agentbak restored")
       .requiredOption("--generation <n>", "the generation a writer carries")
       .addOption(repoOpt())
@@ -267,7 +267,11 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak fence check --target ./restored --generation \"$(cat ./restored/.agentbak/generation)\""],
   ).action(async (o) => {
     const { fence } = await import("./commands/activate.js");
-    await show(o, await fence(o), (await render()).fence);
+    const r = await fence(o);
+    await show(o, r, (await render()).fence);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   help(
@@ -302,7 +306,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
   help(
     report
       .command("verify")
-      .description("check a drill report's hash chain and signatures; names the first bad entry")
+      .description("check a drill report's hash chain and signatures (in the repository: and that it reaches its signed head record); names the first bad entry or the cut")
       .argument("[file]", "report file (JSON Lines); default: the agent's report in the repository")
       .addOption(cfgOpt())
       .addOption(repoOpt())
@@ -312,7 +316,33 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak report verify", "agentbak report verify ./drill-report.jsonl --json"],
   ).action(async (file, o) => {
     const { reportVerify } = await import("./commands/report.js");
-    await show(o, await reportVerify(file, o), (await render()).reportVerify);
+    const r = await reportVerify(file, o);
+    await show(o, r, (await render()).reportVerify);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
+  });
+
+  const audit = program.command("audit").description("the agent's audit log in the repository");
+  help(
+    audit
+      .command("verify")
+      .description(
+        "check the audit log: every entry chained, of this agent and signed by a trusted key (unsigned ones are not genuine), reaching its signed head record and as far as this host verified before; names the first bad entry or the cut",
+      )
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's, or the agent's only tenant)")
+      .addOption(jsonOpt()),
+    ["agentbak audit verify", "agentbak audit verify --repo s3://backups/fleet --tenant acme --agent billing-agent --json"],
+  ).action(async (o) => {
+    const { auditVerify } = await import("./commands/audit.js");
+    const r = await auditVerify(o);
+    await show(o, r, (await render()).reportVerify);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   help(
@@ -382,7 +412,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
   help(
     program
       .command("copy")
-      .description("replicate signed bundles between repositories (folders or s3://), verifying each on arrival")
+      .description("replicate signed bundles between repositories (folders or s3://), verifying each on arrival; carries each agent's generation record and links the two for fencing")
       .argument("[snapshot...]", "snapshot ids (default: every verified snapshot)")
       .requiredOption("--from <repo>", "source repository")
       .requiredOption("--to <repo>", "destination repository (created if missing)")
@@ -392,7 +422,11 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak copy --from ./backups --to s3://backups-eu/agents", "agentbak copy --from s3://a/x --to s3://b/x 20261129T120000000Z-1a2b3c4d"],
   ).action(async (ids, o) => {
     const { copy } = await import("./commands/copy.js");
-    await show(o, await copy({ ...o, snapshots: ids }), (await render()).copy);
+    const r = await copy({ ...o, snapshots: ids });
+    await show(o, r, (await render()).copy);
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.warnings.length) result.code = Exit.warnings;
   });
 
   addAgentInterface(program, result);

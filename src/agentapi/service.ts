@@ -270,7 +270,7 @@ export class AgentService {
         return { ...r.request, repeated: r.repeated };
       }
       case "get_restore_request":
-        return getRequest(await this.fresh(h), a, (input as { request_id: string }).request_id);
+        return getRequest(await this.fresh(h), h.trust, a, (input as { request_id: string }).request_id);
     }
   }
 

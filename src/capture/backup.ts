@@ -612,7 +612,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     crashStep("locked");
     await o.repo.sweep(a);
     if (o.idempotencyKey) {
-      const prior = await o.repo.idempotent<BackupReceipt>(a, o.idempotencyKey);
+      const prior = await o.repo.idempotent<BackupReceipt>(a, o.idempotencyKey, o.trust);
       if (prior) return replay(prior, o);
     }
     // nothing changed since this host's last snapshot, which is still the newest and far from expiring: no bundle

@@ -19,7 +19,10 @@ export interface ApproveOptions extends DecisionOptions {
   confirm: (plan: RestorePlan, r: RequestStatus) => Promise<boolean>;
 }
 
-/** Approves a request and runs the restore it asks for. */
+/**
+ * Approves a request and runs the restore it asks for.
+ * @throws AgentbakError(12) without a signing key: the decision and the outcome are signed records.
+ */
 export async function approve(id: string, opts: ApproveOptions): Promise<{ request: RequestStatus; restore: RestoreResult }> {
   const ctx = context(opts);
   const repo = await ctx.repository();
@@ -28,24 +31,24 @@ export async function approve(id: string, opts: ApproveOptions): Promise<{ reque
     lc: ctx.lc,
     trust: ctx.trust,
     identities: () => ctx.identities(opts.identity),
-    signingKey: () => ctx.maybeSigningKey(),
+    signingKey: ctx.signingKey(),
     by: localActor(),
     allowRollback: opts.allowRollback,
     confirm: async (plan, r) => opts.yes || opts.confirm(plan, r),
   });
 }
 
-/** Denies a request; the agent sees the reason. */
+/** Denies a request; the agent sees the reason. @throws AgentbakError(12) without a signing key (the decision is signed). */
 export async function deny(id: string, opts: DecisionOptions & { reason?: string; confirm: (r: RequestStatus) => Promise<boolean> }): Promise<{ request: RequestStatus; repeated: boolean }> {
   if (!opts.reason?.trim()) throw usageError("deny needs --reason TEXT (the agent is told why)");
   const ctx = context(opts);
   const repo = await ctx.repository();
-  return denyRequest(repo, await agentOf(ctx, opts), id, { reason: opts.reason, by: localActor(), signingKey: ctx.maybeSigningKey(), confirm: async (r) => opts.yes || opts.confirm(r) });
+  return denyRequest(repo, await agentOf(ctx, opts), id, { reason: opts.reason, by: localActor(), trust: ctx.trust, signingKey: ctx.signingKey(), confirm: async (r) => opts.yes || opts.confirm(r) });
 }
 
 /** The agent's restore requests, oldest first (for an operator looking for what is pending). */
 export async function requests(opts: DecisionOptions & { all?: boolean }): Promise<RequestStatus[]> {
   const ctx = context(opts);
-  const all = await listRequests(await ctx.repository(), await agentOf(ctx, opts));
+  const all = await listRequests(await ctx.repository(), ctx.trust, await agentOf(ctx, opts));
   return opts.all ? all : all.filter((r) => r.status === "pending" || r.status === "approved" || r.status === "failed");
 }

@@ -17,5 +17,5 @@ export async function copy(opts: { from: string; to: string; snapshots: string[]
   const { repo: dst } = await Repository.init(to).catch((e) => {
     throw placeError(e, `copy --to ${to}`);
   });
-  return replicate(src, dst, ctx.trust, { ids: opts.snapshots, tenant: opts.tenant, agent: opts.agent, signingKey: ctx.maybeSigningKey() });
+  return replicate(src, dst, ctx.trust, { ids: opts.snapshots, tenant: opts.tenant, agent: opts.agent, signingKey: ctx.maybeSigningKey(), linkGenerations: true });
 }

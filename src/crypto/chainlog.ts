@@ -3,6 +3,9 @@
  * entry carries its index, the sha256 of the line before it and an SSHSIG
  * signature over the canonical JSON of the entry without its signature, so an
  * edited, deleted, inserted or reordered entry breaks the chain at its index.
+ * Entries cut off the end leave a valid shorter chain: a checkpoint (a count
+ * and the sha256 of the last line, kept somewhere the cut can not reach) is
+ * what finds them.
  */
 import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
@@ -34,13 +37,31 @@ export interface ChainVerifyResult {
   head_sha256: string;
 }
 
+/** A point a chain reached: how many entries, and the sha256 of the last one's line (without its newline). */
+export interface ChainCheckpoint {
+  entries: number;
+  head_sha256: string;
+}
+
+/** The sha256 of a chain line, as the next entry's prev_sha256 and a checkpoint name it (`line` may end in its newline). */
+export const lineSha256 = (line: string) => sha256hex(line.endsWith("\n") ? line.slice(0, -1) : line);
+
+/** Whether the chain in `text` still holds `cp`: at least that many entries, the last of them the line it names. */
+export function holdsCheckpoint(text: string, cp: ChainCheckpoint): boolean {
+  if (cp.entries === 0) return true;
+  const lines = linesOf(text);
+  return lines.length >= cp.entries && sha256hex(lines[cp.entries - 1]!) === cp.head_sha256;
+}
+
 /**
  * Verifies every entry: JSON, index, link to the line before, canonical form,
- * and a signature by a key trusted for `namespace` (unsigned entries are
- * refused unless `allowUnsigned`).
+ * the fields every entry must carry (`o.expect`: an audit log's tenant and
+ * agent, so a whole log moved in from another agent is found), and a
+ * signature by a key trusted for `namespace` (unsigned entries are refused
+ * unless `o.allowUnsigned`).
  * @throws AgentbakError(13) naming the first bad entry.
  */
-export function verifyChainText(text: string, trust: Trust, namespace: string, what: string, allowUnsigned = false): ChainVerifyResult {
+export function verifyChainText(text: string, trust: Trust, namespace: string, what: string, o: { allowUnsigned?: boolean; expect?: Record<string, string> } = {}): ChainVerifyResult {
   if (text.length && !text.endsWith("\n")) throw verifyError(`${what} ${linesOf(text + "\n").length - 1}: truncated line`);
   let prev = GENESIS;
   const lines = linesOf(text);
@@ -55,12 +76,13 @@ export function verifyChainText(text: string, trust: Trust, namespace: string, w
     if (e.index !== i) throw bad(`index is ${String(e.index).slice(0, 20)}, expected ${i} (entry deleted, inserted or reordered)`);
     if (e.prev_sha256 !== prev) throw bad("does not follow the entry before it (edited, deleted or reordered)");
     if (canonicalize(e) !== line) throw bad("not in canonical form (edited)");
+    for (const [k, v] of Object.entries(o.expect ?? {})) if (e[k] !== v) throw bad(`its ${k} is ${JSON.stringify(e[k])?.slice(0, 80)}, not ${v} (moved in from another log)`);
     const { signature, ...body } = e;
-    if (signature === null && allowUnsigned) {
+    if (signature === null && o.allowUnsigned) {
       prev = sha256hex(line);
       return;
     }
-    if (typeof signature !== "string") throw bad("unsigned");
+    if (typeof signature !== "string") throw bad("unsigned (written without a signing key, or forged), so not accepted as genuine");
     let pub: Buffer;
     try {
       pub = verifyMessage(signature, namespace, Buffer.from(canonicalize(body)!));

@@ -6,10 +6,11 @@
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.agentbak   the bundle
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.commit     written last: the snapshot exists
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.<db>.pageindex
- *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json
+ *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json        generation.json also lists the replicas copy linked
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
  *   tenants/<tenant>/agents/<agent>/locks/<name>.lock
  *   tenants/<tenant>/agents/<agent>/audit.jsonl, drills/report.jsonl
+ *   tenants/<tenant>/agents/<agent>/audit.head.json, drills/report.head.json   each log's signed head: entries, last line's sha256
  *   tenants/<tenant>/agents/<agent>/requests/<id>.json                a restore request (agent interface)
  *   tenants/<tenant>/agents/<agent>/requests/<id>.decision.json       approved or denied, written once
  *   tenants/<tenant>/agents/<agent>/requests/<id>.outcome.json        the last attempt to carry it out
@@ -55,9 +56,11 @@ export const keys = {
   sequence: (a: AgentRef) => `${agentDir(a)}/sequence.json`,
   generation: (a: AgentRef) => `${agentDir(a)}/generation.json`,
   idempotency: (a: AgentRef, kind: "backup" | "restore" | "request", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
-  lock: (a: AgentRef, name: "agent" | "restore" | "log") => `${agentDir(a)}/locks/${name}.lock`,
+  lock: (a: AgentRef, name: "agent" | "restore" | "log" | "generation") => `${agentDir(a)}/locks/${name}.lock`,
   audit: (a: AgentRef) => `${agentDir(a)}/audit.jsonl`,
+  auditHead: (a: AgentRef) => `${agentDir(a)}/audit.head.json`,
   drillReport: (a: AgentRef) => `${agentDir(a)}/drills/report.jsonl`,
+  drillReportHead: (a: AgentRef) => `${agentDir(a)}/drills/report.head.json`,
   requests: (a: AgentRef) => `${agentDir(a)}/requests/`,
   request: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.json`,
   requestDecision: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.decision.json`,

@@ -1,7 +1,9 @@
 /**
  * Replication between repositories (any store to any store): signed bundles
  * and their page indexes, parents first, each verified before it is sent and
- * read back in full on arrival before it is committed; idempotent.
+ * read back in full on arrival before it is committed; idempotent. A copy
+ * also carries each agent's generation record and links the two repositories
+ * (generation.ts), so fencing generations stay the agent's.
  */
 import { copyFileSync } from "node:fs";
 import { join } from "node:path";
@@ -10,6 +12,7 @@ import { isDatabase } from "../bundle/manifest.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
+import { linkReplica } from "./generation.js";
 import { ordinal, type Repository } from "./repository.js";
 import { notFound } from "../errors.js";
 
@@ -18,6 +21,8 @@ export interface CopyResult {
   to: string;
   copied: string[];
   skipped: string[];
+  /** what the operator must know: a source that could not record the link to the copy */
+  warnings: string[];
 }
 
 /** Copies the verified snapshots of `src` (all, or the ids given) into `dst`. */
@@ -34,6 +39,8 @@ export async function replicate(
     idempotency?: boolean;
     /** how long to wait for an agent's lock in `dst` (default a minute) */
     waitMs?: number;
+    /** carry each agent's generation record and link the repositories (a copy; a spool's flush does not: the spool is not a replica) */
+    linkGenerations?: boolean;
   },
 ): Promise<CopyResult> {
   const picked = (await src.list(trust, { tenant: o.tenant, agent: o.agent }))
@@ -42,7 +49,7 @@ export async function replicate(
   // a snapshot named that is not among the verified ones is an error, not "copied 0"
   const missing = o.ids.filter((id) => !picked.some((e) => e.snapshot_id === id));
   if (missing.length) throw notFound(`snapshot ${missing[0]!.slice(0, 80)} not found among the verified snapshots in ${src.location}${o.tenant || o.agent ? ` (tenant ${o.tenant ?? "any"}, agent ${o.agent ?? "any"})` : ""}`);
-  const res: CopyResult = { from: src.location, to: dst.location, copied: [], skipped: [] };
+  const res: CopyResult = { from: src.location, to: dst.location, copied: [], skipped: [], warnings: [] };
   for (const e of picked) {
     const a = { tenant: e.tenant!, agent: e.agent_id };
     if (await dst.committed(a, e.snapshot_id)) {
@@ -63,7 +70,7 @@ export async function replicate(
         if (ix) indexes.push([c.name, ix]);
       }
       const key = o.idempotency ? e.header!.manifest.idempotency_key : null;
-      const prior = key ? await src.idempotent<Record<string, unknown> & { snapshot_id: string }>(a, key) : undefined;
+      const prior = key ? await src.idempotent<Record<string, unknown> & { snapshot_id: string }>(a, key, trust) : undefined;
       const idempotency = key && prior ? { key, receipt: (path: string) => ({ ...prior, path }) } : undefined;
       await dst.publish(a, { snapshotId: e.snapshot_id, file, sequence: e.sequence!, indexes, idempotency, trust, verifyFully: true, audit: { event: "copy", from: src.location }, signingKey: o.signingKey });
       res.copied.push(e.snapshot_id);
@@ -74,5 +81,11 @@ export async function replicate(
       await lock.release();
     }
   }
+  // after the snapshots: a restore from `dst` then continues above what `src` issued, and writes its generation back
+  if (o.linkGenerations)
+    for (const key of new Set(picked.map((e) => `${e.tenant}/${e.agent_id}`))) {
+      const [tenant, agent] = key.split("/") as [string, string];
+      res.warnings.push(...(await linkReplica(src, dst, { tenant, agent })));
+    }
   return res;
 }

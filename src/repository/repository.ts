@@ -14,8 +14,9 @@ import { verifyBundle, verifyLayout, type VerifiedBundle } from "../bundle/reade
 import { readLayoutRanges } from "../bundle/outer.js";
 import { snapshotKind } from "../bundle/manifest.js";
 import type { LinkSource } from "../bundle/chain.js";
-import { nextLine, verifyChainText, type ChainVerifyResult } from "../crypto/chainlog.js";
-import type { SigningKey } from "../crypto/sshsig.js";
+import { holdsCheckpoint, lineSha256, nextLine, verifyChainText, type ChainCheckpoint, type ChainVerifyResult } from "../crypto/chainlog.js";
+import { signRecord, verifyRecord } from "../crypto/signed.js";
+import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
@@ -24,6 +25,7 @@ import { pidAlive } from "../fsutil.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
+import { readGenerations, reserveGeneration, type GenerationView } from "./generation.js";
 import { applyIndexChain, indexParent } from "../state/pages.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir, type AgentRef } from "./layout.js";
 
@@ -80,6 +82,33 @@ export interface ResolveFilter {
   /** created within this many milliseconds of now (random) */
   within?: number;
 }
+
+/** What verifying a log (the audit log, a drill report) in the repository found. */
+export interface LogVerifyResult extends ChainVerifyResult {
+  /** where the log is, for people */
+  log: string;
+  /** the signed head record the log reaches, or null when there is none */
+  head: (ChainCheckpoint & { at: string }) | null;
+  /** how many entries this host had verified before (0: never) */
+  seen_before: number;
+  warnings: string[];
+}
+
+/** A hash-chained log of an agent's, with its signed head record: where both are, the namespace, the head's kind. */
+interface LogKind {
+  name: string;
+  key: (a: AgentRef) => string;
+  head: (a: AgentRef) => string;
+  ns: string;
+  headKind: string;
+  /** every entry names the tenant and agent (the audit log's do) */
+  bound: boolean;
+}
+
+const LOGS = {
+  audit: { name: "audit log", key: keys.audit, head: keys.auditHead, ns: NS.receipt, headKind: "audit-head", bound: true },
+  report: { name: "drill report", key: keys.drillReport, head: keys.drillReportHead, ns: NS.report, headKind: "report-head", bound: false },
+} satisfies Record<string, LogKind>;
 
 const STALE_LOCK_MS = 6 * 3_600_000;
 const ID_RE = /^\d{8}T\d{9}Z-[0-9a-f]{8}$/;
@@ -176,7 +205,7 @@ export class Repository {
    * gone, or that is older than 6 hours, is stale and taken over.
    * @throws AgentbakError(11) naming the holder when held and `waitMs` runs out.
    */
-  async lock(a: AgentRef, name: "agent" | "restore" | "log", waitMs = 0): Promise<Lock> {
+  async lock(a: AgentRef, name: "agent" | "restore" | "log" | "generation", waitMs = 0): Promise<Lock> {
     const key = keys.lock(a, name);
     const deadline = Date.now() + waitMs;
     const me = { pid: process.pid, host: hostname(), started_at: new Date().toISOString(), nonce: randomBytes(8).toString("hex") };
@@ -514,12 +543,23 @@ export class Repository {
     return Boolean(await this.store.head(keys.commit(snapshotsDir(a), id)));
   }
 
-  /** The receipt an idempotency key recorded, if its snapshot was committed. */
-  async idempotent<T extends { snapshot_id: string }>(a: AgentRef, key: string): Promise<T | undefined> {
-    const prior = await this.readJson<T>(keys.idempotency(a, "backup", key));
+  /**
+   * The receipt an idempotency key recorded, if its snapshot was committed.
+   * The record itself is not signed; the snapshot it names must be one whose
+   * signed manifest carries this key, so an edited record can not answer a
+   * backup with another snapshot.
+   * @throws AgentbakError(13) naming the record when its snapshot's manifest carries another key (or none verifies).
+   */
+  async idempotent<T extends { snapshot_id: string }>(a: AgentRef, key: string, trust: Trust): Promise<T | undefined> {
+    const file = keys.idempotency(a, "backup", key);
+    const prior = await this.readJson<T>(file);
     if (!prior) return undefined;
     // a record whose snapshot never committed was written by a run that died before publishing
-    return (await this.store.head(keys.commit(snapshotsDir(a), prior.snapshot_id))) ? prior : undefined;
+    if (typeof prior.snapshot_id !== "string" || !ID_RE.test(prior.snapshot_id) || !(await this.store.head(keys.commit(snapshotsDir(a), prior.snapshot_id)))) return undefined;
+    const s = (await this.list(trust, a)).find((e) => e.snapshot_id === prior.snapshot_id && e.dir === snapshotsDir(a));
+    if (s?.header?.manifest.idempotency_key !== key)
+      throw verifyError(`idempotency record ${file} in ${this.location} names snapshot ${prior.snapshot_id}, whose signed manifest ${s?.header ? "carries another idempotency key" : "does not verify"} (edited)`);
+    return prior;
   }
 
   /**
@@ -559,18 +599,26 @@ export class Repository {
 
   // ---- restore records ----
 
-  /** The current fencing generation of `a` (0 when never restored). */
+  /**
+   * The fencing generation of `a` (0 when never restored): the highest in this
+   * repository's record and in the records of the replicas copy linked it with.
+   * @throws AgentbakError(13) when this repository's record is damaged.
+   */
   async generation(a: AgentRef): Promise<number> {
-    const cur = (await this.readJson<{ generation: number }>(keys.generation(a)))?.generation ?? 0;
-    const v1 = (await this.readJson<{ generation: number }>(legacy.generation(a.agent)))?.generation ?? 0;
-    return Math.max(cur, v1);
+    return (await this.generations(a)).highest;
   }
 
-  /** Reserves the next generation (a crash after this only burns a number). The caller holds the restore lock. */
-  async reserveGeneration(a: AgentRef, atLeast: number, info: Record<string, unknown>): Promise<number> {
-    const next = Math.max(await this.generation(a), atLeast) + 1;
-    await this.writeJson(keys.generation(a), { generation: next, ...info });
-    return next;
+  /** The generation of `a` with where it was read, and the linked replicas that could not be. @throws as generation(). */
+  async generations(a: AgentRef): Promise<GenerationView> {
+    return readGenerations(this, a, (l) => Repository.open(l));
+  }
+
+  /**
+   * Reserves the next generation of `a` above `atLeast` and every linked record, and records it in each
+   * (a crash after this only burns a number). The caller holds the restore lock. @throws as reserveGeneration.
+   */
+  async reserveGeneration(a: AgentRef, atLeast: number, info: Record<string, unknown>): Promise<{ generation: number; unreachable: GenerationView["unreachable"] }> {
+    return reserveGeneration(this, a, atLeast, info, (l) => Repository.open(l));
   }
 
   async restoreRecord<T>(a: AgentRef, requestId: string): Promise<T | undefined> {
@@ -585,16 +633,16 @@ export class Repository {
 
   /**
    * Appends an entry to `a`'s audit log (hash-chained; signed when a key is
-   * given). Never pass state contents.
+   * given, and then its signed head record moves to it). Never pass state contents.
    */
   async audit(a: AgentRef, entry: Record<string, unknown>, key: SigningKey | null): Promise<void> {
     const who = { host: hostname(), user: safeUser() };
-    await this.appendChained(a, keys.audit(a), { at: new Date().toISOString(), ...who, tenant: a.tenant, agent_id: a.agent, ...entry }, key, "agentbak-receipt");
+    await this.appendChained(a, LOGS.audit, { at: new Date().toISOString(), ...who, tenant: a.tenant, agent_id: a.agent, ...entry }, key);
   }
 
-  /** Appends a signed drill report entry for `a`. @returns the entry and where the report is. */
+  /** Appends a signed drill report entry for `a` (its signed head record moves to it). @returns the entry and where the report is. */
   async appendDrillReport(a: AgentRef, body: Record<string, unknown>, key: SigningKey): Promise<{ entry: Record<string, unknown>; location: string }> {
-    const entry = await this.appendChained(a, keys.drillReport(a), body, key, "agentbak-report");
+    const entry = await this.appendChained(a, LOGS.report, body, key);
     return { entry, location: `${this.location}/${keys.drillReport(a)}` };
   }
 
@@ -608,16 +656,68 @@ export class Repository {
     return (await this.drillReport(a)) + String((await this.store.get(legacy.drillReport)) ?? "");
   }
 
-  /** Verifies `a`'s audit log chain (unsigned entries are allowed: a restore without a signing key). */
-  async verifyAudit(a: AgentRef, trust: Trust): Promise<ChainVerifyResult> {
-    return verifyChainText(String((await this.store.get(keys.audit(a))) ?? ""), trust, "agentbak-receipt", "audit entry", true);
+  /**
+   * Verifies `a`'s audit log: every entry chained, of this agent and signed by
+   * a trusted key (an unsigned one is not accepted as genuine); then that it
+   * still reaches its signed head record, and `seen` (how far this host saw it
+   * reach before, from its trusted state). Entries cut off the end are found
+   * by either; a cut together with an older genuine head is found only by a
+   * host that saw further.
+   * @returns the chain's extent, and warnings (no head record: a cut is not detectable from the repository alone).
+   * @throws AgentbakError(10) when `a` has no audit log here, (13) naming the first bad entry, or the head or
+   *   checkpoint the log no longer reaches.
+   */
+  async verifyAudit(a: AgentRef, trust: Trust, seen: ChainCheckpoint | null): Promise<LogVerifyResult> {
+    return this.verifyLog(a, LOGS.audit, trust, seen);
   }
 
-  private async appendChained(a: AgentRef, key: string, body: Record<string, unknown>, signingKey: SigningKey | null, ns: string): Promise<Record<string, unknown>> {
+  /** Verifies `a`'s drill report in this repository as verifyAudit does its audit log (without a host's checkpoint). @throws as verifyAudit. */
+  async verifyDrillReport(a: AgentRef, trust: Trust): Promise<LogVerifyResult> {
+    return this.verifyLog(a, LOGS.report, trust, null);
+  }
+
+  private async verifyLog(a: AgentRef, log: LogKind, trust: Trust, seen: ChainCheckpoint | null): Promise<LogVerifyResult> {
+    const [file, headFile] = [log.key(a), log.head(a)];
+    const raw = await this.store.get(file);
+    const headRaw = await this.readJson<unknown>(headFile);
+    if (!raw && headRaw === undefined && !seen?.entries) throw notFound(`no ${log.name} for ${a.tenant}/${a.agent} in ${this.location}`);
+    const text = String(raw ?? "");
+    const chain = verifyChainText(text, trust, log.ns, `${file} in ${this.location}: entry`, { expect: log.bound ? { tenant: a.tenant, agent_id: a.agent } : {} });
+    const cut = (cp: ChainCheckpoint, by: string) =>
+      verifyError(
+        `${file} in ${this.location} was cut short or replaced: ${by} names ${cp.entries} entries ending in a line of sha256 ${cp.head_sha256.slice(0, 16)}..., the log ${chain.entries < cp.entries ? `holds only ${chain.entries}` : "does not hold that line"}`,
+      );
+    const warnings: string[] = [];
+    let head: LogVerifyResult["head"] = null;
+    if (headRaw === undefined) {
+      if (chain.entries) warnings.push(`${headFile} is missing in ${this.location} (a log written before agentbak kept one, or removed): entries cut off the end of the log can not be detected from the repository alone`);
+    } else {
+      const what = `${headFile} in ${this.location}`;
+      const h = verifyRecord(headRaw, trust, log.ns, log.headKind, what);
+      if (h.tenant !== a.tenant || h.agent_id !== a.agent || !Number.isSafeInteger(h.entries) || (h.entries as number) < 1 || typeof h.head_sha256 !== "string")
+        throw verifyError(`${what}: not the head of ${a.tenant}/${a.agent}'s ${log.name} (moved in from another agent)`);
+      head = { entries: h.entries as number, head_sha256: h.head_sha256, at: String(h.at) };
+      if (!holdsCheckpoint(text, head)) throw cut(head, `its signed head record ${headFile} (${head.at})`);
+    }
+    if (seen && !holdsCheckpoint(text, seen)) throw cut(seen, "this host's trusted state (the furthest it verified before)");
+    return { ...chain, log: `${this.location}/${file}`, head, seen_before: seen?.entries ?? 0, warnings };
+  }
+
+  /**
+   * Appends one entry to a log of `a` under its log lock; when signed, the
+   * log's signed head record moves to it: a count and the last line's sha256,
+   * so entries cut off the end are found (unless the head was replaced by an
+   * older genuine one too).
+   */
+  private async appendChained(a: AgentRef, log: LogKind, body: Record<string, unknown>, signingKey: SigningKey | null): Promise<Record<string, unknown>> {
     const lock = await this.lock(a, "log", 30_000);
     try {
-      const { line, entry } = nextLine(String((await this.store.get(key)) ?? ""), body, signingKey, ns);
-      await this.store.append(key, line);
+      const { line, entry } = nextLine(String((await this.store.get(log.key(a))) ?? ""), body, signingKey, log.ns);
+      await this.store.append(log.key(a), line);
+      if (signingKey) {
+        const head = { kind: log.headKind, tenant: a.tenant, agent_id: a.agent, entries: (entry.index as number) + 1, head_sha256: lineSha256(line), at: new Date().toISOString() };
+        await this.writeJson(log.head(a), signRecord(head, signingKey, log.ns));
+      }
       return entry;
     } finally {
       await lock.release();

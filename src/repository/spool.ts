@@ -77,7 +77,7 @@ export async function flushSpool(spool: Repository, remote: Repository, trust: T
     const a = { tenant: s.tenant!, agent: s.agent_id };
     const key = s.header?.manifest.idempotency_key;
     // the key now answers from the remote, with the remote's path
-    const committed = key ? await remote.idempotent<{ snapshot_id: string; sequence: number }>(a, key) : undefined;
+    const committed = key ? await remote.idempotent<{ snapshot_id: string; sequence: number }>(a, key, trust) : undefined;
     await noteCommitted(spool, a, committed ?? { snapshot_id: s.snapshot_id, sequence: s.sequence! }, committed ? key! : undefined);
     await spool.remove(s);
   }

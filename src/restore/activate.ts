@@ -17,6 +17,9 @@ import { AgentbakError, Exit, policyError, usageError } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
 import { stillOpen, type OpenOperation, type OperationResult } from "../reconcile/operations.js";
 import { Repository } from "../repository/repository.js";
+import { unreachableWarning } from "../repository/generation.js";
+import { agentbakHome } from "../crypto/keys.js";
+import { readTrustedState } from "../state/watermark.js";
 import { checkLiveness, type LivenessAnswer } from "./liveness.js";
 import { appendReceipt } from "./receipt.js";
 import { isSuspended, MARKER_DIR, operationStatus, readReconcileRecord, readTargetRecord, summarize, SUSPENDED, type ReconcileSummary, type Target, type TargetRecord } from "./state.js";
@@ -166,19 +169,25 @@ export interface FenceResult {
   generation: number;
   current: number;
   ok: boolean;
+  /** linked replicas that could not be read (the command exits 3): a newer generation there is not seen */
+  warnings: string[];
 }
 
 /**
- * Checks a generation number against the repository's current one.
+ * Checks a generation number against the agent's current one: the highest in
+ * the repository's record, the replicas copy linked it with, and this host's
+ * trusted state.
  * @throws AgentbakError(14) naming both numbers when `generation` is superseded or was never issued.
  */
 export async function fenceCheck(target: string, generation: number, repoOverride?: string): Promise<FenceResult> {
   const rec = readTargetRecord(target);
   const repoPath = repoOverride ?? rec.repository;
   if (!repoPath) throw new AgentbakError(Exit.usage, "no repository recorded for this target: pass --repo");
-  const current = await (await Repository.open(repoPath)).generation({ tenant: rec.tenant, agent: rec.agent_id });
+  const a = { tenant: rec.tenant, agent: rec.agent_id };
+  const view = await (await Repository.open(repoPath)).generations(a);
+  const current = Math.max(view.highest, readTrustedState(agentbakHome(), a).generation);
   // a number above the current one was never issued: not "superseded", and never accepted
   if (generation > current) throw policyError(`fenced: generation ${generation} of ${rec.agent_id} is unknown: never issued (current generation is ${current})`);
   if (generation !== current) throw policyError(`fenced: generation ${generation} of ${rec.agent_id} is superseded (current generation is ${current})`);
-  return { agent_id: rec.agent_id, generation, current, ok: true };
+  return { agent_id: rec.agent_id, generation, current, ok: true, warnings: view.unreachable.map(unreachableWarning) };
 }

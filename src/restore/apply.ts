@@ -10,12 +10,15 @@ import { extractAndCheck, type Check, type IntegrityPolicy } from "../bundle/ext
 import { verifyBundle } from "../bundle/reader.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
-import type { SigningKey } from "../crypto/sshsig.js";
+import { NS, type SigningKey } from "../crypto/sshsig.js";
+import { signRecord, verifyRecord } from "../crypto/signed.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { placeError, policyError, usageError, verifyError } from "../errors.js";
+import { noKey, placeError, policyError, usageError, verifyError } from "../errors.js";
 import { ensureDir, fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
-import type { Repository } from "../repository/repository.js";
+import type { AgentRef, Repository } from "../repository/repository.js";
+import { keys } from "../repository/layout.js";
+import { unreachableWarning } from "../repository/generation.js";
 import { checkCredentials } from "../state/credentials.js";
 import { isSource, embeddingChanges, type Manifest } from "../bundle/manifest.js";
 import { manifestSources, parseSourceFlags, restoreSources, type SourceOutcome } from "../bundle/sources.js";
@@ -188,6 +191,76 @@ function sourceTargets(m: Manifest, flags: Map<string, string>, target: string, 
   return { planned, targets };
 }
 
+/** A file's identity: a rename keeps device, inode, size and mtime. */
+function fileIdentity(p: string): string {
+  const st = statSync(p, { bigint: true });
+  return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
+}
+
+/** Writes a restore's markers into the staged root: its signed record, its generation, and SUSPENDED (a restored agent starts suspended). @returns the record's sha256. */
+function writeMarkers(root: string, target: string, record: Omit<TargetRecord, "kind">, key: SigningKey | null): string {
+  const sha = writeTargetRecord(root, record, key);
+  writeFileAtomic(join(root, MARKER_DIR, "generation"), `${record.generation}\n`);
+  writeFileAtomic(
+    join(root, MARKER_DIR, SUSPENDED),
+    `suspended by agentbak restore of ${record.snapshot_id} at generation ${record.generation}; run "agentbak activate --target ${target}" once the original runtime is stopped\n`,
+  );
+  fsyncTree(root);
+  return sha;
+}
+
+/**
+ * Places the staged `root` at `target` with one rename (stale sidecars moved
+ * aside only now, when nothing can fail before the target is replaced; back
+ * again if the rename fails), then checks each database where it now lives:
+ * the same file as the staged one that passed the checks (so neither its
+ * sha256 nor its integrity needs a second run). A failure removes what was placed.
+ * @param checked each database: its path inside the root and its identity when checked
+ * @returns the quarantine folder the sidecars went to, if any.
+ * @throws AgentbakError(13) when a placed database is not the file that was checked; the rename's error.
+ */
+function place(root: string, target: string, checked: { name: string; path: string; identity: string }[]): string | null {
+  const q = quarantine(target, checkTarget(target));
+  try {
+    if (existsSync(target)) rmdirSync(target); // empty (checked before)
+    renameSync(root, target);
+  } catch (e) {
+    q?.undo();
+    throw e;
+  }
+  fsyncDir(dirname(target));
+  crashStep("placed");
+  try {
+    for (const d of checked) {
+      const placed = join(target, d.path);
+      if (fileIdentity(placed) !== d.identity) throw verifyError(`post-restore check of ${d.name}: ${placed} is not the file that was checked (replaced or changed after its check)`);
+    }
+  } catch (e) {
+    rmSync(target, { recursive: true, force: true });
+    throw e;
+  }
+  return q?.folder ?? null;
+}
+
+/** The kind of the signed record that answers a repeated request id. */
+const RESTORE_RECORD = "restore-record";
+
+/**
+ * The first result of request id `id`, when one was recorded. The record is
+ * signed and bound to the id and the agent: one an attacker wrote would make a
+ * restore answer "already done" (and an approval record it as restored) while
+ * nothing was restored.
+ * @throws AgentbakError(13) naming the record when it is unsigned, edited, signed by an untrusted key or moved in.
+ */
+async function priorResult(repo: Repository, trust: Trust, a: AgentRef, id: string): Promise<RestoreResult | undefined> {
+  const raw = await repo.restoreRecord<unknown>(a, id);
+  if (raw === undefined) return undefined;
+  const what = `restore record ${keys.idempotency(a, "restore", id)} (request id ${id}) in ${repo.location}`;
+  const r = verifyRecord(raw, trust, NS.receipt, RESTORE_RECORD, what);
+  if (r.request_id !== id || r.tenant !== a.tenant || r.agent_id !== a.agent) throw verifyError(`${what}: recorded for another request id or agent (moved in)`);
+  return r.result as RestoreResult;
+}
+
 /**
  * The first result of a request id, returned again: nothing is restored a
  * second time. A different target (or snapshot) in the repeat is named in a
@@ -202,7 +275,8 @@ function repeated(prior: RestoreResult, requestId: string, target: string): Rest
 /**
  * Restores a snapshot into `target`.
  * State sources go into their targets (each must be empty) before the folder is placed.
- * @throws AgentbakError: 2 target a symbolic link or not empty, a source's target not empty or unresolved, no approval without TTY; 10 not found, 11 locked, 12 no key, 13 verification, 14 policy; 1 naming path and errno when the disk fails.
+ * @throws AgentbakError: 2 target a symbolic link or not empty, a source's target not empty or unresolved, no approval without TTY; 10 not found, 11 locked,
+ *   12 no key (an identity, or the signing key a request id needs), 13 verification (a request id's record too), 14 policy; 1 naming path and errno when the disk fails.
  */
 export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const now = o.now ?? new Date();
@@ -239,17 +313,23 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   // a dry run shows the plan with its refusals (the command exits 14); anything else stops here
   if (policy.refusals.length && !o.dryRun) throw await refuse(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
   const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
-  const nextGen = Math.max(repo ? await repo.generation(a) : 0, seen.generation) + 1;
+  // the agent's generation: the repository's record, the replicas copy linked it with, and this host's trusted state
+  const gens = repo ? await repo.generations(a) : null;
+  const nextGen = Math.max(gens?.highest ?? 0, seen.generation) + 1;
   const sources = sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
   const operations = settleOperations(m.open_operations, cfg?.openOperations);
   const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, { operations, timers: planTimers(cfg?.timers ?? [], new Date(m.created_at), now), sources: sources.planned });
   const warnings = [...policy.warnings, ...policy.needs_approval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
+  warnings.push(...(gens?.unreachable ?? []).map(unreachableWarning));
   const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, sources: [], ...x });
   if (o.dryRun) return result({});
   const unresolved = sources.planned.find((p) => !p.resolved);
   if (unresolved) throw usageError(`source ${unresolved.name}: ${unresolved.into} does not resolve here; set it, or pass --source ${unresolved.name}=URL`);
 
-  const prior = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
+  // the record that answers a repeat is signed: without a key there could be none an attacker can not forge
+  const requestKey = o.requestId && repo ? o.signingKey() : null;
+  if (o.requestId && repo && !requestKey) throw noKey(`--request-id needs a signing key: the record that answers a repeat of ${o.requestId} is signed (set AGENTBAK_SIGNING_KEY_FILE, or run agentbak keygen)`);
+  const prior = o.requestId && repo ? await priorResult(repo, o.trust, a, o.requestId) : undefined;
   if (prior) return repeated(prior, o.requestId!, target);
   if (!(await o.approve(plan))) throw await refuse(`restore of ${m.snapshot_id} not approved`);
 
@@ -260,7 +340,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
   try {
     crashStep("locked");
-    const again = o.requestId && repo ? await repo.restoreRecord<RestoreResult>(a, o.requestId) : undefined;
+    const again = o.requestId && repo ? await priorResult(repo, o.trust, a, o.requestId) : undefined;
     if (again) return repeated(again, o.requestId!, target);
     try {
       ensureDir(parent);
@@ -278,18 +358,15 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const { moves: timers, warnings: timerWarnings } = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
     warnings.push(...timerWarnings);
     // what the post-placement check expects: the very file whose bytes were checked (the signed sha256, and
-    // SQLite's own writes of the timer moves since), by identity — a rename keeps device, inode, size and mtime
-    const identity = (p: string) => {
-      const st = statSync(p, { bigint: true });
-      return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
-    };
-    const expected = new Map(x.databases.map((d) => [d.name, identity(d.path)]));
+    // SQLite's own writes of the timer moves since), by identity
+    const checked = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path), identity: fileIdentity(d.path) }));
     crashStep("extracted");
     // servers first, then the folder: a source that can not be restored stops the restore before anything is placed
     const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
     for (const r of restoredSources)
       if (r.skipped.length) warnings.push(`source ${r.name}: ${r.skipped.length} key(s) expired since the snapshot and were not restored: ${r.skipped.slice(0, 10).join(", ")}${r.skipped.length > 10 ? " ..." : ""}`);
-    const generation = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : nextGen;
+    const { generation, unreachable } = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : { generation: nextGen, unreachable: [] };
+    warnings.push(...unreachable.map(unreachableWarning).filter((w) => !warnings.includes(w)));
     crashStep("generation-reserved");
     const key = o.signingKey();
     const record: Omit<TargetRecord, "kind"> = {
@@ -305,38 +382,11 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       config: o.lc?.path ?? null,
     };
     // signed: reconcile and activate act only on a record agentbak wrote (an edited list of open operations, or config, is refused)
-    const recordSha256 = writeTargetRecord(root, record, key);
-    writeFileAtomic(join(root, MARKER_DIR, "generation"), `${generation}\n`);
-    writeFileAtomic(
-      join(root, MARKER_DIR, SUSPENDED),
-      `suspended by agentbak restore of ${m.snapshot_id} at generation ${generation}; run "agentbak activate --target ${target}" once the original runtime is stopped\n`,
-    );
-    fsyncTree(root);
+    const recordSha256 = writeMarkers(root, target, record, key);
     crashStep("markers-written");
-    // stale sidecars move aside only now, when nothing can fail before the target is replaced
     await letInterruptsIn(); // a Ctrl-C that came during extraction ends the run here, with nothing placed
-    const q = quarantine(target, checkTarget(target));
-    try {
-      if (existsSync(target)) rmdirSync(target); // empty (checked above)
-      renameSync(root, target);
-    } catch (e) {
-      q?.undo();
-      throw e;
-    }
-    if (q) warnings.push(`stale SQLite sidecar files in the target were moved to ${q.folder}`);
-    fsyncDir(parent);
-    crashStep("placed");
-    // check again where it now lives: the same file as the staged one that passed the checks above (so neither
-    // its sha256 nor its integrity needs a second run); a failure removes what was placed
-    try {
-      for (const d of x.databases) {
-        const placed = join(target, relative(root, d.path));
-        if (identity(placed) !== expected.get(d.name)) throw verifyError(`post-restore check of ${d.name}: ${placed} is not the file that was checked (replaced or changed after its check)`);
-      }
-    } catch (e) {
-      rmSync(target, { recursive: true, force: true });
-      throw e;
-    }
+    const quarantined = place(root, target, checked);
+    if (quarantined) warnings.push(`stale SQLite sidecar files in the target were moved to ${quarantined}`);
     crashStep("checked");
     // an interrupt from here on exits 130 saying the restore is in place (it is complete; a re-run finds the target taken)
     doneBeforeInterrupt(`the restore of ${m.snapshot_id} was placed at ${target} (suspended, generation ${generation})`);
@@ -371,7 +421,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     if (!key) warnings.push("no signing key: the restore receipt and the target's restore record are unsigned; reconcile and activate refuse an unsigned target");
     await appendReceipt(repo, a, "restore", receipt, key);
     const res = result({ restored: true, generation, checks, receipt_signed: Boolean(key), sources: restoredSources });
-    if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, res);
+    if (o.requestId && repo) await repo.writeRestoreRecord(a, o.requestId, signRecord({ kind: RESTORE_RECORD, request_id: o.requestId, tenant: a.tenant, agent_id: a.agent, result: res }, requestKey!, NS.receipt));
     return res;
   } finally {
     // never throws: an error here would replace the one being reported, and skip the lock's release

@@ -5,15 +5,24 @@
  * beside the agent's snapshots: the request (written once), the decision
  * (written once, so approve and deny can not both win), and the outcome of the
  * last attempt to carry it out; the agent reads its state from them.
+ *
+ * An approval is one decision: each attempt to carry a request out is
+ * confirmed on its own (a prompt or --yes), so a failed attempt leaves nothing
+ * another target could reuse. Every record is signed (SSHSIG, namespace
+ * agentbak-receipt, its `kind` inside the signed bytes) and bound to its
+ * request id and, for decisions and outcomes, to the request's digest; one
+ * that is unsigned, edited, swapped or signed by an untrusted key is refused
+ * (13) naming its file, never shown or acted on.
  */
 import canonicalize from "canonicalize";
 import { createHash, randomBytes } from "node:crypto";
 import { hostname, userInfo } from "node:os";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
-import type { SigningKey } from "../crypto/sshsig.js";
+import { signRecord, verifyRecord } from "../crypto/signed.js";
+import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
-import { AgentbakError, ConflictError, Exit, notFound, policyError, usageError } from "../errors.js";
+import { AgentbakError, ConflictError, Exit, notFound, policyError, usageError, verifyError } from "../errors.js";
 import { keys } from "../repository/layout.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { runRestore, type RestoreResult } from "./apply.js";
@@ -36,20 +45,51 @@ export interface RestoreRequest {
   params_sha256: string;
 }
 
+/** The first decision on a request (approve and deny can not both win). */
 export interface RequestDecision {
   decision: "approved" | "denied";
   by: string;
   at: string;
   reason: string | null;
+  /** the folder the first approval named (null for a denial) */
+  target: string | null;
 }
 
+/** The last attempt to carry a request out; each attempt was approved on its own. */
 export interface RequestOutcome {
   status: "restored" | "failed";
   at: string;
   target: string;
   generation: number | null;
   error: { code: number; message: string } | null;
+  /** who approved and ran this attempt */
+  by: string;
 }
+
+/** The kinds of the signed records, inside the signed bytes. */
+const KIND = { request: "restore-request", decision: "restore-decision", outcome: "restore-outcome" } as const;
+
+const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
+
+/**
+ * A signed record of request `bind.request_id`, verified and bound: every field of `bind` must be as given.
+ * @returns the record without kind, signature or binding fields, and the digest of what was signed; null when absent.
+ * @throws AgentbakError(13) naming the file when it is not JSON, unsigned, edited, untrusted, or belongs elsewhere.
+ */
+async function readSigned(repo: Repository, trust: Trust, key: string, kind: string, bind: Record<string, string>): Promise<{ record: Record<string, unknown>; sha256: string } | null> {
+  const raw = await repo.readJson<unknown>(key);
+  if (raw === undefined) return null;
+  const what = `${key} in ${repo.location}`;
+  const body = verifyRecord(raw, trust, NS.receipt, kind, what);
+  for (const [k, v] of Object.entries(bind))
+    if (body[k] !== v) throw verifyError(`${what}: its ${k} is ${JSON.stringify(body[k])?.slice(0, 80)}, not ${v} (moved or swapped from elsewhere)`);
+  const { kind: _k, request_sha256: _s, ...record } = body;
+  return { record, sha256: sha256hex(canonicalize(body)!) };
+}
+
+/** Signs and writes a record of request `id`. */
+const writeSigned = (repo: Repository, key: string, kind: string, body: Record<string, unknown>, signingKey: SigningKey, opts: { ifNoneMatch?: boolean } = {}) =>
+  repo.writeJson(key, signRecord({ kind, ...body }, signingKey, NS.receipt), opts);
 
 /** A request and where it stands: pending → approved → restored | failed (approve may be tried again), or denied. */
 export interface RequestStatus extends RestoreRequest {
@@ -85,7 +125,7 @@ export async function recordRequest(
   repo: Repository,
   trust: Trust,
   a: AgentRef,
-  p: { snapshot: string; reason: string; target?: string | null; by: string; idempotencyKey?: string | null; signingKey: SigningKey | null },
+  p: { snapshot: string; reason: string; target?: string | null; by: string; idempotencyKey?: string | null; signingKey: SigningKey },
 ): Promise<{ request: RequestStatus; repeated: boolean }> {
   const params_sha256 = createHash("sha256").update(canonicalize({ snapshot: p.snapshot, reason: p.reason, target: p.target ?? null })!).digest("hex");
   const idemKey = p.idempotencyKey ? keys.idempotency(a, "request", p.idempotencyKey) : null;
@@ -93,7 +133,10 @@ export async function recordRequest(
     const prior = await repo.readJson<{ request_id: string; params_sha256: string }>(idemKey);
     if (prior) {
       if (prior.params_sha256 !== params_sha256) throw new ConflictError(`idempotency key ${p.idempotencyKey} was first used for a restore request with other parameters (request ${prior.request_id})`);
-      return { request: await getRequest(repo, a, prior.request_id), repeated: true };
+      const first = await getRequest(repo, trust, a, String(prior.request_id));
+      // the key's record is not signed: the (signed) request it points to must be the one asked for with this key
+      if (first.params_sha256 !== params_sha256 || first.idempotency_key !== p.idempotencyKey) throw verifyError(`${idemKey} in ${repo.location}: points to request ${first.request_id}, which was not made with this idempotency key (edited)`);
+      return { request: first, repeated: true };
     }
   }
   const s = await repo.resolve(p.snapshot, trust, a);
@@ -112,7 +155,7 @@ export async function recordRequest(
     idempotency_key: p.idempotencyKey ?? null,
     params_sha256,
   };
-  await repo.writeJson(keys.request(a, request.request_id), request, { ifNoneMatch: true });
+  await writeSigned(repo, keys.request(a, request.request_id), KIND.request, { ...request }, p.signingKey, { ifNoneMatch: true });
   if (idemKey && !(await repo.writeJson(idemKey, { request_id: request.request_id, params_sha256 }, { ifNoneMatch: true }))) {
     // a concurrent request with the same key won: withdraw this one and answer with that one
     await repo.store.delete(keys.request(a, request.request_id));
@@ -122,27 +165,41 @@ export async function recordRequest(
   return { request: { ...request, status: "pending", decision: null, outcome: null }, repeated: false };
 }
 
-/** A request and its state. @throws AgentbakError(10) when `a` has no such request, (2) for a malformed id. */
-export async function getRequest(repo: Repository, a: AgentRef, id: string): Promise<RequestStatus> {
+/**
+ * A request and its state, every record verified.
+ * @throws AgentbakError(10) when `a` has no such request, (2) for a malformed id, (13) naming the file of a record
+ *   that is unsigned, edited, swapped from another request, or signed by an untrusted key.
+ */
+export async function getRequest(repo: Repository, trust: Trust, a: AgentRef, id: string): Promise<RequestStatus> {
+  return (await readRequest(repo, trust, a, id)).status;
+}
+
+/** getRequest, with the digest of the signed request that decisions and outcomes are bound to. */
+async function readRequest(repo: Repository, trust: Trust, a: AgentRef, id: string): Promise<{ status: RequestStatus; sha256: string }> {
   checkId(id);
-  const request = await repo.readJson<RestoreRequest>(keys.request(a, id));
-  if (!request) throw notFound(`restore request ${id} not found for ${a.tenant}/${a.agent} in ${repo.location}`);
-  const decision = (await repo.readJson<RequestDecision>(keys.requestDecision(a, id))) ?? null;
-  const outcome = (await repo.readJson<RequestOutcome>(keys.requestOutcome(a, id))) ?? null;
+  const req = await readSigned(repo, trust, keys.request(a, id), KIND.request, { request_id: id, tenant: a.tenant, agent_id: a.agent });
+  if (!req) throw notFound(`restore request ${id} not found for ${a.tenant}/${a.agent} in ${repo.location}`);
+  const bound = { request_id: id, request_sha256: req.sha256 };
+  const strip = (r: { record: Record<string, unknown> } | null) => (r ? (({ request_id: _i, ...rest }) => rest)(r.record) : null);
+  const decision = strip(await readSigned(repo, trust, keys.requestDecision(a, id), KIND.decision, bound)) as RequestDecision | null;
+  const outcome = strip(await readSigned(repo, trust, keys.requestOutcome(a, id), KIND.outcome, bound)) as RequestOutcome | null;
+  const request = req.record as unknown as RestoreRequest;
   const status = decision?.decision === "denied" ? "denied" : outcome ? outcome.status : decision ? "approved" : "pending";
-  return { ...request, status, decision, outcome };
+  return { status: { ...request, status, decision, outcome }, sha256: req.sha256 };
 }
 
-/** Every request of `a`, oldest first. */
-export async function listRequests(repo: Repository, a: AgentRef): Promise<RequestStatus[]> {
+/** Every request of `a`, oldest first. @throws as getRequest, for the first bad one. */
+export async function listRequests(repo: Repository, trust: Trust, a: AgentRef): Promise<RequestStatus[]> {
   const ids = (await repo.store.list(keys.requests(a))).map((k) => k.slice(keys.requests(a).length).replace(/\.json$/, "")).filter((id) => REQUEST_ID.test(id));
-  return Promise.all(ids.sort().map((id) => getRequest(repo, a, id)));
+  return Promise.all(ids.sort().map((id) => getRequest(repo, trust, a, id)));
 }
 
-/** Writes the decision unless one exists. @returns the decision that stands. */
-async function decide(repo: Repository, a: AgentRef, id: string, d: RequestDecision): Promise<RequestDecision> {
-  if (await repo.writeJson(keys.requestDecision(a, id), d, { ifNoneMatch: true })) return d;
-  return (await repo.readJson<RequestDecision>(keys.requestDecision(a, id)))!;
+/** Writes the decision unless one exists. @returns the decision that stands (verified). */
+async function decide(repo: Repository, trust: Trust, a: AgentRef, id: string, requestSha: string, d: RequestDecision, key: SigningKey): Promise<RequestDecision> {
+  const k = keys.requestDecision(a, id);
+  if (await writeSigned(repo, k, KIND.decision, { request_id: id, request_sha256: requestSha, ...d }, key, { ifNoneMatch: true })) return d;
+  const { request_id: _i, ...stands } = (await readSigned(repo, trust, k, KIND.decision, { request_id: id, request_sha256: requestSha }))!.record;
+  return stands as unknown as RequestDecision;
 }
 
 /**
@@ -153,16 +210,16 @@ export async function denyRequest(
   repo: Repository,
   a: AgentRef,
   id: string,
-  o: { reason: string; by: string; signingKey: SigningKey | null; confirm: (r: RequestStatus) => Promise<boolean> },
+  o: { reason: string; by: string; trust: Trust; signingKey: SigningKey; confirm: (r: RequestStatus) => Promise<boolean> },
 ): Promise<{ request: RequestStatus; repeated: boolean }> {
-  const r = await getRequest(repo, a, id);
+  const { status: r, sha256 } = await readRequest(repo, o.trust, a, id);
   if (r.status === "denied") return { request: r, repeated: true };
   if (r.decision) throw usageError(`restore request ${id} was already approved by ${r.decision.by} at ${r.decision.at}; it can not be denied`);
   if (!(await o.confirm(r))) throw policyError(`denial of restore request ${id} not confirmed`);
-  const d = await decide(repo, a, id, { decision: "denied", by: o.by, at: new Date().toISOString(), reason: o.reason });
+  const d = await decide(repo, o.trust, a, id, sha256, { decision: "denied", by: o.by, at: new Date().toISOString(), reason: o.reason, target: null }, o.signingKey);
   if (d.decision !== "denied") throw usageError(`restore request ${id} was approved by ${d.by} meanwhile; it can not be denied`);
   await repo.audit(a, { event: "restore-denied", request_id: id, snapshot_id: r.snapshot_id, by: o.by, reason: o.reason }, o.signingKey);
-  return { request: await getRequest(repo, a, id), repeated: false };
+  return { request: await getRequest(repo, o.trust, a, id), repeated: false };
 }
 
 export interface ApproveOptions {
@@ -171,10 +228,11 @@ export interface ApproveOptions {
   lc?: LoadedConfig;
   trust: Trust;
   identities: () => AgeIdentity[];
-  signingKey: () => SigningKey | null;
+  /** signs the decision, the outcome and the restore's receipts */
+  signingKey: SigningKey;
   by: string;
   allowRollback?: boolean;
-  /** shows the plan and asks the operator (or answers for --yes) */
+  /** shows the plan and asks the operator (or answers for --yes); asked for every attempt */
   confirm: (plan: RestorePlan, r: RequestStatus) => Promise<boolean>;
 }
 
@@ -183,12 +241,13 @@ export interface ApproveOptions {
  * restore's policy (tenant and agent of the request, rollback, expiry, schema,
  * approval), under the request id, so approving again after it succeeded
  * returns the first result. A failure is recorded for the agent to see; the
- * request can be approved again once the cause is fixed.
- * @throws AgentbakError(10) no such request or snapshot, (14) denied, refused by policy or not confirmed,
- *   and whatever the restore throws.
+ * request can be approved again once the cause is fixed, with a new
+ * confirmation: an approval is spent by the attempt it was given for.
+ * @throws AgentbakError(10) no such request or snapshot, (13) a record of the request does not verify,
+ *   (14) denied, refused by policy or not confirmed, and whatever the restore throws.
  */
 export async function approveRequest(repo: Repository, a: AgentRef, id: string, o: ApproveOptions): Promise<{ request: RequestStatus; restore: RestoreResult }> {
-  const r = await getRequest(repo, a, id);
+  const { status: r, sha256 } = await readRequest(repo, o.trust, a, id);
   if (r.status === "denied") throw policyError(`restore request ${id} was denied by ${r.decision!.by} at ${r.decision!.at}: ${r.decision!.reason}`);
   const target = o.target ?? r.target;
   if (!target) throw usageError(`restore request ${id} names no target folder: pass --target DIR`);
@@ -197,9 +256,10 @@ export async function approveRequest(repo: Repository, a: AgentRef, id: string, 
   const bundle = await repo.open(s, o.trust);
   // no outcome is recorded while the operator has not said yes (declined at the prompt, or no TTY to ask on)
   let undecided = false;
-  const outcome = async (x: Omit<RequestOutcome, "at" | "target">) => {
-    await repo.writeJson(keys.requestOutcome(a, id), { ...x, at: new Date().toISOString(), target });
-    await repo.audit(a, { event: `restore-request-${x.status}`, request_id: id, snapshot_id: r.snapshot_id, by: o.by, ...(x.error ? { error: x.error.message } : { generation: x.generation }) }, o.signingKey());
+  const outcome = async (x: Pick<RequestOutcome, "status" | "generation" | "error">) => {
+    const rec: RequestOutcome = { ...x, at: new Date().toISOString(), target, by: o.by };
+    await writeSigned(repo, keys.requestOutcome(a, id), KIND.outcome, { request_id: id, request_sha256: sha256, ...rec }, o.signingKey);
+    await repo.audit(a, { event: `restore-request-${x.status}`, request_id: id, snapshot_id: r.snapshot_id, by: o.by, ...(x.error ? { error: x.error.message } : { generation: x.generation }) }, o.signingKey);
   };
   try {
     const restore = await runRestore({
@@ -209,16 +269,15 @@ export async function approveRequest(repo: Repository, a: AgentRef, id: string, 
       lc: o.lc,
       trust: o.trust,
       identities: o.identities,
-      signingKey: o.signingKey,
+      signingKey: () => o.signingKey,
       approve: async (plan) => {
-        if (r.decision?.decision !== "approved") {
-          undecided = true;
-          if (!(await o.confirm(plan, r))) return false;
-          undecided = false;
-          const d = await decide(repo, a, id, { decision: "approved", by: o.by, at: new Date().toISOString(), reason: null });
-          if (d.decision === "denied") throw policyError(`restore request ${id} was denied by ${d.by} meanwhile: ${d.reason}`);
-          await repo.audit(a, { event: "restore-approved", request_id: id, snapshot_id: r.snapshot_id, by: o.by, target }, o.signingKey());
-        }
+        // every attempt is approved on its own: an earlier approval, whose attempt failed, is not reused
+        undecided = true;
+        if (!(await o.confirm(plan, r))) return false;
+        undecided = false;
+        const d = await decide(repo, o.trust, a, id, sha256, { decision: "approved", by: o.by, at: new Date().toISOString(), reason: null, target }, o.signingKey);
+        if (d.decision === "denied") throw policyError(`restore request ${id} was denied by ${d.by} meanwhile: ${d.reason}`);
+        await repo.audit(a, { event: "restore-approved", request_id: id, snapshot_id: r.snapshot_id, by: o.by, target }, o.signingKey);
         return true;
       },
       allowRollback: o.allowRollback,
@@ -227,7 +286,7 @@ export async function approveRequest(repo: Repository, a: AgentRef, id: string, 
       requestId: id,
     });
     if (!restore.repeated || r.outcome?.status !== "restored") await outcome({ status: "restored", generation: restore.generation, error: null });
-    return { request: await getRequest(repo, a, id), restore };
+    return { request: await getRequest(repo, o.trust, a, id), restore };
   } catch (e) {
     if (!undecided) {
       const err = e instanceof AgentbakError ? e : new AgentbakError(Exit.failure, (e as Error).message);

@@ -2,8 +2,9 @@
  * State this host keeps for itself about each agent, in AGENTBAK_HOME (never
  * in a repository, which an attacker may rewrite): the highest checkpoint
  * sequence and generation it has restored (rollback protection) and the
- * highest sequence it has backed up (the next backup's floor). Shared by
- * capture and restore.
+ * highest sequence it has backed up (the next backup's floor), and how far
+ * it verified each audit log (entries cut off the end are found by it).
+ * Shared by capture, restore and audit verification.
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -90,3 +91,37 @@ export function raiseBackupWatermark(home: string, a: AgentRef, sequence: number
   writeFileAtomic(homeStatePath(home, a), JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, highest_backup_sequence: sequence }, null, 2) + "\n");
 }
 
+
+/** How far this host verified an agent's audit log in one repository: entries, and the sha256 of the last one's line. */
+export interface AuditSeen {
+  entries: number;
+  head_sha256: string;
+}
+
+/** The audit checkpoints recorded for `a`, by repository location. */
+function auditSeenAll(p: string, raw: Record<string, unknown>): Record<string, AuditSeen> {
+  const v = raw.audit_seen;
+  if (v === undefined) return {};
+  const ok =
+    v &&
+    typeof v === "object" &&
+    !Array.isArray(v) &&
+    Object.values(v).every((c) => c && typeof c === "object" && Number.isSafeInteger(c.entries) && c.entries >= 0 && typeof c.head_sha256 === "string" && /^[0-9a-f]{64}$/.test(c.head_sha256));
+  if (!ok) throw damaged(p, "holds audit_seen that is not a map of repositories to {entries, head_sha256}");
+  return v as Record<string, AuditSeen>;
+}
+
+/** How far this host verified `a`'s audit log in the repository at `location`, or null when it never did. */
+export function readAuditSeen(home: string, a: AgentRef, location: string): AuditSeen | null {
+  const p = homeStatePath(home, a);
+  return auditSeenAll(p, readRaw(p))[location] ?? null;
+}
+
+/** Records how far this host verified `a`'s audit log at `location` (never lowers it). */
+export function raiseAuditSeen(home: string, a: AgentRef, location: string, seen: AuditSeen): void {
+  const p = homeStatePath(home, a);
+  const raw = readRaw(p);
+  const all = auditSeenAll(p, raw);
+  if ((all[location]?.entries ?? -1) >= seen.entries) return;
+  writeFileAtomic(p, JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, audit_seen: { ...all, [location]: seen } }, null, 2) + "\n");
+}

@@ -1,0 +1,199 @@
+/**
+ * Fencing generations belong to the agent, not to one repository. Each
+ * repository holding an agent's snapshots keeps a generation record: the
+ * highest generation issued for the agent, and the other repositories `copy`
+ * linked with it (its replicas). A restore reserves the next number above every
+ * record it can reach (and the restoring host's trusted state) and writes it
+ * into each of them, so a restore from a copy supersedes one from the original
+ * and a fence check against either sees it. A replica that can not be reached
+ * is named, never silently skipped.
+ */
+import { AgentbakError, policyError, verifyError } from "../errors.js";
+import { keys, legacy, type AgentRef } from "./layout.js";
+
+/** What this module needs of a repository (Repository has it; named here so the two modules do not import each other). */
+export interface Repository {
+  readonly location: string;
+  readJson<T>(key: string): Promise<T | undefined>;
+  writeJson(key: string, value: unknown): Promise<boolean>;
+  lock(a: AgentRef, name: "generation", waitMs: number): Promise<{ release(): Promise<void> }>;
+}
+
+/** The agent's generation as seen from one repository and the replicas it links. */
+export interface GenerationView {
+  /** the highest generation in any record read */
+  highest: number;
+  /** each repository read, with the generation its record holds */
+  seen: { location: string; generation: number }[];
+  /** linked replicas that could not be read: a generation issued there is not seen */
+  unreachable: { location: string; reason: string }[];
+}
+
+/** Opens a repository by location (Repository.open; passed in so this module needs no value import of it). */
+export type OpenRepository = (location: string) => Promise<Repository>;
+
+interface GenerationRecord {
+  generation: number;
+  replicas: string[];
+  /** the record as written, so a writer keeps what it does not own */
+  raw: Record<string, unknown>;
+}
+
+/** How many repositories a walk of replica links reads at most (links are written by copy; a loop or a flood ends here). */
+const MAX_REPOSITORIES = 16;
+/** How long a restore or copy waits for another one's generation lock (held only while records are read and written). */
+const LOCK_WAIT_MS = 30_000;
+
+/**
+ * One repository's record for `a` (layout v2, and v1's as a floor).
+ * @throws AgentbakError(13) naming the record when it is not a generation record.
+ */
+async function readRecord(repo: Repository, a: AgentRef): Promise<GenerationRecord> {
+  const key = keys.generation(a);
+  const bad = (why: string) => verifyError(`generation record ${key} in ${repo.location} ${why}; it must not be guessed: restore it from a copy of the repository, or remove it knowingly`);
+  const raw = (await repo.readJson<unknown>(key)) ?? {};
+  if (!raw || typeof raw !== "object" || Array.isArray(raw)) throw bad("is not a JSON object");
+  const r = raw as Record<string, unknown>;
+  const g = r.generation ?? 0;
+  // one below the largest safe integer, so the next one is still exact
+  if (typeof g !== "number" || !Number.isSafeInteger(g) || g < 0 || g >= Number.MAX_SAFE_INTEGER) throw bad(`holds generation ${JSON.stringify(g)?.slice(0, 40)}, not a count`);
+  const replicas = r.replicas ?? [];
+  if (!Array.isArray(replicas) || !replicas.every((x) => typeof x === "string" && x.length > 0 && x.length <= 1024)) throw bad("holds replicas that are not a list of repository locations");
+  const v1 = (await repo.readJson<{ generation?: unknown }>(legacy.generation(a.agent)))?.generation;
+  const floor = typeof v1 === "number" && Number.isSafeInteger(v1) && v1 > 0 && v1 < Number.MAX_SAFE_INTEGER ? v1 : 0;
+  return { generation: Math.max(g, floor), replicas: replicas as string[], raw: r };
+}
+
+/** Every repository reachable from `start` through replica links, with its record; the record of `start` must read. */
+async function reach(start: Repository, a: AgentRef, open: OpenRepository): Promise<{ found: { repo: Repository; rec: GenerationRecord }[]; unreachable: GenerationView["unreachable"] }> {
+  const found = [{ repo: start, rec: await readRecord(start, a) }];
+  const unreachable: GenerationView["unreachable"] = [];
+  const known = new Set([start.location]);
+  for (let i = 0; i < found.length; i++)
+    for (const location of found[i]!.rec.replicas) {
+      if (known.has(location)) continue;
+      known.add(location);
+      if (found.length >= MAX_REPOSITORIES) {
+        unreachable.push({ location, reason: `more than ${MAX_REPOSITORIES} linked repositories` });
+        continue;
+      }
+      try {
+        const repo = await open(location);
+        if (repo.location !== location && known.has(repo.location)) continue; // the same repository, spelled otherwise
+        known.add(repo.location);
+        found.push({ repo, rec: await readRecord(repo, a) });
+      } catch (e) {
+        unreachable.push({ location, reason: (e as Error).message });
+      }
+    }
+  return { found, unreachable };
+}
+
+/** The one sentence naming a replica that could not be reached, for restore, fence check and activation alike. */
+export const unreachableWarning = (u: { location: string; reason: string }): string =>
+  `generation: ${u.location}, a repository linked with this one by copy, could not be read (${u.reason}); a generation issued there is not seen here, nor one issued here seen there, until it is reachable again: keep any agent restored from it stopped`;
+
+/** The agent's generation across `repo` and every replica it links. @throws AgentbakError(13) when `repo`'s own record is damaged. */
+export async function readGenerations(repo: Repository, a: AgentRef, open: OpenRepository): Promise<GenerationView> {
+  const { found, unreachable } = await reach(repo, a, open);
+  return { highest: Math.max(0, ...found.map((f) => f.rec.generation)), seen: found.map((f) => ({ location: f.repo.location, generation: f.rec.generation })), unreachable };
+}
+
+/** Takes the generation lock of each repository in one order (by location), so two reservations never wait on each other in a circle. */
+async function lockAll(repos: Repository[], a: AgentRef, optional: (r: Repository) => boolean): Promise<{ held: Repository[]; release: () => Promise<void>; failed: Map<Repository, string> }> {
+  const locks: { release(): Promise<void> }[] = [];
+  const held: Repository[] = [];
+  const failed = new Map<Repository, string>();
+  const release = async () => void (await Promise.allSettled(locks.reverse().map((l) => l.release())));
+  try {
+    for (const r of [...repos].sort((x, y) => (x.location < y.location ? -1 : x.location > y.location ? 1 : 0))) {
+      try {
+        locks.push(await r.lock(a, "generation", LOCK_WAIT_MS));
+        held.push(r);
+      } catch (e) {
+        if (!optional(r)) throw e;
+        failed.set(r, (e as Error).message);
+      }
+    }
+  } catch (e) {
+    await release();
+    throw e;
+  }
+  return { held, release, failed };
+}
+
+/**
+ * Reserves the next generation of `a`: above `floor` (the restoring host's
+ * trusted state) and every record reachable from `repo`, written into each of
+ * them under their generation locks (a crash after this only burns a number).
+ * @returns the generation, and the replicas it could not be recorded in.
+ * @throws AgentbakError(11) when a generation lock stays held, (13) when `repo`'s record is damaged,
+ *   (14) when the next number would not be exact; what writing `repo`'s record throws.
+ */
+export async function reserveGeneration(
+  repo: Repository,
+  a: AgentRef,
+  floor: number,
+  info: Record<string, unknown>,
+  open: OpenRepository,
+): Promise<{ generation: number; unreachable: GenerationView["unreachable"] }> {
+  const { found, unreachable } = await reach(repo, a, open);
+  const locks = await lockAll(
+    found.map((f) => f.repo),
+    a,
+    (r) => r !== repo,
+  );
+  try {
+    for (const [r, reason] of locks.failed) unreachable.push({ location: r.location, reason });
+    // read again under the locks: another restore may have reserved meanwhile
+    const recs = new Map<Repository, GenerationRecord>();
+    for (const r of locks.held) {
+      try {
+        recs.set(r, await readRecord(r, a));
+      } catch (e) {
+        if (r === repo) throw e;
+        unreachable.push({ location: r.location, reason: (e as Error).message });
+      }
+    }
+    const next = Math.max(floor, ...[...recs.values()].map((x) => x.generation)) + 1;
+    if (!Number.isSafeInteger(next)) throw policyError(`generation of ${a.tenant}/${a.agent}: the next number after ${next - 1} is not exact; a record or this host's trusted state was set absurdly high`);
+    for (const [r, rec] of recs) {
+      try {
+        await r.writeJson(keys.generation(a), { ...rec.raw, generation: next, replicas: rec.replicas, ...info, issued_in: repo.location });
+      } catch (e) {
+        if (r === repo || !(e instanceof Error)) throw e;
+        unreachable.push({ location: r.location, reason: e instanceof AgentbakError ? e.message : `writing its record: ${e.message}` });
+      }
+    }
+    return { generation: next, unreachable };
+  } finally {
+    await locks.release();
+  }
+}
+
+/**
+ * Links `dst` (a copy of `src`'s snapshots of `a`) with `src`: `dst`'s record
+ * takes the higher generation of the two and lists `src` and its replicas;
+ * `src`'s lists `dst`, so a restore or fence check on either side looks at the
+ * other. `src` may be read-only: then only `dst` records the link.
+ * @returns warnings (`src` could not record the link).
+ * @throws what reading either record, or writing `dst`'s, throws; AgentbakError(11) when `dst`'s generation lock stays held.
+ */
+export async function linkReplica(src: Repository, dst: Repository, a: AgentRef): Promise<string[]> {
+  const locks = await lockAll([src, dst], a, (r) => r === src);
+  try {
+    const s = await readRecord(src, a);
+    const d = await readRecord(dst, a);
+    const generation = Math.max(s.generation, d.generation);
+    const union = (own: string, ...lists: string[][]) => [...new Set(lists.flat())].filter((l) => l !== own).sort();
+    const write = async (r: Repository, rec: GenerationRecord, replicas: string[]) => {
+      if (rec.generation === generation && replicas.join("\n") === [...rec.replicas].sort().join("\n")) return;
+      await r.writeJson(keys.generation(a), { ...rec.raw, generation, replicas });
+    };
+    await write(dst, d, union(dst.location, d.replicas, [src.location], s.replicas));
+    const problem = locks.failed.get(src) ?? (await write(src, s, union(src.location, s.replicas, [dst.location])).then(() => null, (e: Error) => e.message));
+    return problem ? [`${src.location} could not record that ${a.tenant}/${a.agent} was copied to ${dst.location} (${problem}): restores and fence checks there do not look here; those from here look there`] : [];
+  } finally {
+    await locks.release();
+  }
+}
