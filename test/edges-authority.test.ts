@@ -368,7 +368,7 @@ describe("[E7] the audit log can be verified", () => {
   it("[E7] an entry written without a signing key is not accepted as genuine (13)", async () => {
     const r = await a.run(["restore", "latest", "--target", join(a.tmp, "t-nokey"), "--yes"], { AGENTBAK_SIGNING_KEY_FILE: join(a.tmp, "no-such-key") });
     expect([0, 3]).toContain(r.code);
-    expect(r.stderr).toMatch(/no signing key: the restore receipt is recorded unsigned/);
+    expect(r.stderr).toMatch(/no signing key: the restore receipt and the target.s restore record are unsigned/);
     named(await verify(), /: entry \d+ \(line \d+\): unsigned/);
   });
 });
