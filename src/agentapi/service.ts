@@ -121,7 +121,7 @@ export interface VerifyView {
 }
 
 export interface Results {
-  create_backup: BackupReceipt;
+  create_backup: Omit<BackupReceipt, "path">;
   get_backup: BackupView;
   list_snapshots: { snapshots: BackupView[]; warnings: string[] };
   verify_snapshot: VerifyView;
@@ -202,7 +202,8 @@ export class AgentService {
     try {
       // a spooled checkpoint is recorded where its bundle waits (the repository is down)
       const spooled = (result as { status?: unknown } | undefined)?.status === "spooled";
-      await (spooled ? await openSpool(h.home, h.location) : await h.repository()).audit(a, entry, h.signingKey);
+      // written only into the very repository the server opened: one gone or replaced gets no entry (the server's log says so)
+      await (spooled ? await openSpool(h.home, h.location) : await this.present(h)).audit(a, entry, h.signingKey);
     } catch (e) {
       this.log(`audit entry for ${op} by ${caller.by} not written to ${h.location}: ${(e as Error).message}`);
     }
@@ -212,7 +213,8 @@ export class AgentService {
     switch (op) {
       case "create_backup": {
         const i = input as z.infer<(typeof INPUTS)["create_backup"]>;
-        return backupOrSpool(h.lc, {
+        // the agent knows its checkpoint by snapshot id (and status URL), not by a path on the server
+        const { path: _path, ...receipt } = await backupOrSpool(h.lc, {
           location: h.location,
           repository: () => this.fresh(h),
           trust: h.trust,
@@ -224,6 +226,7 @@ export class AgentService {
           incremental: i.incremental,
           waitMs: 0, // the agent hears 423 / "locked" at once and may try again
         });
+        return receipt;
       }
       case "get_backup": {
         const id = (input as { snapshot_id: string }).snapshot_id;
@@ -273,8 +276,15 @@ export class AgentService {
 
   /** The repository, listing afresh: other processes (a cron backup, an operator's approve) write it too. */
   private async fresh(h: AgentHandle): Promise<Repository> {
-    const repo = await h.repository();
+    const repo = await this.present(h);
     repo.refresh();
+    return repo;
+  }
+
+  /** The repository, checked to be still there and the same one (a folder renamed or unmounted under the server is 10, never an empty one). */
+  private async present(h: AgentHandle): Promise<Repository> {
+    const repo = await h.repository();
+    await repo.recheck();
     return repo;
   }
 

@@ -32,7 +32,7 @@ import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/s
 import { namedSource } from "../state/livesnap.js";
 import { snapshotDatabases, type Cut, type Hold, type InPlace, type InPlaceViews } from "../state/sqlite.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
-import { atPath, ensureDir, writeCacheFile } from "../fsutil.js";
+import { atPath, ensureDir, ensureDirIn, writeCacheFile } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
@@ -341,7 +341,7 @@ function captureFiles(s: CaptureScope, reserved: Reserved): StagedFile[] {
         continue;
       }
       const dest = join(s.staging, path);
-      ensureDir(join(dest, ".."));
+      ensureDirIn(s.staging, join(dest, ".."));
       try {
         copyFileSync(f, dest);
       } catch (e) {
@@ -437,7 +437,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
   const key = state && createHash("sha256").update(JSON.stringify([w.uncommitted, s.lc.config.secretScan, [...s.credentialFiles.keys()], repoDir, state.key])).digest("hex");
   const known = key ? knownCapture(s.home, live) : undefined;
   if (key && known && known.key === key) {
-    ensureDir(join(s.staging, "workspace"));
+    ensureDirIn(s.staging, join(s.staging, "workspace"));
     const staged = known.files.map((f): StagedFile => (atPath(join(s.staging, f.path), () => writeFileSync(join(s.staging, f.path), f.bytes)), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
     return { staged, ...known.result };
   }
@@ -487,7 +487,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     // the workspace's git commands run in child processes while the databases are copied here
     wsCapture = live ? captureWs(scope, live, repoDir) : null;
     wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
-    ensureDir(join(staging, "db"));
+    ensureDirIn(staging, join(staging, "db"));
     // every database at one instant, then one record each
     if (cfg.databases.length)
       cut = await snapshotDatabases(
@@ -538,7 +538,7 @@ async function captureSources(lc: LoadedConfig, staging: string, warnings: strin
   const caps = await Promise.all(
     lc.config.sources.map(async (s) => {
       const dir = join(staging, "sources", s.name);
-      ensureDir(dir);
+      ensureDirIn(staging, dir);
       const target = targetIsFolder(s.kind) ? lc.resolve(s.path!) : resolveReference(s.url!, lc.dir);
       return { s, cap: await driverFor(s.kind).capture(s, target, dir) };
     }),
@@ -874,6 +874,12 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     dbs.forEach((d, i) => d.sums && sumStores.get(d.name)!.commit(snapshotId, d.delta?.meta.full_pages_sha256 ?? written.components[i]!.sha256, d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize));
     if (other && (dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
     return { ...receipt, path: published.path };
+  } catch (e) {
+    // a repository renamed, deleted or unmounted under the run failed it at whatever step came next: say that (10)
+    await o.repo.recheck().catch((gone: unknown) => {
+      if (gone instanceof AgentbakError && gone.code === Exit.notFound) throw gone;
+    });
+    throw e;
   } finally {
     await releasePinned();
     await Promise.allSettled(removals);

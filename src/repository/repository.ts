@@ -8,7 +8,7 @@
  * interrupted backup, copy or compact never shows up and `latest` never moves
  * to a half-written bundle.
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { hostname, userInfo } from "node:os";
 import { verifyBundle, verifyLayout, type VerifiedBundle } from "../bundle/reader.js";
 import { readLayoutRanges } from "../bundle/outer.js";
@@ -123,7 +123,9 @@ export class Repository {
   private constructor(
     readonly store: ObjectStore,
     /** where verified headers are kept on disk (AGENTBAK_HOME), for the next process */
-    private readonly cacheDir?: string,
+    private readonly cacheDir: string | undefined,
+    /** the id its marker (REPO_CONFIG) had when opened; null for a repository of agentbak 0.1, which had none */
+    private readonly id: string | null,
   ) {}
 
   /** Where the repository is, for people and for records. */
@@ -137,19 +139,39 @@ export class Repository {
    */
   static async open(location: string, opts: { cacheDir?: string } = {}): Promise<Repository> {
     const store = await openStore(location);
-    const repo = new Repository(store, opts.cacheDir);
     const cfg = await store.get(REPO_CONFIG);
     // repositories in object storage made by agentbak 0.1 had no config object
     if (!cfg && (await store.list("agents/")).length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
-    return repo;
+    return new Repository(store, opts.cacheDir, cfg && repositoryId(cfg));
   }
 
   /** Creates the repository at `location` if it does not exist (idempotent). @returns whether it was created. */
   static async init(location: string, opts: { cacheDir?: string } = {}): Promise<{ repo: Repository; created: boolean }> {
-    const store = await openStore(location);
-    const body = JSON.stringify({ format: "agentbak-repository", version: LAYOUT_VERSION, created_at: new Date().toISOString() }, null, 2) + "\n";
+    const store = await openStore(location, { create: true });
+    const body = JSON.stringify({ format: "agentbak-repository", version: LAYOUT_VERSION, id: randomBytes(16).toString("hex"), created_at: new Date().toISOString() }, null, 2) + "\n";
     const created = await store.put(REPO_CONFIG, body, { ifNoneMatch: true });
-    return { repo: new Repository(store, opts.cacheDir), created };
+    const cfg = created ? Buffer.from(body) : await store.get(REPO_CONFIG);
+    return { repo: new Repository(store, opts.cacheDir, cfg && repositoryId(cfg)), created };
+  }
+
+  /**
+   * Checks that the repository is still where it was opened, and is the same
+   * one (its marker's id): a long-running process (the agent interface's
+   * server) calls it before every operation, and publish before it writes and
+   * again before it commits, so a repository renamed, deleted, unmounted or
+   * replaced meanwhile is "not found", never begun again, listed as empty or
+   * reported committed.
+   * @throws AgentbakError(10) when it is gone or another one; UnreachableError when the store does not answer.
+   */
+  async recheck(): Promise<void> {
+    const cfg = await this.store.get(REPO_CONFIG);
+    if (!cfg) {
+      if (this.id === null && (await this.store.list("agents/")).length > 0) return;
+      throw notFound(`repository not found: ${this.location} (its ${REPO_CONFIG} is gone since this process opened it: moved, deleted or unmounted?)`);
+    }
+    const now = repositoryId(cfg);
+    if (this.id !== null && now !== this.id)
+      throw notFound(`repository at ${this.location} is not the repository this process opened (id ${this.id}, now ${now}): it was replaced; restart to use the new one`);
   }
 
   // ---- small records ----
@@ -473,6 +495,7 @@ export class Repository {
     // a Ctrl-C that came while the bundle was written (on a local disk, work that may never yield) ends the run
     // here, before anything of the snapshot is in the repository
     await letInterruptsIn();
+    await this.recheck();
     const dir = snapshotsDir(a);
     const key = keys.bundle(dir, p.snapshotId);
     const path = `${this.location}/${key}`;
@@ -497,6 +520,7 @@ export class Repository {
       removeTree(tmp);
     }
     await letInterruptsIn(); // a Ctrl-C that came during the upload ends the run here, with nothing committed
+    await this.recheck(); // the repository renamed or unmounted during the upload: the snapshot is not reported committed
     if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
       throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} is already committed in ${this.location}; refusing to overwrite`);
     p.committed?.();
@@ -623,6 +647,17 @@ export class Repository {
       await lock.release();
     }
   }
+}
+
+/** A repository's id: its marker's `id`, or (a marker written before ids) the marker's digest, which no other repository shares. */
+function repositoryId(marker: Buffer): string {
+  try {
+    const id = (JSON.parse(String(marker)) as { id?: unknown }).id;
+    if (typeof id === "string" && id) return id;
+  } catch {
+    /* below */
+  }
+  return createHash("sha256").update(marker).digest("hex").slice(0, 32);
 }
 
 function safeUser(): string | null {

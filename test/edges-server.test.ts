@@ -1,0 +1,227 @@
+// Issue 32, "trust at the edges", the server's points: what `serve`, `mcp`, `verify`, `snapshots`, `backup` and `flush`
+// answer must be true. A repository renamed, emptied or replaced under a running server (folder and bucket); a chain
+// whose link is damaged; a damaged spooled bundle and two flushes at once; a loopback server asked by another Host or
+// Origin, MCP batches, and the OpenAPI document against every answer. Real processes, real sockets, real files.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execa } from "execa";
+import { existsSync, readdirSync, readFileSync, renameSync, rmSync, mkdirSync, writeFileSync, openSync, writeSync, readSync, closeSync, statSync } from "node:fs";
+import { request as httpRequest } from "node:http";
+import { createServer } from "node:net";
+import { randomBytes } from "node:crypto";
+import { join } from "node:path";
+import { BIN, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "./helpers.js";
+import { api, makeToken, mcpStdio, startServer, tool, type Server } from "./agentapi-helpers.js";
+
+const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
+
+/** Every file under `dir`, relative, sorted (a folder tree to compare before and after). */
+function tree(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  return (readdirSync(dir, { recursive: true, withFileTypes: true }) as any[])
+    .filter((e) => e.isFile())
+    .map((e) => join(e.parentPath, e.name).slice(dir.length + 1))
+    .sort();
+}
+
+/** The agent's audit entries of the agent interface, from a repository folder. */
+function auditEntries(repo: string): any[] {
+  const f = join(repo, "tenants/acme/agents/billing-agent/audit.jsonl");
+  if (!existsSync(f)) return [];
+  return readFileSync(f, "utf8").trim().split("\n").map((l) => JSON.parse(l)).filter((e) => e.event === "agent-interface");
+}
+
+/** Flips one bit of a file at `offset` (from the end when negative), in place. */
+function flipByte(file: string, offset: number): void {
+  const fd = openSync(file, "r+");
+  try {
+    const at = offset < 0 ? statSync(file).size + offset : offset;
+    const b = Buffer.alloc(1);
+    readSync(fd, b, 0, 1, at);
+    b[0]! ^= 0x10;
+    writeSync(fd, b, 0, 1, at);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+describe("[E1] a server never reports a lost checkpoint as committed (folder repository)", () => {
+  let a: TestAgent;
+  let srv: Server;
+  let cp: { token: string; id: string };
+  let first: any;
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    cp = await makeToken(a, "acme", "billing-agent", "checkpoint");
+    srv = await startServer(a);
+    const r = await api(srv.url, cp.token, "POST", "/v1/backups", { body: { label: "before" } });
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+    first = r.body;
+  }, 120_000);
+  afterAll(async () => {
+    await srv?.stop();
+    a?.cleanup();
+  }, 60_000);
+
+  it("[E1] the receipt names the checkpoint by snapshot id and status URL, never by a path on the server", async () => {
+    expect(first).toMatchObject({ status: "committed", status_url: `/v1/backups/${first.snapshot_id}` });
+    expect(first).not.toHaveProperty("path");
+    expect(JSON.stringify(first)).not.toContain(a.tmp);
+  });
+
+  it("[E1] a repository folder renamed under serve: 404 code 10 'repository not found', never 201, no folder re-created, no empty listing", async () => {
+    const moved = `${a.repo}.moved`;
+    renameSync(a.repo, moved);
+    try {
+      const audited = auditEntries(moved).length;
+      const b = await api(srv.url, cp.token, "POST", "/v1/backups", { body: { label: "lost" } });
+      expect(b.status, JSON.stringify(b.body)).toBe(404);
+      expect(b.body.error.code).toBe(10);
+      expect(b.body.error.message).toMatch(/^repository not found: /);
+      const l = await api(srv.url, cp.token, "GET", "/v1/snapshots");
+      expect(l.status, JSON.stringify(l.body)).toBe(404);
+      expect(l.body.error).toMatchObject({ code: 10 });
+      const g = await api(srv.url, cp.token, "GET", `/v1/backups/${first.snapshot_id}`);
+      expect(g.status).toBe(404);
+      expect(g.body.error.message).toMatch(/^repository not found: /);
+      // nothing was written where the repository was, and nothing into the moved one either
+      expect(existsSync(a.repo), "the repository folder was re-created").toBe(false);
+      expect(auditEntries(moved).length).toBe(audited);
+      expect(srv.log()).toMatch(/audit entry for create_backup .* not written/);
+    } finally {
+      renameSync(moved, a.repo);
+    }
+    // back in place: the same repository, served again
+    const again = await api(srv.url, cp.token, "GET", "/v1/snapshots");
+    expect(again.status).toBe(200);
+    expect(again.body.snapshots.map((s: any) => s.snapshot_id)).toEqual([first.snapshot_id]);
+  });
+
+  it("[E1] an unmounted repository (an empty folder left in its place): 404 code 10, the folder stays empty", async () => {
+    const moved = `${a.repo}.unmounted`;
+    renameSync(a.repo, moved);
+    mkdirSync(a.repo);
+    try {
+      const b = await api(srv.url, cp.token, "POST", "/v1/backups", { body: {} });
+      expect(b.status, JSON.stringify(b.body)).toBe(404);
+      expect(b.body.error).toMatchObject({ code: 10 });
+      const l = await api(srv.url, cp.token, "GET", "/v1/snapshots");
+      expect(l.status).toBe(404);
+      expect(readdirSync(a.repo)).toEqual([]);
+    } finally {
+      rmSync(a.repo, { recursive: true });
+      renameSync(moved, a.repo);
+    }
+  });
+
+  it("[E1] another repository initialised in its place is not the one the server opened (id differs): 404 code 10", async () => {
+    const moved = `${a.repo}.old`;
+    renameSync(a.repo, moved);
+    try {
+      const init = await a.run(["init", "--repo", a.repo, "--yes"]);
+      expect(init.code, init.stderr).toBe(0);
+      const before = tree(a.repo);
+      const b = await api(srv.url, cp.token, "POST", "/v1/backups", { body: {} });
+      expect(b.status, JSON.stringify(b.body)).toBe(404);
+      expect(b.body.error.message).toMatch(/is not the repository this process opened/);
+      expect(tree(a.repo)).toEqual(before);
+    } finally {
+      rmSync(a.repo, { recursive: true, force: true });
+      renameSync(moved, a.repo);
+    }
+  });
+
+  it("[E1] a repository renamed during a checkpoint (by the pre hook): 404 code 10, never 201, nothing re-created", async () => {
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    const hooked = join(a.dir, "hooked.json");
+    writeFileSync(hooked, JSON.stringify({ ...cfg, hooks: { pre: [`mv ${a.repo} ${a.repo}.midway`] } }));
+    const s = await startServer(a, ["-c", hooked]);
+    try {
+      const b = await api(s.url, cp.token, "POST", "/v1/backups", { body: { label: "midway" } });
+      expect(b.status, JSON.stringify(b.body)).toBe(404);
+      expect(b.body.error).toMatchObject({ code: 10 });
+      expect(existsSync(a.repo), `re-created: ${tree(a.repo).join(", ")}`).toBe(false);
+      // the moved repository has no snapshot labelled midway committed
+      const listed = json(await a.run(["snapshots", "--json", "--repo", `${a.repo}.midway`]));
+      expect(listed.map((e: any) => e.label)).not.toContain("midway");
+    } finally {
+      await s.stop();
+      renameSync(`${a.repo}.midway`, a.repo);
+    }
+  });
+
+  it("[E1] MCP on stdio: create_backup and list_snapshots on a renamed repository fail with exit status 10", async () => {
+    const c = await mcpStdio(a, ["--tier", "checkpoint"]);
+    try {
+      expect((await tool(c, "list_snapshots")).isError).toBe(false);
+      renameSync(a.repo, `${a.repo}.gone`);
+      try {
+        const r = await tool(c, "create_backup", { label: "lost" });
+        expect(r.isError, r.text).toBe(true);
+        expect(r.data.error).toMatchObject({ code: 10 });
+        expect(r.text).toMatch(/repository not found/);
+        const l = await tool(c, "list_snapshots");
+        expect(l.isError, l.text).toBe(true);
+        expect(l.data.error.code).toBe(10);
+        expect(existsSync(a.repo)).toBe(false);
+      } finally {
+        renameSync(`${a.repo}.gone`, a.repo);
+      }
+    } finally {
+      await c.close();
+    }
+  });
+
+  it("[E1] backup on the command line into a folder removed during the run: exit 10, the folder is not re-created", async () => {
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    const hooked = join(a.dir, "hooked-cli.json");
+    writeFileSync(hooked, JSON.stringify({ ...cfg, hooks: { pre: [`mv ${a.repo} ${a.repo}.cli`] } }));
+    try {
+      const r = await a.run(["backup", "-c", hooked]);
+      expect(r.code, r.stderr).toBe(10);
+      expect(r.stderr).toMatch(/repository not found/);
+      expect(existsSync(a.repo)).toBe(false);
+    } finally {
+      renameSync(`${a.repo}.cli`, a.repo);
+    }
+  });
+});
+
+describe.skipIf(!endpoint)("[E1] a server never reports a lost checkpoint as committed (S3)", () => {
+  let a: TestAgent;
+  let repo: string;
+  const up = () => ({ AGENTBAK_S3_ENDPOINT: endpoint! });
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    const bucket = `edges-${randomBytes(4).toString("hex")}`;
+    await makeBucket(bucket);
+    repo = `s3://${bucket}/repo`;
+    writeFileSync(a.config, JSON.stringify({ ...JSON.parse(readFileSync(a.config, "utf8")), repository: repo }, null, 2));
+    expect((await a.run(["init"], up())).code).toBe(0);
+  }, 180_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E1] a bucket prefix whose repository marker is gone under serve: 404 code 10, not spooled, not committed", async () => {
+    const cp = await makeToken(a, "acme", "billing-agent", "checkpoint");
+    const srv = await startServer(a, [], up());
+    try {
+      const ok = await api(srv.url, cp.token, "POST", "/v1/backups", { body: {} });
+      expect(ok.status, JSON.stringify(ok.body)).toBe(201);
+      const st = await storeAt(repo);
+      for (const k of (await st.list("")) as string[]) await st.delete(k);
+      const b = await api(srv.url, cp.token, "POST", "/v1/backups", { body: { label: "lost" } });
+      expect(b.status, JSON.stringify(b.body)).toBe(404);
+      expect(b.body.error).toMatchObject({ code: 10 });
+      expect(b.body.error.message).toMatch(/^repository not found: s3:\/\//);
+      const l = await api(srv.url, cp.token, "GET", "/v1/snapshots");
+      expect(l.status, JSON.stringify(l.body)).toBe(404);
+      // nothing was written into the bucket, and nothing waits in a spool as if the repository were only down
+      expect(await st.list("")).toEqual([]);
+      const spool = join(a.home, "spool");
+      expect(existsSync(spool) ? tree(spool).filter((f) => f.endsWith(".agentbak")) : []).toEqual([]);
+    } finally {
+      await srv.stop();
+    }
+  });
+});
