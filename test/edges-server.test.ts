@@ -225,3 +225,86 @@ describe.skipIf(!endpoint)("[E1] a server never reports a lost checkpoint as com
     }
   });
 });
+
+/** Where each tar member's data starts and how long it is, by name. */
+function tarMembers(file: string): Map<string, { offset: number; size: number }> {
+  const b = readFileSync(file);
+  const out = new Map<string, { offset: number; size: number }>();
+  for (let at = 0; at + 512 <= b.length && b[at] !== 0; ) {
+    const name = b.subarray(at, at + 100).toString("utf8").replace(/\0.*$/s, "");
+    const size = parseInt(b.subarray(at + 124, at + 136).toString("utf8").replace(/\0.*$/s, "").trim(), 8);
+    out.set(name, { offset: at + 512, size });
+    at += 512 + Math.ceil(size / 512) * 512;
+  }
+  return out;
+}
+
+describe("[E4] verify, snapshots and backup check the whole chain, without keys too", () => {
+  let a: TestAgent;
+  const db = () => join(a.dir, "state", "agent.sqlite");
+  const change = async () => void (await execa("sqlite3", [db(), "CREATE TABLE IF NOT EXISTS edge_rows(x); INSERT INTO edge_rows VALUES (randomblob(3000));"]));
+  const bundle = (id: string) => join(a.repo, SNAPS, `${id}.agentbak`);
+  /** A full snapshot and two incrementals on it: [full, middle, head]. */
+  const chain = async () => {
+    const ids: string[] = [];
+    for (const flag of ["--no-incremental", "--incremental", "--incremental"]) {
+      await change();
+      const r = await a.run(["backup", flag, "--json"]);
+      expect(r.code, r.stderr).toBe(0);
+      ids.push(json(r).snapshot_id);
+    }
+    const [, middle, head] = ids;
+    expect(json(await a.run(["snapshots", "--json"])).find((e: any) => e.snapshot_id === head)).toMatchObject({ parent: middle, status: "ok" });
+    return ids as [string, string, string];
+  };
+  const damages: [string, (file: string) => void, boolean][] = [
+    ["its manifest", (f) => flipByte(f, tarMembers(f).get("manifest.json")!.offset + 40), true],
+    ["its signature", (f) => flipByte(f, tarMembers(f).get("manifest.sig")!.offset + 200), true],
+    ["its payload digest", (f) => flipByte(f, -3000), false],
+  ];
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  for (const [what, damage, listed] of damages) {
+    it(`[E4] a parent whose ${what.replace("its ", "")} is damaged: verify refuses the incremental (13) naming the link, with and without --identity${listed ? "; snapshots shows it invalid (parent <id>: ...)" : ""}; backup --incremental starts a full one and says why`, async () => {
+      const [, middle, head] = await chain();
+      const file = bundle(middle);
+      const original = readFileSync(file);
+      damage(file);
+      try {
+        const keyless = await a.run(["verify", head]);
+        expect(keyless.code, keyless.stdout).toBe(13);
+        expect(keyless.stderr).toContain(`parent snapshot ${middle} of ${head}`);
+        const deep = await a.run(["verify", head, "--identity", a.identity]);
+        expect(deep.code, deep.stdout).toBe(13);
+        expect(deep.stderr).toContain(`parent snapshot ${middle} of ${head}`);
+        if (listed) {
+          const l = json(await a.run(["snapshots", "--json"])).find((e: any) => e.snapshot_id === head);
+          expect(l).toMatchObject({ status: "invalid" });
+          expect(l.problem).toMatch(new RegExp(`^parent ${middle}: `));
+          const human = await a.run(["snapshots"]);
+          expect(human.stdout).toMatch(new RegExp(`${head}.*invalid: parent ${middle}: `));
+        }
+        const r = await a.run(["backup", "--incremental", "--json"]);
+        expect(r.code, r.stderr).toBe(3);
+        const receipt = json(r);
+        expect(receipt).toMatchObject({ kind: "full", parent: null });
+        expect(receipt.full_reason).toContain(middle);
+        expect(r.stderr).toMatch(new RegExp(`full snapshot instead of an incremental: chain of ${head} is not usable \\(.*${middle}`));
+      } finally {
+        writeFileSync(file, original);
+      }
+      expect((await a.run(["verify", head])).code).toBe(0);
+    });
+  }
+
+  it("[E4] verify without keys names the chain it checked", async () => {
+    const [, middle, head] = await chain();
+    const r = json(await a.run(["verify", head, "--json"]));
+    expect(r.checks.find((c: any) => c.name === "chain")).toMatchObject({ ok: true, detail: expect.stringMatching(/^2 parent link\(s\) verified/) });
+    expect(middle).toBeTruthy();
+  });
+});

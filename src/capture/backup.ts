@@ -158,6 +158,10 @@ async function runHooks(cmds: string[], cwd: string, timeoutSeconds: number, pha
 
 /** The parent for an incremental: the latest snapshot, if its whole chain verifies and is short enough; or why not. */
 async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): Promise<{ parent: { snapshot: Snapshot; header: VerifiedBundle } | null; reason: string; link: number; routine?: boolean }> {
+  // the newest snapshot is the chain's head: one that does not verify (itself, or a link below it) is not skipped
+  // for an older one, silently; a full snapshot starts a sound chain and the warning names the link
+  const newest = (await o.repo.list(o.trust, a)).at(-1);
+  if (newest?.status === "invalid") return { parent: null, reason: `chain of ${newest.snapshot_id} is not usable (${newest.problem})`, link: 0 };
   let latest: Snapshot;
   try {
     latest = await o.repo.resolve("latest", o.trust, a);

@@ -314,6 +314,7 @@ export class Repository {
       if (parent && !present.has(`${e.dir}/${parent}`) && !present.has(`${legacy.dir(e.agent_id)}/${parent}`))
         Object.assign(e, { status: "invalid", problem: `chain broken: parent snapshot ${parent} is missing`, problem_code: Exit.verify });
     }
+    brokenLinks(out);
     return out.sort((x, y) => ordinal(x.tenant ?? "", y.tenant ?? "") || ordinal(x.agent_id, y.agent_id) || ordinal(x.snapshot_id, y.snapshot_id));
   }
 
@@ -647,6 +648,31 @@ export class Repository {
       await lock.release();
     }
   }
+}
+
+/**
+ * Marks every snapshot built on a link that does not verify (its signature or
+ * manifest, or a manifest digest other than the one its child recorded) as
+ * invalid, naming the link: `parent <id>: <its problem>`, down the whole chain.
+ * (A link's payload digest is read by verify, restore, drill and backup, not by a listing.)
+ */
+function brokenLinks(list: Snapshot[]): void {
+  const byKey = new Map(list.map((e) => [`${e.dir}/${e.snapshot_id}`, e]));
+  const settled = new Set<Snapshot>();
+  const settle = (e: Snapshot): void => {
+    if (settled.has(e)) return; // once each, and a loop of parent ids ends here
+    settled.add(e);
+    const want = e.header?.manifest.parent;
+    if (!want || e.status === "invalid") return;
+    // a parent may sit in the v1 folder of the same agent; a missing one was marked by the caller
+    const parent = byKey.get(`${e.dir}/${want.snapshot_id}`) ?? byKey.get(`${legacy.dir(e.agent_id)}/${want.snapshot_id}`);
+    if (!parent) return;
+    settle(parent);
+    const problem =
+      parent.status === "invalid" ? parent.problem : parent.header && parent.header.manifestSha256 !== want.manifest_sha256 ? `its manifest is not the one ${e.snapshot_id} recorded (digest differs)` : null;
+    if (problem) Object.assign(e, { status: "invalid", problem: `parent ${parent.snapshot_id}: ${problem}`, problem_code: Exit.verify });
+  };
+  for (const e of list) settle(e);
 }
 
 /** A repository's id: its marker's `id`, or (a marker written before ids) the marker's digest, which no other repository shares. */
