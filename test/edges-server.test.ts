@@ -308,3 +308,104 @@ describe("[E4] verify, snapshots and backup check the whole chain, without keys 
     expect(middle).toBeTruthy();
   });
 });
+
+/** A port on 127.0.0.1 that nothing listens on: connections are refused. */
+async function closedPort(): Promise<string> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return `http://127.0.0.1:${port}`;
+}
+
+describe.skipIf(!endpoint)("[E10] the spool: a damaged bundle is set aside, the rest upload; two flushes at once", () => {
+  let a: TestAgent;
+  let repo: string;
+  let closed: string;
+  const up = () => ({ AGENTBAK_S3_ENDPOINT: endpoint! });
+  const down = () => ({ AGENTBAK_S3_ENDPOINT: closed });
+  const spoolRoot = () => join(a.home, "spool", readdirSync(join(a.home, "spool"))[0]!);
+  const spooled = () => tree(join(spoolRoot(), SNAPS)).filter((f) => f.endsWith(".commit")).map((f) => f.slice(0, -".commit".length));
+  const remote = async () => ((await (await storeAt(repo)).list(`${SNAPS}/`)) as string[]).filter((k) => k.endsWith(".commit")).map((k) => k.slice(SNAPS.length + 1, -".commit".length));
+  const offline = async (n: number) => {
+    const ids: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const r = await a.run(["backup", "--json", "--label", `offline-${i}`], down());
+      expect(r.code, r.stderr).toBe(3);
+      expect(json(r).status).toBe("spooled");
+      ids.push(json(r).snapshot_id);
+    }
+    return ids;
+  };
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    const bucket = `edges-${randomBytes(4).toString("hex")}`;
+    await makeBucket(bucket);
+    repo = `s3://${bucket}/repo`;
+    writeFileSync(a.config, JSON.stringify({ ...JSON.parse(readFileSync(a.config, "utf8")), repository: repo }, null, 2));
+    expect((await a.run(["init"], up())).code).toBe(0);
+    closed = await closedPort();
+  }, 180_000);
+  afterAll(() => a?.cleanup());
+
+  for (const [what, damage] of [
+    ["payload", (f: string) => flipByte(f, -3000)],
+    ["signature", (f: string) => flipByte(f, tarMembers(f).get("manifest.sig")!.offset + 200)],
+  ] as const) {
+    it(`[E10] one spooled bundle with a damaged ${what} is named and quarantined (not deleted); the later ones still upload (exit 3)`, async () => {
+      const ids = await offline(3);
+      const victim = ids[1]!;
+      const file = join(spoolRoot(), SNAPS, `${victim}.agentbak`);
+      damage(file);
+      const damaged = readFileSync(file);
+      const f = await a.run(["flush", "--json"], up());
+      expect(f.code, f.stderr).toBe(3);
+      const [res] = json(f);
+      expect(res.flushed).toEqual([ids[0], ids[2]]);
+      expect(res.quarantined).toEqual([{ snapshot_id: victim, problem: expect.any(String), path: expect.stringContaining(join(a.home, "spool")) }]);
+      expect(res.quarantined[0].problem).toMatch(what === "payload" ? /payload\.age: digest mismatch/ : /manifest\.sig/);
+      expect(await remote()).toEqual(expect.arrayContaining([ids[0], ids[2]]));
+      expect(await remote()).not.toContain(victim);
+      expect(spooled()).toEqual([]);
+      // set aside byte for byte, with the reason beside it
+      expect(readFileSync(res.quarantined[0].path).equals(damaged)).toBe(true);
+      expect(JSON.parse(readFileSync(res.quarantined[0].path.replace(/\.agentbak$/, ".problem.json"), "utf8"))).toMatchObject({ snapshot_id: victim, problem: res.quarantined[0].problem });
+      const human = await a.run(["flush"], up());
+      expect(human.code).toBe(0); // nothing left to do, the quarantined one is not retried
+    });
+  }
+
+  it("[E10] a damaged spooled link takes the incrementals built on it aside too, named; what it does not carry uploads", async () => {
+    const ids: string[] = [];
+    for (const flag of ["--no-incremental", "--incremental", "--incremental"]) {
+      await execa("sqlite3", [join(a.dir, "state", "agent.sqlite"), "CREATE TABLE IF NOT EXISTS edge_rows(x); INSERT INTO edge_rows VALUES (randomblob(3000));"]);
+      const r = await a.run(["backup", flag, "--json"], down());
+      expect(r.code, r.stderr).toBe(3);
+      ids.push(json(r).snapshot_id);
+    }
+    const [full, middle, head] = ids as [string, string, string];
+    flipByte(join(spoolRoot(), SNAPS, `${middle}.agentbak`), -3000);
+    const f = await a.run(["flush"], up());
+    expect(f.code, f.stderr).toBe(3);
+    expect(f.stderr).toContain(`spooled snapshot ${middle} does not verify, set aside (not uploaded, not deleted)`);
+    expect(f.stderr).toMatch(new RegExp(`spooled snapshot ${head} does not verify, set aside .*: parent ${middle} was set aside`));
+    expect(await remote()).toContain(full);
+    expect(await remote()).not.toContain(head);
+    expect(spooled()).toEqual([]);
+  });
+
+  it("[E10] two flush runs at once both end 0; each spooled snapshot is uploaded exactly once", async () => {
+    const ids = await offline(3);
+    const [x, y] = await Promise.all([a.run(["flush", "--json"], up()), a.run(["flush", "--json"], up())]);
+    expect(x.code, x.stderr).toBe(0);
+    expect(y.code, y.stderr).toBe(0);
+    const flushed = [...json(x)[0].flushed, ...json(y)[0].flushed];
+    expect([...flushed].sort()).toEqual([...ids].sort()); // each once, by one of them
+    expect(await remote()).toEqual(expect.arrayContaining(ids));
+    expect(spooled()).toEqual([]);
+    // the remote's audit log has one arrival per snapshot
+    const audit = String(await (await storeAt(repo)).get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
+    for (const id of ids) expect(audit.filter((e) => e.event === "copy" && e.snapshot_id === id).length, id).toBe(1);
+  });
+});

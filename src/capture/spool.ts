@@ -61,7 +61,8 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
   downUntil.delete(o.location);
   await noteCommitted(spool, a, receipt, o.idempotencyKey);
   try {
-    await flushSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey, waitMs: 0 });
+    const f = await flushSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey, waitMs: 0 });
+    for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside (not uploaded, not deleted) in ${q.path}: ${q.problem}`);
   } catch (e) {
     receipt.warnings.push(`spooled snapshots of ${a.tenant}/${a.agent} not uploaded yet: ${(e as Error).message}`);
   }
