@@ -100,7 +100,7 @@ export const lowerTier = (x: Tier, y: Tier): Tier => (allows(x, y) ? y : x);
 /** One snapshot as the agent sees it: committed in the repository, or spooled locally until it can be uploaded. */
 export interface BackupView {
   snapshot_id: string;
-  status: "committed" | "spooled" | "unchanged";
+  status: "committed" | "spooled";
   sequence: number | null;
   created_at: string | null;
   kind: "full" | "incremental" | null;
@@ -121,7 +121,7 @@ export interface VerifyView {
 }
 
 export interface Results {
-  create_backup: Omit<BackupReceipt, "path">;
+  create_backup: Omit<BackupReceipt, "path" | "status"> & { status: "committed" | "spooled" };
   get_backup: BackupView;
   list_snapshots: { snapshots: BackupView[]; warnings: string[] };
   verify_snapshot: VerifyView;
@@ -226,7 +226,9 @@ export class AgentService {
           incremental: i.incremental,
           waitMs: 0, // the agent hears 423 / "locked" at once and may try again
         });
-        return receipt;
+        // only a run asked to skip an unchanged state answers "unchanged", and a checkpoint never asks
+        if (receipt.status === "unchanged") throw new AgentbakError(Exit.failure, "internal error: a checkpoint was skipped as unchanged");
+        return { ...receipt, status: receipt.status };
       }
       case "get_backup": {
         const id = (input as { snapshot_id: string }).snapshot_id;
