@@ -188,6 +188,38 @@ describe("[E1] a server never reports a lost checkpoint as committed (folder rep
   });
 });
 
+/**
+ * A TCP proxy to the gateway that goes down for good right after it carried the answer to the first request whose
+ * line matches `cut` (every connection closed, new ones refused): an outage at an exact step of a real run.
+ */
+async function cuttingProxy(target: string, cut: RegExp): Promise<{ url: string; cutAt: () => boolean; close(): void }> {
+  const t = new URL(target);
+  const { connect } = await import("node:net");
+  const sockets = new Set<import("node:net").Socket>();
+  let down = false;
+  const server = createServer((client) => {
+    if (down) return void client.destroy();
+    const upstream = connect(Number(t.port), t.hostname);
+    sockets.add(client).add(upstream);
+    let cutting = false;
+    client.on("data", (d) => {
+      if (cut.test(d.toString("latin1").split("\r\n", 1)[0]!)) cutting = true;
+      upstream.write(d);
+    });
+    upstream.on("data", (d) => {
+      client.write(d, () => {
+        if (!cutting || down) return;
+        down = true;
+        for (const s of sockets) s.destroy();
+        server.close();
+      });
+    });
+    for (const s of [client, upstream]) s.on("error", () => undefined).on("close", () => (client.destroy(), upstream.destroy()));
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, cutAt: () => down, close: () => (server.close(), sockets.forEach((s) => s.destroy())) };
+}
+
 describe.skipIf(!endpoint)("[E1] a server never reports a lost checkpoint as committed (S3)", () => {
   let a: TestAgent;
   let repo: string;
@@ -223,6 +255,28 @@ describe.skipIf(!endpoint)("[E1] a server never reports a lost checkpoint as com
       expect(existsSync(spool) ? tree(spool).filter((f) => f.endsWith(".agentbak")) : []).toEqual([]);
     } finally {
       await srv.stop();
+    }
+  });
+
+  it("[E1] the repository unreachable right after a checkpoint's commit: answered committed (same id, a warning), never 'spooled' with a second snapshot", async () => {
+    expect((await a.run(["init"], up())).code).toBe(0); // the previous case emptied the prefix
+    const proxy = await cuttingProxy(endpoint!, /^PUT \S+\.commit[?\s]/);
+    try {
+      const r = await a.run(["backup", "--json", "--idempotency-key", "cut-1"], { AGENTBAK_S3_ENDPOINT: proxy.url });
+      expect(proxy.cutAt(), "the proxy never saw the commit marker").toBe(true);
+      const receipt = json(r);
+      expect(receipt.status, r.stderr).toBe("committed");
+      expect(r.code).toBe(3);
+      expect(receipt.warnings.join("\n")).toMatch(/is committed in s3:.*then the repository became unreachable/);
+      const committed = ((await (await storeAt(repo)).list(`${SNAPS}/`)) as string[]).filter((k) => k.endsWith(".commit"));
+      expect(committed).toEqual([`${SNAPS}/${receipt.snapshot_id}.commit`]);
+      const spool = join(a.home, "spool");
+      expect(existsSync(spool) ? tree(spool).filter((f) => f.endsWith(".agentbak")) : []).toEqual([]);
+      // the key answers with that snapshot once the repository is back
+      const again = json(await a.run(["backup", "--json", "--idempotency-key", "cut-1"], up()));
+      expect(again).toMatchObject({ snapshot_id: receipt.snapshot_id, repeated: true, status: "committed" });
+    } finally {
+      proxy.close();
     }
   });
 });

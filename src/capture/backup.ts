@@ -85,6 +85,11 @@ export interface BackupOptions {
   /** no new snapshot when nothing changed since this host's last one (capture/unchanged.ts), as restic's --skip-if-unchanged */
   skipUnchanged?: boolean;
   progress?: (phase: string) => void;
+  /**
+   * Called with the receipt the moment the commit marker is written: from then on the snapshot exists, whatever
+   * fails after it (the audit entry, the lock's release), and the caller must not report it lost or take it again.
+   */
+  onCommitted?: (receipt: BackupReceipt) => void;
 }
 
 /** A time-sortable snapshot id: UTC time to the millisecond plus 32 random bits. */
@@ -857,7 +862,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const ol = cfg.objectLock;
     const published = await o.repo.publish(a, {
       // an interrupt from here on exits 130 saying the snapshot was committed (it is complete and listed)
-      committed: () => doneBeforeInterrupt(`snapshot ${snapshotId} was committed`),
+      committed: (path) => (doneBeforeInterrupt(`snapshot ${snapshotId} was committed`), o.onCommitted?.({ ...receipt, path })),
       snapshotId,
       file: bundleFile,
       sequence: manifest.sequence,

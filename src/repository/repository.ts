@@ -489,8 +489,8 @@ export class Repository {
       verifyFully?: boolean;
       audit: Record<string, unknown>;
       signingKey: SigningKey | null;
-      /** called once the commit marker is written: the snapshot is complete and visible from here on */
-      committed?: () => void;
+      /** called once the commit marker is written, with where the bundle is: the snapshot is complete and visible from here on */
+      committed?: (path: string) => void;
     },
   ): Promise<Snapshot> {
     // a Ctrl-C that came while the bundle was written (on a local disk, work that may never yield) ends the run
@@ -524,7 +524,7 @@ export class Repository {
     await this.recheck(); // the repository renamed or unmounted during the upload: the snapshot is not reported committed
     if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
       throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} is already committed in ${this.location}; refusing to overwrite`);
-    p.committed?.();
+    p.committed?.(path);
     crashStep("published");
     this.invalidate();
     await this.audit(a, { event: "backup", snapshot_id: p.snapshotId, sequence: p.sequence, ...p.audit }, p.signingKey);
