@@ -5,6 +5,14 @@
  * reaches the repository, or `agentbak flush`, uploads it. Folder repositories
  * are written directly. Both paths are the one backup pipeline, run against
  * two repositories.
+ *
+ * Where the line lies: "unreachable" is no answer from the store (refused,
+ * reset, timed out, DNS, 502/503/504 after retries): the backup spools.
+ * "Gone" is an answer that the repository is not there (no bucket, no
+ * repository marker, or another repository's marker than the one opened):
+ * "repository not found" (10), never spooled, never begun again as an empty
+ * one. A snapshot whose commit marker was written is committed, whatever
+ * fails after it.
  */
 import type { LoadedConfig } from "../config/load.js";
 import { hasCause, UnreachableError } from "../errors.js";
