@@ -624,6 +624,14 @@ describe("[E11] openapi.json lists every status and field the server answers", (
       await call(u, L, 200, "/v1/snapshots", { token: tok.read!.token });
       const req = await call(u, R, 202, "/v1/restores", { token: tok["restore-request"]!.token, headers: { "idempotency-key": "r1" }, body: JSON.stringify({ reason: "test", snapshot: id }) });
       await call(u, Q, 200, `/v1/restores/${req.request_id}`, { token: tok.read!.token });
+      // a request with a decision, and one with an outcome, answer every field of theirs too
+      const denied = await call(u, R, 202, "/v1/restores", { token: tok["restore-request"]!.token, body: JSON.stringify({ reason: "to deny", snapshot: id }) });
+      expect((await a.run(["deny", denied.request_id, "--reason", "not now", "--yes"])).code).toBe(0);
+      expect(await call(u, Q, 200, `/v1/restores/${denied.request_id}`, { token: tok.read!.token })).toMatchObject({ status: "denied", decision: { decision: "denied", reason: "not now" } });
+      const approved = await call(u, R, 202, "/v1/restores", { token: tok["restore-request"]!.token, body: JSON.stringify({ reason: "to approve", snapshot: id }) });
+      const ap = await a.run(["approve", approved.request_id, "--target", join(a.tmp, "restored"), "--yes"]);
+      expect([0, 3], ap.stderr).toContain(ap.code);
+      expect(await call(u, Q, 200, `/v1/restores/${approved.request_id}`, { token: tok.read!.token })).toMatchObject({ status: "restored", outcome: { status: "restored", error: null } });
       // the client's mistakes
       await call(u, B, 400, "/v1/backups", { token: tok.checkpoint!.token, body: JSON.stringify({ incremental: "yes" }) });
       await call(u, G, 400, "/v1/backups/not-an-id", { token: tok.read!.token });
