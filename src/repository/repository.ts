@@ -141,7 +141,8 @@ export class Repository {
     const store = await openStore(location);
     const cfg = await store.get(REPO_CONFIG);
     // repositories in object storage made by agentbak 0.1 had no config object
-    if (!cfg && (await store.list("agents/")).length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
+    const v01 = cfg ? [] : await store.list("agents/").catch((e: unknown) => (e instanceof AgentbakError && e.code === Exit.notFound ? [] : Promise.reject(e)));
+    if (!cfg && v01.length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
     return new Repository(store, opts.cacheDir, cfg && repositoryId(cfg));
   }
 

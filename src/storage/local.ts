@@ -42,7 +42,7 @@ export class LocalStore implements ObjectStore {
   /** @throws AgentbakError(10) when the folder is gone (or is no folder): nothing is written where it was. */
   private present(): void {
     const st = statSync(this.root, { throwIfNoEntry: false });
-    if (!st?.isDirectory()) throw notFound(`repository not found: ${this.root} (the folder is gone)`);
+    if (!st?.isDirectory()) throw notFound(`repository not found: ${this.root} (no such folder)`);
   }
 
   async put(key: string, body: Buffer | string, opts: { ifNoneMatch?: boolean } = {}): Promise<boolean> {
