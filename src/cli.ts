@@ -558,6 +558,8 @@ function addAgentInterface(program: Command, result: { code: ExitCode }): void {
     ["agentbak flush", "agentbak flush --repo s3://backups/fleet --json"],
   ).action(async (o) => {
     const { flush } = await import("./commands/flush.js");
-    await show(o, await flush(o), (await ui()).flushed);
+    const r = await flush(o);
+    await show(o, r, (await ui()).flushed);
+    if (r.some((f) => f.quarantined.length)) result.code = Exit.warnings; // a damaged spooled bundle was set aside
   });
 }

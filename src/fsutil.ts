@@ -36,6 +36,16 @@ export function ensureDir(dir: string, mode?: number): void {
 }
 
 /**
+ * ensureDir for a folder inside `root` (a staging folder): `root` itself is
+ * never made, so work under a folder that was moved away (with the repository
+ * it sits in) fails with ENOENT instead of building the tree again where it was.
+ */
+export function ensureDirIn(root: string, dir: string): void {
+  if (!statSync(root, { throwIfNoEntry: false })?.isDirectory()) throw Object.assign(new Error(`ENOENT: no such file or directory, mkdir '${dir}'`), { code: "ENOENT", path: root, syscall: "mkdir" });
+  ensureDir(dir);
+}
+
+/**
  * Runs `f` on the file `p`: a system error that names no path (a failed
  * read(2) or write(2) knows only its descriptor) is given this one, so the
  * user is told which file the disk failed on. @returns what `f` returns.

@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { json, makeAgent, ROOT, type TestAgent } from "./helpers.js";
+import { json, makeAgent, ROOT, SNAPS, type TestAgent } from "./helpers.js";
 import { mcpStdio, tool } from "./agentapi-helpers.js";
 
 let a: TestAgent;
@@ -25,6 +25,8 @@ afterAll(async () => {
 }, 60_000);
 
 const snapshots = async () => json<any[]>(await a.run(["snapshots", "--json"]));
+/** Where a checkpoint's bundle is: the agent is told the snapshot id, not a path on the server. */
+const bundleFile = (id: string) => `${a.repo}/${SNAPS}/${id}.agentbak`;
 const manifestSha = async (bundle: string) => createHash("sha256").update((await execa("tar", ["xOf", await a.file(bundle), "manifest.json"], { encoding: "buffer" })).stdout).digest("hex");
 
 describe("tools and tiers", () => {
@@ -70,7 +72,8 @@ describe("checkpoints through MCP", () => {
     first = r.data;
     expect(first).toMatchObject({ status: "committed", repeated: false, tenant: "acme", agent_id: "billing-agent", kind: "full", parent: null, sequence: 1 });
     expect(first.created_at).toMatch(/^\d{4}-\d\d-\d\dT/);
-    expect(first.manifest_sha256).toBe(await manifestSha(first.path));
+    expect(first).not.toHaveProperty("path");
+    expect(first.manifest_sha256).toBe(await manifestSha(bundleFile(first.snapshot_id)));
     const listed = (await snapshots()).find((s) => s.snapshot_id === first.snapshot_id);
     expect(listed).toMatchObject({ status: "ok", label: "after step 1", sequence: 1 });
   });
@@ -98,7 +101,7 @@ describe("checkpoints through MCP", () => {
 
   it("verify_snapshot reports a damaged bundle as not ok", async () => {
     const c = await tool(clients.checkpoint!, "create_backup", { label: "to damage" });
-    const file = c.data.path;
+    const file = bundleFile(c.data.snapshot_id);
     const b = readFileSync(file);
     b[b.length - 3000]! ^= 1; // inside the payload: the header still verifies, the payload digest does not
     (await import("node:fs")).writeFileSync(file, b);
@@ -157,7 +160,7 @@ describe("checkpoints of a long-running server", () => {
   const checkpoint = async (label: string) => {
     const r = await tool(clients.checkpoint!, "create_backup", { label });
     expect(r.isError, r.text).toBe(false);
-    return { receipt: r.data, m: await manifest(r.data.path) };
+    return { receipt: r.data, m: await manifest(bundleFile(r.data.snapshot_id)) };
   };
 
   it("reuse the workspace capture only while the workspace is unchanged: every manifest matches the live tree", async () => {

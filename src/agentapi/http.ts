@@ -5,14 +5,22 @@
  * schemas, from which the OpenAPI document at /v1/openapi.json is generated.
  * Errors answer with the status that fits and `{"error": {code, message}}`,
  * where code is the documented exit status.
+ *
+ * A server on a loopback address answers only requests addressed to it (Host:
+ * its address or localhost, with its port) and, when a browser says where a
+ * request comes from (Origin), only from there: a page of another site whose
+ * name resolves to 127.0.0.1 (DNS rebinding) is refused before any token is
+ * looked at. An MCP request is as many calls as the JSON-RPC messages it
+ * carries, at most MAX_MCP_MESSAGES.
  */
-import { serve as listen, type ServerType } from "@hono/node-server";
+import { serve as listen, type HttpBindings, type ServerType } from "@hono/node-server";
 import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { HTTPException } from "hono/http-exception";
 import type { AddressInfo } from "node:net";
-import { AgentbakError, ConflictError, Exit, formatIssues, hasCause, UnreachableError, usageError } from "../errors.js";
+import { AgentbakError, ConflictError, Exit, formatIssues, hasCause, policyError, UnreachableError, usageError } from "../errors.js";
+import { NOT_CAPTURED_REASONS } from "../bundle/manifest.js";
 import { TOOL_VERSION } from "../version.js";
 import { mcpOverHttp } from "./mcp.js";
 import { INPUTS, lowerTier, type AgentService, type Caller, type Operation, type Results, type Tier } from "./service.js";
@@ -20,8 +28,15 @@ import { authenticate } from "./tokens.js";
 
 /** The largest request body accepted (413 beyond it). */
 export const MAX_BODY_BYTES = 64 * 1024;
+/**
+ * The most JSON-RPC messages one MCP request may carry (400 beyond it): each
+ * tool call in a batch is an operation, and an audit entry, of its own; the
+ * SDK alone would take 100, so one request of a read token could add 100
+ * audit entries and run 100 verifications at once.
+ */
+export const MAX_MCP_MESSAGES = 10;
 
-type Env = { Variables: { caller: Caller } };
+type Env = { Bindings: HttpBindings; Variables: { caller: Caller } };
 
 /** The HTTP status for an error of the service. */
 export function httpStatus(e: unknown): 400 | 403 | 404 | 409 | 422 | 423 | 500 | 503 {
@@ -31,42 +46,84 @@ export function httpStatus(e: unknown): 400 | 403 | 404 | 409 | 422 | 423 | 500 
   return code === Exit.usage ? 400 : code === Exit.notFound ? 404 : code === Exit.locked ? 423 : code === Exit.verify ? 422 : code === Exit.policy ? 403 : 500;
 }
 
-const ErrorBody = z.object({ error: z.object({ code: z.number().int().describe("agentbak's exit status for this error"), message: z.string() }) }).openapi("Error");
+const ErrorBody = z.strictObject({ error: z.strictObject({ code: z.number().int().describe("agentbak's exit status for this error"), message: z.string() }) }).openapi("Error");
+/** The error answers of a route: those it lists, and those every route may give. */
 const errors = (...statuses: number[]) =>
-  Object.fromEntries(statuses.map((s) => [s, { description: STATUS_TEXT[s]!, content: { "application/json": { schema: ErrorBody } } }]));
+  Object.fromEntries([...new Set([...statuses, 401, 403, 421, 500])].sort().map((s) => [s, { description: STATUS_TEXT[s]!, content: { "application/json": { schema: ErrorBody } } }]));
 const STATUS_TEXT: Record<number, string> = {
-  400: "bad request",
+  400: "bad request (code 2)",
   401: "no valid bearer token",
-  403: "the token's tier or scope does not allow it, or policy refused it",
-  404: "not found for this agent",
-  409: "idempotency key reused with other parameters",
-  413: "request body too large",
-  422: "the snapshot does not verify",
-  423: "the agent is locked by another backup",
-  503: "the repository can not be reached",
+  403: "the token's tier or scope does not allow it, policy refused it (code 14), or the request came from another origin",
+  404: "not found for this agent, or the repository itself is not found: moved, deleted, unmounted or replaced (code 10)",
+  409: "idempotency key reused with other parameters (code 2)",
+  413: "request body too large (code 2)",
+  421: "the Host is not this server's address (a loopback server answers only to its address and localhost, with its port)",
+  422: "the snapshot, or a repository record it needs, does not verify (code 13)",
+  423: "the agent (or its audit log) is locked by another process (code 11)",
+  500: "internal error, or a failure such as a pre hook that failed (code 1); the server's log has the detail",
+  503: "the repository can not be reached (code 1)",
 };
 const idemHeader = z.object({ "idempotency-key": INPUTS.create_backup.shape.idempotency_key });
 const json = <T extends z.ZodType>(schema: T, description: string) => ({ description, content: { "application/json": { schema } } });
 
+// every field the server answers with, and no other (test/edges-server.test.ts compares real answers with these)
 const Receipt = z
-  .looseObject({
+  .strictObject({
     snapshot_id: z.string(),
-    status: z.enum(["committed", "spooled", "unchanged"]),
+    tenant: z.string(),
+    agent_id: z.string(),
     sequence: z.number().int(),
     created_at: z.string(),
     manifest_sha256: z.string(),
+    payload_sha256: z.string(),
+    size: z.number().int().describe("bytes of the bundle"),
     kind: z.enum(["full", "incremental"]),
     parent: z.string().nullable(),
-    repeated: z.boolean(),
+    databases_read: z.enum(["copy", "in-place"]).nullable(),
+    full_reason: z.string().nullable().describe("why an incremental request made a full snapshot"),
+    repeated: z.boolean().describe("the receipt of an earlier request with the same Idempotency-Key"),
+    status: z.enum(["committed", "spooled"]).describe("spooled: the repository could not be reached; the signed bundle waits on the server's host"),
+    params_sha256: z.string(),
+    not_captured: z.array(z.strictObject({ path: z.string(), reason: z.enum(NOT_CAPTURED_REASONS), detail: z.string() })),
     warnings: z.array(z.string()),
     status_url: z.string(),
   })
   .openapi("BackupReceipt");
 const Backup = z
-  .looseObject({ snapshot_id: z.string(), status: z.enum(["committed", "spooled", "unchanged"]), sequence: z.number().int().nullable(), created_at: z.string().nullable(), verification: z.enum(["ok", "expired", "invalid"]) })
+  .strictObject({
+    snapshot_id: z.string(),
+    status: z.enum(["committed", "spooled"]),
+    sequence: z.number().int().nullable(),
+    created_at: z.string().nullable(),
+    kind: z.enum(["full", "incremental"]).nullable(),
+    parent: z.string().nullable(),
+    label: z.string().nullable(),
+    size: z.number().int(),
+    verification: z.enum(["ok", "expired", "invalid"]).describe("signature, manifest and chain links as the listing reads them; verify_snapshot (MCP) reads payloads too"),
+    problem: z.string().nullable(),
+  })
   .openapi("Backup");
 const Request = z
-  .looseObject({ request_id: z.string(), status: z.enum(["pending", "approved", "denied", "restored", "failed"]), snapshot_id: z.string(), reason: z.string(), status_url: z.string() })
+  .strictObject({
+    request_id: z.string(),
+    tenant: z.string(),
+    agent_id: z.string(),
+    snapshot_id: z.string(),
+    sequence: z.number().int(),
+    reason: z.string(),
+    target: z.string().nullable(),
+    requested_at: z.string(),
+    requested_by: z.string(),
+    idempotency_key: z.string().nullable(),
+    params_sha256: z.string(),
+    status: z.enum(["pending", "approved", "denied", "restored", "failed"]),
+    decision: z.strictObject({ decision: z.enum(["approved", "denied"]), by: z.string(), at: z.string(), reason: z.string().nullable() }).nullable(),
+    outcome: z
+      .strictObject({ status: z.enum(["restored", "failed"]), at: z.string(), target: z.string(), generation: z.number().int().nullable(), error: z.strictObject({ code: z.number().int(), message: z.string() }).nullable() })
+      .nullable(),
+    repeated: z.boolean().optional().describe("in the answer to POST: the request of an earlier POST with the same Idempotency-Key"),
+    status_url: z.string(),
+  })
   .openapi("RestoreRequest");
 
 const routes = {
@@ -76,7 +133,7 @@ const routes = {
     summary: "Take a checkpoint (201 with the receipt; the same Idempotency-Key returns the first receipt)",
     security: [{ bearer: [] }],
     request: { headers: idemHeader, body: { content: { "application/json": { schema: INPUTS.create_backup.omit({ idempotency_key: true }) } }, required: false } },
-    responses: { 201: json(Receipt, "committed, or spooled when the repository is unreachable"), ...errors(400, 401, 403, 409, 413, 423, 503) },
+    responses: { 201: json(Receipt, "committed, or spooled when the repository is unreachable"), ...errors(400, 404, 409, 413, 422, 423) },
   }),
   getBackup: createRoute({
     method: "get",
@@ -84,14 +141,14 @@ const routes = {
     summary: "Status of one snapshot",
     security: [{ bearer: [] }],
     request: { params: z.object({ id: INPUTS.get_backup.shape.snapshot_id }) },
-    responses: { 200: json(Backup, "the snapshot"), ...errors(400, 401, 403, 404, 503) },
+    responses: { 200: json(Backup, "the snapshot"), ...errors(400, 404, 503) },
   }),
   listSnapshots: createRoute({
     method: "get",
     path: "/v1/snapshots",
     summary: "This agent's snapshots",
     security: [{ bearer: [] }],
-    responses: { 200: json(z.object({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...errors(401, 403, 503) },
+    responses: { 200: json(z.strictObject({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...errors(404) },
   }),
   createRestore: createRoute({
     method: "post",
@@ -99,7 +156,7 @@ const routes = {
     summary: "Ask for a restore (202: pending an operator's approval; nothing is restored until then)",
     security: [{ bearer: [] }],
     request: { headers: idemHeader, body: { content: { "application/json": { schema: INPUTS.request_restore.omit({ idempotency_key: true }) } }, required: true } },
-    responses: { 202: json(Request, "recorded, pending approval"), ...errors(400, 401, 403, 404, 409, 413, 422, 503) },
+    responses: { 202: json(Request, "recorded, pending approval"), ...errors(400, 404, 409, 413, 422, 423, 503) },
   }),
   getRestore: createRoute({
     method: "get",
@@ -107,18 +164,46 @@ const routes = {
     summary: "Status of a restore request",
     security: [{ bearer: [] }],
     request: { params: z.object({ id: INPUTS.get_restore_request.shape.request_id }) },
-    responses: { 200: json(Request, "the request"), ...errors(400, 401, 403, 404, 503) },
+    responses: { 200: json(Request, "the request"), ...errors(400, 404, 503) },
   }),
 };
 
 const errorBody = (e: AgentbakError) => ({ error: { code: e.code, message: e.message } });
 
+/** Whether a --listen host is a loopback address (or localhost). */
+const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+
+/**
+ * Why a request is not for this server, or null: on a loopback server a Host
+ * other than its address or localhost with its port; on any server an Origin
+ * (sent by browsers) other than the Host's own.
+ */
+function misdirected(listenHost: string, port: number, host: string | undefined, origin: string | undefined): { status: 403 | 421; message: string } | null {
+  const h = (host ?? "").toLowerCase();
+  const literal = listenHost.includes(":") ? `[${listenHost}]` : listenHost;
+  const mine = new Set([`${literal}:${port}`, `localhost:${port}`, ...(listenHost === "localhost" ? [`127.0.0.1:${port}`, `[::1]:${port}`] : [])]);
+  const shown = (v: string) => JSON.stringify(v.slice(0, 100));
+  if (isLoopback(listenHost) && !mine.has(h))
+    return { status: 421, message: `refused: Host ${shown(host ?? "")} is not this server (${[...mine].join(" or ")}); a page of another site can not reach it through its own name` };
+  if (origin === undefined) return null;
+  let from: string | null = null;
+  try {
+    const u = new URL(origin);
+    from = u.protocol === "http:" ? u.host.toLowerCase() : null;
+  } catch {
+    /* "null" or malformed: from nowhere this server serves */
+  }
+  if (from !== h) return { status: 403, message: `refused: a request from origin ${shown(origin)}, not from this server (http://${h})` };
+  return null;
+}
+
 /**
  * Builds the app.
+ * @param listenHost the host it listens on (a loopback one answers only to its address and localhost)
  * @param maxTier the highest tier any token gets here (a token's own tier may be lower)
  * @param log one line per request (method, path, status, time, token id) and per internal error
  */
-export function buildApp(service: AgentService, o: { home: string; maxTier: Tier; log: (line: string) => void }): OpenAPIHono<Env> {
+export function buildApp(service: AgentService, o: { home: string; listenHost: string; maxTier: Tier; log: (line: string) => void }): OpenAPIHono<Env> {
   const app = new OpenAPIHono<Env>({
     defaultHook: (r, c) => {
       if (!r.success) return c.json(errorBody(usageError(formatIssues(r.error.issues))), 400);
@@ -131,6 +216,12 @@ export function buildApp(service: AgentService, o: { home: string; maxTier: Tier
     await next();
     // the path is the caller's: JSON-quoted, so a %0A in it can not forge a log line
     o.log(`${c.req.method} ${JSON.stringify(c.req.path)} ${c.res.status} ${(performance.now() - t0).toFixed(0)}ms ${c.get("caller")?.by ?? "-"}`);
+  });
+  // before tokens, limits and the audit log: a request for another host, or from another site's page, is not ours to answer
+  app.use("*", async (c, next) => {
+    const bad = misdirected(o.listenHost, c.env.incoming.socket.localPort ?? 0, c.req.header("host"), c.req.header("origin"));
+    if (bad) return c.json(errorBody(policyError(bad.message)), bad.status);
+    await next();
   });
   app.use(
     "*",
@@ -196,6 +287,8 @@ export function buildApp(service: AgentService, o: { home: string; maxTier: Tier
       } catch {
         return c.json(errorBody(usageError("MCP request body is not JSON")), 400);
       }
+      if (Array.isArray(body) && body.length > MAX_MCP_MESSAGES)
+        return c.json(errorBody(usageError(`an MCP request carries at most ${MAX_MCP_MESSAGES} JSON-RPC messages (each call is an operation of its own); this batch has ${body.length}`)), 400);
     }
     return mcpOverHttp(service, c.get("caller"), c.req.raw, body);
   });

@@ -103,7 +103,7 @@ export const lowerTier = (x: Tier, y: Tier): Tier => (allows(x, y) ? y : x);
 /** One snapshot as the agent sees it: committed in the repository, or spooled locally until it can be uploaded. */
 export interface BackupView {
   snapshot_id: string;
-  status: "committed" | "spooled" | "unchanged";
+  status: "committed" | "spooled";
   sequence: number | null;
   created_at: string | null;
   kind: "full" | "incremental" | null;
@@ -124,7 +124,7 @@ export interface VerifyView {
 }
 
 export interface Results {
-  create_backup: BackupReceipt;
+  create_backup: Omit<BackupReceipt, "path" | "status"> & { status: "committed" | "spooled" };
   get_backup: BackupView;
   list_snapshots: { snapshots: BackupView[]; warnings: string[] };
   verify_snapshot: VerifyView;
@@ -205,7 +205,8 @@ export class AgentService {
     try {
       // a spooled checkpoint is recorded where its bundle waits (the repository is down)
       const spooled = (result as { status?: unknown } | undefined)?.status === "spooled";
-      await (spooled ? await openSpool(h.home, h.location) : await h.repository()).audit(a, entry, h.signingKey);
+      // written only into the very repository the server opened: one gone or replaced gets no entry (the server's log says so)
+      await (spooled ? await openSpool(h.home, h.location) : await this.present(h)).audit(a, entry, h.signingKey);
     } catch (e) {
       this.log(`audit entry for ${op} by ${caller.by} not written to ${h.location}: ${(e as Error).message}`);
     }
@@ -215,7 +216,8 @@ export class AgentService {
     switch (op) {
       case "create_backup": {
         const i = input as z.infer<(typeof INPUTS)["create_backup"]>;
-        return backupOrSpool(h.lc, {
+        // the agent knows its checkpoint by snapshot id (and status URL), not by a path on the server
+        const { path: _path, ...receipt } = await backupOrSpool(h.lc, {
           location: h.location,
           repository: () => this.fresh(h),
           trust: h.trust,
@@ -227,6 +229,9 @@ export class AgentService {
           incremental: i.incremental,
           waitMs: 0, // the agent hears 423 / "locked" at once and may try again
         });
+        // only a run asked to skip an unchanged state answers "unchanged", and a checkpoint never asks
+        if (receipt.status === "unchanged") throw new AgentbakError(Exit.failure, "internal error: a checkpoint was skipped as unchanged");
+        return { ...receipt, status: receipt.status };
       }
       case "get_backup": {
         const id = (input as { snapshot_id: string }).snapshot_id;
@@ -276,8 +281,15 @@ export class AgentService {
 
   /** The repository, listing afresh: other processes (a cron backup, an operator's approve) write it too. */
   private async fresh(h: AgentHandle): Promise<Repository> {
-    const repo = await h.repository();
+    const repo = await this.present(h);
     repo.refresh();
+    return repo;
+  }
+
+  /** The repository, checked to be still there and the same one (a folder renamed or unmounted under the server is 10, never an empty one). */
+  private async present(h: AgentHandle): Promise<Repository> {
+    const repo = await h.repository();
+    await repo.recheck();
     return repo;
   }
 

@@ -90,7 +90,8 @@ export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: T
     try {
       path = await links(p.snapshot_id);
     } catch (e) {
-      if (e instanceof AgentbakError && e.code === Exit.notFound) throw verifyError(`${what} is missing`);
+      // a link the repository already found damaged is named like one found here
+      if (e instanceof AgentbakError) throw e.code === Exit.notFound ? verifyError(`${what} is missing`) : new AgentbakError(e.code, `${what}: ${e.message}`);
       throw e;
     }
     let pv: VerifiedBundle;

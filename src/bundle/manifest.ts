@@ -86,9 +86,12 @@ export const CaptureInstantSchema = z.strictObject({
 });
 
 /** A path the backup deliberately left out, and why (`detail`: the credential reference, the exclude pattern, ...). */
+/** Why something was deliberately left out of a bundle. */
+export const NOT_CAPTURED_REASONS = ["credential", "exclude", "repository", "nested-git"] as const;
+
 export const NotCapturedSchema = z.strictObject({
   path: z.string().check(z.maxLength(1024)),
-  reason: z.enum(["credential", "exclude", "repository", "nested-git"]),
+  reason: z.enum(NOT_CAPTURED_REASONS),
   detail: z.string().check(z.maxLength(1024)),
 });
 

@@ -33,7 +33,7 @@ import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/s
 import { namedSource } from "../state/livesnap.js";
 import { snapshotDatabases, type Cut, type Hold, type InPlace, type InPlaceViews } from "../state/sqlite.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
-import { atPath, ensureDir, writeCacheFile } from "../fsutil.js";
+import { atPath, ensureDir, ensureDirIn, writeCacheFile } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
@@ -86,6 +86,11 @@ export interface BackupOptions {
   /** no new snapshot when nothing changed since this host's last one (capture/unchanged.ts), as restic's --skip-if-unchanged */
   skipUnchanged?: boolean;
   progress?: (phase: string) => void;
+  /**
+   * Called with the receipt the moment the commit marker is written: from then on the snapshot exists, whatever
+   * fails after it (the audit entry, the lock's release), and the caller must not report it lost or take it again.
+   */
+  onCommitted?: (receipt: BackupReceipt) => void;
 }
 
 /** A time-sortable snapshot id: UTC time to the millisecond plus 32 random bits. */
@@ -159,6 +164,10 @@ async function runHooks(cmds: string[], cwd: string, timeoutSeconds: number, pha
 
 /** The parent for an incremental: the latest snapshot, if its whole chain verifies and is short enough; or why not. */
 async function chooseParent(o: BackupOptions, a: AgentRef, fullEvery: number): Promise<{ parent: { snapshot: Snapshot; header: VerifiedBundle } | null; reason: string; link: number; routine?: boolean }> {
+  // the newest snapshot is the chain's head: one that does not verify (itself, or a link below it) is not skipped
+  // for an older one, silently; a full snapshot starts a sound chain and the warning names the link
+  const newest = (await o.repo.list(o.trust, a)).at(-1);
+  if (newest?.status === "invalid") return { parent: null, reason: `chain of ${newest.snapshot_id} is not usable (${newest.problem})`, link: 0 };
   let latest: Snapshot;
   try {
     latest = await o.repo.resolve("latest", o.trust, a);
@@ -342,7 +351,7 @@ function captureFiles(s: CaptureScope, reserved: Reserved): StagedFile[] {
         continue;
       }
       const dest = join(s.staging, path);
-      ensureDir(join(dest, ".."));
+      ensureDirIn(s.staging, join(dest, ".."));
       try {
         copyFileSync(f, dest);
       } catch (e) {
@@ -438,7 +447,7 @@ async function captureWs(s: CaptureScope, live: string, repoDir: string | null):
   const key = state && createHash("sha256").update(JSON.stringify([w.uncommitted, s.lc.config.secretScan, [...s.credentialFiles.keys()], repoDir, state.key])).digest("hex");
   const known = key ? knownCapture(s.home, live) : undefined;
   if (key && known && known.key === key) {
-    ensureDir(join(s.staging, "workspace"));
+    ensureDirIn(s.staging, join(s.staging, "workspace"));
     const staged = known.files.map((f): StagedFile => (atPath(join(s.staging, f.path), () => writeFileSync(join(s.staging, f.path), f.bytes)), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
     return { staged, ...known.result };
   }
@@ -488,7 +497,7 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
     // the workspace's git commands run in child processes while the databases are copied here
     wsCapture = live ? captureWs(scope, live, repoDir) : null;
     wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
-    ensureDir(join(staging, "db"));
+    ensureDirIn(staging, join(staging, "db"));
     // every database at one instant, then one record each
     if (cfg.databases.length)
       cut = await snapshotDatabases(
@@ -539,7 +548,7 @@ async function captureSources(lc: LoadedConfig, staging: string, warnings: strin
   const caps = await Promise.all(
     lc.config.sources.map(async (s) => {
       const dir = join(staging, "sources", s.name);
-      ensureDir(dir);
+      ensureDirIn(staging, dir);
       const target = targetIsFolder(s.kind) ? lc.resolve(s.path!) : resolveReference(s.url!, lc.dir);
       return { s, cap: await driverFor(s.kind).capture(s, target, dir) };
     }),
@@ -856,7 +865,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const ol = cfg.objectLock;
     const published = await o.repo.publish(a, {
       // an interrupt from here on exits 130 saying the snapshot was committed (it is complete and listed)
-      committed: () => doneBeforeInterrupt(`snapshot ${snapshotId} was committed`),
+      committed: (path) => (doneBeforeInterrupt(`snapshot ${snapshotId} was committed`), o.onCommitted?.({ ...receipt, path })),
       snapshotId,
       file: bundleFile,
       sequence: manifest.sequence,
@@ -877,6 +886,12 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     dbs.forEach((d, i) => d.sums && sumStores.get(d.name)!.commit(snapshotId, d.delta?.meta.full_pages_sha256 ?? written.components[i]!.sha256, d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize));
     if (other && (dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path: published.path } });
     return { ...receipt, path: published.path };
+  } catch (e) {
+    // a repository renamed, deleted or unmounted under the run failed it at whatever step came next: say that (10)
+    await o.repo.recheck().catch((gone: unknown) => {
+      if (gone instanceof AgentbakError && gone.code === Exit.notFound) throw gone;
+    });
+    throw e;
   } finally {
     await releasePinned();
     await Promise.allSettled(removals);

@@ -5,6 +5,14 @@
  * reaches the repository, or `agentbak flush`, uploads it. Folder repositories
  * are written directly. Both paths are the one backup pipeline, run against
  * two repositories.
+ *
+ * Where the line lies: "unreachable" is no answer from the store (refused,
+ * reset, timed out, DNS, 502/503/504 after retries): the backup spools.
+ * "Gone" is an answer that the repository is not there (no bucket, no
+ * repository marker, or another repository's marker than the one opened):
+ * "repository not found" (10), never spooled, never begun again as an empty
+ * one. A snapshot whose commit marker was written is committed, whatever
+ * fails after it.
  */
 import type { LoadedConfig } from "../config/load.js";
 import { hasCause, UnreachableError } from "../errors.js";
@@ -44,13 +52,17 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
   const spool = await openSpool(o.home, o.location);
   let remote: Repository;
   let receipt: BackupReceipt;
+  let landed: BackupReceipt | undefined;
   try {
     if ((downUntil.get(o.location) ?? 0) > Date.now()) throw new UnreachableError(`${o.location} was unreachable moments ago; trying it again in at most ${RETRY_AFTER_MS / 1000} s`);
     remote = await o.repository();
     // spooled snapshots (and the sequence last committed) come before this one
-    receipt = await runBackup(lc, { ...o, repo: remote, sequenceFloor: Math.max(o.sequenceFloor ?? 0, (await spool.nextSequence(a, o.trust)) - 1) });
+    receipt = await runBackup(lc, { ...o, repo: remote, sequenceFloor: Math.max(o.sequenceFloor ?? 0, (await spool.nextSequence(a, o.trust)) - 1), onCommitted: (r) => (landed = r) });
   } catch (e) {
     if (!hasCause(e, UnreachableError)) throw e;
+    // committed, then the repository went away (its audit entry or the lock's release failed): the snapshot is there,
+    // and a second one in the spool would be a duplicate reported as the only one
+    if (landed) return { ...landed, warnings: [...landed.warnings, `snapshot ${landed.snapshot_id} is committed in ${o.location}; then the repository became unreachable (${(e as Error).message}), so its audit entry or lock release may be missing`] };
     if (!downUntil.has(o.location) || downUntil.get(o.location)! <= Date.now()) downUntil.set(o.location, Date.now() + RETRY_AFTER_MS);
     const known = o.idempotencyKey ? await remoteReceipt<BackupReceipt>(spool, a, o.idempotencyKey) : undefined;
     if (known) return replay(known, o);
@@ -61,7 +73,8 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
   downUntil.delete(o.location);
   await noteCommitted(spool, a, receipt, o.idempotencyKey);
   try {
-    await flushSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey, waitMs: 0 });
+    const f = await flushSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey, waitMs: 0 });
+    for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside (not uploaded, not deleted) in ${q.path}: ${q.problem}`);
   } catch (e) {
     receipt.warnings.push(`spooled snapshots of ${a.tenant}/${a.agent} not uploaded yet: ${(e as Error).message}`);
   }

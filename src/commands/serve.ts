@@ -56,7 +56,7 @@ export async function serve(opts: ServeOptions): Promise<never> {
   const first = handles[0]!.lc.config.agentInterface;
   const { host, port } = parseListen(opts.listen ?? first?.listen ?? DEFAULT_LISTEN);
   const maxTier = opts.tier ? parseTier(opts.tier) : "restore-request";
-  const app = buildApp(service, { home: handles[0]!.home, maxTier, log: opts.log });
+  const app = buildApp(service, { home: handles[0]!.home, listenHost: host, maxTier, log: opts.log });
   const { url } = await startHttp(app, host, port);
   opts.onListening({ url, agents: service.served });
   return new Promise<never>(() => undefined);

@@ -1,9 +1,10 @@
-/** `agentbak verify`: signature, manifest and payload digest; with an identity, every component too. */
+/** `agentbak verify`: signature, manifest and payload digest, of the bundle and every link of its chain; with an identity, every component too. */
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Check } from "../bundle/extract.js";
 import type { Manifest } from "../bundle/manifest.js";
 import { warmDigestWorker } from "../bundle/chunks.js";
+import { verifyChain } from "../bundle/chain.js";
 import { verifyBundle } from "../bundle/reader.js";
 import { pidDir } from "../fsutil.js";
 import { context, type GlobalOpts } from "./context.js";
@@ -39,6 +40,12 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
       { name: "payload", ok: true, detail: payloadDetail(v.manifest.payload) },
     ];
     const deep = Boolean(opts.identity || process.env.AGENTBAK_IDENTITY || process.env.AGENTBAK_IDENTITY_FILE);
+    if (!deep && v.manifest.parent) {
+      // every link, without keys too: its signature, manifest, payload digest and the manifest digest its child recorded
+      // (with an identity the extraction below verifies them before it rebuilds the databases through them)
+      const chain = await verifyChain(v, b.links, ctx.trust);
+      checks.push({ name: "chain", ok: true, detail: `${chain.length} parent link(s) verified: signature, manifest, payload digest, and the manifest digest each child recorded` });
+    }
     if (deep) {
       const ids = ctx.identities(opts.identity);
       const tmp = pidDir(tmpdir(), "agentbak-verify");

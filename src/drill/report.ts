@@ -55,7 +55,7 @@ export async function appendReportFile(path: string, body: Record<string, unknow
     if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
   }
   const { line, entry } = nextLine(text, body, key, NS.report);
-  await new LocalStore(dirname(abs)).append(basename(abs), line);
+  await new LocalStore(dirname(abs), { create: true }).append(basename(abs), line);
   return entry;
 }
 

@@ -45,7 +45,9 @@ export function newestDrilled(reportText: string, a: AgentRef): string | null {
  */
 export function planForget(entries: Snapshot[], policy: RetentionPolicy, drilled: string | null): { kept: ForgetResult["kept"]; remove: Snapshot[]; not_removed: ForgetResult["not_removed"] } {
   if (isEmptyPolicy(policy)) throw usageError("no retention rule given: pass --keep-last, --keep-daily, ... or set retention in the config");
-  const valid = entries.filter((e) => e.status !== "invalid");
+  // a bundle whose own signature and manifest verify is subject to retention, even when a link below it is broken
+  // (it can not be restored, and is kept only if a rule keeps it); one that does not verify itself is left alone
+  const valid = entries.filter((e) => e.header !== null);
   const { keep } = applyRetention(valid.map((e) => ({ id: e.snapshot_id, time: new Date(e.created_at!) })), policy);
   const byId = new Map(valid.map((e) => [e.snapshot_id, e]));
   if (drilled && byId.has(drilled)) keep.set(drilled, [...(keep.get(drilled) ?? []), "newest snapshot that passed a drill"]);
@@ -55,7 +57,7 @@ export function planForget(entries: Snapshot[], policy: RetentionPolicy, drilled
     kept: valid.filter((e) => keep.has(e.snapshot_id)).map((e) => ({ snapshot_id: e.snapshot_id, reasons: keep.get(e.snapshot_id)! })),
     remove: valid.filter((e) => !keep.has(e.snapshot_id)).sort((x, y) => (x.snapshot_id < y.snapshot_id ? 1 : -1)),
     not_removed: entries
-      .filter((e) => e.status === "invalid")
+      .filter((e) => e.header === null)
       .map((e) => ({ snapshot_id: e.snapshot_id, reason: `signature or manifest does not verify, left for an operator: ${e.problem}` })),
   };
 }

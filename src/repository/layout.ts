@@ -14,6 +14,8 @@
  *   tenants/<tenant>/agents/<agent>/requests/<id>.json                a restore request (agent interface)
  *   tenants/<tenant>/agents/<agent>/requests/<id>.decision.json       approved or denied, written once
  *   tenants/<tenant>/agents/<agent>/requests/<id>.outcome.json        the last attempt to carry it out
+ *   tenants/<tenant>/agents/<agent>/quarantine/<id>.agentbak          (a spool) a bundle that did not verify, set aside
+ *   tenants/<tenant>/agents/<agent>/quarantine/<id>.problem.json      why
  *
  * Layout v1 (`agents/<agent>/<id>.agentbak`, records under `state/`) is still
  * read: its bundles are listed under the tenant their signed manifest names.
@@ -56,6 +58,8 @@ export const keys = {
   sequence: (a: AgentRef) => `${agentDir(a)}/sequence.json`,
   generation: (a: AgentRef) => `${agentDir(a)}/generation.json`,
   idempotency: (a: AgentRef, kind: "backup" | "restore" | "request", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
+  /** the folder of an agent's idempotency records of one kind, as a listing prefix */
+  idempotencyRecords: (a: AgentRef, kind: "backup" | "restore" | "request") => `${agentDir(a)}/idempotency/${kind}-`,
   lock: (a: AgentRef, name: "agent" | "restore" | "log" | "generation") => `${agentDir(a)}/locks/${name}.lock`,
   audit: (a: AgentRef) => `${agentDir(a)}/audit.jsonl`,
   auditHead: (a: AgentRef) => `${agentDir(a)}/audit.head.json`,
@@ -65,6 +69,8 @@ export const keys = {
   request: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.json`,
   requestDecision: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.decision.json`,
   requestOutcome: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.outcome.json`,
+  quarantine: (a: AgentRef, id: string) => `${agentDir(a)}/quarantine/${id}.agentbak`,
+  quarantineNote: (a: AgentRef, id: string) => `${agentDir(a)}/quarantine/${id}.problem.json`,
 };
 
 /** Layout v1: read, never written. */

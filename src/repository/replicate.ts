@@ -13,8 +13,8 @@ import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { linkReplica } from "./generation.js";
-import { ordinal, type Repository } from "./repository.js";
-import { notFound } from "../errors.js";
+import { ordinal, type Repository, type Snapshot } from "./repository.js";
+import { AgentbakError, Exit, notFound } from "../errors.js";
 
 export interface CopyResult {
   from: string;
@@ -41,9 +41,19 @@ export async function replicate(
     waitMs?: number;
     /** carry each agent's generation record and link the repositories (a copy; a spool's flush does not: the spool is not a replica) */
     linkGenerations?: boolean;
+    /**
+     * Where a snapshot of `src` that does not verify goes (a spool's quarantine), with the reason: it and the
+     * snapshots built on it are handed over instead of ending the run, and the others are still copied.
+     * Without it, a bundle that fails verification ends the run (13).
+     */
+    setAside?: (e: Snapshot, problem: string) => Promise<void>;
   },
 ): Promise<CopyResult> {
-  const picked = (await src.list(trust, { tenant: o.tenant, agent: o.agent }))
+  const listed = await src.list(trust, { tenant: o.tenant, agent: o.agent });
+  const aside = new Set<string>();
+  const putAside = async (e: Snapshot, problem: string) => (aside.add(e.snapshot_id), o.setAside!(e, problem));
+  if (o.setAside) for (const e of listed.filter((x) => x.status === "invalid" && x.tenant !== null)) await putAside(e, e.problem ?? "does not verify");
+  const picked = listed
     .filter((e) => e.status === "ok" && e.header && (o.ids.length === 0 || o.ids.includes(e.snapshot_id)))
     .sort((x, y) => ordinal(x.tenant!, y.tenant!) || ordinal(x.agent_id, y.agent_id) || x.sequence! - y.sequence!);
   // a snapshot named that is not among the verified ones is an error, not "copied 0"
@@ -52,16 +62,33 @@ export async function replicate(
   const res: CopyResult = { from: src.location, to: dst.location, copied: [], skipped: [], warnings: [] };
   for (const e of picked) {
     const a = { tenant: e.tenant!, agent: e.agent_id };
+    const parent = e.header!.manifest.parent?.snapshot_id;
+    if (parent && aside.has(parent)) {
+      await putAside(e, `parent ${parent} was set aside`);
+      continue;
+    }
     if (await dst.committed(a, e.snapshot_id)) {
       res.skipped.push(e.snapshot_id);
       continue;
     }
     const lock = await dst.lock(a, "agent", o.waitMs ?? 60_000);
+    // another run copied it while this one waited for the lock: never sent twice
+    if (await dst.committed(a, e.snapshot_id)) {
+      await lock.release();
+      res.skipped.push(e.snapshot_id);
+      continue;
+    }
     const opened = await src.open(e, trust);
     const tmp = dst.store.tempDir("copy");
     const unregister = removeOnInterrupt(tmp);
     try {
-      await verifyBundle(opened.path, trust); // before it is sent
+      try {
+        await verifyBundle(opened.path, trust); // before it is sent
+      } catch (err) {
+        if (!o.setAside || !(err instanceof AgentbakError) || (err.code !== Exit.verify && err.code !== Exit.policy)) throw err;
+        await putAside(e, err.message);
+        continue;
+      }
       const file = join(tmp, `${e.snapshot_id}.agentbak`);
       copyFileSync(opened.path, file); // publishing may consume the file it is given
       const indexes: [string, Buffer][] = [];

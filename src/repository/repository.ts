@@ -8,7 +8,7 @@
  * interrupted backup, copy or compact never shows up and `latest` never moves
  * to a half-written bundle.
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { hostname, userInfo } from "node:os";
 import { verifyBundle, verifyLayout, type VerifiedBundle } from "../bundle/reader.js";
 import { readLayoutRanges } from "../bundle/outer.js";
@@ -152,7 +152,9 @@ export class Repository {
   private constructor(
     readonly store: ObjectStore,
     /** where verified headers are kept on disk (AGENTBAK_HOME), for the next process */
-    private readonly cacheDir?: string,
+    private readonly cacheDir: string | undefined,
+    /** the id its marker (REPO_CONFIG) had when opened; null for a repository of agentbak 0.1, which had none */
+    private readonly id: string | null,
   ) {}
 
   /** Where the repository is, for people and for records. */
@@ -166,19 +168,40 @@ export class Repository {
    */
   static async open(location: string, opts: { cacheDir?: string } = {}): Promise<Repository> {
     const store = await openStore(location);
-    const repo = new Repository(store, opts.cacheDir);
     const cfg = await store.get(REPO_CONFIG);
     // repositories in object storage made by agentbak 0.1 had no config object
-    if (!cfg && (await store.list("agents/")).length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
-    return repo;
+    const v01 = cfg ? [] : await store.list("agents/").catch((e: unknown) => (e instanceof AgentbakError && e.code === Exit.notFound ? [] : Promise.reject(e)));
+    if (!cfg && v01.length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
+    return new Repository(store, opts.cacheDir, cfg && repositoryId(cfg));
   }
 
   /** Creates the repository at `location` if it does not exist (idempotent). @returns whether it was created. */
   static async init(location: string, opts: { cacheDir?: string } = {}): Promise<{ repo: Repository; created: boolean }> {
-    const store = await openStore(location);
-    const body = JSON.stringify({ format: "agentbak-repository", version: LAYOUT_VERSION, created_at: new Date().toISOString() }, null, 2) + "\n";
+    const store = await openStore(location, { create: true });
+    const body = JSON.stringify({ format: "agentbak-repository", version: LAYOUT_VERSION, id: randomBytes(16).toString("hex"), created_at: new Date().toISOString() }, null, 2) + "\n";
     const created = await store.put(REPO_CONFIG, body, { ifNoneMatch: true });
-    return { repo: new Repository(store, opts.cacheDir), created };
+    const cfg = created ? Buffer.from(body) : await store.get(REPO_CONFIG);
+    return { repo: new Repository(store, opts.cacheDir, cfg && repositoryId(cfg)), created };
+  }
+
+  /**
+   * Checks that the repository is still where it was opened, and is the same
+   * one (its marker's id): a long-running process (the agent interface's
+   * server) calls it before every operation, and publish before it writes and
+   * again before it commits, so a repository renamed, deleted, unmounted or
+   * replaced meanwhile is "not found", never begun again, listed as empty or
+   * reported committed.
+   * @throws AgentbakError(10) when it is gone or another one; UnreachableError when the store does not answer.
+   */
+  async recheck(): Promise<void> {
+    const cfg = await this.store.get(REPO_CONFIG);
+    if (!cfg) {
+      if (this.id === null && (await this.store.list("agents/")).length > 0) return;
+      throw notFound(`repository not found: ${this.location} (its ${REPO_CONFIG} is gone since this process opened it: moved, deleted or unmounted?)`);
+    }
+    const now = repositoryId(cfg);
+    if (this.id !== null && now !== this.id)
+      throw notFound(`repository at ${this.location} is not the repository this process opened (id ${this.id}, now ${now}): it was replaced; restart to use the new one`);
   }
 
   // ---- small records ----
@@ -321,6 +344,7 @@ export class Repository {
       if (parent && !present.has(`${e.dir}/${parent}`) && !present.has(`${legacy.dir(e.agent_id)}/${parent}`))
         Object.assign(e, { status: "invalid", problem: `chain broken: parent snapshot ${parent} is missing`, problem_code: Exit.verify });
     }
+    brokenLinks(out);
     return out.sort((x, y) => ordinal(x.tenant ?? "", y.tenant ?? "") || ordinal(x.agent_id, y.agent_id) || ordinal(x.snapshot_id, y.snapshot_id));
   }
 
@@ -495,13 +519,14 @@ export class Repository {
       verifyFully?: boolean;
       audit: Record<string, unknown>;
       signingKey: SigningKey | null;
-      /** called once the commit marker is written: the snapshot is complete and visible from here on */
-      committed?: () => void;
+      /** called once the commit marker is written, with where the bundle is: the snapshot is complete and visible from here on */
+      committed?: (path: string) => void;
     },
   ): Promise<Snapshot> {
     // a Ctrl-C that came while the bundle was written (on a local disk, work that may never yield) ends the run
     // here, before anything of the snapshot is in the repository
     await letInterruptsIn();
+    await this.recheck();
     const dir = snapshotsDir(a);
     const key = keys.bundle(dir, p.snapshotId);
     const path = `${this.location}/${key}`;
@@ -526,9 +551,10 @@ export class Repository {
       removeTree(tmp);
     }
     await letInterruptsIn(); // a Ctrl-C that came during the upload ends the run here, with nothing committed
+    await this.recheck(); // the repository renamed or unmounted during the upload: the snapshot is not reported committed
     if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
       throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} is already committed in ${this.location}; refusing to overwrite`);
-    p.committed?.();
+    p.committed?.(path);
     crashStep("published");
     this.invalidate();
     await this.audit(a, { event: "backup", snapshot_id: p.snapshotId, sequence: p.sequence, ...p.audit }, p.signingKey);
@@ -723,6 +749,42 @@ export class Repository {
       await lock.release();
     }
   }
+}
+
+/**
+ * Marks every snapshot built on a link that does not verify (its signature or
+ * manifest, or a manifest digest other than the one its child recorded) as
+ * invalid, naming the link: `parent <id>: <its problem>`, down the whole chain.
+ * (A link's payload digest is read by verify, restore, drill and backup, not by a listing.)
+ */
+function brokenLinks(list: Snapshot[]): void {
+  const byKey = new Map(list.map((e) => [`${e.dir}/${e.snapshot_id}`, e]));
+  const settled = new Set<Snapshot>();
+  const settle = (e: Snapshot): void => {
+    if (settled.has(e)) return; // once each, and a loop of parent ids ends here
+    settled.add(e);
+    const want = e.header?.manifest.parent;
+    if (!want || e.status === "invalid") return;
+    // a parent may sit in the v1 folder of the same agent; a missing one was marked by the caller
+    const parent = byKey.get(`${e.dir}/${want.snapshot_id}`) ?? byKey.get(`${legacy.dir(e.agent_id)}/${want.snapshot_id}`);
+    if (!parent) return;
+    settle(parent);
+    const problem =
+      parent.status === "invalid" ? parent.problem : parent.header && parent.header.manifestSha256 !== want.manifest_sha256 ? `its manifest is not the one ${e.snapshot_id} recorded (digest differs)` : null;
+    if (problem) Object.assign(e, { status: "invalid", problem: `parent ${parent.snapshot_id}: ${problem}`, problem_code: Exit.verify });
+  };
+  for (const e of list) settle(e);
+}
+
+/** A repository's id: its marker's `id`, or (a marker written before ids) the marker's digest, which no other repository shares. */
+function repositoryId(marker: Buffer): string {
+  try {
+    const id = (JSON.parse(String(marker)) as { id?: unknown }).id;
+    if (typeof id === "string" && id) return id;
+  } catch {
+    /* below */
+  }
+  return createHash("sha256").update(marker).digest("hex").slice(0, 32);
 }
 
 function safeUser(): string | null {

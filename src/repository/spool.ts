@@ -6,6 +6,12 @@
  * it is sent and read back in full on arrival), after which the spooled copy
  * is removed. There is no second upload path.
  *
+ * A spooled bundle that does not verify (damaged on this host's disk) is set
+ * aside at flush, never deleted: moved to the agent's quarantine folder in the
+ * spool with the reason beside it, together with the snapshots built on it;
+ * the others still upload. One flush of an agent runs at a time (the spool's
+ * agent lock): a second waits, then finds what is left.
+ *
  * A spool also remembers, per agent, the highest sequence committed in the
  * remote and the receipts of idempotency keys the remote answered, so a
  * spooled snapshot continues the remote's sequence and a key first used while
@@ -19,15 +25,18 @@ import type { Trust } from "../crypto/trust.js";
 import { isUrl } from "../storage/open.js";
 import { keys, SPOOL_RECORD } from "./layout.js";
 import { replicate } from "./replicate.js";
-import { Repository, type AgentRef } from "./repository.js";
+import { Repository, type AgentRef, type Snapshot } from "./repository.js";
+import { removeTree } from "../cleanup.js";
 
 export interface FlushResult {
   remote: string;
   spool: string;
   /** snapshots uploaded now */
   flushed: string[];
-  /** snapshots the remote already held (an earlier flush that died before cleaning up) */
+  /** snapshots the remote already held (an earlier flush that died before cleaning up, or another flush) */
   already: string[];
+  /** spooled snapshots that do not verify (or build on one that does not): set aside, not uploaded, not deleted */
+  quarantined: { snapshot_id: string; problem: string; path: string }[];
 }
 
 /** Whether backups to `location` spool when it can not be reached: object storage, not a folder. */
@@ -64,24 +73,64 @@ export async function allSpools(home: string): Promise<{ remote: string; spool: 
 
 /**
  * Uploads the spooled snapshots (of one agent, or all) into `remote`, oldest
- * first, and removes each from the spool once it is committed there.
+ * first, and removes each from the spool once it is committed there; sets
+ * aside those that do not verify. Each agent's spool is locked meanwhile.
  * @throws what replication throws: UnreachableError while the remote is still down (what was
  *   flushed before stays flushed), AgentbakError(11) when an agent is locked longer than `waitMs`.
  */
 export async function flushSpool(spool: Repository, remote: Repository, trust: Trust, o: { tenant?: string; agent?: string; signingKey: SigningKey | null; waitMs?: number }): Promise<FlushResult> {
   spool.refresh();
-  const r = await replicate(spool, remote, trust, { ids: [], tenant: o.tenant, agent: o.agent, signingKey: o.signingKey, idempotency: true, waitMs: o.waitMs });
-  const done = new Set([...r.copied, ...r.skipped]);
-  for (const s of await spool.list(trust, { tenant: o.tenant, agent: o.agent })) {
-    if (!done.has(s.snapshot_id)) continue;
-    const a = { tenant: s.tenant!, agent: s.agent_id };
-    const key = s.header?.manifest.idempotency_key;
-    // the key now answers from the remote, with the remote's path
-    const committed = key ? await remote.idempotent<{ snapshot_id: string; sequence: number }>(a, key, trust) : undefined;
-    await noteCommitted(spool, a, committed ?? { snapshot_id: s.snapshot_id, sequence: s.sequence! }, committed ? key! : undefined);
-    await spool.remove(s);
+  const res: FlushResult = { remote: remote.location, spool: spool.location, flushed: [], already: [], quarantined: [] };
+  const agents = new Map<string, AgentRef>();
+  for (const s of await spool.list(trust, { tenant: o.tenant, agent: o.agent })) if (s.tenant) agents.set(`${s.tenant}/${s.agent_id}`, { tenant: s.tenant, agent: s.agent_id });
+  for (const a of agents.values()) {
+    const lock = await spool.lock(a, "agent", o.waitMs ?? 60_000);
+    try {
+      spool.refresh(); // what another flush left, once it let go
+      const setAside = async (s: Snapshot, problem: string) => void res.quarantined.push(await quarantine(spool, s, problem));
+      const r = await replicate(spool, remote, trust, { ids: [], ...a, signingKey: o.signingKey, idempotency: true, waitMs: o.waitMs, setAside });
+      res.flushed.push(...r.copied);
+      res.already.push(...r.skipped);
+      const done = new Set([...r.copied, ...r.skipped]);
+      for (const s of await spool.list(trust, a)) {
+        if (!done.has(s.snapshot_id)) continue;
+        const key = s.header?.manifest.idempotency_key;
+        // the key now answers from the remote, with the remote's path
+        const committed = key ? await remote.idempotent<{ snapshot_id: string; sequence: number }>(a, key, trust) : undefined;
+        await noteCommitted(spool, a, committed ?? { snapshot_id: s.snapshot_id, sequence: s.sequence! }, committed ? key! : undefined);
+        await spool.remove(s);
+      }
+    } finally {
+      await lock.release();
+    }
   }
-  return { remote: remote.location, spool: spool.location, flushed: r.copied, already: r.skipped };
+  return res;
+}
+
+/**
+ * Moves a spooled snapshot that does not verify into the agent's quarantine
+ * folder, bytes unchanged, with the reason beside it; its idempotency record
+ * goes (a key whose snapshot the spool no longer holds reads as committed in
+ * the remote). @returns what flush reports of it.
+ */
+async function quarantine(spool: Repository, s: Snapshot, problem: string): Promise<FlushResult["quarantined"][number]> {
+  const a = { tenant: s.tenant!, agent: s.agent_id };
+  const key = keys.quarantine(a, s.snapshot_id);
+  const tmp = spool.store.tempDir("quarantine");
+  try {
+    if (await spool.store.head(s.key)) {
+      const file = join(tmp, `${s.snapshot_id}.agentbak`);
+      await spool.store.download(s.key, file);
+      await spool.store.upload(key, file);
+    }
+  } finally {
+    removeTree(tmp);
+  }
+  await spool.writeJson(keys.quarantineNote(a, s.snapshot_id), { snapshot_id: s.snapshot_id, problem, quarantined_at: new Date().toISOString() });
+  for (const k of await spool.store.list(keys.idempotencyRecords(a, "backup")))
+    if ((await spool.readJson<{ snapshot_id?: string }>(k))?.snapshot_id === s.snapshot_id) await spool.store.delete(k);
+  await spool.remove(s);
+  return { snapshot_id: s.snapshot_id, problem, path: `${spool.location}/${key}` };
 }
 
 /** Records in the spool that `receipt` was committed in the remote: its sequence and, with a key, the receipt. */

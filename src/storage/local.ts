@@ -3,6 +3,11 @@
  * small ones are written to a temp name, fsynced and renamed (or linked, when
  * they must not exist yet); uploads are linked into place with link(2), so
  * an existing object is never overwritten.
+ *
+ * The folder itself is made only when the store is opened to create it
+ * (`init`): a repository folder renamed, deleted or unmounted under a running
+ * process is "not found" (10) at the next write or listing, never begun again
+ * as an empty tree where it was.
  */
 import { appendFileSync, closeSync, copyFileSync, existsSync, linkSync, openSync, readdirSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
 import { dirname, join, resolve, sep } from "node:path";
@@ -17,8 +22,9 @@ export class LocalStore implements ObjectStore {
   readonly root: string;
   readonly inPlace = true;
 
-  constructor(root: string) {
+  constructor(root: string, opts: { create?: boolean } = {}) {
     this.root = resolve(root);
+    if (opts.create) atPath(this.root, () => ensureDir(this.root));
   }
 
   get url(): string {
@@ -33,8 +39,15 @@ export class LocalStore implements ObjectStore {
     return notFound(`object ${key} not found in ${this.root}`);
   }
 
+  /** @throws AgentbakError(10) when the folder is gone (or is no folder): nothing is written where it was. */
+  private present(): void {
+    const st = statSync(this.root, { throwIfNoEntry: false });
+    if (!st?.isDirectory()) throw notFound(`repository not found: ${this.root} (no such folder)`);
+  }
+
   async put(key: string, body: Buffer | string, opts: { ifNoneMatch?: boolean } = {}): Promise<boolean> {
     const p = this.path(key);
+    this.present();
     if (!opts.ifNoneMatch) {
       atPath(p, () => writeFileAtomic(p, body));
       return true;
@@ -50,6 +63,7 @@ export class LocalStore implements ObjectStore {
 
   async upload(key: string, file: string): Promise<void> {
     const p = this.path(key);
+    this.present();
     atPath(p, () => this.link(file, p));
   }
 
@@ -75,6 +89,7 @@ export class LocalStore implements ObjectStore {
 
   async append(key: string, line: string): Promise<void> {
     const p = this.path(key);
+    this.present();
     const created = !existsSync(p);
     ensureDir(dirname(p));
     atPath(p, () => {
@@ -142,8 +157,9 @@ export class LocalStore implements ObjectStore {
     try {
       entries = readdirSync(dir, { withFileTypes: true, recursive: true });
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === "ENOENT") return [];
-      throw e;
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+      this.present(); // a folder of it that does not exist is empty; the repository itself gone is not
+      return [];
     }
     const out: string[] = [];
     for (const e of entries) {
@@ -161,6 +177,7 @@ export class LocalStore implements ObjectStore {
 
   tempDir(tag: string): string {
     // inside the repository: the same filesystem, so an upload is a link
+    this.present();
     try {
       return pidDir(join(this.root, TMP), tag);
     } catch (e) {

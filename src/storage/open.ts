@@ -4,9 +4,10 @@ import type { ObjectStore } from "./store.js";
 
 /**
  * The store for a location: `s3://bucket/prefix` or a local folder.
+ * @param opts.create make the folder of a local store (only `init` does: every other use finds it or fails)
  * @throws AgentbakError(2) for another URL scheme, or credentials in the URL.
  */
-export async function openStore(location: string): Promise<ObjectStore> {
+export async function openStore(location: string, opts: { create?: boolean } = {}): Promise<ObjectStore> {
   // credentials in a repository URL would be echoed by every message naming the repository: refused unshown
   if (isUrl(location) && /^[a-z][a-z0-9+.-]*:\/\/[^/]*@/i.test(location))
     throw usageError("a repository URL must not hold credentials (user:secret@): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead (the URL given is not shown)");
@@ -16,7 +17,7 @@ export async function openStore(location: string): Promise<ObjectStore> {
   }
   if (isUrl(location)) throw usageError(`unsupported repository URL ${location} (a folder or s3://BUCKET/PREFIX)`);
   const { LocalStore } = await import("./local.js");
-  return new LocalStore(location);
+  return new LocalStore(location, opts);
 }
 
 /** Whether `location` names object storage rather than a folder (paths are resolved only for folders). */

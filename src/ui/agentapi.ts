@@ -64,7 +64,10 @@ export function requests(list: RequestStatus[]): void {
 
 export function flushed(list: FlushResult[]): void {
   if (!list.length) ok("nothing spooled");
-  for (const f of list) ok(`${f.flushed.length} spooled snapshot(s) uploaded to ${f.remote}${f.already.length ? `, ${f.already.length} already there` : ""} (spool ${f.spool})`);
+  for (const f of list) {
+    ok(`${f.flushed.length} spooled snapshot(s) uploaded to ${f.remote}${f.already.length ? `, ${f.already.length} already there` : ""} (spool ${f.spool})`);
+    for (const q of f.quarantined) warn(`spooled snapshot ${q.snapshot_id} does not verify, set aside (not uploaded, not deleted) in ${q.path}: ${q.problem}`);
+  }
 }
 
 export function listening(info: { url: string; agents: string[] }): void {
