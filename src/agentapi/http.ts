@@ -117,9 +117,9 @@ const Request = z
     idempotency_key: z.string().nullable(),
     params_sha256: z.string(),
     status: z.enum(["pending", "approved", "denied", "restored", "failed"]),
-    decision: z.strictObject({ decision: z.enum(["approved", "denied"]), by: z.string(), at: z.string(), reason: z.string().nullable() }).nullable(),
+    decision: z.strictObject({ decision: z.enum(["approved", "denied"]), by: z.string(), at: z.string(), reason: z.string().nullable(), target: z.string().nullable().describe("the folder the first approval named (null for a denial)") }).nullable(),
     outcome: z
-      .strictObject({ status: z.enum(["restored", "failed"]), at: z.string(), target: z.string(), generation: z.number().int().nullable(), error: z.strictObject({ code: z.number().int(), message: z.string() }).nullable() })
+      .strictObject({ status: z.enum(["restored", "failed"]), at: z.string(), target: z.string(), generation: z.number().int().nullable(), error: z.strictObject({ code: z.number().int(), message: z.string() }).nullable(), by: z.string().describe("who approved and ran this attempt") })
       .nullable(),
     repeated: z.boolean().optional().describe("in the answer to POST: the request of an earlier POST with the same Idempotency-Key"),
     status_url: z.string(),
