@@ -6,6 +6,7 @@
  * the next run.)
  */
 import { rmSync } from "node:fs";
+import { AgentbakError, Exit } from "./errors.js";
 
 const tasks = new Set<() => void>();
 
@@ -46,6 +47,13 @@ export function stopOnInterrupt<T extends Child>(child: T, o: { group?: boolean 
   if (stopping) kill();
   return child;
 }
+
+/**
+ * Whether an interrupt is being handled: main is stopping the children before
+ * it exits, and the command, whose awaits go on meanwhile (a killed git fails
+ * the step that waited on it), may neither print a result nor commit anything.
+ */
+export const interrupting = (): boolean => stopping;
 
 /** How many tracked children are running. */
 export const liveChildren = (): number => children.size;
@@ -106,12 +114,15 @@ export function doneBeforeInterrupt(what: string): void {
  * follows. Work on a local disk can run from one await to the next without
  * ever yielding: a Ctrl-C during it was handled only after the snapshot was
  * committed. Called before a commit point.
+ * @throws AgentbakError(130) when an interrupt is being handled (its children are being stopped).
  */
 export async function letInterruptsIn(): Promise<void> {
   // two turns: the first immediate may run before this turn's poll phase has read libuv's signal pipe; the
   // second runs after the next poll phase, which has (one turn was not enough: a SIGINT sent before the
   // commit marker was still handled after it)
   for (let i = 0; i < 2; i++) await new Promise((r) => setImmediate(r));
+  // main is stopping children before it exits: the step that follows must not run meanwhile
+  if (stopping) throw new AgentbakError(Exit.interrupted, "interrupted");
 }
 
 /** The line of an interrupted exit: "interrupted", and what was done before it. */

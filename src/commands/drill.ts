@@ -2,6 +2,7 @@
  * `agentbak drill`: prove a bundle recovers; append a signed report entry;
  * write JUnit XML and the CI job summary, also when the drill cannot run.
  */
+import { letInterruptsIn } from "../cleanup.js";
 import { accessSync, appendFileSync, constants } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
 import { configuredEmbeddings } from "../config/schema.js";
@@ -95,6 +96,8 @@ async function run(ref: string, opts: DrillCmdOptions): Promise<DrillCmdResult> 
   }
   let reportFile: string | null = null;
   let index: number | null = null;
+  // a drill interrupted (its children killed, so a check failed) records nothing: 130, not a failed entry
+  await letInterruptsIn();
   if (key) {
     const body = reportBody(r);
     if (typeof opts.report === "string") {

@@ -7,7 +7,7 @@
 import chalk from "chalk";
 import { readFileSync } from "node:fs";
 import type { Ora } from "ora";
-import { onInterrupt } from "../cleanup.js";
+import { interrupting, onInterrupt } from "../cleanup.js";
 import { AgentbakError, Exit, usageError } from "../errors.js";
 import { safe } from "./escape.js";
 
@@ -46,7 +46,7 @@ export function configureColor(noColorFlag: boolean): void {
  * Writes a human line to stderr as given: a caller that styles a line (bold,
  * dim) has passed every piece of outside text in it through safe() first.
  */
-export const say = (line = "") => void process.stderr.write(line + "\n");
+export const say = (line = "") => void (interrupting() || process.stderr.write(line + "\n"));
 // a message line (a warning, a check, an error a stage phrased) may quote an agent's data anywhere in it: escaped whole
 export const warn = (line: string) => say(chalk.yellow("warning: ") + safe(line));
 export const ok = (line: string) => say(chalk.green("✓ ") + safe(line));
@@ -55,10 +55,10 @@ export const dim = (s: string) => chalk.dim(s);
 export const bold = (s: string) => chalk.bold(s);
 
 /** Writes plain text to stdout (for output meant to be piped, like a crontab); outside text in it was passed through safe(). */
-export const out = (text: string) => void process.stdout.write(text);
+export const out = (text: string) => void (interrupting() || process.stdout.write(text));
 
 /** Writes one JSON document (or JSON Lines record) to stdout. */
-export const emitJson = (v: unknown) => void process.stdout.write(JSON.stringify(v) + "\n");
+export const emitJson = (v: unknown) => void (interrupting() || process.stdout.write(JSON.stringify(v) + "\n"));
 
 const spinnable = () => isTTY() && (process.stderr.columns ?? 0) > 0 && foreground();
 
