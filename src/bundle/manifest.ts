@@ -48,7 +48,7 @@ export const ComponentSchema = z.strictObject({
   page_index_sha256: z.optional(sha),
   /**
    * sqlite-delta: the whole rebuilt database — its pages root (format 4 on: SHA-256 over its page size, page count
-   * and each page's digest, see state/pages.ts) or, in earlier formats, its sha256 — and the delta's shape
+   * and each page's digest, see state/pages/pageindex.ts) or, in earlier formats, its sha256 — and the delta's shape
    */
   full_pages_sha256: z.optional(sha),
   full_sha256: z.optional(sha),

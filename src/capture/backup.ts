@@ -25,16 +25,16 @@ import { doneBeforeInterrupt, removeOnInterrupt, removeTree } from "../cleanup.j
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
 import { hasUnsafeText } from "../facts.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
-import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect.js";
-import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/incremental.js";
-import { blockSeed, BlockSumsStore } from "../state/blocks.js";
-import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, pagesRoot, type DeltaBase, type PageIndex, PageHasher, splitPage, type PageSource } from "../state/pages.js";
-import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
-import { namedSource } from "../state/livesnap.js";
-import { snapshotDatabases, type Cut, type Hold, type InPlace, type InPlaceViews } from "../state/sqlite.js";
+import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect/inspect.js";
+import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/pages/delta.js";
+import { blockSeed, BlockSumsStore } from "../state/pages/blocks.js";
+import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, pagesRoot, type DeltaBase, type PageIndex, PageHasher, splitPage, type PageSource } from "../state/pages/pageindex.js";
+import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets/scan.js";
+import { namedSource } from "../state/sqlite/livesnap.js";
+import { snapshotDatabases, type Cut, type Hold, type InPlace, type InPlaceViews } from "../state/sqlite/cut.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
 import { atPath, ensureDir, ensureDirIn, writeCacheFile } from "../fsutil.js";
-import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
+import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */

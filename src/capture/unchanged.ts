@@ -22,7 +22,7 @@ import { join } from "node:path";
 import { writeCacheFile, readFileRegular } from "../fsutil.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgentRef } from "../repository/repository.js";
-import { workspaceState } from "../state/workspace.js";
+import { workspaceState } from "../state/workspace/workspace.js";
 
 /**
  * The state a backup would capture, as one digest: everything but the

@@ -19,7 +19,7 @@ import { ensureDir, fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } fr
 import type { AgentRef, Repository } from "../repository/repository.js";
 import { keys } from "../repository/layout.js";
 import { unreachableWarning } from "../repository/generation.js";
-import { checkCredentials } from "../state/credentials.js";
+import { checkCredentials } from "../state/secrets/credentials.js";
 import { isSource, embeddingChanges, type Manifest } from "../bundle/manifest.js";
 import { manifestSources, parseSourceFlags, restoreSources, type SourceOutcome } from "../bundle/sources.js";
 import { configuredEmbeddings } from "../config/schema.js";

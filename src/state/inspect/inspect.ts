@@ -6,22 +6,22 @@
  */
 import { Worker } from "node:worker_threads";
 import { statSync } from "node:fs";
-import { AgentbakError, Exit } from "../errors.js";
+import { AgentbakError, Exit } from "../../errors.js";
 import { join } from "node:path";
-import { ROOT } from "../version.js";
-import { namedSource, pinnedSource, type PinnedPages } from "./livesnap.js";
-import { BlockSummer, blockSeed } from "./blocks.js";
-import { BtreeCensus, type CensusPart } from "./btree.js";
-import { hashTail, PageHasher, readPages, withPages, type PageIndex, type PageSource, type SumsRef, type TailPart } from "./pages.js";
-import { PageScanner, scanFilePages } from "./pagescan.js";
-import { scanDatabase, type SecretFinding } from "./secrets.js";
-import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "./sqlite.js";
-import { describeOtherFormat, otherFormat, type TimerFormat } from "./timestamps.js";
+import { ROOT } from "../../version.js";
+import { namedSource, pinnedSource, type PinnedPages } from "../sqlite/livesnap.js";
+import { BlockSummer, blockSeed } from "../pages/blocks.js";
+import { BtreeCensus, type CensusPart } from "../sqlite/btree.js";
+import { hashTail, PageHasher, readPages, withPages, type PageIndex, type PageSource, type SumsRef, type TailPart } from "../pages/pageindex.js";
+import { PageScanner, scanFilePages } from "../secrets/pagescan.js";
+import { scanDatabase, type SecretFinding } from "../secrets/scan.js";
+import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "../sqlite/cut.js";
+import { describeOtherFormat, otherFormat, type TimerFormat } from "../sqlite/timestamps.js";
 
 export interface InspectInput {
   /**
    * `indexKey`: compute the page index here (full backups), in the same read as the scan;
-   * `sumsFile`: and write the block sums (state/blocks.ts) there.
+   * `sumsFile`: and write the block sums (state/pages/blocks.ts) there.
    * `scan: false`: leave this database's secret scan to the caller (incrementals scan changed pages only).
    * `integrity: false`: no integrity_check (an incremental the integrity policy does not check); reported as "skipped".
    * `indexAfter`: the page index here holds only the pages after this one; the caller hashes the first ones (a
@@ -188,7 +188,7 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, c
 const idle: Worker[] = [];
 
 /**
- * What the worker thread (inspect-worker.ts) is asked to do. `pin`: open its
+ * What the worker thread (worker.ts) is asked to do. `pin`: open its
  * own read transaction on each live database first and answer `pinned` before
  * inspecting (the caller holds the write locks meanwhile, so it is the
  * caller's instant).

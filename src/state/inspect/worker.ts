@@ -8,11 +8,11 @@
  */
 import Database from "better-sqlite3";
 import { parentPort } from "node:worker_threads";
-import { AgentbakError } from "../errors.js";
+import { AgentbakError } from "../../errors.js";
 import { inspectSnapshot, type WorkerRequest } from "./inspect.js";
-import { pinnedSource } from "./livesnap.js";
-import { hashTail } from "./pages.js";
-import { integrityCheck, joinInstant, openDefensive, releaseAll } from "./sqlite.js";
+import { pinnedSource } from "../sqlite/livesnap.js";
+import { hashTail } from "../pages/pageindex.js";
+import { integrityCheck, joinInstant, openDefensive, releaseAll } from "../sqlite/cut.js";
 
 parentPort!.on("message", (m: WorkerRequest) => {
   try {

@@ -6,13 +6,13 @@
  * transactions (no copy is made).
  */
 import { join } from "node:path";
-import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
-import { BtreeCensus } from "./btree.js";
-import { changedPagesFindings, hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
-import { ChangedPagesScan } from "./pagescan.js";
-import { changedIn, consecutiveRuns, DeltaWriter, hashesFrom, listedRunPages, PageDigest, PageHasher, pagesRoot, readListedPages, readPages, setHashes, splitPage, usableBase, withPages, type DeltaBase, type PageIndex, type PageSource, type SumsRef, type TailPart } from "./pages.js";
-import type { SecretFinding } from "./secrets.js";
-import type { InPlaceViews, DB } from "./sqlite.js";
+import { AgentbakError, Exit, ioErrno, ioError } from "../../errors.js";
+import { BtreeCensus } from "../sqlite/btree.js";
+import { changedPagesFindings, hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "../inspect/inspect.js";
+import { ChangedPagesScan } from "../secrets/pagescan.js";
+import { changedIn, consecutiveRuns, DeltaWriter, hashesFrom, listedRunPages, PageDigest, PageHasher, pagesRoot, readListedPages, readPages, setHashes, splitPage, usableBase, withPages, type DeltaBase, type PageIndex, type PageSource, type SumsRef, type TailPart } from "./pageindex.js";
+import type { SecretFinding } from "../secrets/scan.js";
+import type { InPlaceViews, DB } from "../sqlite/cut.js";
 
 /** A database's pages that changed since its parent, written to `file`, with the new page index. */
 export interface Delta {
@@ -220,7 +220,7 @@ export async function deltasInPlace(
       );
       heads.set(n, hasher.index());
     }
-    // the counts come from the pages both threads read (state/btree.ts); the cursors and open operations through the
+    // the counts come from the pages both threads read (state/sqlite/btree.ts); the cursors and open operations through the
     // pinned connections
     const inspect = () => inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])), censuses);
     const ixs = new Map<string, Delta["ix"]>();

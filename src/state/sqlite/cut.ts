@@ -6,7 +6,7 @@ import { accessSync, constants, statSync } from "node:fs";
 import { dirname } from "node:path";
 import type { BtreeCensus } from "./btree.js";
 import { LiveSnapshot } from "./livesnap.js";
-import { type AgentbakError, ioErrno, ioError, lockedError, usageError, verifyError, wrap } from "../errors.js";
+import { type AgentbakError, ioErrno, ioError, lockedError, usageError, verifyError, wrap } from "../../errors.js";
 
 export type DB = Database.Database;
 
@@ -67,7 +67,7 @@ export function foreignKeyCheck(db: DB): string[] {
  * (sqlite-vec's vec0, say) can not be read: it is left out and named in
  * `skipped` with the reason; its shadow tables are ordinary tables and counted.
  * `census`: the pages of this very snapshot as another read saw them
- * (state/btree.ts); a table whose tree it holds soundly is counted from it,
+ * (state/sqlite/btree.ts); a table whose tree it holds soundly is counted from it,
  * any other through SQL.
  */
 export function tableCounts(db: DB, census?: BtreeCensus): { counts: Record<string, number>; skipped: string[] } {
@@ -205,7 +205,7 @@ export interface CopyJob {
  * of each and pins it (in WAL mode, the frames it needs are copied aside),
  * and releases the locks before copying: writers wait only while the
  * snapshots open, and no commit can fall between two databases' snapshots.
- * The pages are then copied in place from the snapshots (state/livesnap.ts),
+ * The pages are then copied in place from the snapshots (state/sqlite/livesnap.ts),
  * a sequential read and write instead of the online backup API's page-by-page
  * copy. A database this process may only read is copied with the online
  * backup API inside its read transaction. Integrity is checked by

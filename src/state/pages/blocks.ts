@@ -24,7 +24,7 @@
 import { createHash } from "node:crypto";
 import { closeSync, copyFileSync, fstatSync, ftruncateSync, openSync, readdirSync, readSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { ensureDir, writeAll } from "../fsutil.js";
+import { ensureDir, writeAll } from "../../fsutil.js";
 
 const SUM_BYTES = 8;
 /** Bytes of a sums file read or written at a time (the sums of 128 MiB of 4 KiB pages). */

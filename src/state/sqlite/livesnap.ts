@@ -10,11 +10,11 @@
  */
 import type Database from "better-sqlite3";
 import { closeSync, openSync, readSync, rmSync } from "node:fs";
-import { writeAll } from "../fsutil.js";
-import { ioErrno, ioError } from "../errors.js";
+import { writeAll } from "../../fsutil.js";
+import { ioErrno, ioError } from "../../errors.js";
 import { join } from "node:path";
 import { readWal } from "./wal.js";
-import type { PageSource } from "./pages.js";
+import type { PageSource } from "../pages/pageindex.js";
 
 export type { PageSource };
 

@@ -4,9 +4,9 @@
  */
 import { execa } from "execa";
 import { accessSync, constants, statSync } from "node:fs";
-import { usageError } from "../errors.js";
+import { usageError } from "../../errors.js";
 import { isAbsolute, resolve } from "node:path";
-import { readFileRegular } from "../fsutil.js";
+import { readFileRegular } from "../../fsutil.js";
 
 export interface CredentialStatus {
   name: string;

@@ -12,9 +12,9 @@
  * Databases not encoded in UTF-8 are reported as unsupported (the caller
  * falls back to scanDatabase).
  */
-import { INDEX_INTERIOR, INDEX_LEAF, TABLE_INTERIOR, TABLE_LEAF } from "./btree.js";
-import { readListedPages, readPages, withPages, type PageSource } from "./pages.js";
-import { detectSecret, RAW_PATTERN } from "./secrets.js";
+import { INDEX_INTERIOR, INDEX_LEAF, TABLE_INTERIOR, TABLE_LEAF } from "../sqlite/btree.js";
+import { readListedPages, readPages, withPages, type PageSource } from "../pages/pageindex.js";
+import { detectSecret, RAW_PATTERN } from "./scan.js";
 
 /** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
 const REASSEMBLE_MAX = 4 << 20;

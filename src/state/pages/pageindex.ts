@@ -16,9 +16,9 @@
 import { createCipheriv, createDecipheriv, createHash, hash, randomBytes } from "node:crypto";
 import { closeSync, existsSync, fstatSync, ftruncateSync, openSync, readFileSync, readSync } from "node:fs";
 import { join } from "node:path";
-import { noKey } from "../errors.js";
-import { writeAll, writeFileAtomic } from "../fsutil.js";
-import { BtreeCensus, type CensusPart } from "./btree.js";
+import { noKey } from "../../errors.js";
+import { writeAll, writeFileAtomic } from "../../fsutil.js";
+import { BtreeCensus, type CensusPart } from "../sqlite/btree.js";
 import { blockSize, NextSums, ParentSums, SumsDiff, sumsPerPage } from "./blocks.js";
 
 /** A whole index, and an incremental's changes to its parent's (sealed digests; the keyed hashes of earlier builds were PIX1/PIX2) */
@@ -121,7 +121,7 @@ export function setHashes(into: Buffer, pages: ArrayLike<number>, hashes: Buffer
   for (let i = 0; i < pages.length; i++) hashes.copy(into, (pages[i]! - 1) * HASH_BYTES, i * HASH_BYTES, (i + 1) * HASH_BYTES);
 }
 
-/** Pages of a database as of one instant: a pinned live snapshot (state/livesnap.ts) read in place. */
+/** Pages of a database as of one instant: a pinned live snapshot (state/sqlite/livesnap.ts) read in place. */
 export interface PageSource {
   readonly pageSize: number;
   readonly pageCount: number;
@@ -406,7 +406,7 @@ export function changedIn(base: PageIndex, pageSize: number, hashes: Buffer, fir
   return out;
 }
 
-/** A parent's block sums on this host (state/blocks.ts), their seed, and where the new snapshot's go. */
+/** A parent's block sums on this host (state/pages/blocks.ts), their seed, and where the new snapshot's go. */
 export interface DeltaBase {
   sums: ParentSums;
   seed: [number, number];
