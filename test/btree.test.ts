@@ -12,8 +12,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { BtreeCensus } from "../src/state/sqlite/btree.js";
-import { FilePages, hashTail, readPages } from "../src/state/pages/pageindex.js";
-import { openDefensive, tableCounts } from "../src/state/sqlite/cut.js";
+import { hashTail } from "../src/state/pages/delta.js";
+import { FilePages, readPages } from "../src/state/sqlite/pagefile.js";
+import { openDefensive, tableCounts } from "../src/state/sqlite/open.js";
 
 const dir = mkdtempSync(join(tmpdir(), "agentbak-btree-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

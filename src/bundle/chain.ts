@@ -11,7 +11,7 @@ import { dirname, join, resolve } from "node:path";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, ioErrno, ioError, verifyError } from "../errors.js";
-import { applyDelta, filePagesRoot } from "../state/pages/pageindex.js";
+import { applyDelta, filePagesRoot } from "../state/pages/index.js";
 import { isDatabase, type Component } from "./manifest.js";
 import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { readPayload, verifyBundle, verifyHeader, type VerifiedBundle } from "./reader.js";

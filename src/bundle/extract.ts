@@ -11,7 +11,7 @@ import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
 import { ioErrno, ioError, verifyError } from "../errors.js";
 import { integrityCheckInWorker, warmInspection } from "../state/inspect/inspect.js";
-import { openDefensive, sqliteError, tableCounts, userVersion, type DB } from "../state/sqlite/cut.js";
+import { openDefensive, sqliteError, tableCounts, userVersion, type DB } from "../state/sqlite/open.js";
 import { rebuildWorkspace, treeDigest } from "../state/workspace/workspace.js";
 import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
 import { isDatabase, isSource, type Component } from "./manifest.js";

@@ -26,9 +26,9 @@ import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usag
 import { hasUnsafeText } from "../facts.js";
 import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect/inspect.js";
-import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/pages/delta.js";
-import { blockSeed, BlockSumsStore } from "../state/pages/blocks.js";
-import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, pagesRoot, type DeltaBase, type PageIndex, PageHasher, splitPage, type PageSource } from "../state/pages/pageindex.js";
+import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
+import { blockSeed, BlockSumsStore, decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, PageHasher, pagesRoot, type DeltaBase, type PageIndex } from "../state/pages/index.js";
+import { splitPage, type PageSource } from "../state/sqlite/pagefile.js";
 import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets/scan.js";
 import { namedSource } from "../state/sqlite/livesnap.js";
 import { snapshotDatabases, type Cut, type Hold, type InPlace, type InPlaceViews } from "../state/sqlite/cut.js";

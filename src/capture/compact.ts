@@ -16,7 +16,7 @@ import type { Trust } from "../crypto/trust.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { verifyError } from "../errors.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
-import { encodeIndex, indexPages, type PageIndex } from "../state/pages/pageindex.js";
+import { encodeIndex, indexPages, type PageIndex } from "../state/pages/index.js";
 import { newSnapshotId } from "./backup.js";
 
 export interface CompactResult {

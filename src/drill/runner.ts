@@ -13,7 +13,7 @@ import type { Trust } from "../crypto/trust.js";
 import { onInterrupt, removeTree } from "../cleanup.js";
 import { pidDir, sweepDead } from "../fsutil.js";
 import { checkCredentials } from "../state/secrets/credentials.js";
-import { foreignKeyCheck, openDefensive, userVersion, vec0Dimensions } from "../state/sqlite/cut.js";
+import { foreignKeyCheck, openDefensive, userVersion, vec0Dimensions } from "../state/sqlite/open.js";
 import { loadInvariants, runInvariants, type Invariant, type InvariantResult, type SourceQuery } from "./invariants.js";
 import { embeddingChanges, type Embedding } from "../bundle/manifest.js";
 import { parseSourceFlags, restoreSources } from "../bundle/sources.js";

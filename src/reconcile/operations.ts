@@ -9,7 +9,7 @@
 import { STRICTNESS, strategyFor, type Strategy } from "../config/recovery.js";
 import type { Config } from "../config/schema.js";
 import { openOperationRows } from "../state/inspect/inspect.js";
-import { openDefensive, type DB } from "../state/sqlite/cut.js";
+import { openDefensive, type DB } from "../state/sqlite/open.js";
 import { probeWithRetries, type Probe, type ProbeOutcome, type ProbeState } from "./probe.js";
 
 /** An open operation as a snapshot recorded it, with its strategy settled. */

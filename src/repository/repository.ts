@@ -26,7 +26,7 @@ import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
 import { readGenerations, reserveGeneration, type GenerationView } from "./generation.js";
-import { applyIndexChain, indexParent } from "../state/pages/pageindex.js";
+import { applyIndexChain, indexParent } from "../state/pages/index.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir, type AgentRef } from "./layout.js";
 
 export type { AgentRef };

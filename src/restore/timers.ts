@@ -9,7 +9,7 @@
  */
 import type { Config } from "../config/schema.js";
 import { usageError } from "../errors.js";
-import { openDefensive } from "../state/sqlite/cut.js";
+import { openDefensive } from "../state/sqlite/open.js";
 import { describeOtherFormat, isTimestamp, otherFormat, quoteIdent as q } from "../state/sqlite/timestamps.js";
 
 type Timer = Config["timers"][number];

@@ -1,9 +1,12 @@
 /**
  * Finds what an agent folder holds worth backing up, for `init` to offer:
- * SQLite database files (by their header) and git repositories.
+ * SQLite database files (by their header) and git repositories. At the root
+ * of state/, not in a wing: it looks for what two wings (sqlite/, workspace/)
+ * then capture.
  */
 import { closeSync, existsSync, openSync, readdirSync, readSync } from "node:fs";
 import { join, relative, sep } from "node:path";
+import { SQLITE_MAGIC } from "./sqlite/pagefile.js";
 
 export interface Discovered {
   /** SQLite files, relative to the folder, sorted */
@@ -12,7 +15,6 @@ export interface Discovered {
   workspaces: string[];
 }
 
-const SQLITE_MAGIC = Buffer.from("SQLite format 3\0", "latin1");
 const SKIP_DIRS = new Set([".git", "node_modules", ".agentbak"]);
 
 function isSqlite(file: string): boolean {

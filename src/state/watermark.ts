@@ -4,7 +4,8 @@
  * sequence and generation it has restored (rollback protection) and the
  * highest sequence it has backed up (the next backup's floor), and how far
  * it verified each audit log (entries cut off the end are found by it).
- * Shared by capture, restore and audit verification.
+ * Shared by capture, restore and audit verification. At the root of state/,
+ * not in a wing: it is this host's own record, not a reader of agent state.
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";

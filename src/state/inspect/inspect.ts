@@ -2,7 +2,9 @@
  * Inspection of snapshot copies: integrity_check, row counts, schema version,
  * cursors, open operations, timer columns and the secret scan. The copies are
  * immutable once made, so this runs in a worker thread while the payload is
- * being written; nothing is published unless it passes.
+ * being written; nothing is published unless it passes. Its own wing, above
+ * sqlite/, secrets/ and pages/: it takes the page index and block sums in the
+ * same read as the scan, so inside sqlite/ it would make the two call each other.
  */
 import { Worker } from "node:worker_threads";
 import { statSync } from "node:fs";
@@ -10,12 +12,12 @@ import { AgentbakError, Exit } from "../../errors.js";
 import { join } from "node:path";
 import { ROOT } from "../../version.js";
 import { namedSource, pinnedSource, type PinnedPages } from "../sqlite/livesnap.js";
-import { BlockSummer, blockSeed } from "../pages/blocks.js";
 import { BtreeCensus, type CensusPart } from "../sqlite/btree.js";
-import { hashTail, PageHasher, readPages, withPages, type PageIndex, type PageSource, type SumsRef, type TailPart } from "../pages/pageindex.js";
-import { PageScanner, scanFilePages } from "../secrets/pagescan.js";
-import { scanDatabase, type SecretFinding } from "../secrets/scan.js";
-import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "../sqlite/cut.js";
+import { BlockSummer, blockSeed, hashTail, PageHasher, type PageIndex, type SumsRef, type TailPart } from "../pages/index.js";
+import { readPages, withPages } from "../sqlite/pagefile.js";
+import { nameSuspicious, PageScanner, scanFilePages } from "../secrets/pagescan.js";
+import type { SecretFinding } from "../secrets/scan.js";
+import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "../sqlite/open.js";
 import { describeOtherFormat, otherFormat, type TimerFormat } from "../sqlite/timestamps.js";
 
 export interface InspectInput {
@@ -60,31 +62,6 @@ function scalar(v: unknown): string | number | null {
  */
 export function openOperationRows(db: DB, sql: string): InspectResult["openOperations"] {
   return (db.prepare(sql).all() as Record<string, unknown>[]).map((r) => ({ id: scalar(r.id), idempotency_key: String(r.idempotency_key ?? ""), ...("kind" in r ? { kind: r.kind === null ? null : String(r.kind) } : {}) }));
-}
-
-/**
- * Findings for the pages the page scan found suspicious: rows are read through
- * SQL only to name where a value is (or for databases not in UTF-8, `null`).
- */
-function nameSuspicious(db: DB, name: string, suspicious: number[] | null): SecretFinding[] {
-  if (suspicious !== null && !suspicious.length) return [];
-  const named = scanDatabase(db, name);
-  return named.length ? named : (suspicious ?? []).slice(0, 20).map((p) => ({ where: `database ${name}: page ${p}`, kind: "token format" }));
-}
-
-/**
- * The findings of an incremental's secret scan, given what the scan of its
- * changed pages (ChangedPagesScan) found suspicious in `from`.
- */
-export function changedPagesFindings(from: string | PageSource, name: string, suspicious: number[] | null, pinned?: DB): SecretFinding[] {
-  if (suspicious !== null && !suspicious.length) return [];
-  if (pinned) return nameSuspicious(pinned, name, suspicious);
-  const db = openDefensive(from as string);
-  try {
-    return nameSuspicious(db, name, suspicious);
-  } finally {
-    db.close();
-  }
 }
 
 /** Runs every inspection synchronously. @throws AgentbakError(2) for bad cursor/open-operation SQL. */

@@ -11,8 +11,9 @@ import { parentPort } from "node:worker_threads";
 import { AgentbakError } from "../../errors.js";
 import { inspectSnapshot, type WorkerRequest } from "./inspect.js";
 import { pinnedSource } from "../sqlite/livesnap.js";
-import { hashTail } from "../pages/pageindex.js";
-import { integrityCheck, joinInstant, openDefensive, releaseAll } from "../sqlite/cut.js";
+import { hashTail } from "../pages/index.js";
+import { joinInstant, releaseAll } from "../sqlite/cut.js";
+import { integrityCheck, openDefensive } from "../sqlite/open.js";
 
 parentPort!.on("message", (m: WorkerRequest) => {
   try {

@@ -20,6 +20,8 @@
  * The sums of a snapshot are used only by an incremental whose parent is
  * that very snapshot with those very database bytes; anything else (another
  * host, a lost cache, a compacted parent) writes whole changed pages.
+ * In the page engine (state/pages/) it is the bottom with pageindex.ts: it
+ * imports no other file of the engine.
  */
 import { createHash } from "node:crypto";
 import { closeSync, copyFileSync, fstatSync, ftruncateSync, openSync, readdirSync, readSync, renameSync, rmSync } from "node:fs";
@@ -69,6 +71,12 @@ export function sumBlocks(buf: Buffer, unit: number, seed: [number, number], out
     o[2 * b] = x;
     o[2 * b + 1] = y;
   }
+}
+
+/** The parent's block sums an in-place scan compares pages with: this host's file of them, and their seed. */
+export interface SumsRef {
+  file: string;
+  seed: [number, number];
 }
 
 /** Bytes of sums per page. */

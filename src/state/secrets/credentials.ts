@@ -1,6 +1,7 @@
 /**
  * Credential references, resolved afresh where the agent is restored:
- * present / missing / unchecked, never a value.
+ * present / missing / unchecked, never a value. In state/secrets/: a
+ * credential is a secret a bundle names and never holds.
  */
 import { execa } from "execa";
 import { accessSync, constants, statSync } from "node:fs";

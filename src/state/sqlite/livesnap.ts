@@ -14,9 +14,7 @@ import { writeAll } from "../../fsutil.js";
 import { ioErrno, ioError } from "../../errors.js";
 import { join } from "node:path";
 import { readWal } from "./wal.js";
-import type { PageSource } from "../pages/pageindex.js";
-
-export type { PageSource };
+import type { PageSource } from "./pagefile.js";
 
 type DB = Database.Database;
 
