@@ -12,7 +12,7 @@
  *   commands                        -> anything below; ui never imports commands
  *   cli -> commands, ui; main -> cli
  */
-const BASE = "^src/(errors|facts|fsutil|cleanup|contained|crashpoint|version|zod)\\.ts$";
+const BASE = "^src/(errors|facts|fsutil|cleanup|contained|crashpoint|home|version|zod)\\.ts$";
 const layer = (name, allowed) => ({
   name: `${name}-imports-only-${allowed.join("-") || "base"}`,
   severity: "error",

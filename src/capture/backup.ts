@@ -17,7 +17,6 @@ import { checkedPayloads, verifyChain, verifyRemembered } from "../bundle/chain.
 import { planBundle, writeBundleFile, writePayload, type StagedComponent, type StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
-import { agentbakHome } from "../crypto/keys.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
@@ -36,6 +35,7 @@ import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from
 import { atPath, ensureDir, ensureDirIn, writeCacheFile } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
+import { agentbakHome, homePaths } from "../home.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
 export interface BackupReceipt {
@@ -415,7 +415,7 @@ type WorkspaceCaptured = { staged: StagedFile[]; manifest: Manifest["workspace"]
 type KnownCapture = { key: string; files: { path: string; kind: StagedFile["kind"]; bytes: Buffer }[]; result: Omit<WorkspaceCaptured, "staged"> };
 const lastCapture = new Map<string, KnownCapture>();
 const REUSE_MAX_BYTES = 8 << 20;
-const captureCacheFile = (home: string, live: string) => join(home, "cache", `workspace-${createHash("sha256").update(live).digest("hex").slice(0, 16)}.json`);
+const captureCacheFile = (home: string, live: string) => homePaths(home).cache.workspaceCapture(createHash("sha256").update(live).digest("hex").slice(0, 16));
 
 function knownCapture(home: string, live: string): KnownCapture | undefined {
   const mem = lastCapture.get(live);
@@ -432,7 +432,7 @@ function knownCapture(home: string, live: string): KnownCapture | undefined {
 function rememberCapture(home: string, live: string, c: KnownCapture): void {
   lastCapture.set(live, c);
   try {
-    ensureDir(join(home, "cache"), 0o700);
+    ensureDir(homePaths(home).cache.dir, 0o700);
     writeCacheFile(captureCacheFile(home, live), JSON.stringify({ live, key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, base64: f.bytes.toString("base64") })) }));
   } catch {
     /* a cache that can not be written only costs the next run a capture */

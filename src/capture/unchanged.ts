@@ -18,11 +18,11 @@
  */
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, openSync, readSync, realpathSync, statSync } from "node:fs";
-import { join } from "node:path";
 import { writeCacheFile, readFileRegular } from "../fsutil.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgentRef } from "../repository/repository.js";
 import { workspaceState } from "../state/workspace/workspace.js";
+import { homePaths } from "../home.js";
 
 /**
  * The state a backup would capture, as one digest: everything but the
@@ -88,7 +88,7 @@ export interface LastBackup<R> {
 }
 
 const file = (home: string, location: string, a: AgentRef) =>
-  join(home, "cache", `last-backup-${createHash("sha256").update(`${location}\0${a.tenant}\0${a.agent}`).digest("hex").slice(0, 16)}.json`);
+  homePaths(home).cache.lastBackup(createHash("sha256").update(`${location}\0${a.tenant}\0${a.agent}`).digest("hex").slice(0, 16));
 
 export function lastBackup<R>(home: string, location: string, a: AgentRef): LastBackup<R> | null {
   try {

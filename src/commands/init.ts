@@ -7,13 +7,14 @@ import { existsSync, readFileSync } from "node:fs";
 import { basename, extname, join, resolve } from "node:path";
 import { loadConfig, repositoryLocation } from "../config/load.js";
 import { configJsonSchema, ConfigSchema } from "../config/schema.js";
-import { agentbakHome, keygen } from "../crypto/keys.js";
+import { keygen } from "../crypto/keys.js";
 import { formatIssues, placeError, usageError } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
 import { Repository } from "../repository/repository.js";
 import { discoverState } from "../state/discover.js";
 import { isUrl } from "../storage/open.js";
 import { askChoices, askOne, askText } from "../ui/output.js";
+import { agentbakHome, homePaths } from "../home.js";
 
 export interface InitOptions {
   dir?: string;
@@ -88,7 +89,7 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     }
     workspace ??= await askOne("Git workspace of the agent:", "--workspace PATH (or --yes)", found.workspaces);
   }
-  if (!existsSync(join(home, "age-recipient.txt"))) {
+  if (!existsSync(homePaths(home).recipient)) {
     try {
       keygen(home, agentId);
     } catch (e) {
@@ -96,7 +97,7 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     }
     keysCreated = true;
   }
-  const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
+  const recipient = readFileSync(homePaths(home).recipient, "utf8").trim();
   const raw = {
     $schema: "./agentbak.schema.json",
     agent: { id: agentId, tenant },

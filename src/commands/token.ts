@@ -1,6 +1,6 @@
 /** `agentbak token create|list|revoke`: bearer tokens of the agent interface, kept hashed in AGENTBAK_HOME. */
 import { createToken, listTokens, revokeToken, type TokenRecord } from "../agentapi/tokens.js";
-import { agentbakHome } from "../crypto/keys.js";
+import { agentbakHome } from "../home.js";
 
 /** A token record as shown: never the hash. */
 export type TokenView = Omit<TokenRecord, "sha256">;

@@ -152,7 +152,7 @@ export class Repository {
   private constructor(
     readonly store: ObjectStore,
     /** where verified headers are kept on disk (AGENTBAK_HOME), for the next process */
-    private readonly cacheDir: string | undefined,
+    private readonly home: string | undefined,
     /** the id its marker (REPO_CONFIG) had when opened; null for a repository of agentbak 0.1, which had none */
     private readonly id: string | null,
   ) {}
@@ -166,22 +166,22 @@ export class Repository {
    * Opens an existing repository.
    * @throws AgentbakError(10) when there is none at `location`.
    */
-  static async open(location: string, opts: { cacheDir?: string } = {}): Promise<Repository> {
+  static async open(location: string, opts: { home?: string } = {}): Promise<Repository> {
     const store = await openStore(location);
     const cfg = await store.get(REPO_CONFIG);
     // repositories in object storage made by agentbak 0.1 had no config object
     const v01 = cfg ? [] : await store.list("agents/").catch((e: unknown) => (e instanceof AgentbakError && e.code === Exit.notFound ? [] : Promise.reject(e)));
     if (!cfg && v01.length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
-    return new Repository(store, opts.cacheDir, cfg && repositoryId(cfg));
+    return new Repository(store, opts.home, cfg && repositoryId(cfg));
   }
 
   /** Creates the repository at `location` if it does not exist (idempotent). @returns whether it was created. */
-  static async init(location: string, opts: { cacheDir?: string } = {}): Promise<{ repo: Repository; created: boolean }> {
+  static async init(location: string, opts: { home?: string } = {}): Promise<{ repo: Repository; created: boolean }> {
     const store = await openStore(location, { create: true });
     const body = JSON.stringify({ format: "agentbak-repository", version: LAYOUT_VERSION, id: randomBytes(16).toString("hex"), created_at: new Date().toISOString() }, null, 2) + "\n";
     const created = await store.put(REPO_CONFIG, body, { ifNoneMatch: true });
     const cfg = created ? Buffer.from(body) : await store.get(REPO_CONFIG);
-    return { repo: new Repository(store, opts.cacheDir, cfg && repositoryId(cfg)), created };
+    return { repo: new Repository(store, opts.home, cfg && repositoryId(cfg)), created };
   }
 
   /**
@@ -322,7 +322,7 @@ export class Repository {
     const found = new Map<string, { dir: string; id: string; bundle: boolean; commit: boolean }>();
     const listed: string[] = [];
     for (const prefix of scope ? scope.map((d) => `${d}/`) : ["tenants/", "agents/"]) listed.push(...(await this.store.list(prefix)));
-    const headerCache = new HeaderCache(this.cacheDir, this.store.url, scope?.join("|") ?? "");
+    const headerCache = new HeaderCache(this.home, this.store.url, scope?.join("|") ?? "");
     for (const p of listed.map((k) => parseSnapshotKey(k))) {
       if (!p || (p.ext !== "agentbak" && p.ext !== "commit")) continue;
       const k = `${p.dir}/${p.id}`;

@@ -31,8 +31,8 @@ import { applyTimers, planTimers } from "./timers.js";
 import { evaluatePolicy } from "./policy.js";
 import { MARKER_DIR, SUSPENDED, writeTargetRecord, type TargetRecord } from "./state.js";
 import { raiseTrustedState, readTrustedState } from "../state/watermark.js";
-import { agentbakHome } from "../crypto/keys.js";
 import { doneBeforeInterrupt, letInterruptsIn, removeOnInterrupt, removeTree } from "../cleanup.js";
+import { agentbakHome } from "../home.js";
 
 export interface RestoreOptions {
   /** the bundle to restore, as a local file, and where its chain's links come from */

@@ -8,9 +8,9 @@
  * not in a wing: it is this host's own record, not a reader of agent state.
  */
 import { existsSync } from "node:fs";
-import { join } from "node:path";
 import { AgentbakError, Exit } from "../errors.js";
 import { writeFileAtomic, readFileRegular } from "../fsutil.js";
+import { homePaths } from "../home.js";
 
 /** One agent of one tenant. */
 export interface AgentRef {
@@ -24,9 +24,9 @@ export interface TrustedState {
   generation: number;
 }
 
-const homeStatePath = (home: string, a: AgentRef) => join(home, "state", a.tenant, `${a.agent}.json`);
+const homeStatePath = (home: string, a: AgentRef) => homePaths(home).trustedState(a.tenant, a.agent);
 /** agentbak 0.1 kept one file per agent id, whatever the tenant: read as a floor */
-const v1StatePath = (home: string, agent: string) => join(home, "state", `${agent}.json`);
+const v1StatePath = (home: string, agent: string) => homePaths(home).trustedStateV1(agent);
 
 /** The state file as written, so a writer keeps the fields it does not own. */
 function readRaw(p: string): Record<string, unknown> {

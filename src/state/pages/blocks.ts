@@ -27,6 +27,7 @@ import { createHash } from "node:crypto";
 import { closeSync, copyFileSync, fstatSync, ftruncateSync, openSync, readdirSync, readSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { ensureDir, writeAll } from "../../fsutil.js";
+import { homePaths } from "../../home.js";
 
 const SUM_BYTES = 8;
 /** Bytes of a sums file read or written at a time (the sums of 128 MiB of 4 KiB pages). */
@@ -334,7 +335,7 @@ export class NextSums {
 export class BlockSumsStore {
   readonly dir: string;
   constructor(home: string, repo: string, tenant: string, agent: string, db: string) {
-    this.dir = join(home, "cache", `blocks-${createHash("sha256").update(`${repo}\0${tenant}\0${agent}\0${db}`).digest("hex").slice(0, 16)}`);
+    this.dir = homePaths(home).cache.blockSums(createHash("sha256").update(`${repo}\0${tenant}\0${agent}\0${db}`).digest("hex").slice(0, 16));
   }
   private name = (snapshotId: string, sha256: string, pageSize: number) => join(this.dir, `${snapshotId}-${sha256.slice(0, 16)}-${pageSize}.sums`);
 

@@ -16,10 +16,10 @@
  */
 import { createCipheriv, createDecipheriv, createHash, hash, randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import { noKey } from "../../errors.js";
 import { writeFileAtomic } from "../../fsutil.js";
 import { readPages, withPages, type PageSource } from "../sqlite/pagefile.js";
+import { homePaths } from "../../home.js";
 
 /** A whole index, and an incremental's changes to its parent's (sealed digests; the keyed hashes of earlier builds were PIX1/PIX2) */
 const INDEX_MAGIC = Buffer.from("AGBKPXW3");
@@ -28,7 +28,7 @@ export const HASH_BYTES = 16;
 
 /** The page-index key for this backup host (AGENTBAK_HOME/page-index-key), created on first use. */
 export function pageIndexKey(home: string): Buffer {
-  const p = join(home, "page-index-key");
+  const p = homePaths(home).pageIndexKey;
   if (!existsSync(p)) writeFileAtomic(p, randomBytes(32).toString("hex") + "\n", 0o600);
   const text = readFileSync(p, "utf8").trim();
   // Buffer.from(…, "hex") stops at the first character that is not hex: a damaged file would be a short, even empty, key
