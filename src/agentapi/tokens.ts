@@ -7,10 +7,11 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { readdirSync } from "node:fs";
-import { ID_PATTERN, TIERS, type Tier } from "../config/schema.js";
+import { TIERS, type Tier } from "../config/schema.js";
 import { notFound, usageError } from "../errors.js";
 import { createFileExclusive, writeFileAtomic, readFileRegular } from "../fsutil.js";
 import { homePaths } from "../home.js";
+import { ID_PATTERN } from "../facts.js";
 
 /** A token as stored (and listed): never the token itself. */
 export interface TokenRecord {

@@ -5,7 +5,7 @@
  * pure function) → signed bundle → published through the repository.
  */
 import { execa } from "execa";
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
@@ -22,8 +22,8 @@ import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { doneBeforeInterrupt, removeOnInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
-import { hasUnsafeText } from "../facts.js";
-import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
+import { type AgentRef, hasUnsafeText, newSnapshotId, SQLITE_SIDECAR } from "../facts.js";
+import type { Repository, Snapshot } from "../repository/repository.js";
 import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect/inspect.js";
 import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
 import { blockSeed, BlockSumsStore, decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, PageHasher, pagesRoot, type DeltaBase, type PageIndex } from "../state/pages/index.js";
@@ -97,7 +97,6 @@ export interface BackupOptions {
 /** An unchanged state is backed up again anyway when its last snapshot expires within this. */
 const UNCHANGED_EXPIRY_MARGIN_MS = 86_400_000;
 
-export const newSnapshotId = (d: Date) => d.toISOString().replace(/[-:.]/g, "") + "-" + randomBytes(4).toString("hex");
 
 /**
  * Of a full snapshot read in place, the share of the keyed page hashes made on the thread that streams the
@@ -229,7 +228,6 @@ interface Unindexed {
 
 /** Whether `p` is `dir` or inside it. */
 const isInside = (p: string, dir: string) => p === dir || p.startsWith(dir + sep);
-const SIDECAR = /-(wal|shm|journal)$/;
 
 /** Paths a `files` entry may never take, and what each is. */
 interface Reserved {
@@ -264,7 +262,7 @@ function filePaths(lc: LoadedConfig, repoDir: string | null): string[] {
 
 function reservedBy(p: string, r: Reserved): string | null {
   if (r.databases.includes(p)) return "a configured database";
-  if (SIDECAR.test(p) && r.databases.includes(p.replace(SIDECAR, ""))) return "a SQLite sidecar of a configured database";
+  if (SQLITE_SIDECAR.test(p) && r.databases.includes(p.replace(SQLITE_SIDECAR, ""))) return "a SQLite sidecar of a configured database";
   const dir = r.dirs.find(([d]) => isInside(p, d));
   if (dir) return dir[1];
   return p.split(sep).includes(".git") ? "a .git folder" : null;

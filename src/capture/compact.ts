@@ -17,7 +17,7 @@ import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { verifyError } from "../errors.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
 import { encodeIndex, indexPages, type PageIndex } from "../state/pages/index.js";
-import { newSnapshotId } from "./backup.js";
+import { newSnapshotId } from "../facts.js";
 
 export interface CompactResult {
   snapshot_id: string;

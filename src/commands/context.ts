@@ -13,8 +13,9 @@ import { loadIdentities, loadSigningKey } from "../crypto/keys.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import { loadTrust, type Trust } from "../crypto/trust.js";
 import { notFound, usageError, wrap } from "../errors.js";
-import { Repository, type AgentRef, type ResolveFilter, type Snapshot } from "../repository/repository.js";
+import { Repository, type ResolveFilter, type Snapshot } from "../repository/repository.js";
 import { agentbakHome, homePaths } from "../home.js";
+import { type AgentRef } from "../facts.js";
 
 export interface GlobalOpts {
   config?: string;

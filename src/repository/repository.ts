@@ -27,9 +27,9 @@ import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
 import { readGenerations, reserveGeneration, type GenerationView } from "./generation.js";
 import { applyIndexChain, indexParent } from "../state/pages/index.js";
-import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir, type AgentRef } from "./layout.js";
+import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir } from "./layout.js";
+import { SNAPSHOT_ID, type AgentRef } from "../facts.js";
 
-export type { AgentRef };
 
 /** One listed snapshot. `status` is "ok" only when its signature and manifest verify and its chain is complete. */
 export interface CatalogEntry {
@@ -111,7 +111,6 @@ const LOGS = {
 } satisfies Record<string, LogKind>;
 
 const STALE_LOCK_MS = 6 * 3_600_000;
-const ID_RE = /^\d{8}T\d{9}Z-[0-9a-f]{8}$/;
 
 export const catalogEntry = (e: Snapshot): CatalogEntry => {
   const { dir: _d, key: _k, header: _h, ...entry } = e;
@@ -441,7 +440,7 @@ export class Repository {
     try {
       const path = await fetchKey(s.key);
       const links: LinkSource = async (id) => {
-        if (!ID_RE.test(id)) throw notFound(`snapshot ${id} not found`);
+        if (!SNAPSHOT_ID.test(id)) throw notFound(`snapshot ${id} not found`);
         // the links sit in the snapshot's own folders: the same listing as the snapshot's (read once per process)
         const inList = (await this.list(trust, s.tenant ? { tenant: s.tenant, agent: s.agent_id } : { agent: s.agent_id })).find((e) => e.snapshot_id === id && (e.dir === s.dir || e.dir === legacy.dir(s.agent_id)));
         if (!inList) throw notFound(`snapshot ${id} not found in ${this.location}`);
@@ -472,7 +471,7 @@ export class Repository {
         const parent = indexParent(b);
         if (parent === null) return changes.length ? applyIndexChain(b, changes.reverse()) : b;
         // the id names an object in this folder: nothing else is read (what is rebuilt is checked against the signed digest)
-        if (!/^\d{8}T\d{9}Z-[0-9a-f]{8}$/.test(parent)) return null;
+        if (!SNAPSHOT_ID.test(parent)) return null;
         changes.push(b);
         id = parent;
       }
@@ -581,7 +580,7 @@ export class Repository {
     const prior = await this.readJson<T>(file);
     if (!prior) return undefined;
     // a record whose snapshot never committed was written by a run that died before publishing
-    if (typeof prior.snapshot_id !== "string" || !ID_RE.test(prior.snapshot_id) || !(await this.store.head(keys.commit(snapshotsDir(a), prior.snapshot_id)))) return undefined;
+    if (typeof prior.snapshot_id !== "string" || !SNAPSHOT_ID.test(prior.snapshot_id) || !(await this.store.head(keys.commit(snapshotsDir(a), prior.snapshot_id)))) return undefined;
     const s = (await this.list(trust, a)).find((e) => e.snapshot_id === prior.snapshot_id && e.dir === snapshotsDir(a));
     if (s?.header?.manifest.idempotency_key !== key)
       throw verifyError(`idempotency record ${file} in ${this.location} names snapshot ${prior.snapshot_id}, whose signed manifest ${s?.header ? "carries another idempotency key" : "does not verify"} (edited)`);

@@ -25,9 +25,10 @@ import type { Trust } from "../crypto/trust.js";
 import { isUrl } from "../storage/open.js";
 import { keys, SPOOL_RECORD } from "./layout.js";
 import { replicate } from "./replicate.js";
-import { Repository, type AgentRef, type Snapshot } from "./repository.js";
+import { Repository, type Snapshot } from "./repository.js";
 import { removeTree } from "../cleanup.js";
 import { homePaths } from "../home.js";
+import { type AgentRef } from "../facts.js";
 
 export interface FlushResult {
   remote: string;

@@ -7,6 +7,7 @@
 import { closeSync, existsSync, openSync, readdirSync, readSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import { SQLITE_MAGIC } from "./sqlite/pagefile.js";
+import { SQLITE_SIDECAR } from "../facts.js";
 
 export interface Discovered {
   /** SQLite files, relative to the folder, sorted */
@@ -52,7 +53,7 @@ export function discoverState(dir: string, skip: string[] = [], maxDepth = 4, ma
       const p = join(d, e.name);
       if (e.isDirectory()) {
         if (!SKIP_DIRS.has(e.name) && !skip.includes(p) && depth < maxDepth) walk(p, depth + 1);
-      } else if (e.isFile() && !/-(wal|shm|journal)$/.test(e.name) && isSqlite(p)) found.databases.push(rel(p));
+      } else if (e.isFile() && !SQLITE_SIDECAR.test(e.name) && isSqlite(p)) found.databases.push(rel(p));
     }
   };
   walk(dir, 0);

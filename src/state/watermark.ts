@@ -11,12 +11,7 @@ import { existsSync } from "node:fs";
 import { AgentbakError, Exit } from "../errors.js";
 import { writeFileAtomic, readFileRegular } from "../fsutil.js";
 import { homePaths } from "../home.js";
-
-/** One agent of one tenant. */
-export interface AgentRef {
-  tenant: string;
-  agent: string;
-}
+import { type AgentRef } from "../facts.js";
 
 /** What the restoring side trusts. */
 export interface TrustedState {
