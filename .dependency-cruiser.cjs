@@ -4,7 +4,7 @@
  *   base (errors, facts, fsutil, cleanup, contained, crashpoint, version, zod)
  *   crypto, storage, state          -> base only (and config for schema checks: none)
  *   config                          -> base, crypto, storage
- *   bundle                          -> base, crypto, state, config
+ *   bundle                          -> base, crypto, state (never config: DESIGN)
  *   repository                      -> base, storage, crypto, bundle, config
  *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
  *   capture, restore, drill         -> the layers above; never each other
@@ -34,7 +34,7 @@ module.exports = {
     layer("storage", []),
     layer("state", []),
     layer("config", ["crypto", "storage"]),
-    layer("bundle", ["crypto", "state", "config"]),
+    layer("bundle", ["crypto", "state"]),
     layer("repository", ["storage", "crypto", "state", "bundle", "config"]),
     layer("reconcile", ["state", "config"]),
     layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
