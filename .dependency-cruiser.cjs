@@ -48,7 +48,15 @@ module.exports = {
       from: { path: "^src/", pathNot: "^src/(commands|agentapi)/" },
       to: { path: "^src/agentapi/" },
     },
+    layer("commands", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "agentapi"]),
     layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill"]),
+    {
+      name: "only-ui-imports-terminal-libraries",
+      severity: "error",
+      comment: "only ui/ writes to the terminal (prompts, spinners, colour): a command takes its prompts from cli.ts and returns a value",
+      from: { path: "^src/", pathNot: "^src/ui/" },
+      to: { path: "node_modules/(@inquirer/[^/]+|chalk|ora)/" },
+    },
     {
       name: "only-cli-imports-commands",
       severity: "error",
