@@ -8,7 +8,7 @@
  *   repository                      -> base, storage, crypto, bundle, config
  *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
  *   capture, restore, drill         -> the layers above; never each other
- *   agentapi (MCP and HTTP)         -> the stages and below; only commands import it
+ *   agentapi (MCP and HTTP)         -> the stages and below; only commands (and ui, for result types) import it
  *   commands                        -> anything below; ui never imports commands
  *   cli -> commands, ui; main -> cli
  */
@@ -42,14 +42,14 @@ module.exports = {
     layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
     layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore"]),
     {
-      name: "only-commands-import-agentapi",
+      name: "only-commands-and-ui-import-agentapi",
       severity: "error",
       comment: "the agent interface is an outer layer like commands: stages never import it",
-      from: { path: "^src/", pathNot: "^src/(commands|agentapi)/" },
+      from: { path: "^src/", pathNot: "^src/(commands|agentapi|ui)/" },
       to: { path: "^src/agentapi/" },
     },
     layer("commands", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "agentapi"]),
-    layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill"]),
+    layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "agentapi"]),
     {
       name: "only-ui-imports-terminal-libraries",
       severity: "error",

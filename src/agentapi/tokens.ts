@@ -24,6 +24,9 @@ export interface TokenRecord {
   sha256: string;
 }
 
+/** A token record as shown: never the hash. */
+export type TokenView = Omit<TokenRecord, "sha256">;
+
 /** `abk_<id>_<secret>`: the id names the record, the secret is 256 random bits. */
 const TOKEN_RE = /^abk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$/;
 const ID_RE = /^tok_[0-9a-f]{16}$/;
