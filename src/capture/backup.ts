@@ -97,7 +97,6 @@ export interface BackupOptions {
 /** An unchanged state is backed up again anyway when its last snapshot expires within this. */
 const UNCHANGED_EXPIRY_MARGIN_MS = 86_400_000;
 
-
 /**
  * Of a full snapshot read in place, the share of the keyed page hashes made on the thread that streams the
  * payload; the inspection worker makes the rest. Measured on the 1194 MiB bench database (commit message).

@@ -24,9 +24,6 @@ import { createHash } from "node:crypto";
 import { usageError } from "../errors.js";
 import { ID_PATTERN, SNAPSHOT_ID_BODY, type AgentRef } from "../facts.js";
 
-
-/** One agent of one tenant: the unit of isolation in a repository. */
-
 export const REPO_CONFIG = "agentbak-repository.json";
 /** In a spool (a local repository standing in for an unreachable remote one): which repository it is for. */
 export const SPOOL_RECORD = "spool.json";

@@ -30,7 +30,6 @@ import { applyIndexChain, indexParent } from "../state/pages/index.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir } from "./layout.js";
 import { SNAPSHOT_ID, type AgentRef } from "../facts.js";
 
-
 /** One listed snapshot. `status` is "ok" only when its signature and manifest verify and its chain is complete. */
 export interface CatalogEntry {
   tenant: string | null;

@@ -87,7 +87,6 @@ export function raiseBackupWatermark(home: string, a: AgentRef, sequence: number
   writeFileAtomic(homeStatePath(home, a), JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, highest_backup_sequence: sequence }, null, 2) + "\n");
 }
 
-
 /** How far this host verified an agent's audit log in one repository: entries, and the sha256 of the last one's line. */
 export interface AuditSeen {
   entries: number;

@@ -23,7 +23,6 @@ export interface RunScan {
   run(run: Buffer, first: number): void;
 }
 
-
 /** A parent's block sums on this host (state/pages/blocks.ts), their seed, and where the new snapshot's go. */
 export interface DeltaBase {
   sums: ParentSums;

@@ -1,6 +1,6 @@
 /**
- * The page index of a SQLite snapshot: the lowest file of the page engine
- * (state/pages/: pageindex <- blocks <- delta); it imports neither of the others.
+ * The page index of a SQLite snapshot. With blocks.ts, the bottom of the page
+ * engine (state/pages/): it imports no other file of it; delta.ts imports both.
  *
  * A page index holds the digest of every page of a snapshot (the first 16
  * bytes of the page's SHA-256), so a later backup finds changed pages without
@@ -41,7 +41,6 @@ export interface PageIndex {
   pageCount: number;
   hashes: Buffer;
 }
-
 
 /** The digest of one page at a time, into an index's hashes: the one-shot hash, no per-page objects. */
 export class PageDigest {
@@ -111,7 +110,6 @@ export function setHashes(into: Buffer, pages: ArrayLike<number>, hashes: Buffer
   for (let i = 0; i < pages.length; i++) hashes.copy(into, (pages[i]! - 1) * HASH_BYTES, i * HASH_BYTES, (i + 1) * HASH_BYTES);
 }
 
-
 /** Reads a database once (a file, or a pinned snapshot's pages): its page index and pages root. */
 export function indexPages(from: string | PageSource): PageIndex & { root: string; size: number } {
   return withPages(from, (src) => {
@@ -121,7 +119,6 @@ export function indexPages(from: string | PageSource): PageIndex & { root: strin
     return { ...ix, root: pagesRoot(ix), size: ix.pageCount * ix.pageSize };
   });
 }
-
 
 /** The key the stored digests are encrypted under, from this host's page-index key. */
 const indexCipherKey = (key: Buffer) => createHash("sha256").update("agentbak page index digests\0").update(key).digest().subarray(0, 16);
