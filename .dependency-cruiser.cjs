@@ -1,18 +1,27 @@
 /**
- * The layers of src/, held by a lint that runs with the tests (npm test):
+ * The layers of src/, held by a lint that runs with the tests (npm test). Each
+ * rule is a layer and what it may import; there is no list of files let through.
  *
- *   base (errors, facts, fsutil, cleanup, contained, crashpoint, version, zod)
- *   crypto, storage, state          -> base only (and config for schema checks: none)
+ *   base (errors, facts, fsutil, cleanup, contained, crashpoint, home, version, zod) -> nothing of ours
+ *   crypto, storage, state          -> base only
  *   config                          -> base, crypto, storage
- *   bundle                          -> base, crypto, state, config
- *   repository                      -> base, storage, crypto, bundle, config
+ *   bundle                          -> base, crypto, state (never config: DESIGN)
+ *   repository                      -> base, storage, crypto, state, bundle, config
  *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
  *   capture, restore, drill         -> the layers above; never each other
- *   agentapi (MCP and HTTP)         -> the stages and below; only commands import it
- *   commands                        -> anything below; ui never imports commands
- *   cli -> commands, ui; main -> cli
+ *   agentapi (MCP and HTTP)         -> the stages and below; only commands (and ui, for result types) import it
+ *   commands                        -> anything below; never ui or a terminal library (cli.ts passes prompts in)
+ *   ui                              -> the stages' and agentapi's result types; never commands; the only
+ *                                      importer of @inquirer/prompts, chalk and ora (the only terminal writer)
+ *   cli.ts                          -> commands, ui; main.ts -> cli.ts, ui (and bundle: verify's early worker)
+ *
+ * Inside state/, wings with one job each, calls in one direction:
+ *   sqlite/ (SQLite files and connections) <- secrets/, pages/ <- inspect/;
+ *   secrets/ <- workspace/; sources/ alone; the root files (discover, watermark)
+ *   read sqlite/ at most. The page engine (pages/) is seen from outside through
+ *   pages/index.ts only, and inside it delta.ts -> blocks.ts, pageindex.ts.
  */
-const BASE = "^src/(errors|facts|fsutil|cleanup|contained|crashpoint|version|zod)\\.ts$";
+const BASE = "^src/(errors|facts|fsutil|cleanup|contained|crashpoint|home|version|zod)\\.ts$";
 const layer = (name, allowed) => ({
   name: `${name}-imports-only-${allowed.join("-") || "base"}`,
   severity: "error",
@@ -20,13 +29,22 @@ const layer = (name, allowed) => ({
   from: { path: `^src/${name}/` },
   to: { path: "^src/", pathNot: [BASE, `^src/${name}/`, ...allowed.map((a) => `^src/${a}/`)] },
 });
+/** A wing of state/: it may import only the wings named (and base, by the state layer). */
+const wing = (name, allowed) => ({
+  name: `state-${name}-imports-only-${allowed.join("-") || "itself"}`,
+  severity: "error",
+  comment: `src/state/${name}/ may import only ${allowed.length ? allowed.map((a) => `state/${a}/`).join(", ") : "itself"} of state/`,
+  from: { path: `^src/state/${name}/` },
+  to: { path: "^src/state/", pathNot: [`^src/state/${name}/`, ...allowed.map((a) => `^src/state/${a}/`)] },
+});
+const ALL_BELOW_COMMANDS = ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "agentapi"];
 
 module.exports = {
   forbidden: [
     {
       name: "base-imports-no-layer",
       severity: "error",
-      comment: "base modules (errors, facts, fsutil, cleanup, contained, crashpoint, version, zod) import no layer",
+      comment: "base modules (errors, facts, fsutil, cleanup, contained, crashpoint, home, version, zod) import no layer",
       from: { path: BASE },
       to: { path: "^src/", pathNot: BASE },
     },
@@ -34,21 +52,36 @@ module.exports = {
     layer("storage", []),
     layer("state", []),
     layer("config", ["crypto", "storage"]),
-    layer("bundle", ["crypto", "state", "config"]),
+    layer("bundle", ["crypto", "state"]),
     layer("repository", ["storage", "crypto", "state", "bundle", "config"]),
     layer("reconcile", ["state", "config"]),
     layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
     layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
     layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
     layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore"]),
+    layer("commands", ALL_BELOW_COMMANDS),
+    layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "agentapi"]),
     {
-      name: "only-commands-import-agentapi",
+      name: "cli-imports-only-commands-ui",
+      severity: "error",
+      comment: "the command table: each action imports its command and renders through ui/",
+      from: { path: "^src/cli\\.ts$" },
+      to: { path: "^src/", pathNot: [BASE, "^src/commands/", "^src/ui/"] },
+    },
+    {
+      name: "main-imports-only-cli-ui-bundle",
+      severity: "error",
+      comment: "the entry point: the command table, ui/ to escape what it prints, and bundle/ to start verify's digest worker before the command loads",
+      from: { path: "^src/main\\.ts$" },
+      to: { path: "^src/", pathNot: [BASE, "^src/cli\\.ts$", "^src/ui/", "^src/bundle/"] },
+    },
+    {
+      name: "only-commands-and-ui-import-agentapi",
       severity: "error",
       comment: "the agent interface is an outer layer like commands: stages never import it",
-      from: { path: "^src/", pathNot: "^src/(commands|agentapi)/" },
+      from: { path: "^src/", pathNot: "^src/(commands|agentapi|ui)/" },
       to: { path: "^src/agentapi/" },
     },
-    layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill"]),
     {
       name: "only-cli-imports-commands",
       severity: "error",
@@ -61,7 +94,53 @@ module.exports = {
       from: { path: "^src/", pathNot: "^src/main\\.ts$" },
       to: { path: "^src/cli\\.ts$" },
     },
-    { name: "no-circular", severity: "error", from: {}, to: { circular: true, dependencyTypesNot: ["type-only"] } },
+    {
+      name: "only-ui-imports-terminal-libraries",
+      severity: "error",
+      comment: "only ui/ writes to the terminal (prompts, spinners, colour): a command takes its prompts from cli.ts and returns a value",
+      from: { path: "^src/", pathNot: "^src/ui/" },
+      to: { path: "node_modules/(@inquirer/[^/]+|chalk|ora)/" },
+    },
+    wing("sqlite", []),
+    wing("secrets", ["sqlite"]),
+    wing("pages", ["sqlite"]),
+    wing("inspect", ["sqlite", "secrets", "pages"]),
+    wing("workspace", ["secrets"]),
+    wing("sources", []),
+    {
+      name: "state-root-files-import-only-sqlite",
+      severity: "error",
+      comment: "state/'s root files (discover, watermark) belong to no wing: they read sqlite/ at most, and no wing imports them",
+      from: { path: "^src/state/[^/]+\\.ts$" },
+      to: { path: "^src/state/", pathNot: "^src/state/sqlite/" },
+    },
+    {
+      name: "no-wing-imports-state-root-files",
+      severity: "error",
+      from: { path: "^src/state/[^/]+/" },
+      to: { path: "^src/state/[^/]+\\.ts$" },
+    },
+    {
+      name: "pages-seen-through-its-front",
+      severity: "error",
+      comment: "the page engine's front is state/pages/index.ts; the rest of the house never imports its insides",
+      from: { path: "^src/", pathNot: "^src/state/pages/" },
+      to: { path: "^src/state/pages/", pathNot: "^src/state/pages/index\\.ts$" },
+    },
+    {
+      name: "pages-one-direction",
+      severity: "error",
+      comment: "inside the page engine: pageindex.ts and blocks.ts import no other file of it (delta.ts imports both), and none imports its front",
+      from: { path: "^src/state/pages/(pageindex|blocks)\\.ts$" },
+      to: { path: "^src/state/pages/" },
+    },
+    {
+      name: "pages-insides-never-import-the-front",
+      severity: "error",
+      from: { path: "^src/state/pages/(?!index\\.ts$)" },
+      to: { path: "^src/state/pages/index\\.ts$" },
+    },
+    { name: "no-circular", severity: "error", from: {}, to: { circular: true } },
   ],
   options: {
     doNotFollow: { path: "node_modules" },

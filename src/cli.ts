@@ -105,7 +105,8 @@ export function buildProgram(result: { code: ExitCode }): Command {
     ["agentbak init --agent-id billing-agent --tenant acme --database state=state/agent.sqlite --workspace workspace --yes", "agentbak init -c /srv/agents/billing/agentbak.json   # create the repository a hand-written config names"],
   ).action(async (o) => {
     const { init } = await import("./commands/init.js");
-    await show(o, await init(o), (await render()).init);
+    const { askChoices, askOne, askText } = await import("./ui/output.js");
+    await show(o, await init({ ...o, ask: { askChoices, askOne, askText } }), (await render()).init);
   });
 
   help(
@@ -435,8 +436,8 @@ export function buildProgram(result: { code: ExitCode }): Command {
     .command("config-schema")
     .description("print the JSON Schema of agentbak.json")
     .action(async () => {
-      const { configJsonSchema } = await import("./config/schema.js");
-      await show({ json: true }, configJsonSchema(), () => undefined);
+      const { configSchema } = await import("./commands/schema.js");
+      await show({ json: true }, configSchema(), () => undefined);
     });
 
   return program;

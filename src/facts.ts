@@ -1,7 +1,10 @@
 /**
  * Facts the whole house shares, spelled once, low in the house (a base
- * module: it imports nothing of ours).
+ * module: it imports nothing of ours): unsafe text, URL redaction, the agent
+ * ref and id patterns, snapshot and request ids, SQLite's sidecar files and
+ * the reconcile strategies.
  */
+import { randomBytes } from "node:crypto";
 
 /**
  * Characters that can steer a terminal or reorder what a person reads: C0/C1
@@ -24,3 +27,40 @@ const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*):[^\s/?#]*@/gi;
  * connection's password.
  */
 export const redactUrls = (text: string): string => text.replace(URL_PASSWORD, "$1:***@");
+
+/** One agent of one tenant: what sequences, locks, logs and trusted state are kept per. */
+export interface AgentRef {
+  tenant: string;
+  agent: string;
+}
+
+/** Agent ids and tenants: also folder names in repositories and in AGENTBAK_HOME. */
+export const ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+
+/** A snapshot id as a pattern without anchors, for patterns that hold one (a repository key): its creation time (UTC, ISO 8601 basic, to the millisecond) and 8 random hex digits. */
+export const SNAPSHOT_ID_BODY = String.raw`\d{8}T\d{9}Z-[0-9a-f]{8}`;
+
+/** A snapshot id (YYYYMMDDTHHMMSSmmmZ-xxxxxxxx): ids sort by creation time. */
+export const SNAPSHOT_ID = new RegExp(`^${SNAPSHOT_ID_BODY}$`);
+
+/** A restore request id: `req-` and a snapshot-style id of when it was asked. */
+export const REQUEST_ID = new RegExp(`^req-${SNAPSHOT_ID_BODY}$`);
+
+/** A new snapshot id for a snapshot created at `d`. */
+export const newSnapshotId = (d: Date): string => d.toISOString().replace(/[-:.]/g, "") + "-" + randomBytes(4).toString("hex");
+
+/** A new restore request id for a request made at `d`. */
+export const newRequestId = (d: Date): string => `req-${newSnapshotId(d)}`;
+
+/** The files SQLite keeps beside a database file: write-ahead log, its shared-memory index, rollback journal. */
+export const SQLITE_SIDECARS = ["wal", "shm", "journal"] as const;
+
+/** A path that is one of a database's sidecars (`<database>-wal` ...); `.replace(SQLITE_SIDECAR, "")` names the database. */
+export const SQLITE_SIDECAR = new RegExp(`-(${SQLITE_SIDECARS.join("|")})$`);
+
+/** The path of `database`'s sidecar of `kind`. */
+export const sidecarOf = (database: string, kind: (typeof SQLITE_SIDECARS)[number]): string => `${database}-${kind}`;
+
+/** How an open operation is reconciled by idempotency key: ask, never resend; resend with the same key when the provider has no record; a person decides. */
+export const STRATEGIES = ["observe", "retry-safe", "escalate"] as const;
+export type Strategy = (typeof STRATEGIES)[number];

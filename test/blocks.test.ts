@@ -15,8 +15,8 @@ import { createHash, randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { json, makeAgent, SNAPS, STORE, type TestAgent } from "./helpers.js";
 import { manifestOf } from "./craft.js";
-import { blockSeed, pageSums } from "../src/state/blocks.js";
-import { pageIndexKey } from "../src/state/pages.js";
+import { blockSeed, pageSums } from "../src/state/pages/blocks.js";
+import { pageIndexKey } from "../src/state/pages/pageindex.js";
 
 let a: TestAgent;
 const live = () => join(a.dir, "state/agent.sqlite");
@@ -283,7 +283,7 @@ describe.skipIf(STORE !== "local")("block-level deltas", () => {
       ids.push(inc.snapshot_id);
     }
     expect(await deltaUnit(join(a.repo, SNAPS, `${ids.at(-1)}.agentbak`))).toBe(1024); // the sums were at hand
-    const { applyIndexChain, decodeIndex, indexPages, pageIndexKey, pagesRoot } = await import("../src/state/pages.js");
+    const { applyIndexChain, decodeIndex, indexPages, pageIndexKey, pagesRoot } = await import("../src/state/pages/pageindex.js");
     const key = pageIndexKey(a.home);
     const stored = (id: string) => readFileSync(join(a.repo, SNAPS, `${id}.state.pageindex`));
     const rebuilt = decodeIndex(applyIndexChain(stored(ids[0]!), ids.slice(1).map(stored)), key)!;
@@ -363,7 +363,7 @@ describe.skipIf(STORE !== "local")("page index changes through compact and copy"
     const cp = json(await a.run(["compact", inc.snapshot_id, "--identity", a.identity, "--json"]));
     expect(index(a.repo, cp.snapshot_id).subarray(0, 8).toString()).toBe("AGBKPXW3");
     // (the manifest signs the pages root of the index's digests, which only this host's key opens)
-    const { decodeIndex, pageIndexKey, pagesRoot } = await import("../src/state/pages.js");
+    const { decodeIndex, pageIndexKey, pagesRoot } = await import("../src/state/pages/pageindex.js");
     expect(pagesRoot(decodeIndex(index(a.repo, cp.snapshot_id), pageIndexKey(a.home))!)).toBe(manifestOf(inc.path).components.find((x: any) => x.name === "state").page_index_sha256);
     // ... and the next incremental builds on it, in place (no block sums for it on this host: whole pages)
     edit();

@@ -1,5 +1,5 @@
 /**
- * Row counts read off the pages (state/btree.ts) against SQLite's own
+ * Row counts read off the pages (state/sqlite/btree.ts) against SQLite's own
  * `count(*)` on real files: multi-level rowid trees, WITHOUT ROWID tables
  * (whose interior cells are rows too), overflow chains, free pages,
  * auto-vacuum's pointer-map pages, the smallest and largest page sizes, a
@@ -11,9 +11,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { BtreeCensus } from "../src/state/btree.js";
-import { FilePages, hashTail, readPages } from "../src/state/pages.js";
-import { openDefensive, tableCounts } from "../src/state/sqlite.js";
+import { BtreeCensus } from "../src/state/sqlite/btree.js";
+import { hashTail } from "../src/state/pages/delta.js";
+import { FilePages, readPages } from "../src/state/sqlite/pagefile.js";
+import { openDefensive, tableCounts } from "../src/state/sqlite/open.js";
 
 const dir = mkdtempSync(join(tmpdir(), "agentbak-btree-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

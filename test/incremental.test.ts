@@ -7,7 +7,7 @@ import { copyFileSync, existsSync, readdirSync, readFileSync, renameSync, rmSync
 import { join } from "node:path";
 import { json, makeAgent, SNAPS, type TestAgent } from "./helpers.js";
 import { manifestOf } from "./craft.js";
-import { filePagesRoot } from "../dist/state/pages.js";
+import { filePagesRoot } from "../dist/state/pages/pageindex.js";
 
 let a: TestAgent;
 const dbPath = () => join(a.dir, "state/agent.sqlite");

@@ -9,8 +9,8 @@ import { mkdtempSync, rmSync, readdirSync, existsSync, statSync } from "node:fs"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { json, makeAgent, ROOT, SNAPS } from "./helpers.js";
-import { snapshotDatabases } from "../dist/state/sqlite.js";
-import { readWal } from "../dist/state/wal.js";
+import { snapshotDatabases } from "../dist/state/sqlite/cut.js";
+import { readWal } from "../dist/state/sqlite/wal.js";
 // @ts-expect-error plain JS fixture
 import { transfers } from "../fixtures/agent/writer.js";
 // @ts-expect-error plain JS fixture
@@ -95,7 +95,7 @@ describe("LiveSnapshot", () => {
   it("a full snapshot held in place: the inspection worker's own read transaction joins the same instant while a writer commits", async () => {
     const db = join(tmp, "held.sqlite");
     generateDatabase(db, { sizeMb: 40, seed: 5 }); // over 32 MiB: inspected in the worker thread, through its own connection
-    const { inspectPinned } = await import("../dist/state/inspect.js");
+    const { inspectPinned } = await import("../dist/state/inspect/inspect.js");
     const seen: number[] = [];
     await withWriter(db, async () => {
       for (let round = 0; round < 3; round++) {
@@ -143,7 +143,7 @@ describe("LiveSnapshot", () => {
     try {
       const r = json(await a.run(["backup", "--json"]));
       expect(r).toMatchObject({ kind: "full", databases_read: "in-place" });
-      const { decodeIndex, indexPages, pageIndexKey } = await import("../dist/state/pages.js");
+      const { decodeIndex, indexPages, pageIndexKey } = await import("../dist/state/pages/pageindex.js");
       const stored = decodeIndex(await (await a.store()).get(`${SNAPS}/${r.snapshot_id}.state.pageindex`), pageIndexKey(a.home))!;
       const target = join(a.tmp, "restored-ix");
       expect([0, 3]).toContain((await a.run(["restore", r.snapshot_id, "--target", target, "--yes", "--allow-rollback", "--integrity", "digest"])).code);
@@ -219,7 +219,7 @@ describe("LiveSnapshot", () => {
   });
 
   it("a WAL snapshot that can not copy its frames aside fails whole: no descriptor stays open, no overlay file is left", async () => {
-    const { LiveSnapshot } = await import("../dist/state/livesnap.js");
+    const { LiveSnapshot } = await import("../dist/state/sqlite/livesnap.js");
     const db = join(tmp, "overlay-fail.sqlite");
     const w = new Database(db);
     w.pragma("journal_mode = WAL");

@@ -156,7 +156,7 @@ describe("checkpoints through MCP", () => {
 
 describe("checkpoints of a long-running server", () => {
   const manifest = async (path: string) => JSON.parse(String((await execa("tar", ["xOf", await a.file(path), "manifest.json"])).stdout));
-  const live = async () => (await import("../dist/state/workspace.js")).treeDigest(join(a.dir, "workspace"));
+  const live = async () => (await import("../dist/state/workspace/workspace.js")).treeDigest(join(a.dir, "workspace"));
   const checkpoint = async (label: string) => {
     const r = await tool(clients.checkpoint!, "create_backup", { label });
     expect(r.isError, r.text).toBe(false);

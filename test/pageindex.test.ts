@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { applyIndexChain, decodeIndex, encodeIndex, encodeIndexChanges } from "../src/state/pages.js";
+import { applyIndexChain, decodeIndex, encodeIndex, encodeIndexChanges } from "../src/state/pages/pageindex.js";
 
 const KEY = Buffer.alloc(32, 7);
 

@@ -9,8 +9,8 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { scanFilePages } from "../src/state/pagescan.js";
-import { inspectSnapshot } from "../src/state/inspect.js";
+import { scanFilePages } from "../src/state/secrets/pagescan.js";
+import { inspectSnapshot } from "../src/state/inspect/inspect.js";
 
 const dir = mkdtempSync(join(tmpdir(), "agentbak-pagescan-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

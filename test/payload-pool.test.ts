@@ -14,7 +14,7 @@ import { pipeline } from "node:stream/promises";
 import { keygen, loadSigningKey } from "../src/crypto/keys.js";
 import { BufferPool, ZstdCompress, zstdOutSize } from "../src/bundle/streams.js";
 import { planBundle, writePayload } from "../src/bundle/writer.js";
-import type { PageSource } from "../src/state/pages.js";
+import type { PageSource } from "../src/state/sqlite/pagefile.js";
 
 let tmp: string;
 let recipient: string;

@@ -11,7 +11,7 @@ import { json, makeAgent, run, type TestAgent } from "./helpers.js";
 import { craft, manifestOf, payloadFrom, makeTar, ageEncrypt } from "./craft.js";
 import { compress } from "zstd-napi";
 import { verifyMessage, NS } from "../dist/crypto/sshsig.js";
-import { treeDigest } from "../dist/state/workspace.js";
+import { treeDigest } from "../dist/state/workspace/workspace.js";
 
 const sha = (p: string) => createHash("sha256").update(readFileSync(p)).digest("hex");
 

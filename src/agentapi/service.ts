@@ -16,8 +16,8 @@ import { TIERS, type Tier } from "../config/schema.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, formatIssues, hasCause, notFound, policyError, UnreachableError, usageError } from "../errors.js";
-import { hasUnsafeText } from "../facts.js";
-import type { AgentRef, CatalogEntry, Repository } from "../repository/repository.js";
+import { type AgentRef, hasUnsafeText, REQUEST_ID, SNAPSHOT_ID } from "../facts.js";
+import type { CatalogEntry, Repository } from "../repository/repository.js";
 import { openSpool, spools } from "../repository/spool.js";
 import { runRestore } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
@@ -49,7 +49,7 @@ export interface AgentHandle {
   principal: string;
 }
 
-const snapshotId = z.string().regex(/^\d{8}T\d{9}Z-[0-9a-f]{8}$/, "a snapshot id (YYYYMMDDTHHMMSSmmmZ-xxxxxxxx)");
+const snapshotId = z.string().regex(SNAPSHOT_ID, "a snapshot id (YYYYMMDDTHHMMSSmmmZ-xxxxxxxx)");
 const snapshotRef = z
   .string()
   .regex(/^(latest|\d{8}T[0-9TZ-]*[0-9a-f-]*)$/, "latest, a snapshot id, or a unique prefix of one")
@@ -79,7 +79,7 @@ export const INPUTS = {
     target: z.string().min(1).max(4096).refine(...readable).optional().describe("folder proposed for the restore; the operator may choose another"),
     idempotency_key: key.optional().describe("the same key again returns the first request"),
   }),
-  get_restore_request: z.object({ request_id: z.string().regex(/^req-\d{8}T\d{9}Z-[0-9a-f]{8}$/, "a restore request id (req-...)") }),
+  get_restore_request: z.object({ request_id: z.string().regex(REQUEST_ID, "a restore request id (req-...)") }),
 };
 
 export type Operation = keyof typeof INPUTS;

@@ -7,10 +7,11 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { readdirSync } from "node:fs";
-import { join } from "node:path";
-import { ID_PATTERN, TIERS, type Tier } from "../config/schema.js";
+import { TIERS, type Tier } from "../config/schema.js";
 import { notFound, usageError } from "../errors.js";
 import { createFileExclusive, writeFileAtomic, readFileRegular } from "../fsutil.js";
+import { homePaths } from "../home.js";
+import { ID_PATTERN } from "../facts.js";
 
 /** A token as stored (and listed): never the token itself. */
 export interface TokenRecord {
@@ -23,12 +24,15 @@ export interface TokenRecord {
   sha256: string;
 }
 
+/** A token record as shown: never the hash. */
+export type TokenView = Omit<TokenRecord, "sha256">;
+
 /** `abk_<id>_<secret>`: the id names the record, the secret is 256 random bits. */
 const TOKEN_RE = /^abk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$/;
 const ID_RE = /^tok_[0-9a-f]{16}$/;
 
-const dir = (home: string) => join(home, "tokens");
-const file = (home: string, id: string) => join(dir(home), `${id}.json`);
+const dir = (home: string) => homePaths(home).tokens;
+const file = (home: string, id: string) => homePaths(home).token(id);
 const digest = (token: string) => createHash("sha256").update(token).digest();
 
 function read(home: string, id: string): TokenRecord | null {

@@ -11,11 +11,12 @@ import { dirname, join, resolve } from "node:path";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, ioErrno, ioError, verifyError } from "../errors.js";
-import { applyDelta, filePagesRoot } from "../state/pages.js";
+import { applyDelta, filePagesRoot } from "../state/pages/index.js";
 import { isDatabase, type Component } from "./manifest.js";
 import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { readPayload, verifyBundle, verifyHeader, type VerifiedBundle } from "./reader.js";
 import { fileSha256 } from "./streams.js";
+import { homePaths } from "../home.js";
 
 /**
  * A local file holding the bundle of snapshot `id` of the same agent
@@ -37,7 +38,7 @@ export interface CheckedPayloads {
 
 /** CheckedPayloads kept in AGENTBAK_HOME/cache; an unreadable file is an empty cache. */
 export function checkedPayloads(home: string): CheckedPayloads & { save(): void } {
-  const file = join(home, "cache", "checked-payloads.json");
+  const file = homePaths(home).cache.checkedPayloads;
   let entries: Record<string, string> = {};
   try {
     entries = JSON.parse(readFileSync(file, "utf8")) as Record<string, string>;

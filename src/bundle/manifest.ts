@@ -6,11 +6,10 @@
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 import * as z from "../zod.js";
-import { ID_PATTERN } from "../config/schema.js";
 import { SOURCE_KINDS, type SourceKind } from "../state/sources/kinds.js";
 import { formatIssues, policyError } from "../errors.js";
-import { STRATEGIES } from "../config/recovery.js";
 import { TOOL_VERSION } from "../version.js";
+import { ID_PATTERN, SNAPSHOT_ID, SQLITE_SIDECAR, STRATEGIES } from "../facts.js";
 
 export const FORMAT = "agentbak-bundle";
 /**
@@ -48,7 +47,7 @@ export const ComponentSchema = z.strictObject({
   page_index_sha256: z.optional(sha),
   /**
    * sqlite-delta: the whole rebuilt database — its pages root (format 4 on: SHA-256 over its page size, page count
-   * and each page's digest, see state/pages.ts) or, in earlier formats, its sha256 — and the delta's shape
+   * and each page's digest, see state/pages/pageindex.ts) or, in earlier formats, its sha256 — and the delta's shape
    */
   full_pages_sha256: z.optional(sha),
   full_sha256: z.optional(sha),
@@ -102,7 +101,7 @@ export const ManifestSchema = z.strictObject({
   // both name folders in repositories and in AGENTBAK_HOME
   agent_id: z.string().check(z.regex(ID_PATTERN)),
   tenant: z.string().check(z.regex(ID_PATTERN)),
-  snapshot_id: z.string().check(z.regex(/^\d{8}T\d{6}\d{3}Z-[0-9a-f]{8}$/)),
+  snapshot_id: z.string().check(z.regex(SNAPSHOT_ID)),
   created_at: time,
   expires_at: time,
   sequence: int.check(z.minimum(1)),
@@ -212,7 +211,6 @@ export const targetOf = (c: Pick<Component, "kind" | "path" | "target">): string
 
 /** The payload folder each kind lives in. */
 const KIND_DIR: Record<Component["kind"], string> = { sqlite: "db", "sqlite-delta": "db", file: "files", "git-bundle": "workspace", "git-patch": "workspace", postgres: "sources", redis: "sources", lancedb: "sources" };
-const SIDECAR = /-(wal|shm|journal)$/;
 
 /** A name for error lines: long or odd names are cut, so a hostile bundle can not flood the terminal. */
 export const clipName = (s: string, max = 120) => JSON.stringify(s.length > max ? `${s.slice(0, max)}…` : s);
@@ -248,7 +246,7 @@ function checkPlacement(m: Manifest): void {
     tarBound += Math.ceil(c.size / 512) * 512 + TAR_ENTRY_OVERHEAD;
     const what = `component ${clipName(c.path)}`;
     const t = targetOf(c);
-    if (t !== null && SIDECAR.test(t) && dbTargets.has(t.replace(SIDECAR, "")))
+    if (t !== null && SQLITE_SIDECAR.test(t) && dbTargets.has(t.replace(SQLITE_SIDECAR, "")))
       throw new Error(`${what} targets ${clipName(t)}, a SQLite sidecar of a restored database; a snapshot is one self-contained file`);
     if (c.path.split("/")[0] !== KIND_DIR[c.kind]) throw new Error(`${what} of kind ${c.kind} is outside ${KIND_DIR[c.kind]}/`);
     if (isDatabase(c)) {

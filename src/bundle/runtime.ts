@@ -3,8 +3,20 @@
  * under (its manifest) with the runtime that would run it here (the target's
  * config). Restore policy and the drill both decide from this one list.
  */
-import type { Config } from "../config/schema.js";
 import type { Manifest } from "./manifest.js";
+
+/**
+ * What a target states about the runtime that would run a snapshot: the
+ * config's `runtime` (bundle does not read config; restore and drill pass it
+ * in). A fact left out is not compared.
+ */
+export interface StatedRuntime {
+  agentVersion?: string;
+  imageDigest?: string;
+  models?: Record<string, string>;
+  /** snapshot values declared compatible with these (`*` matches any run of characters) */
+  compatible?: { agentVersion?: string[]; imageDigest?: string[]; models?: Record<string, string[]> };
+}
 
 /** One runtime fact that differs between the snapshot and here. */
 export interface RuntimeDifference {
@@ -26,7 +38,7 @@ const matches = (pattern: string, value: string) =>
  * The facts the target's config states that the snapshot's runtime does not
  * share. A fact the config leaves out is not compared.
  */
-export function runtimeDifferences(snapshot: Manifest["runtime"], here: Config["runtime"]): RuntimeDifference[] {
+export function runtimeDifferences(snapshot: Manifest["runtime"], here: StatedRuntime): RuntimeDifference[] {
   const c = here.compatible ?? {};
   const facts: [string, string, string | null, string | undefined, string[] | undefined][] = [
     ["agent_version", "agent version", snapshot.agent_version, here.agentVersion, c.agentVersion],

@@ -18,7 +18,7 @@ import { AgentbakError, ioErrno, ioError } from "../errors.js";
 import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
-import { pageRuns, type PageSource } from "../state/pages.js";
+import { pageRuns, type PageSource } from "../state/sqlite/pagefile.js";
 
 /**
  * A bundle file planned before its payload is written: payload.age starts at

@@ -5,7 +5,7 @@
  * pure function) → signed bundle → published through the repository.
  */
 import { execa } from "execa";
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, mkdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
@@ -17,25 +17,25 @@ import { checkedPayloads, verifyChain, verifyRemembered } from "../bundle/chain.
 import { planBundle, writeBundleFile, writePayload, type StagedComponent, type StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
-import { agentbakHome } from "../crypto/keys.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { doneBeforeInterrupt, removeOnInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, ConflictError, Exit, ioErrno, ioError, policyError, usageError, verifyError, wrap } from "../errors.js";
-import { hasUnsafeText } from "../facts.js";
-import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
-import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect.js";
-import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/incremental.js";
-import { blockSeed, BlockSumsStore } from "../state/blocks.js";
-import { decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, pagesRoot, type DeltaBase, type PageIndex, PageHasher, splitPage, type PageSource } from "../state/pages.js";
-import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets.js";
-import { namedSource } from "../state/livesnap.js";
-import { snapshotDatabases, type Cut, type Hold, type InPlace, type InPlaceViews } from "../state/sqlite.js";
+import { type AgentRef, hasUnsafeText, newSnapshotId, SQLITE_SIDECAR } from "../facts.js";
+import type { Repository, Snapshot } from "../repository/repository.js";
+import { inspectInWorker, inspectPinned, warmInspection, type InspectResult } from "../state/inspect/inspect.js";
+import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
+import { blockSeed, BlockSumsStore, decodeIndex, encodeIndex, encodeIndexChanges, indexPages, pageIndexKey, PageHasher, pagesRoot, type DeltaBase, type PageIndex } from "../state/pages/index.js";
+import { splitPage, type PageSource } from "../state/sqlite/pagefile.js";
+import { nameMatcher, scanText, scanValue, type SecretFinding } from "../state/secrets/scan.js";
+import { namedSource } from "../state/sqlite/livesnap.js";
+import { snapshotDatabases, type Cut, type Hold, type InPlace, type InPlaceViews } from "../state/sqlite/cut.js";
 import { databasesState, lastBackup, otherState, rememberBackup, stateKey } from "./unchanged.js";
 import { atPath, ensureDir, ensureDirIn, writeCacheFile } from "../fsutil.js";
-import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace.js";
+import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
+import { agentbakHome, homePaths } from "../home.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
 export interface BackupReceipt {
@@ -96,8 +96,6 @@ export interface BackupOptions {
 /** A time-sortable snapshot id: UTC time to the millisecond plus 32 random bits. */
 /** An unchanged state is backed up again anyway when its last snapshot expires within this. */
 const UNCHANGED_EXPIRY_MARGIN_MS = 86_400_000;
-
-export const newSnapshotId = (d: Date) => d.toISOString().replace(/[-:.]/g, "") + "-" + randomBytes(4).toString("hex");
 
 /**
  * Of a full snapshot read in place, the share of the keyed page hashes made on the thread that streams the
@@ -229,7 +227,6 @@ interface Unindexed {
 
 /** Whether `p` is `dir` or inside it. */
 const isInside = (p: string, dir: string) => p === dir || p.startsWith(dir + sep);
-const SIDECAR = /-(wal|shm|journal)$/;
 
 /** Paths a `files` entry may never take, and what each is. */
 interface Reserved {
@@ -264,7 +261,7 @@ function filePaths(lc: LoadedConfig, repoDir: string | null): string[] {
 
 function reservedBy(p: string, r: Reserved): string | null {
   if (r.databases.includes(p)) return "a configured database";
-  if (SIDECAR.test(p) && r.databases.includes(p.replace(SIDECAR, ""))) return "a SQLite sidecar of a configured database";
+  if (SQLITE_SIDECAR.test(p) && r.databases.includes(p.replace(SQLITE_SIDECAR, ""))) return "a SQLite sidecar of a configured database";
   const dir = r.dirs.find(([d]) => isInside(p, d));
   if (dir) return dir[1];
   return p.split(sep).includes(".git") ? "a .git folder" : null;
@@ -415,7 +412,7 @@ type WorkspaceCaptured = { staged: StagedFile[]; manifest: Manifest["workspace"]
 type KnownCapture = { key: string; files: { path: string; kind: StagedFile["kind"]; bytes: Buffer }[]; result: Omit<WorkspaceCaptured, "staged"> };
 const lastCapture = new Map<string, KnownCapture>();
 const REUSE_MAX_BYTES = 8 << 20;
-const captureCacheFile = (home: string, live: string) => join(home, "cache", `workspace-${createHash("sha256").update(live).digest("hex").slice(0, 16)}.json`);
+const captureCacheFile = (home: string, live: string) => homePaths(home).cache.workspaceCapture(createHash("sha256").update(live).digest("hex").slice(0, 16));
 
 function knownCapture(home: string, live: string): KnownCapture | undefined {
   const mem = lastCapture.get(live);
@@ -432,7 +429,7 @@ function knownCapture(home: string, live: string): KnownCapture | undefined {
 function rememberCapture(home: string, live: string, c: KnownCapture): void {
   lastCapture.set(live, c);
   try {
-    ensureDir(join(home, "cache"), 0o700);
+    ensureDir(homePaths(home).cache.dir, 0o700);
     writeCacheFile(captureCacheFile(home, live), JSON.stringify({ live, key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, base64: f.bytes.toString("base64") })) }));
   } catch {
     /* a cache that can not be written only costs the next run a capture */

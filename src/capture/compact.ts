@@ -16,8 +16,8 @@ import type { Trust } from "../crypto/trust.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { verifyError } from "../errors.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
-import { encodeIndex, indexPages, type PageIndex } from "../state/pages.js";
-import { newSnapshotId } from "./backup.js";
+import { encodeIndex, indexPages, type PageIndex } from "../state/pages/index.js";
+import { newSnapshotId } from "../facts.js";
 
 export interface CompactResult {
   snapshot_id: string;

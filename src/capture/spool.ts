@@ -16,10 +16,11 @@
  */
 import type { LoadedConfig } from "../config/load.js";
 import { hasCause, UnreachableError } from "../errors.js";
-import type { AgentRef, Repository } from "../repository/repository.js";
+import type { Repository } from "../repository/repository.js";
 import { flushSpool, noteCommitted, openSpool, remoteReceipt, spools } from "../repository/spool.js";
 import { hostWatermark, raiseBackupWatermark } from "../state/watermark.js";
 import { replay, runBackup, type BackupOptions, type BackupReceipt } from "./backup.js";
+import { type AgentRef } from "../facts.js";
 
 /** How long a process that found a repository unreachable spools without trying it again (a server's next checkpoints stay fast). */
 export const RETRY_AFTER_MS = 30_000;

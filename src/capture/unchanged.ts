@@ -18,11 +18,11 @@
  */
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, openSync, readSync, realpathSync, statSync } from "node:fs";
-import { join } from "node:path";
 import { writeCacheFile, readFileRegular } from "../fsutil.js";
 import type { LoadedConfig } from "../config/load.js";
-import type { AgentRef } from "../repository/repository.js";
-import { workspaceState } from "../state/workspace.js";
+import { workspaceState } from "../state/workspace/workspace.js";
+import { homePaths } from "../home.js";
+import { sidecarOf, type AgentRef } from "../facts.js";
 
 /**
  * The state a backup would capture, as one digest: everything but the
@@ -46,8 +46,8 @@ export function databasesState(lc: LoadedConfig): string {
     // SQLite keeps the -wal and -journal beside the real file when the configured path is a symbolic link
     const p = real(lc.resolve(d.path));
     add("db", d.name, ...identity(p, 100));
-    add("wal", ...identity(`${p}-wal`, 32));
-    add("journal", ...identity(`${p}-journal`, 0));
+    add("wal", ...identity(sidecarOf(p, "wal"), 32));
+    add("journal", ...identity(sidecarOf(p, "journal"), 0));
   }
   return h.digest("hex");
 }
@@ -88,7 +88,7 @@ export interface LastBackup<R> {
 }
 
 const file = (home: string, location: string, a: AgentRef) =>
-  join(home, "cache", `last-backup-${createHash("sha256").update(`${location}\0${a.tenant}\0${a.agent}`).digest("hex").slice(0, 16)}.json`);
+  homePaths(home).cache.lastBackup(createHash("sha256").update(`${location}\0${a.tenant}\0${a.agent}`).digest("hex").slice(0, 16));
 
 export function lastBackup<R>(home: string, location: string, a: AgentRef): LastBackup<R> | null {
   try {

@@ -1,10 +1,10 @@
 /** `agentbak activate` and `agentbak fence check`: lifting a restored agent's suspension, and fencing checks. */
-import { agentbakHome } from "../crypto/keys.js";
 import { loadTrust } from "../crypto/trust.js";
 import { usageError, wrap } from "../errors.js";
 import { activate as lift, fenceCheck, type ActivateResult, type ActivationCheck, type FenceResult } from "../restore/activate.js";
 import { openTarget, type Target } from "../restore/state.js";
 import { context, type Context } from "./context.js";
+import { agentbakHome } from "../home.js";
 
 /**
  * A restored target and the context of a command about it. Its restore record

@@ -1,6 +1,6 @@
 /** `agentbak compact`: rewrite an incremental as a full snapshot. */
 import { compact as run, type CompactResult } from "../capture/compact.js";
-import { pageIndexKey } from "../state/pages.js";
+import { pageIndexKey } from "../state/pages/index.js";
 import { context, type GlobalOpts } from "./context.js";
 
 export async function compact(ref: string, opts: GlobalOpts & { identity?: string; agent?: string; tenant?: string }): Promise<CompactResult> {

@@ -9,11 +9,13 @@ import { dirname, join, resolve } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
 import { loadConfigIfAny, repositoryLocation, type LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
-import { agentbakHome, loadIdentities, loadSigningKey } from "../crypto/keys.js";
+import { loadIdentities, loadSigningKey } from "../crypto/keys.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import { loadTrust, type Trust } from "../crypto/trust.js";
 import { notFound, usageError, wrap } from "../errors.js";
-import { Repository, type AgentRef, type ResolveFilter, type Snapshot } from "../repository/repository.js";
+import { Repository, type ResolveFilter, type Snapshot } from "../repository/repository.js";
+import { agentbakHome, homePaths } from "../home.js";
+import { type AgentRef } from "../facts.js";
 
 export interface GlobalOpts {
   config?: string;
@@ -72,7 +74,7 @@ export function context(opts: GlobalOpts): Context {
     }
   };
   // a long-running server sees a signer added or revoked without a restart
-  const stamp = () => [signers ?? join(home, "allowed_signers"), join(home, "revoked_signers")].map((f) => statSync(f, { throwIfNoEntry: false })?.mtimeMs ?? "-").join("|");
+  const stamp = () => [signers ?? homePaths(home).allowedSigners, homePaths(home).revokedSigners].map((f) => statSync(f, { throwIfNoEntry: false })?.mtimeMs ?? "-").join("|");
   let trust = readTrust();
   let trustStamp = stamp();
   const repoLocation = repositoryLocation(opts.repo, lc);
@@ -91,7 +93,7 @@ export function context(opts: GlobalOpts): Context {
     repository() {
       if (!repoLocation) throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
       // a failed open is not kept: a long-running server tries again once the repository is back
-      return (repo ??= Repository.open(repoLocation, { cacheDir: join(home, "cache") }).catch((e) => {
+      return (repo ??= Repository.open(repoLocation, { home }).catch((e) => {
         repo = undefined;
         throw e;
       }));

@@ -9,7 +9,7 @@ import { configuredEmbeddings } from "../config/schema.js";
 import { AgentbakError, Exit, EXIT_NAMES, placeError, usageError } from "../errors.js";
 import { ensureDir, writeFileAtomic } from "../fsutil.js";
 import { junitFailure, junitXml, markdownFailure, markdownSummary } from "../drill/junit.js";
-import { appendReportFile, reportBody } from "../drill/report.js";
+import { appendReportFile, reportBody, type ReportedDrill } from "../drill/report.js";
 import { runDrill, type DrillResult } from "../drill/runner.js";
 import { loadSpec } from "../drill/spec.js";
 import { parseDuration } from "./duration.js";
@@ -31,11 +31,6 @@ export interface DrillCmdOptions extends GlobalOpts {
   progress?: (t: string) => void;
 }
 
-export interface DrillCmdResult extends DrillResult {
-  report_file: string | null;
-  report_index: number | null;
-}
-
 /** Writes the JUnit file (atomically) and appends the GitHub job summary, when asked for. */
 function publish(opts: DrillCmdOptions, xml: string, summary: string): void {
   if (opts.junit) writeFileAtomic(resolve(opts.junit), xml);
@@ -46,7 +41,7 @@ function publish(opts: DrillCmdOptions, xml: string, summary: string): void {
  * Runs a drill of `ref`.
  * @throws AgentbakError when it cannot run (2 bad spec or flags, 10 not found, 12 no key, 13/14 the bundle does not verify or is refused); the JUnit file and job summary then say why.
  */
-export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCmdResult> {
+export async function drill(ref: string, opts: DrillCmdOptions): Promise<ReportedDrill> {
   const t0 = Date.now();
   // where the JUnit file goes is checked before the drill runs, not after
   if (opts.junit)
@@ -56,7 +51,7 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
     } catch (e) {
       throw placeError(e, `--junit ${resolve(opts.junit)}`);
     }
-  let r: DrillCmdResult;
+  let r: ReportedDrill;
   try {
     r = await run(ref, opts);
   } catch (e) {
@@ -69,7 +64,7 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<DrillCm
   return r;
 }
 
-async function run(ref: string, opts: DrillCmdOptions): Promise<DrillCmdResult> {
+async function run(ref: string, opts: DrillCmdOptions): Promise<ReportedDrill> {
   const ctx = context(opts);
   const spec = loadSpec(opts.spec);
   if (opts.report === undefined && !ctx.repoLocation) throw usageError("where should the drill report go? pass --report FILE (or --no-report), or name a repository");

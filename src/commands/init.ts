@@ -7,15 +7,28 @@ import { existsSync, readFileSync } from "node:fs";
 import { basename, extname, join, resolve } from "node:path";
 import { loadConfig, repositoryLocation } from "../config/load.js";
 import { configJsonSchema, ConfigSchema } from "../config/schema.js";
-import { agentbakHome, keygen } from "../crypto/keys.js";
+import { keygen } from "../crypto/keys.js";
 import { formatIssues, placeError, usageError } from "../errors.js";
 import { writeFileAtomic } from "../fsutil.js";
 import { Repository } from "../repository/repository.js";
 import { discoverState } from "../state/discover.js";
 import { isUrl } from "../storage/open.js";
-import { askChoices, askOne, askText } from "../ui/output.js";
+import { agentbakHome, homePaths } from "../home.js";
+
+/**
+ * The questions init asks when a flag does not answer them: cli.ts passes
+ * ui's prompts (each fails with 2 naming its flag when no prompt may be
+ * shown). A command asks through these, never a terminal of its own.
+ */
+export interface InitPrompts {
+  askText(message: string, flag: string, def?: string): Promise<string>;
+  askChoices(message: string, flag: string, choices: string[]): Promise<string[]>;
+  askOne(message: string, flag: string, choices: string[]): Promise<string | undefined>;
+}
 
 export interface InitOptions {
+  /** asked only without --yes, for what the flags leave out */
+  ask: InitPrompts;
   dir?: string;
   config?: string;
   agentId?: string;
@@ -68,9 +81,9 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     const c = lc.config;
     return { config: cfgPath, config_created: false, repository: location, repository_created: created, home, keys_created: false, recipient: c.recipients[0]!, databases: c.databases, workspace: c.workspace?.path ?? null, warnings: [] };
   }
-  const agentId = opts.agentId ?? (opts.yes ? undefined : await askText("Agent id:", "--agent-id"));
+  const agentId = opts.agentId ?? (opts.yes ? undefined : await opts.ask.askText("Agent id:", "--agent-id"));
   if (!agentId) throw usageError("agent id needed: pass --agent-id");
-  const tenant = opts.tenant ?? (opts.yes ? "default" : await askText("Tenant:", "--tenant", "default"));
+  const tenant = opts.tenant ?? (opts.yes ? "default" : await opts.ask.askText("Tenant:", "--tenant", "default"));
   const repoRef = opts.repo ?? "./backups";
   const dir = resolve(cfgPath, "..");
   const location = isUrl(repoRef) ? repoRef : resolve(dir, repoRef);
@@ -84,11 +97,11 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     const found = discoverState(dir, isUrl(repoRef) ? [] : [location]);
     if (!opts.database) {
       const taken = new Set<string>();
-      for (const path of await askChoices("SQLite databases to back up:", "--database NAME=PATH (or --yes)", found.databases)) databases.push({ name: nameFor(path, taken), path });
+      for (const path of await opts.ask.askChoices("SQLite databases to back up:", "--database NAME=PATH (or --yes)", found.databases)) databases.push({ name: nameFor(path, taken), path });
     }
-    workspace ??= await askOne("Git workspace of the agent:", "--workspace PATH (or --yes)", found.workspaces);
+    workspace ??= await opts.ask.askOne("Git workspace of the agent:", "--workspace PATH (or --yes)", found.workspaces);
   }
-  if (!existsSync(join(home, "age-recipient.txt"))) {
+  if (!existsSync(homePaths(home).recipient)) {
     try {
       keygen(home, agentId);
     } catch (e) {
@@ -96,7 +109,7 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     }
     keysCreated = true;
   }
-  const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
+  const recipient = readFileSync(homePaths(home).recipient, "utf8").trim();
   const raw = {
     $schema: "./agentbak.schema.json",
     agent: { id: agentId, tenant },

@@ -1,7 +1,8 @@
 /** `agentbak keygen`: throwaway or real key material in a folder. */
 import { resolve } from "node:path";
-import { keygen as generate, agentbakHome, type KeygenResult } from "../crypto/keys.js";
+import { keygen as generate, type KeygenResult } from "../crypto/keys.js";
 import { AgentbakError, Exit, placeError } from "../errors.js";
+import { agentbakHome } from "../home.js";
 
 export interface KeygenOptions {
   out?: string;

@@ -8,9 +8,9 @@ import { userInfo } from "node:os";
 import { join, resolve } from "node:path";
 import { usageError } from "../errors.js";
 import { configPath, loadConfig } from "../config/load.js";
-import { agentbakHome } from "../crypto/keys.js";
 import { ROOT } from "../version.js";
 import { parseDuration } from "./duration.js";
+import { agentbakHome, homePaths } from "../home.js";
 
 export interface ScheduleOptions {
   every: string;
@@ -83,7 +83,7 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
   const agent = lc.config.agent.id;
   const bin = [process.execPath, join(ROOT, "bin", "agentbak.js")];
   const home = agentbakHome();
-  const envFile = resolve(opts.credentialsFile ?? join(home, "agentbak.env"));
+  const envFile = resolve(opts.credentialsFile ?? homePaths(home).credentialsEnv);
   const user = opts.user ?? userInfo().username;
   const env: [string, string][] = [["AGENTBAK_HOME", home], ...CARRIED.filter((k) => process.env[k]).map((k): [string, string] => [k, process.env[k]!])];
   const warnings = SECRETS.filter((k) => process.env[k]).map((k) => `${k} is set here but not printed: put it in ${envFile} (mode 0600) for the scheduled jobs`);

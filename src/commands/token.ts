@@ -1,9 +1,7 @@
 /** `agentbak token create|list|revoke`: bearer tokens of the agent interface, kept hashed in AGENTBAK_HOME. */
-import { createToken, listTokens, revokeToken, type TokenRecord } from "../agentapi/tokens.js";
-import { agentbakHome } from "../crypto/keys.js";
+import { createToken, listTokens, revokeToken, type TokenRecord, type TokenView } from "../agentapi/tokens.js";
+import { agentbakHome } from "../home.js";
 
-/** A token record as shown: never the hash. */
-export type TokenView = Omit<TokenRecord, "sha256">;
 const show = ({ sha256: _s, ...r }: TokenRecord): TokenView => r;
 
 /** Creates a token; the result is the only place the token appears. */

@@ -4,13 +4,12 @@
  * objectives, the capture cut, runtime compatibility and liveness.
  */
 import * as z from "../zod.js";
+import { STRATEGIES, type Strategy } from "../facts.js";
 
 const sqlRef = z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)) });
 // fetch refuses a URL with user:password@ in it, and one would be echoed in details and receipts: credentials go in headers
 const url = z.string().check(z.regex(/^https?:\/\/[^\s]+$/, "an http(s) URL")).check(z.refine((u) => !/^https?:\/\/[^/?#]*@/.test(u), "no user:password@ in the URL (credentials belong in headers)"));
 /** How an open operation is reconciled after a restore (DESIGN.md, Recovery protocol). */
-export const STRATEGIES = ["observe", "retry-safe", "escalate"] as const;
-export type Strategy = (typeof STRATEGIES)[number];
 export const strategy = z.enum(STRATEGIES);
 /** How strict a strategy is: operations sharing an idempotency key are all reconciled by the strictest of theirs. */
 export const STRICTNESS: Record<Strategy, number> = { "retry-safe": 0, observe: 1, escalate: 2 };

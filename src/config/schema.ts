@@ -5,9 +5,8 @@
 import * as z from "../zod.js";
 import { parseRecipient } from "../crypto/age.js";
 import * as recovery from "./recovery.js";
+import { ID_PATTERN } from "../facts.js";
 
-/** Agent ids and tenants: also folder names in repositories and in AGENTBAK_HOME. */
-export const ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 const id = z.string().check(z.regex(ID_PATTERN, "lowercase letters, digits, . _ - (max 64)"));
 const recipient = z.string().check(z.refine((r) => {
   try {

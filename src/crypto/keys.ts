@@ -2,15 +2,12 @@
  * Key files: where they live, how they are generated and loaded.
  */
 import { appendFileSync, existsSync } from "node:fs";
-import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { noKey } from "../errors.js";
+import { KEY_FILES, homePaths } from "../home.js";
 import { ensureDir, writeFileAtomic, fsyncDir, readFileRegular } from "../fsutil.js";
 import { generateIdentity, identityString, parseIdentities, type AgeIdentity } from "./age.js";
 import { encodePrivateKey, fingerprint, generateSigningKey, parsePrivateKey, publicKeyLine, NS, type SigningKey } from "./sshsig.js";
-
-/** AGENTBAK_HOME, default ~/.config/agentbak. */
-export const agentbakHome = () => resolve(process.env.AGENTBAK_HOME ?? join(homedir(), ".config", "agentbak"));
 
 /** What keygen wrote. */
 export interface KeygenResult {
@@ -28,7 +25,7 @@ export interface KeygenResult {
  */
 export function keygen(dir: string, principal: string): KeygenResult {
   ensureDir(dir, 0o700);
-  const files = ["age-identity.txt", "age-recipient.txt", "signing-key", "signing-key.pub"].map((f) => join(dir, f));
+  const files = [KEY_FILES.identity, KEY_FILES.recipient, KEY_FILES.signingKey, KEY_FILES.signingPub].map((f) => join(dir, f));
   for (const f of files) if (existsSync(f)) throw Object.assign(new Error(`key file exists: ${f}`), { code: "EEXIST", path: f });
   const id = generateIdentity();
   const sk = generateSigningKey(principal);
@@ -37,7 +34,7 @@ export function keygen(dir: string, principal: string): KeygenResult {
   writeFileAtomic(files[1]!, `${id.recipient}\n`);
   writeFileAtomic(files[2]!, encodePrivateKey(sk), 0o600);
   writeFileAtomic(files[3]!, publicKeyLine(sk.publicKey, principal) + "\n");
-  const allowed = join(dir, "allowed_signers");
+  const allowed = join(dir, KEY_FILES.allowedSigners);
   appendFileSync(allowed, `${principal} namespaces="${NS.manifest},${NS.report},${NS.receipt}" ${publicKeyLine(sk.publicKey)}\n`);
   fsyncDir(dir);
   return { dir, recipient: id.recipient, signer_fingerprint: fingerprint(sk.publicKey), principal, files: [...files, allowed] };
@@ -56,7 +53,7 @@ const why = (e: unknown) => {
  */
 export function loadIdentities(file?: string): AgeIdentity[] {
   const inline = file ? undefined : process.env.AGENTBAK_IDENTITY;
-  const path = file ?? process.env.AGENTBAK_IDENTITY_FILE ?? join(agentbakHome(), "age-identity.txt");
+  const path = file ?? process.env.AGENTBAK_IDENTITY_FILE ?? homePaths().identity;
   let text: string;
   if (inline) text = inline;
   else {
@@ -79,7 +76,7 @@ export function loadIdentities(file?: string): AgeIdentity[] {
  * @throws AgentbakError(12) when missing or unreadable.
  */
 export function loadSigningKey(file?: string): SigningKey {
-  const path = file ?? process.env.AGENTBAK_SIGNING_KEY_FILE ?? join(agentbakHome(), "signing-key");
+  const path = file ?? process.env.AGENTBAK_SIGNING_KEY_FILE ?? homePaths().signingKey;
   let text: string;
   try {
     text = readFileRegular(path, "utf8");

@@ -5,6 +5,7 @@
 import { existsSync } from "node:fs";
 import { fingerprint, parsePublicKey } from "./sshsig.js";
 import { readFileRegular } from "../fsutil.js";
+import { homePaths } from "../home.js";
 
 /** One allowed_signers entry. */
 export interface AllowedSigner {
@@ -128,8 +129,9 @@ export function trusts(trust: Trust, key: Buffer, namespace: string, now: Date):
  * @throws Error when the file is malformed.
  */
 export function loadTrust(home: string, allowedSignersPath?: string): Trust {
-  const path = allowedSignersPath ?? `${home}/allowed_signers`;
+  const paths = homePaths(home);
+  const path = allowedSignersPath ?? paths.allowedSigners;
   const found = existsSync(path);
   const signers = found ? parseAllowedSigners(readFileRegular(path, "utf8")) : [];
-  return { signers, revoked: readRevoked(`${home}/revoked_signers`), ...(found ? {} : { missing: path }) };
+  return { signers, revoked: readRevoked(paths.revokedSigners), ...(found ? {} : { missing: path }) };
 }

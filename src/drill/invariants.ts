@@ -6,7 +6,7 @@
 import { basename } from "node:path";
 import { usageError } from "../errors.js";
 import { globSync } from "tinyglobby";
-import { openDefensive } from "../state/sqlite.js";
+import { openDefensive } from "../state/sqlite/open.js";
 import { readFileRegular } from "../fsutil.js";
 
 export interface Invariant {

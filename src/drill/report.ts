@@ -13,6 +13,12 @@ import { LocalStore } from "../storage/local.js";
 import type { DrillResult } from "./runner.js";
 import { readFileRegular } from "../fsutil.js";
 
+/** A drill's result and where its signed report entry went (both null when no report was written: --no-report). */
+export interface ReportedDrill extends DrillResult {
+  report_file: string | null;
+  report_index: number | null;
+}
+
 /** The report entry for a drill result: what an operator needs to accept a restore, never state contents. */
 export function reportBody(r: DrillResult): Record<string, unknown> {
   return {

@@ -7,7 +7,7 @@ import { execa, type ResultPromise } from "execa";
 import Database from "better-sqlite3";
 import { chmodSync, cpSync, readdirSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
-import { openDefensive } from "../state/sqlite.js";
+import { openDefensive } from "../state/sqlite/open.js";
 import { stopOnInterrupt } from "../cleanup.js";
 import type { LoadedSpec } from "./spec.js";
 

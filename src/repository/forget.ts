@@ -7,8 +7,9 @@
 import type { Trust } from "../crypto/trust.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import { usageError } from "../errors.js";
-import type { AgentRef, Repository, Snapshot } from "./repository.js";
+import type { Repository, Snapshot } from "./repository.js";
 import { applyRetention, isEmptyPolicy, type RetentionPolicy } from "./retention.js";
+import { type AgentRef } from "../facts.js";
 
 export interface ForgetResult {
   tenant: string;

@@ -9,7 +9,8 @@
  * is named, never silently skipped.
  */
 import { AgentbakError, policyError, verifyError } from "../errors.js";
-import { keys, legacy, type AgentRef } from "./layout.js";
+import { keys, legacy } from "./layout.js";
+import { type AgentRef } from "../facts.js";
 
 /** What this module needs of a repository (Repository has it; named here so the two modules do not import each other). */
 export interface Repository {

@@ -23,10 +23,10 @@
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { readFileSync, rmSync } from "node:fs";
-import { join } from "node:path";
 import type { BundleLayout } from "../bundle/outer.js";
 import { FORMAT_VERSION, rememberValidManifest, sha256hex } from "../bundle/manifest.js";
 import { createFileExclusive, writeCacheFile, writeFileAtomic } from "../fsutil.js";
+import { homePaths } from "../home.js";
 
 /** One cached header. */
 export interface CacheEntry {
@@ -142,11 +142,11 @@ export class HeaderCache {
   private key: Buffer | null = null;
 
   /** `scope`: "" for a listing of the whole repository, or the folders of the one agent listed (a file of its own) */
-  constructor(dir: string | undefined, private readonly url: string, private readonly scope = "") {
+  constructor(home: string | undefined, private readonly url: string, private readonly scope = "") {
     // one cache per bundle format this tool reads: entries another version found valid are not taken on its word
     const name = createHash("sha256").update(`${url}\0${scope}\0format ${FORMAT_VERSION}`).digest("hex").slice(0, 16);
-    this.file = dir ? join(dir, `headers-${name}.bin`) : null;
-    this.keyFile = dir ? join(dir, "headers.key") : null;
+    this.file = home ? homePaths(home).cache.headers(name) : null;
+    this.keyFile = home ? homePaths(home).cache.headersKey : null;
     if (!this.file) return;
     try {
       const key = readFileSync(this.keyFile!);

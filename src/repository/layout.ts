@@ -21,13 +21,8 @@
  * read: its bundles are listed under the tenant their signed manifest names.
  */
 import { createHash } from "node:crypto";
-import { ID_PATTERN } from "../config/schema.js";
 import { usageError } from "../errors.js";
-
-import type { AgentRef } from "../state/watermark.js";
-
-/** One agent of one tenant: the unit of isolation in a repository. */
-export type { AgentRef };
+import { ID_PATTERN, SNAPSHOT_ID_BODY, type AgentRef } from "../facts.js";
 
 export const REPO_CONFIG = "agentbak-repository.json";
 /** In a spool (a local repository standing in for an unreachable remote one): which repository it is for. */
@@ -81,9 +76,12 @@ export const legacy = {
   drillReport: "drills/report.jsonl",
 };
 
+/** A key of a snapshot's file in a snapshots folder: [folder, id, extension]. */
+const SNAPSHOT_KEY = new RegExp(String.raw`^(tenants\/[^/]+\/agents\/[^/]+\/snapshots|agents\/[^/]+)\/(${SNAPSHOT_ID_BODY})\.(.+)$`);
+
 /** A snapshot's files in a snapshots folder, from any key in it: bundle, commit or page index. */
 export function parseSnapshotKey(key: string): { dir: string; id: string; ext: string } | null {
-  const m = key.match(/^(tenants\/[^/]+\/agents\/[^/]+\/snapshots|agents\/[^/]+)\/(\d{8}T\d{9}Z-[0-9a-f]{8})\.(.+)$/);
+  const m = key.match(SNAPSHOT_KEY);
   return m ? { dir: m[1]!, id: m[2]!, ext: m[3]! } : null;
 }
 

@@ -26,10 +26,9 @@ import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
 import { readGenerations, reserveGeneration, type GenerationView } from "./generation.js";
-import { applyIndexChain, indexParent } from "../state/pages.js";
-import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir, type AgentRef } from "./layout.js";
-
-export type { AgentRef };
+import { applyIndexChain, indexParent } from "../state/pages/index.js";
+import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir } from "./layout.js";
+import { SNAPSHOT_ID, type AgentRef } from "../facts.js";
 
 /** One listed snapshot. `status` is "ok" only when its signature and manifest verify and its chain is complete. */
 export interface CatalogEntry {
@@ -111,7 +110,6 @@ const LOGS = {
 } satisfies Record<string, LogKind>;
 
 const STALE_LOCK_MS = 6 * 3_600_000;
-const ID_RE = /^\d{8}T\d{9}Z-[0-9a-f]{8}$/;
 
 export const catalogEntry = (e: Snapshot): CatalogEntry => {
   const { dir: _d, key: _k, header: _h, ...entry } = e;
@@ -152,7 +150,7 @@ export class Repository {
   private constructor(
     readonly store: ObjectStore,
     /** where verified headers are kept on disk (AGENTBAK_HOME), for the next process */
-    private readonly cacheDir: string | undefined,
+    private readonly home: string | undefined,
     /** the id its marker (REPO_CONFIG) had when opened; null for a repository of agentbak 0.1, which had none */
     private readonly id: string | null,
   ) {}
@@ -166,22 +164,22 @@ export class Repository {
    * Opens an existing repository.
    * @throws AgentbakError(10) when there is none at `location`.
    */
-  static async open(location: string, opts: { cacheDir?: string } = {}): Promise<Repository> {
+  static async open(location: string, opts: { home?: string } = {}): Promise<Repository> {
     const store = await openStore(location);
     const cfg = await store.get(REPO_CONFIG);
     // repositories in object storage made by agentbak 0.1 had no config object
     const v01 = cfg ? [] : await store.list("agents/").catch((e: unknown) => (e instanceof AgentbakError && e.code === Exit.notFound ? [] : Promise.reject(e)));
     if (!cfg && v01.length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
-    return new Repository(store, opts.cacheDir, cfg && repositoryId(cfg));
+    return new Repository(store, opts.home, cfg && repositoryId(cfg));
   }
 
   /** Creates the repository at `location` if it does not exist (idempotent). @returns whether it was created. */
-  static async init(location: string, opts: { cacheDir?: string } = {}): Promise<{ repo: Repository; created: boolean }> {
+  static async init(location: string, opts: { home?: string } = {}): Promise<{ repo: Repository; created: boolean }> {
     const store = await openStore(location, { create: true });
     const body = JSON.stringify({ format: "agentbak-repository", version: LAYOUT_VERSION, id: randomBytes(16).toString("hex"), created_at: new Date().toISOString() }, null, 2) + "\n";
     const created = await store.put(REPO_CONFIG, body, { ifNoneMatch: true });
     const cfg = created ? Buffer.from(body) : await store.get(REPO_CONFIG);
-    return { repo: new Repository(store, opts.cacheDir, cfg && repositoryId(cfg)), created };
+    return { repo: new Repository(store, opts.home, cfg && repositoryId(cfg)), created };
   }
 
   /**
@@ -322,7 +320,7 @@ export class Repository {
     const found = new Map<string, { dir: string; id: string; bundle: boolean; commit: boolean }>();
     const listed: string[] = [];
     for (const prefix of scope ? scope.map((d) => `${d}/`) : ["tenants/", "agents/"]) listed.push(...(await this.store.list(prefix)));
-    const headerCache = new HeaderCache(this.cacheDir, this.store.url, scope?.join("|") ?? "");
+    const headerCache = new HeaderCache(this.home, this.store.url, scope?.join("|") ?? "");
     for (const p of listed.map((k) => parseSnapshotKey(k))) {
       if (!p || (p.ext !== "agentbak" && p.ext !== "commit")) continue;
       const k = `${p.dir}/${p.id}`;
@@ -441,7 +439,7 @@ export class Repository {
     try {
       const path = await fetchKey(s.key);
       const links: LinkSource = async (id) => {
-        if (!ID_RE.test(id)) throw notFound(`snapshot ${id} not found`);
+        if (!SNAPSHOT_ID.test(id)) throw notFound(`snapshot ${id} not found`);
         // the links sit in the snapshot's own folders: the same listing as the snapshot's (read once per process)
         const inList = (await this.list(trust, s.tenant ? { tenant: s.tenant, agent: s.agent_id } : { agent: s.agent_id })).find((e) => e.snapshot_id === id && (e.dir === s.dir || e.dir === legacy.dir(s.agent_id)));
         if (!inList) throw notFound(`snapshot ${id} not found in ${this.location}`);
@@ -472,7 +470,7 @@ export class Repository {
         const parent = indexParent(b);
         if (parent === null) return changes.length ? applyIndexChain(b, changes.reverse()) : b;
         // the id names an object in this folder: nothing else is read (what is rebuilt is checked against the signed digest)
-        if (!/^\d{8}T\d{9}Z-[0-9a-f]{8}$/.test(parent)) return null;
+        if (!SNAPSHOT_ID.test(parent)) return null;
         changes.push(b);
         id = parent;
       }
@@ -581,7 +579,7 @@ export class Repository {
     const prior = await this.readJson<T>(file);
     if (!prior) return undefined;
     // a record whose snapshot never committed was written by a run that died before publishing
-    if (typeof prior.snapshot_id !== "string" || !ID_RE.test(prior.snapshot_id) || !(await this.store.head(keys.commit(snapshotsDir(a), prior.snapshot_id)))) return undefined;
+    if (typeof prior.snapshot_id !== "string" || !SNAPSHOT_ID.test(prior.snapshot_id) || !(await this.store.head(keys.commit(snapshotsDir(a), prior.snapshot_id)))) return undefined;
     const s = (await this.list(trust, a)).find((e) => e.snapshot_id === prior.snapshot_id && e.dir === snapshotsDir(a));
     if (s?.header?.manifest.idempotency_key !== key)
       throw verifyError(`idempotency record ${file} in ${this.location} names snapshot ${prior.snapshot_id}, whose signed manifest ${s?.header ? "carries another idempotency key" : "does not verify"} (edited)`);

@@ -25,8 +25,10 @@ import type { Trust } from "../crypto/trust.js";
 import { isUrl } from "../storage/open.js";
 import { keys, SPOOL_RECORD } from "./layout.js";
 import { replicate } from "./replicate.js";
-import { Repository, type AgentRef, type Snapshot } from "./repository.js";
+import { Repository, type Snapshot } from "./repository.js";
 import { removeTree } from "../cleanup.js";
+import { homePaths } from "../home.js";
+import { type AgentRef } from "../facts.js";
 
 export interface FlushResult {
   remote: string;
@@ -43,7 +45,7 @@ export interface FlushResult {
 export const spools = (location: string) => isUrl(location);
 
 /** The spool folder for a remote repository. */
-export const spoolDir = (home: string, remote: string) => join(home, "spool", createHash("sha256").update(remote).digest("hex").slice(0, 16));
+export const spoolDir = (home: string, remote: string) => homePaths(home).spool(createHash("sha256").update(remote).digest("hex").slice(0, 16));
 
 /** Opens (creating on first use) the spool of `remote`. */
 export async function openSpool(home: string, remote: string): Promise<Repository> {
@@ -58,13 +60,13 @@ export async function openSpool(home: string, remote: string): Promise<Repositor
 export async function allSpools(home: string): Promise<{ remote: string; spool: Repository }[]> {
   let names: string[];
   try {
-    names = readdirSync(join(home, "spool"));
+    names = readdirSync(homePaths(home).spools);
   } catch {
     return [];
   }
   const out: { remote: string; spool: Repository }[] = [];
   for (const n of names.sort()) {
-    const spool = await Repository.init(join(home, "spool", n)).then((r) => r.repo);
+    const spool = await Repository.init(homePaths(home).spool(n)).then((r) => r.repo);
     const rec = await spool.readJson<{ remote: string }>(SPOOL_RECORD);
     if (rec?.remote) out.push({ remote: rec.remote, spool });
   }

@@ -18,11 +18,11 @@ import { writeFileAtomic } from "../fsutil.js";
 import { stillOpen, type OpenOperation, type OperationResult } from "../reconcile/operations.js";
 import { Repository } from "../repository/repository.js";
 import { unreachableWarning } from "../repository/generation.js";
-import { agentbakHome } from "../crypto/keys.js";
 import { readTrustedState } from "../state/watermark.js";
 import { checkLiveness, type LivenessAnswer } from "./liveness.js";
 import { appendReceipt } from "./receipt.js";
 import { isSuspended, MARKER_DIR, operationStatus, readReconcileRecord, readTargetRecord, summarize, SUSPENDED, type ReconcileSummary, type Target, type TargetRecord } from "./state.js";
+import { agentbakHome } from "../home.js";
 
 /** An open operation that still needs a person: never reconciled, escalated, unknown, or its outcome not recorded. */
 export interface Unresolved extends OpenOperation {

@@ -16,10 +16,10 @@ import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { noKey, placeError, policyError, usageError, verifyError } from "../errors.js";
 import { ensureDir, fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } from "../fsutil.js";
-import type { AgentRef, Repository } from "../repository/repository.js";
+import type { Repository } from "../repository/repository.js";
 import { keys } from "../repository/layout.js";
 import { unreachableWarning } from "../repository/generation.js";
-import { checkCredentials } from "../state/credentials.js";
+import { checkCredentials } from "../state/secrets/credentials.js";
 import { isSource, embeddingChanges, type Manifest } from "../bundle/manifest.js";
 import { manifestSources, parseSourceFlags, restoreSources, type SourceOutcome } from "../bundle/sources.js";
 import { configuredEmbeddings } from "../config/schema.js";
@@ -31,8 +31,9 @@ import { applyTimers, planTimers } from "./timers.js";
 import { evaluatePolicy } from "./policy.js";
 import { MARKER_DIR, SUSPENDED, writeTargetRecord, type TargetRecord } from "./state.js";
 import { raiseTrustedState, readTrustedState } from "../state/watermark.js";
-import { agentbakHome } from "../crypto/keys.js";
 import { doneBeforeInterrupt, letInterruptsIn, removeOnInterrupt, removeTree } from "../cleanup.js";
+import { agentbakHome } from "../home.js";
+import { SQLITE_SIDECAR, type AgentRef } from "../facts.js";
 
 export interface RestoreOptions {
   /** the bundle to restore, as a local file, and where its chain's links come from */
@@ -76,8 +77,6 @@ export interface RestoreResult {
   sources: SourceOutcome[];
 }
 
-const SIDECAR = /-(wal|shm|journal)$/;
-
 /**
  * Refuses a target that is a symbolic link (even a dangling one): what it
  * points to is not what the operator named.
@@ -117,7 +116,7 @@ function checkTarget(target: string): string[] {
     for (const e of entries) {
       const p = join(dir, e.name);
       if (e.isDirectory()) continue;
-      if (SIDECAR.test(e.name)) files.push(p);
+      if (SQLITE_SIDECAR.test(e.name)) files.push(p);
       else throw usageError(`target ${target} is not empty (${relative(target, p)} ...); restore only into an empty or absent folder`);
     }
     for (const e of entries) if (e.isDirectory()) walk(join(dir, e.name));

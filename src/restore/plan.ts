@@ -4,7 +4,7 @@
  */
 import { isDatabase, type Manifest } from "../bundle/manifest.js";
 import type { OpenOperation } from "../reconcile/operations.js";
-import type { CredentialStatus } from "../state/credentials.js";
+import type { CredentialStatus } from "../state/secrets/credentials.js";
 import type { PolicyDecision } from "./policy.js";
 import type { TimerMove } from "./timers.js";
 

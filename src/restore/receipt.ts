@@ -5,7 +5,8 @@
  */
 import canonicalize from "canonicalize";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
-import type { AgentRef, Repository } from "../repository/repository.js";
+import type { Repository } from "../repository/repository.js";
+import { type AgentRef } from "../facts.js";
 
 /**
  * Appends `{event, receipt, receipt_signature}` to `a`'s audit log when there

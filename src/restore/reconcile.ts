@@ -14,7 +14,7 @@ import { policyError, usageError } from "../errors.js";
 import { makeProbe } from "../reconcile/probe.js";
 import { reconcileOperations, settleOperations, type OperationResult } from "../reconcile/operations.js";
 import { Repository } from "../repository/repository.js";
-import { readCredential } from "../state/credentials.js";
+import { readCredential } from "../state/secrets/credentials.js";
 import { appendReceipt } from "./receipt.js";
 import { isSuspended, operationStatus, readReconcileRecord, summarize, writeReconcileRecord, type ReconcileSummary, type Target } from "./state.js";
 

@@ -15,7 +15,7 @@
  * (13) naming its file, never shown or acted on.
  */
 import canonicalize from "canonicalize";
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { hostname, userInfo } from "node:os";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
@@ -24,9 +24,10 @@ import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, ConflictError, Exit, notFound, policyError, usageError, verifyError } from "../errors.js";
 import { keys } from "../repository/layout.js";
-import type { AgentRef, Repository, Snapshot } from "../repository/repository.js";
+import type { Repository, Snapshot } from "../repository/repository.js";
 import { runRestore, type RestoreResult } from "./apply.js";
 import type { RestorePlan } from "./plan.js";
+import { newRequestId, REQUEST_ID, type AgentRef } from "../facts.js";
 
 /** What an agent asked for; written once. */
 export interface RestoreRequest {
@@ -98,8 +99,6 @@ export interface RequestStatus extends RestoreRequest {
   outcome: RequestOutcome | null;
 }
 
-export const REQUEST_ID = /^req-\d{8}T\d{9}Z-[0-9a-f]{8}$/;
-
 /** Who acts on this host (for decisions made at a terminal). */
 export function localActor(): string {
   let user: string;
@@ -143,7 +142,7 @@ export async function recordRequest(
   if (s.status !== "ok") throw new AgentbakError(s.problem_code === Exit.policy ? Exit.policy : Exit.verify, `snapshot ${s.snapshot_id} can not be restored: ${s.problem}`);
   const now = new Date();
   const request: RestoreRequest = {
-    request_id: `req-${now.toISOString().replace(/[-:.]/g, "")}-${randomBytes(4).toString("hex")}`,
+    request_id: newRequestId(now),
     tenant: a.tenant,
     agent_id: a.agent,
     snapshot_id: s.snapshot_id,

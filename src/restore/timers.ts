@@ -4,13 +4,13 @@
  * restored agent. `shift` adds the time elapsed since the snapshot, like
  * restoring Redis TTLs minus the elapsed time; `expire` ends leases still in
  * the future, so the work is claimed again. Only timestamps of the declared
- * format move (state/timestamps.ts); values of another format are left as
+ * format move (state/sqlite/timestamps.ts); values of another format are left as
  * they were and named in a warning.
  */
 import type { Config } from "../config/schema.js";
 import { usageError } from "../errors.js";
-import { openDefensive } from "../state/sqlite.js";
-import { describeOtherFormat, isTimestamp, otherFormat, quoteIdent as q } from "../state/timestamps.js";
+import { openDefensive } from "../state/sqlite/open.js";
+import { describeOtherFormat, isTimestamp, otherFormat, quoteIdent as q } from "../state/sqlite/timestamps.js";
 
 type Timer = Config["timers"][number];
 

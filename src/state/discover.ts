@@ -1,9 +1,13 @@
 /**
  * Finds what an agent folder holds worth backing up, for `init` to offer:
- * SQLite database files (by their header) and git repositories.
+ * SQLite database files (by their header) and git repositories. At the root
+ * of state/, not in a wing: it looks for what two wings (sqlite/, workspace/)
+ * then capture.
  */
 import { closeSync, existsSync, openSync, readdirSync, readSync } from "node:fs";
 import { join, relative, sep } from "node:path";
+import { SQLITE_MAGIC } from "./sqlite/pagefile.js";
+import { SQLITE_SIDECAR } from "../facts.js";
 
 export interface Discovered {
   /** SQLite files, relative to the folder, sorted */
@@ -12,7 +16,6 @@ export interface Discovered {
   workspaces: string[];
 }
 
-const SQLITE_MAGIC = Buffer.from("SQLite format 3\0", "latin1");
 const SKIP_DIRS = new Set([".git", "node_modules", ".agentbak"]);
 
 function isSqlite(file: string): boolean {
@@ -50,7 +53,7 @@ export function discoverState(dir: string, skip: string[] = [], maxDepth = 4, ma
       const p = join(d, e.name);
       if (e.isDirectory()) {
         if (!SKIP_DIRS.has(e.name) && !skip.includes(p) && depth < maxDepth) walk(p, depth + 1);
-      } else if (e.isFile() && !/-(wal|shm|journal)$/.test(e.name) && isSqlite(p)) found.databases.push(rel(p));
+      } else if (e.isFile() && !SQLITE_SIDECAR.test(e.name) && isSqlite(p)) found.databases.push(rel(p));
     }
   };
   walk(dir, 0);

@@ -4,18 +4,14 @@
  * sequence and generation it has restored (rollback protection) and the
  * highest sequence it has backed up (the next backup's floor), and how far
  * it verified each audit log (entries cut off the end are found by it).
- * Shared by capture, restore and audit verification.
+ * Shared by capture, restore and audit verification. At the root of state/,
+ * not in a wing: it is this host's own record, not a reader of agent state.
  */
 import { existsSync } from "node:fs";
-import { join } from "node:path";
 import { AgentbakError, Exit } from "../errors.js";
 import { writeFileAtomic, readFileRegular } from "../fsutil.js";
-
-/** One agent of one tenant. */
-export interface AgentRef {
-  tenant: string;
-  agent: string;
-}
+import { homePaths } from "../home.js";
+import { type AgentRef } from "../facts.js";
 
 /** What the restoring side trusts. */
 export interface TrustedState {
@@ -23,9 +19,9 @@ export interface TrustedState {
   generation: number;
 }
 
-const homeStatePath = (home: string, a: AgentRef) => join(home, "state", a.tenant, `${a.agent}.json`);
+const homeStatePath = (home: string, a: AgentRef) => homePaths(home).trustedState(a.tenant, a.agent);
 /** agentbak 0.1 kept one file per agent id, whatever the tenant: read as a floor */
-const v1StatePath = (home: string, agent: string) => join(home, "state", `${agent}.json`);
+const v1StatePath = (home: string, agent: string) => homePaths(home).trustedStateV1(agent);
 
 /** The state file as written, so a writer keeps the fields it does not own. */
 function readRaw(p: string): Record<string, unknown> {
@@ -90,7 +86,6 @@ export function raiseBackupWatermark(home: string, a: AgentRef, sequence: number
   if ((Number(raw.highest_backup_sequence) || 0) >= sequence) return;
   writeFileAtomic(homeStatePath(home, a), JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, highest_backup_sequence: sequence }, null, 2) + "\n");
 }
-
 
 /** How far this host verified an agent's audit log in one repository: entries, and the sha256 of the last one's line. */
 export interface AuditSeen {

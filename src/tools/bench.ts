@@ -20,6 +20,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, wr
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { homePaths } from "../home.js";
 
 const root = resolve(fileURLToPath(import.meta.url), "../../..");
 const bin = join(root, "bin", "agentbak.js");
@@ -110,7 +111,7 @@ async function checkpointBench(tmp: string, env: Record<string, string>, recipie
       await checkpoint({ incremental: true });
     }
     const listed = await count();
-    rmSync(join(env.AGENTBAK_HOME!, "cache"), { recursive: true, force: true });
+    rmSync(homePaths(env.AGENTBAK_HOME!).cache.dir, { recursive: true, force: true });
     const snapshots_cold = (await measure(["node", bin, "snapshots"], { cwd: agent, env })).seconds;
     const warm: number[] = [];
     for (let i = 0; i < 3; i++) warm.push((await measure(["node", bin, "snapshots"], { cwd: agent, env })).seconds);
@@ -154,7 +155,7 @@ async function main(): Promise<void> {
     const home = join(tmp, "home");
     const env = { ...process.env, AGENTBAK_HOME: home } as Record<string, string>;
     await execa("node", [bin, "keygen", "--out", home], { env });
-    const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
+    const recipient = readFileSync(homePaths(home).recipient, "utf8").trim();
     if (arg("only", "") === "checkpoint") {
       const c = await checkpointBench(tmp, env, recipient, Number(arg("runs", "10")));
       process.stderr.write(["", ...checkpointRows(c), ""].join("\n"));
@@ -191,7 +192,7 @@ async function main(): Promise<void> {
       // the stock restore of what the stock pipeline wrote
       const back = join(stock, "back");
       mkdirSync(back);
-      stockRestore.push(await measure(["sh", "-c", `age -d -i '${join(home, "age-identity.txt")}' '${stock}/out.age' | zstd -d -q | tar -x -C '${back}'`]));
+      stockRestore.push(await measure(["sh", "-c", `age -d -i '${homePaths(home).identity}' '${stock}/out.age' | zstd -d -q | tar -x -C '${back}'`]));
       rmSync(back, { recursive: true, force: true });
       rmSync(join(stock, "state.sqlite"), { force: true });
       rmSync(join(stock, "out.age"), { force: true });
@@ -210,7 +211,7 @@ async function main(): Promise<void> {
       return readdirSync(dir).filter((f) => f.startsWith(last.snapshot_id)).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
     };
     const fullStored = await snapshotBytes();
-    const verify = await measure(["node", bin, "verify", "latest", "--identity", join(home, "age-identity.txt")], { cwd: agent, env });
+    const verify = await measure(["node", bin, "verify", "latest", "--identity", homePaths(home).identity], { cwd: agent, env });
     // without keys: the signature and the payload digest (one read of the bundle)
     const verifyNoKeys = await measure(["node", bin, "verify", "latest"], { cwd: agent, env });
     // exit 3: completed with warnings (a credential file is absent on this machine)

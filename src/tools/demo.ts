@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { homePaths } from "../home.js";
 
 const root = resolve(fileURLToPath(import.meta.url), "../../..");
 const bin = join(root, "bin", "agentbak.js");
@@ -54,7 +55,7 @@ async function main(): Promise<void> {
   const agent = join(tmp, "agent");
   process.stderr.write(`agentbak demo in ${tmp} (throwaway keys in ${home})\n`);
   await step("throwaway keys", ["keygen", "--out", home], env, tmp);
-  const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
+  const recipient = readFileSync(homePaths(home).recipient, "utf8").trim();
   const gen = await import(join(root, "fixtures", "agent", "generate.js"));
   gen.generateAgent(agent, { recipient, sizeMb: 8 });
   process.stderr.write(`\nbuilt the reference agent in ${agent}: SQLite state (WAL), git workspace with uncommitted work, memory files\n`);
@@ -62,12 +63,12 @@ async function main(): Promise<void> {
   const receipt = JSON.parse(await step("back it up", ["backup", "--json"], env, agent));
   await workerCheckpoints(agent, env);
   await step("list snapshots (the last one is the worker's checkpoint)", ["snapshots"], env, agent);
-  await step("verify signature, payload and every component", ["verify", "latest", "--identity", join(home, "age-identity.txt")], env, agent);
+  await step("verify signature, payload and every component", ["verify", "latest", "--identity", homePaths(home).identity], env, agent);
   await step("restore it (dry run: the plan only)", ["restore", "latest", "--target", join(tmp, "restored"), "--dry-run"], env, agent);
-  await step("restore it into a new folder; it starts suspended", ["restore", "latest", "--target", join(tmp, "restored"), "--yes", "--identity", join(home, "age-identity.txt")], env, agent);
+  await step("restore it into a new folder; it starts suspended", ["restore", "latest", "--target", join(tmp, "restored"), "--yes", "--identity", homePaths(home).identity], env, agent);
   await step(
     "drill it: restore into a temp folder, integrity and invariants, crash the worker at every point against a local test sink",
-    ["drill", "latest", "--spec", join(root, "drills", "reference-agent.json"), "--identity", join(home, "age-identity.txt")],
+    ["drill", "latest", "--spec", join(root, "drills", "reference-agent.json"), "--identity", homePaths(home).identity],
     env,
     agent,
   );
@@ -76,7 +77,7 @@ async function main(): Promise<void> {
   const listed = await execa("node", [bin, "snapshots", "--json"], { env, cwd: agent });
   const latest = (JSON.parse(String(listed.stdout)) as { path: string }[]).at(-1)!;
   process.stderr.write(`\nbundle: ${latest.path} (the first backup's: ${receipt.path})\n`);
-  process.stderr.write(`open it with stock tools: tar xf <bundle>; age -d -i ${join(home, "age-identity.txt")} payload.age | zstd -d | tar x\n`);
+  process.stderr.write(`open it with stock tools: tar xf <bundle>; age -d -i ${homePaths(home).identity} payload.age | zstd -d | tar x\n`);
 }
 
 main().catch((e) => {

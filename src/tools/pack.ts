@@ -45,7 +45,7 @@ const classicZodOutside: Plugin = {
 const out = join(root, "dist", "packed");
 rmSync(out, { recursive: true, force: true });
 await build({
-  entryPoints: { main: join(root, "dist", "main.js"), "inspect-worker": join(root, "dist", "state", "inspect-worker.js"), "payload-worker": join(root, "dist", "bundle", "payload-worker.js"), "digest-worker": join(root, "dist", "bundle", "digest-worker.js") },
+  entryPoints: { main: join(root, "dist", "main.js"), "inspect-worker": join(root, "dist", "state", "inspect", "worker.js"), "payload-worker": join(root, "dist", "bundle", "payload-worker.js"), "digest-worker": join(root, "dist", "bundle", "digest-worker.js") },
   outdir: out,
   bundle: true,
   splitting: true,

@@ -1,4 +1,5 @@
 /** Human rendering for the agent interface's commands: tokens, restore requests and decisions, flush, the server's log. */
+import type { TokenView } from "../agentapi/tokens.js";
 import type { FlushResult } from "../repository/spool.js";
 import type { RestoreResult } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
@@ -6,15 +7,6 @@ import type { RequestStatus } from "../restore/request.js";
 import { safe } from "./escape.js";
 import { ok, out, say, table, warn } from "./output.js";
 import { renderPlan } from "./plan.js";
-
-interface TokenView {
-  id: string;
-  tenant: string;
-  agent: string;
-  tier: string;
-  created_at: string;
-  revoked_at: string | null;
-}
 
 /** The new token goes to stdout (it is the result, shown once); the rest to stderr. */
 export function tokenCreated(r: TokenView & { token: string }): void {

@@ -1,11 +1,9 @@
 /** Human rendering of a drill result (stderr). */
-import type { DrillResult } from "../drill/runner.js";
-
-type DrillCmdResult = DrillResult & { report_file: string | null; report_index: number | null };
+import type { ReportedDrill } from "../drill/report.js";
 import { safe } from "./escape.js";
 import { bad, bold, dim, isTTY, ok, say, warn } from "./output.js";
 
-export function renderDrill(r: DrillCmdResult): void {
+export function renderDrill(r: ReportedDrill): void {
   // quiet on success without a TTY, like backup: cron mails whatever is printed
   if (!isTTY() && r.ok && !r.warnings.length) return;
   // names, details, sample rows, keys and owners come from the bundle, the agent's database, its worker or a provider: escaped as placed
@@ -21,7 +19,7 @@ export function renderDrill(r: DrillCmdResult): void {
       line(c);
     }
   }
-  function line(c: DrillCmdResult["checks"][number]): void {
+  function line(c: ReportedDrill["checks"][number]): void {
     const line = `  ${c.name}: ${c.detail}`;
     if (c.ok) ok(line);
     else if (c.severity === "warning") warn(line);

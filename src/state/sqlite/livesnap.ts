@@ -10,13 +10,12 @@
  */
 import type Database from "better-sqlite3";
 import { closeSync, openSync, readSync, rmSync } from "node:fs";
-import { writeAll } from "../fsutil.js";
-import { ioErrno, ioError } from "../errors.js";
+import { writeAll } from "../../fsutil.js";
+import { ioErrno, ioError } from "../../errors.js";
 import { join } from "node:path";
 import { readWal } from "./wal.js";
-import type { PageSource } from "./pages.js";
-
-export type { PageSource };
+import type { PageSource } from "./pagefile.js";
+import { sidecarOf } from "../../facts.js";
 
 type DB = Database.Database;
 
@@ -56,13 +55,13 @@ export class LiveSnapshot implements PageSource {
 
   /** Copies the WAL frames of the snapshot aside, into an unlinked file, in page order. */
   private copyOverlay(path: string, tempDir: string): void {
-    const w = readWal(`${path}-wal`, this.pageSize);
+    const w = readWal(sidecarOf(path, "wal"), this.pageSize);
     if (!w.pages.size) return;
     // in page order (pages past the end were truncated away by a later commit of the snapshot): a run of pages
     // finds its overlaid ones in one stretch of the file, read at once
     const frames = [...w.pages].filter(([p]) => p <= this.pageCount).sort((x, y) => x[0] - y[0]);
     const file = join(tempDir, `.wal-overlay-${process.pid}-${Math.random().toString(16).slice(2, 10)}`);
-    const src = openSync(`${path}-wal`, "r");
+    const src = openSync(sidecarOf(path, "wal"), "r");
     try {
       const dst = openSync(file, "wx", 0o600);
       try {

@@ -10,11 +10,13 @@
  * It says which pages hold a suspicious value, not which table or rowid:
  * scanDatabase names those, and runs only when this finds something.
  * Databases not encoded in UTF-8 are reported as unsupported (the caller
- * falls back to scanDatabase).
+ * falls back to scanDatabase). nameSuspicious and changedPagesFindings turn
+ * what it found into findings that name tables and rows.
  */
-import { INDEX_INTERIOR, INDEX_LEAF, TABLE_INTERIOR, TABLE_LEAF } from "./btree.js";
-import { readListedPages, readPages, withPages, type PageSource } from "./pages.js";
-import { detectSecret, RAW_PATTERN } from "./secrets.js";
+import { INDEX_INTERIOR, INDEX_LEAF, TABLE_INTERIOR, TABLE_LEAF } from "../sqlite/btree.js";
+import { openDefensive, type DB } from "../sqlite/open.js";
+import { readListedPages, readPages, withPages, type PageSource } from "../sqlite/pagefile.js";
+import { detectSecret, RAW_PATTERN, scanDatabase, type SecretFinding } from "./scan.js";
 
 /** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
 const REASSEMBLE_MAX = 4 << 20;
@@ -269,4 +271,29 @@ export function scanFilePages(from: string | PageSource, only?: number[]): numbe
     readListedPages(src, only, (run, first) => c.run(run, first));
     return c.finish();
   });
+}
+
+/**
+ * Findings for the pages the page scan found suspicious: rows are read through
+ * SQL only to name where a value is (or for databases not in UTF-8, `null`).
+ */
+export function nameSuspicious(db: DB, name: string, suspicious: number[] | null): SecretFinding[] {
+  if (suspicious !== null && !suspicious.length) return [];
+  const named = scanDatabase(db, name);
+  return named.length ? named : (suspicious ?? []).slice(0, 20).map((p) => ({ where: `database ${name}: page ${p}`, kind: "token format" }));
+}
+
+/**
+ * The findings of an incremental's secret scan, given what the scan of its
+ * changed pages (ChangedPagesScan) found suspicious in `from`.
+ */
+export function changedPagesFindings(from: string | PageSource, name: string, suspicious: number[] | null, pinned?: DB): SecretFinding[] {
+  if (suspicious !== null && !suspicious.length) return [];
+  if (pinned) return nameSuspicious(pinned, name, suspicious);
+  const db = openDefensive(from as string);
+  try {
+    return nameSuspicious(db, name, suspicious);
+  } finally {
+    db.close();
+  }
 }

@@ -20,11 +20,14 @@
  * The sums of a snapshot are used only by an incremental whose parent is
  * that very snapshot with those very database bytes; anything else (another
  * host, a lost cache, a compacted parent) writes whole changed pages.
+ * In the page engine (state/pages/) it is the bottom with pageindex.ts: it
+ * imports no other file of the engine.
  */
 import { createHash } from "node:crypto";
 import { closeSync, copyFileSync, fstatSync, ftruncateSync, openSync, readdirSync, readSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { ensureDir, writeAll } from "../fsutil.js";
+import { ensureDir, writeAll } from "../../fsutil.js";
+import { homePaths } from "../../home.js";
 
 const SUM_BYTES = 8;
 /** Bytes of a sums file read or written at a time (the sums of 128 MiB of 4 KiB pages). */
@@ -69,6 +72,12 @@ export function sumBlocks(buf: Buffer, unit: number, seed: [number, number], out
     o[2 * b] = x;
     o[2 * b + 1] = y;
   }
+}
+
+/** The parent's block sums an in-place scan compares pages with: this host's file of them, and their seed. */
+export interface SumsRef {
+  file: string;
+  seed: [number, number];
 }
 
 /** Bytes of sums per page. */
@@ -326,7 +335,7 @@ export class NextSums {
 export class BlockSumsStore {
   readonly dir: string;
   constructor(home: string, repo: string, tenant: string, agent: string, db: string) {
-    this.dir = join(home, "cache", `blocks-${createHash("sha256").update(`${repo}\0${tenant}\0${agent}\0${db}`).digest("hex").slice(0, 16)}`);
+    this.dir = homePaths(home).cache.blockSums(createHash("sha256").update(`${repo}\0${tenant}\0${agent}\0${db}`).digest("hex").slice(0, 16));
   }
   private name = (snapshotId: string, sha256: string, pageSize: number) => join(this.dir, `${snapshotId}-${sha256.slice(0, 16)}-${pageSize}.sums`);
 

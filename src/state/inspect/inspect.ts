@@ -2,26 +2,28 @@
  * Inspection of snapshot copies: integrity_check, row counts, schema version,
  * cursors, open operations, timer columns and the secret scan. The copies are
  * immutable once made, so this runs in a worker thread while the payload is
- * being written; nothing is published unless it passes.
+ * being written; nothing is published unless it passes. Its own wing, above
+ * sqlite/, secrets/ and pages/: it takes the page index and block sums in the
+ * same read as the scan, so inside sqlite/ it would make the two call each other.
  */
 import { Worker } from "node:worker_threads";
 import { statSync } from "node:fs";
-import { AgentbakError, Exit } from "../errors.js";
+import { AgentbakError, Exit } from "../../errors.js";
 import { join } from "node:path";
-import { ROOT } from "../version.js";
-import { namedSource, pinnedSource, type PinnedPages } from "./livesnap.js";
-import { BlockSummer, blockSeed } from "./blocks.js";
-import { BtreeCensus, type CensusPart } from "./btree.js";
-import { hashTail, PageHasher, readPages, withPages, type PageIndex, type PageSource, type SumsRef, type TailPart } from "./pages.js";
-import { PageScanner, scanFilePages } from "./pagescan.js";
-import { scanDatabase, type SecretFinding } from "./secrets.js";
-import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "./sqlite.js";
-import { describeOtherFormat, otherFormat, type TimerFormat } from "./timestamps.js";
+import { ROOT } from "../../version.js";
+import { namedSource, pinnedSource, type PinnedPages } from "../sqlite/livesnap.js";
+import { BtreeCensus, type CensusPart } from "../sqlite/btree.js";
+import { BlockSummer, blockSeed, hashTail, PageHasher, type PageIndex, type SumsRef, type TailPart } from "../pages/index.js";
+import { readPages, withPages } from "../sqlite/pagefile.js";
+import { nameSuspicious, PageScanner, scanFilePages } from "../secrets/pagescan.js";
+import type { SecretFinding } from "../secrets/scan.js";
+import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "../sqlite/open.js";
+import { describeOtherFormat, otherFormat, type TimerFormat } from "../sqlite/timestamps.js";
 
 export interface InspectInput {
   /**
    * `indexKey`: compute the page index here (full backups), in the same read as the scan;
-   * `sumsFile`: and write the block sums (state/blocks.ts) there.
+   * `sumsFile`: and write the block sums (state/pages/blocks.ts) there.
    * `scan: false`: leave this database's secret scan to the caller (incrementals scan changed pages only).
    * `integrity: false`: no integrity_check (an incremental the integrity policy does not check); reported as "skipped".
    * `indexAfter`: the page index here holds only the pages after this one; the caller hashes the first ones (a
@@ -60,31 +62,6 @@ function scalar(v: unknown): string | number | null {
  */
 export function openOperationRows(db: DB, sql: string): InspectResult["openOperations"] {
   return (db.prepare(sql).all() as Record<string, unknown>[]).map((r) => ({ id: scalar(r.id), idempotency_key: String(r.idempotency_key ?? ""), ...("kind" in r ? { kind: r.kind === null ? null : String(r.kind) } : {}) }));
-}
-
-/**
- * Findings for the pages the page scan found suspicious: rows are read through
- * SQL only to name where a value is (or for databases not in UTF-8, `null`).
- */
-function nameSuspicious(db: DB, name: string, suspicious: number[] | null): SecretFinding[] {
-  if (suspicious !== null && !suspicious.length) return [];
-  const named = scanDatabase(db, name);
-  return named.length ? named : (suspicious ?? []).slice(0, 20).map((p) => ({ where: `database ${name}: page ${p}`, kind: "token format" }));
-}
-
-/**
- * The findings of an incremental's secret scan, given what the scan of its
- * changed pages (ChangedPagesScan) found suspicious in `from`.
- */
-export function changedPagesFindings(from: string | PageSource, name: string, suspicious: number[] | null, pinned?: DB): SecretFinding[] {
-  if (suspicious !== null && !suspicious.length) return [];
-  if (pinned) return nameSuspicious(pinned, name, suspicious);
-  const db = openDefensive(from as string);
-  try {
-    return nameSuspicious(db, name, suspicious);
-  } finally {
-    db.close();
-  }
 }
 
 /** Runs every inspection synchronously. @throws AgentbakError(2) for bad cursor/open-operation SQL. */
@@ -188,7 +165,7 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, c
 const idle: Worker[] = [];
 
 /**
- * What the worker thread (inspect-worker.ts) is asked to do. `pin`: open its
+ * What the worker thread (worker.ts) is asked to do. `pin`: open its
  * own read transaction on each live database first and answer `pinned` before
  * inspecting (the caller holds the write locks meanwhile, so it is the
  * caller's instant).

@@ -8,11 +8,12 @@
  */
 import Database from "better-sqlite3";
 import { parentPort } from "node:worker_threads";
-import { AgentbakError } from "../errors.js";
+import { AgentbakError } from "../../errors.js";
 import { inspectSnapshot, type WorkerRequest } from "./inspect.js";
-import { pinnedSource } from "./livesnap.js";
-import { hashTail } from "./pages.js";
-import { integrityCheck, joinInstant, openDefensive, releaseAll } from "./sqlite.js";
+import { pinnedSource } from "../sqlite/livesnap.js";
+import { hashTail } from "../pages/index.js";
+import { joinInstant, releaseAll } from "../sqlite/cut.js";
+import { integrityCheck, openDefensive } from "../sqlite/open.js";
 
 parentPort!.on("message", (m: WorkerRequest) => {
   try {

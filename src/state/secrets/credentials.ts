@@ -1,12 +1,13 @@
 /**
  * Credential references, resolved afresh where the agent is restored:
- * present / missing / unchecked, never a value.
+ * present / missing / unchecked, never a value. In state/secrets/: a
+ * credential is a secret a bundle names and never holds.
  */
 import { execa } from "execa";
 import { accessSync, constants, statSync } from "node:fs";
-import { usageError } from "../errors.js";
+import { usageError } from "../../errors.js";
 import { isAbsolute, resolve } from "node:path";
-import { readFileRegular } from "../fsutil.js";
+import { readFileRegular } from "../../fsutil.js";
 
 export interface CredentialStatus {
   name: string;

@@ -2,7 +2,7 @@
  * Secret scanning: known token formats and private-key blocks. Findings name
  * where a secret is, never what it is.
  */
-import type { DB } from "./sqlite.js";
+import type { DB } from "../sqlite/open.js";
 
 /** Token formats worth refusing; each has a literal prefix for a fast SQL prefilter. */
 export const TOKEN_PATTERNS: { name: string; prefix: string; re: RegExp }[] = [

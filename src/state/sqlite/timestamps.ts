@@ -6,7 +6,7 @@
  * a lease in seconds shifted as if it were in milliseconds would move by
  * 1000 times the time elapsed.
  */
-import type { DB } from "./sqlite.js";
+import type { DB } from "./open.js";
 
 export type TimerFormat = "epoch_ms" | "epoch_s" | "iso8601";
 const FORMATS: TimerFormat[] = ["epoch_ms", "epoch_s", "iso8601"];

@@ -1,18 +1,23 @@
 /**
- * Page deltas of an incremental snapshot against its parent (changed blocks of
- * the changed pages when this host kept the parent's block sums): from a copy of
- * the database, or — for an incremental the integrity policy does not check —
- * from the live pages themselves, read in place inside the snapshot's read
- * transactions (no copy is made).
+ * Page deltas of an incremental snapshot against its parent, with the secret
+ * scan of the changed pages and the inspection: from a copy of the database
+ * (writeDeltaOf), or — for an incremental the integrity policy does not
+ * check — from the live pages themselves, read in place inside the
+ * snapshot's read transactions (deltasInPlace; no copy is made), split
+ * between this thread and an inspection worker. In state/inspect/, above the
+ * page engine (state/pages/) and the secret scan it combines: the engine
+ * itself stays free of SQLite connections (a chain is rebuilt without them).
  */
 import { join } from "node:path";
-import { AgentbakError, Exit, ioErrno, ioError } from "../errors.js";
-import { BtreeCensus } from "./btree.js";
-import { changedPagesFindings, hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
-import { ChangedPagesScan } from "./pagescan.js";
-import { changedIn, consecutiveRuns, DeltaWriter, hashesFrom, listedRunPages, PageDigest, PageHasher, pagesRoot, readListedPages, readPages, setHashes, splitPage, usableBase, withPages, type DeltaBase, type PageIndex, type PageSource, type SumsRef, type TailPart } from "./pages.js";
-import type { SecretFinding } from "./secrets.js";
-import type { InPlaceViews, DB } from "./sqlite.js";
+import { AgentbakError, Exit, ioErrno, ioError } from "../../errors.js";
+import { BtreeCensus } from "../sqlite/btree.js";
+import type { InPlaceViews } from "../sqlite/cut.js";
+import type { DB } from "../sqlite/open.js";
+import { consecutiveRuns, listedRunPages, readListedPages, readPages, splitPage, withPages, type PageSource } from "../sqlite/pagefile.js";
+import { ChangedPagesScan, changedPagesFindings } from "../secrets/pagescan.js";
+import type { SecretFinding } from "../secrets/scan.js";
+import { changedIn, DeltaWriter, hashesFrom, PageDigest, PageHasher, pagesRoot, setHashes, usableBase, type DeltaBase, type PageIndex, type SumsRef, type TailPart } from "../pages/index.js";
+import { hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
 
 /** A database's pages that changed since its parent, written to `file`, with the new page index. */
 export interface Delta {
@@ -28,21 +33,6 @@ export interface Delta {
 
 /** The manifest's record of a delta. */
 export const deltaMeta = (d: Delta) => ({ full_pages_sha256: d.ix.root, full_size: d.ix.size, page_size: d.ix.pageSize, page_count: d.ix.pageCount, changed_pages: d.pages.length });
-
-/**
- * Of the pages of an in-place read, the share the calling thread reads (and
- * digests, or sums), which also writes the delta of the changed pages among
- * them and scans them for secrets; the worker reads the rest, and its changed
- * pages are read again here (a few percent of the pages).
- */
-const MAIN_SHARE = 0.45;
-/**
- * By block sums a page costs this thread ~1.7 times what it costs the worker
- * (the changed pages' delta and scan, and the worker's changed pages read
- * again here): a 1194 MiB database after the bench's 1% update, split half
- * and half, kept this thread busy 1.0 s and the worker 0.5 s.
- */
-const SUMS_MAIN_SHARE = 0.28;
 
 /**
  * The delta of one database against its parent's page index. Read in place,
@@ -64,7 +54,7 @@ class PageDelta {
   ) {
     // only the pages that changed can hold a new secret: scanned as they go into the delta
     this.scanner = scan ? new ChangedPagesScan(snap) : null;
-    this.writer = new DeltaWriter(snap, file, base, this.scanner ? (run, first) => this.scanner!.run(run, first) : undefined);
+    this.writer = new DeltaWriter(snap, file, base, this.scanner);
     this.most = listedRunPages(snap.pageSize);
   }
 
@@ -126,6 +116,21 @@ export function writeDeltaOf(copy: string, name: string, ix: Delta["ix"], parent
     return d.finish(name, ix, undefined, copy);
   });
 }
+
+/**
+ * Of the pages of an in-place read, the share the calling thread reads (and
+ * digests, or sums), which also writes the delta of the changed pages among
+ * them and scans them for secrets; the worker reads the rest, and its changed
+ * pages are read again here (a few percent of the pages).
+ */
+const MAIN_SHARE = 0.45;
+/**
+ * By block sums a page costs this thread ~1.7 times what it costs the worker
+ * (the changed pages' delta and scan, and the worker's changed pages read
+ * again here): a 1194 MiB database after the bench's 1% update, split half
+ * and half, kept this thread busy 1.0 s and the worker 0.5 s.
+ */
+const SUMS_MAIN_SHARE = 0.28;
 
 /**
  * Reads every database in place (snapshotDatabases' InPlace callback), its
@@ -220,7 +225,7 @@ export async function deltasInPlace(
       );
       heads.set(n, hasher.index());
     }
-    // the counts come from the pages both threads read (state/btree.ts); the cursors and open operations through the
+    // the counts come from the pages both threads read (state/sqlite/btree.ts); the cursors and open operations through the
     // pinned connections
     const inspect = () => inspectSnapshot({ ...o.inspect, dbs: names.map((n) => ({ name: n, file: views.get(n)!.src, scan: false, integrity: false })) }, new Map(names.map((n) => [n, views.get(n)!.db])), censuses);
     const ixs = new Map<string, Delta["ix"]>();

@@ -12,10 +12,10 @@ import { execa } from "execa";
 import { createHash } from "node:crypto";
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, statSync, writeFileSync } from "node:fs";
 import { join, relative, sep } from "node:path";
-import { notFound, policyError, usageError, wrap } from "../errors.js";
-import { atPath } from "../fsutil.js";
-import { stopOnInterrupt } from "../cleanup.js";
-import { scanText, TOKEN_PATTERNS, type SecretFinding } from "./secrets.js";
+import { notFound, policyError, usageError, wrap } from "../../errors.js";
+import { atPath } from "../../fsutil.js";
+import { stopOnInterrupt } from "../../cleanup.js";
+import { scanText, TOKEN_PATTERNS, type SecretFinding } from "../secrets/scan.js";
 
 /** Options that neutralise repository-controlled code execution. */
 const SAFE = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false", "-c", "protocol.file.allow=always"];

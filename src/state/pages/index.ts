@@ -1,0 +1,9 @@
+/**
+ * The page engine's front: what the rest of the house may use of state/pages/
+ * (the lint holds every import from outside to this file). Inside, calls go
+ * one way: delta.ts -> blocks.ts, pageindex.ts; blocks.ts and pageindex.ts
+ * import neither each other nor delta.ts.
+ */
+export { BlockSummer, BlockSumsStore, blockSeed, type SumsRef } from "./blocks.js";
+export { applyDelta, DeltaWriter, hashTail, usableBase, type DeltaBase, type RunScan, type TailPart } from "./delta.js";
+export { applyIndexChain, changedIn, decodeIndex, encodeIndex, encodeIndexChanges, filePagesRoot, hashesFrom, indexPages, indexParent, PageDigest, PageHasher, pageIndexKey, pagesRoot, setHashes, type PageIndex } from "./pageindex.js";
