@@ -65,7 +65,10 @@ async function withProgress<R>(text: string, fn: (progress: (t: string) => void)
   }
 }
 
-/** Builds the program; `result` receives the exit code of the action that ran. */
+/**
+ * Builds the program: one function per command group, added in the order
+ * `agentbak --help` lists them; `result` receives the exit code of the action that ran.
+ */
 export function buildProgram(result: { code: ExitCode }): Command {
   const program = new Command("agentbak")
     .description("Verified, policy-checked backups and recovery drills for autonomous AI agents")
@@ -75,7 +78,25 @@ export function buildProgram(result: { code: ExitCode }): Command {
     .exitOverride()
     .hook("preAction", async () => (await import("./ui/output.js")).configureColor(program.opts().color === false));
   help(program, ["agentbak init --agent-id billing-agent --tenant acme --yes", "agentbak backup", "agentbak verify latest --identity ~/.config/agentbak/age-identity.txt"]);
+  addSetupCommands(program);
+  addBackupCommands(program, result);
+  addRestoreCommands(program, result);
+  addDrillCommands(program, result);
+  addRepositoryCommands(program, result);
+  addAgentInterface(program, result);
+  program
+    .command("config-schema")
+    .description("print the JSON Schema of agentbak.json")
+    .action(async () => {
+      const { configSchema } = await import("./commands/schema.js");
+      await show({ json: true }, configSchema(), () => undefined);
+    });
 
+  return program;
+}
+
+/** Setting up a host and an agent: keygen, init. */
+function addSetupCommands(program: Command): void {
   help(
     program
       .command("keygen")
@@ -108,7 +129,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
     const { askChoices, askOne, askText } = await import("./ui/output.js");
     await show(o, await init({ ...o, ask: { askChoices, askOne, askText } }), (await render()).init);
   });
+}
 
+/** Taking and inspecting snapshots: backup, snapshots, verify. */
+function addBackupCommands(program: Command, result: { code: ExitCode }): void {
   help(
     program
       .command("backup")
@@ -169,7 +193,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
     const { verify } = await import("./commands/verify.js");
     await show(o, await verify(ref, o), (await render()).verify);
   });
+}
 
+/** Bringing an agent back: restore, reconcile, activate, fence check. */
+function addRestoreCommands(program: Command, result: { code: ExitCode }): void {
   help(
     program
       .command("restore")
@@ -274,7 +301,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
     for (const w of r.warnings) ui.warn(w);
     if (r.warnings.length) result.code = Exit.warnings;
   });
+}
 
+/** Proving recoverability and checking the signed logs: drill, report verify, audit verify. */
+function addDrillCommands(program: Command, result: { code: ExitCode }): void {
   help(
     program
       .command("drill")
@@ -345,7 +375,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
     for (const w of r.warnings) ui.warn(w);
     if (r.warnings.length) result.code = Exit.warnings;
   });
+}
 
+/** Looking after repositories: forget, compact, schedule, copy. */
+function addRepositoryCommands(program: Command, result: { code: ExitCode }): void {
   help(
     program
       .command("forget")
@@ -429,25 +462,19 @@ export function buildProgram(result: { code: ExitCode }): Command {
     for (const w of r.warnings) ui.warn(w);
     if (r.warnings.length) result.code = Exit.warnings;
   });
-
-  addAgentInterface(program, result);
-
-  program
-    .command("config-schema")
-    .description("print the JSON Schema of agentbak.json")
-    .action(async () => {
-      const { configSchema } = await import("./commands/schema.js");
-      await show({ json: true }, configSchema(), () => undefined);
-    });
-
-  return program;
 }
+
+/** The agent interface's renderings (ui/agentapi.ts), loaded when an action runs. */
+const agentUi = () => import("./ui/agentapi.js");
 
 /** The agent interface's commands: mcp, serve, token, approve, deny, requests, flush. */
 function addAgentInterface(program: Command, result: { code: ExitCode }): void {
-  const ui = () => import("./ui/agentapi.js");
-  const agentOpts = (c: Command) => c.addOption(repoOpt()).option("--agent <id>", "agent (default: the config's)").option("--tenant <t>", "tenant (default: the config's)");
+  addAgentServers(program);
+  addAgentRequests(program, result);
+}
 
+/** Serving agents and their tokens: mcp, serve, token create/list/revoke. */
+function addAgentServers(program: Command): void {
   help(
     program
       .command("mcp")
@@ -458,7 +485,7 @@ function addAgentInterface(program: Command, result: { code: ExitCode }): void {
     ["agentbak mcp --tier checkpoint -c /srv/agents/billing/agentbak.json", "agentbak mcp --listen 127.0.0.1:8377 --tier checkpoint"],
   ).action(async (o) => {
     const { mcp } = await import("./commands/mcp.js");
-    const u = await ui();
+    const u = await agentUi();
     await mcp({ ...o, log: u.log, onListening: u.listening });
   });
 
@@ -472,7 +499,7 @@ function addAgentInterface(program: Command, result: { code: ExitCode }): void {
     ["agentbak serve", "agentbak serve -c /srv/agents/billing/agentbak.json -c /srv/agents/support/agentbak.json --listen 127.0.0.1:8377"],
   ).action(async (o) => {
     const { serve } = await import("./commands/serve.js");
-    const u = await ui();
+    const u = await agentUi();
     await serve({ ...o, log: u.log, onListening: u.listening });
   });
 
@@ -488,18 +515,23 @@ function addAgentInterface(program: Command, result: { code: ExitCode }): void {
     ["agentbak token create --tenant acme --agent billing-agent --tier checkpoint"],
   ).action(async (o) => {
     const { tokenCreate } = await import("./commands/token.js");
-    await show(o, tokenCreate(o), (await ui()).tokenCreated);
+    await show(o, tokenCreate(o), (await agentUi()).tokenCreated);
   });
   help(token.command("list").description("list tokens (never the tokens themselves)").addOption(jsonOpt()), ["agentbak token list --json"]).action(async (o) => {
     const { tokenList } = await import("./commands/token.js");
-    await show(o, tokenList(), (await ui()).tokenList);
+    await show(o, tokenList(), (await agentUi()).tokenList);
   });
   help(token.command("revoke").description("revoke a token; it is refused from the next request on").argument("<id>", "token id (tok_...)").addOption(jsonOpt()), [
     "agentbak token revoke tok_0123456789abcdef",
   ]).action(async (id, o) => {
     const { tokenRevoke } = await import("./commands/token.js");
-    await show(o, tokenRevoke(id), (await ui()).tokenRevoked);
+    await show(o, tokenRevoke(id), (await agentUi()).tokenRevoked);
   });
+}
+
+/** What agents ask of operators: approve, deny, requests; and flush, which uploads what their checkpoints spooled. */
+function addAgentRequests(program: Command, result: { code: ExitCode }): void {
+  const agentOpts = (c: Command) => c.addOption(repoOpt()).option("--agent <id>", "agent (default: the config's)").option("--tenant <t>", "tenant (default: the config's)");
 
   help(
     agentOpts(
@@ -516,7 +548,7 @@ function addAgentInterface(program: Command, result: { code: ExitCode }): void {
     ["agentbak approve req-20261201T101500000Z-1a2b3c4d --target /srv/agents/billing-restored", "agentbak approve req-20261201T101500000Z-1a2b3c4d --yes --json"],
   ).action(async (id, o) => {
     const { approve } = await import("./commands/approve.js");
-    const u = await ui();
+    const u = await agentUi();
     const { confirm } = await import("./ui/output.js");
     const r = await approve(id, { ...o, confirm: async (plan, req) => (u.approvalPrompt(plan, req), confirm(`Approve restore request ${req.request_id}?`, "--yes")) });
     await show(o, r, u.approved);
@@ -536,7 +568,7 @@ function addAgentInterface(program: Command, result: { code: ExitCode }): void {
     ["agentbak deny req-20261201T101500000Z-1a2b3c4d --reason \"restore from last night's snapshot instead\" --yes"],
   ).action(async (id, o) => {
     const { deny } = await import("./commands/approve.js");
-    const u = await ui();
+    const u = await agentUi();
     const { confirm } = await import("./ui/output.js");
     await show(o, await deny(id, { ...o, confirm: async (req) => (u.request(req), confirm(`Deny restore request ${req.request_id}?`, "--yes")) }), u.denied);
   });
@@ -546,7 +578,7 @@ function addAgentInterface(program: Command, result: { code: ExitCode }): void {
     ["agentbak requests", "agentbak requests --all --json"],
   ).action(async (o) => {
     const { requests } = await import("./commands/approve.js");
-    await show(o, await requests(o), (await ui()).requests);
+    await show(o, await requests(o), (await agentUi()).requests);
   });
 
   help(
@@ -560,7 +592,7 @@ function addAgentInterface(program: Command, result: { code: ExitCode }): void {
   ).action(async (o) => {
     const { flush } = await import("./commands/flush.js");
     const r = await flush(o);
-    await show(o, r, (await ui()).flushed);
+    await show(o, r, (await agentUi()).flushed);
     if (r.some((f) => f.quarantined.length)) result.code = Exit.warnings; // a damaged spooled bundle was set aside
   });
 }

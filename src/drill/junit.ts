@@ -3,7 +3,8 @@
  * for a drill that could not run (snapshot not found, untrusted key, ...),
  * so a CI job always gets a file that says why.
  */
-import type { DrillCheck, DrillResult } from "./runner.js";
+import type { DrillCheck } from "./checklog.js";
+import type { DrillResult } from "./runner.js";
 
 const esc = (s: string) => s.replace(/[<>&"']/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;", "'": "&apos;" })[c]!).replace(/[\x00-\x08\x0b\x0c\x0e-\x1f]/g, "");
 const md = (s: string) => s.replace(/\|/g, "\\|").replace(/\n/g, " ").slice(0, 200);

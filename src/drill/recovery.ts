@@ -10,26 +10,9 @@
 import type { Config } from "../config/schema.js";
 import { decide, reconcileOperations, type OpenOperation, type OpenOpsQuery, type Resolution } from "../reconcile/operations.js";
 import { makeProbe, type ProbeState } from "../reconcile/probe.js";
-import { runInvariants, type Invariant, type InvariantResult } from "./invariants.js";
+import { runInvariants } from "./invariants.js";
 import { TestSink, type LookupFault } from "./sink.js";
-import type { LoadedSpec } from "./spec.js";
-import { GENERATION, injectTask, runUntilDone, taskCompleted, workerStarter, writableCopy, type DrillCheck, type ScenarioResult } from "./worker.js";
-
-/** What the recovery scenarios need from the drill that runs them. */
-export interface RecoveryBench {
-  spec: LoadedSpec;
-  /** the read-only restored root, and a temp folder for the scenarios' copies */
-  restored: string;
-  tmp: string;
-  dbs: { name: string; path: string }[];
-  invariants: Invariant[];
-  add(c: Omit<DrillCheck, "seconds" | "phase"> & { phase?: string }): void;
-  addInvariants(scenario: string, rs: InvariantResult[], phase?: string): boolean;
-  /** an open operation a person must decide */
-  unresolved(op: OpenOperation, text: string): void;
-  /** whether every error-severity check of a scenario holds */
-  passed(scenario: string): boolean;
-}
+import { GENERATION, injectTask, runUntilDone, taskCompleted, workerStarter, writableCopy, type Bench, type ScenarioResult } from "./worker.js";
 
 /** One open operation of the snapshot and what became of it in each reconciliation scenario. */
 export interface OperationReport extends OpenOperation {
@@ -54,7 +37,7 @@ const expectedEffects = (r: Resolution) => (r === "retry" ? 1 : 0);
  * @returns their results, the report of every operation, and how long the first healthy reconciliation took (part of the RTO).
  */
 export async function reconciliationScenarios(
-  b: RecoveryBench,
+  b: Bench,
   ops: OpenOperation[],
   protocol: NonNullable<Config["reconcile"]>,
   openOps: OpenOpsQuery,
@@ -76,7 +59,7 @@ export async function reconciliationScenarios(
   for (const round of rounds) {
     const s0 = Date.now();
     const sc = round.name;
-    const check = (name: string, ok: boolean, detail: string) => (b.add({ scenario: sc, name, ok, severity: "error", detail }), ok);
+    const check = (name: string, ok: boolean, detail: string) => (b.log.add({ scenario: sc, name, ok, severity: "error", detail }), ok);
     const res: ScenarioResult = { scenario: sc, ok: false, died_at_point: false, restarts: 0, effects: 0, receipt: null, seconds: 0 };
     scenarios.push(res);
     if (!ops.length) {
@@ -107,7 +90,7 @@ export async function reconciliationScenarios(
           r.outcome === want.outcome && r.resolution === want.resolution && receiptOk && (r.resolved || want.resolution === "escalated" || want.resolution === "unknown"),
           `${round.fault ? `lookups ${round.fault}; ` : `sink seeded ${seeded.has(r.idempotency_key) ? "already delivered" : "never arrived"}; `}strategy ${r.strategy}: ${r.outcome} -> ${r.resolution}${r.applied ? ` (${r.applied})` : ""}, expected ${want.outcome} -> ${want.resolution}; ${r.detail}`,
         );
-        if (!round.fault && r.resolution === "escalated") b.unresolved(r, `${sc}: open operation ${r.idempotency_key} (${r.kind ?? "no kind"}, ${r.strategy}) escalated to a person: ${r.detail}`);
+        if (!round.fault && r.resolution === "escalated") b.log.unresolve(`${sc}: open operation ${r.idempotency_key} (${r.kind ?? "no kind"}, ${r.strategy}) escalated to a person: ${r.detail}`, `open_operation:${r.kind}`, "open_operation");
       });
       // the operator activates (accepting what is unresolved); the provider answers again
       const start = workerStarter(b.spec, copy, { sinkUrl: url });
@@ -130,11 +113,11 @@ export async function reconciliationScenarios(
           expected_effects: want,
         });
       });
-      b.addInvariants(sc, await runInvariants(b.invariants, copy.dbs));
+      b.log.invariants(sc, await runInvariants(b.invariants, copy.dbs));
     } finally {
       await sink.stop();
       res.seconds = Math.round((Date.now() - s0) / 10) / 100;
-      res.ok = b.passed(sc);
+      res.ok = b.log.passed(sc);
     }
   }
   return { scenarios, operations, reconcileSeconds };
@@ -146,11 +129,11 @@ export async function reconciliationScenarios(
  * Passes when the restored worker finishes, the task has exactly one effect,
  * and the stale generation's write was rejected, none accepted.
  */
-export async function splitBrainScenario(b: RecoveryBench): Promise<ScenarioResult> {
+export async function splitBrainScenario(b: Bench): Promise<ScenarioResult> {
   const s0 = Date.now();
   const sc = "split_brain";
   const inject = b.spec.spec.inject!;
-  const check = (name: string, ok: boolean, detail: string) => (b.add({ scenario: sc, name, ok, severity: "error", detail }), ok);
+  const check = (name: string, ok: boolean, detail: string) => (b.log.add({ scenario: sc, name, ok, severity: "error", detail }), ok);
   const res: ScenarioResult = { scenario: sc, ok: false, died_at_point: false, restarts: 0, effects: 0, receipt: null, seconds: 0 };
   const stale = writableCopy(b.restored, `${b.tmp}/${sc}-stale`, b.dbs);
   const fresh = writableCopy(b.restored, `${b.tmp}/${sc}-restored`, b.dbs);
@@ -181,11 +164,11 @@ export async function splitBrainScenario(b: RecoveryBench): Promise<ScenarioResu
     res.effects = effects.length;
     res.receipt = effects[0]?.receipt ?? null;
     check("exactly one effect", effects.length === 1, `${effects.length} effect(s) at the sink for ${inject.taskId}`);
-    b.addInvariants(sc, await runInvariants(b.invariants, fresh.dbs));
+    b.log.invariants(sc, await runInvariants(b.invariants, fresh.dbs));
     return res;
   } finally {
     await sink.stop();
     res.seconds = Math.round((Date.now() - s0) / 10) / 100;
-    res.ok = b.passed(sc);
+    res.ok = b.log.passed(sc);
   }
 }

@@ -9,27 +9,22 @@ import { chmodSync, cpSync, readdirSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { openDefensive } from "../state/sqlite/open.js";
 import { stopOnInterrupt } from "../cleanup.js";
+import type { CheckLog } from "./checklog.js";
+import type { Invariant } from "./invariants.js";
 import type { LoadedSpec } from "./spec.js";
 
-/** One check in a drill; `scenario` is "restore", a crash point, or a recovery scenario. */
-/**
- * One check in a drill; `scenario` is "restore" or a crash point, `phase` when
- * in it ("checks" after the restore; "setup", "after_crash", "after_recovery",
- * "after_restart" in a crash scenario), so scenario + phase + name is unique.
- * A failed "info" check is recorded but neither fails the drill nor warns.
- */
-export interface DrillCheck {
-  scenario: string;
-  phase: string;
-  name: string;
-  ok: boolean;
-  severity: "error" | "warning" | "info";
-  detail: string;
-  /** time since the check before it (or the drill's start) */
-  seconds: number;
-  sample?: unknown[];
+/** What a scenario needs from the drill that runs it. */
+export interface Bench {
+  spec: LoadedSpec;
+  /** the read-only restored root, and a temp folder for the scenarios' copies */
+  restored: string;
+  tmp: string;
+  dbs: { name: string; path: string }[];
+  invariants: Invariant[];
+  log: CheckLog;
 }
 
+/** One scenario's outcome, as the report lists it. */
 export interface ScenarioResult {
   scenario: string;
   ok: boolean;

@@ -272,6 +272,21 @@ function repeated(prior: RestoreResult, requestId: string, target: string): Rest
 }
 
 /**
+ * A fresh staging folder beside `target`, after sweeping those of restores whose process is gone.
+ * @throws AgentbakError naming the target: 2 when the folder can not be made there, 1 when the disk fails
+ */
+function stagingBeside(target: string): string {
+  const parent = dirname(target);
+  try {
+    ensureDir(parent);
+    sweepDead(parent, ".agentbak-restore-");
+    return pidDir(parent, `.agentbak-restore-${basename(target)}`);
+  } catch (e) {
+    throw placeError(e, `target ${target}`);
+  }
+}
+
+/**
  * Restores a snapshot into `target`.
  * State sources go into their targets (each must be empty) before the folder is placed.
  * @throws AgentbakError: 2 target a symbolic link or not empty, a source's target not empty or unresolved, no approval without TTY; 10 not found, 11 locked,
@@ -333,7 +348,6 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   if (!(await o.approve(plan))) throw await refuse(`restore of ${m.snapshot_id} not approved`);
 
   checkTarget(target);
-  const parent = dirname(target);
   let staging: string | null = null;
   let unregister: () => void = () => undefined;
   const lock = repo ? await repo.lock(a, "restore", o.waitMs ?? 0) : null;
@@ -341,13 +355,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     crashStep("locked");
     const again = o.requestId && repo ? await priorResult(repo, o.trust, a, o.requestId) : undefined;
     if (again) return repeated(again, o.requestId!, target);
-    try {
-      ensureDir(parent);
-      sweepDead(parent, ".agentbak-restore-");
-      staging = pidDir(parent, `.agentbak-restore-${basename(target)}`);
-    } catch (e) {
-      throw placeError(e, `target ${target}`);
-    }
+    staging = stagingBeside(target);
     // the staging folder holds decrypted state: Ctrl-C or SIGTERM removes it too
     unregister = removeOnInterrupt(staging);
     const ids = o.identities();
