@@ -41,6 +41,7 @@ function blobSafe(rows: unknown[]): unknown[] {
   );
 }
 
+/** One drill's checks and unresolved differences, in the order made; steps and scenarios record into it, the result reads it. */
 export class CheckLog {
   readonly checks: DrillCheck[] = [];
   /** the unresolved differences, one line each, in the order found */

@@ -28,9 +28,6 @@ import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
 import { makeReadOnly, type ScenarioResult } from "./worker.js";
 
-export type { DrillCheck } from "./checklog.js";
-export type { ScenarioResult } from "./worker.js";
-
 export interface DrillResult {
   ok: boolean;
   /** the failed warning checks, one line each */
