@@ -1,18 +1,19 @@
 /**
  * The layers of src/, held by a lint that runs with the tests (npm test):
  *
- *   base (errors, facts, fsutil, cleanup, contained, crashpoint, version, zod)
+ *   base (errors, facts, fsutil, cleanup, contained, crashpoint, duration, version, zod)
  *   crypto, storage, state          -> base only (and config for schema checks: none)
  *   config                          -> base, crypto, storage
  *   bundle                          -> base, crypto, state, config
  *   repository                      -> base, storage, crypto, bundle, config
  *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
- *   capture, restore, drill         -> the layers above; never each other
+ *   fleet                           -> base, config (the host file, the scheduler, the fleet statistic: pure parts)
+ *   capture, restore, drill         -> the layers above (drill: and fleet); never each other
  *   agentapi (MCP and HTTP)         -> the stages and below; only commands import it
  *   commands                        -> anything below; ui never imports commands
  *   cli -> commands, ui; main -> cli
  */
-const BASE = "^src/(errors|facts|fsutil|cleanup|contained|crashpoint|version|zod)\\.ts$";
+const BASE = "^src/(errors|facts|fsutil|cleanup|contained|crashpoint|duration|version|zod)\\.ts$";
 const layer = (name, allowed) => ({
   name: `${name}-imports-only-${allowed.join("-") || "base"}`,
   severity: "error",
@@ -26,7 +27,7 @@ module.exports = {
     {
       name: "base-imports-no-layer",
       severity: "error",
-      comment: "base modules (errors, facts, fsutil, cleanup, contained, crashpoint, version, zod) import no layer",
+      comment: "base modules (errors, facts, fsutil, cleanup, contained, crashpoint, duration, version, zod) import no layer",
       from: { path: BASE },
       to: { path: "^src/", pathNot: BASE },
     },
@@ -37,10 +38,11 @@ module.exports = {
     layer("bundle", ["crypto", "state", "config"]),
     layer("repository", ["storage", "crypto", "state", "bundle", "config"]),
     layer("reconcile", ["state", "config"]),
+    layer("fleet", ["config"]),
     layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
     layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
-    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
-    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore"]),
+    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "fleet"]),
+    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "fleet"]),
     {
       name: "only-commands-import-agentapi",
       severity: "error",
@@ -48,7 +50,7 @@ module.exports = {
       from: { path: "^src/", pathNot: "^src/(commands|agentapi)/" },
       to: { path: "^src/agentapi/" },
     },
-    layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill"]),
+    layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "fleet"]),
     {
       name: "only-cli-imports-commands",
       severity: "error",
