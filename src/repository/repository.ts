@@ -188,8 +188,10 @@ export class Repository {
     if (opts.leases) await checkLeaseStore(opts.leases);
     const marker = { format: "agentbak-repository", version: LAYOUT_VERSION, id: randomBytes(16).toString("hex"), created_at: new Date().toISOString(), ...(opts.leases ? { leases: opts.leases } : {}) };
     const body = JSON.stringify(marker, null, 2) + "\n";
-    const created = await store.put(REPO_CONFIG, body, { ifNoneMatch: true });
-    let cfg = created ? Buffer.from(body) : await store.get(REPO_CONFIG);
+    // read first: a versioned bucket on Ceph RGW does not refuse the conditional create, and would take a new marker (a new id)
+    let cfg = await store.get(REPO_CONFIG);
+    const created = !cfg && (await store.put(REPO_CONFIG, body, { ifNoneMatch: true }));
+    if (!cfg) cfg = created ? Buffer.from(body) : await store.get(REPO_CONFIG);
     const recorded = cfg && leasesOf(cfg, location);
     if (opts.leases && cfg && recorded !== opts.leases) {
       if (recorded) throw usageError(`repository ${location} keeps its leases in ${recorded}, not ${opts.leases}; moving them while processes hold leases would let two hold one`);
