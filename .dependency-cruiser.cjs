@@ -2,13 +2,14 @@
  * The layers of src/, held by a lint that runs with the tests (npm test). Each
  * rule is a layer and what it may import; there is no list of files let through.
  *
- *   base (errors, facts, fsutil, cleanup, contained, crashpoint, home, version, zod) -> nothing of ours
+ *   base (errors, facts, fsutil, cleanup, contained, crashpoint, duration, home, version, zod) -> nothing of ours
  *   crypto, storage, state          -> base only
  *   config                          -> base, crypto, storage
  *   bundle                          -> base, crypto, state (never config: DESIGN)
  *   repository                      -> base, storage, crypto, state, bundle, config
  *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
- *   capture, restore, drill         -> the layers above; never each other
+ *   fleet                           -> base, config (the host file, the scheduler, the fleet statistic: pure parts)
+ *   capture, restore, drill         -> the layers above (drill: and fleet); never each other
  *   agentapi (MCP and HTTP)         -> the stages and below; only commands (and ui, for result types) import it
  *   commands                        -> anything below; never ui or a terminal library (cli.ts passes prompts in)
  *   ui                              -> the stages' and agentapi's result types; never commands; the only
@@ -21,7 +22,7 @@
  *   read sqlite/ at most. The page engine (pages/) is seen from outside through
  *   pages/index.ts only, and inside it delta.ts -> blocks.ts, pageindex.ts.
  */
-const BASE = "^src/(errors|facts|fsutil|cleanup|contained|crashpoint|home|version|zod)\\.ts$";
+const BASE = "^src/(errors|facts|fsutil|cleanup|contained|crashpoint|duration|home|version|zod)\\.ts$";
 const layer = (name, allowed) => ({
   name: `${name}-imports-only-${allowed.join("-") || "base"}`,
   severity: "error",
@@ -37,14 +38,14 @@ const wing = (name, allowed) => ({
   from: { path: `^src/state/${name}/` },
   to: { path: "^src/state/", pathNot: [`^src/state/${name}/`, ...allowed.map((a) => `^src/state/${a}/`)] },
 });
-const ALL_BELOW_COMMANDS = ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "agentapi"];
+const ALL_BELOW_COMMANDS = ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "fleet", "capture", "restore", "drill", "agentapi"];
 
 module.exports = {
   forbidden: [
     {
       name: "base-imports-no-layer",
       severity: "error",
-      comment: "base modules (errors, facts, fsutil, cleanup, contained, crashpoint, home, version, zod) import no layer",
+      comment: "base modules (errors, facts, fsutil, cleanup, contained, crashpoint, duration, home, version, zod) import no layer",
       from: { path: BASE },
       to: { path: "^src/", pathNot: BASE },
     },
@@ -55,9 +56,10 @@ module.exports = {
     layer("bundle", ["crypto", "state"]),
     layer("repository", ["storage", "crypto", "state", "bundle", "config"]),
     layer("reconcile", ["state", "config"]),
+    layer("fleet", ["config"]),
     layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
     layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
-    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
+    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "fleet"]),
     layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore"]),
     layer("commands", ALL_BELOW_COMMANDS),
     layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "agentapi"]),

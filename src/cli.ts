@@ -121,9 +121,14 @@ function addSetupCommands(program: Command): void {
       .option("--repo <path>", "repository: a folder (relative to the config) or s3://BUCKET/PREFIX (default ./backups)")
       .option("--database <name=path...>", "SQLite database(s) to back up")
       .option("--workspace <path>", "git workspace of the agent")
+      .option("--leases <location>", "keep the repository's leases here (s3://BUCKET/PREFIX, unversioned): for a versioned bucket on Ceph RGW, whose conditional writes are not honoured")
       .option("-y, --yes", "accept defaults; never prompt")
       .addOption(jsonOpt()),
-    ["agentbak init --agent-id billing-agent --tenant acme --database state=state/agent.sqlite --workspace workspace --yes", "agentbak init -c /srv/agents/billing/agentbak.json   # create the repository a hand-written config names"],
+    [
+      "agentbak init --agent-id billing-agent --tenant acme --database state=state/agent.sqlite --workspace workspace --yes",
+      "agentbak init -c /srv/agents/billing/agentbak.json   # create the repository a hand-written config names",
+      "agentbak init --repo s3://backups-locked/fleet --leases s3://backups-leases/fleet   # a versioned (Object Lock) bucket on Ceph",
+    ],
   ).action(async (o) => {
     const { init } = await import("./commands/init.js");
     const { askChoices, askOne, askText } = await import("./ui/output.js");

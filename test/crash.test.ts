@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, type TestAgent } from "./helpers.js";
+import { heldLeases, json, makeAgent, type TestAgent } from "./helpers.js";
 import { CRASH_STEPS } from "../dist/crashpoint.js";
 
 let a: TestAgent;
@@ -107,8 +107,7 @@ describe("I/O faults", () => {
               stages.add(/database state/.test(r.stderr) ? "database copy" : /payload\.age|\.agentbak|\.pageindex|\.json|audit/.test(r.stderr) ? "after the database copy" : "other");
             }
             expect(readdirSync(join(repo, "tmp"))).toEqual([]);
-            const locks = join(repo, "tenants/acme/agents/billing-agent/locks");
-            expect(existsSync(locks) ? readdirSync(locks) : []).toEqual([]);
+            expect(heldLeases(join(repo, "tenants/acme/agents/billing-agent/locks"))).toEqual([]);
             const listed = json(await big.run(["snapshots", "--repo", repo, "--json"]));
             for (const e of listed) expect(e.status, e.problem).toBe("ok");
             expect(listed.length).toBe(r.code === 0 ? 1 : listed.length);
@@ -215,7 +214,7 @@ describe("I/O faults", () => {
       ["write", "/workspace/", /EIO: i\/o error, write \(.*\/workspace\//],
       // the payload is written straight into the bundle file, then the head before it
       ["write", "\\.agentbak$", /\.agentbak: EIO|EIO.*\.agentbak/],
-      ["write", "/locks/", /EIO: i\/o error, write \(.*\/locks\/agent\.lock\)/],
+      ["write", "/locks/", /EIO: i\/o error, write \(.*\/locks\/agent\/\d{16}\.lease\)/],
       ["read", "agentbak-repository\\.json$", /EIO: i\/o error, read \(.*agentbak-repository\.json\)/],
     ];
     for (const [op, path, names, mode] of stages) {
@@ -225,8 +224,7 @@ describe("I/O faults", () => {
       plainIoFailure(r, "EIO", "/");
       expect(r.stderr, `${op} ${path}`).toMatch(names);
       expect(readdirSync(join(repo, "tmp")), `${op} ${path}`).toEqual([]);
-      const locks = join(repo, "tenants/acme/agents/billing-agent/locks");
-      expect(existsSync(locks) ? readdirSync(locks) : [], `${op} ${path}`).toEqual([]);
+      expect(heldLeases(join(repo, "tenants/acme/agents/billing-agent/locks")), `${op} ${path}`).toEqual([]);
     }
     // an incremental that reads the live pages in place (no copy) names the database too
     expect(json(await a.run(["backup", "--repo", repo, "--incremental", "--json"])).databases_read).toBe("in-place");

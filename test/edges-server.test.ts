@@ -664,10 +664,15 @@ describe("[E11] openapi.json lists every status and field the server answers", (
       rmSync(file);
       rmSync(join(a.repo, SNAPS, `${damaged}.commit`));
       // locks held by a live process (this test's): the agent's for a backup, the audit log's for a request (after its 30 s wait)
+      // (a lease's newest grant, locks/<name>/<token>.lease, held by this live process: repository/lease.ts)
       const lock = (name: string) => {
-        mkdirSync(join(agentDir(), "locks"), { recursive: true });
-        writeFileSync(join(agentDir(), "locks", `${name}.lock`), JSON.stringify({ pid: process.pid, host: hostname(), started_at: new Date().toISOString(), nonce: "test" }));
-        return () => rmSync(join(agentDir(), "locks", `${name}.lock`));
+        const dir = join(agentDir(), "locks", name);
+        mkdirSync(dir, { recursive: true });
+        const token = Math.max(0, ...readdirSync(dir).map((f) => Number(f.slice(0, 16)) || 0)) + 1;
+        const file = join(dir, `${String(token).padStart(16, "0")}.lease`);
+        const grant = { format: "agentbak-lease", token, host: hostname(), pid: process.pid, nonce: "test", acquired_at: new Date().toISOString(), expires_at: new Date(Date.now() + 3_600_000).toISOString(), released: false };
+        writeFileSync(file, JSON.stringify(grant));
+        return () => writeFileSync(file, JSON.stringify({ ...grant, released: true }));
       };
       let unlock = lock("agent");
       await call(u, B, 423, "/v1/backups", { token: tok.checkpoint!.token, body: "{}" });

@@ -7,7 +7,7 @@ import { execa } from "execa";
 import Database from "better-sqlite3";
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, run, SNAPS, type RunResult, type TestAgent } from "./helpers.js";
+import { heldLeases, json, makeAgent, run, SNAPS, type RunResult, type TestAgent } from "./helpers.js";
 import { ageEncrypt, craft, makeTar, manifestOf, sha } from "./craft.js";
 import { compress } from "zstd-napi";
 
@@ -504,8 +504,7 @@ describe("[I] second sweep: FIFOs and devices, damaged records, secrets in messa
     refusedClearly(await t.run(["verify", fifo], {}, quick), 2, /pipe is a FIFO, not a regular file/);
     refusedClearly(await t.run(["verify", "latest", "--identity", fifo], {}, quick), 12, /no usable identity: cannot read .*pipe \(it is a FIFO, not a regular file\)/);
     refusedClearly(await t.run(["verify", "/dev/zero"], {}, quick), 2, /\/dev\/zero is a device, not a regular file/);
-    const locks = join(t.repo, "tenants/acme/agents/billing-agent/locks");
-    expect(existsSync(locks) ? readdirSync(locks) : []).toEqual([]);
+    expect(heldLeases(join(t.repo, "tenants/acme/agents/billing-agent/locks"))).toEqual([]);
   });
 
   it("[I] a repository record replaced by a link to /dev/zero is refused at once (no endless read)", async () => {
@@ -525,10 +524,11 @@ describe("[I] second sweep: FIFOs and devices, damaged records, secrets in messa
 
   it("[I] damaged local records are named, never a stack: a lock of null, trusted state of null, restore.json and reconcile.json of garbage", async () => {
     t ??= await agent();
-    const lock = join(t.repo, "tenants/acme/agents/billing-agent/locks/agent.lock");
-    mkdirSync(join(lock, ".."), { recursive: true });
+    // the agent lease's newest grant (locks/agent/<token>.lease) damaged
+    const grants = join(t.repo, "tenants/acme/agents/billing-agent/locks/agent");
+    const lock = join(grants, readdirSync(grants).sort().at(-1)!);
     writeFileSync(lock, "null");
-    refusedClearly(await t.run(["backup"]), 11, /repository lock .*agent\.lock .* is unreadable \(not written by agentbak\); if no agentbak process uses this repository, remove that file/);
+    refusedClearly(await t.run(["backup"]), 11, /repository lock .*locks\/agent\/\d{16}\.lease in .* is unreadable \(not written by agentbak\); if no agentbak process uses this repository, remove that file/);
     rmSync(lock);
     const state = join(t.home, "state/acme/billing-agent.json");
     const kept = readFileSync(state, "utf8");

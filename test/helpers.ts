@@ -160,6 +160,18 @@ export function writeSpec(dir: string, name: string, base: string, patch: (s: an
   return p;
 }
 
+/**
+ * The leases held in a local repository's `locks` folder of an agent: grants
+ * (`<name>/<token>.lease`, kept once let go so a token is never issued twice)
+ * not marked released. @returns their paths relative to `locks`.
+ */
+export function heldLeases(locks: string): string[] {
+  if (!existsSync(locks)) return [];
+  return readdirSync(locks, { recursive: true })
+    .map(String)
+    .filter((f) => f.endsWith(".lease") && JSON.parse(readFileSync(join(locks, f), "utf8")).released !== true);
+}
+
 /** Parses the single JSON document a --json command printed. */
 export function json<T = any>(r: RunResult): T {
   try {

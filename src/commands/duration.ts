@@ -1,9 +1,2 @@
-/** Parses durations like 30s, 5m, 2h, 7d, 1w into milliseconds. */
-import { usageError } from "../errors.js";
-
-export function parseDuration(s: string): number {
-  const m = s.match(/^(\d+)(ms|s|m|h|d|w)?$/);
-  if (!m) throw usageError(`invalid duration "${s}" (use e.g. 30s, 5m, 2h, 7d)`);
-  const mult = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 }[m[2] ?? "s"]!;
-  return Number(m[1]) * mult;
-}
+/** Parses durations like 30s, 5m, 2h, 7d, 1w into milliseconds (the base module src/duration.ts, where the host file reads them too). */
+export { parseDuration } from "../duration.js";

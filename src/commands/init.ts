@@ -36,6 +36,8 @@ export interface InitOptions {
   repo?: string;
   database?: string[];
   workspace?: string;
+  /** where the repository keeps its leases (docs/repositories.md): recorded in its marker */
+  leases?: string;
   yes?: boolean;
 }
 
@@ -75,7 +77,7 @@ export async function init(opts: InitOptions): Promise<InitResult> {
     const lc = loadConfig(cfgPath);
     if (opts.agentId || opts.tenant || opts.database || opts.workspace) throw usageError(`${cfgPath} already exists; edit it instead of passing --agent-id, --tenant, --database or --workspace`);
     const location = repositoryLocation(opts.repo, lc)!;
-    const { created } = await Repository.init(location).catch((e) => {
+    const { created } = await Repository.init(location, { leases: opts.leases }).catch((e) => {
       throw placeError(e, `repository ${location}`);
     });
     const c = lc.config;
@@ -120,7 +122,7 @@ export async function init(opts: InitOptions): Promise<InitResult> {
   };
   const parsed = ConfigSchema.safeParse(raw);
   if (!parsed.success) throw usageError(`init: ${formatIssues(parsed.error.issues)}`);
-  const { created } = await Repository.init(location).catch((e) => {
+  const { created } = await Repository.init(location, { leases: opts.leases }).catch((e) => {
     throw placeError(e, `repository ${location}`);
   });
   writeFileAtomic(join(dir, "agentbak.schema.json"), JSON.stringify(configJsonSchema(), null, 2) + "\n");

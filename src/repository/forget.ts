@@ -6,6 +6,7 @@
  */
 import type { Trust } from "../crypto/trust.js";
 import type { SigningKey } from "../crypto/sshsig.js";
+import { crashStep } from "../crashpoint.js";
 import { usageError } from "../errors.js";
 import type { Repository, Snapshot } from "./repository.js";
 import { applyRetention, isEmptyPolicy, type RetentionPolicy } from "./retention.js";
@@ -69,6 +70,7 @@ export async function forget(repo: Repository, trust: Trust, a: AgentRef, policy
   const plan = planForget(entries, policy, newestDrilled(await repo.drillHistory(a), a));
   const result: ForgetResult = { tenant: a.tenant, agent_id: a.agent, dry_run: Boolean(opts.dryRun), kept: plan.kept, removed: [], not_removed: plan.not_removed, pruned: [] };
   if (opts.dryRun) return { ...result, removed: plan.remove.map((e) => e.snapshot_id) };
+  crashStep("forget-planned");
   // newest first: an incremental goes before its parent, so an interrupted forget never orphans a link
   for (const e of plan.remove) {
     if (await repo.remove(e)) result.removed.push(e.snapshot_id);

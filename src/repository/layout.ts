@@ -8,7 +8,7 @@
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.<db>.pageindex
  *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json        generation.json also lists the replicas copy linked
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
- *   tenants/<tenant>/agents/<agent>/locks/<name>.lock
+ *   tenants/<tenant>/agents/<agent>/locks/<name>/<token>.lease        a lease's grants (agentbak < 0.2 wrote locks/<name>.lock)
  *   tenants/<tenant>/agents/<agent>/audit.jsonl, drills/report.jsonl
  *   tenants/<tenant>/agents/<agent>/audit.head.json, drills/report.head.json   each log's signed head: entries, last line's sha256
  *   tenants/<tenant>/agents/<agent>/requests/<id>.json                a restore request (agent interface)
@@ -55,7 +55,8 @@ export const keys = {
   idempotency: (a: AgentRef, kind: "backup" | "restore" | "request", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
   /** the folder of an agent's idempotency records of one kind, as a listing prefix */
   idempotencyRecords: (a: AgentRef, kind: "backup" | "restore" | "request") => `${agentDir(a)}/idempotency/${kind}-`,
-  lock: (a: AgentRef, name: "agent" | "restore" | "log" | "generation") => `${agentDir(a)}/locks/${name}.lock`,
+  /** a lease's folder of grants, `<token>.lease` (repository/lease.ts), as a listing prefix */
+  lease: (a: AgentRef, name: "agent" | "restore" | "log" | "generation") => `${agentDir(a)}/locks/${name}/`,
   audit: (a: AgentRef) => `${agentDir(a)}/audit.jsonl`,
   auditHead: (a: AgentRef) => `${agentDir(a)}/audit.head.json`,
   drillReport: (a: AgentRef) => `${agentDir(a)}/drills/report.jsonl`,

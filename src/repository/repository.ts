@@ -9,7 +9,7 @@
  * to a half-written bundle.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { hostname, userInfo } from "node:os";
+import { userInfo } from "node:os";
 import { verifyBundle, verifyLayout, type VerifiedBundle } from "../bundle/reader.js";
 import { readLayoutRanges } from "../bundle/outer.js";
 import { snapshotKind } from "../bundle/manifest.js";
@@ -20,11 +20,11 @@ import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
-import { AgentbakError, Exit, lockedError, notFound, usageError, verifyError } from "../errors.js";
-import { pidAlive } from "../fsutil.js";
+import { AgentbakError, Exit, notFound, usageError, verifyError } from "../errors.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
+import { acquireLease, hostId, probeConditionalWrites, type Lease } from "./lease.js";
 import { readGenerations, reserveGeneration, type GenerationView } from "./generation.js";
 import { applyIndexChain, indexParent } from "../state/pages/index.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir } from "./layout.js";
@@ -60,10 +60,8 @@ export interface Snapshot extends CatalogEntry {
   header: VerifiedBundle | null;
 }
 
-/** A held lock. */
-export interface Lock {
-  release(): Promise<void>;
-}
+/** A held lock: a lease with its fencing token (repository/lease.ts). */
+export type Lock = Lease;
 
 /** A bundle as a local file (in place when the store allows), with its chain's links; release() removes fetched copies. */
 export interface OpenedBundle {
@@ -109,7 +107,6 @@ const LOGS = {
   report: { name: "drill report", key: keys.drillReport, head: keys.drillReportHead, ns: NS.report, headKind: "report-head", bound: false },
 } satisfies Record<string, LogKind>;
 
-const STALE_LOCK_MS = 6 * 3_600_000;
 
 export const catalogEntry = (e: Snapshot): CatalogEntry => {
   const { dir: _d, key: _k, header: _h, ...entry } = e;
@@ -144,8 +141,10 @@ export class Repository {
    * one whose identity (etag) and trust are unchanged is not verified twice.
    */
   private headers = new Map<string, { etag: string; trust: Trust; v: VerifiedBundle }>();
-  /** locks this process took but could not release (the store was unreachable), by key: the nonce they carry */
-  private leaked = new Map<string, string>();
+  /** the agent leases this process holds here, by lease folder: deletes and commits check them (fencing) */
+  private held = new Map<string, Lease>();
+  /** where the leases are: this store, or the one the marker names (`leases`) under this repository's id */
+  private leaseHome: Promise<{ store: ObjectStore; root: string }> | null = null;
 
   private constructor(
     readonly store: ObjectStore,
@@ -153,6 +152,8 @@ export class Repository {
     private readonly home: string | undefined,
     /** the id its marker (REPO_CONFIG) had when opened; null for a repository of agentbak 0.1, which had none */
     private readonly id: string | null,
+    /** the marker's `leases`: a store for leases when this one's conditional writes are not honoured */
+    private readonly leasesAt: string | null = null,
   ) {}
 
   /** Where the repository is, for people and for records. */
@@ -170,16 +171,32 @@ export class Repository {
     // repositories in object storage made by agentbak 0.1 had no config object
     const v01 = cfg ? [] : await store.list("agents/").catch((e: unknown) => (e instanceof AgentbakError && e.code === Exit.notFound ? [] : Promise.reject(e)));
     if (!cfg && v01.length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
-    return new Repository(store, opts.home, cfg && repositoryId(cfg));
+    return new Repository(store, opts.home, cfg && repositoryId(cfg), cfg && leasesOf(cfg, location));
   }
 
-  /** Creates the repository at `location` if it does not exist (idempotent). @returns whether it was created. */
-  static async init(location: string, opts: { home?: string } = {}): Promise<{ repo: Repository; created: boolean }> {
+  /**
+   * Creates the repository at `location` if it does not exist (idempotent).
+   * @param opts.leases where to keep its leases (a store whose conditional writes are honoured: an
+   *   unversioned bucket beside a versioned one); recorded in the marker, added to an existing one.
+   * @returns whether it was created.
+   * @throws AgentbakError(2) when `leases` does not honour conditional writes, or differs from the one recorded.
+   */
+  static async init(location: string, opts: { home?: string; leases?: string } = {}): Promise<{ repo: Repository; created: boolean }> {
     const store = await openStore(location, { create: true });
-    const body = JSON.stringify({ format: "agentbak-repository", version: LAYOUT_VERSION, id: randomBytes(16).toString("hex"), created_at: new Date().toISOString() }, null, 2) + "\n";
-    const created = await store.put(REPO_CONFIG, body, { ifNoneMatch: true });
-    const cfg = created ? Buffer.from(body) : await store.get(REPO_CONFIG);
-    return { repo: new Repository(store, opts.home, cfg && repositoryId(cfg)), created };
+    if (opts.leases) await checkLeaseStore(opts.leases);
+    const marker = { format: "agentbak-repository", version: LAYOUT_VERSION, id: randomBytes(16).toString("hex"), created_at: new Date().toISOString(), ...(opts.leases ? { leases: opts.leases } : {}) };
+    const body = JSON.stringify(marker, null, 2) + "\n";
+    // read first: a versioned bucket on Ceph RGW does not refuse the conditional create, and would take a new marker (a new id)
+    let cfg = await store.get(REPO_CONFIG);
+    const created = !cfg && (await store.put(REPO_CONFIG, body, { ifNoneMatch: true }));
+    if (!cfg) cfg = created ? Buffer.from(body) : await store.get(REPO_CONFIG);
+    const recorded = cfg && leasesOf(cfg, location);
+    if (opts.leases && cfg && recorded !== opts.leases) {
+      if (recorded) throw usageError(`repository ${location} keeps its leases in ${recorded}, not ${opts.leases}; moving them while processes hold leases would let two hold one`);
+      cfg = Buffer.from(JSON.stringify({ ...JSON.parse(String(cfg)), leases: opts.leases }, null, 2) + "\n");
+      await store.put(REPO_CONFIG, cfg);
+    }
+    return { repo: new Repository(store, opts.home, cfg && repositoryId(cfg), cfg && leasesOf(cfg, location)), created };
   }
 
   /**
@@ -221,71 +238,43 @@ export class Repository {
   // ---- locks ----
 
   /**
-   * Takes an agent's lock: one object created with a conditional write,
-   * holding owner pid, host and start time. A lock whose owner on this host is
-   * gone, or that is older than 6 hours, is stale and taken over.
-   * @throws AgentbakError(11) naming the holder when held and `waitMs` runs out.
+   * Takes an agent's lock: a lease with a fencing token (repository/lease.ts),
+   * renewed while held. A lease whose holder on this host is gone, or that
+   * expired (AGENTBAK_LEASE_SECONDS without renewal), is taken over.
+   * Deletes and commits of `a` in this repository check the agent lease first.
+   * @throws AgentbakError(11) naming the holder when held and `waitMs` runs out;
+   *   (2) when the store holding the leases does not honour conditional writes.
    */
   async lock(a: AgentRef, name: "agent" | "restore" | "log" | "generation", waitMs = 0): Promise<Lock> {
-    const key = keys.lock(a, name);
-    const deadline = Date.now() + waitMs;
-    const me = { pid: process.pid, host: hostname(), started_at: new Date().toISOString(), nonce: randomBytes(8).toString("hex") };
-    const ours = async () => {
-      const b = await this.store.get(key);
-      try {
-        return Boolean(b) && JSON.parse(String(b)).nonce === me.nonce;
-      } catch {
-        return false;
-      }
+    const home = await (this.leaseHome ??= this.leasesAt
+      ? openStore(this.leasesAt, { create: true }).then((store) => ({ store, root: `repositories/${this.id}/` }))
+      : Promise.resolve({ store: this.store, root: "" }));
+    const folder = keys.lease(a, name);
+    const lease = await acquireLease(home.store, home.root + folder, { waitMs, what: `${name} lock of ${a.tenant}/${a.agent} in ${this.location}` });
+    const unregister = onInterrupt(() => void lease.release().catch(() => undefined));
+    this.held.set(folder, lease);
+    return {
+      get token() {
+        return lease.token;
+      },
+      check: () => lease.check(),
+      release: async () => {
+        unregister();
+        if (this.held.get(folder) === lease) this.held.delete(folder);
+        await lease.release();
+      },
     };
-    const release = async () => {
-      try {
-        if (await ours()) await this.store.delete(key);
-      } catch (e) {
-        this.leaked.set(key, me.nonce); // removed by this process's next lock() of it, so a long-running one is not locked out by itself
-        throw e;
-      }
-    };
-    const leaked = this.leaked.get(key);
-    if (leaked) {
-      const cur = await this.store.get(key);
-      if (cur && String(cur).includes(leaked)) await this.store.delete(key);
-      this.leaked.delete(key);
-    }
-    for (let delay = 50; ; delay = Math.min(delay * 2, 500)) {
-      if (await this.store.put(key, JSON.stringify(me), { ifNoneMatch: true })) {
-        // where a conditional write is not atomic (Ceph 16 ignores If-None-Match on versioned buckets)
-        // the last writer's nonce wins and the others back off
-        if (!this.store.inPlace) await new Promise((r) => setTimeout(r, 100));
-        if (await ours()) {
-          const unregister = onInterrupt(() => void this.store.delete(key).catch(() => undefined));
-          return { release: async () => (unregister(), release()) };
-        }
-      }
-      const raw = await this.store.get(key);
-      if (!raw) {
-        await new Promise((r) => setTimeout(r, delay)); // released meanwhile: try again, not in a tight loop
-        continue;
-      }
-      let holder: { pid?: unknown; host?: unknown; started_at?: unknown } | null = null;
-      try {
-        holder = JSON.parse(String(raw));
-      } catch {
-        /* below */
-      }
-      // a lock is written whole (a conditional create): one that does not read as agentbak's never will
-      const readable = holder && typeof holder === "object" && Number.isSafeInteger(holder.pid) && (holder.pid as number) > 0 && typeof holder.host === "string" && typeof holder.started_at === "string";
-      if (!readable)
-        throw lockedError(`repository lock ${key} in ${this.location} is unreadable (not written by agentbak); if no agentbak process uses this repository, remove that file`);
-      const h = holder as { pid: number; host: string; started_at: string };
-      const age = Date.now() - new Date(h.started_at).getTime();
-      if ((h.host === hostname() && !pidAlive(h.pid)) || age > STALE_LOCK_MS) {
-        await this.store.delete(key);
-        continue;
-      }
-      if (Date.now() >= deadline) throw lockedError(`repository locked (${name} lock of ${a.tenant}/${a.agent} in ${this.location}) by pid ${h.pid} on ${h.host} since ${h.started_at}; pass --wait to wait`);
-      await new Promise((r) => setTimeout(r, delay));
-    }
+  }
+
+  /**
+   * The fence before a delete or a commit of `a`'s snapshots: the agent lease
+   * this process holds must still be its own.
+   * @throws AgentbakError(11) when it was taken over; (1) when this process holds none (a bug).
+   */
+  private async fence(a: AgentRef, what: string): Promise<void> {
+    const lease = this.held.get(keys.lease(a, "agent"));
+    if (!lease) throw new AgentbakError(Exit.failure, `internal error: ${what} of ${a.tenant}/${a.agent} in ${this.location} without holding its agent lock`);
+    await lease.check();
   }
 
   // ---- catalog ----
@@ -533,6 +522,7 @@ export class Repository {
     if (p.idempotency) await this.writeJson(keys.idempotency(a, "backup", p.idempotency.key), p.idempotency.receipt(path));
     for (const [db, ix] of p.indexes) await this.store.put(keys.pageIndex(dir, p.snapshotId, db), ix);
     crashStep("sequence-reserved");
+    await this.fence(a, "publishing");
     await this.store.delete(key); // an uncommitted leftover of a dead run (the caller holds the lock)
     await this.store.upload(key, p.file, { retainUntil: p.retainUntil, lockMode: p.lockMode });
     crashStep("uploaded");
@@ -550,6 +540,7 @@ export class Repository {
     }
     await letInterruptsIn(); // a Ctrl-C that came during the upload ends the run here, with nothing committed
     await this.recheck(); // the repository renamed or unmounted during the upload: the snapshot is not reported committed
+    await this.fence(a, "committing"); // a lock lost meanwhile: another process may have removed this snapshot's parent
     if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
       throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} is already committed in ${this.location}; refusing to overwrite`);
     p.committed?.(path);
@@ -601,6 +592,7 @@ export class Repository {
       const v1Committed = dir === legacy.dir(a.agent) && this.store.inPlace;
       for (const { k, p } of listed) {
         if (committed.has(p!.id) || p!.ext === "commit" || v1Committed) continue;
+        await this.fence(a, "sweeping");
         if (await this.store.delete(k)) removed.push(k);
       }
     }
@@ -614,6 +606,8 @@ export class Repository {
    * @returns false when the store's retention refused the deletion.
    */
   async remove(s: Snapshot): Promise<boolean> {
+    // one check per snapshot: its three deletes follow at once
+    await this.fence({ tenant: s.tenant!, agent: s.agent_id }, "removing a snapshot");
     if (!(await this.store.delete(s.key))) return false;
     for (const k of await this.store.list(`${s.dir}/${s.snapshot_id}.`)) if (k.endsWith(".pageindex")) await this.store.delete(k);
     await this.store.delete(keys.commit(s.dir, s.snapshot_id));
@@ -660,7 +654,7 @@ export class Repository {
    * given, and then its signed head record moves to it). Never pass state contents.
    */
   async audit(a: AgentRef, entry: Record<string, unknown>, key: SigningKey | null): Promise<void> {
-    const who = { host: hostname(), user: safeUser() };
+    const who = { host: hostId(), user: safeUser() };
     await this.appendChained(a, LOGS.audit, { at: new Date().toISOString(), ...who, tenant: a.tenant, agent_id: a.agent, ...entry }, key);
   }
 
@@ -772,6 +766,30 @@ function brokenLinks(list: Snapshot[]): void {
     if (problem) Object.assign(e, { status: "invalid", problem: `parent ${parent.snapshot_id}: ${problem}`, problem_code: Exit.verify });
   };
   for (const e of list) settle(e);
+}
+
+/** The marker's `leases` location, or null. @throws AgentbakError(13) when it is there and not a location. */
+function leasesOf(marker: Buffer, location: string): string | null {
+  let v: unknown;
+  try {
+    v = (JSON.parse(String(marker)) as { leases?: unknown }).leases;
+  } catch {
+    return null;
+  }
+  if (v === undefined) return null;
+  if (typeof v !== "string" || !(v.startsWith("s3://") || v.startsWith("/")) || v.length > 1024) throw verifyError(`${REPO_CONFIG} in ${location}: leases is not an s3:// URL or an absolute folder`);
+  return v;
+}
+
+/**
+ * Checks a location for leases before a marker names it: an s3:// URL or an absolute folder, whose
+ * store refuses a second conditional create of one object. @throws AgentbakError(2) naming what is wrong.
+ */
+async function checkLeaseStore(location: string): Promise<void> {
+  if (!(location.startsWith("s3://") || location.startsWith("/"))) throw usageError(`--leases ${location}: an s3://BUCKET/PREFIX URL or an absolute folder`);
+  const store = await openStore(location, { create: true });
+  if (!(await probeConditionalWrites(store)))
+    throw usageError(`--leases ${location}: this store does not refuse a second conditional create of one object (a versioned bucket on Ceph RGW?); leases need an unversioned bucket`);
 }
 
 /** A repository's id: its marker's `id`, or (a marker written before ids) the marker's digest, which no other repository shares. */
