@@ -255,7 +255,7 @@ async function startPostgres(dir: string, bytes: number, root: string) {
   await sql(`CREATE TABLE events (id bigint PRIMARY KEY, account text NOT NULL, ts timestamptz NOT NULL, amount integer NOT NULL, payload text NOT NULL);
     INSERT INTO events SELECT i, 'acct-' || lpad(((i * 7919) % 20000)::text, 5, '0'), timestamptz '2026-01-01 00:00:00+00' + i * interval '3 seconds',
       ((i * 104729) % 100000) - 50000, md5(i::text) || md5((i * 31)::text) || ' memo ' || (i % 977)
-    FROM generate_series(1, ${rows}) i`);
+    FROM generate_series(1::bigint, ${rows}::bigint) i`);
   await sql("VACUUM ANALYZE events");
   const size = Number((await sql("SELECT pg_total_relation_size('events') AS n")).rows[0].n);
   return { server, sql, size };
