@@ -4,8 +4,9 @@
  *   base (errors, facts, fsutil, cleanup, contained, crashpoint, version, zod)
  *   crypto, storage, state          -> base only (and config for schema checks: none)
  *   config                          -> base, crypto, storage
+ *   chunks (content-defined chunks) -> base, crypto, storage
  *   bundle                          -> base, crypto, state, config
- *   repository                      -> base, storage, crypto, bundle, config
+ *   repository                      -> base, storage, crypto, bundle, config, chunks
  *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
  *   capture, restore, drill         -> the layers above; never each other
  *   agentapi (MCP and HTTP)         -> the stages and below; only commands import it
@@ -34,13 +35,14 @@ module.exports = {
     layer("storage", []),
     layer("state", []),
     layer("config", ["crypto", "storage"]),
+    layer("chunks", ["crypto", "storage"]),
     layer("bundle", ["crypto", "state", "config"]),
-    layer("repository", ["storage", "crypto", "state", "bundle", "config"]),
+    layer("repository", ["storage", "crypto", "state", "bundle", "config", "chunks"]),
     layer("reconcile", ["state", "config"]),
-    layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
-    layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
-    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
-    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore"]),
+    layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository", "chunks"]),
+    layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "chunks"]),
+    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "chunks"]),
+    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "chunks"]),
     {
       name: "only-commands-import-agentapi",
       severity: "error",
