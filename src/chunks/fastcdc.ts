@@ -149,16 +149,22 @@ export function chunkLengths(data: Uint8Array, params: ChunkParams = LARGE_STATE
 /** Reads up to `length` bytes into `buf` at `offset`; 0 at the end. */
 export type ReadInto = (buf: Buffer, offset: number, length: number) => Promise<number>;
 
+/** Bytes read at a time beyond the largest chunk: a chunk buffer is max + READ_BLOCK bytes. */
+export const READ_BLOCK = 4 * 1024 * 1024;
+
+/** A buffer for readerChunks: the largest chunk plus `block` bytes of room to read into. */
+export const chunkBuffer = (params: ChunkParams = LARGE_STATE, block = READ_BLOCK) => Buffer.allocUnsafe(params.max + block);
+
 /**
- * The chunks of what `read` returns, through one buffer of `max + block`
- * bytes (the input is never held whole). Each chunk is a view into that
- * buffer, valid until the iteration resumes: copy it, or finish with it
- * first. Empty input has no chunks.
- * @throws what `read` throws
+ * The chunks of what `read` returns, through one buffer (`buf`, more than
+ * `max` bytes: chunkBuffer; the input is never held whole). Each chunk is a
+ * view into that buffer, valid until the iteration resumes: copy it, or
+ * finish with it first. Empty input has no chunks.
+ * @throws what `read` throws; Error when `buf` is not larger than `max`
  */
-export async function* readerChunks(read: ReadInto, params: ChunkParams = LARGE_STATE, block = 4 * 1024 * 1024): AsyncGenerator<Buffer> {
+export async function* readerChunks(read: ReadInto, params: ChunkParams = LARGE_STATE, buf: Buffer = chunkBuffer(params)): AsyncGenerator<Buffer> {
+  if (buf.length <= params.max) throw new Error(`a chunk buffer of ${buf.length} bytes is not larger than the largest chunk (${params.max})`);
   const cutter = new Cutter(params);
-  const buf = Buffer.allocUnsafe(params.max + block);
   let start = 0; // the current chunk's first byte in buf
   let filled = 0;
   for (;;) {
@@ -183,14 +189,14 @@ export async function* readerChunks(read: ReadInto, params: ChunkParams = LARGE_
 }
 
 /** The chunks of an open file from its current position (readerChunks). */
-export const handleChunks = (fh: FileHandle, params: ChunkParams = LARGE_STATE, block?: number) =>
-  readerChunks(async (b, o, l) => (await fh.read(b, o, l, null)).bytesRead, params, block);
+export const handleChunks = (fh: FileHandle, params: ChunkParams = LARGE_STATE, buf?: Buffer) =>
+  readerChunks(async (b, o, l) => (await fh.read(b, o, l, null)).bytesRead, params, buf);
 
 /**
  * The chunks of a stream of pieces of any size (readerChunks): each piece is
  * copied into the chunker's buffer, so the source may reuse its buffers.
  */
-export function streamChunks(source: AsyncIterable<Uint8Array>, params: ChunkParams = LARGE_STATE, block?: number): AsyncGenerator<Buffer> {
+export function streamChunks(source: AsyncIterable<Uint8Array>, params: ChunkParams = LARGE_STATE, buf?: Buffer): AsyncGenerator<Buffer> {
   const it = source[Symbol.asyncIterator]();
   let piece: Uint8Array = new Uint8Array(0);
   let done = false;
@@ -212,6 +218,6 @@ export function streamChunks(source: AsyncIterable<Uint8Array>, params: ChunkPar
       return n;
     },
     params,
-    block,
+    buf,
   );
 }
