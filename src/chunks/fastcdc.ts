@@ -27,12 +27,12 @@ export interface ChunkParams {
 
 /**
  * The sizes for large agent state (model adapters, LanceDB tables,
- * PostgreSQL dumps): 512 KiB / 1 MiB / 8 MiB. Each chunk is one object in
- * the repository (a PUT, a HEAD or GET, an age header of ~200 bytes, a
- * manifest entry of ~150 bytes), so a 500 MB file is ~450 objects rather than
- * the ~60,000 of restic's 1 MiB-average blobs packed into files; a change
- * still costs about 1 MiB of upload, and the largest chunk bounds what a
- * writer or reader holds in memory (8 MiB plus its compressed copy).
+ * PostgreSQL dumps): 512 KiB / 1 MiB / 8 MiB, restic's bounds. Each chunk is
+ * one object in the repository (a PUT, a HEAD or GET, an age header of ~200
+ * bytes, a manifest entry of ~150 bytes), so smaller chunks would multiply
+ * requests: a 500 MB file is ~400 objects; a change still costs about 1 MiB
+ * of upload, and the largest chunk bounds what a writer or reader holds in
+ * memory (8 MiB plus its compressed copy).
  */
 export const LARGE_STATE: ChunkParams = { min: 512 * 1024, avg: 1024 * 1024, max: 8 * 1024 * 1024 };
 
