@@ -5,8 +5,9 @@
  *   base (errors, facts, fsutil, cleanup, contained, crashpoint, duration, home, version, zod) -> nothing of ours
  *   crypto, storage, state          -> base only
  *   config                          -> base, crypto, storage
+ *   chunks (content-defined chunks) -> base, crypto, storage
  *   bundle                          -> base, crypto, state (never config: DESIGN)
- *   repository                      -> base, storage, crypto, state, bundle, config
+ *   repository                      -> base, storage, crypto, state, bundle, config, chunks
  *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
  *   fleet                           -> base, config (the host file, the scheduler, the fleet statistic: pure parts)
  *   capture, restore, drill         -> the layers above (drill: and fleet); never each other
@@ -38,7 +39,7 @@ const wing = (name, allowed) => ({
   from: { path: `^src/state/${name}/` },
   to: { path: "^src/state/", pathNot: [`^src/state/${name}/`, ...allowed.map((a) => `^src/state/${a}/`)] },
 });
-const ALL_BELOW_COMMANDS = ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "fleet", "capture", "restore", "drill", "agentapi"];
+const ALL_BELOW_COMMANDS = ["storage", "crypto", "chunks", "state", "bundle", "config", "repository", "reconcile", "fleet", "capture", "restore", "drill", "agentapi"];
 
 module.exports = {
   forbidden: [
@@ -53,14 +54,15 @@ module.exports = {
     layer("storage", []),
     layer("state", []),
     layer("config", ["crypto", "storage"]),
+    layer("chunks", ["crypto", "storage"]),
     layer("bundle", ["crypto", "state"]),
-    layer("repository", ["storage", "crypto", "state", "bundle", "config"]),
+    layer("repository", ["storage", "crypto", "state", "bundle", "config", "chunks"]),
     layer("reconcile", ["state", "config"]),
     layer("fleet", ["config"]),
-    layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository"]),
-    layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile"]),
-    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "fleet"]),
-    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore"]),
+    layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository", "chunks"]),
+    layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "chunks"]),
+    layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "fleet", "chunks"]),
+    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "chunks"]),
     layer("commands", ALL_BELOW_COMMANDS),
     layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "agentapi"]),
     {
