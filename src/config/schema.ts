@@ -16,6 +16,8 @@ const recipient = z.string().check(z.refine((r) => {
     return false;
   }
 }, "not an age X25519 recipient (age1..., 62 characters, valid bech32 checksum)"));
+/** A path in the config: not empty, and no NUL byte (no file system takes one; node would throw deep in a stage). */
+const path = z.string().check(z.minLength(1), z.refine((p) => !p.includes("\0"), "contains a NUL byte"));
 const sqlRef = z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)) });
 const stateName = z.string().check(z.regex(/^[a-z][a-z0-9_]{0,31}$/, "lowercase name"));
 /** The embedding model a vector store was written with: part of the restore compatibility policy. */
@@ -25,7 +27,7 @@ const source = z.strictObject({
   name: stateName,
   kind: z.enum(["postgres", "redis", "lancedb"]),
   url: z.optional(z.string().check(z.regex(/^(env|file):.+/, "a credential reference: env:NAME or file:PATH holding the connection URL"))),
-  path: z.optional(z.string().check(z.minLength(1))),
+  path: z.optional(path),
   schemas: z.optional(z.array(z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/, "a schema name"))).check(z.minLength(1))),
   patterns: z.optional(z.array(z.string().check(z.minLength(1))).check(z.minLength(1))),
   embedding: z.optional(embedding),
@@ -66,12 +68,12 @@ export const DEFAULT_EXCLUDE = [
 const ConfigObject = z.strictObject({
   $schema: z.optional(z.string()),
   agent: z.strictObject({ id, tenant: id }),
-  repository: z.string().check(z.minLength(1)),
+  repository: path,
   recipients: z.array(recipient).check(z.minLength(1)),
-  databases: z._default(z.array(z.strictObject({ name: stateName, path: z.string().check(z.minLength(1)), embedding: z.optional(embedding) })), []),
+  databases: z._default(z.array(z.strictObject({ name: stateName, path, embedding: z.optional(embedding) })), []),
   sources: z._default(z.array(source), []),
-  files: z._default(z.array(z.string().check(z.minLength(1))), []),
-  workspace: z.optional(z.strictObject({ path: z.string().check(z.minLength(1)), uncommitted: z._default(z.enum(["include", "refuse", "ignore"]), "include") })),
+  files: z._default(z.array(path), []),
+  workspace: z.optional(z.strictObject({ path, uncommitted: z._default(z.enum(["include", "refuse", "ignore"]), "include") })),
   credentials: z._default(z.array(z.strictObject({ name: z.string().check(z.minLength(1)), ref: z.string().check(z.regex(/^[a-z][a-z0-9+.-]*:.+/, "a reference like env:NAME or file:PATH")) })), []),
   cursors: z._default(z.record(z.string().check(z.regex(/^[a-z][a-z0-9_]*$/)), sqlRef), {}),
   openOperations: recovery.openOperations,
