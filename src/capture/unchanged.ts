@@ -23,6 +23,7 @@ import type { LoadedConfig } from "../config/load.js";
 import { workspaceState } from "../state/workspace/workspace.js";
 import { homePaths } from "../home.js";
 import { sidecarOf, type AgentRef } from "../facts.js";
+import type { Repository } from "../repository/repository.js";
 
 /**
  * The state a backup would capture, as one digest: everything but the
@@ -100,4 +101,17 @@ export function lastBackup<R>(home: string, location: string, a: AgentRef): Last
 
 export function rememberBackup<R>(home: string, location: string, a: AgentRef, last: LastBackup<R>): void {
   writeCacheFile(file(home, location, a), JSON.stringify(last) + "\n");
+}
+
+/** An unchanged state is backed up again anyway when its last snapshot expires within this. */
+const UNCHANGED_EXPIRY_MARGIN_MS = 86_400_000;
+
+/**
+ * This host's last backup of the agent, when the state (`other`, with the databases read now) is what it captured,
+ * its snapshot is still the newest committed one and it is far from expiring; else null.
+ */
+export async function unchangedSince<R extends { snapshot_id: string }>(lc: LoadedConfig, repo: Repository, home: string, a: AgentRef, other: string): Promise<LastBackup<R> | null> {
+  const last = lastBackup<R>(home, repo.location, a);
+  if (!last || last.fingerprint !== stateKey(other, databasesState(lc)) || Date.parse(last.expires_at) - Date.now() <= UNCHANGED_EXPIRY_MARGIN_MS) return null;
+  return (await repo.recordedSequence(a)) === last.sequence && (await repo.committed(a, last.receipt.snapshot_id)) ? last : null;
 }

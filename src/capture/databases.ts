@@ -1,0 +1,171 @@
+/**
+ * The databases stage, carrying out the read plan (plan.ts): every database read at one instant, then one record
+ * each flows through the parent's index, the new index, the delta and the inspection (integrity_check, counts,
+ * cursors, open operations, the secret scan), which runs in a worker while the payload is written.
+ */
+import type { CapturedDatabase } from "../bundle/manifest.js";
+import type { StagedComponent } from "../bundle/writer.js";
+import { verifyError } from "../errors.js";
+import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
+import { inspectInWorker, inspectPinned, type InspectResult } from "../state/inspect/inspect.js";
+import { encodeIndex, encodeIndexChanges, indexPages, PageHasher, pagesRoot } from "../state/pages/index.js";
+import type { SecretFinding } from "../state/secrets/scan.js";
+import { snapshotDatabases, type CopyJob, type Cut, type InPlaceViews } from "../state/sqlite/cut.js";
+import { namedSource } from "../state/sqlite/livesnap.js";
+import { splitPage, type PageSource } from "../state/sqlite/pagefile.js";
+import type { DbPlan } from "./plan.js";
+import { join } from "node:path";
+
+/**
+ * Of a full snapshot read in place, the share of the keyed page hashes made on the thread that streams the
+ * payload; the inspection worker makes the rest. Measured on the 1194 MiB bench database (commit message).
+ */
+const FULL_MAIN_SHARE = 0.35;
+
+/** What the instant left: copies in staging, the deltas read in place, or the snapshots kept open (pinned) and their inspection. */
+export type Taken =
+  | { kind: "copy" }
+  | { kind: "in-place"; deltas: Map<string, Delta>; inspected: InspectResult }
+  | { kind: "pinned"; views: InPlaceViews; live: Awaited<ReturnType<typeof inspectPinned>>; release(): void };
+
+/** One database on its way through the pipeline; each step fills in its part. */
+export interface DbRecord {
+  name: string;
+  /** where it goes in a restored root */
+  target: string;
+  /** the consistent copy in staging (none is written when `pages` is set) */
+  copy: string;
+  /** a full snapshot read in place: the live pages, pinned at the instant by a read transaction */
+  pages: PageSource | null;
+  /** the pages root of this copy's page index (the manifest signs it) */
+  indexRoot: string | null;
+  /** the index as stored: encoded whole, or an incremental's as the changes since its parent's */
+  stored: Buffer | null;
+  delta: { file: string; pages: number[]; meta: NonNullable<CapturedDatabase["delta"]> } | null;
+  inspected: InspectResult["dbs"][number] | null;
+  /** this snapshot's block sums were written (kept on this host for the next incremental once the snapshot is published) */
+  sums: boolean;
+  /** the page hasher of the pinned pages the payload streams (the worker hashes the rest) */
+  head: PageHasher | null;
+}
+
+/**
+ * Reads every database at one instant as the plan says. `atInstant` is called at the instant itself (whether every
+ * write lock is held). A "pinned" result must be released (releasePinned) whatever happens next.
+ */
+export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: string })[], waitMs: number, atInstant?: (allLocked: boolean) => void): Promise<{ cut: Cut; taken: Taken; dbs: DbRecord[] }> {
+  const out: { taken: Taken } = { taken: { kind: "copy" } };
+  const inPlace =
+    plan.mode === "in-place"
+      ? async (views: InPlaceViews) => {
+          out.taken = { kind: "in-place", ...(await deltasInPlace(views, { parents: plan.parents, bases: plan.bases, key: plan.key, dir: plan.dir, inspect: plan.inspect })) };
+          return true;
+        }
+      : undefined;
+  const hold =
+    plan.mode === "pinned"
+      ? async (views: InPlaceViews, release: () => void) => {
+          const dbs = [...views].map(([name, v]) => ({ name, file: v.src, pages: v.snap.pinned(), indexKey: plan.key, indexAfter: splitPage(v.snap.pageCount, v.snap.pageSize, FULL_MAIN_SHARE), sumsFile: plan.sumStores.get(name)!.partial(plan.snapshotId) ?? undefined }));
+          const live = await inspectPinned({ ...plan.inspect, dbs }, new Map([...views].map(([n, v]) => [n, v.db])));
+          let released = false;
+          out.taken = { kind: "pinned", views, live, release: () => void (released || ((released = true), release())) };
+          return true;
+        }
+      : undefined;
+  let cut: Cut;
+  try {
+    cut = await snapshotDatabases(jobs, waitMs, atInstant, inPlace, hold);
+  } catch (e) {
+    await releasePinned(out.taken).catch(() => undefined); // snapshots handed over are ours to release, whatever failed
+    throw e;
+  }
+  const dbs = jobs.map((j): DbRecord => ({ name: j.name, target: j.target, copy: j.dest, pages: null, indexRoot: null, stored: null, delta: null, inspected: null, sums: false, head: null }));
+  return { cut, taken: out.taken, dbs };
+}
+
+/** Closes the snapshots a "pinned" read kept open, once its inspection has settled (the worker reads their descriptors). */
+export async function releasePinned(t: Taken): Promise<void> {
+  if (t.kind !== "pinned") return;
+  await t.live.settled();
+  t.release();
+}
+
+/**
+ * Starts the inspection of what the instant took and stages each database: a delta (incrementals), the pinned
+ * pages (hashed here as the payload streams them), or the copy.
+ * @returns the staged components, in database order, and the inspection (awaited by finishDatabases)
+ */
+export function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan: boolean): { staged: StagedComponent[]; inspection: Promise<InspectResult>; findings: SecretFinding[] } {
+  const findings: SecretFinding[] = [];
+  const takeDelta = (d: DbRecord, x: Delta) => {
+    const parent = plan.parents.get(d.name)!;
+    d.indexRoot = x.ix.root;
+    d.stored = parent.pageSize === x.ix.pageSize ? encodeIndexChanges(x.ix, x.pages, plan.parentId!, plan.key) : encodeIndex(x.ix, plan.key);
+    d.delta = { file: x.file, pages: x.pages, meta: deltaMeta(x) };
+    d.sums = x.sums;
+    findings.push(...x.findings);
+  };
+  if (taken.kind === "in-place") for (const d of dbs) takeDelta(d, taken.deltas.get(d.name)!);
+  if (taken.kind === "pinned") for (const d of dbs) d.pages = hashedPages(d, taken.views);
+  const inspection =
+    taken.kind === "in-place"
+      ? Promise.resolve(taken.inspected)
+      : taken.kind === "pinned"
+        ? taken.live.start()
+        : inspectInWorker({
+            ...plan.inspect,
+            dbs: dbs.map((d) => (plan.parents.has(d.name) ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: plan.key, sumsFile: plan.sumStores.get(d.name)!.partial(plan.snapshotId) ?? undefined })),
+          });
+  inspection.catch(() => undefined); // awaited by finishDatabases; no unhandled rejection meanwhile
+  // an incremental's page index decides what goes in, so it is made here, beside the inspection worker's integrity_check
+  for (const d of dbs) {
+    const parent = plan.parents.get(d.name);
+    if (parent && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, indexPages(d.copy), parent, plan.bases.get(d.name) ?? null, join(plan.dir, `${d.name}.delta`), scan));
+  }
+  const staged = dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : d.pages ? { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, pages: d.pages } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy }));
+  return { staged, inspection, findings };
+}
+
+/** The pinned pages of `d`, whose first share is hashed here as the payload streams it (the worker hashes the rest). */
+function hashedPages(d: DbRecord, views: InPlaceViews): PageSource {
+  const v = views.get(d.name)!;
+  const named = namedSource(v.snap, `database ${d.name}: reading ${v.src}`);
+  const ps = named.pageSize;
+  const last = splitPage(named.pageCount, ps, FULL_MAIN_SHARE);
+  const head = new PageHasher(ps);
+  d.head = head;
+  return {
+    pageSize: ps,
+    pageCount: named.pageCount,
+    read(first, n, buf) {
+      named.read(first, n, buf);
+      const mine = Math.min(n, Math.max(0, last - first + 1));
+      if (mine) head.update(buf.subarray(0, mine * ps));
+    },
+  };
+}
+
+/**
+ * Takes the inspection's results into the records: each database's page index (the head hashed here joined to the
+ * worker's), whether its block sums were written, and its integrity_check.
+ * @throws AgentbakError(13) for a database whose snapshot failed integrity_check
+ */
+export function finishDatabases(plan: DbPlan, dbs: DbRecord[], ins: InspectResult): void {
+  for (const d of dbs) {
+    d.inspected = ins.dbs.find((x) => x.name === d.name)!;
+    const head = d.head?.index();
+    const ix = d.inspected.index && head ? { ...d.inspected.index, pageCount: head.pageCount + d.inspected.index.pageCount, hashes: Buffer.concat([head.hashes, d.inspected.index.hashes]) } : d.inspected.index;
+    if (ix && !d.stored) {
+      d.stored = encodeIndex(ix, plan.key);
+      d.indexRoot = pagesRoot(ix);
+    }
+    if (!d.delta) d.sums = d.inspected.sumsWritten === true;
+    const ic = d.inspected.integrity;
+    if (ic.length !== 1 || (ic[0] !== "ok" && ic[0] !== "skipped")) throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
+  }
+}
+
+/** Keeps this snapshot's block sums on this host for the next incremental, once it is published. */
+export function commitSums(plan: DbPlan, dbs: DbRecord[], written: { sha256: string }[]): void {
+  dbs.forEach((d, i) => d.sums && plan.sumStores.get(d.name)!.commit(plan.snapshotId, d.delta?.meta.full_pages_sha256 ?? written[i]!.sha256, d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize));
+}

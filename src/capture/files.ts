@@ -1,0 +1,131 @@
+/**
+ * The `files` stage: what the `files` patterns name (listed once per backup, before the instant when no pre hook
+ * can change it), and their copies in staging.
+ */
+import { copyFileSync, existsSync, readFileSync, realpathSync, statSync } from "node:fs";
+import { join, relative, resolve, sep } from "node:path";
+import { globSync, isDynamicPattern } from "tinyglobby";
+import { componentPath } from "../bundle/manifest.js";
+import type { StagedFile } from "../bundle/writer.js";
+import type { LoadedConfig } from "../config/load.js";
+import { ioErrno, ioError, usageError, wrap } from "../errors.js";
+import { SQLITE_SIDECAR } from "../facts.js";
+import { atPath, ensureDirIn } from "../fsutil.js";
+import { agentbakHome } from "../home.js";
+import { scanText } from "../state/secrets/scan.js";
+import { credentialFiles, isInside, type CaptureScope } from "./scope.js";
+
+/** One file a `files` pattern names: the pattern (for messages) and the file's absolute path. */
+export interface ListedFile {
+  pattern: string;
+  file: string;
+}
+
+/**
+ * Every file the `files` patterns name now, in pattern order, credential files included (the capture records
+ * them as left out).
+ * @throws AgentbakError(2) for a pattern naming what is captured otherwise or never, (10) for a literal path that does not exist.
+ */
+export function listFiles(lc: LoadedConfig, repoDir: string | null): ListedFile[] {
+  const reserved = reservedPaths(lc, repoDir);
+  const realRoot = realpathSync(lc.dir);
+  return lc.config.files.flatMap((pattern) => expandFiles(lc, pattern, reserved, realRoot).map((file) => ({ pattern, file })));
+}
+
+/** The listed files without credential files (never read here): what the unchanged check fingerprints. */
+export function readableFiles(lc: LoadedConfig, listed: ListedFile[]): string[] {
+  const credentials = credentialFiles(lc);
+  return listed.map((l) => l.file).filter((f) => !credentials.has(f) && !credentials.has(realpathSync(f)));
+}
+
+/** Paths a `files` entry may never take, and what each is. */
+interface Reserved {
+  databases: string[];
+  /** folders captured otherwise or never: the repository, the workspace */
+  dirs: [string, string][];
+}
+
+/** What a `files` glob never takes for this config: its databases, the repository, agentbak's keys, the workspace, source folders. */
+function reservedPaths(lc: LoadedConfig, repoDir: string | null): Reserved {
+  const cfg = lc.config;
+  const dirs: [string, string][] = [];
+  if (repoDir) dirs.push([repoDir, "the repository"]);
+  const home = agentbakHome();
+  dirs.push([home, "agentbak's key folder (AGENTBAK_HOME)"]);
+  if (existsSync(home)) dirs.push([realpathSync(home), "agentbak's key folder (AGENTBAK_HOME)"]);
+  if (cfg.workspace) dirs.push([lc.resolve(cfg.workspace.path), "the workspace"]);
+  for (const x of cfg.sources) if (x.path) dirs.push([lc.resolve(x.path), `state source ${x.name}`]);
+  return { databases: cfg.databases.map((d) => lc.resolve(d.path)), dirs };
+}
+
+function reservedBy(p: string, r: Reserved): string | null {
+  if (r.databases.includes(p)) return "a configured database";
+  if (SQLITE_SIDECAR.test(p) && r.databases.includes(p.replace(SQLITE_SIDECAR, ""))) return "a SQLite sidecar of a configured database";
+  const dir = r.dirs.find(([d]) => isInside(p, d));
+  if (dir) return dir[1];
+  return p.split(sep).includes(".git") ? "a .git folder" : null;
+}
+
+/**
+ * The files a `files` pattern names. A glob never takes a configured
+ * database or its sidecars, the repository, the workspace (captured with its
+ * own history), `.git` or node_modules; a literal path naming one of those is
+ * a config error, and so is any match whose real path leaves the config
+ * folder (through a symbolic link, to a file or a folder).
+ * @throws AgentbakError(2) as above, (10) for a literal path that does not exist.
+ */
+function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, realRoot: string): string[] {
+  const literal = !isDynamicPattern(pattern);
+  const found = literal
+    ? [lc.resolve(pattern)]
+    : // links are followed, so that every match is judged by where it really is (below)
+      globSync(pattern, { cwd: lc.dir, absolute: true, onlyFiles: true, dot: true, followSymbolicLinks: true, ignore: ["**/.git/**", "**/node_modules/**"] }).map((f) => resolve(f)).sort();
+  const out: string[] = [];
+  for (const f of found) {
+    let real: string;
+    try {
+      real = realpathSync(f);
+    } catch (e) {
+      throw wrap(e, `files: ${pattern}`);
+    }
+    const rel = relative(lc.dir, f).split(sep).join("/") || ".";
+    const st = statSync(real);
+    if (literal && st.isDirectory()) throw usageError(`files: ${pattern} is a folder; name its files, or a glob such as ${rel}/**`);
+    // a FIFO would block the backup forever, a device never ends: only regular files are captured
+    if (!st.isFile()) {
+      if (literal) throw usageError(`files: ${pattern} is ${st.isFIFO() ? "a FIFO" : st.isSocket() ? "a socket" : "a device"}, not a regular file`);
+      continue;
+    }
+    if (!isInside(real, realRoot)) throw usageError(`files: ${rel} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
+    const why = reservedBy(f, reserved) ?? reservedBy(real, reserved);
+    if (why && literal) throw usageError(`files: ${pattern} names ${why}; it is captured otherwise or never`);
+    if (!why) out.push(f);
+  }
+  return out;
+}
+
+/** Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is scanned. */
+export function captureFiles(s: CaptureScope, listed: ListedFile[]): StagedFile[] {
+  const { lc } = s;
+  const out: StagedFile[] = [];
+  for (const { pattern, file: f } of listed) {
+    const rel = relative(lc.dir, f).split(sep).join("/");
+    const path = `files/${rel}`;
+    if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
+    const why = s.leaveOut(f, rel) ?? s.leaveOut(realpathSync(f), rel);
+    if (why) {
+      s.notCaptured.push({ path: rel, ...why });
+      continue;
+    }
+    const dest = join(s.staging, path);
+    ensureDirIn(s.staging, join(dest, ".."));
+    try {
+      copyFileSync(f, dest);
+    } catch (e) {
+      throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
+    }
+    if (lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(dest, () => readFileSync(dest)), `files: ${rel}`));
+    out.push({ path, kind: "file", name: rel, file: dest, target: rel });
+  }
+  return out;
+}

@@ -1,0 +1,91 @@
+/**
+ * The instant: between the pre and post hooks, every database read at one instant (databases.ts), the state
+ * sources, the `files` and the workspace (whose git commands run in child processes meanwhile).
+ */
+import { join } from "node:path";
+import type { Manifest } from "../bundle/manifest.js";
+import type { StagedFile } from "../bundle/writer.js";
+import type { LoadedConfig } from "../config/load.js";
+import { ensureDirIn } from "../fsutil.js";
+import type { Cut } from "../state/sqlite/cut.js";
+import { readAtInstant, releasePinned, type DbRecord, type Taken } from "./databases.js";
+import { captureFiles, listFiles, type ListedFile } from "./files.js";
+import { runHooks } from "./hooks.js";
+import type { DbPlan } from "./plan.js";
+import { restoreTarget, type CaptureScope } from "./scope.js";
+import { captureSources } from "./sources.js";
+import { captureWs, type WorkspaceCaptured } from "./workspace.js";
+
+/** What the instant took, staged; `taken` says how the databases were read (a "pinned" one must be released). */
+export interface Captured {
+  dbs: DbRecord[];
+  taken: Taken;
+  cut: Cut | undefined;
+  sources: { staged: StagedFile[]; instant: Manifest["capture_instant"] };
+  files: StagedFile[];
+  ws: { staged: StagedFile[]; manifest: Manifest["workspace"] };
+}
+
+export interface InstantOptions {
+  /** the repository's folder, when it is one: never captured */
+  repoDir: string | null;
+  /** the `files` list, when it was made before the pre hook (else it is made after it) */
+  listed: ListedFile[] | null;
+  waitMs: number;
+  atInstant?: (allLocked: boolean) => void;
+  progress?: (phase: string) => void;
+}
+
+/**
+ * Captures databases (at one instant), state sources, files and workspace between the pre and post hooks; the post
+ * hook runs whatever failed (its own failure is then a warning).
+ * @throws the first failure, after the post hook ran
+ */
+export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: CaptureScope, o: InstantOptions): Promise<Captured> {
+  const cfg = lc.config;
+  const { staging, warnings } = scope;
+  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined }, files: [], ws: { staged: [], manifest: null } };
+  const live = cfg.workspace ? lc.resolve(cfg.workspace.path) : null;
+  let failure: unknown;
+  let wsCapture: Promise<WorkspaceCaptured> | null = null;
+  try {
+    o.progress?.("quiescing agent");
+    await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
+    o.progress?.("snapshotting databases");
+    // the workspace's git commands run in child processes while the databases are copied here
+    wsCapture = live ? captureWs(scope, live, o.repoDir) : null;
+    wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
+    ensureDirIn(staging, join(staging, "db"));
+    if (cfg.databases.length) {
+      const jobs = cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`), target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`) }));
+      Object.assign(got, await readAtInstant(plan, jobs, o.waitMs || cfg.cut.waitSeconds * 1000, o.atInstant));
+    }
+    if (cfg.sources.length) {
+      o.progress?.("capturing state sources");
+      got.sources = await captureSources(lc, staging, warnings);
+    }
+    got.files = captureFiles(scope, o.listed ?? listFiles(lc, o.repoDir));
+    if (wsCapture) {
+      o.progress?.("capturing workspace");
+      const w = await wsCapture;
+      got.ws = { staged: w.staged, manifest: w.manifest };
+      scope.notCaptured.push(...w.notCaptured);
+      scope.findings.workspace.push(...w.findings);
+    }
+  } catch (e) {
+    failure = e;
+  } finally {
+    await wsCapture?.catch(() => undefined);
+    try {
+      await runHooks(cfg.hooks.post, lc.dir, cfg.hooks.timeoutSeconds, "post");
+    } catch (e) {
+      if (failure) warnings.push((e as Error).message);
+      else failure = e;
+    }
+  }
+  if (failure) {
+    await releasePinned(got.taken).catch(() => undefined);
+    throw failure;
+  }
+  return got;
+}

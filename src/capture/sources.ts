@@ -1,0 +1,47 @@
+/** The state sources stage: PostgreSQL, Redis, vector tables and the like, each captured by its driver. */
+import { join } from "node:path";
+import type { Manifest } from "../bundle/manifest.js";
+import type { StagedFile } from "../bundle/writer.js";
+import type { LoadedConfig } from "../config/load.js";
+import { ensureDirIn } from "../fsutil.js";
+import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
+import { restoreTarget } from "./scope.js";
+
+/**
+ * Captures every state source (side by side, each at its own single instant)
+ * into `staging/sources/<name>/`; connections come from credential references
+ * resolved only now.
+ */
+export async function captureSources(lc: LoadedConfig, staging: string, warnings: string[]): Promise<{ staged: StagedFile[]; instant: Manifest["capture_instant"] }> {
+  const started = new Date();
+  const caps = await Promise.all(
+    lc.config.sources.map(async (s) => {
+      const dir = join(staging, "sources", s.name);
+      ensureDirIn(staging, dir);
+      const target = targetIsFolder(s.kind) ? lc.resolve(s.path!) : resolveReference(s.url!, lc.dir);
+      return { s, cap: await driverFor(s.kind).capture(s, target, dir) };
+    }),
+  );
+  const staged: StagedFile[] = [];
+  for (const { s, cap } of caps)
+    for (const f of cap.files) {
+      if (s.embedding && f.dimension !== undefined && f.dimension !== s.embedding.dimension)
+        warnings.push(`source ${s.name}: ${f.path} holds vectors of dimension ${f.dimension}, the config's embedding ${s.embedding.model} has ${s.embedding.dimension}`);
+      const { file, path, records, table_version, dimension } = f;
+      // the model is recorded on the tables that hold vectors
+      staged.push({ path, kind: s.kind, name: s.name, file, records, table_version, dimension, ...(s.embedding && dimension !== undefined ? { embedding: s.embedding } : {}) });
+    }
+  const instant = {
+    started_at: started.toISOString(),
+    finished_at: new Date().toISOString(),
+    sources: caps.map(({ s, cap }) => ({
+      name: s.name,
+      kind: s.kind,
+      ref: s.url ?? null,
+      path: s.path ? restoreTarget(lc, s.path, `sources/${s.name}`) : null,
+      snapshot_at: cap.snapshotAt.toISOString(),
+      server_version: cap.serverVersion,
+    })),
+  };
+  return { staged, instant };
+}

@@ -1,0 +1,112 @@
+/**
+ * The workspace stage: the agent's git workspace captured as a git bundle and patch, proven to rebuild the tree
+ * and scanned; or the last proven capture of the same state, reused.
+ */
+import { createHash } from "node:crypto";
+import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join, relative, sep } from "node:path";
+import type { Manifest, NotCaptured } from "../bundle/manifest.js";
+import type { StagedFile } from "../bundle/writer.js";
+import { atPath, ensureDir, ensureDirIn, writeCacheFile } from "../fsutil.js";
+import { homePaths } from "../home.js";
+import type { SecretFinding } from "../state/secrets/scan.js";
+import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace/workspace.js";
+import { isInside, restoreTarget, type CaptureScope } from "./scope.js";
+
+/**
+ * Captures the workspace into staging (git bundle and patch, without what
+ * stays out), proves it rebuilds the tree, and scans what it holds.
+ */
+async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: string | null): Promise<{ staged: StagedFile[]; manifest: Manifest["workspace"] }> {
+  const { lc } = s;
+  const cfg = lc.config.workspace!;
+  const wsDir = join(s.staging, "workspace");
+  mkdirSync(wsDir);
+  const target = restoreTarget(lc, cfg.path, "workspace");
+  // the repository, when it lies inside the workspace, is never read into its own bundle
+  const skipDirs = repoDir && isInside(repoDir, live) && repoDir !== live ? [relative(live, repoDir).split(sep).join("/")] : [];
+  const cap = await captureWorkspace(live, cfg.uncommitted, wsDir, { skipDirs, skip: (rel) => s.leaveOut(join(live, rel), rel) });
+  s.notCaptured.push(...cap.skipped.map((x) => ({ ...x, path: `${target}/${x.path}` })));
+  const staged: StagedFile[] = [{ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile }];
+  if (cap.patchFile) staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
+  // prove the capture reproduces the tree before trusting it
+  const check = join(s.staging, "ws-check");
+  await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
+  const digest = await treeDigest(check);
+  if (cap.uncommitted === "include") {
+    const left = new Set(cap.skipped.map((x) => x.path));
+    const skip = (rel: string) => left.has(rel);
+    const rebuilt = left.size ? await treeDigest(check, { skip }) : digest;
+    if ((await treeDigest(live, { skipDirs, skip })).sha256 !== rebuilt.sha256) s.warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
+  }
+  if (lc.config.secretScan.workspace !== "off") {
+    s.findings.workspace.push(...(await scanWorkspace(check, cap.commit, cap.changed)));
+    // a credential's file that is committed can not be left out of the git bundle
+    const inside = [...s.credentialFiles].filter(([abs]) => isInside(abs, live)).map(([abs, c]) => [relative(live, abs).split(sep).join("/"), c] as const);
+    const committed = await committedPaths(check, cap.commit, inside.map(([rel]) => rel));
+    for (const [rel, c] of inside) if (committed.includes(rel)) s.findings.workspace.push({ where: `workspace: ${rel} (committed), the file of credential ${c.name} (${c.ref})`, kind: "credential file" });
+  }
+  rmSync(check, { recursive: true, force: true });
+  return { staged, manifest: { path: target, commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files } };
+}
+
+export type WorkspaceCaptured = { staged: StagedFile[]; manifest: Manifest["workspace"]; notCaptured: NotCaptured[]; findings: SecretFinding[] };
+
+/**
+ * The last workspace capture of each workspace, by the state it was made from
+ * (checkpoint after checkpoint of an unchanged workspace): the same state
+ * gives the same bundle and patch, whose rebuild was already proven and whose
+ * scan already ran (and found nothing: captures with warnings are not kept),
+ * so they are reused instead of captured, rebuilt, hashed and scanned again.
+ * Kept in this process and in AGENTBAK_HOME/cache (0600), so that one CLI
+ * run reuses the last one's. Only small captures are kept.
+ */
+type KnownCapture = { key: string; files: { path: string; kind: StagedFile["kind"]; bytes: Buffer }[]; result: Omit<WorkspaceCaptured, "staged"> };
+const lastCapture = new Map<string, KnownCapture>();
+const REUSE_MAX_BYTES = 8 << 20;
+const captureCacheFile = (home: string, live: string) => homePaths(home).cache.workspaceCapture(createHash("sha256").update(live).digest("hex").slice(0, 16));
+
+function knownCapture(home: string, live: string): KnownCapture | undefined {
+  const mem = lastCapture.get(live);
+  if (mem) return mem;
+  try {
+    const c = JSON.parse(readFileSync(captureCacheFile(home, live), "utf8")) as Omit<KnownCapture, "files"> & { live: string; files: { path: string; kind: StagedFile["kind"]; base64: string }[] };
+    if (c.live !== live) return undefined;
+    return { key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, bytes: Buffer.from(f.base64, "base64") })) };
+  } catch {
+    return undefined; // none yet, or unreadable: capture afresh
+  }
+}
+
+function rememberCapture(home: string, live: string, c: KnownCapture): void {
+  lastCapture.set(live, c);
+  try {
+    ensureDir(homePaths(home).cache.dir, 0o700);
+    writeCacheFile(captureCacheFile(home, live), JSON.stringify({ live, key: c.key, result: c.result, files: c.files.map((f) => ({ path: f.path, kind: f.kind, base64: f.bytes.toString("base64") })) }));
+  } catch {
+    /* a cache that can not be written only costs the next run a capture */
+  }
+}
+
+/** Captures the workspace (or reuses the last proven capture of the same state and settings). */
+export async function captureWs(s: CaptureScope, live: string, repoDir: string | null): Promise<WorkspaceCaptured> {
+  const w = s.lc.config.workspace!;
+  // a folder git can not read gets no reuse key: the capture below says what is wrong with it
+  const state = await workspaceState(live).catch(() => null);
+  const key = state && createHash("sha256").update(JSON.stringify([w.uncommitted, s.lc.config.secretScan, [...s.credentialFiles.keys()], repoDir, state.key])).digest("hex");
+  const known = key ? knownCapture(s.home, live) : undefined;
+  if (key && known && known.key === key) {
+    ensureDirIn(s.staging, join(s.staging, "workspace"));
+    const staged = known.files.map((f): StagedFile => (atPath(join(s.staging, f.path), () => writeFileSync(join(s.staging, f.path), f.bytes)), { path: f.path, kind: f.kind, name: "workspace", file: join(s.staging, f.path) }));
+    return { staged, ...known.result };
+  }
+  const findings: SecretFinding[] = [];
+  const notCaptured: NotCaptured[] = [];
+  const own: CaptureScope = { ...s, notCaptured, findings: { workspace: findings, files: [] } };
+  const r = await captureWorkspaceInto(own, live, repoDir);
+  const size = r.staged.reduce((n, c) => n + statSync(c.file).size, 0);
+  if (key && !s.warnings.length && size <= REUSE_MAX_BYTES)
+    rememberCapture(s.home, live, { key, files: r.staged.map((c) => ({ path: c.path, kind: c.kind, bytes: readFileSync(c.file) })), result: { manifest: r.manifest, notCaptured, findings } });
+  return { ...r, notCaptured, findings };
+}
+
