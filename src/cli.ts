@@ -184,6 +184,24 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
 
   help(
     program
+      .command("status")
+      .description("is the agent fine? newest snapshot against the RPO, chain, last drill, requests, unresolved operations, spool, bytes")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--all", "every agent in the repository")
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's)")
+      .addOption(jsonOpt()),
+    ["agentbak status", "agentbak status --all --repo /srv/backups", "agentbak status --json || alert   # 3: stale or drill overdue, 15: the last drill failed"],
+  ).action(async (o) => {
+    const { status } = await import("./commands/status.js");
+    const r = await status(o);
+    await show(o, r, (await import("./ui/status.js")).statusScreen);
+    result.code = r.exit_status;
+  });
+
+  help(
+    program
       .command("verify")
       .description("verify a bundle: signature, manifest, payload digest; with an identity, every component")
       .argument("<snapshot>", "snapshot id, latest, or a bundle file")
