@@ -1,6 +1,5 @@
 /** `agentbak status`: is this agent (or, with --all, every agent of the repository) fine? One gather, shared with the page and /metrics. */
-import { gatherStatus, type StatusReport, type StatusTarget } from "../status/gather.js";
-import type { Config } from "../config/schema.js";
+import { gatherStatus, statusTarget, type StatusReport } from "../status/gather.js";
 import { usageError } from "../errors.js";
 import { context, type GlobalOpts } from "./context.js";
 
@@ -9,14 +8,6 @@ export interface StatusOptions extends GlobalOpts {
   agent?: string;
   tenant?: string;
 }
-
-/** The config's agent as a status target: its objectives and when a full snapshot is due. */
-export const statusTarget = (c: Config): StatusTarget => ({
-  tenant: c.agent.tenant,
-  agent: c.agent.id,
-  objectives: c.objectives,
-  fullEvery: c.incremental.enabled ? c.incremental.fullEvery : null,
-});
 
 /**
  * The status of the config's agent (or --agent/--tenant), or of every agent with --all.

@@ -7,6 +7,7 @@
  * code. Read-only: it writes nothing, not even a spool folder.
  */
 import { existsSync } from "node:fs";
+import type { Config } from "../config/schema.js";
 import { verifyChainText } from "../crypto/chainlog.js";
 import { NS } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
@@ -24,6 +25,14 @@ export interface StatusTarget extends AgentRef {
   /** a full snapshot after this many incrementals; null when incrementals are off or not known */
   fullEvery: number | null;
 }
+
+/** The config's agent as a status target: its objectives and when a full snapshot is due. */
+export const statusTarget = (c: Config): StatusTarget => ({
+  tenant: c.agent.tenant,
+  agent: c.agent.id,
+  objectives: c.objectives,
+  fullEvery: c.incremental.enabled ? c.incremental.fullEvery : null,
+});
 
 export type CheckState = "ok" | "warn" | "fail";
 /** One judgement: `name` is stable (snapshot, chain, drill, drill-report, requests, operations, spool, audit). */
@@ -84,6 +93,17 @@ export interface GatherInput {
 
 const key = (a: { tenant: string | null; agent_id: string }) => `${a.tenant}/${a.agent_id}`;
 const secondsSince = (iso: string, now: Date) => Math.max(0, Math.round((now.getTime() - Date.parse(iso)) / 1000));
+
+/** One report of several (one per repository a server serves): every agent, the worst exit status. */
+export function mergeReports(reports: StatusReport[], now = new Date()): StatusReport {
+  const exit = Math.max(0, ...reports.map((r) => r.exit_status)) as StatusReport["exit_status"];
+  return {
+    at: now.toISOString(),
+    repository: { location: reports.map((r) => r.repository.location).join(", "), bytes: reports.reduce((n, r) => n + r.repository.bytes, 0) },
+    agents: reports.flatMap((r) => r.agents),
+    exit_status: exit,
+  };
+}
 
 /** Gathers the status of `targets` (and, with `all`, every agent in the repository). @throws AgentbakError as listing the repository does (10, 13). */
 export async function gatherStatus(i: GatherInput): Promise<StatusReport> {

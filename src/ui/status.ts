@@ -43,3 +43,34 @@ export function statusScreen(r: StatusReport): void {
   }
   out(fit(`repository  ${safe(r.repository.location)}  ${humanSize(r.repository.bytes)}`) + "\n");
 }
+
+/** A label value in OpenMetrics: backslash, double quote and line feed escaped. */
+const label = (s: string) => s.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
+
+/** Every metric: name, help, and its value for an agent (undefined: no sample). */
+const METRICS: [string, string, (a: AgentStatus, at: number) => number | undefined][] = [
+  ["agentbak_last_snapshot_timestamp_seconds", "Creation time of the newest verified snapshot (Unix seconds)", (a, at) => (a.last_snapshot ? at - a.last_snapshot.age_seconds : undefined)],
+  ["agentbak_rpo_objective_seconds", "The configured recovery point objective", (a) => a.rpo_objective_seconds ?? undefined],
+  ["agentbak_last_drill_timestamp_seconds", "When the last drill ran (Unix seconds)", (a) => (a.last_drill ? Date.parse(a.last_drill.at) / 1000 : undefined)],
+  ["agentbak_last_drill_success", "1 when the last drill passed, 0 when it failed", (a) => (a.last_drill ? Number(a.last_drill.result === "pass") : undefined)],
+  ["agentbak_last_drill_rto_seconds", "Recovery time the last drill measured (restore, checks, first reconciliation)", (a) => a.last_drill?.rto_seconds ?? undefined],
+  ["agentbak_pending_restore_requests", "Restore requests waiting for an operator's decision", (a) => a.pending_requests.length],
+  ["agentbak_unresolved_operations", "Open operations of the last restore not yet resolved by reconcile or activation", (a) => a.unresolved_operations?.unresolved ?? 0],
+  ["agentbak_spool_bundles", "Bundles waiting in this host's spool for the repository", (a) => a.spool?.bundles ?? 0],
+  ["agentbak_repository_bytes", "Bytes of the agent's bundles in the repository", (a) => a.bytes],
+  ["agentbak_status", "What agentbak status exits with for the agent: 0 healthy, 3 warnings, 15 failing drill", (a) => ({ ok: 0, warn: 3, fail: 15 })[a.state]],
+];
+
+/** The report in the OpenMetrics text format: one gauge family per metric, a sample per agent, `# EOF` last. */
+export function statusMetrics(r: StatusReport): string {
+  const at = Date.parse(r.at) / 1000;
+  const lines: string[] = [];
+  for (const [name, help, value] of METRICS) {
+    lines.push(`# TYPE ${name} gauge`, `# HELP ${name} ${help}`);
+    for (const a of r.agents) {
+      const v = value(a, at);
+      if (v !== undefined) lines.push(`${name}{tenant="${label(a.tenant)}",agent="${label(a.agent_id)}"} ${v}`);
+    }
+  }
+  return `${lines.join("\n")}\n# EOF\n`;
+}
