@@ -2,6 +2,8 @@
 // repository), the clock moved with libfaketime; exit 0 healthy, 3 stale or drill overdue, 15 a failing last drill.
 import { execa } from "execa";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BIN, json, makeAgent, ROOT, type RunResult, type TestAgent } from "../helpers.js";
@@ -104,6 +106,32 @@ describe("agentbak status", () => {
     expect(json(all).agents.map((x: any) => `${x.tenant}/${x.agent_id}`)).toEqual(["acme/billing-agent"]);
     // without a config the objectives are not known: the failing drill is
     expect(json(all).agents[0].rpo_objective_seconds).toBeNull();
+  });
+
+  it("counts the open operations a restore left unresolved (signed audit log) until reconcile resolves them", async () => {
+    const target = join(a.tmp, "restored");
+    const r = await a.run(["restore", "latest", "--target", target, "--identity", a.identity, "--yes", "--json"], { OPENAI_API_KEY: "x" });
+    expect([0, 3], r.stderr).toContain(r.code);
+    let s = json(await a.run(["status", "--json"])).agents[0];
+    expect(s.unresolved_operations).toEqual({ target, generation: json(r).generation, operations: 1, unresolved: 1 });
+    expect(check(s, "operations")).toMatchObject({ state: "warn", detail: `1 of 1 open operation(s) unresolved in ${target}` });
+    // the mail provider of the fixture, on a port of this test's: it has a receipt for every key
+    const provider = createServer((_req, res) => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ receipt: "r-1" })));
+    await new Promise<void>((ok) => provider.listen(0, "127.0.0.1", ok));
+    try {
+      const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+      cfg.reconcile.probe.http.url = `http://127.0.0.1:${(provider.address() as AddressInfo).port}/v1/deliveries/{idempotency_key}`;
+      const variant = join(a.dir, "provider-here.json");
+      writeFileSync(variant, JSON.stringify(cfg));
+      const rc = await a.run(["reconcile", "--target", target, "-c", variant, "--json"]);
+      expect(rc.code, rc.stderr).toBe(0);
+    } finally {
+      provider.close();
+    }
+    s = json(await a.run(["status", "--json"])).agents[0];
+    expect(s.unresolved_operations.unresolved).toBe(0);
+    expect(check(s, "operations")).toBeUndefined();
+    expect((await a.run(["status"])).stdout).toContain("operations  0 of 1 unresolved after the restore into /");
   });
 
   it("refuses a bad objective in the config with a usage error (2) naming the key", async () => {
