@@ -11,7 +11,8 @@
  *   reconcile                       -> base, state, config (probes and outcome SQL, shared by restore and drill)
  *   fleet                           -> base, config (the host file, the scheduler, the fleet statistic: pure parts)
  *   capture, restore, drill         -> the layers above (drill: and fleet); never each other
- *   agentapi (MCP and HTTP)         -> the stages and below; only commands (and ui, for result types) import it
+ *   status (what status, the page and /metrics show) -> the layers above and restore, drill (reads only)
+ *   agentapi (MCP and HTTP)         -> the stages, status and below; only commands (and ui, for result types) import it
  *   commands                        -> anything below; never ui or a terminal library (cli.ts passes prompts in)
  *   ui                              -> the stages' and agentapi's result types; never commands; the only
  *                                      importer of @inquirer/prompts, chalk and ora (the only terminal writer)
@@ -39,7 +40,7 @@ const wing = (name, allowed) => ({
   from: { path: `^src/state/${name}/` },
   to: { path: "^src/state/", pathNot: [`^src/state/${name}/`, ...allowed.map((a) => `^src/state/${a}/`)] },
 });
-const ALL_BELOW_COMMANDS = ["storage", "crypto", "chunks", "state", "bundle", "config", "repository", "reconcile", "fleet", "capture", "restore", "drill", "agentapi"];
+const ALL_BELOW_COMMANDS = ["storage", "crypto", "chunks", "state", "bundle", "config", "repository", "reconcile", "fleet", "capture", "restore", "drill", "status", "agentapi"];
 
 module.exports = {
   forbidden: [
@@ -62,9 +63,10 @@ module.exports = {
     layer("capture", ["storage", "crypto", "state", "bundle", "config", "repository", "chunks"]),
     layer("restore", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "chunks"]),
     layer("drill", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "fleet", "chunks"]),
-    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "chunks"]),
+    layer("status", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "restore", "drill", "fleet", "chunks"]),
+    layer("agentapi", ["storage", "crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "status", "chunks"]),
     layer("commands", ALL_BELOW_COMMANDS),
-    layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "agentapi"]),
+    layer("ui", ["crypto", "state", "bundle", "config", "repository", "reconcile", "capture", "restore", "drill", "status", "agentapi"]),
     {
       name: "cli-imports-only-commands-ui",
       severity: "error",

@@ -66,6 +66,18 @@ export async function stopChildren(ms = 3000): Promise<void> {
   while (children.size && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
 }
 
+let terminate: (() => void) | null = null;
+/**
+ * A long-running command that stops gracefully on SIGTERM (serve: finish the
+ * requests in flight, then exit 0) says how; main calls it instead of treating
+ * SIGTERM as an interrupt (130). Ctrl-C (SIGINT) stays an interrupt.
+ */
+export function onTerminate(fn: (() => void) | null): void {
+  terminate = fn;
+}
+/** What SIGTERM should do instead of interrupting, or null. */
+export const terminateHandler = (): (() => void) | null => terminate;
+
 /** Registers `fn`; returns a function that unregisters it. */
 export function onInterrupt(fn: () => void): () => void {
   tasks.add(fn);

@@ -184,6 +184,24 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
 
   help(
     program
+      .command("status")
+      .description("is the agent fine? newest snapshot against the RPO, chain, last drill, requests, unresolved operations, spool, bytes")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--all", "every agent in the repository")
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's)")
+      .addOption(jsonOpt()),
+    ["agentbak status", "agentbak status --all --repo /srv/backups", "agentbak status --json || alert   # 3: stale or drill overdue, 15: the last drill failed"],
+  ).action(async (o) => {
+    const { status } = await import("./commands/status.js");
+    const r = await status(o);
+    await show(o, r, (await import("./ui/status.js")).statusScreen);
+    result.code = r.exit_status;
+  });
+
+  help(
+    program
       .command("verify")
       .description("verify a bundle: signature, manifest, payload digest; with an identity, every component")
       .argument("<snapshot>", "snapshot id, latest, or a bundle file")
@@ -497,15 +515,21 @@ function addAgentServers(program: Command): void {
   help(
     program
       .command("serve")
-      .description("HTTP API for agents (bearer tokens per tenant, agent and tier): /v1/backups, /v1/snapshots, /v1/restores, /v1/openapi.json, and MCP at /mcp")
+      .description("HTTP API for agents (bearer tokens per tenant, agent and tier): /v1/backups, /v1/snapshots, /v1/restores, /v1/openapi.json, MCP at /mcp, the status page at /, /metrics and /healthz; SIGTERM finishes the requests in flight and exits 0")
       .option("-c, --config <file...>", "config of each agent served (default ./agentbak.json)")
       .option("--listen <host:port>", "address (default agentInterface.listen, else 127.0.0.1:8377; port 0 picks a free one)")
+      .option("--ui", "the status page (GET /) without a token, for a browser on this host; loopback addresses only")
       .addOption(new Option("--tier <tier>", "the highest tier any token gets here (default: each token's own)")),
-    ["agentbak serve", "agentbak serve -c /srv/agents/billing/agentbak.json -c /srv/agents/support/agentbak.json --listen 127.0.0.1:8377"],
+    [
+      "agentbak serve",
+      "agentbak serve -c /srv/agents/billing/agentbak.json -c /srv/agents/support/agentbak.json --listen 127.0.0.1:8377",
+      "agentbak serve --ui   # then open http://127.0.0.1:8377/ on this host",
+    ],
   ).action(async (o) => {
     const { serve } = await import("./commands/serve.js");
     const u = await agentUi();
-    await serve({ ...o, log: u.log, onListening: u.listening });
+    const [{ statusPage }, { statusMetrics }] = [await import("./ui/statuspage.js"), await import("./ui/status.js")];
+    await serve({ ...o, log: u.log, onListening: u.listening, render: { page: statusPage, metrics: statusMetrics } });
   });
 
   const token = program.command("token").description("bearer tokens of the agent interface (stored hashed in AGENTBAK_HOME/tokens)");

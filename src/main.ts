@@ -9,7 +9,7 @@
 import { CommanderError } from "commander";
 import { buildProgram } from "./cli.js";
 import { AgentbakError, Exit, EXIT_NAMES, isSystemError, type ExitCode } from "./errors.js";
-import { interruptedMessage, liveChildren, runInterruptCleanups, stopChildren } from "./cleanup.js";
+import { interruptedMessage, liveChildren, runInterruptCleanups, stopChildren, terminateHandler } from "./cleanup.js";
 import { redactUrls } from "./facts.js";
 import { safe } from "./ui/escape.js";
 
@@ -97,7 +97,8 @@ process.stdout.on("error", (e: NodeJS.ErrnoException) => {
 // a failure nothing awaited: clean up as for an interrupt (staging, locks) and say what it was, never a raw dump
 process.on("unhandledRejection", (e) => end(() => report(e)));
 process.on("SIGINT", interrupted);
-process.on("SIGTERM", interrupted);
+// a server asked to stop (systemd, a container runtime) finishes what it serves and exits 0; anything else is interrupted
+process.on("SIGTERM", () => (terminateHandler() ?? interrupted)());
 
 main(process.argv).then((code) => {
   process.exitCode = code;

@@ -25,6 +25,7 @@ import { TOOL_VERSION } from "../version.js";
 import { mcpOverHttp } from "./mcp.js";
 import { INPUTS, lowerTier, type AgentService, type Caller, type Operation, type Results, type Tier } from "./service.js";
 import { authenticate } from "./tokens.js";
+import type { StatusReport } from "../status/gather.js";
 
 /** The largest request body accepted (413 beyond it). */
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -171,7 +172,7 @@ const routes = {
 const errorBody = (e: AgentbakError) => ({ error: { code: e.code, message: e.message } });
 
 /** Whether a --listen host is a loopback address (or localhost). */
-const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+export const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 
 /**
  * Why a request is not for this server, or null: on a loopback server a Host
@@ -202,8 +203,10 @@ function misdirected(listenHost: string, port: number, host: string | undefined,
  * @param listenHost the host it listens on (a loopback one answers only to its address and localhost)
  * @param maxTier the highest tier any token gets here (a token's own tier may be lower)
  * @param log one line per request (method, path, status, time, token id) and per internal error
+ * @param render the status page and the /metrics text (ui/status.ts, passed in by the command table)
+ * @param ui the status page (GET /) without a token: only on a loopback server (the command checks)
  */
-export function buildApp(service: AgentService, o: { home: string; listenHost: string; maxTier: Tier; log: (line: string) => void }): OpenAPIHono<Env> {
+export function buildApp(service: AgentService, o: { home: string; listenHost: string; maxTier: Tier; log: (line: string) => void; render?: StatusRender; ui?: boolean }): OpenAPIHono<Env> {
   const app = new OpenAPIHono<Env>({
     defaultHook: (r, c) => {
       if (!r.success) return c.json(errorBody(usageError(formatIssues(r.error.issues))), 400);
@@ -255,6 +258,9 @@ export function buildApp(service: AgentService, o: { home: string; listenHost: s
   app.use("/v1/restores", auth);
   app.use("/v1/restores/*", auth);
   app.use("/mcp", auth);
+  app.use("/metrics", auth);
+  if (!o.ui) app.use("/", auth);
+  if (o.render) statusRoutes(app, service, o.render, o.log);
 
   const call = <K extends Operation>(c: Context<Env>, op: K, input: unknown): Promise<Results[K]> => service.call(c.get("caller"), op, input);
   app.openapi(routes.createBackup, async (c) => {
@@ -295,6 +301,57 @@ export function buildApp(service: AgentService, o: { home: string; listenHost: s
   return app;
 }
 
+/** How a status report is shown over HTTP: the page and the OpenMetrics text (ui/status.ts). */
+export interface StatusRender {
+  page(r: StatusReport): string;
+  metrics(r: StatusReport): string;
+}
+
+/** The OpenMetrics text format's content type. */
+export const OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/** The page loads nothing and runs nothing: no script, no other origin, no frame around it. */
+const PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; form-action 'none'; base-uri 'none'";
+
+/**
+ * GET /healthz (no token: 200 when every repository served is reachable and
+ * the same, else 503), GET /metrics and GET / (the status page): the status
+ * gather (status/gather.ts) the CLI uses, for a token's own agent, or every
+ * agent served when the page is open without a token (--ui).
+ */
+function statusRoutes(app: OpenAPIHono<Env>, service: AgentService, render: StatusRender, log: (line: string) => void): void {
+  app.openAPIRegistry.registerPath({
+    method: "get",
+    path: "/healthz",
+    summary: "Liveness: the process is up and every repository it serves is reachable and the same one (no token)",
+    responses: { 200: json(z.strictObject({ status: z.literal("ok") }), "up"), 503: json(z.strictObject({ status: z.literal("unavailable") }), "a repository can not be reached, or was replaced (the server's log says which)") },
+  });
+  app.openAPIRegistry.registerPath({
+    method: "get",
+    path: "/metrics",
+    summary: "OpenMetrics text for the token's agent: last snapshot, last drill, unresolved operations, spool, bytes",
+    security: [{ bearer: [] }],
+    responses: { 200: { description: "OpenMetrics text, ending with # EOF", content: { [OPENMETRICS]: { schema: z.string() } } }, ...errors(503) },
+  });
+  app.openAPIRegistry.registerPath({
+    method: "get",
+    path: "/",
+    summary: "The status page (HTML, no script): the token's agent, or every agent served with `serve --ui` on a loopback address",
+    security: [{ bearer: [] }],
+    responses: { 200: { description: "the page", content: { "text/html": { schema: z.string() } } }, ...errors(503) },
+  });
+  app.get("/healthz", async (c) => {
+    const why = await service.unhealthy();
+    if (why) log(`healthz: ${why}`);
+    return c.json({ status: why ? "unavailable" : "ok" }, why ? 503 : 200);
+  });
+  const report = (c: Context<Env>) => {
+    const caller = c.get("caller");
+    return service.status(caller ? { tenant: caller.tenant, agent: caller.agent } : undefined);
+  };
+  app.get("/metrics", async (c) => c.body(render.metrics(await report(c)), 200, { "content-type": OPENMETRICS }));
+  app.get("/", async (c) => c.body(render.page(await report(c)), 200, { "content-type": "text/html; charset=utf-8", "content-security-policy": PAGE_CSP, "cache-control": "no-store", "x-content-type-options": "nosniff" }));
+}
+
 /**
  * Parses `HOST:PORT` (port 0: any free port).
  * @throws AgentbakError(2) when malformed.
@@ -306,12 +363,29 @@ export function parseListen(s: string): { host: string; port: number } {
   return { host: m[1]!.replace(/^\[|\]$/g, ""), port };
 }
 
-/** Starts listening. @returns the address it listens on and a close function. */
-export async function startHttp(app: OpenAPIHono<Env>, host: string, port: number): Promise<{ url: string; server: ServerType; close(): Promise<void> }> {
+/**
+ * Starts listening. @returns the address it listens on and a close function:
+ * it stops accepting, lets the requests in flight finish (idle keep-alive
+ * connections are closed), and cuts what is still open after `graceMs`.
+ */
+export async function startHttp(app: OpenAPIHono<Env>, host: string, port: number): Promise<{ url: string; server: ServerType; close(graceMs?: number): Promise<void> }> {
   return new Promise((resolve, reject) => {
     const server = listen({ fetch: app.fetch, hostname: host, port }, (info: AddressInfo) => {
       const h = info.family === "IPv6" ? `[${info.address}]` : info.address;
-      resolve({ url: `http://${h}:${info.port}`, server, close: () => new Promise((r) => server.close(() => r())) });
+      const http = server as import("node:http").Server;
+      const close = (graceMs = 30_000) =>
+        new Promise<void>((r) => {
+          const cut = setTimeout(() => http.closeAllConnections(), graceMs);
+          // a keep-alive connection goes idle once its request in flight is answered: closed then, not at the client's leisure
+          const idle = setInterval(() => http.closeIdleConnections(), 50);
+          http.close(() => {
+            clearTimeout(cut);
+            clearInterval(idle);
+            r();
+          });
+          http.closeIdleConnections();
+        });
+      resolve({ url: `http://${h}:${info.port}`, server, close });
     });
     server.once("error", (e: NodeJS.ErrnoException) => reject(usageError(`--listen ${host}:${port}: ${e.code ?? e.message}`)));
   });

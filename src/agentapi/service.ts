@@ -22,6 +22,7 @@ import { openSpool, spools } from "../repository/spool.js";
 import { runRestore } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { getRequest, recordRequest, type RequestStatus } from "../restore/request.js";
+import { gatherStatus, mergeReports, statusTarget, type StatusReport } from "../status/gather.js";
 
 export type { Tier };
 export { TIERS };
@@ -277,6 +278,32 @@ export class AgentService {
       case "get_restore_request":
         return getRequest(await this.fresh(h), h.trust, a, (input as { request_id: string }).request_id);
     }
+  }
+
+  /**
+   * The status of the agents served, or of `only` (a token's agent): one gather per repository (status/gather.ts),
+   * as `agentbak status` shows it. @throws AgentbakError(14) when `only` is not served here, and what listing throws.
+   */
+  async status(only?: AgentRef): Promise<StatusReport> {
+    const handles = [...this.agents.values()].filter((h) => !only || (h.lc.config.agent.tenant === only.tenant && h.lc.config.agent.id === only.agent));
+    if (only && !handles.length) throw policyError(`this server does not serve agent ${only.tenant}/${only.agent}`);
+    const byRepo = new Map<string, AgentHandle[]>();
+    for (const h of handles) byRepo.set(h.location, [...(byRepo.get(h.location) ?? []), h]);
+    const reports: StatusReport[] = [];
+    for (const [location, hs] of byRepo)
+      reports.push(await gatherStatus({ repo: await this.fresh(hs[0]!), location, trust: hs[0]!.trust, home: hs[0]!.home, targets: hs.map((h) => statusTarget(h.lc.config)) }));
+    return mergeReports(reports);
+  }
+
+  /** Whether every repository served is reachable and still the one opened (the re-check each operation makes): null, or why not. */
+  async unhealthy(): Promise<string | null> {
+    for (const h of this.agents.values())
+      try {
+        await this.present(h);
+      } catch (e) {
+        return `${h.location}: ${(e as Error).message}`;
+      }
+    return null;
   }
 
   /** The repository, listing afresh: other processes (a cron backup, an operator's approve) write it too. */

@@ -1,5 +1,6 @@
 /** `agentbak serve` (and `agentbak mcp --listen`): the agent interface over HTTP, for the agents whose configs it is given. */
-import { buildApp, parseListen, startHttp } from "../agentapi/http.js";
+import { buildApp, isLoopback, parseListen, startHttp, type StatusRender } from "../agentapi/http.js";
+import { onTerminate } from "../cleanup.js";
 import { AgentService, type AgentHandle } from "../agentapi/service.js";
 import { TIERS, type Tier } from "../config/schema.js";
 import { usageError } from "../errors.js";
@@ -41,23 +42,35 @@ export interface ServeOptions {
   listen?: string;
   /** the highest tier any token gets here (default: each token's own) */
   tier?: string;
+  /** the status page without a token (GET /), on a loopback address only */
+  ui?: boolean;
+  /** the status page and /metrics (ui/status.ts) */
+  render?: StatusRender;
   log: (line: string) => void;
   onListening: (info: { url: string; agents: string[] }) => void;
 }
 
 /**
- * Serves until the process is stopped (SIGINT/SIGTERM).
- * @throws AgentbakError(2) for a bad --listen, --tier or config, or when the address is taken.
+ * Serves until SIGTERM (then the requests in flight finish and it returns: exit 0) or Ctrl-C (130).
+ * @throws AgentbakError(2) for a bad --listen, --tier or config, --ui on an address that is not loopback, or when the address is taken.
  */
-export async function serve(opts: ServeOptions): Promise<never> {
+export async function serve(opts: ServeOptions): Promise<void> {
   const configs = opts.config?.length ? opts.config : [undefined];
   const handles = configs.map((c) => agentHandle(c));
   const service = new AgentService(handles, opts.log);
   const first = handles[0]!.lc.config.agentInterface;
   const { host, port } = parseListen(opts.listen ?? first?.listen ?? DEFAULT_LISTEN);
+  // without a token, anyone who can reach the address reads the page: only this host's users, never the network
+  if (opts.ui && !isLoopback(host)) throw usageError(`--ui shows the status page without a token, so only on a loopback address (127.0.0.1, ::1, localhost); ${host} is not one (drop --ui and use a read-tier token)`);
   const maxTier = opts.tier ? parseTier(opts.tier) : "restore-request";
-  const app = buildApp(service, { home: handles[0]!.home, listenHost: host, maxTier, log: opts.log });
-  const { url } = await startHttp(app, host, port);
+  const app = buildApp(service, { home: handles[0]!.home, listenHost: host, maxTier, log: opts.log, render: opts.render, ui: opts.ui });
+  const { url, close } = await startHttp(app, host, port);
   opts.onListening({ url, agents: service.served });
-  return new Promise<never>(() => undefined);
+  await new Promise<void>((resolve) =>
+    onTerminate(() => {
+      onTerminate(null);
+      opts.log("SIGTERM: no new requests; finishing those in flight");
+      void close().then(resolve);
+    }),
+  );
 }

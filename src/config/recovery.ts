@@ -5,6 +5,7 @@
  */
 import * as z from "../zod.js";
 import { STRATEGIES, type Strategy } from "../facts.js";
+import { parseDuration } from "../duration.js";
 
 const sqlRef = z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)) });
 // fetch refuses a URL with user:password@ in it, and one would be echoed in details and receipts: credentials go in headers
@@ -54,8 +55,24 @@ export const timers = z._default(z.array(
   }),
 ), []);
 
-/** recovery objectives: a drill fails when missed; snapshots warns when the newest snapshot is older than the RPO */
-export const objectives = z.optional(z.strictObject({ rpoMinutes: z.optional(z.number().check(z.positive())), rtoSeconds: z.optional(z.number().check(z.positive())) }));
+/** a duration as people write it (30s, 5m, 2h, 7d, 1w; duration.ts) */
+const duration = z.string().check(z.refine((s) => {
+  try {
+    return parseDuration(s) > 0;
+  } catch {
+    return false;
+  }
+}, "a duration such as 12h, 7d or 2w"));
+
+/**
+ * recovery objectives: a drill fails when missed; snapshots and status warn when the newest snapshot is older than
+ * the RPO; status warns when the last drill is older than `drillEvery`
+ */
+export const objectives = z.optional(z.strictObject({
+  rpoMinutes: z.optional(z.number().check(z.positive())),
+  rtoSeconds: z.optional(z.number().check(z.positive())),
+  drillEvery: z.optional(duration),
+}));
 
 /** who owns an unresolved difference a drill reports: by category (open_operation, credential, check, or a scenario name), then default */
 export const owners = z.optional(z.record(z.string(), z.string().check(z.minLength(1))));

@@ -669,6 +669,11 @@ export class Repository {
     return String((await this.store.get(keys.drillReport(a))) ?? "");
   }
 
+  /** The text of `a`'s audit log ("" when there is none); verify it with verifyChainText before trusting an entry. */
+  async auditLog(a: AgentRef): Promise<string> {
+    return String((await this.store.get(keys.audit(a))) ?? "");
+  }
+
   /** Every drill report entry that may concern `a`: its report, then layout v1's report shared by all agents. */
   async drillHistory(a: AgentRef): Promise<string> {
     return (await this.drillReport(a)) + String((await this.store.get(legacy.drillReport)) ?? "");

@@ -21,3 +21,14 @@ export function safe(s: string): string {
     return n <= 0xff ? `\\x${n.toString(16).padStart(2, "0")}` : `\\u${n.toString(16).padStart(4, "0")}`;
   });
 }
+
+const ENTITIES: Record<string, string> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+
+/**
+ * Text safe inside HTML (an element's text or a quoted attribute): what safe()
+ * escapes is shown as `\xNN`, and & < > " ' become entities.
+ * @param s any text, possibly hostile
+ */
+export function html(s: string): string {
+  return safe(s).replace(/[&<>"']/g, (c) => ENTITIES[c]!);
+}

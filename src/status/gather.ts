@@ -1,0 +1,265 @@
+/**
+ * What `agentbak status`, the status page and /metrics show, gathered once:
+ * per agent the newest snapshot against its RPO, the chain it heads, the drill
+ * history from the signed drill report, pending restore requests, unresolved
+ * operations of the last restore (from the signed audit log), the spool
+ * backlog and the bytes held; each judged into named checks and one exit
+ * code. Read-only: it writes nothing, not even a spool folder.
+ */
+import { existsSync } from "node:fs";
+import type { Config } from "../config/schema.js";
+import { verifyChainText } from "../crypto/chainlog.js";
+import { NS } from "../crypto/sshsig.js";
+import type { Trust } from "../crypto/trust.js";
+import { parseDuration } from "../duration.js";
+import { AgentbakError, Exit } from "../errors.js";
+import type { AgentRef } from "../facts.js";
+import type { CatalogEntry, Repository } from "../repository/repository.js";
+import { openSpool, spoolDir, spools } from "../repository/spool.js";
+import { listRequests } from "../restore/request.js";
+import { verifyReportText } from "../drill/report.js";
+
+/** An agent to report on, with what its config says (none for an agent only found in the repository). */
+export interface StatusTarget extends AgentRef {
+  objectives?: { rpoMinutes?: number; rtoSeconds?: number; drillEvery?: string };
+  /** a full snapshot after this many incrementals; null when incrementals are off or not known */
+  fullEvery: number | null;
+}
+
+/** The config's agent as a status target: its objectives and when a full snapshot is due. */
+export const statusTarget = (c: Config): StatusTarget => ({
+  tenant: c.agent.tenant,
+  agent: c.agent.id,
+  objectives: c.objectives,
+  fullEvery: c.incremental.enabled ? c.incremental.fullEvery : null,
+});
+
+export type CheckState = "ok" | "warn" | "fail";
+/** One judgement: `name` is stable (snapshot, chain, drill, drill-report, requests, operations, spool, audit). */
+export interface StatusCheck {
+  name: string;
+  state: CheckState;
+  detail: string;
+}
+
+export interface DrillPoint {
+  at: string;
+  result: "pass" | "fail";
+  snapshot_id: string | null;
+  rto_seconds: number | null;
+  /** the failed checks, as `scenario/check: detail` */
+  failed: string[];
+}
+
+export interface AgentStatus {
+  tenant: string;
+  agent_id: string;
+  state: CheckState;
+  checks: StatusCheck[];
+  last_snapshot: { snapshot_id: string; created_at: string; age_seconds: number; kind: string | null; size: number } | null;
+  rpo_objective_seconds: number | null;
+  /** verified snapshots, oldest first: the page's chart */
+  snapshots: { created_at: string; size: number }[];
+  chain: { head: string; links: number; verified: number; next_full_in: number | null } | null;
+  last_drill: (DrillPoint & { age_seconds: number; rto_objective_seconds: number | null }) | null;
+  drill_every_seconds: number | null;
+  /** every drill in the agent's report, oldest first */
+  drills: DrillPoint[];
+  pending_requests: { request_id: string; snapshot_id: string; reason: string; requested_at: string; requested_by: string }[];
+  unresolved_operations: { target: string; generation: number; operations: number; unresolved: number } | null;
+  spool: { bundles: number; bytes: number } | null;
+  /** bytes of this agent's bundles in the repository */
+  bytes: number;
+}
+
+export interface StatusReport {
+  at: string;
+  repository: { location: string; bytes: number };
+  agents: AgentStatus[];
+  /** 0 healthy, 3 a warning, 15 a failing last drill */
+  exit_status: 0 | 3 | 15;
+}
+
+export interface GatherInput {
+  repo: Repository;
+  location: string;
+  trust: Trust;
+  home: string;
+  targets: StatusTarget[];
+  /** every agent the repository holds too (those not in `targets` without objectives) */
+  all?: boolean;
+  now?: Date;
+}
+
+const key = (a: { tenant: string | null; agent_id: string }) => `${a.tenant}/${a.agent_id}`;
+const secondsSince = (iso: string, now: Date) => Math.max(0, Math.round((now.getTime() - Date.parse(iso)) / 1000));
+
+/** One report of several (one per repository a server serves): every agent, the worst exit status. */
+export function mergeReports(reports: StatusReport[], now = new Date()): StatusReport {
+  const exit = Math.max(0, ...reports.map((r) => r.exit_status)) as StatusReport["exit_status"];
+  return {
+    at: now.toISOString(),
+    repository: { location: reports.map((r) => r.repository.location).join(", "), bytes: reports.reduce((n, r) => n + r.repository.bytes, 0) },
+    agents: reports.flatMap((r) => r.agents),
+    exit_status: exit,
+  };
+}
+
+/** Gathers the status of `targets` (and, with `all`, every agent in the repository). @throws AgentbakError as listing the repository does (10, 13). */
+export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
+  const now = i.now ?? new Date();
+  const listed = (await i.repo.list(i.trust, {}, now)).map((e) => e as CatalogEntry);
+  const targets = [...i.targets];
+  if (i.all)
+    for (const e of listed)
+      if (e.tenant && !targets.some((t) => t.tenant === e.tenant && t.agent === e.agent_id)) targets.push({ tenant: e.tenant, agent: e.agent_id, fullEvery: null });
+  targets.sort((x, y) => key({ tenant: x.tenant, agent_id: x.agent }).localeCompare(key({ tenant: y.tenant, agent_id: y.agent })));
+  const agents: AgentStatus[] = [];
+  for (const t of targets) agents.push(await agentStatus(i, t, listed.filter((e) => e.tenant === t.tenant && e.agent_id === t.agent), now));
+  const states = agents.map((a) => a.state);
+  return {
+    at: now.toISOString(),
+    repository: { location: i.location, bytes: agents.reduce((n, a) => n + a.bytes, 0) },
+    agents,
+    exit_status: states.includes("fail") ? Exit.drillFailed : states.includes("warn") ? Exit.warnings : Exit.ok,
+  };
+}
+
+async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[], now: Date): Promise<AgentStatus> {
+  const checks: StatusCheck[] = [];
+  const check = (name: string, state: CheckState, detail: string) => checks.push({ name, state, detail });
+  const ok = mine.filter((e) => e.status === "ok" && e.created_at);
+  const newest = ok.at(-1) ?? null;
+  const rpo = t.objectives?.rpoMinutes !== undefined ? t.objectives.rpoMinutes * 60 : null;
+  const age = newest ? secondsSince(newest.created_at!, now) : null;
+  if (!newest) check("snapshot", "warn", "no verified snapshot");
+  else if (rpo !== null && age! > rpo) check("snapshot", "warn", `stale: newest verified snapshot is ${human(age!)} old, objective ${human(rpo)}`);
+  else check("snapshot", "ok", `newest verified snapshot is ${human(age!)} old${rpo !== null ? `, objective ${human(rpo)}` : ""}`);
+
+  const chain = chainOf(mine, t.fullEvery);
+  const head = mine.at(-1);
+  if (head && head.status === "invalid") check("chain", "warn", `newest snapshot ${head.snapshot_id} does not verify: ${head.problem}`);
+  else if (chain) check("chain", "ok", `${chain.verified} of ${chain.links} links verified`);
+
+  const drills = await drillHistory(i, t, check);
+  const last = drills.at(-1) ?? null;
+  const every = t.objectives?.drillEvery ? parseDuration(t.objectives.drillEvery) / 1000 : null;
+  const rtoObjective = t.objectives?.rtoSeconds ?? null;
+  if (last?.result === "fail") check("drill", "fail", `last drill failed: ${last.failed.join("; ") || "see the drill report"}`);
+  else if (!last) check("drill", every !== null ? "warn" : "ok", every !== null ? "no drill recorded" : "no drill recorded (no drillEvery objective)");
+  else if (every !== null && secondsSince(last.at, now) > every) check("drill", "warn", `overdue: last drill ${human(secondsSince(last.at, now))} ago, objective every ${human(every)}`);
+  else check("drill", "ok", `last drill passed ${human(secondsSince(last.at, now))} ago${last.rto_seconds !== null ? `, RTO ${last.rto_seconds} s` : ""}`);
+
+  const pending = (await listRequests(i.repo, i.trust, t)).filter((r) => r.status === "pending");
+  if (pending.length) check("requests", "warn", `${pending.length} restore request(s) wait for a decision`);
+  const unresolved = await lastRestore(i, t, check);
+  if (unresolved?.unresolved) check("operations", "warn", `${unresolved.unresolved} of ${unresolved.operations} open operation(s) unresolved in ${unresolved.target}`);
+  const spool = await spoolOf(i, t);
+  if (spool?.bundles) check("spool", "warn", `${spool.bundles} bundle(s) wait in the spool for the repository`);
+
+  const states = checks.map((c) => c.state);
+  return {
+    tenant: t.tenant,
+    agent_id: t.agent,
+    state: states.includes("fail") ? "fail" : states.includes("warn") ? "warn" : "ok",
+    checks,
+    last_snapshot: newest && { snapshot_id: newest.snapshot_id, created_at: newest.created_at!, age_seconds: age!, kind: newest.kind, size: newest.size },
+    rpo_objective_seconds: rpo,
+    snapshots: ok.map((e) => ({ created_at: e.created_at!, size: e.size })),
+    chain,
+    last_drill: last && { ...last, age_seconds: secondsSince(last.at, now), rto_objective_seconds: rtoObjective },
+    drill_every_seconds: every,
+    drills,
+    pending_requests: pending.map((r) => ({ request_id: r.request_id, snapshot_id: r.snapshot_id, reason: r.reason, requested_at: r.requested_at, requested_by: r.requested_by })),
+    unresolved_operations: unresolved,
+    spool,
+    bytes: mine.reduce((n, e) => n + e.size, 0),
+  };
+}
+
+/** The chain the newest snapshot heads: its links back to the full one, how many verify, and how many incrementals until a full one is due. */
+export function chainOf(mine: CatalogEntry[], fullEvery: number | null): AgentStatus["chain"] {
+  const head = mine.at(-1);
+  if (!head) return null;
+  const byId = new Map(mine.map((e) => [e.snapshot_id, e]));
+  const links: CatalogEntry[] = [];
+  for (let e: CatalogEntry | undefined = head; e && !links.includes(e); e = e.parent ? byId.get(e.parent) : undefined) links.push(e);
+  return {
+    head: head.snapshot_id,
+    links: links.length,
+    verified: links.filter((e) => e.status === "ok").length,
+    next_full_in: fullEvery === null ? null : Math.max(0, fullEvery - (links.length - 1)),
+  };
+}
+
+/** The agent's drills from its signed report in the repository; a report that does not verify is a warning and shows no drill. */
+async function drillHistory(i: GatherInput, t: AgentRef, check: (n: string, s: CheckState, d: string) => void): Promise<DrillPoint[]> {
+  const text = await i.repo.drillReport(t);
+  if (!text) return [];
+  try {
+    verifyReportText(text, i.trust);
+  } catch (e) {
+    if (!(e instanceof AgentbakError)) throw e;
+    check("drill-report", "warn", `the drill report does not verify: ${e.message}`);
+    return [];
+  }
+  return text
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, unknown>)
+    .filter((e) => e.agent_id === t.agent && e.tenant === t.tenant)
+    .map((e) => ({
+      at: String(e.at),
+      result: e.result === "pass" ? "pass" : "fail",
+      snapshot_id: typeof e.snapshot_id === "string" ? e.snapshot_id : null,
+      rto_seconds: typeof e.rto_seconds === "number" ? e.rto_seconds : null,
+      // the errors that failed it first, then the warnings
+      failed: ((e.failed_checks as { scenario?: string; check?: string; detail?: string; severity?: string }[] | undefined) ?? [])
+        .sort((x, y) => Number(y.severity === "error") - Number(x.severity === "error"))
+        .map((c) => `${c.scenario ? `${c.scenario}/` : ""}${c.check}: ${c.detail ?? ""}`),
+    }));
+}
+
+/**
+ * The last restore of the agent (from its signed audit log) and how many of
+ * its open operations are still unresolved: all of them until a reconcile
+ * records otherwise, none once the target is activated.
+ */
+async function lastRestore(i: GatherInput, t: AgentRef, check: (n: string, s: CheckState, d: string) => void): Promise<AgentStatus["unresolved_operations"]> {
+  const text = await i.repo.auditLog(t);
+  if (!text) return null;
+  try {
+    verifyChainText(text, i.trust, NS.receipt, "audit log entry", { expect: { tenant: t.tenant, agent_id: t.agent } });
+  } catch (e) {
+    if (!(e instanceof AgentbakError)) throw e;
+    check("audit", "warn", `the audit log does not verify: ${e.message}`);
+    return null;
+  }
+  let found: NonNullable<AgentStatus["unresolved_operations"]> | null = null;
+  for (const line of text.split("\n").filter(Boolean)) {
+    const e = JSON.parse(line) as { event?: string; receipt?: Record<string, unknown> };
+    const r = e.receipt ?? {};
+    if (e.event === "restore") found = { target: String(r.target), generation: Number(r.generation), operations: (r.open_operations as unknown[] | undefined)?.length ?? 0, unresolved: (r.open_operations as unknown[] | undefined)?.length ?? 0 };
+    else if (found && r.target === found.target && r.generation === found.generation) {
+      if (e.event === "reconcile") found.unresolved = Number((r.summary as { unresolved?: number } | undefined)?.unresolved ?? found.unresolved);
+      if (e.event === "activate") found.unresolved = 0;
+    }
+  }
+  return found;
+}
+
+/** The agent's bundles waiting in this host's spool (null: the repository is a folder, which never spools). */
+async function spoolOf(i: GatherInput, t: AgentRef): Promise<AgentStatus["spool"]> {
+  if (!spools(i.location)) return null;
+  if (!existsSync(spoolDir(i.home, i.location))) return { bundles: 0, bytes: 0 };
+  const list = await (await openSpool(i.home, i.location)).list(i.trust, t);
+  return { bundles: list.length, bytes: list.reduce((n, e) => n + e.size, 0) };
+}
+
+/** A duration for people: 45 s, 12 min, 3.5 h, 2.0 d. */
+export function human(seconds: number): string {
+  if (seconds < 120) return `${Math.round(seconds)} s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172_800) return `${(seconds / 3600).toFixed(1)} h`;
+  return `${(seconds / 86_400).toFixed(1)} d`;
+}

@@ -1,0 +1,37 @@
+// The status screen: one line per fact within 80 columns, agent text escaped, each check that is not ok named.
+import { describe, expect, it } from "vitest";
+import { statusLines } from "../../../src/ui/status.js";
+
+const agent = (over: Record<string, unknown> = {}) =>
+  ({
+    tenant: "acme",
+    agent_id: "billing-agent",
+    state: "fail",
+    checks: [{ name: "drill", state: "fail", detail: `last drill failed: restore/invariant:x: \u001b[31mred\u202e ${"long ".repeat(30)}` }],
+    last_snapshot: { snapshot_id: "20261206T180854080Z-2e541272", created_at: "", age_seconds: 7200, kind: "full", size: 1 },
+    rpo_objective_seconds: 3600,
+    snapshots: [],
+    chain: { head: "x", links: 3, verified: 3, next_full_in: 7 },
+    last_drill: null,
+    drill_every_seconds: null,
+    drills: [],
+    pending_requests: [],
+    unresolved_operations: { target: "/srv/a\nb", generation: 2, operations: 3, unresolved: 1 },
+    spool: { bundles: 2, bytes: 2048 },
+    bytes: 1024,
+    ...over,
+  }) as any;
+
+describe("statusLines", () => {
+  it("fits 80 columns, escapes what came from the agent and names the failing check", () => {
+    const lines = statusLines(agent());
+    expect(lines[0]).toMatch(/^acme\/billing-agent +FAIL$/);
+    expect(lines[0]).toHaveLength(80);
+    expect(lines.every((l) => [...l].length <= 80)).toBe(true);
+    expect(lines.join("\n")).not.toMatch(/[\u001b\u202e]/);
+    expect(lines).toContain("  operations  1 of 3 unresolved after the restore into /srv/a\\x0ab");
+    expect(lines).toContain("  chain       3 link(s), 3 verified; full due in 7 backup(s)");
+    expect(lines).toContain("  spool       2 bundle(s), 2.0 KiB");
+    expect(lines.at(-1)).toMatch(/^  ✗ drill: last drill failed: restore\/invariant:x: \\x1b\[31mred\\u202e long/);
+  });
+});
