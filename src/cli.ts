@@ -315,7 +315,7 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
       .command("drill")
       .description("prove a bundle recovers: restore into a temp folder, check, replay crash points against the worker")
       .argument("<snapshot>", "snapshot id (or a unique prefix), latest, random, or a bundle file")
-      .requiredOption("--spec <file>", "drill spec (drills/NAME.json)")
+      .option("--spec <name|file>", "drill spec: a file, or a shipped spec by name (checks-only, integrity-only, recovery, reference-agent); default: the built-in restore checks")
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--identity <file>", "age identity file")
@@ -330,7 +330,7 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
       .option("--source <name=url>", "restore state source NAME into this empty server instead of a throwaway one the drill starts (repeatable)", collect, [])
       .option("--allow-embedding-change", "drill a snapshot whose vectors come from another embedding model than the config's")
       .addOption(jsonOpt()),
-    ["agentbak drill latest --spec drills/reference-agent.json", "agentbak drill random --within 7d --spec drills/reference-agent.json --junit drill.xml --json"],
+    ["agentbak drill latest   # the built-in checks: integrity, row counts, chain, credentials", "agentbak drill latest --spec checks-only", "agentbak drill random --within 7d --spec reference-agent --junit drill.xml --json"],
   ).action(async (ref, o) => {
     const { drill } = await import("./commands/drill.js");
     const r = await withProgress("drill", (progress) => drill(ref, { ...o, progress }));
@@ -435,7 +435,7 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
       .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d, 7d)")
       .option("--drill-every <duration>", "also drill a random recent snapshot this often")
       .option("--forget-every <duration>", "apply the config's retention rules this often", "1d")
-      .option("--spec <file>", "drill spec for scheduled drills (default drills/integrity-only.json: the restore checks without invariants)")
+      .option("--spec <name|file>", "drill spec for scheduled drills: a file or a shipped spec's name (default: the built-in restore checks)")
       .option("--user <name>", "user the systemd services run as (default: the current user)")
       .option("--credentials-file <file>", "KEY=value file the jobs read their credentials from, e.g. S3 keys; printed by path only (default AGENTBAK_HOME/agentbak.env)")
       .addOption(cfgOpt())
