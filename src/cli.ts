@@ -3,36 +3,13 @@
  * (imported lazily) and renders the returned value; it holds no logic.
  * Returns the exit code; only main.ts exits.
  */
-import { Command, Option } from "commander";
+import { Argument, Command, Option } from "commander";
 import { TOOL_VERSION } from "./version.js";
-import { Exit, type ExitCode } from "./errors.js";
+import { Exit, usageError, type ExitCode } from "./errors.js";
+import { bashCompletion, environmentText, exitCodesText, fishCompletion, HELP_TOPICS, manPage, walk, withExamples, zshCompletion } from "./ui/help.js";
 
-const EXIT_STATUS = `
-EXIT STATUS
-  0    success
-  1    failure (unexpected or internal)
-  2    usage error: bad flags, bad config, prompt needed without a TTY
-  3    completed with warnings
-  10   repository, snapshot or file not found
-  11   repository locked by another process
-  12   no usable key: a key file missing or unreadable, or no identity matches
-  13   verification failed: signature (an untrusted signer too), digest,
-       format, integrity
-  14   refused by policy: revoked signer, expired, rollback, tenant, schema
-       or version incompatible, not approved, secret found
-  15   drill ran and a check failed
-  130  interrupted`;
-
-const ENVIRONMENT = `
-ENVIRONMENT
-  AGENTBAK_CONFIG, AGENTBAK_REPOSITORY, AGENTBAK_IDENTITY_FILE, AGENTBAK_IDENTITY,
-  AGENTBAK_SIGNING_KEY_FILE, AGENTBAK_HOME (default ~/.config/agentbak).
-  Flags beat environment beats config. NO_COLOR turns colour off, FORCE_COLOR
-  on; --no-color beats both.`;
-
-function help(cmd: Command, examples: string[]): Command {
-  return cmd.addHelpText("after", `\nEXAMPLES\n${examples.map((e) => "  " + e).join("\n")}\n${EXIT_STATUS}\n${ENVIRONMENT}\n`);
-}
+/** Adds a command's 1-3 examples to its --help and the man page; exit codes and environment are `agentbak help TOPIC`. */
+const help = withExamples;
 
 const cfgOpt = () => new Option("-c, --config <file>", "config file (default ./agentbak.json)");
 const targetCfgOpt = () => new Option("-c, --config <file>", "the agent's config (default: AGENTBAK_CONFIG, else the one the restore ran with)");
@@ -77,7 +54,10 @@ export function buildProgram(result: { code: ExitCode }): Command {
     .showHelpAfterError("(run with --help for usage)")
     .exitOverride()
     .hook("preAction", async () => (await import("./ui/output.js")).configureColor(program.opts().color === false));
-  help(program, ["agentbak init --agent-id billing-agent --tenant acme --yes", "agentbak backup", "agentbak verify latest --identity ~/.config/agentbak/age-identity.txt"]);
+  help(program, ["agentbak init --agent-id billing-agent --tenant acme --yes", "agentbak backup", "agentbak verify latest --identity ~/.config/agentbak/age-identity.txt"]).addHelpText(
+    "after",
+    "Exit codes: agentbak help exit-codes. Environment: agentbak help environment.\nMan page: agentbak man | man -l -. Completion: agentbak completion bash|zsh|fish.\n",
+  );
   addSetupCommands(program);
   addBackupCommands(program, result);
   addRestoreCommands(program, result);
@@ -91,8 +71,40 @@ export function buildProgram(result: { code: ExitCode }): Command {
       const { configSchema } = await import("./commands/schema.js");
       await show({ json: true }, configSchema(), () => undefined);
     });
+  addHelpCommands(program);
 
   return program;
+}
+
+/** Help beyond --help, generated from this table: help TOPIC, man, completion. */
+function addHelpCommands(program: Command): void {
+  program.helpCommand(false);
+  const out = async (text: string) => (await import("./ui/output.js")).out(text);
+  help(
+    program
+      .command("help")
+      .description(`help on a command, or a topic: ${Object.entries(HELP_TOPICS).map(([t, d]) => `${t} (${d})`).join(", ")}`)
+      .argument("[topic...]", "a command (e.g. token create), exit-codes or environment"),
+    ["agentbak help exit-codes", "agentbak help environment", "agentbak help restore"],
+  ).action(async (topic: string[]) => {
+    const t = topic.join(" ");
+    if (t === "exit-codes") return out(exitCodesText());
+    if (t === "environment") return out(environmentText());
+    if (!t) return void program.outputHelp();
+    const c = walk(program).find((x) => x.path === t);
+    if (!c) throw usageError(`help: no command or topic "${t}" (topics: ${Object.keys(HELP_TOPICS).join(", ")}; commands: agentbak --help)`);
+    c.cmd.outputHelp();
+  });
+  help(program.command("man").description("print the man page, agentbak(1), in roff"), ["agentbak man | man -l -", "agentbak man > ~/.local/share/man/man1/agentbak.1"]).action(() =>
+    out(manPage(program, TOOL_VERSION)),
+  );
+  help(
+    program
+      .command("completion")
+      .description("print a shell completion script (commands, options, choices)")
+      .addArgument(new Argument("<shell>", "bash, zsh or fish").choices(["bash", "zsh", "fish"])),
+    ["source <(agentbak completion bash)   # in ~/.bashrc", "agentbak completion fish > ~/.config/fish/completions/agentbak.fish"],
+  ).action((shell: string) => out({ bash: bashCompletion, zsh: zshCompletion, fish: fishCompletion }[shell as "bash"](program)));
 }
 
 /** Setting up a host and an agent: keygen, init. */
@@ -333,7 +345,7 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
       .command("drill")
       .description("prove a bundle recovers: restore into a temp folder, check, replay crash points against the worker")
       .argument("<snapshot>", "snapshot id (or a unique prefix), latest, random, or a bundle file")
-      .requiredOption("--spec <file>", "drill spec (drills/NAME.json)")
+      .option("--spec <name|file>", "drill spec: a file, or a shipped spec by name (checks-only, integrity-only, recovery, reference-agent); default: the built-in restore checks")
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--identity <file>", "age identity file")
@@ -348,7 +360,7 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
       .option("--source <name=url>", "restore state source NAME into this empty server instead of a throwaway one the drill starts (repeatable)", collect, [])
       .option("--allow-embedding-change", "drill a snapshot whose vectors come from another embedding model than the config's")
       .addOption(jsonOpt()),
-    ["agentbak drill latest --spec drills/reference-agent.json", "agentbak drill random --within 7d --spec drills/reference-agent.json --junit drill.xml --json"],
+    ["agentbak drill latest   # the built-in checks: integrity, row counts, chain, credentials", "agentbak drill latest --spec checks-only", "agentbak drill random --within 7d --spec reference-agent --junit drill.xml --json"],
   ).action(async (ref, o) => {
     const { drill } = await import("./commands/drill.js");
     const r = await withProgress("drill", (progress) => drill(ref, { ...o, progress }));
@@ -453,7 +465,7 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
       .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d, 7d)")
       .option("--drill-every <duration>", "also drill a random recent snapshot this often")
       .option("--forget-every <duration>", "apply the config's retention rules this often", "1d")
-      .option("--spec <file>", "drill spec for scheduled drills (default drills/integrity-only.json: the restore checks without invariants)")
+      .option("--spec <name|file>", "drill spec for scheduled drills: a file or a shipped spec's name (default: the built-in restore checks)")
       .option("--user <name>", "user the systemd services run as (default: the current user)")
       .option("--credentials-file <file>", "KEY=value file the jobs read their credentials from, e.g. S3 keys; printed by path only (default AGENTBAK_HOME/agentbak.env)")
       .addOption(cfgOpt())

@@ -37,6 +37,21 @@ export const EXIT_NAMES: Record<ExitCode, string> = {
   130: "interrupted",
 };
 
+/** What each exit code means: the one table `agentbak help exit-codes`, the man page and docs print (DESIGN.md's). */
+export const EXIT_MEANINGS: Record<ExitCode, string> = {
+  0: "success",
+  1: "failure (unexpected or internal)",
+  2: "usage error: bad flags, bad config, prompt needed without a TTY, an optional package not installed",
+  3: "completed with warnings",
+  10: "repository, snapshot or file not found",
+  11: "repository locked by another process",
+  12: "no usable key: a key file missing or unreadable, or no identity matches",
+  13: "verification failed: signature (an untrusted signer too), digest, format, integrity",
+  14: "refused by policy: revoked signer, expired, rollback, tenant, schema or version incompatible, not approved, secret found",
+  15: "drill ran and a check failed",
+  130: "interrupted",
+};
+
 /** An error already phrased for the user: main prints the message and exits with `code`. */
 export class AgentbakError extends Error {
   readonly code: ExitCode;

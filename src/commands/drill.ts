@@ -11,12 +11,13 @@ import { ensureDir, writeFileAtomic } from "../fsutil.js";
 import { junitFailure, junitXml, markdownFailure, markdownSummary } from "../drill/junit.js";
 import { appendReportFile, reportBody, type ReportedDrill } from "../drill/report.js";
 import { runDrill, type DrillResult } from "../drill/runner.js";
-import { loadSpec } from "../drill/spec.js";
+import { BUILTIN_SPEC, loadSpec } from "../drill/spec.js";
 import { parseDuration } from "./duration.js";
 import { context, type GlobalOpts } from "./context.js";
 
 export interface DrillCmdOptions extends GlobalOpts {
-  spec: string;
+  /** a spec file or a shipped spec's name; default the built-in checks */
+  spec?: string;
   identity?: string;
   allowRuntimeChange?: boolean;
   report?: string | false;
@@ -56,7 +57,7 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<Reporte
     r = await run(ref, opts);
   } catch (e) {
     const code = e instanceof AgentbakError ? e.code : Exit.failure;
-    const f = { spec: basename(opts.spec).replace(/\.json$/, ""), ref, exit_status: code, code: EXIT_NAMES[code], message: (e as Error)?.message ?? String(e), seconds: (Date.now() - t0) / 1000 };
+    const f = { spec: basename(opts.spec ?? BUILTIN_SPEC).replace(/\.json$/, ""), ref, exit_status: code, code: EXIT_NAMES[code], message: (e as Error)?.message ?? String(e), seconds: (Date.now() - t0) / 1000 };
     publish(opts, junitFailure(f), markdownFailure(f));
     throw e;
   }

@@ -9,6 +9,7 @@ import { join, resolve } from "node:path";
 import { usageError } from "../errors.js";
 import { configPath, loadConfig } from "../config/load.js";
 import { ROOT } from "../version.js";
+import { specPath } from "../drill/spec.js";
 import { parseDuration } from "./duration.js";
 import { agentbakHome, homePaths } from "../home.js";
 
@@ -90,9 +91,9 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
 
   const r = lc.config.retention;
   const hasRetention = [r.keepLast, r.keepHourly, r.keepDaily, r.keepWeekly, r.keepMonthly, r.keepYearly].some((v) => v !== undefined);
-  // without a spec of the agent's own, scheduled drills run the restore checks alone: drills/checks-only.json's
+  // without a spec of the agent's own, scheduled drills run the built-in restore checks alone: drills/checks-only.json's
   // invariants query the reference agent's tables, and every other agent's drill would fail on them
-  const spec = opts.spec ? resolve(opts.spec) : join(ROOT, "drills", "integrity-only.json");
+  const spec = opts.spec ? ["--spec", specPath(opts.spec)] : [];
   // `listing`: the job prints a listing on stdout (forget's kept/removed), which cron would mail
   const jobs: { name: string; what: string; every: string; offset: number; args: string[]; nice: boolean; listing?: boolean }[] = [
     { name: "backup", what: "back up", every: opts.every, offset: 7, args: ["backup", "-c", cfg, "--wait", "10m"], nice: true },
@@ -100,7 +101,7 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
   if (hasRetention) jobs.push({ name: "forget", what: "apply the config's retention to", every: opts.forgetEvery ?? "1d", offset: 47, args: ["forget", "--prune", "-c", cfg, "--wait", "10m"], nice: true, listing: true });
   else warnings.push(`${cfg} has no retention rules (retention.keepLast, keepDaily, ...): forget is not scheduled and snapshots accumulate`);
   // a drill from cron or a timer: quiet on success, and a credential absent from the job's environment is not a warning
-  if (opts.drillEvery) jobs.push({ name: "drill", what: "drill a random recent snapshot of", every: opts.drillEvery, offset: 37, args: ["drill", "random", "--within", "7d", "-c", cfg, "--spec", spec, "--no-credential-warnings"], nice: false });
+  if (opts.drillEvery) jobs.push({ name: "drill", what: "drill a random recent snapshot of", every: opts.drillEvery, offset: 37, args: ["drill", "random", "--within", "7d", "-c", cfg, ...spec, "--no-credential-warnings"], nice: false });
 
   const sourceEnv = `set -a; [ ! -r ${shWord(envFile)} ] || . ${shWord(envFile)}; set +a;`;
   const crontab: string[] = [`# agentbak for ${agent}: quiet on success, stderr and a non-zero exit on failure; credentials (S3 keys) in ${envFile}`];

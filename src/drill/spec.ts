@@ -2,10 +2,40 @@
  * Drill specs (drills/*.json): strict schema and loading. Relative paths and
  * globs resolve against the spec file's folder.
  */
-import { dirname, isAbsolute, resolve } from "node:path";
+import { existsSync, readdirSync } from "node:fs";
+import { dirname, isAbsolute, join, resolve } from "node:path";
 import * as z from "../zod.js";
 import { formatIssues, notFound, usageError } from "../errors.js";
 import { readFileRegular } from "../fsutil.js";
+import { ROOT } from "../version.js";
+
+/** The specs shipped in the package's drills/ folder, by name. */
+const SHIPPED = join(ROOT, "drills");
+/** The spec a drill runs without --spec: the restore checks alone (integrity, row counts, chain, credentials). */
+export const BUILTIN_SPEC = "integrity-only";
+
+/** The names of the shipped specs (drills/NAME.json). */
+export const shippedSpecs = (): string[] =>
+  readdirSync(SHIPPED)
+    .filter((f) => f.endsWith(".json"))
+    .map((f) => f.slice(0, -5))
+    .sort();
+
+/**
+ * Where a --spec value points: a file that exists (relative to the current
+ * folder), else a shipped spec by name (`checks-only`, resolved against the
+ * package, not the current folder); none given, the built-in checks.
+ * @throws AgentbakError(10) naming the shipped specs when it is neither.
+ */
+export function specPath(spec: string | undefined): string {
+  const name = spec ?? BUILTIN_SPEC;
+  if (spec !== undefined && existsSync(resolve(spec))) return resolve(spec);
+  if (/^[A-Za-z0-9_-]+(\.json)?$/.test(name)) {
+    const shipped = join(SHIPPED, name.endsWith(".json") ? name : `${name}.json`);
+    if (existsSync(shipped)) return shipped;
+  }
+  throw notFound(`drill spec ${name}: no such file, and no shipped spec of that name (shipped: ${shippedSpecs().join(", ")})`);
+}
 
 export const CRASH_POINTS = ["after_commit_before_delivery", "after_send_before_receipt", "after_receipt_before_complete", "during_migration", "old_backup_new_worker"] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
@@ -47,9 +77,9 @@ export interface LoadedSpec {
   resolve(p: string): string;
 }
 
-/** @throws AgentbakError(2) naming the file and bad keys; (10) when missing. */
-export function loadSpec(path: string): LoadedSpec {
-  const abs = resolve(path);
+/** Loads a spec named as --spec takes it (see specPath). @throws AgentbakError(2) naming the file and bad keys; (10) when missing. */
+export function loadSpec(path: string | undefined): LoadedSpec {
+  const abs = specPath(path);
   let raw: unknown;
   try {
     raw = JSON.parse(readFileRegular(abs, "utf8"));
