@@ -144,28 +144,26 @@ describe("docs", () => {
   });
 
   it("every relative link resolves to a file, and every #anchor to a heading", () => {
-    const broken: string[] = [];
-    for (const { file } of all) {
-      const text = readFileSync(join(root, file), "utf8").replace(/^```[\s\S]*?^```/gm, "");
-      for (const m of text.matchAll(/\]\(([^)\s]+)\)/g)) {
-        const href = m[1]!;
-        if (/^[a-z]+:/i.test(href)) continue;
-        const [path, anchor] = href.split("#") as [string, string | undefined];
-        const target = path === "" ? file : join(dirname(file), path);
-        if (!existsSync(join(root, target))) {
-          if (!PENDING_PAGES.includes(target)) broken.push(`${file}: ${href} (no file ${target})`);
-          continue;
-        }
-        if (anchor !== undefined && !anchors(target).has(anchor)) broken.push(`${file}: ${href} (no heading #${anchor} in ${target})`);
-      }
-    }
-    expect(broken).toEqual([]);
+    expect(all.flatMap(({ file }) => brokenLinks(file, readFileSync(join(root, file), "utf8")))).toEqual([]);
   });
 
-  it("the link check sees a broken anchor and a missing file", () => {
-    expect(anchors("docs/exit-codes.md").has("environment")).toBe(true);
-    expect(anchors("docs/exit-codes.md").has("no-such-heading")).toBe(false);
+  it("the link check sees a missing file, a missing heading and skips only the pending pages", () => {
+    const text = "[a](nope.md) [b](exit-codes.md#nope) [c](exit-codes.md#environment) [d](cli.md) [e](https://x.invalid/y.md)\n```text\n[f](in-a-block.md)\n```\n";
+    const broken = brokenLinks("docs/x.md", text);
+    expect(broken).toEqual(["docs/x.md: nope.md (no file docs/nope.md)", "docs/x.md: exit-codes.md#nope (no heading #nope in docs/exit-codes.md)"]);
     expect(anchors("docs/recovery.md").has("recovery-restore--reconcile--activate")).toBe(true);
+  });
+
+  it("the block runner stops at the first failing command and names its block", () => {
+    const { dir, env } = sandbox();
+    const blocks: Block[] = [
+      { file: "x.md", line: 3, lang: "sh", info: "sh", body: "true" },
+      { file: "x.md", line: 9, lang: "sh", info: "sh", body: "false\necho not reached" },
+    ];
+    const r = spawnSync("bash", ["-c", script("README.md", blocks)], { cwd: dir, env, encoding: "utf8" });
+    expect(r.status).toBe(1);
+    expect([...r.stderr.matchAll(/^### (.*)$/gm)].map((m) => m[1])).toEqual(["x.md:3", "x.md:9"]);
+    expect(r.stdout).not.toMatch(/not reached/);
   });
 
   for (const { file, blocks } of all) {
@@ -181,6 +179,24 @@ describe("docs", () => {
     });
   }
 });
+
+/** Relative links of a Markdown file (outside fenced blocks) whose file or #anchor does not exist; a pending page is skipped while it is missing. */
+function brokenLinks(file: string, markdown: string): string[] {
+  const broken: string[] = [];
+  const text = markdown.replace(/^```[\s\S]*?^```/gm, "");
+  for (const m of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+    const href = m[1]!;
+    if (/^[a-z]+:/i.test(href)) continue;
+    const [path, anchor] = href.split("#") as [string, string | undefined];
+    const target = path === "" ? file : join(dirname(file), path);
+    if (!existsSync(join(root, target))) {
+      if (!PENDING_PAGES.includes(target)) broken.push(`${file}: ${href} (no file ${target})`);
+      continue;
+    }
+    if (anchor !== undefined && !anchors(target).has(anchor)) broken.push(`${file}: ${href} (no heading #${anchor} in ${target})`);
+  }
+  return broken;
+}
 
 /** GitHub's heading anchors of a Markdown file: lower case, punctuation dropped, spaces to hyphens, repeats numbered. */
 function anchors(file: string): Set<string> {
