@@ -126,7 +126,7 @@ function addSetupCommands(program: Command): void {
     program
       .command("init")
       .description("write agentbak.json (unless it exists), create the repository it names (idempotent), and generate keys if none")
-      .option("--dir <dir>", "folder for agentbak.json", ".")
+      .option("--dir <dir>", "folder for agentbak.json (default: AGENTBAK_CONFIG's, else .)")
       .addOption(cfgOpt())
       .option("--agent-id <id>", "agent id")
       .option("--tenant <t>", "tenant")

@@ -46,6 +46,30 @@ describe("init creates the repository a config names", () => {
     expect((await a.run(["backup", "-c", cfgPath])).code).toBe(0);
   });
 
+  it("reads AGENTBAK_CONFIG as every other command does (flags beat it): the README's walk sets it and runs plain init", async () => {
+    const dir = join(a.tmp, "byenv");
+    mkdirSync(dir);
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    cfg.repository = "./repo";
+    cfg.databases = [{ name: "state", path: join(a.dir, "state/agent.sqlite") }];
+    cfg.files = [];
+    delete cfg.workspace;
+    const cfgPath = join(dir, "agentbak.json");
+    writeFileSync(cfgPath, JSON.stringify(cfg, null, 2));
+    const elsewhere = join(a.tmp, "elsewhere");
+    mkdirSync(elsewhere);
+    const env = { ...a.env, AGENTBAK_CONFIG: cfgPath };
+    const r = await run(["init", "--json"], { cwd: elsewhere, env });
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r)).toMatchObject({ config: cfgPath, config_created: false, repository_created: true, repository: join(dir, "repo") });
+    expect(existsSync(join(elsewhere, "agentbak.json"))).toBe(false);
+    expect((await run(["backup"], { cwd: elsewhere, env })).code).toBe(0);
+    // --dir is a flag: it beats the environment and writes its own config there
+    const own = await run(["init", "--dir", elsewhere, "--agent-id", "other-agent", "--tenant", "acme", "--yes", "--json"], { cwd: elsewhere, env });
+    expect(own.code, own.stderr).toBe(0);
+    expect(json(own)).toMatchObject({ config: join(elsewhere, "agentbak.json"), config_created: true });
+  });
+
   const s3 = process.env.AGENTBAK_TEST_S3_ENDPOINT;
   it.skipIf(!s3)("init --repo s3://bucket/prefix creates it in the bucket, not a local folder called s3: (skipped without AGENTBAK_TEST_S3_ENDPOINT)", async () => {
     const bucket = `fc-${Date.now().toString(36)}`;

@@ -142,7 +142,7 @@ interface Hostile {
 
 const hostile: Hostile[] = [
   { name: "bad-signature", threat: 1, verify: 13, deep: 13, restore: 13, re: /manifest\.sig: signature does not match/ },
-  // the README exit table files "untrusted signer" under 14; the reader (and test/restore.test.ts) make an unknown key 13
+  // docs/exit-codes.md files "untrusted signer" under 13 (verification failed); the reader (and test/restore.test.ts) make an unknown key 13
   { name: "untrusted-signer", threat: 4, verify: 13, deep: 13, restore: 13, re: /signer key SHA256:\S+ is not in allowed_signers/ },
   { name: "wrong-namespace", threat: 6, verify: 13, deep: 13, restore: 13, re: /signature namespace is "agentbak-report", expected "agentbak-manifest"/ },
   { name: "non-canonical-manifest", threat: 7, verify: 13, deep: 13, restore: 13, re: /manifest is not canonical JSON \(RFC 8785\)/ },

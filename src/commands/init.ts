@@ -69,7 +69,9 @@ function nameFor(path: string, taken: Set<string>): string {
 
 /** Creates what is missing of config, repository and keys. */
 export async function init(opts: InitOptions): Promise<InitResult> {
-  const cfgPath = opts.config ? resolve(opts.config) : join(resolve(opts.dir ?? "."), "agentbak.json");
+  // -c, then --dir, then AGENTBAK_CONFIG (flags beat environment), then ./agentbak.json: the config every other command reads
+  const named = opts.config ?? (opts.dir === undefined ? process.env.AGENTBAK_CONFIG || undefined : undefined);
+  const cfgPath = named ? resolve(named) : join(resolve(opts.dir ?? "."), "agentbak.json");
   const home = agentbakHome();
   let keysCreated = false;
   if (existsSync(cfgPath)) {

@@ -15,8 +15,8 @@
  * both lanes), seeded from the host's page-index key. They decide which
  * pages changed: a sum that wrongly matched keeps the parent's bytes of that
  * block in the chain, and the pages root the manifest signs (made from the
- * parent's digests of the pages found unchanged) can not see it (README,
- * "Incremental").
+ * parent's digests of the pages found unchanged) can not see it (docs/bundle-format.md,
+ * "Incremental snapshots").
  * The sums of a snapshot are used only by an incremental whose parent is
  * that very snapshot with those very database bytes; anything else (another
  * host, a lost cache, a compacted parent) writes whole changed pages.

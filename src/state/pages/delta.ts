@@ -97,7 +97,7 @@ export class DeltaWriter {
    * in, the parent's go in from it (their changed blocks), found by the same
    * sums that pick those blocks. A page is the same when each of its blocks'
    * sums is: a sum that wrongly matched keeps a changed page out, as it would a
-   * changed block (the sums decide; README, "Incremental"). 4.3 GB/s on one
+   * changed block (the sums decide; docs/bundle-format.md, "Incremental snapshots"). 4.3 GB/s on one
    * core here, where digesting every page ran at ~0.85 GB/s.
    * @returns the numbers of the pages that went in.
    */
