@@ -6,6 +6,7 @@ import Database from "better-sqlite3";
 import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
+import { api, makeToken, mcpHttp, startServer, tool, type Server } from "../agentapi-helpers.js";
 
 let a: TestAgent;
 beforeAll(async () => {
@@ -33,4 +34,56 @@ describe("[E3] prototype names in the agent's data are data", () => {
     // the configured kind still gets its own strategy
     expect(ops.find((o) => o.kind === "send_invoice")?.strategy).toBe("retry-safe");
   }, 120_000);
+});
+
+describe("[E11] a body field the interface does not know is refused, never dropped", () => {
+  let srv: Server;
+  let rq: { token: string };
+  let first: string;
+  let latest: string;
+  beforeAll(async () => {
+    rq = await makeToken(a, "acme", "billing-agent", "restore-request");
+    srv = await startServer(a);
+    first = (await api(srv.url, rq.token, "POST", "/v1/backups", { body: {} })).body.snapshot_id;
+    latest = (await api(srv.url, rq.token, "POST", "/v1/backups", { body: {} })).body.snapshot_id;
+    expect(first).not.toBe(latest);
+  }, 120_000);
+  afterAll(() => srv?.stop(), 60_000);
+
+  it("[E11] POST /v1/restores naming the snapshot as snapshot_id (not snapshot): 400 naming the field, no request recorded for the latest snapshot", async () => {
+    const before = (await a.run(["requests", "--json"])).stdout;
+    const r = await api(srv.url, rq.token, "POST", "/v1/restores", { body: { snapshot_id: first, reason: "roll back the bad import" } });
+    expect(r.status, JSON.stringify(r.body)).toBe(400);
+    expect(r.body.error.code).toBe(2);
+    expect(r.body.error.message).toContain('"snapshot_id"');
+    expect((await a.run(["requests", "--json"])).stdout).toBe(before);
+    // spelled right, it is the snapshot asked for
+    const ok = await api(srv.url, rq.token, "POST", "/v1/restores", { body: { snapshot: first, reason: "roll back the bad import" } });
+    expect(ok.status, JSON.stringify(ok.body)).toBe(202);
+    expect(ok.body.snapshot_id).toBe(first);
+  }, 60_000);
+
+  it("[E11] POST /v1/backups with a misspelt or prototype key (labl, __proto__): 400 naming it, no checkpoint taken", async () => {
+    for (const raw of ['{"labl":"x"}', '{"__proto__":{"label":"p"}}']) {
+      const r = await api(srv.url, rq.token, "POST", "/v1/backups", { raw });
+      expect(r.status, raw).toBe(400);
+      expect(r.body.error.message).toMatch(/"(labl|__proto__)"/);
+    }
+    const list = await api(srv.url, rq.token, "GET", "/v1/snapshots");
+    expect(list.body.snapshots.at(-1).snapshot_id).toBe(latest);
+  }, 60_000);
+
+  it("[E11] MCP: request_restore with snapshot_id is an error naming it, not a request for the latest snapshot", async () => {
+    const c = await mcpHttp(srv.url, rq.token);
+    try {
+      const r = await tool(c, "request_restore", { snapshot_id: first, reason: "roll back" });
+      expect(r.isError).toBe(true);
+      expect(r.text).toContain("snapshot_id");
+      const ok = await tool(c, "request_restore", { snapshot: first, reason: "roll back" });
+      expect(ok.isError, ok.text).toBe(false);
+      expect(ok.data.snapshot_id).toBe(first);
+    } finally {
+      await c.close();
+    }
+  }, 60_000);
 });
