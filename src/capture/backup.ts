@@ -332,6 +332,18 @@ interface CaptureScope {
   warnings: string[];
 }
 
+/**
+ * Where a `files` file lies in the payload: `files/<its path>`, or, for a name a
+ * payload path can not hold (a space, an accent, ESC, a bidi control: the
+ * agent's names are data), `files/=/<sha256 of the path>`; the manifest's
+ * target keeps the exact name the restore writes.
+ */
+const payloadPath = (rel: string): string => {
+  const plain = `files/${rel}`;
+  // a real folder named "=" is hashed too: no name can land on another's payload path
+  return componentPath.safeParse(plain).success && !rel.startsWith("=/") ? plain : `files/=/${createHash("sha256").update(rel).digest("hex")}`;
+};
+
 /** Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is scanned. */
 function captureFiles(s: CaptureScope, reserved: Reserved): StagedFile[] {
   const { lc } = s;
@@ -340,8 +352,8 @@ function captureFiles(s: CaptureScope, reserved: Reserved): StagedFile[] {
   for (const pattern of lc.config.files) {
     for (const f of expandFiles(lc, pattern, reserved, realRoot)) {
       const rel = relative(lc.dir, f).split(sep).join("/");
-      const path = `files/${rel}`;
-      if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
+      if (rel.startsWith("..")) throw usageError(`files: ${rel} is outside the config folder`);
+      const path = payloadPath(rel);
       const why = s.leaveOut(f, rel) ?? s.leaveOut(realpathSync(f), rel);
       if (why) {
         s.notCaptured.push({ path: rel, ...why });

@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { execFileSync } from "node:child_process";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
 import { api, makeToken, mcpHttp, startServer, tool, type Server } from "../agentapi-helpers.js";
@@ -86,4 +87,22 @@ describe("[E11] a body field the interface does not know is refused, never dropp
       await c.close();
     }
   }, 60_000);
+});
+
+describe("[E2] names are data: a file name with ESC, a bidi control, a space or an accent", () => {
+  const names = ["e\x1b[2Jx.json", "b\u202eid.json", "my notes \u00e9.json"];
+  it("[E2] in the agent's files: the backup commits (exit 0), the restore writes each exact name and content; the plan shows them escaped", async () => {
+    names.forEach((n, i) => writeFileSync(join(a.dir, "memory", n), JSON.stringify({ i })));
+    const b = await a.run(["backup", "--json"]);
+    expect(b.code, b.stderr).toBe(0);
+    const target = join(a.tmp, "names-target");
+    const plan = await a.run(["restore", "latest", "--target", target, "--dry-run"]);
+    expect(plan.stdout + plan.stderr).toContain("memory/e\\x1b[2Jx.json");
+    expect(plan.stdout + plan.stderr).toContain("memory/b\\u202eid.json");
+    expect(plan.stdout + plan.stderr).not.toMatch(/[\x1b\u202e]/);
+    const r = await a.run(["restore", "latest", "--target", target, "--yes"]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    for (const [i, n] of names.entries()) expect(readFileSync(join(target, "memory", n), "utf8")).toBe(JSON.stringify({ i }));
+    expect(readdirSync(join(target, "memory")).sort()).toEqual(readdirSync(join(a.dir, "memory")).sort());
+  }, 120_000);
 });
