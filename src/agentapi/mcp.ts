@@ -52,7 +52,7 @@ export function mcpServer(service: AgentService, caller: Caller): McpServer {
   const server = new McpServer({ name: "agentbak", version: TOOL_VERSION });
   for (const op of Object.keys(TOOLS) as Operation[]) {
     if (!allows(caller.tier, NEEDS[op])) continue;
-    server.registerTool(op, { ...TOOLS[op], inputSchema: INPUTS[op].shape }, async (args: unknown) => {
+    server.registerTool(op, { ...TOOLS[op], inputSchema: INPUTS[op] }, async (args: unknown) => {
       try {
         const r = (await service.call(caller, op, args)) as unknown as Record<string, unknown>;
         return { content: [{ type: "text" as const, text: JSON.stringify(r, null, 2) }], structuredContent: r };

@@ -60,27 +60,31 @@ const key = z.string().min(1).max(200).regex(/^[\x21-\x7e]+$/, "printable ASCII 
 /** Text a person reads later (in a listing, at an approval prompt) is refused when it holds a character that could steer a terminal. */
 const readable = [(s: string) => !hasUnsafeText(s), "no control characters, escape sequences or Unicode bidi/format controls"] as const;
 
-/** Input schemas of the operations (MCP input schemas and HTTP bodies are built from these). */
+/**
+ * Input schemas of the operations (MCP input schemas and HTTP bodies are built from these). Strict: a field
+ * this interface does not know (`snapshot_id` for `snapshot`, a typo) is refused naming it, never dropped so
+ * that the request silently means something else (a restore request for the latest snapshot).
+ */
 export const INPUTS = {
-  create_backup: z.object({
+  create_backup: z.strictObject({
     idempotency_key: key.optional().describe("the same key again returns the first receipt; another label or incremental choice with it is refused (409)"),
     label: z.string().max(200).refine(...readable).optional().describe("free-form label, e.g. the sub-task just finished"),
     incremental: z.boolean().optional().describe("store only the SQLite pages changed since the latest snapshot (default: the config's choice)"),
   }),
-  get_backup: z.object({ snapshot_id: snapshotId }),
-  list_snapshots: z.object({}),
-  verify_snapshot: z.object({ snapshot: snapshotRef }),
-  plan_restore: z.object({
+  get_backup: z.strictObject({ snapshot_id: snapshotId }),
+  list_snapshots: z.strictObject({}),
+  verify_snapshot: z.strictObject({ snapshot: snapshotRef }),
+  plan_restore: z.strictObject({
     snapshot: snapshotRef,
     target: z.string().min(1).max(4096).optional().describe("folder the restore would write (default: <agent folder>-restored)"),
   }),
-  request_restore: z.object({
+  request_restore: z.strictObject({
     snapshot: snapshotRef,
     reason: z.string().min(1).max(1000).refine(...readable).describe("why the agent asks; the operator reads it"),
     target: z.string().min(1).max(4096).refine(...readable).optional().describe("folder proposed for the restore; the operator may choose another"),
     idempotency_key: key.optional().describe("the same key again returns the first request"),
   }),
-  get_restore_request: z.object({ request_id: z.string().regex(REQUEST_ID, "a restore request id (req-...)") }),
+  get_restore_request: z.strictObject({ request_id: z.string().regex(REQUEST_ID, "a restore request id (req-...)") }),
 };
 
 export type Operation = keyof typeof INPUTS;

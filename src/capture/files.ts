@@ -2,6 +2,7 @@
  * The `files` stage: what the `files` patterns name (listed once per backup, before the instant when no pre hook
  * can change it), and their copies in staging.
  */
+import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, readFileSync, realpathSync, statSync } from "node:fs";
 import { join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
@@ -104,14 +105,26 @@ function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, real
   return out;
 }
 
+/**
+ * Where a `files` file lies in the payload: `files/<its path>`, or, for a name a
+ * payload path can not hold (a space, an accent, ESC, a bidi control: the
+ * agent's names are data), `files/=/<sha256 of the path>`; the manifest's
+ * target keeps the exact name the restore writes.
+ */
+const payloadPath = (rel: string): string => {
+  const plain = `files/${rel}`;
+  // a real folder named "=" is hashed too: no name can land on another's payload path
+  return componentPath.safeParse(plain).success && !rel.startsWith("=/") ? plain : `files/=/${createHash("sha256").update(rel).digest("hex")}`;
+};
+
 /** Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is scanned. */
 export function captureFiles(s: CaptureScope, listed: ListedFile[]): StagedFile[] {
   const { lc } = s;
   const out: StagedFile[] = [];
   for (const { pattern, file: f } of listed) {
     const rel = relative(lc.dir, f).split(sep).join("/");
-    const path = `files/${rel}`;
-    if (rel.startsWith("..") || !componentPath.safeParse(path).success) throw usageError(`files: ${rel} is outside the config folder or has characters a bundle path cannot hold`);
+    if (rel.startsWith("..")) throw usageError(`files: ${rel} is outside the config folder`);
+    const path = payloadPath(rel);
     const why = s.leaveOut(f, rel) ?? s.leaveOut(realpathSync(f), rel);
     if (why) {
       s.notCaptured.push({ path: rel, ...why });

@@ -95,6 +95,9 @@ export const liveness = z.optional(z.strictObject({
   timeoutSeconds: z._default(z.number().check(z.positive()).check(z.maximum(60)), 3),
 }).check(z.refine((l) => l.pidFile || l.http || l.command, "name a pidFile, an http URL or a command")));
 
-/** The strategy for an open operation of `kind`: its own in `strategies`, else the default (observe when nothing is configured). */
+/**
+ * The strategy for an open operation of `kind`: its own in `strategies`, else the default (observe when nothing is configured).
+ * The kind is the agent's data: only a key the config itself has counts (a kind named "constructor" is not Object's).
+ */
 export const strategyFor = (kind: string | null | undefined, ops: z.infer<typeof openOperations>): Strategy =>
-  (kind != null ? ops?.strategies[kind] : undefined) ?? ops?.defaultStrategy ?? "observe";
+  (kind != null && ops && Object.hasOwn(ops.strategies, kind) ? ops.strategies[kind] : undefined) ?? ops?.defaultStrategy ?? "observe";

@@ -1,0 +1,108 @@
+// Issue 32, the second attack on the trust edges: cases the first round's tests did not
+// write, each through the real binary on a real agent (SQLite file, git workspace,
+// FIFOs made with mkfifo). See docs/security-edges.md for the whole list.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import Database from "better-sqlite3";
+import { execFileSync } from "node:child_process";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { json, makeAgent, type TestAgent } from "../helpers.js";
+import { api, makeToken, mcpHttp, startServer, tool, type Server } from "../agentapi-helpers.js";
+
+let a: TestAgent;
+beforeAll(async () => {
+  a = await makeAgent({ sizeMb: 1 });
+}, 120_000);
+afterAll(() => a?.cleanup());
+
+describe("[E3] prototype names in the agent's data are data", () => {
+  it("[E3] open operations of kind constructor / toString (one under key __proto__): the backup commits; they take the default strategy, not Object's", async () => {
+    const db = new Database(join(a.dir, "state/agent.sqlite"));
+    db.exec(`INSERT INTO tasks VALUES ('task-p1', 'constructor', '{}', 'running', NULL, NULL, NULL, '2026-11-01T00:00:00Z', NULL);
+             INSERT INTO deliveries VALUES ('dlv-p1', 'task-p1', '__proto__', 'attempted', NULL, '2026-11-01T00:00:00Z', NULL);
+             INSERT INTO tasks VALUES ('task-p2', 'toString', '{}', 'running', NULL, NULL, NULL, '2026-11-01T00:00:00Z', NULL);
+             INSERT INTO deliveries VALUES ('dlv-p2', 'task-p2', 'idem-p2', 'attempted', NULL, '2026-11-01T00:00:00Z', NULL);`);
+    db.close();
+    const b = await a.run(["backup", "--json"]);
+    expect(b.code, b.stderr).toBe(0);
+    const plan = await a.run(["restore", "latest", "--target", join(a.tmp, "proto-target"), "--dry-run", "--json"]);
+    expect([0, 3], plan.stderr).toContain(plan.code); // 3: the fixture's credentials are missing here
+    const ops = json(plan).plan.open_operations as { id: string; kind: string; strategy: string }[];
+    expect(ops.filter((o) => o.id === "dlv-p1" || o.id === "dlv-p2").map((o) => [o.id, o.kind, o.strategy])).toEqual([
+      ["dlv-p1", "constructor", "observe"],
+      ["dlv-p2", "toString", "observe"],
+    ]);
+    // the configured kind still gets its own strategy
+    expect(ops.find((o) => o.kind === "send_invoice")?.strategy).toBe("retry-safe");
+  }, 120_000);
+});
+
+describe("[E11] a body field the interface does not know is refused, never dropped", () => {
+  let srv: Server;
+  let rq: { token: string };
+  let first: string;
+  let latest: string;
+  beforeAll(async () => {
+    rq = await makeToken(a, "acme", "billing-agent", "restore-request");
+    srv = await startServer(a);
+    first = (await api(srv.url, rq.token, "POST", "/v1/backups", { body: {} })).body.snapshot_id;
+    latest = (await api(srv.url, rq.token, "POST", "/v1/backups", { body: {} })).body.snapshot_id;
+    expect(first).not.toBe(latest);
+  }, 120_000);
+  afterAll(() => srv?.stop(), 60_000);
+
+  it("[E11] POST /v1/restores naming the snapshot as snapshot_id (not snapshot): 400 naming the field, no request recorded for the latest snapshot", async () => {
+    const before = (await a.run(["requests", "--json"])).stdout;
+    const r = await api(srv.url, rq.token, "POST", "/v1/restores", { body: { snapshot_id: first, reason: "roll back the bad import" } });
+    expect(r.status, JSON.stringify(r.body)).toBe(400);
+    expect(r.body.error.code).toBe(2);
+    expect(r.body.error.message).toContain('"snapshot_id"');
+    expect((await a.run(["requests", "--json"])).stdout).toBe(before);
+    // spelled right, it is the snapshot asked for
+    const ok = await api(srv.url, rq.token, "POST", "/v1/restores", { body: { snapshot: first, reason: "roll back the bad import" } });
+    expect(ok.status, JSON.stringify(ok.body)).toBe(202);
+    expect(ok.body.snapshot_id).toBe(first);
+  }, 60_000);
+
+  it("[E11] POST /v1/backups with a misspelt or prototype key (labl, __proto__): 400 naming it, no checkpoint taken", async () => {
+    for (const raw of ['{"labl":"x"}', '{"__proto__":{"label":"p"}}']) {
+      const r = await api(srv.url, rq.token, "POST", "/v1/backups", { raw });
+      expect(r.status, raw).toBe(400);
+      expect(r.body.error.message).toMatch(/"(labl|__proto__)"/);
+    }
+    const list = await api(srv.url, rq.token, "GET", "/v1/snapshots");
+    expect(list.body.snapshots.at(-1).snapshot_id).toBe(latest);
+  }, 60_000);
+
+  it("[E11] MCP: request_restore with snapshot_id is an error naming it, not a request for the latest snapshot", async () => {
+    const c = await mcpHttp(srv.url, rq.token);
+    try {
+      const r = await tool(c, "request_restore", { snapshot_id: first, reason: "roll back" });
+      expect(r.isError).toBe(true);
+      expect(r.text).toContain("snapshot_id");
+      const ok = await tool(c, "request_restore", { snapshot: first, reason: "roll back" });
+      expect(ok.isError, ok.text).toBe(false);
+      expect(ok.data.snapshot_id).toBe(first);
+    } finally {
+      await c.close();
+    }
+  }, 60_000);
+});
+
+describe("[E2] names are data: a file name with ESC, a bidi control, a space or an accent", () => {
+  const names = ["e\x1b[2Jx.json", "b\u202eid.json", "my notes \u00e9.json"];
+  it("[E2] in the agent's files: the backup commits (exit 0), the restore writes each exact name and content; the plan shows them escaped", async () => {
+    names.forEach((n, i) => writeFileSync(join(a.dir, "memory", n), JSON.stringify({ i })));
+    const b = await a.run(["backup", "--json"]);
+    expect(b.code, b.stderr).toBe(0);
+    const target = join(a.tmp, "names-target");
+    const plan = await a.run(["restore", "latest", "--target", target, "--dry-run"]);
+    expect(plan.stdout + plan.stderr).toContain("memory/e\\x1b[2Jx.json");
+    expect(plan.stdout + plan.stderr).toContain("memory/b\\u202eid.json");
+    expect(plan.stdout + plan.stderr).not.toMatch(/[\x1b\u202e]/);
+    const r = await a.run(["restore", "latest", "--target", target, "--yes"]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    for (const [i, n] of names.entries()) expect(readFileSync(join(target, "memory", n), "utf8")).toBe(JSON.stringify({ i }));
+    expect(readdirSync(join(target, "memory")).sort()).toEqual(readdirSync(join(a.dir, "memory")).sort());
+  }, 120_000);
+});
