@@ -1,7 +1,8 @@
 /**
  * The walk of a backup, measured by reading (a static call walk, reproducible: the same sources give the same
  * figures): from `backup` in src/commands/backup.ts, every call made on the way to the committed bundle is followed,
- * in source order, through the type checker, into the function it reaches in src/. Callbacks are followed where they
+ * in source order, through the type checker, into the function it reaches in src/; each function is walked once
+ * (a second call to it is a step there and back). Callbacks are followed where they
  * are called: a function passed as an argument (or as a property of an object passed) is walked when the callee
  * calls that parameter. Error paths (throw, catch) are not walked; each call site is walked once per path (loops
  * are not unrolled, recursion is cut). Calls into the base modules (errors, facts, fsutil, …: leaves every layer
@@ -59,6 +60,7 @@ export function walkBackup(root: string, entry = { file: "commands/backup.ts", n
   const inSrc = (n: ts.Node) => n.getSourceFile().fileName.startsWith(srcDir + sep) || n.getSourceFile().fileName.startsWith(srcDir + "/");
   const steps: Step[] = [];
   const onStack: Fn[] = [];
+  const walked = new Set<Fn>();
   const files_: string[] = [];
 
   const symbolOf = (n: ts.Node): ts.Symbol | undefined => {
@@ -132,7 +134,8 @@ export function walkBackup(root: string, entry = { file: "commands/backup.ts", n
     if (counted) steps.push({ kind: height(to) > height(from) || files_.includes(to) ? "climb" : "call", from, to });
     onStack.push(fn);
     if (counted) files_.push(from);
-    walk(fn.body, counted ? to : from, inner);
+    // a reader walks a function once: called again, it is a step there and back, not a second walk through it
+    if (!walked.has(fn)) walked.add(fn), walk(fn.body, counted ? to : from, inner);
     if (counted) files_.pop();
     onStack.pop();
     if (counted) steps.push({ kind: "return", from: to, to: from });
