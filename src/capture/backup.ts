@@ -149,11 +149,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // a database stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning
     if (plan.unindexed && !plan.unindexed.routine) warnings.push(`${plan.unindexed.reason}: stored whole`);
     if (plan.mode === "pinned") await warmed;
-    // the databases' part of the fingerprint, read at the snapshot instant (only when every write lock was held)
-    const fp: { databases: string | null } = { databases: null };
-    const atInstant = other ? (allLocked: boolean) => void (fp.databases = allLocked ? databasesState(lc) : null) : undefined;
     const scope = captureScope(lc, staging, o.home, warnings);
-    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, atInstant, progress: o.progress });
+    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress });
     taken = got.taken;
     const { dbs, sources, files, ws } = got;
     // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
@@ -183,7 +180,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       warnings,
     };
     const path = await publish(lc, o, a, { receipt, manifest, bundle, plan, dbs, written });
-    if (other && (fp.databases || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, fp.databases ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
+    // the databases' part of the fingerprint was read at the instant (only when every write lock was held)
+    if (other && (got.dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, got.dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
     return { ...receipt, path };
   } catch (e) {
     // a repository renamed, deleted or unmounted under the run failed it at whatever step came next: say that (10)

@@ -14,6 +14,8 @@ import { openInstant, type CopyJob, type Cut, type InPlaceViews } from "../state
 import { namedSource } from "../state/sqlite/livesnap.js";
 import { splitPage, type PageSource } from "../state/sqlite/pagefile.js";
 import type { DbPlan } from "./plan.js";
+import { databasesState } from "./unchanged.js";
+import type { LoadedConfig } from "../config/load.js";
 import { join } from "node:path";
 
 /**
@@ -51,14 +53,16 @@ export interface DbRecord {
 
 /**
  * Reads every database at one instant as the plan says; "pinned" and "in-place" fall back to a copy when the
- * databases do not allow them (cut.ts: Instant). `atInstant` is called at the instant itself (whether every write
- * lock is held). A "pinned" result must be released (releasePinned) whatever happens next.
+ * databases do not allow them (cut.ts: Instant). With `fingerprint`, the databases' part of the unchanged
+ * fingerprint (unchanged.ts) is read at the instant itself, when every write lock is held (`dbState`, else null).
+ * A "pinned" result must be released (releasePinned) whatever happens next.
  */
-export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: string })[], waitMs: number, atInstant?: (allLocked: boolean) => void): Promise<{ cut: Cut; taken: Taken; dbs: DbRecord[] }> {
+export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: string })[], waitMs: number, fingerprint: LoadedConfig | null): Promise<{ cut: Cut; taken: Taken; dbs: DbRecord[]; dbState: string | null }> {
   const inst = await openInstant(jobs, waitMs);
   let taken: Taken = { kind: "copy" };
+  let dbState: string | null = null;
   try {
-    atInstant?.(inst.allLocked);
+    if (fingerprint && inst.allLocked) dbState = databasesState(fingerprint);
     // a full snapshot kept in place: the inspection worker's connections join the instant before the locks go
     if (plan.mode === "pinned" && inst.pinnable) {
       const views = inst.views();
@@ -77,7 +81,7 @@ export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: str
     inst.close();
   }
   const dbs = jobs.map((j): DbRecord => ({ name: j.name, target: j.target, copy: j.dest, pages: null, indexRoot: null, stored: null, delta: null, inspected: null, sums: false, head: null }));
-  return { cut: inst.cut(), taken, dbs };
+  return { cut: inst.cut(), taken, dbs, dbState };
 }
 
 /** Closes the snapshots a "pinned" read kept open, once its inspection has settled (the worker reads their descriptors). */
