@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync, readdirSync, existsSync, statSync } from "node:fs"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { json, makeAgent, ROOT, SNAPS } from "./helpers.js";
-import { snapshotDatabases } from "../dist/state/sqlite/cut.js";
+import { openInstant, snapshotDatabases } from "../dist/state/sqlite/cut.js";
 import { readWal } from "../dist/state/sqlite/wal.js";
 // @ts-expect-error plain JS fixture
 import { transfers } from "../fixtures/agent/writer.js";
@@ -103,16 +103,20 @@ describe("LiveSnapshot", () => {
         let release!: () => void;
         let snap: any;
         const unused = join(tmp, `held-unused-${round}.sqlite`);
-        await snapshotDatabases([{ name: "state", src: db, dest: unused }], 5000, undefined, undefined, async (views, rel) => {
-          const v = views.get("state")!;
+        const inst = await openInstant([{ name: "state", src: db, dest: unused }], 5000);
+        try {
+          expect(inst.pinnable).toBe(true);
+          const v = inst.views().get("state")!;
           live = await inspectPinned(
             { dbs: [{ name: "state", file: db, pages: v.snap.pinned() }], cursors: { transfers: { database: "state", sql: "SELECT value FROM agent_state WHERE key = 'transfers'" } }, scan: "off" },
             new Map([["state", v.db]]),
           );
           snap = v.snap;
-          release = rel;
-          return true;
-        });
+          release = inst.keep();
+          inst.releaseLocks();
+        } finally {
+          inst.close();
+        }
         expect(existsSync(unused)).toBe(false); // nothing was copied
         await new Promise((r) => setTimeout(r, 100)); // the writer commits meanwhile
         const out = join(tmp, `held-${round}.sqlite`);

@@ -131,13 +131,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       const prior = await o.repo.idempotent<BackupReceipt>(a, o.idempotencyKey, o.trust);
       if (prior) return replay(prior, o);
     }
-    // nothing changed since this host's last snapshot, which is still the newest and far from expiring: no bundle.
-    // Without hooks nothing can change what the `files` patterns name before the capture: they are listed once, here
-    const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
     const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-    const listed = skippable ? listFiles(lc, repoDir) : null;
-    const other = listed ? await otherState(lc, readableFiles(lc, listed), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
-    const last = other ? await unchangedSince<BackupReceipt>(lc, o.repo, o.home, a, other) : null;
+    const { listed, other, last } = await unchanged(lc, o, a, repoDir);
     if (last) return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
     // the inspection worker starts now, beside the choice of a parent and the reading of its page indexes, and before
     // the write locks are taken: they are held while it joins the instant, not while it loads
@@ -154,11 +149,8 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // a database stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning
     if (plan.unindexed && !plan.unindexed.routine) warnings.push(`${plan.unindexed.reason}: stored whole`);
     if (plan.mode === "pinned") await warmed;
-    // the databases' part of the fingerprint, read at the snapshot instant (only when every write lock was held)
-    const fp: { databases: string | null } = { databases: null };
-    const atInstant = other ? (allLocked: boolean) => void (fp.databases = allLocked ? databasesState(lc) : null) : undefined;
     const scope = captureScope(lc, staging, o.home, warnings);
-    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, atInstant, progress: o.progress });
+    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress });
     taken = got.taken;
     const { dbs, sources, files, ws } = got;
     // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
@@ -168,27 +160,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     applyScanPolicy(cfg.secretScan.files, scope.findings.files, warnings);
     crashStep("snapshotted");
 
-    // integrity, counts, cursors, open operations and the secret scan read the databases (one instant) in a
-    // worker thread while the payload is written here; nothing is published unless they pass
-    o.progress?.("checking snapshot and writing bundle");
-    const st = stageDatabases(plan, dbs, taken, cfg.secretScan.databases !== "off");
-    const staged = [...st.staged, ...sources.staged, ...files, ...ws.staged];
-    // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
-    const prior = (await o.repo.list(o.trust, a)).filter((e) => e.header).at(-1)?.header?.manifest;
-    const bundle = planBundle(join(staging, `${snapshotId}.agentbak`), o.signingKey, staged, prior);
-    let written: WrittenPayload;
-    try {
-      written = await writePayload(staged, cfg.recipients, bundle);
-    } finally {
-      await st.inspection.catch(() => undefined);
-    }
-    o.progress?.("finishing snapshot checks");
-    const ins = await st.inspection;
-    await releasePinned(taken); // the instant is no longer needed: the WAL can be checkpointed past it
-    finishDatabases(plan, dbs, ins);
-    applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
-    applyScanPolicy(cfg.secretScan.databases, [...ins.findings, ...st.findings], warnings);
-    warnings.push(...ins.timerWarnings);
+    const { staged, bundle, written, ins } = await writeChecked(lc, o, a, plan, got, warnings);
     crashStep("payload-written");
 
     const manifest = await manifestFor(lc, o, a, { snapshotId, created, chosen, got, written, ins, notCaptured: scope.notCaptured });
@@ -200,26 +172,16 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const mbytes = await writeBundleFile(manifest, o.signingKey, bundle);
     crashStep("bundle-written");
     const receipt: Omit<BackupReceipt, "path"> = {
-      snapshot_id: snapshotId,
-      tenant: a.tenant,
-      agent_id: a.agent,
-      sequence: manifest.sequence,
-      created_at: manifest.created_at,
-      manifest_sha256: sha256hex(mbytes),
-      payload_sha256: manifest.payload.sha256,
-      size: statSync(bundle.path).size,
-      kind: manifest.parent ? "incremental" : "full",
-      parent: manifest.parent?.snapshot_id ?? null,
+      ...receiptOf(manifest, mbytes, bundle.path),
       databases_read: dbs.length ? (taken.kind === "copy" ? "copy" : "in-place") : null,
       full_reason: wantIncremental && !manifest.parent ? chosen.reason || plan.unindexed?.reason || null : null,
-      repeated: false,
-      status: "committed",
       params_sha256: paramsDigest(o),
       not_captured: scope.notCaptured,
       warnings,
     };
     const path = await publish(lc, o, a, { receipt, manifest, bundle, plan, dbs, written });
-    if (other && (fp.databases || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, fp.databases ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
+    // the databases' part of the fingerprint was read at the instant (only when every write lock was held)
+    if (other && (got.dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, got.dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
     return { ...receipt, path };
   } catch (e) {
     // a repository renamed, deleted or unmounted under the run failed it at whatever step came next: say that (10)
@@ -240,6 +202,69 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     unregister();
     await lock.release();
   }
+}
+
+/**
+ * Writes the payload while the inspection (integrity, counts, cursors, open operations, the secret scan) reads the
+ * databases at their instant in a worker thread; nothing is published unless it passes.
+ * @throws AgentbakError(13) for a failed integrity_check, (14) for secrets the policy refuses
+ */
+async function writeChecked(lc: LoadedConfig, o: BackupOptions, a: AgentRef, plan: DbPlan, got: Captured, warnings: string[]) {
+  const cfg = lc.config;
+  o.progress?.("checking snapshot and writing bundle");
+  const st = stageDatabases(plan, got.dbs, got.taken, cfg.secretScan.databases !== "off");
+  const staged = [...st.staged, ...got.sources.staged, ...got.files, ...got.ws.staged];
+  // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
+  const prior = (await o.repo.list(o.trust, a)).filter((e) => e.header).at(-1)?.header?.manifest;
+  const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, prior);
+  let written: WrittenPayload;
+  try {
+    written = await writePayload(staged, cfg.recipients, bundle);
+  } finally {
+    await st.inspection.catch(() => undefined);
+  }
+  o.progress?.("finishing snapshot checks");
+  const ins = await st.inspection;
+  await releasePinned(got.taken); // the instant is no longer needed: the WAL can be checkpointed past it
+  finishDatabases(plan, got.dbs, ins);
+  applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
+  applyScanPolicy(cfg.secretScan.databases, [...ins.findings, ...st.findings], warnings);
+  warnings.push(...ins.timerWarnings);
+  return { staged, bundle, written, ins };
+}
+
+/**
+ * Whether nothing changed since this host's last snapshot, which is still the newest and far from expiring (then no
+ * bundle is written). Without hooks nothing can change what the `files` patterns name before the capture: they are
+ * listed once, here, and the capture takes that list.
+ * @returns the files listed (or null: the capture lists them after the pre hook), the state's fingerprint without
+ *   the databases (or null: not skippable), and the last backup when it holds this very state
+ */
+async function unchanged(lc: LoadedConfig, o: BackupOptions, a: AgentRef, repoDir: string | null) {
+  const cfg = lc.config;
+  const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
+  const listed = skippable ? listFiles(lc, repoDir) : null;
+  const other = listed ? await otherState(lc, readableFiles(lc, listed), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
+  const last = other ? await unchangedSince<BackupReceipt>(lc, o.repo, o.home, a, other) : null;
+  return { listed, other, last };
+}
+
+/** The receipt's facts of the signed bundle. */
+function receiptOf(manifest: Manifest, mbytes: Buffer, file: string) {
+  return {
+    snapshot_id: manifest.snapshot_id,
+    tenant: manifest.tenant,
+    agent_id: manifest.agent_id,
+    sequence: manifest.sequence,
+    created_at: manifest.created_at,
+    manifest_sha256: sha256hex(mbytes),
+    payload_sha256: manifest.payload.sha256,
+    size: statSync(file).size,
+    kind: manifest.parent ? ("incremental" as const) : ("full" as const),
+    parent: manifest.parent?.snapshot_id ?? null,
+    repeated: false,
+    status: "committed" as const,
+  };
 }
 
 /**

@@ -10,10 +10,12 @@ import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/ins
 import { inspectInWorker, inspectPinned, type InspectResult } from "../state/inspect/inspect.js";
 import { encodeIndex, encodeIndexChanges, indexPages, PageHasher, pagesRoot } from "../state/pages/index.js";
 import type { SecretFinding } from "../state/secrets/scan.js";
-import { snapshotDatabases, type CopyJob, type Cut, type InPlaceViews } from "../state/sqlite/cut.js";
+import { openInstant, type CopyJob, type Cut, type InPlaceViews } from "../state/sqlite/cut.js";
 import { namedSource } from "../state/sqlite/livesnap.js";
 import { splitPage, type PageSource } from "../state/sqlite/pagefile.js";
 import type { DbPlan } from "./plan.js";
+import { databasesState } from "./unchanged.js";
+import type { LoadedConfig } from "../config/load.js";
 import { join } from "node:path";
 
 /**
@@ -50,37 +52,36 @@ export interface DbRecord {
 }
 
 /**
- * Reads every database at one instant as the plan says. `atInstant` is called at the instant itself (whether every
- * write lock is held). A "pinned" result must be released (releasePinned) whatever happens next.
+ * Reads every database at one instant as the plan says; "pinned" and "in-place" fall back to a copy when the
+ * databases do not allow them (cut.ts: Instant). With `fingerprint`, the databases' part of the unchanged
+ * fingerprint (unchanged.ts) is read at the instant itself, when every write lock is held (`dbState`, else null).
+ * A "pinned" result must be released (releasePinned) whatever happens next.
  */
-export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: string })[], waitMs: number, atInstant?: (allLocked: boolean) => void): Promise<{ cut: Cut; taken: Taken; dbs: DbRecord[] }> {
-  const out: { taken: Taken } = { taken: { kind: "copy" } };
-  const inPlace =
-    plan.mode === "in-place"
-      ? async (views: InPlaceViews) => {
-          out.taken = { kind: "in-place", ...(await deltasInPlace(views, { parents: plan.parents, bases: plan.bases, key: plan.key, dir: plan.dir, inspect: plan.inspect })) };
-          return true;
-        }
-      : undefined;
-  const hold =
-    plan.mode === "pinned"
-      ? async (views: InPlaceViews, release: () => void) => {
-          const dbs = [...views].map(([name, v]) => ({ name, file: v.src, pages: v.snap.pinned(), indexKey: plan.key, indexAfter: splitPage(v.snap.pageCount, v.snap.pageSize, FULL_MAIN_SHARE), sumsFile: plan.sumStores.get(name)!.partial(plan.snapshotId) ?? undefined }));
-          const live = await inspectPinned({ ...plan.inspect, dbs }, new Map([...views].map(([n, v]) => [n, v.db])));
-          let released = false;
-          out.taken = { kind: "pinned", views, live, release: () => void (released || ((released = true), release())) };
-          return true;
-        }
-      : undefined;
-  let cut: Cut;
+export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: string })[], waitMs: number, fingerprint: LoadedConfig | null): Promise<{ cut: Cut; taken: Taken; dbs: DbRecord[]; dbState: string | null }> {
+  const inst = await openInstant(jobs, waitMs);
+  let taken: Taken = { kind: "copy" };
+  let dbState: string | null = null;
   try {
-    cut = await snapshotDatabases(jobs, waitMs, atInstant, inPlace, hold);
+    if (fingerprint && inst.allLocked) dbState = databasesState(fingerprint);
+    // a full snapshot kept in place: the inspection worker's connections join the instant before the locks go
+    if (plan.mode === "pinned" && inst.pinnable) {
+      const views = inst.views();
+      const dbs = [...views].map(([name, v]) => ({ name, file: v.src, pages: v.snap.pinned(), indexKey: plan.key, indexAfter: splitPage(v.snap.pageCount, v.snap.pageSize, FULL_MAIN_SHARE), sumsFile: plan.sumStores.get(name)!.partial(plan.snapshotId) ?? undefined }));
+      const live = await inspectPinned({ ...plan.inspect, dbs }, new Map([...views].map(([n, v]) => [n, v.db])));
+      taken = { kind: "pinned", views, live, release: inst.keep() };
+    }
+    inst.releaseLocks();
+    // an incremental's changed pages, read while every read transaction still holds the instant
+    if (plan.mode === "in-place" && inst.readable) taken = { kind: "in-place", ...(await deltasInPlace(inst.views(), { parents: plan.parents, bases: plan.bases, key: plan.key, dir: plan.dir, inspect: plan.inspect })) };
+    if (taken.kind === "copy") await inst.copy();
   } catch (e) {
-    await releasePinned(out.taken).catch(() => undefined); // snapshots handed over are ours to release, whatever failed
+    await releasePinned(taken).catch(() => undefined);
     throw e;
+  } finally {
+    inst.close();
   }
   const dbs = jobs.map((j): DbRecord => ({ name: j.name, target: j.target, copy: j.dest, pages: null, indexRoot: null, stored: null, delta: null, inspected: null, sums: false, head: null }));
-  return { cut, taken: out.taken, dbs };
+  return { cut: inst.cut(), taken, dbs, dbState };
 }
 
 /** Closes the snapshots a "pinned" read kept open, once its inspection has settled (the worker reads their descriptors). */

@@ -24,6 +24,8 @@ export interface Captured {
   sources: { staged: StagedFile[]; instant: Manifest["capture_instant"] };
   files: StagedFile[];
   ws: { staged: StagedFile[]; manifest: Manifest["workspace"] };
+  /** the databases' part of the unchanged fingerprint, read at the instant when every write lock was held */
+  dbState: string | null;
 }
 
 export interface InstantOptions {
@@ -32,7 +34,8 @@ export interface InstantOptions {
   /** the `files` list, when it was made before the pre hook (else it is made after it) */
   listed: ListedFile[] | null;
   waitMs: number;
-  atInstant?: (allLocked: boolean) => void;
+  /** read the databases' part of the unchanged fingerprint at the instant (Captured.dbState) */
+  fingerprint: boolean;
   progress?: (phase: string) => void;
 }
 
@@ -44,7 +47,7 @@ export interface InstantOptions {
 export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: CaptureScope, o: InstantOptions): Promise<Captured> {
   const cfg = lc.config;
   const { staging, warnings } = scope;
-  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined }, files: [], ws: { staged: [], manifest: null } };
+  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined }, files: [], ws: { staged: [], manifest: null }, dbState: null };
   const live = cfg.workspace ? lc.resolve(cfg.workspace.path) : null;
   let failure: unknown;
   let wsCapture: Promise<WorkspaceCaptured> | null = null;
@@ -58,7 +61,7 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
     ensureDirIn(staging, join(staging, "db"));
     if (cfg.databases.length) {
       const jobs = cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`), target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`) }));
-      Object.assign(got, await readAtInstant(plan, jobs, o.waitMs || cfg.cut.waitSeconds * 1000, o.atInstant));
+      Object.assign(got, await readAtInstant(plan, jobs, o.waitMs || cfg.cut.waitSeconds * 1000, o.fingerprint ? lc : null));
     }
     if (cfg.sources.length) {
       o.progress?.("capturing state sources");

@@ -133,7 +133,7 @@ const MAIN_SHARE = 0.45;
 const SUMS_MAIN_SHARE = 0.28;
 
 /**
- * Reads every database in place (snapshotDatabases' InPlace callback), its
+ * Reads every database in place (inside the instant openInstant holds), its
  * first pages here and the rest in a worker thread reading the same
  * descriptors: the page index — each page digested, or with this host's
  * block sums of the parent only the pages whose sums differ (the others keep

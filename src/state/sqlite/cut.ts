@@ -31,25 +31,6 @@ export interface Cut {
   hold_ms: number;
 }
 
-/**
- * Reads the pinned snapshots in place instead of copying them: called with
- * each database's pages and its connection, both held at the instant. @returns
- * true when it took everything it needs (no copy is written), false to copy.
- */
-export type InPlace = (views: InPlaceViews) => Promise<boolean>;
-
-/**
- * A full snapshot read in place: called while every write lock is still held,
- * so a connection opened meanwhile (the inspection worker's) joins the same
- * instant. Offered only when every database is in WAL mode and locked by this
- * process: there a held read transaction blocks no writer (in rollback-journal
- * mode its SHARED lock would stall the agent's commits for the whole backup).
- * @returns true to take the snapshots over: they stay open after
- *   snapshotDatabases returns or throws, until the callback's owner calls
- *   `release` (no copy is written); false to have them copied.
- */
-export type Hold = (views: InPlaceViews, release: () => void) => Promise<boolean>;
-
 /** Each database's pinned snapshot, its connection (in the snapshot's read transaction) and its live file, by name. */
 export type InPlaceViews = Map<string, { snap: LiveSnapshot; db: DB; src: string }>;
 
@@ -61,136 +42,190 @@ export interface CopyJob {
 }
 
 /**
- * Copies live databases as of one instant into self-contained
- * rollback-journal files. It takes the write lock of each (BEGIN IMMEDIATE,
- * in name order, so two agentbak runs never deadlock), opens a read snapshot
- * of each and pins it (in WAL mode, the frames it needs are copied aside),
- * and releases the locks before copying: writers wait only while the
- * snapshots open, and no commit can fall between two databases' snapshots.
- * The pages are then copied in place from the snapshots (state/sqlite/livesnap.ts),
- * a sequential read and write instead of the online backup API's page-by-page
- * copy. A database this process may only read is copied with the online
- * backup API inside its read transaction. Integrity is checked by
- * inspectSnapshot before anything is published. Instead of a copy, `hold`
- * (a full snapshot) may take the pinned snapshots over while the locks are
- * still held, and `inPlace` (an incremental) may read them before they close.
- * @throws AgentbakError(11) naming the database whose write lock stayed busy
- *   for `waitMs`; AgentbakError naming the database when one is missing or unreadable.
+ * The live databases held at one instant: every write lock held (when this process can take it) and a read
+ * snapshot of each opened and pinned. Its owner decides, in this order, what to do with it:
+ * - `keep()` (only when `pinnable`): a full snapshot read in place takes the snapshots over while the write locks
+ *   are still held, so a connection opened meanwhile (the inspection worker's) joins the same instant; they stay
+ *   open after `close()`, until the release `keep` returns is called (no copy is written). Offered only when every
+ *   database is in WAL mode and locked here: there a held read transaction blocks no writer (in rollback-journal
+ *   mode its SHARED lock would stall the agent's commits for the whole backup);
+ * - `releaseLocks()`: writers go on; the read transactions still hold the instant;
+ * - `views()` (when `readable`: every database pinned) to read the pages in place (an incremental), or `copy()` to
+ *   copy each into its job's `dest`;
+ * - `close()` whatever happened, and `cut()` for the manifest.
  */
-export async function snapshotDatabases(jobs: CopyJob[], waitMs: number, atInstant?: (allLocked: boolean) => void, inPlace?: InPlace, hold?: Hold): Promise<Cut> {
+export interface Instant {
+  /** every write lock is held: nothing could commit at the instant (capture/unchanged.ts reads the files then) */
+  allLocked: boolean;
+  /** keep() may be called */
+  pinnable: boolean;
+  /** every database is pinned: views() may be called */
+  readable: boolean;
+  views(): InPlaceViews;
+  keep(): () => void;
+  releaseLocks(): void;
+  copy(): Promise<void>;
+  cut(): Cut;
+  close(): void;
+}
+
+/**
+ * Opens the instant of `jobs` (see Instant). It takes the write lock of each (BEGIN IMMEDIATE, in name order, so
+ * two agentbak runs never deadlock), opens a read snapshot of each and pins it (in WAL mode, the frames it needs are
+ * copied aside): writers wait only while the snapshots open, and no commit can fall between two databases'
+ * snapshots. A copy is made in place from the snapshot (state/sqlite/livesnap.ts), a sequential read and write
+ * instead of the online backup API's page-by-page copy; a database this process may only read is copied with the
+ * online backup API inside its read transaction. Integrity is checked by inspectSnapshot before anything is published.
+ * @throws AgentbakError(11) naming the database whose write lock stayed busy for `waitMs`; AgentbakError naming the
+ *   database when one is missing or unreadable. Nothing is left open when it throws.
+ */
+export async function openInstant(jobs: CopyJob[], waitMs: number): Promise<Instant> {
   const ordered = [...jobs].sort((x, y) => (x.name < y.name ? -1 : 1));
-  for (const j of ordered) {
-    let st;
-    try {
-      st = statSync(j.src);
-    } catch (e) {
-      throw wrap(e, `database ${j.name}: ${j.src}`);
-    }
-    if (st.isDirectory()) throw usageError(`database ${j.name}: ${j.src} is a folder, not an SQLite database file`);
-    // a FIFO would block, a device never ends
-    if (!st.isFile()) throw usageError(`database ${j.name}: ${j.src} is ${st.isFIFO() ? "a FIFO" : st.isSocket() ? "a socket" : "a device"}, not an SQLite database file`);
-    // SQLite would treat an empty file as a new, empty database: a backup of nothing is not what was configured
-    if (st.size === 0) throw verifyError(`database ${j.name}: ${j.src} is empty (0 bytes), not an SQLite database`);
-  }
+  for (const j of ordered) checkSource(j);
   const locks = new Map<string, DB>();
   const readers: { job: CopyJob; db: DB; snap: LiveSnapshot | null }[] = [];
-  let handedOver = false;
   const t0 = Date.now();
   const left = () => Math.max(0, Math.round(waitMs - (Date.now() - t0)));
+  let kept = false;
+  let heldMs = 0;
+  const close = () => {
+    for (const l of locks.values()) closeQuietly(l);
+    locks.clear();
+    // snapshots kept are the keeper's to release
+    if (!kept) readers.forEach(closeReader);
+  };
   try {
-    for (const j of ordered) {
-      const db = openWriter(j);
-      if (!db) continue; // read-only for us: its read transaction alone holds it (see below)
-      locks.set(j.name, db);
-      let real: boolean;
-      try {
-        await whileBusy(db, left, () => db.exec("BEGIN IMMEDIATE"));
-        real = holdsWriteLock(db, j.src);
-      } catch (e) {
-        throw sqliteError(e, j.name, j.src, waitMs);
-      }
-      if (!real) {
-        // opened read-write but silently read-only (a file or WAL index this process may not write): its
-        // BEGIN IMMEDIATE took no lock, and writers go on; it is treated as read-only for us
-        closeQuietly(db);
-        locks.delete(j.name);
-      }
-    }
+    for (const j of ordered) await takeWriteLock(j, locks, left, waitMs);
     const locked = Date.now();
-    for (const j of ordered) {
-      const db = openSource(j, true);
-      const r: (typeof readers)[number] = { job: j, db, snap: null };
-      readers.push(r);
-      try {
-        // a writer holding an exclusive lock (rollback journal) is met here, as busy
-        db.exec("BEGIN");
-        await whileBusy(db, left, () => db.prepare("SELECT count(*) FROM sqlite_schema").get()); // the read snapshot starts at the first read
-      } catch (e) {
-        throw sqliteError(e, j.name, j.src, waitMs);
-      }
-      // pinning a WAL database's frames needs its write lock held; without it, the online backup API copies it below
-      if (locks.has(j.name) || db.pragma("journal_mode", { simple: true }) !== "wal") {
-        try {
-          r.snap = new LiveSnapshot(j.src, db, dirname(j.dest));
-        } catch (e) {
-          throw ioErrno(e) ? ioError(e, `database ${j.name}: ${j.src}`) : sqliteError(e, j.name, j.src);
-        }
-      }
-    }
+    for (const j of ordered) readers.push(await openReader(j, locks.has(j.name), left, waitMs));
     const at = new Date();
-    // the instant itself: with every write lock held, nothing can commit (capture/unchanged.ts reads the files here)
-    atInstant?.(locks.size === ordered.length);
-    const views = (): InPlaceViews => {
-      for (const r of readers) {
-        r.db.pragma("trusted_schema = OFF");
-        r.db.pragma("cell_size_check = ON");
-        smallCache(r.db); // their counts walk whole tables
-      }
-      return new Map(readers.map((r) => [r.job.name, { snap: r.snap!, db: r.db, src: r.job.src }]));
-    };
-    // a full snapshot kept in place: other connections join the instant before the locks go
-    let handled = false;
-    if (hold && locks.size === ordered.length && readers.every((r) => r.snap?.journal === "wal")) {
-      const mine = [...readers];
-      handled = handedOver = await hold(views(), () => mine.forEach(closeReader));
-    }
-    for (const l of locks.values()) closeQuietly(l);
-    const heldMs = Date.now() - locked;
-    // read in place instead of copied, while every read transaction still holds the instant (incrementals)
-    if (!handled && inPlace && readers.every((r) => r.snap)) handled = await inPlace(views());
-    for (const { job, db, snap } of handled ? [] : readers) {
-      try {
-        if (snap) await snap.copyTo(job.dest);
-        // one read transaction is open on this connection, so every step copies the same committed state
-        else await db.backup(job.dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
-      } catch (e) {
-        throw ioErrno(e) ? ioError(e, `database ${job.name}: ${(e as NodeJS.ErrnoException).syscall === "read" ? `reading ${job.src}` : `copying to ${job.dest}`}`) : sqliteError(e, job.name, job.src, waitMs);
-      }
-      // read-write, so SQLite parses the schema defensively: an unsafe function in it is refused here (13)
-      let copy: DB | undefined;
-      try {
-        copy = new Database(job.dest);
-        copy.pragma("journal_mode = DELETE");
-      } catch (e) {
-        // the copy holds the live database's schema: name the live file
-        throw ioErrno(e) ? ioError(e, `database ${job.name}: ${job.dest}`) : sqliteError(e, job.name, job.src);
-      } finally {
-        copy?.close();
-      }
-    }
     const all = locks.size === ordered.length;
-    const cut: Cut = {
-      at: at.toISOString(),
-      method: all ? "write-locks" : "read-transaction",
-      databases: ordered.map((j) => j.name),
-      wait_ms: locked - t0,
-      hold_ms: heldMs,
+    return {
+      allLocked: all,
+      pinnable: all && readers.every((r) => r.snap?.journal === "wal"),
+      readable: readers.every((r) => r.snap),
+      views() {
+        for (const r of readers) {
+          r.db.pragma("trusted_schema = OFF");
+          r.db.pragma("cell_size_check = ON");
+          smallCache(r.db); // their counts walk whole tables
+        }
+        return new Map(readers.map((r) => [r.job.name, { snap: r.snap!, db: r.db, src: r.job.src }]));
+      },
+      keep() {
+        kept = true;
+        const mine = [...readers];
+        let released = false;
+        return () => void (released || ((released = true), mine.forEach(closeReader)));
+      },
+      releaseLocks() {
+        if (!locks.size) return;
+        for (const l of locks.values()) closeQuietly(l);
+        locks.clear();
+        heldMs = Date.now() - locked;
+      },
+      async copy() {
+        for (const r of readers) await copyReader(r, waitMs);
+      },
+      cut: () => ({ at: at.toISOString(), method: all ? "write-locks" : "read-transaction", databases: ordered.map((j) => j.name), wait_ms: locked - t0, hold_ms: heldMs }),
+      close,
     };
-    return cut;
+  } catch (e) {
+    close();
+    throw e;
+  }
+}
+
+/**
+ * Copies live databases as of one instant into self-contained rollback-journal files (see openInstant).
+ * @throws as openInstant, and AgentbakError naming the database whose copy failed.
+ */
+export async function snapshotDatabases(jobs: CopyJob[], waitMs: number): Promise<Cut> {
+  const inst = await openInstant(jobs, waitMs);
+  try {
+    inst.releaseLocks();
+    await inst.copy();
+    return inst.cut();
   } finally {
-    for (const l of locks.values()) closeQuietly(l);
-    // snapshots handed over (Hold) are the taker's to release, whatever happened here
-    if (!handedOver) readers.forEach(closeReader);
+    inst.close();
+  }
+}
+
+/** @throws AgentbakError naming the database when its live file is missing, a folder, not a regular file or empty. */
+function checkSource(j: CopyJob): void {
+  let st;
+  try {
+    st = statSync(j.src);
+  } catch (e) {
+    throw wrap(e, `database ${j.name}: ${j.src}`);
+  }
+  if (st.isDirectory()) throw usageError(`database ${j.name}: ${j.src} is a folder, not an SQLite database file`);
+  // a FIFO would block, a device never ends
+  if (!st.isFile()) throw usageError(`database ${j.name}: ${j.src} is ${st.isFIFO() ? "a FIFO" : st.isSocket() ? "a socket" : "a device"}, not an SQLite database file`);
+  // SQLite would treat an empty file as a new, empty database: a backup of nothing is not what was configured
+  if (st.size === 0) throw verifyError(`database ${j.name}: ${j.src} is empty (0 bytes), not an SQLite database`);
+}
+
+/** Takes `j`'s write lock into `locks`, unless this process may only read it. */
+async function takeWriteLock(j: CopyJob, locks: Map<string, DB>, left: () => number, waitMs: number): Promise<void> {
+  const db = openWriter(j);
+  if (!db) return; // read-only for us: its read transaction alone holds it (see openReader)
+  locks.set(j.name, db);
+  let real: boolean;
+  try {
+    await whileBusy(db, left, () => db.exec("BEGIN IMMEDIATE"));
+    real = holdsWriteLock(db, j.src);
+  } catch (e) {
+    throw sqliteError(e, j.name, j.src, waitMs);
+  }
+  if (!real) {
+    // opened read-write but silently read-only (a file or WAL index this process may not write): its
+    // BEGIN IMMEDIATE took no lock, and writers go on; it is treated as read-only for us
+    closeQuietly(db);
+    locks.delete(j.name);
+  }
+}
+
+/** Opens `j`'s read snapshot, pinned when this process holds its write lock or it is not in WAL mode. */
+async function openReader(j: CopyJob, locked: boolean, left: () => number, waitMs: number): Promise<{ job: CopyJob; db: DB; snap: LiveSnapshot | null }> {
+  const db = openSource(j, true);
+  try {
+    // a writer holding an exclusive lock (rollback journal) is met here, as busy
+    db.exec("BEGIN");
+    await whileBusy(db, left, () => db.prepare("SELECT count(*) FROM sqlite_schema").get()); // the read snapshot starts at the first read
+  } catch (e) {
+    closeQuietly(db);
+    throw sqliteError(e, j.name, j.src, waitMs);
+  }
+  // pinning a WAL database's frames needs its write lock held; without it, the online backup API copies it
+  if (!locked && db.pragma("journal_mode", { simple: true }) === "wal") return { job: j, db, snap: null };
+  try {
+    return { job: j, db, snap: new LiveSnapshot(j.src, db, dirname(j.dest)) };
+  } catch (e) {
+    closeQuietly(db);
+    throw ioErrno(e) ? ioError(e, `database ${j.name}: ${j.src}`) : sqliteError(e, j.name, j.src);
+  }
+}
+
+/** Copies one database from its read snapshot into its job's `dest`, a rollback-journal file. */
+async function copyReader({ job, db, snap }: { job: CopyJob; db: DB; snap: LiveSnapshot | null }, waitMs: number): Promise<void> {
+  try {
+    if (snap) await snap.copyTo(job.dest);
+    // one read transaction is open on this connection, so every step copies the same committed state
+    else await db.backup(job.dest, { progress: ({ totalPages }) => Math.max(totalPages, 100) });
+  } catch (e) {
+    throw ioErrno(e) ? ioError(e, `database ${job.name}: ${(e as NodeJS.ErrnoException).syscall === "read" ? `reading ${job.src}` : `copying to ${job.dest}`}`) : sqliteError(e, job.name, job.src, waitMs);
+  }
+  // read-write, so SQLite parses the schema defensively: an unsafe function in it is refused here (13)
+  let copy: DB | undefined;
+  try {
+    copy = new Database(job.dest);
+    copy.pragma("journal_mode = DELETE");
+  } catch (e) {
+    // the copy holds the live database's schema: name the live file
+    throw ioErrno(e) ? ioError(e, `database ${job.name}: ${job.dest}`) : sqliteError(e, job.name, job.src);
+  } finally {
+    copy?.close();
   }
 }
 
