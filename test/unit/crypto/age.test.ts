@@ -1,4 +1,4 @@
-// The age and SSHSIG layers against the stock `age` and `ssh-keygen` binaries.
+// The age layer against the stock `age` binary and the age-encryption package.
 import { describe, expect, it, beforeAll, afterAll } from "vitest";
 import { execa } from "execa";
 import fc from "fast-check";
@@ -9,9 +9,6 @@ import { pipeline } from "node:stream/promises";
 import { randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
 import { AgeDecryptStream, AgeEncryptStream, generateIdentity, identityString, parseIdentities, parseRecipient } from "../../../src/crypto/age.js";
-import { keygen } from "../../../src/crypto/keys.js";
-import { parsePrivateKey, signMessage, verifyMessage, NS } from "../../../src/crypto/sshsig.js";
-import { checkTrust, parseAllowedSigners } from "../../../src/crypto/trust.js";
 import * as ageJs from "age-encryption";
 
 let dir: string;
@@ -131,43 +128,5 @@ describe("age payload encryption", () => {
         return /^AGE-SECRET-KEY-1[0-9A-Z]{58}$/.test(text) && back!.secret.equals(Buffer.from(bytes)) && parseRecipient(back!.recipient).length === 32;
       }),
     );
-  });
-});
-
-describe("SSHSIG signatures and allowed_signers", () => {
-  it("ssh-keygen -Y verify accepts our signature, and we accept ssh-keygen's", async () => {
-    const k = keygen(join(dir, "keys1"), "ops@acme");
-    const key = parsePrivateKey(readFileSync(join(k.dir, "signing-key"), "utf8"));
-    const msg = Buffer.from('{"a":1}');
-    writeFileSync(join(dir, "m.json"), msg);
-    writeFileSync(join(dir, "m.sig"), signMessage(key, NS.manifest, msg));
-    const r = await execa("ssh-keygen", ["-Y", "verify", "-f", join(k.dir, "allowed_signers"), "-I", "ops@acme", "-n", NS.manifest, "-s", join(dir, "m.sig")], { inputFile: join(dir, "m.json") });
-    expect(r.stdout).toContain('Good "agentbak-manifest" signature for ops@acme');
-    await execa("ssh-keygen", ["-Y", "sign", "-f", join(k.dir, "signing-key"), "-n", NS.report, join(dir, "m.json")]);
-    const pub = verifyMessage(readFileSync(join(dir, "m.json.sig"), "utf8"), NS.report, msg);
-    expect(pub.equals(key.publicKey)).toBe(true);
-    const fp = await execa("ssh-keygen", ["-l", "-f", join(k.dir, "signing-key.pub")]);
-    expect(fp.stdout).toContain(k.signer_fingerprint);
-  });
-
-  it("a signature binds its namespace and its exact bytes", () => {
-    const k = keygen(join(dir, "keys2"), "a");
-    const key = parsePrivateKey(readFileSync(join(k.dir, "signing-key"), "utf8"));
-    const sig = signMessage(key, NS.report, Buffer.from("x"));
-    expect(() => verifyMessage(sig, NS.manifest, Buffer.from("x"))).toThrow(/namespace/);
-    expect(() => verifyMessage(sig, NS.report, Buffer.from("y"))).toThrow(/does not match/);
-  });
-
-  it("trust: unknown, revoked, namespace and validity windows", () => {
-    const k = keygen(join(dir, "keys3"), "a");
-    const key = parsePrivateKey(readFileSync(join(k.dir, "signing-key"), "utf8"));
-    const line = readFileSync(join(k.dir, "signing-key.pub"), "utf8").trim().split(" ").slice(0, 2).join(" ");
-    const now = new Date("2026-06-01T00:00:00Z");
-    const signers = parseAllowedSigners(`# comment\nops namespaces="agentbak-manifest" valid-after="20260101",valid-before="20261231" ${line}\n`);
-    expect(checkTrust(signers, [], key.publicKey, NS.manifest, now)).toMatchObject({ trusted: true, principal: "ops" });
-    expect(checkTrust(signers, [], key.publicKey, NS.report, now)).toMatchObject({ trusted: false, kind: "namespace" });
-    expect(checkTrust(signers, [], key.publicKey, NS.manifest, new Date("2027-01-02T00:00:00Z"))).toMatchObject({ trusted: false, kind: "window" });
-    expect(checkTrust(signers, [key.publicKey], key.publicKey, NS.manifest, now)).toMatchObject({ trusted: false, kind: "revoked" });
-    expect(checkTrust([], [], key.publicKey, NS.manifest, now)).toMatchObject({ trusted: false, kind: "unknown" });
   });
 });
