@@ -52,7 +52,7 @@ export default class ThreatsReporter implements Reporter {
         `  Tamper detection: ${flips.tried} bit flips (every byte of manifest.json ${flips.manifestBytes} B, manifest.sig ${flips.signatureBytes} B and the age header ${flips.headerBytes} B, plus ${flips.payloadOffsets} payload offsets): ${flips.detected} detected (${pct(flips.detected, flips.tried)}), 0 bytes written`,
       );
       out.push(`  Truncation at every tar block and age chunk boundary: ${flips.truncations} tried, ${flips.refused} refused`);
-    } else out.push("  Tamper detection: the bit-flip sweep (test/restore.test.ts) did not run");
+    } else out.push("  Tamper detection: the bit-flip sweep (test/e2e/restore.test.ts) did not run");
     const bombs = this.results.filter((r) => r.meta.peakRssKb);
     out.push(`  Bounded resources (cap 150 MiB): ${bombs.length ? bombs.map((b) => `${b.name.replace(/^\[T\d+\]\s*/, "").split(":")[0]} ${MiB(b.meta.peakRssKb!)}`).join("; ") : "no bomb case ran"}`);
     out.push("");

@@ -67,7 +67,7 @@ const STATUS_TEXT: Record<number, string> = {
 const idemHeader = z.object({ "idempotency-key": INPUTS.create_backup.shape.idempotency_key });
 const json = <T extends z.ZodType>(schema: T, description: string) => ({ description, content: { "application/json": { schema } } });
 
-// every field the server answers with, and no other (test/edges-server.test.ts compares real answers with these)
+// every field the server answers with, and no other (test/e2e/edges-server.test.ts compares real answers with these)
 const Receipt = z
   .strictObject({
     snapshot_id: z.string(),

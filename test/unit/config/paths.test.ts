@@ -1,5 +1,5 @@
 // Paths in agentbak.json: a NUL byte is refused by the schema (a usage error naming the field),
-// never passed to the file system, where node throws deep inside a stage (found by test/fuzz.test.ts's
+// never passed to the file system, where node throws deep inside a stage (found by test/e2e/fuzz.test.ts's
 // mutated configs: databases[0].path = "\0" reached "internal error").
 import { describe, expect, it } from "vitest";
 import { ConfigSchema } from "../../../src/config/schema.js";

@@ -1,0 +1,132 @@
+// payload.chunks: the sha256 of each 4 MiB of payload.age and their root, which verify hashes on two threads
+// (this one and a worker, each taking the next chunk). A payload of many chunks, through the real binary.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import Database from "better-sqlite3";
+import { execa } from "execa";
+import { createHash } from "node:crypto";
+import { mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { json, makeAgent, type TestAgent } from "../helpers.js";
+import { fileChunksSha256 } from "../../src/bundle/chunks.js";
+import { readChunk, readChunkSync, Truncated, type ChunkJob } from "../../src/bundle/chunk-table.js";
+import { closeSync, openSync, readSync } from "node:fs";
+import { open } from "node:fs/promises";
+import { manifestOf } from "../craft.js";
+
+const CHUNK = 4 << 20;
+let a: TestAgent;
+let file: string;
+let m: any;
+
+beforeAll(async () => {
+  a = await makeAgent({ sizeMb: 2 });
+  // 48 MiB that zstd can not shrink (sha256 in counter mode: the same bytes every run), so the payload spans ~12 chunks
+  const db = new Database(join(a.dir, "state/agent.sqlite"));
+  db.exec("CREATE TABLE attachments (id INTEGER PRIMARY KEY, body BLOB)");
+  const ins = db.prepare("INSERT INTO attachments (body) VALUES (?)");
+  for (let i = 0; i < 48; i++) {
+    const mib = Buffer.alloc(1 << 20);
+    for (let off = 0; off < mib.length; off += 32) createHash("sha256").update(`chunk test ${i}.${off}`).digest().copy(mib, off);
+    ins.run(mib);
+  }
+  db.close();
+  const r = await a.run(["backup", "--json"]);
+  expect(r.code, r.stderr).toBe(0);
+  file = await a.file(json(r).path);
+  m = manifestOf(file);
+}, 180_000);
+afterAll(() => a.cleanup());
+
+describe("payload chunk digests", () => {
+  it("the manifest lists the chunks' root, and coreutils compute the same one", async () => {
+    expect(m.payload.size).toBeGreaterThan(10 * CHUNK);
+    expect(m.payload.chunks.size).toBe(CHUNK);
+    const x = join(a.tmp, "x");
+    mkdirSync(x);
+    await execa("tar", ["xf", file], { cwd: x });
+    const per = (await execa("sh", ["-c", `split -b ${CHUNK} --filter=sha256sum payload.age`], { cwd: x })).stdout.split("\n").map((l) => l.slice(0, 64));
+    expect(per.length).toBe(Math.ceil(m.payload.size / CHUNK));
+    expect(createHash("sha256").update(Buffer.from(per.join(""), "hex")).digest("hex")).toBe(m.payload.chunks.sha256);
+  });
+
+  it("verify passes, and names the chunk check", async () => {
+    const v = json(await a.run(["verify", m.snapshot_id, "--json"]));
+    expect(v.ok).toBe(true);
+    expect(v.checks.find((c: any) => c.name === "payload").detail).toMatch(/^sha256 of each 4 MiB chunk \(root [0-9a-f]{16}…\) matches, \d+ bytes$/);
+  });
+
+  it("a flipped byte in the first, a middle or the last chunk is found (13), whichever thread hashes it", async () => {
+    const b = readFileSync(file);
+    const payloadAt = b.length - 1024 - Math.ceil(m.payload.size / 512) * 512; // the outer tar's two zero blocks, the payload padded to 512
+    for (const [i, at] of [0, 5, Math.floor(m.payload.size / CHUNK)].map((c, i) => [i, payloadAt + c * CHUNK + 100] as const)) {
+      const p = join(a.tmp, `flipped-${i}.agentbak`);
+      const c = Buffer.from(b);
+      c[at]! ^= 0x40;
+      writeFileSync(p, c);
+      const r = await a.run(["verify", p]);
+      expect(r.code, `chunk flip ${i}: ${r.stderr}`).toBe(13);
+      expect(r.stderr).toMatch(/payload\.age: digest mismatch/);
+    }
+  });
+
+  it("a bundle cut short inside its payload is refused (13) when its layout is read, before any chunk is hashed", async () => {
+    const p = join(a.tmp, "short.agentbak");
+    writeFileSync(p, readFileSync(file));
+    truncateSync(p, readFileSync(file).length - 1024 - 7 * CHUNK);
+    const r = await a.run(["verify", p]);
+    expect(r.code).toBe(13);
+    expect(r.stderr.trim()).toBe("agentbak: bundle truncated inside payload.age");
+  });
+
+  // The chunk readers' own truncation path: the file shrinks after the bundle's layout was read. Real files, real reads.
+  describe("a payload file shorter than its job", () => {
+    const K = 64 << 10;
+    const shortFile = (chunks: number) => {
+      const p = join(a.tmp, `short-${chunks}.bin`);
+      writeFileSync(p, Buffer.alloc(chunks * K + 100, 7));
+      return p;
+    };
+
+    it("both readers stop at the first missing byte", async () => {
+      const p = shortFile(2);
+      const job: ChunkJob = { path: p, start: 0, size: 4 * K, chunkSize: K, next: new SharedArrayBuffer(4), table: new SharedArrayBuffer(4 * 32) };
+      const buf = Buffer.alloc(K);
+      const fd = openSync(p, "r");
+      try {
+        expect(readChunkSync(job, 1, buf, (b, got, len, at) => readSync(fd, b, got, len, at))).toHaveLength(K);
+        expect(readChunkSync(job, 2, buf, (b, got, len, at) => readSync(fd, b, got, len, at))).toEqual(new Truncated(2 * K + 100));
+      } finally {
+        closeSync(fd);
+      }
+      const fh = await open(p, "r");
+      try {
+        const read = async (b: Buffer, got: number, len: number, at: number) => (await fh.read(b, got, len, at)).bytesRead;
+        expect(await readChunk(job, 3, buf, read)).toEqual(new Truncated(3 * K));
+      } finally {
+        await fh.close();
+      }
+    });
+
+    it("hashed on this thread alone, the error names the first missing byte (13)", async () => {
+      const p = shortFile(3);
+      await expect(fileChunksSha256(p, 0, 5 * K, K)).rejects.toMatchObject({ code: 13, message: `bundle truncated at byte ${3 * K + 100}` });
+    });
+
+    it("hashed on two threads, whichever one finds the end reports it (13)", async () => {
+      const p = shortFile(10);
+      // 16 chunks: the worker takes part; a chunk from 10 on is short, and either thread may be the one to read it
+      for (let run = 0; run < 3; run++) {
+        const e: any = await fileChunksSha256(p, 0, 16 * K, K).then(() => null, (x) => x);
+        expect(e?.code).toBe(13);
+        const at = Number(/^bundle truncated at byte (\d+)$/.exec(e.message)?.[1]);
+        expect(at).toBeGreaterThanOrEqual(10 * K + 100);
+        expect(at).toBeLessThan(16 * K);
+      }
+      // and a whole file of the same 16 chunks hashes to the root made of its chunks' digests
+      const whole = join(a.tmp, "whole.bin");
+      writeFileSync(whole, Buffer.alloc(16 * K, 7));
+      const per = createHash("sha256").update(Buffer.alloc(K, 7)).digest();
+      expect(await fileChunksSha256(whole, 0, 16 * K, K)).toBe(createHash("sha256").update(Buffer.concat(Array(16).fill(per))).digest("hex"));
+    });
+  });
+});
