@@ -36,6 +36,7 @@ import { atPath, ensureDir, ensureDirIn, writeCacheFile } from "../fsutil.js";
 import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace/workspace.js";
 import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
 import { agentbakHome, homePaths } from "../home.js";
+import type { Progress } from "../progress.js";
 
 /** What a backup returns (and what `--idempotency-key` replays). */
 export interface BackupReceipt {
@@ -85,7 +86,8 @@ export interface BackupOptions {
   sequenceFloor?: number;
   /** no new snapshot when nothing changed since this host's last one (capture/unchanged.ts), as restic's --skip-if-unchanged */
   skipUnchanged?: boolean;
-  progress?: (phase: string) => void;
+  /** where long work reports how far it has got (src/progress.ts) */
+  progress?: Progress;
   /**
    * Called with the receipt the moment the commit marker is written: from then on the snapshot exists, whatever
    * fails after it (the audit entry, the lock's release), and the caller must not report it lost or take it again.
@@ -488,9 +490,9 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
   let failure: unknown;
   let wsCapture: Promise<WorkspaceCaptured> | null = null;
   try {
-    o.progress?.("quiescing agent");
+    o.progress?.stage("quiescing agent");
     await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
-    o.progress?.("snapshotting databases");
+    o.progress?.stage("snapshotting databases");
     // the workspace's git commands run in child processes while the databases are copied here
     wsCapture = live ? captureWs(scope, live, repoDir) : null;
     wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
@@ -509,12 +511,12 @@ async function capture(lc: LoadedConfig, repoDir: string | null, staging: string
       dbs.push({ name: d.name, target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`), copy, pages: null, parentIndex: null, indexRoot: null, stored: null, delta: null, inspected: null, sums: false });
     }
     if (cfg.sources.length) {
-      o.progress?.("capturing state sources");
+      o.progress?.stage("capturing state sources");
       sources = await captureSources(lc, staging, warnings);
     }
     files = captureFiles(scope, reservedPaths(lc, repoDir));
     if (wsCapture) {
-      o.progress?.("capturing workspace");
+      o.progress?.stage("capturing workspace");
       const w = await wsCapture;
       ws = { staged: w.staged, manifest: w.manifest };
       scope.notCaptured.push(...w.notCaptured);
@@ -710,7 +712,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
 
     // an incremental's page index decides what goes in, so it is made here, before the payload, beside the
     // inspection worker's integrity_check; a whole copy gets its index from the worker's own read
-    o.progress?.("checking snapshot and writing bundle");
+    o.progress?.stage("checking snapshot and writing bundle");
     for (const d of dbs) d.parentIndex = parents.get(d.name) ?? null;
     const deltaFindings: SecretFinding[] = [];
     const done = inPlaceDone as Awaited<ReturnType<typeof deltasInPlace>> | null; // set by the capture's callback when it read the pages in place
@@ -768,11 +770,11 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     const plan = planBundle(join(staging, `${snapshotId}.agentbak`), o.signingKey, staged, prior);
     let written: Awaited<ReturnType<typeof writePayload>>;
     try {
-      written = await writePayload(staged, cfg.recipients, plan);
+      written = await writePayload(staged, cfg.recipients, plan, o.progress);
     } finally {
       await inspection.catch(() => undefined);
     }
-    o.progress?.("finishing snapshot checks");
+    o.progress?.stage("finishing snapshot checks");
     const ins = await inspection;
     await releasePinned(); // the instant is no longer needed: the WAL can be checkpointed past it
     dbs.forEach((d) => {
@@ -833,7 +835,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     } catch (e) {
       throw usageError(`backup would not be restorable: ${(e as Error).message}`);
     }
-    o.progress?.("signing and writing bundle");
+    o.progress?.stage("signing and writing bundle");
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
     // rather than written back during the bundle's fsync
     removals.push(...staged.flatMap((c) => (c.file ? [rm(c.file, { force: true })] : [])), ...dbs.map((d) => rm(d.copy, { force: true })));
