@@ -7,6 +7,7 @@ import { Argument, Command, Option } from "commander";
 import { TOOL_VERSION } from "./version.js";
 import { Exit, usageError, type ExitCode } from "./errors.js";
 import { bashCompletion, environmentText, exitCodesText, fishCompletion, HELP_TOPICS, manPage, walk, withExamples, zshCompletion } from "./ui/help.js";
+import type { Progress } from "./progress.js";
 
 /** Adds a command's 1-3 examples to its --help and the man page; exit codes and environment are `agentbak help TOPIC`. */
 const help = withExamples;
@@ -31,16 +32,25 @@ const render = () => import("./ui/render.js");
 /** Collects a repeatable option's values. */
 const collect = (v: string, prev: string[]) => [...prev, v];
 
-/** Runs `fn` with a spinner on a TTY (none otherwise), passing it the spinner's text setter. */
-async function withProgress<R>(text: string, fn: (progress: (t: string) => void) => Promise<R>): Promise<R> {
+/**
+ * Runs `fn` with a progress sink: a line on a TTY, JSON lines on stderr with
+ * `--progress` off one, else none (ui/output.ts). The line is cleared when
+ * `fn` ends, before its result or error is printed.
+ */
+async function withProgress<R>(o: { progress?: boolean }, fn: (progress: Progress, clear: () => void) => Promise<R>): Promise<R> {
   const ui = await import("./ui/output.js");
-  const p = ui.progress(text);
+  const p = await ui.progressReporter(o.progress);
+  let finished = false;
   try {
-    return await fn((t) => p.update(t));
+    // clear(): off the terminal line before a prompt (the next stage draws it again)
+    const r = await fn(p.progress, () => p.stop(false));
+    finished = true;
+    return r;
   } finally {
-    p.stop();
+    p.stop(finished);
   }
 }
+const progressOpt = () => new Option("--progress", "off a terminal: progress as JSON lines on stderr (stage, bytes, total); a terminal shows a progress line anyway");
 
 /**
  * Builds the program: one function per command group, added in the order
@@ -162,11 +172,12 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
       .option("--incremental", "store only the SQLite pages changed since the latest snapshot (default: config incremental.enabled)")
       .option("--no-incremental", "force a full snapshot")
       .option("--skip-if-unchanged", "write no snapshot when nothing changed since this host's last one (databases, workspace, files, config); the receipt names that one")
+      .addOption(progressOpt())
       .addOption(jsonOpt()),
     ["agentbak backup", "agentbak backup --incremental --skip-if-unchanged", "agentbak backup --idempotency-key \"$CI_JOB_ID\" --json"],
   ).action(async (o) => {
     const { backup } = await import("./commands/backup.js");
-    const r = await withProgress("starting backup", (progress) => backup({ ...o, progress }));
+    const r = await withProgress(o, (progress) => backup({ ...o, progress }));
     await show(o, r, (await render()).backup);
     const ui = await import("./ui/output.js");
     for (const w of r.warnings) ui.warn(w);
@@ -222,11 +233,12 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
       .option("--identity <file>", "age identity file: decrypt and check every component")
       .option("--agent <id>", "agent (default: the config's)")
       .option("--tenant <t>", "tenant (default: the config's)")
+      .addOption(progressOpt())
       .addOption(jsonOpt()),
     ["agentbak verify latest", "agentbak verify 20261129T12 --identity key.txt   # a unique id prefix", "agentbak verify ./20261129T120000000Z-1a2b3c4d.agentbak --identity key.txt --json"],
   ).action(async (ref, o) => {
     const { verify } = await import("./commands/verify.js");
-    await show(o, await verify(ref, o), (await render()).verify);
+    await show(o, await withProgress(o, (progress) => verify(ref, { ...o, progress })), (await render()).verify);
   });
 }
 
@@ -255,19 +267,24 @@ function addRestoreCommands(program: Command, result: { code: ExitCode }): void 
       .option("--allow-embedding-change", "allow vectors from another embedding model than the config's (still needs approval)")
       .option("--wait <duration>", "wait this long for another restore of the same agent to finish (e.g. 30s)")
       .addOption(new Option("--integrity <policy>", "check each database: full (integrity_check + row counts), quick (quick_check + row counts), digest (its signed sha256 only)").choices(["full", "quick", "digest"]).default("full"))
+      .addOption(progressOpt())
       .addOption(jsonOpt()),
     ["agentbak restore latest --target /srv/agents/billing-restored --dry-run", "agentbak restore latest --target ./restored --source conversations=\"$SCRATCH_PG_URL\" --yes", "agentbak restore 20261129T120000000Z-1a2b3c4d --target ./restored --yes --request-id INC-1234 --json"],
   ).action(async (ref, o) => {
     const ui = await import("./ui/output.js");
     const { renderPlan } = await import("./ui/plan.js");
     const { restore } = await import("./commands/restore.js");
-    const r = await restore(ref, {
-      ...o,
-      confirm: async (plan) => {
-        renderPlan(plan);
-        return ui.confirm("Restore this snapshot?", "--yes");
-      },
-    });
+    const r = await withProgress(o, (progress, clear) =>
+      restore(ref, {
+        ...o,
+        progress,
+        confirm: async (plan) => {
+          clear();
+          renderPlan(plan);
+          return ui.confirm("Restore this snapshot?", "--yes");
+        },
+      }),
+    );
     await show(o, r, (await render()).restore);
     // a dry run exits as the restore would: 3 when it would complete with warnings
     if (r.warnings.length && (r.restored || o.dryRun)) result.code = Exit.warnings;
@@ -359,11 +376,12 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
       .option("--tenant <t>", "tenant (default: the config's)")
       .option("--source <name=url>", "restore state source NAME into this empty server instead of a throwaway one the drill starts (repeatable)", collect, [])
       .option("--allow-embedding-change", "drill a snapshot whose vectors come from another embedding model than the config's")
+      .addOption(progressOpt())
       .addOption(jsonOpt()),
     ["agentbak drill latest   # the built-in checks: integrity, row counts, chain, credentials", "agentbak drill latest --spec checks-only", "agentbak drill random --within 7d --spec reference-agent --junit drill.xml --json"],
   ).action(async (ref, o) => {
     const { drill } = await import("./commands/drill.js");
-    const r = await withProgress("drill", (progress) => drill(ref, { ...o, progress }));
+    const r = await withProgress(o, (progress) => drill(ref, { ...o, progress }));
     await show(o, r, (await import("./ui/drill.js")).renderDrill);
     result.code = !r.ok ? Exit.drillFailed : r.warnings.length ? Exit.warnings : Exit.ok;
   });
@@ -451,11 +469,12 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
       .option("--identity <file>", "age identity file (the chain must be decrypted)")
       .option("--agent <id>", "agent (default: the config's)")
       .option("--tenant <t>", "tenant (default: the config's)")
+      .addOption(progressOpt())
       .addOption(jsonOpt()),
     ["agentbak compact latest --identity key.txt"],
   ).action(async (ref, o) => {
     const { compact } = await import("./commands/compact.js");
-    await show(o, await compact(ref, o), (await render()).compact);
+    await show(o, await withProgress(o, (progress) => compact(ref, { ...o, progress })), (await render()).compact);
   });
 
   help(
@@ -487,11 +506,12 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
       .requiredOption("--to <repo>", "destination repository (created if missing)")
       .option("--agent <id>", "only this agent")
       .option("--tenant <t>", "only this tenant")
+      .addOption(progressOpt())
       .addOption(jsonOpt()),
     ["agentbak copy --from ./backups --to s3://backups-eu/agents", "agentbak copy --from s3://a/x --to s3://b/x 20261129T120000000Z-1a2b3c4d"],
   ).action(async (ids, o) => {
     const { copy } = await import("./commands/copy.js");
-    const r = await copy({ ...o, snapshots: ids });
+    const r = await withProgress(o, (progress) => copy({ ...o, snapshots: ids, progress }));
     await show(o, r, (await render()).copy);
     const ui = await import("./ui/output.js");
     for (const w of r.warnings) ui.warn(w);

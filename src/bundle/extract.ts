@@ -5,6 +5,7 @@
  * versions, the rebuilt workspace tree, and each state source's captured
  * files (parsed offline). Used by verify, restore and drill.
  */
+import type { Progress } from "../progress.js";
 import { chmodSync, closeSync, mkdirSync, openSync, readSync, renameSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { AgeIdentity } from "../crypto/age.js";
@@ -110,14 +111,14 @@ export async function checkDatabase(file: string, c: Component, policy: Integrit
  * incremental is verified first, then each payload is decrypted once.
  * @throws AgentbakError(13) at the first failed check, (12) when no identity matches.
  */
-export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity[], root: string, trust: Trust, links: LinkSource, integrity: IntegrityPolicy = "full"): Promise<Extracted> {
+export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity[], root: string, trust: Trust, links: LinkSource, integrity: IntegrityPolicy = "full", progress?: Progress): Promise<Extracted> {
   const m = v.manifest;
   const chain = m.components.some((c) => c.kind === "sqlite-delta") ? await verifyChain(v, links, trust) : [];
   const raw = join(root, ".agentbak-raw");
   ensureDir(raw, 0o700);
   // the worker that will run a large database's integrity_check starts beside the payload's read (nothing for small ones)
   if (integrity !== "digest") warmInspection(m.components.reduce((n, c) => n + (isDatabase(c) ? (c.full_size ?? c.size) : 0), 0)).catch(() => undefined);
-  await readPayload(v, identities, raw);
+  await readPayload(v, identities, raw, undefined, progress);
   const checks: Check[] = [{ name: "components", ok: true, detail: `${m.components.length} components match their sha256 and size` }];
   const work = join(raw, ".chain");
   mkdirSync(work);

@@ -4,6 +4,7 @@
  * component digests. Nothing from the payload is decrypted, decompressed or
  * parsed before the signature and payload digest check out.
  */
+import { noProgress, type Progress } from "../progress.js";
 import { createHash } from "node:crypto";
 import { open } from "node:fs/promises";
 import { dirname, join } from "node:path";
@@ -88,13 +89,16 @@ export async function fileRangeSha256(path: string, start: number, size: number)
  * Full header check plus the payload digest (one read of the payload).
  * @throws AgentbakError(13) `payload.age: digest mismatch` when the payload is not the signed one.
  */
-export async function verifyBundle(path: string, trust: Trust, now = new Date()): Promise<VerifiedBundle> {
+export async function verifyBundle(path: string, trust: Trust, now = new Date(), progress: Progress = noProgress): Promise<VerifiedBundle> {
   const v = verifyHeader(path, trust, now);
   const { payloadOffset: at, payloadSize: size } = v.layout;
+  // hashed off this thread (or in one stream): counted when done, one step of the payload's size
+  const counted = progress.stage("checking payload digest", size);
   // a bundle that lists its chunks' digests is hashed on two threads; one without (written before they were added) in one stream
   const c = v.manifest.payload.chunks;
   if (c ? (await fileChunksSha256(path, at, size, c.size)) !== c.sha256 : (await fileRangeSha256(path, at, size)) !== v.manifest.payload.sha256)
     throw verifyError("payload.age: digest mismatch (not the payload the manifest signed)");
+  counted(size);
   return v;
 }
 
@@ -110,12 +114,12 @@ export interface PayloadCheck {
  * their declared size, are accepted.
  * @throws AgentbakError(12) when no identity matches, (13) on any mismatch.
  */
-export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], destDir?: string, only?: Set<string>): Promise<PayloadCheck> {
+export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], destDir?: string, only?: Set<string>, progress: Progress = noProgress): Promise<PayloadCheck> {
   const expected = new Map(v.manifest.components.map((c) => [c.path, c]));
   const seen = new Set<string>();
   const found: PayloadCheck["components"] = [];
   // the decompressed tar is only counted: each component in it is hashed on its own below
-  const tarTap = new ByteCounter(v.manifest.payload.tar_size, "decompressed payload");
+  const tarTap = new ByteCounter(v.manifest.payload.tar_size, "decompressed payload", progress.stage("decrypting payload", v.manifest.payload.tar_size));
   let payloadDigest = () => "";
   const extract = tar.extract();
   extract.on("entry", (header, stream, next) => {

@@ -82,14 +82,19 @@ export async function fileSha256(path: string): Promise<string> {
   return h.digest("hex");
 }
 
-/** A pass-through that only counts bytes (and fails past `limit`, as HashTap does). */
+/** A pass-through that only counts bytes, telling `onBytes` (a progress stage) of each chunk (and fails past `limit`, as HashTap does). */
 export class ByteCounter extends Transform {
   bytes = 0;
-  constructor(private readonly limit = Number.POSITIVE_INFINITY, private readonly what = "stream") {
+  constructor(
+    private readonly limit = Number.POSITIVE_INFINITY,
+    private readonly what = "stream",
+    private readonly onBytes?: (n: number) => void,
+  ) {
     super();
   }
   override _transform(chunk: Buffer, _e: BufferEncoding, cb: TransformCallback): void {
     this.bytes += chunk.length;
+    this.onBytes?.(chunk.length);
     if (this.bytes > this.limit) return cb(Object.assign(new Error(`${this.what} exceeds its declared size of ${this.limit} bytes`), { code: "OVERSIZE" }));
     cb(null, chunk);
   }

@@ -6,6 +6,7 @@
  * 1.5-1.7 s of a 1194 MiB database's 11.8-12.6 s backup, after all the CPU
  * work). Everything streams; memory does not grow with the size of the state.
  */
+import { noProgress, type Progress } from "../progress.js";
 import { closeSync, createReadStream, fsyncSync, openSync, renameSync, rmSync, statSync } from "node:fs";
 import { FlushBehindFile, fsyncPath, writeAll } from "../fsutil.js";
 import { once } from "node:events";
@@ -95,7 +96,7 @@ const ZSTD_LEVEL = 3;
  * its payload's place (the file is created; the head is left for writeBundleFile).
  * @returns the components with their digests and the payload's digest and sizes.
  */
-export async function writePayload(components: StagedComponent[], recipients: string[], plan: BundlePlan): Promise<{ components: Component[]; payload: Manifest["payload"] }> {
+export async function writePayload(components: StagedComponent[], recipients: string[], plan: BundlePlan, progress: Progress = noProgress): Promise<{ components: Component[]; payload: Manifest["payload"] }> {
   const pack = tar.pack();
   const tarTap = new ByteCounter();
   const outTap = new HashTap(Number.POSITIVE_INFINITY, "payload.age", PAYLOAD_CHUNK);
@@ -116,13 +117,16 @@ export async function writePayload(components: StagedComponent[], recipients: st
   // below, and neither promise may go unhandled meanwhile
   done.catch(() => undefined);
   const result: Component[] = [];
+  const sizeOf = (c: StagedComponent) => (c.pages ? c.pages.pageCount * c.pages.pageSize : statSync(c.file).size);
   try {
+    // counted as the components are read into the tar (every byte of them once)
+    const counted = progress.stage("writing payload", components.reduce((n, c) => n + sizeOf(c), 0));
     for (const c of components) {
-      const size = c.pages ? c.pages.pageCount * c.pages.pageSize : statSync(c.file).size;
+      const size = sizeOf(c);
       // a component that grows or shrinks while it is read fails here, named (tar-stream would say only "Size mismatch")
       const tap = new HashTap(size, `component ${c.path}`, undefined, true);
       const entry = pack.entry({ name: c.path, size, mode: 0o644, mtime: new Date(0), type: "file" });
-      const packed = pipeline(c.pages ? pageStream(c.pages, pool) : pooledFileStream(c.file, pool), tap, entry);
+      const packed = pipeline(c.pages ? pageStream(c.pages, pool) : pooledFileStream(c.file, pool), tap, new ByteCounter(size, `component ${c.path}`, counted), entry);
       packed.catch(() => undefined);
       await Promise.race([packed, done]);
       await packed;

@@ -22,6 +22,7 @@ import { doneBeforeInterrupt, removeOnInterrupt, removeTree } from "../cleanup.j
 import { AgentbakError, ConflictError, Exit, usageError } from "../errors.js";
 import { type AgentRef, hasUnsafeText, newSnapshotId } from "../facts.js";
 import type { Repository } from "../repository/repository.js";
+import type { Progress } from "../progress.js";
 import { warmInspection, type InspectResult } from "../state/inspect/inspect.js";
 import { scanValue } from "../state/secrets/scan.js";
 import { commitSums, finishDatabases, releasePinned, stageDatabases, type DbRecord, type Taken } from "./databases.js";
@@ -80,7 +81,8 @@ export interface BackupOptions {
   sequenceFloor?: number;
   /** no new snapshot when nothing changed since this host's last one (capture/unchanged.ts), as restic's --skip-if-unchanged */
   skipUnchanged?: boolean;
-  progress?: (phase: string) => void;
+  /** where long work reports how far it has got (src/progress.ts) */
+  progress?: Progress;
   /**
    * Called with the receipt the moment the commit marker is written: from then on the snapshot exists, whatever
    * fails after it (the audit entry, the lock's release), and the caller must not report it lost or take it again.
@@ -165,7 +167,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
 
     const manifest = await manifestFor(lc, o, a, { snapshotId, created, chosen, got, written, ins, notCaptured: scope.notCaptured });
     applyScanPolicy("refuse", scanValue(manifest, "manifest"), warnings);
-    o.progress?.("signing and writing bundle");
+    o.progress?.stage("signing and writing bundle");
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
     // rather than written back during the bundle's fsync
     removals.push(...staged.flatMap((c) => (c.file ? [rm(c.file, { force: true })] : [])), ...dbs.map((d) => rm(d.copy, { force: true })));
@@ -211,7 +213,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
  */
 async function writeChecked(lc: LoadedConfig, o: BackupOptions, a: AgentRef, plan: DbPlan, got: Captured, warnings: string[]) {
   const cfg = lc.config;
-  o.progress?.("checking snapshot and writing bundle");
+  o.progress?.stage("checking snapshot and writing bundle");
   const st = stageDatabases(plan, got.dbs, got.taken, cfg.secretScan.databases !== "off");
   const staged = [...st.staged, ...got.sources.staged, ...got.files, ...got.ws.staged];
   // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
@@ -219,11 +221,11 @@ async function writeChecked(lc: LoadedConfig, o: BackupOptions, a: AgentRef, pla
   const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, prior);
   let written: WrittenPayload;
   try {
-    written = await writePayload(staged, cfg.recipients, bundle);
+    written = await writePayload(staged, cfg.recipients, bundle, o.progress);
   } finally {
     await st.inspection.catch(() => undefined);
   }
-  o.progress?.("finishing snapshot checks");
+  o.progress?.stage("finishing snapshot checks");
   const ins = await st.inspection;
   await releasePinned(got.taken); // the instant is no longer needed: the WAL can be checkpointed past it
   finishDatabases(plan, got.dbs, ins);

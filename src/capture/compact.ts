@@ -18,6 +18,7 @@ import { verifyError } from "../errors.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
 import { encodeIndex, indexPages, type PageIndex } from "../state/pages/index.js";
 import { newSnapshotId } from "../facts.js";
+import type { Progress } from "../progress.js";
 
 export interface CompactResult {
   snapshot_id: string;
@@ -27,7 +28,7 @@ export interface CompactResult {
 }
 
 /** Rewrites snapshot `s` (an incremental) as a full bundle in the same repository. */
-export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: AgeIdentity[], key: SigningKey, principal: string, indexKey: Buffer): Promise<CompactResult> {
+export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: AgeIdentity[], key: SigningKey, principal: string, indexKey: Buffer, progress?: Progress): Promise<CompactResult> {
   const a = { tenant: s.tenant!, agent: s.agent_id };
   if (s.kind !== "incremental") return { snapshot_id: s.snapshot_id, replaces: s.snapshot_id, path: null, already_full: true };
   const lock = await repo.lock(a, "agent");
@@ -35,14 +36,14 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
   const staging = repo.store.tempDir(`compact-${a.agent}`);
   const unregister = removeOnInterrupt(staging);
   try {
-    const v = await verifyBundle(opened.path, trust);
+    const v = await verifyBundle(opened.path, trust, undefined, progress);
     const m = v.manifest;
     const chain = await verifyChain(v, opened.links, trust);
     const raw = join(staging, "raw");
     const work = join(staging, "chain");
     mkdirSync(raw);
     mkdirSync(work);
-    await readPayload(v, ids, raw);
+    await readPayload(v, ids, raw, undefined, progress);
     const rebuilt = await rebuildDatabases(v, chain, raw, ids, work);
     const staged: StagedComponent[] = m.components.map((c) => {
       const { sha256: _s, size: _z, full_sha256: _f, full_pages_sha256: _r, full_size: _fs, page_size: _p, page_count: _c, changed_pages: _n, ...meta } = c;
@@ -60,7 +61,7 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
         }
     const id = newSnapshotId(new Date());
     const plan = planBundle(join(staging, `${id}.agentbak`), key, staged, m);
-    const written = await writePayload(staged, m.recipients, plan);
+    const written = await writePayload(staged, m.recipients, plan, progress);
     // rebuildDatabases checked each rebuilt file against its recorded digest; a sha256 (formats 1-3) is checked again
     // against the bytes just written, for free (a pages root would be a second read of the file)
     for (const [i, c] of m.components.entries())

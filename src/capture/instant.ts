@@ -12,6 +12,7 @@ import { readAtInstant, releasePinned, type DbRecord, type Taken } from "./datab
 import { captureFiles, listFiles, type ListedFile } from "./files.js";
 import { runHooks } from "./hooks.js";
 import type { DbPlan } from "./plan.js";
+import type { Progress } from "../progress.js";
 import { restoreTarget, type CaptureScope } from "./scope.js";
 import { captureSources } from "./sources.js";
 import { captureWs, type WorkspaceCaptured } from "./workspace.js";
@@ -36,7 +37,8 @@ export interface InstantOptions {
   waitMs: number;
   /** read the databases' part of the unchanged fingerprint at the instant (Captured.dbState) */
   fingerprint: boolean;
-  progress?: (phase: string) => void;
+  /** where long work reports how far it has got (src/progress.ts) */
+  progress?: Progress;
 }
 
 /**
@@ -52,9 +54,9 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
   let failure: unknown;
   let wsCapture: Promise<WorkspaceCaptured> | null = null;
   try {
-    o.progress?.("quiescing agent");
+    o.progress?.stage("quiescing agent");
     await runHooks(cfg.hooks.pre, lc.dir, cfg.hooks.timeoutSeconds, "pre");
-    o.progress?.("snapshotting databases");
+    o.progress?.stage("snapshotting databases");
     // the workspace's git commands run in child processes while the databases are copied here
     wsCapture = live ? captureWs(scope, live, o.repoDir) : null;
     wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
@@ -64,12 +66,12 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
       Object.assign(got, await readAtInstant(plan, jobs, o.waitMs || cfg.cut.waitSeconds * 1000, o.fingerprint ? lc : null));
     }
     if (cfg.sources.length) {
-      o.progress?.("capturing state sources");
+      o.progress?.stage("capturing state sources");
       got.sources = await captureSources(lc, staging, warnings);
     }
     got.files = captureFiles(scope, o.listed ?? listFiles(lc, o.repoDir));
     if (wsCapture) {
-      o.progress?.("capturing workspace");
+      o.progress?.stage("capturing workspace");
       const w = await wsCapture;
       got.ws = { staged: w.staged, manifest: w.manifest };
       scope.notCaptured.push(...w.notCaptured);

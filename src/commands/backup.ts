@@ -4,6 +4,7 @@ import { backupOrSpool } from "../capture/spool.js";
 import { usageError } from "../errors.js";
 import { parseDuration } from "./duration.js";
 import { context, type GlobalOpts } from "./context.js";
+import type { Progress } from "../progress.js";
 
 export interface BackupCmdOptions extends GlobalOpts {
   idempotencyKey?: string;
@@ -12,7 +13,7 @@ export interface BackupCmdOptions extends GlobalOpts {
   incremental?: boolean;
   skipIfUnchanged?: boolean;
   principal?: string;
-  progress?: (phase: string) => void;
+  progress?: Progress;
 }
 
 export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {

@@ -5,8 +5,9 @@ import { Repository } from "../repository/repository.js";
 import { replicate, type CopyResult } from "../repository/replicate.js";
 import { isUrl } from "../storage/open.js";
 import { context } from "./context.js";
+import type { Progress } from "../progress.js";
 
-export async function copy(opts: { from: string; to: string; snapshots: string[]; agent?: string; tenant?: string }): Promise<CopyResult> {
+export async function copy(opts: { from: string; to: string; snapshots: string[]; agent?: string; tenant?: string; progress?: Progress }): Promise<CopyResult> {
   const ctx = context({});
   const loc = (p: string) => (isUrl(p) ? p : resolve(p));
   const from = loc(opts.from);
@@ -17,5 +18,5 @@ export async function copy(opts: { from: string; to: string; snapshots: string[]
   const { repo: dst } = await Repository.init(to).catch((e) => {
     throw placeError(e, `copy --to ${to}`);
   });
-  return replicate(src, dst, ctx.trust, { ids: opts.snapshots, tenant: opts.tenant, agent: opts.agent, signingKey: ctx.maybeSigningKey(), linkGenerations: true });
+  return replicate(src, dst, ctx.trust, { ids: opts.snapshots, tenant: opts.tenant, agent: opts.agent, signingKey: ctx.maybeSigningKey(), linkGenerations: true, progress: opts.progress });
 }

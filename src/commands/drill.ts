@@ -14,6 +14,7 @@ import { runDrill, type DrillResult } from "../drill/runner.js";
 import { BUILTIN_SPEC, loadSpec } from "../drill/spec.js";
 import { parseDuration } from "./duration.js";
 import { context, type GlobalOpts } from "./context.js";
+import type { Progress } from "../progress.js";
 
 export interface DrillCmdOptions extends GlobalOpts {
   /** a spec file or a shipped spec's name; default the built-in checks */
@@ -29,7 +30,7 @@ export interface DrillCmdOptions extends GlobalOpts {
   allowEmbeddingChange?: boolean;
   /** false: a credential reference that does not resolve here is recorded, not a warning (cron, timers) */
   credentialWarnings?: boolean;
-  progress?: (t: string) => void;
+  progress?: Progress;
 }
 
 /** Writes the JUnit file (atomically) and appends the GitHub job summary, when asked for. */

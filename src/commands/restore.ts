@@ -5,6 +5,7 @@ import { runRestore, type RestoreResult } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { context, type GlobalOpts } from "./context.js";
 import { parseDuration } from "./duration.js";
+import type { Progress } from "../progress.js";
 
 export interface RestoreCmdOptions extends GlobalOpts {
   target: string;
@@ -24,6 +25,7 @@ export interface RestoreCmdOptions extends GlobalOpts {
   wait?: string;
   integrity?: IntegrityPolicy;
   confirm: (plan: RestorePlan) => Promise<boolean>;
+  progress?: Progress;
 }
 
 /** Parses --before. @throws AgentbakError(2) when it is not a time. */
@@ -61,6 +63,7 @@ export async function restore(ref: string, opts: RestoreCmdOptions): Promise<Res
       allowEmbeddingChange: opts.allowEmbeddingChange,
       waitMs: opts.wait ? parseDuration(opts.wait) : 0,
       integrity: opts.integrity,
+      progress: opts.progress,
     });
   } finally {
     bundle.release();

@@ -9,11 +9,13 @@ import { verifyBundle } from "../bundle/reader.js";
 import { pidDir } from "../fsutil.js";
 import { context, type GlobalOpts } from "./context.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
+import type { Progress } from "../progress.js";
 
 export interface VerifyOptions extends GlobalOpts {
   identity?: string;
   agent?: string;
   tenant?: string;
+  progress?: Progress;
 }
 
 export interface VerifyResult {
@@ -33,7 +35,7 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
   const ctx = context(opts);
   const b = await ctx.openRef(ref, ctx.agentFilter(opts));
   try {
-    const v = await verifyBundle(b.path, ctx.trust);
+    const v = await verifyBundle(b.path, ctx.trust, undefined, opts.progress);
     const checks: Check[] = [
       { name: "signature", ok: true, detail: `signed by ${v.signer.principal} (${v.signer.fingerprint}), namespace agentbak-manifest` },
       { name: "manifest", ok: true, detail: "canonical JSON, schema valid" },
@@ -53,7 +55,7 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
       try {
         // loaded only here: the deep checks bring SQLite, git and the payload's decoders, which a check without keys never uses
         const { extractAndCheck } = await import("../bundle/extract.js");
-        checks.push(...(await extractAndCheck(v, ids, join(tmp, "root"), ctx.trust, b.links)).checks);
+        checks.push(...(await extractAndCheck(v, ids, join(tmp, "root"), ctx.trust, b.links, undefined, opts.progress)).checks);
       } finally {
         removeTree(tmp);
         unregister();

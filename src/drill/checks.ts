@@ -19,6 +19,7 @@ import { driverFor, type Throwaway } from "../state/sources/index.js";
 import { foreignKeyCheck, openDefensive, userVersion, vec0Dimensions } from "../state/sqlite/open.js";
 import type { CheckLog } from "./checklog.js";
 import type { SourceQuery } from "./invariants.js";
+import type { Progress } from "../progress.js";
 
 type Db = { name: string; path: string };
 
@@ -28,10 +29,10 @@ type Db = { name: string; path: string };
  * @returns what landed where, or null when extraction failed (recorded as the check "extract")
  * @throws AgentbakError(12) when no identity decrypts it: the drill can not run
  */
-export async function extractInto(v: VerifiedBundle, identities: () => AgeIdentity[], root: string, trust: Trust, links: LinkSource, log: CheckLog): Promise<Extracted | null> {
+export async function extractInto(v: VerifiedBundle, identities: () => AgeIdentity[], root: string, trust: Trust, links: LinkSource, log: CheckLog, progress?: Progress): Promise<Extracted | null> {
   let x: Extracted;
   try {
-    x = await extractAndCheck(v, identities(), root, trust, links);
+    x = await extractAndCheck(v, identities(), root, trust, links, undefined, progress);
   } catch (e) {
     const err = e as { code?: number; message: string };
     if (err.code === 12) throw e;

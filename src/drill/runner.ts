@@ -27,6 +27,7 @@ import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
 import { makeReadOnly, type ScenarioResult } from "./worker.js";
+import type { Progress } from "../progress.js";
 
 export interface DrillResult {
   ok: boolean;
@@ -79,7 +80,8 @@ export interface DrillOptions {
   config?: Config;
   /** drill a snapshot made under another runtime than the config's */
   allowRuntimeChange?: boolean;
-  progress?: (t: string) => void;
+  /** where long work reports how far it has got (src/progress.ts) */
+  progress?: Progress;
   /** `--source NAME=URL`: an empty server for a source instead of a throwaway one */
   sources?: string[];
   /** the embedding models configured for the agent (by database or source name), when a config is known */
@@ -112,7 +114,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const reconciled = spec.reconcile || spec.reconcileFaults.length > 0;
   if (reconciled && !protocol) throw usageError(`drill spec ${o.spec.path} asks for reconciliation, but no config with a reconcile section was given (pass -c)`);
   sweepDrillTemps();
-  const v = await verifyBundle(o.bundle.path, o.trust);
+  const v = await verifyBundle(o.bundle.path, o.trust, undefined, o.progress);
   const m = v.manifest;
   const admitted = admit(m, o);
   const operations = settleOperations(m.open_operations, o.config?.openOperations);
@@ -125,15 +127,15 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const servers: Throwaway[] = [];
   const finish = (f: Partial<Findings>) => drillResult({ o, v, t0, runtime: admitted.runtime, log }, { ...nothingFound(operations), ...f });
   try {
-    o.progress?.("restoring into a temp folder");
     const restored = join(tmp, "restored");
-    const x = await extractInto(v, o.identities, restored, o.trust, o.bundle.links, log);
+    const x = await extractInto(v, o.identities, restored, o.trust, o.bundle.links, log, o.progress);
     if (!x) return finish({});
     let sourceQueries = new Map<string, SourceQuery>();
     if (x.sources.length) {
-      o.progress?.("restoring state sources into throwaway servers");
+      o.progress?.stage("restoring state sources into throwaway servers");
       sourceQueries = await drillSources(m, x.sources, admitted.sourceFlags, join(tmp, "servers"), servers, log);
     }
+    o.progress?.stage("checking the restored agent");
     vectorDimensions(m, x.databases, log);
     makeReadOnly(restored);
     const { integrity, restored: schemas } = databaseChecks(x, log);

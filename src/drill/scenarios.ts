@@ -13,6 +13,7 @@ import { reconciliationScenarios, splitBrainScenario, type OperationReport } fro
 import { TestSink } from "./sink.js";
 import type { CrashPoint } from "./spec.js";
 import { injectTask, runUntilDone, taskCompleted, workerStarter, writableCopy, type Bench, type ScenarioResult } from "./worker.js";
+import type { Progress } from "../progress.js";
 
 /** What the scenarios add to the drill's result. */
 export interface ScenarioOutcome {
@@ -35,7 +36,7 @@ export interface ScenarioPlan {
   sourceQueries: Map<string, SourceQuery>;
   /** the snapshot's schema version (a migration scenario compares against it) */
   schemaVersion: number | null;
-  progress?: (t: string) => void;
+  progress?: Progress;
 }
 
 /** Runs the scenarios the spec asks for. Never throws for a failed check (the log says so). */
@@ -46,21 +47,21 @@ export async function runScenarios(b: Bench, p: ScenarioPlan): Promise<ScenarioO
     const points: (CrashPoint | "sink_kill")[] = [...spec.crashPoints];
     if (spec.sinkKill) points.push("sink_kill");
     for (const [i, sc] of points.entries()) {
-      p.progress?.(`scenario ${sc}`);
+      p.progress?.stage(`scenario ${sc}`);
       const r = await crashScenario(b, sc, join(b.tmp, `run-${i}`), p);
       out.scenarios.push(r.result);
       if (r.ranToEnd) out.receipts[sc] = r.result.receipt;
     }
   }
   if (p.reconcile) {
-    p.progress?.("reconciliation scenarios");
+    p.progress?.stage("reconciliation scenarios");
     const r = await reconciliationScenarios(b, p.operations, p.reconcile.protocol, p.reconcile.openOps);
     out.scenarios.push(...r.scenarios);
     out.operations = r.operations;
     out.reconcileSeconds = r.reconcileSeconds;
   }
   if (spec.splitBrain) {
-    p.progress?.("scenario split_brain");
+    p.progress?.stage("scenario split_brain");
     out.scenarios.push(await splitBrainScenario(b));
   }
   return out;

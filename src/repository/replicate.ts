@@ -5,7 +5,7 @@
  * also carries each agent's generation record and links the two repositories
  * (generation.ts), so fencing generations stay the agent's.
  */
-import { copyFileSync } from "node:fs";
+import { copyFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { verifyBundle } from "../bundle/reader.js";
 import { isDatabase } from "../bundle/manifest.js";
@@ -15,6 +15,7 @@ import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { linkReplica } from "./generation.js";
 import { ordinal, type Repository, type Snapshot } from "./repository.js";
 import { AgentbakError, Exit, notFound } from "../errors.js";
+import type { Progress } from "../progress.js";
 
 export interface CopyResult {
   from: string;
@@ -41,6 +42,8 @@ export async function replicate(
     waitMs?: number;
     /** carry each agent's generation record and link the repositories (a copy; a spool's flush does not: the spool is not a replica) */
     linkGenerations?: boolean;
+    /** where long work reports how far it has got (src/progress.ts) */
+    progress?: Progress;
     /**
      * Where a snapshot of `src` that does not verify goes (a spool's quarantine), with the reason: it and the
      * snapshots built on it are handed over instead of ending the run, and the others are still copied.
@@ -83,7 +86,7 @@ export async function replicate(
     const unregister = removeOnInterrupt(tmp);
     try {
       try {
-        await verifyBundle(opened.path, trust); // before it is sent
+        await verifyBundle(opened.path, trust, undefined, o.progress); // before it is sent
       } catch (err) {
         if (!o.setAside || !(err instanceof AgentbakError) || (err.code !== Exit.verify && err.code !== Exit.policy)) throw err;
         await putAside(e, err.message);
@@ -91,6 +94,9 @@ export async function replicate(
       }
       const file = join(tmp, `${e.snapshot_id}.agentbak`);
       copyFileSync(opened.path, file); // publishing may consume the file it is given
+      // publishing sends and re-verifies the bundle in one call: counted when it has arrived
+      const size = statSync(file).size;
+      const sent = o.progress?.stage("sending bundle", size);
       const indexes: [string, Buffer][] = [];
       for (const c of e.header!.manifest.components.filter((x) => isDatabase(x) && x.page_index_sha256)) {
         const ix = await src.pageIndex(e, c.name);
@@ -100,6 +106,7 @@ export async function replicate(
       const prior = key ? await src.idempotent<Record<string, unknown> & { snapshot_id: string }>(a, key, trust) : undefined;
       const idempotency = key && prior ? { key, receipt: (path: string) => ({ ...prior, path }) } : undefined;
       await dst.publish(a, { snapshotId: e.snapshot_id, file, sequence: e.sequence!, indexes, idempotency, trust, verifyFully: true, audit: { event: "copy", from: src.location }, signingKey: o.signingKey });
+      sent?.(size);
       res.copied.push(e.snapshot_id);
     } finally {
       removeTree(tmp);

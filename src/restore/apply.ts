@@ -34,6 +34,7 @@ import { raiseTrustedState, readTrustedState } from "../state/watermark.js";
 import { doneBeforeInterrupt, letInterruptsIn, removeOnInterrupt, removeTree } from "../cleanup.js";
 import { agentbakHome } from "../home.js";
 import { SQLITE_SIDECAR, type AgentRef } from "../facts.js";
+import type { Progress } from "../progress.js";
 
 export interface RestoreOptions {
   /** the bundle to restore, as a local file, and where its chain's links come from */
@@ -64,6 +65,8 @@ export interface RestoreOptions {
   allowEmbeddingChange?: boolean;
   /** how much of each database is checked beyond its signed digest (default full) */
   integrity?: IntegrityPolicy;
+  /** where long work reports how far it has got (src/progress.ts) */
+  progress?: Progress;
 }
 
 export interface RestoreResult {
@@ -299,7 +302,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   refuseSymlink(target);
   const cfg = o.lc?.config;
   const expectAgent = o.expectAgent ?? cfg?.agent.id;
-  const v = await verifyBundle(o.bundle.path, o.trust, now);
+  const v = await verifyBundle(o.bundle.path, o.trust, now, o.progress);
   const m = v.manifest;
   const a = { tenant: m.tenant, agent: m.agent_id };
   const seen = readTrustedState(agentbakHome(), a);
@@ -360,7 +363,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     unregister = removeOnInterrupt(staging);
     const ids = o.identities();
     const root = join(staging, "root");
-    const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links, o.integrity ?? "full");
+    const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links, o.integrity ?? "full", o.progress);
+    o.progress?.stage("placing restored state");
     const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
     const { moves: timers, warnings: timerWarnings } = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
     warnings.push(...timerWarnings);

@@ -1,14 +1,14 @@
 /**
  * The only module that writes to the terminal. Human output and progress go
- * to stderr; `--json` results go to stdout. Spinners only on a TTY of
+ * to stderr; `--json` results go to stdout. A progress line only on a TTY of
  * non-zero width whose foreground this process is; prompts likewise; colour
  * follows --no-color, then FORCE_COLOR, then NO_COLOR (https://no-color.org).
  */
 import chalk from "chalk";
 import { readFileSync } from "node:fs";
-import type { Ora } from "ora";
 import { interrupting, onInterrupt } from "../cleanup.js";
 import { AgentbakError, Exit, usageError } from "../errors.js";
+import { noProgress, type Progress } from "../progress.js";
 import { safe } from "./escape.js";
 
 export const isTTY = () => Boolean(process.stderr.isTTY);
@@ -60,29 +60,28 @@ export const out = (text: string) => void (interrupting() || process.stdout.writ
 /** Writes one JSON document (or JSON Lines record) to stdout. */
 export const emitJson = (v: unknown) => void (interrupting() || process.stdout.write(JSON.stringify(v) + "\n"));
 
-const spinnable = () => isTTY() && (process.stderr.columns ?? 0) > 0 && foreground();
+const drawable = () => isTTY() && (process.stderr.columns ?? 0) > 0 && foreground();
 
 /**
- * A spinner on a foreground TTY of non-zero width; a no-op otherwise (quiet for
- * cron, and a 0-column terminal would make ora's line arithmetic loop). Stdin
- * stays in cooked mode, so Ctrl-C is a signal and interrupts.
+ * The progress sink of a long command (ui/progress.ts): a line on a foreground
+ * TTY of non-zero width (a 0-column terminal has no line to rewrite; a
+ * background job stays quiet), JSON lines on stderr with `--progress` off a
+ * terminal, else nothing. The line is cleared on stop() and before an
+ * interrupt's message. Stdin stays in cooked mode, so Ctrl-C is a signal.
  */
-export function progress(text: string): { update(t: string): void; stop(): void } {
-  if (!spinnable()) return { update: () => undefined, stop: () => undefined };
-  // ora is loaded only here, on a terminal (cron and CI never pay for it); the spinner starts once it is
-  let s: Ora | null = null;
-  let latest = safe(text);
-  let stopped = false;
-  void import("ora").then(({ default: ora }) => {
-    if (!stopped) s = ora({ text: latest, stream: process.stderr, discardStdin: false }).start();
-  });
-  const unregister = onInterrupt(() => s?.stop());
+export async function progressReporter(json: boolean | undefined): Promise<{ progress: Progress; stop(finished: boolean): void }> {
+  const mode = drawable() ? "tty" : json && !isTTY() ? "json" : null;
+  if (!mode) return { progress: noProgress, stop: () => undefined };
+  const { CLEAR, Reporter } = await import("./progress.js");
+  // once an interrupt is being handled only the clearing gets out: the "interrupted" line follows on a clean line
+  const write = (s: string) => void ((s === CLEAR || !interrupting()) && process.stderr.write(s));
+  const r = new Reporter({ mode, write, columns: () => process.stderr.columns ?? 80 });
+  const unregister = onInterrupt(() => r.stop(false));
   return {
-    update: (t) => void ((latest = safe(t)), s && (s.text = latest)),
-    stop: () => {
-      stopped = true;
+    progress: r,
+    stop: (finished) => {
       unregister();
-      s?.stop();
+      r.stop(finished);
     },
   };
 }

@@ -16,6 +16,7 @@ import type { Check } from "../bundle/extract.js";
 import { safe } from "./escape.js";
 import { dim, isTTY, ok, out, say, table, warn } from "./output.js";
 import { renderPlan } from "./plan.js";
+import { humanSize } from "./progress.js";
 
 export function keygen(r: KeygenResult): void {
   ok(`keys written to ${r.dir}`);
@@ -44,14 +45,6 @@ export function backup(r: BackupReceipt): void {
     say(`  ${safe(r.path)}`);
     for (const n of r.not_captured ?? []) say(`  left out ${safe(n.path)} (${n.reason}: ${safe(n.detail)})`);
   }
-}
-
-/** 1536 -> "1.5 KiB". */
-export function humanSize(n: number): string {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  for (; n >= 1024 && i < units.length - 1; i++) n /= 1024;
-  return i === 0 ? `${n} B` : `${n.toFixed(n < 10 ? 1 : 0)} ${units[i]}`;
 }
 
 /** Time since `iso`, in the largest unit that fits: 45s, 12m, 3h, 5d. */

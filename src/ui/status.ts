@@ -9,7 +9,7 @@ import type { AgentStatus, CheckState, StatusReport } from "../status/gather.js"
 import { human } from "../status/gather.js";
 import { safe } from "./escape.js";
 import { bold, out } from "./output.js";
-import { humanSize } from "./render.js";
+import { humanSize } from "./progress.js";
 
 const WIDTH = 80;
 const fit = (s: string) => (s.length > WIDTH ? `${s.slice(0, WIDTH - 1)}…` : s);

@@ -7,7 +7,7 @@
  */
 import { human, type AgentStatus, type CheckState, type StatusReport } from "../status/gather.js";
 import { html } from "./escape.js";
-import { humanSize } from "./render.js";
+import { humanSize } from "./progress.js";
 
 const WORD: Record<CheckState, string> = { ok: "healthy", warn: "warning", fail: "failing" };
 const time = (iso: string) => iso.replace("T", " ").replace(/\.\d+Z$/, "Z");

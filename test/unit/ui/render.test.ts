@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { humanAge, humanSize } from "../../../src/ui/render.js";
+import { humanAge } from "../../../src/ui/render.js";
+import { humanSize } from "../../../src/ui/progress.js";
 
 describe("humanSize", () => {
   it("binary units, one decimal below 10, none above", () => {
