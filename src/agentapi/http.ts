@@ -330,14 +330,14 @@ function statusRoutes(app: OpenAPIHono<Env>, service: AgentService, render: Stat
     path: "/metrics",
     summary: "OpenMetrics text for the token's agent: last snapshot, last drill, unresolved operations, spool, bytes",
     security: [{ bearer: [] }],
-    responses: { 200: { description: "OpenMetrics text, ending with # EOF", content: { [OPENMETRICS]: { schema: z.string() } } }, ...errors(503) },
+    responses: { 200: { description: "OpenMetrics text, ending with # EOF", content: { [OPENMETRICS]: { schema: z.string() } } }, ...errors(404, 503) },
   });
   app.openAPIRegistry.registerPath({
     method: "get",
     path: "/",
     summary: "The status page (HTML, no script): the token's agent, or every agent served with `serve --ui` on a loopback address",
     security: [{ bearer: [] }],
-    responses: { 200: { description: "the page", content: { "text/html": { schema: z.string() } } }, ...errors(503) },
+    responses: { 200: { description: "the page", content: { "text/html": { schema: z.string() } } }, ...errors(404, 503) },
   });
   app.get("/healthz", async (c) => {
     const why = await service.unhealthy();

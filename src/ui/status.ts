@@ -48,8 +48,8 @@ export function statusScreen(r: StatusReport): void {
 const label = (s: string) => s.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
 
 /** Every metric: name, help, and its value for an agent (undefined: no sample). */
-const METRICS: [string, string, (a: AgentStatus, at: number) => number | undefined][] = [
-  ["agentbak_last_snapshot_timestamp_seconds", "Creation time of the newest verified snapshot (Unix seconds)", (a, at) => (a.last_snapshot ? at - a.last_snapshot.age_seconds : undefined)],
+const METRICS: [string, string, (a: AgentStatus) => number | undefined][] = [
+  ["agentbak_last_snapshot_timestamp_seconds", "Creation time of the newest verified snapshot (Unix seconds)", (a) => (a.last_snapshot ? Date.parse(a.last_snapshot.created_at) / 1000 : undefined)],
   ["agentbak_rpo_objective_seconds", "The configured recovery point objective", (a) => a.rpo_objective_seconds ?? undefined],
   ["agentbak_last_drill_timestamp_seconds", "When the last drill ran (Unix seconds)", (a) => (a.last_drill ? Date.parse(a.last_drill.at) / 1000 : undefined)],
   ["agentbak_last_drill_success", "1 when the last drill passed, 0 when it failed", (a) => (a.last_drill ? Number(a.last_drill.result === "pass") : undefined)],
@@ -63,12 +63,11 @@ const METRICS: [string, string, (a: AgentStatus, at: number) => number | undefin
 
 /** The report in the OpenMetrics text format: one gauge family per metric, a sample per agent, `# EOF` last. */
 export function statusMetrics(r: StatusReport): string {
-  const at = Date.parse(r.at) / 1000;
   const lines: string[] = [];
   for (const [name, help, value] of METRICS) {
     lines.push(`# TYPE ${name} gauge`, `# HELP ${name} ${help}`);
     for (const a of r.agents) {
-      const v = value(a, at);
+      const v = value(a);
       if (v !== undefined) lines.push(`${name}{tenant="${label(a.tenant)}",agent="${label(a.agent_id)}"} ${v}`);
     }
   }

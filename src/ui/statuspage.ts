@@ -42,6 +42,7 @@ th,td{text-align:left;padding:6px 8px;border-bottom:1px solid var(--line);vertic
 td{overflow-wrap:break-word}
 code{font-size:.85rem}
 .none{color:var(--muted)}
+@media (min-width:900px){dl.facts{grid-template-columns:repeat(4,1fr)}}
 @media (max-width:600px){main{padding:8px}.agent{padding:12px}header{padding:12px 16px}.charts{grid-template-columns:1fr}}
 footer{color:var(--muted);font-size:.85rem;text-align:center;padding:8px 16px 24px}
 `;
@@ -96,7 +97,7 @@ function agentSection(a: AgentStatus, i: number): string {
   const total = snaps.reduce((n, s) => n + s.size, 0);
   const snapChart = chart(`snapshots-${i}`, `Snapshots of ${a.tenant}/${a.agent_id} over time: ${snaps.length}, ${humanSize(total)}`, snaps.map((s) => ({ t: Date.parse(s.created_at), y: s.size, label: `${time(s.created_at)}: ${humanSize(s.size)}` })), { unit: humanSize });
   const rtoPoints = drills.filter((d) => d.rto_seconds !== null).map((d) => ({ t: Date.parse(d.at), y: d.rto_seconds!, label: `${time(d.at)}: ${d.result}, RTO ${d.rto_seconds} s`, cls: d.result }));
-  const drillChart = chart(`drills-${i}`, `Drill RTO of ${a.tenant}/${a.agent_id}: ${drills.length} drills`, rtoPoints, { unit: (v) => `${v.toFixed(v < 10 ? 1 : 0)} s`, objective: a.last_drill?.rto_objective_seconds ?? null });
+  const drillChart = chart(`drills-${i}`, `Drill RTO of ${a.tenant}/${a.agent_id}: ${drills.length} drills`, rtoPoints, { unit: (v) => `${v.toFixed(v < 1 ? 2 : v < 10 ? 1 : 0)} s`, objective: a.last_drill?.rto_objective_seconds ?? null });
   const drillRows = drills
     .slice(-10)
     .reverse()

@@ -53,7 +53,7 @@ describe("statusMetrics", () => {
   it("escapes label values, gives each agent a sample of every gauge it has, and ends with # EOF", () => {
     const text = statusMetrics({ ...report, agents: [agent(), agent({ agent_id: "other\nline", last_snapshot: null, last_drill: null })] });
     expect(text.endsWith("\n# EOF\n")).toBe(true);
-    expect(text).toContain('agentbak_last_snapshot_timestamp_seconds{tenant="acme",agent="bill\\"ing\\\\x"} ' + (Date.parse(report.at) / 1000 - 60));
+    expect(text).toContain('agentbak_last_snapshot_timestamp_seconds{tenant="acme",agent="bill\\"ing\\\\x"} ' + Date.parse("2026-12-06T10:00:00.000Z") / 1000);
     expect(text).toContain('agentbak_last_drill_success{tenant="acme",agent="bill\\"ing\\\\x"} 1');
     expect(text).toContain('agentbak_last_drill_rto_seconds{tenant="acme",agent="bill\\"ing\\\\x"} 4');
     // no drill, no snapshot: no sample (not a made-up 0)
