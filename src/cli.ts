@@ -68,7 +68,7 @@ export function buildProgram(result: { code: ExitCode }): Command {
     "after",
     "Exit codes: agentbak help exit-codes. Environment: agentbak help environment.\nMan page: agentbak man | man -l -. Completion: agentbak completion bash|zsh|fish.\n",
   );
-  addSetupCommands(program);
+  addSetupCommands(program, result);
   addBackupCommands(program, result);
   addRestoreCommands(program, result);
   addDrillCommands(program, result);
@@ -117,8 +117,8 @@ function addHelpCommands(program: Command): void {
   ).action((shell: string) => out({ bash: bashCompletion, zsh: zshCompletion, fish: fishCompletion }[shell as "bash"](program)));
 }
 
-/** Setting up a host and an agent: keygen, init. */
-function addSetupCommands(program: Command): void {
+/** Setting up a host and an agent: keygen, init, key check. */
+function addSetupCommands(program: Command, result: { code: ExitCode }): void {
   help(
     program
       .command("keygen")
@@ -155,6 +155,25 @@ function addSetupCommands(program: Command): void {
     const { init } = await import("./commands/init.js");
     const { askChoices, askOne, askText } = await import("./ui/output.js");
     await show(o, await init({ ...o, ask: { askChoices, askOne, askText } }), (await render()).init);
+  });
+
+  const key = program.command("key").description("this host's keys");
+  help(
+    key
+      .command("check")
+      .description("list the identities, recipients and signers this host has, and whether a restore is possible from here (exit 0 yes; 12 a key or signer missing, 13 the latest snapshot does not verify)")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--identity <file>", "age identity file (default AGENTBAK_IDENTITY, AGENTBAK_IDENTITY_FILE, AGENTBAK_HOME/age-identity.txt)")
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's)")
+      .addOption(jsonOpt()),
+    ["agentbak key check", "AGENTBAK_HOME=/mnt/keys agentbak key check --repo s3://backups/fleet --tenant acme --agent billing-agent"],
+  ).action(async (o) => {
+    const { keyCheck } = await import("./commands/key.js");
+    const r = await keyCheck(o);
+    await show(o, r, (await render()).keyCheck);
+    result.code = r.problems[0]?.code ?? (r.warnings.length ? Exit.warnings : Exit.ok);
   });
 }
 

@@ -14,14 +14,52 @@ import type { RestoreResult } from "../restore/apply.js";
 import type { ReconcileResult } from "../restore/reconcile.js";
 import type { Check } from "../bundle/extract.js";
 import { safe } from "./escape.js";
-import { dim, isTTY, ok, out, say, table, warn } from "./output.js";
+import { bad, dim, isTTY, ok, out, say, table, warn } from "./output.js";
 import { renderPlan } from "./plan.js";
 import { humanSize } from "./progress.js";
+
+/**
+ * Said once, when keys are made: the identity is the only way to decrypt the
+ * snapshots, and a host that dies takes it along unless it was copied off.
+ */
+function copyOffHost(dir: string): void {
+  const d = safe(dir);
+  warn(`copy the identity off this host now: without ${dir}/age-identity.txt no snapshot can be decrypted, and if this host is lost, so is it`);
+  say(`  e.g. from another machine: scp 'THIS-HOST:${d}/{age-identity.txt,allowed_signers}' ~/agentbak-keys/  (then keep them offline or in a password manager)`);
+  say(`  on a new host: copy both into AGENTBAK_HOME and run "agentbak key check --repo REPO" (docs/keys.md, "Host lost")`);
+}
 
 export function keygen(r: KeygenResult): void {
   ok(`keys written to ${r.dir}`);
   say(`  recipient: ${r.recipient}`);
   say(`  signer:    ${safe(r.principal)} ${r.signer_fingerprint}`);
+  copyOffHost(r.dir);
+}
+
+/** What `agentbak key check` found (commands/key.ts's result, as much of it as is shown). */
+interface KeyCheck {
+  identities: { source: string; recipients: string[]; problem: string | null };
+  recipients: { recipient: string; identity_here: boolean }[];
+  signing_key: { fingerprint: string | null; trusted_here: boolean; problem: string | null };
+  allowed_signers: { file: string; signers: { principals: string[]; fingerprint: string; revoked: boolean }[]; missing: boolean };
+  latest: { snapshot_id: string; signer: string | null; status: string; problem: string | null } | null;
+  restore_possible: boolean;
+  problems: { message: string }[];
+  warnings: string[];
+}
+
+export function keyCheck(r: KeyCheck): void {
+  const mark = (good: boolean, line: string) => (good ? ok(line) : bad(line));
+  mark(!r.identities.problem, r.identities.problem ?? `identity ${r.identities.source}: ${r.identities.recipients.join(", ")}`);
+  for (const x of r.recipients) mark(x.identity_here, `config recipient ${x.recipient}: ${x.identity_here ? "an identity here opens it" : "no identity here opens it"}`);
+  const live = r.allowed_signers.signers.filter((s) => !s.revoked);
+  mark(live.length > 0, `allowed_signers ${r.allowed_signers.file}: ${r.allowed_signers.missing ? "does not exist" : `${live.length} signer(s)${r.allowed_signers.signers.length > live.length ? `, ${r.allowed_signers.signers.length - live.length} revoked` : ""}`}`);
+  for (const s of r.allowed_signers.signers) say(`  ${s.principals.map(safe).join(",")} ${s.fingerprint}${s.revoked ? " (revoked)" : ""}`);
+  say(`  signing key here: ${r.signing_key.fingerprint ? `${r.signing_key.fingerprint}${r.signing_key.trusted_here ? " (trusted)" : " (not trusted here)"}` : `none (${safe(r.signing_key.problem ?? "")}); needed to back up, not to restore`}`);
+  if (r.latest) mark(r.latest.status === "ok", `latest snapshot ${safe(r.latest.snapshot_id)}: ${r.latest.status === "ok" ? `signed by ${safe(r.latest.signer ?? "?")}, verifies here` : safe(r.latest.problem ?? r.latest.status)}`);
+  for (const w of r.warnings) warn(w);
+  if (r.restore_possible) ok(`a restore is possible from here${r.latest ? "" : " (name a repository, --repo or -c, to check its latest snapshot too)"}`);
+  else for (const p of r.problems) bad(`no restore from here: ${p.message}`);
 }
 
 export function init(r: { config: string; config_created: boolean; repository: string; repository_created: boolean; home: string; keys_created: boolean; databases: { name: string; path: string }[]; missing?: string[]; workspace: string | null }): void {
@@ -30,6 +68,7 @@ export function init(r: { config: string; config_created: boolean; repository: s
   say(`  keys:       ${safe(r.home)}${r.keys_created ? " (generated)" : ""}`);
   for (const d of r.databases) say(`  database:   ${safe(d.name)} = ${safe(d.path)}${r.missing?.includes(d.name) ? " (does not exist yet: a backup fails with 10 until it does)" : ""}`);
   if (r.workspace) say(`  workspace:  ${safe(r.workspace)}`);
+  if (r.keys_created) copyOffHost(r.home);
   if (!r.databases.length && !r.workspace) say(`  next: name the agent's databases ("databases") or workspace in ${safe(r.config)}; until then a backup refuses: there is nothing to back up`);
 }
 

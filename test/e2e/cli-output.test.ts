@@ -115,6 +115,7 @@ describe("JSON keys", () => {
     await go(["compact", "latest", "--identity", a.identity]);
     await go(["copy", "--from", a.repo, "--to", join(a.tmp, "copy")]);
     await go(["schedule", "--every", "1h"]);
+    await go(["key", "check"]);
     for (const [cmd, r] of results) {
       expect([0, 3], `${cmd}: ${r.stderr}`).toContain(r.code);
       const v = json(r);
