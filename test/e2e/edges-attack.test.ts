@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
 import { api, makeToken, mcpHttp, startServer, tool, type Server } from "../agentapi-helpers.js";
@@ -105,4 +105,31 @@ describe("[E2] names are data: a file name with ESC, a bidi control, a space or 
     for (const [i, n] of names.entries()) expect(readFileSync(join(target, "memory", n), "utf8")).toBe(JSON.stringify({ i }));
     expect(readdirSync(join(target, "memory")).sort()).toEqual(readdirSync(join(a.dir, "memory")).sort());
   }, 120_000);
+});
+
+describe("[E2] agent text in the drill's CI files is data, not markup", () => {
+  it("[E2] a cursor value holding HTML, a Markdown link and image, backticks and a | : the job summary shows it escaped in its one cell; the JUnit file stays well-formed", async () => {
+    const hostile = "9999 <img src=x onerror=alert(1)> [approve restore](https://evil.example/) ![t](https://evil.example/t.png) `x` | y \u202e";
+    const db = new Database(join(a.dir, "state/agent.sqlite"));
+    db.prepare("UPDATE deliveries SET delivered_at = ? WHERE delivery_id = 'dlv-task-0000002'").run(hostile);
+    db.close();
+    expect((await a.run(["backup"])).code).toBe(0);
+    const spec = join(a.tmp, "md-drill.json");
+    writeFileSync(spec, JSON.stringify({ name: "md", invariants: [] }));
+    const summary = join(a.tmp, "summary.md");
+    const junit = join(a.tmp, "junit.xml");
+    const r = await a.run(["drill", "latest", "--spec", spec, "--identity", a.identity, "--no-report", "--junit", junit], { GITHUB_STEP_SUMMARY: summary });
+    expect([0, 3], r.stderr).toContain(r.code);
+    const row = readFileSync(summary, "utf8").split("\n").find((l) => l.includes("cursor:delivery"))!;
+    expect(row).toBeDefined();
+    // no markup survives: no tag, no link or image syntax, no raw bidi control; the value is still readable
+    expect(row).not.toMatch(/<img|\]\(|!\[|[\u202e]/);
+    expect(row).toContain("&lt;img src=x onerror=alert\\(1\\)&gt;");
+    expect(row).toContain("\\u202e");
+    // five cells: the | in the value does not end one
+    expect(row.split(/(?<!\\)\|/).length - 2).toBe(5);
+    const xml = readFileSync(junit, "utf8");
+    expect(existsSync(junit) && xml.startsWith("<?xml")).toBe(true);
+    execFileSync("xmllint", ["--noout", junit]);
+  }, 300_000);
 });
