@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
 import { api, makeToken, mcpHttp, startServer, tool, type Server } from "../agentapi-helpers.js";
@@ -132,4 +132,48 @@ describe("[E2] agent text in the drill's CI files is data, not markup", () => {
     expect(existsSync(junit) && xml.startsWith("<?xml")).toBe(true);
     execFileSync("xmllint", ["--noout", junit]);
   }, 300_000);
+});
+
+describe("[E8] a probe's grandchild that leaves the process group (setsid) does not stretch reconcile", () => {
+  it("[E8] it holds stdout open for 60 s: each attempt still ends at the timeout, reconcile ends within keys x timeout (+ start-up)", async () => {
+    const pids = join(a.tmp, "setsid-pids");
+    mkdirSync(pids);
+    const script = join(a.tmp, "setsid-probe.mjs");
+    // detached: the grandchild calls setsid(), so a kill of the probe's group does not reach it; it inherits stdout
+    writeFileSync(
+      script,
+      `import { spawn } from "node:child_process";
+       const g = spawn(process.execPath, ["-e", "require('fs').writeFileSync('${pids}/' + process.pid, ''); setTimeout(() => {}, 60000)"], { stdio: ["ignore", "inherit", "ignore"], detached: true });
+       g.unref();
+       setInterval(() => {}, 1000);`,
+    );
+    const c = JSON.parse(readFileSync(a.config, "utf8"));
+    c.reconcile.probe = { command: ["node", script] };
+    c.reconcile.timeoutSeconds = 1;
+    c.reconcile.attempts = 1;
+    const cfg = join(a.dir, "setsid.json");
+    writeFileSync(cfg, JSON.stringify(c, null, 2));
+    expect((await a.run(["backup"])).code).toBe(0);
+    const target = join(a.tmp, "setsid-target");
+    const rs = await a.run(["restore", "latest", "--target", target, "--yes"]);
+    expect([0, 3], rs.stderr).toContain(rs.code);
+    const t0 = Date.now();
+    try {
+      const r = await a.run(["reconcile", "--target", target, "-c", cfg, "--json"], {}, { timeout: 120_000 });
+      const seconds = (Date.now() - t0) / 1000;
+      const ops = json(r).operations as { outcome: string; detail: string }[];
+      expect(ops.length).toBeGreaterThanOrEqual(1);
+      for (const o of ops) expect(o.detail).toMatch(/probe command gave no answer within 1s/);
+      // one attempt of 1 s per key, plus starting node and the restore's checks; never the grandchild's 60 s
+      expect(seconds).toBeLessThan(ops.length * 1 + 10);
+    } finally {
+      for (const pid of readdirSync(pids).map(Number)) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          /* gone */
+        }
+      }
+    }
+  }, 180_000);
 });
