@@ -18,6 +18,15 @@ export const UNSAFE_TEXT = /[\x00-\x1f\x7f-\x9f\p{Cf}\p{Zl}\p{Zp}\p{Cs}]/u;
 /** Whether `s` holds a character `UNSAFE_TEXT` matches. */
 export const hasUnsafeText = (s: string): boolean => UNSAFE_TEXT.test(s);
 
+/**
+ * A JSON.parse reviver for files a person writes (config, drill spec): the key `__proto__` is refused, since
+ * an object built from it would drop it silently (a strategy for kind "__proto__" would never apply).
+ */
+export const refuseProtoKey = (k: string, v: unknown): unknown => {
+  if (k === "__proto__") throw new SyntaxError('the key "__proto__" is not a name agentbak accepts (it would be dropped)');
+  return v;
+};
+
 const ALL_UNSAFE = new RegExp(UNSAFE_TEXT.source, "gu");
 
 /**

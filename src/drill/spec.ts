@@ -6,6 +6,7 @@ import { dirname, isAbsolute, resolve } from "node:path";
 import * as z from "../zod.js";
 import { formatIssues, notFound, usageError } from "../errors.js";
 import { readFileRegular } from "../fsutil.js";
+import { refuseProtoKey } from "../facts.js";
 
 export const CRASH_POINTS = ["after_commit_before_delivery", "after_send_before_receipt", "after_receipt_before_complete", "during_migration", "old_backup_new_worker"] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
@@ -52,7 +53,7 @@ export function loadSpec(path: string): LoadedSpec {
   const abs = resolve(path);
   let raw: unknown;
   try {
-    raw = JSON.parse(readFileRegular(abs, "utf8"));
+    raw = JSON.parse(readFileRegular(abs, "utf8"), refuseProtoKey);
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     if (err.code === "ENOENT") throw notFound(`drill spec ${abs}: not found`);

@@ -177,3 +177,18 @@ describe("[E8] a probe's grandchild that leaves the process group (setsid) does 
     }
   }, 180_000);
 });
+
+describe("[E3] a config key __proto__ is refused, never dropped", () => {
+  it("[E3] strategies {\"__proto__\": \"escalate\"}: backup exits 2 naming the key (it was dropped, and an operation of that kind got observe); nothing written", async () => {
+    const text = readFileSync(a.config, "utf8").replace('"send_invoice": "retry-safe"', '"__proto__": "escalate", "send_invoice": "retry-safe"');
+    expect(text).toContain("__proto__");
+    const cfg = join(a.dir, "proto-config.json");
+    writeFileSync(cfg, text);
+    const before = (await a.run(["snapshots", "--json"])).stdout;
+    const r = await a.run(["backup", "-c", cfg]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('the key "__proto__"');
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect((await a.run(["snapshots", "--json"])).stdout).toBe(before);
+  }, 60_000);
+});
