@@ -66,8 +66,11 @@ export async function runContained(command: string[], o: ContainedOptions): Prom
   stopOnInterrupt(child, { group: true });
   let timedOut = false;
   const timer = setTimeout(() => {
-    timedOut = true;
+    timedOut = child.exitCode === null && child.signalCode === null;
     killGroup();
+    // a process that left the group (setsid) and holds stdout open is out of reach of the kill: stop waiting
+    // for its end of the pipe, so that the deadline holds all the same
+    child.stdout?.destroy();
   }, o.timeoutMs);
   // the command exited: whatever it left behind in its group (and holding its stdout open) goes too
   child.once("exit", killGroup);

@@ -18,6 +18,28 @@ export const UNSAFE_TEXT = /[\x00-\x1f\x7f-\x9f\p{Cf}\p{Zl}\p{Zp}\p{Cs}]/u;
 /** Whether `s` holds a character `UNSAFE_TEXT` matches. */
 export const hasUnsafeText = (s: string): boolean => UNSAFE_TEXT.test(s);
 
+/**
+ * A JSON.parse reviver for files a person writes (config, drill spec): the key `__proto__` is refused, since
+ * an object built from it would drop it silently (a strategy for kind "__proto__" would never apply).
+ */
+export const refuseProtoKey = (k: string, v: unknown): unknown => {
+  if (k === "__proto__") throw new SyntaxError('the key "__proto__" is not a name agentbak accepts (it would be dropped)');
+  return v;
+};
+
+const ALL_UNSAFE = new RegExp(UNSAFE_TEXT.source, "gu");
+
+/**
+ * `s` with every character of UNSAFE_TEXT shown as `\xNN` / `\uNNNN` (ESC becomes the four visible
+ * characters `\x1b`): the one escaping of outside text, used by ui/escape.ts for the terminal and by
+ * the drill's JUnit and Markdown files.
+ */
+export const escapeUnsafe = (s: string): string =>
+  s.replace(ALL_UNSAFE, (c) => {
+    const n = c.codePointAt(0)!;
+    return n <= 0xff ? `\\x${n.toString(16).padStart(2, "0")}` : `\\u${n.toString(16).padStart(4, "0")}`;
+  });
+
 /** The password of a URL (`scheme://user:PASSWORD@host`), up to the last `@` of its authority, anywhere in a text. */
 const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*):[^\s/?#]*@/gi;
 

@@ -7,6 +7,7 @@ import { formatIssues, notFound, usageError } from "../errors.js";
 import { isUrl } from "../storage/open.js";
 import { ConfigSchema, type Config } from "./schema.js";
 import { readFileRegular } from "../fsutil.js";
+import { refuseProtoKey } from "../facts.js";
 
 /** A validated config with the folder its relative paths resolve against. */
 export interface LoadedConfig {
@@ -32,7 +33,7 @@ export function configPath(flag?: string): string | undefined {
 export function loadConfig(path: string): LoadedConfig {
   let raw: unknown;
   try {
-    raw = JSON.parse(readFileRegular(path, "utf8"));
+    raw = JSON.parse(readFileRegular(path, "utf8"), refuseProtoKey);
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     if (err.code === "ENOENT") throw notFound(`config ${path}: not found`);

@@ -3,11 +3,16 @@
  * for a drill that could not run (snapshot not found, untrusted key, ...),
  * so a CI job always gets a file that says why.
  */
+import { escapeUnsafe } from "../facts.js";
 import type { DrillCheck } from "./checklog.js";
 import type { DrillResult } from "./runner.js";
 
-const esc = (s: string) => s.replace(/[<>&"']/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;", "'": "&apos;" })[c]!).replace(/[\x00-\x08\x0b\x0c\x0e-\x1f]/g, "");
-const md = (s: string) => s.replace(/\|/g, "\\|").replace(/\n/g, " ").slice(0, 200);
+// the agent's text (cursor values, rows, table names, messages) is data in both files: control, bidi and format
+// characters become visible escapes; in XML the markup characters become entities
+const esc = (s: string) => escapeUnsafe(s).replace(/[<>&"']/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;", "'": "&apos;" })[c]!);
+// ... and in the job summary (GitHub Markdown, HTML allowed) every character that could start markup, a link, an
+// image or a table cell is escaped, so a value can not add a link, fetch an image or end its cell
+const md = (s: string) => escapeUnsafe(s.slice(0, 200)).replace(/[\\`*_{}[\]()#+!|~<>&-]/g, (c) => (c === "<" ? "&lt;" : c === ">" ? "&gt;" : c === "&" ? "&amp;" : `\\${c}`));
 
 /** One testcase: a pass, a failure, an error (the drill could not run) or skipped (a warning, or not checked here). */
 interface Case {
@@ -81,7 +86,7 @@ export function junitFailure(f: DrillFailure): string {
 /** A Markdown summary for $GITHUB_STEP_SUMMARY. */
 export function markdownSummary(r: DrillResult): string {
   const outcome = (c: DrillCheck) => (c.ok ? "pass" : c.severity === "error" ? "**FAIL**" : c.severity === "warning" ? "warn" : "not resolved here");
-  const rows = r.checks.map((c) => `| ${c.scenario} | ${c.phase} | ${c.name} | ${outcome(c)} | ${md(c.detail)} |`);
+  const rows = r.checks.map((c) => `| ${md(c.scenario)} | ${md(c.phase)} | ${md(c.name)} | ${outcome(c)} | ${md(c.detail)} |`);
   return [
     `### agentbak drill ${r.spec}: ${r.ok ? (r.warnings.length ? "passed with warnings" : "passed") : "FAILED"}`,
     "",

@@ -7,6 +7,7 @@ import { dirname, isAbsolute, join, resolve } from "node:path";
 import * as z from "../zod.js";
 import { formatIssues, notFound, usageError } from "../errors.js";
 import { readFileRegular } from "../fsutil.js";
+import { refuseProtoKey } from "../facts.js";
 import { ROOT } from "../version.js";
 
 /** The specs shipped in the package's drills/ folder, by name. */
@@ -82,7 +83,7 @@ export function loadSpec(path: string | undefined): LoadedSpec {
   const abs = specPath(path);
   let raw: unknown;
   try {
-    raw = JSON.parse(readFileRegular(abs, "utf8"));
+    raw = JSON.parse(readFileRegular(abs, "utf8"), refuseProtoKey);
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
     if (err.code === "ENOENT") throw notFound(`drill spec ${abs}: not found`);

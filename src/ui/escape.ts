@@ -6,9 +6,7 @@
  * text can never move the cursor, recolour, rewrite or reorder what a person
  * reads. JSON output keeps the exact value and does not use it.
  */
-import { UNSAFE_TEXT } from "../facts.js";
-
-const ALL = new RegExp(UNSAFE_TEXT.source, "gu");
+import { escapeUnsafe } from "../facts.js";
 
 /**
  * Text safe to print.
@@ -16,10 +14,7 @@ const ALL = new RegExp(UNSAFE_TEXT.source, "gu");
  * @returns `s` with every unsafe character replaced by its escape (ESC becomes the four visible characters `\x1b`)
  */
 export function safe(s: string): string {
-  return s.replace(ALL, (c) => {
-    const n = c.codePointAt(0)!;
-    return n <= 0xff ? `\\x${n.toString(16).padStart(2, "0")}` : `\\u${n.toString(16).padStart(4, "0")}`;
-  });
+  return escapeUnsafe(s);
 }
 
 const ENTITIES: Record<string, string> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
 import { api, makeToken, mcpHttp, startServer, tool, type Server } from "../agentapi-helpers.js";
@@ -105,4 +105,90 @@ describe("[E2] names are data: a file name with ESC, a bidi control, a space or 
     for (const [i, n] of names.entries()) expect(readFileSync(join(target, "memory", n), "utf8")).toBe(JSON.stringify({ i }));
     expect(readdirSync(join(target, "memory")).sort()).toEqual(readdirSync(join(a.dir, "memory")).sort());
   }, 120_000);
+});
+
+describe("[E2] agent text in the drill's CI files is data, not markup", () => {
+  it("[E2] a cursor value holding HTML, a Markdown link and image, backticks and a | : the job summary shows it escaped in its one cell; the JUnit file stays well-formed", async () => {
+    const hostile = "9999 <img src=x onerror=alert(1)> [approve restore](https://evil.example/) ![t](https://evil.example/t.png) `x` | y \u202e";
+    const db = new Database(join(a.dir, "state/agent.sqlite"));
+    db.prepare("UPDATE deliveries SET delivered_at = ? WHERE delivery_id = 'dlv-task-0000002'").run(hostile);
+    db.close();
+    expect((await a.run(["backup"])).code).toBe(0);
+    const spec = join(a.tmp, "md-drill.json");
+    writeFileSync(spec, JSON.stringify({ name: "md", invariants: [] }));
+    const summary = join(a.tmp, "summary.md");
+    const junit = join(a.tmp, "junit.xml");
+    const r = await a.run(["drill", "latest", "--spec", spec, "--identity", a.identity, "--no-report", "--junit", junit], { GITHUB_STEP_SUMMARY: summary });
+    expect([0, 3], r.stderr).toContain(r.code);
+    const row = readFileSync(summary, "utf8").split("\n").find((l) => l.includes("cursor:delivery"))!;
+    expect(row).toBeDefined();
+    // no markup survives: no tag, no link or image syntax, no raw bidi control; the value is still readable
+    expect(row).not.toMatch(/<img|\]\(|!\[|[\u202e]/);
+    expect(row).toContain("&lt;img src=x onerror=alert\\(1\\)&gt;");
+    expect(row).toContain("\\u202e");
+    // five cells: the | in the value does not end one
+    expect(row.split(/(?<!\\)\|/).length - 2).toBe(5);
+    const xml = readFileSync(junit, "utf8");
+    expect(existsSync(junit) && xml.startsWith("<?xml")).toBe(true);
+    execFileSync("xmllint", ["--noout", junit]);
+  }, 300_000);
+});
+
+describe("[E8] a probe's grandchild that leaves the process group (setsid) does not stretch reconcile", () => {
+  it("[E8] it holds stdout open for 60 s: each attempt still ends at the timeout, reconcile ends within keys x timeout (+ start-up)", async () => {
+    const pids = join(a.tmp, "setsid-pids");
+    mkdirSync(pids);
+    const script = join(a.tmp, "setsid-probe.mjs");
+    // detached: the grandchild calls setsid(), so a kill of the probe's group does not reach it; it inherits stdout
+    writeFileSync(
+      script,
+      `import { spawn } from "node:child_process";
+       const g = spawn(process.execPath, ["-e", "require('fs').writeFileSync('${pids}/' + process.pid, ''); setTimeout(() => {}, 60000)"], { stdio: ["ignore", "inherit", "ignore"], detached: true });
+       g.unref();
+       setInterval(() => {}, 1000);`,
+    );
+    const c = JSON.parse(readFileSync(a.config, "utf8"));
+    c.reconcile.probe = { command: ["node", script] };
+    c.reconcile.timeoutSeconds = 1;
+    c.reconcile.attempts = 1;
+    const cfg = join(a.dir, "setsid.json");
+    writeFileSync(cfg, JSON.stringify(c, null, 2));
+    expect((await a.run(["backup"])).code).toBe(0);
+    const target = join(a.tmp, "setsid-target");
+    const rs = await a.run(["restore", "latest", "--target", target, "--yes"]);
+    expect([0, 3], rs.stderr).toContain(rs.code);
+    const t0 = Date.now();
+    try {
+      const r = await a.run(["reconcile", "--target", target, "-c", cfg, "--json"], {}, { timeout: 120_000 });
+      const seconds = (Date.now() - t0) / 1000;
+      const ops = json(r).operations as { outcome: string; detail: string }[];
+      expect(ops.length).toBeGreaterThanOrEqual(1);
+      for (const o of ops) expect(o.detail).toMatch(/probe command gave no answer within 1s/);
+      // one attempt of 1 s per key, plus starting node and the restore's checks; never the grandchild's 60 s
+      expect(seconds).toBeLessThan(ops.length * 1 + 10);
+    } finally {
+      for (const pid of readdirSync(pids).map(Number)) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          /* gone */
+        }
+      }
+    }
+  }, 180_000);
+});
+
+describe("[E3] a config key __proto__ is refused, never dropped", () => {
+  it("[E3] strategies {\"__proto__\": \"escalate\"}: backup exits 2 naming the key (it was dropped, and an operation of that kind got observe); nothing written", async () => {
+    const text = readFileSync(a.config, "utf8").replace('"send_invoice": "retry-safe"', '"__proto__": "escalate", "send_invoice": "retry-safe"');
+    expect(text).toContain("__proto__");
+    const cfg = join(a.dir, "proto-config.json");
+    writeFileSync(cfg, text);
+    const before = (await a.run(["snapshots", "--json"])).stdout;
+    const r = await a.run(["backup", "-c", cfg]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('the key "__proto__"');
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect((await a.run(["snapshots", "--json"])).stdout).toBe(before);
+  }, 60_000);
 });
