@@ -21,7 +21,7 @@ afterAll(() => a?.cleanup());
 /** The shell block under the host-lost marker in docs/keys.md. */
 function hostLostBlock(): string {
   const doc = readFileSync(join(ROOT, "docs", "keys.md"), "utf8");
-  const m = /<!-- host-lost:[^>]*-->\n```sh\n([\s\S]*?)```/.exec(doc);
+  const m = /<!-- host-lost:[^>]*-->\n```sh[^\n]*\n([\s\S]*?)```/.exec(doc);
   if (!m) throw new Error("docs/keys.md has no host-lost block");
   return m[1]!;
 }

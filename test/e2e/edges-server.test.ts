@@ -694,12 +694,12 @@ describe("[E11] openapi.json lists every status and field the server answers", (
       unlock();
       // internal errors: the agent's folders are files where folders should be
       for (const d of ["snapshots", "requests"]) renameSync(join(agentDir(), d), join(agentDir(), `${d}.aside`)), writeFileSync(join(agentDir(), d), "");
-      for (const r of every) await call(u, r, 500, r[1].replace("{id}", r === Q ? req.request_id : id), { token: tok["restore-request"]!.token, ...(r[0] === "POST" ? { body: JSON.stringify({ reason: "x" }) } : {}) });
+      for (const r of every) await call(u, r, 500, r[1].replace("{id}", r === Q ? req.request_id : id), { token: tok["restore-request"]!.token, ...(r === R ? { body: JSON.stringify({ reason: "x" }) } : r === B ? { body: "{}" } : {}) });
       for (const r of reads) await call(u, r, 500, r[1], { token: tok.read!.token });
       for (const d of ["snapshots", "requests"]) rmSync(join(agentDir(), d)), renameSync(join(agentDir(), `${d}.aside`), join(agentDir(), d));
       // the repository gone
       renameSync(a.repo, `${a.repo}.gone`);
-      for (const r of every) await call(u, r, 404, r[1].replace("{id}", r === Q ? req.request_id : id), { token: tok["restore-request"]!.token, ...(r[0] === "POST" ? { body: JSON.stringify({ reason: "x" }) } : {}) });
+      for (const r of every) await call(u, r, 404, r[1].replace("{id}", r === Q ? req.request_id : id), { token: tok["restore-request"]!.token, ...(r === R ? { body: JSON.stringify({ reason: "x" }) } : r === B ? { body: "{}" } : {}) });
       for (const r of reads) await call(u, r, 404, r[1], { token: tok.read!.token });
       await call(u, H, 503, "/healthz");
       renameSync(`${a.repo}.gone`, a.repo);
