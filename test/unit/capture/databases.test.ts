@@ -26,7 +26,9 @@ function agent(rows = 10) {
     db.pragma("journal_mode = WAL");
     db.exec("CREATE TABLE t (x TEXT)");
     const ins = db.prepare("INSERT INTO t VALUES (?)");
-    for (let i = 0; i < rows; i++) ins.run(`row ${i} ${"x".repeat(200)}`);
+    db.transaction(() => {
+      for (let i = 0; i < rows; i++) ins.run(`row ${i} ${"x".repeat(200)}`);
+    })();
     db.close();
   }
   const jobs = ["state", "ledger"].map((name) => ({ name, src: join(dir, `${name}.sqlite`), dest: join(dir, `copy-${name}.sqlite`), target: `${name}.sqlite` }));
