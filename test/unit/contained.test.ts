@@ -36,12 +36,14 @@ const ended = (pid: number) => {
   }
 };
 const waitPidFile = async (f: string) => {
-  for (let i = 0; i < 200 && !(existsSync(f) && readFileSync(f, "utf8").trim()); i++) await new Promise((r) => setTimeout(r, 10));
+  for (let i = 0; i < 500 && !(existsSync(f) && readFileSync(f, "utf8").trim()); i++) await new Promise((r) => setTimeout(r, 10));
   const pid = Number(readFileSync(f, "utf8").trim());
   strays.push(pid);
   return pid;
 };
 const env = basicEnv();
+/** shell: wait until the grandchild has written its pid (a loaded machine may start it late) */
+const started = (f: string) => `while [ ! -s ${f} ]; do sleep 0.01; done`;
 
 describe("runContained", () => {
   it("gives the command its input and reports its exit status and stdout (stderr is not captured)", async () => {
@@ -67,18 +69,19 @@ describe("runContained", () => {
   it("the deadline kills the whole group: a grandchild that ignores SIGTERM ends too", async () => {
     const f = join(tmp, "grandchild.pid");
     const t0 = Date.now();
-    const r = await runContained(["sh", "-c", `sh -c 'trap "" TERM; echo $$ > ${f}; exec sleep 30' & wait`], { env, timeoutMs: 400 });
+    const r = await runContained(["sh", "-c", `sh -c 'trap "" TERM; echo $$ > ${f}; exec sleep 30' & ${started(f)}; wait`], { env, timeoutMs: 700 });
     expect(Date.now() - t0).toBeLessThan(5000);
     expect(r.timedOut).toBe(true);
     expect(r.signal).toBe("SIGKILL");
     const pid = await waitPidFile(f);
+    for (let i = 0; i < 300 && !ended(pid); i++) await new Promise((res) => setTimeout(res, 10));
     expect(ended(pid)).toBe(true);
   });
 
   it("a grandchild that left the group (setsid) and holds stdout open does not hold the deadline", async () => {
     const f = join(tmp, "escaped.pid");
     const t0 = Date.now();
-    const r = await runContained(["sh", "-c", `setsid sh -c 'echo $$ > ${f}; exec sleep 30' & sleep 30`], { env, timeoutMs: 400 });
+    const r = await runContained(["sh", "-c", `setsid sh -c 'echo $$ > ${f}; exec sleep 30' & ${started(f)}; sleep 30`], { env, timeoutMs: 700 });
     expect(Date.now() - t0).toBeLessThan(5000);
     expect(r.timedOut).toBe(true);
     await waitPidFile(f);
@@ -87,11 +90,11 @@ describe("runContained", () => {
   it("once the command exits, what it left running in its group is killed", async () => {
     const f = join(tmp, "left.pid");
     const t0 = Date.now();
-    const r = await runContained(["sh", "-c", `sh -c 'echo $$ > ${f}; exec sleep 30' & echo started`], { env, timeoutMs: 20_000 });
+    const r = await runContained(["sh", "-c", `sh -c 'echo $$ > ${f}; exec sleep 30' & ${started(f)}; echo started`], { env, timeoutMs: 20_000 });
     expect(Date.now() - t0).toBeLessThan(5000);
     expect(r).toMatchObject({ exitCode: 0, stdout: "started", timedOut: false });
     const pid = await waitPidFile(f);
-    for (let i = 0; i < 100 && !ended(pid); i++) await new Promise((res) => setTimeout(res, 10));
+    for (let i = 0; i < 300 && !ended(pid); i++) await new Promise((res) => setTimeout(res, 10));
     expect(ended(pid)).toBe(true);
   });
 

@@ -11,7 +11,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
 import { createCipheriv, createHash } from "node:crypto";
-import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buffer } from "node:stream/consumers";
@@ -66,12 +66,17 @@ describe("plaintext on this thread", () => {
   });
 
   it("a reader that goes away ends the chain: the file is let go", async () => {
-    const p = plaintext(src, [id]);
+    // a payload larger than the stages buffer between them, so the file is still being read when the reader goes
+    const big = createCipheriv("aes-128-ctr", Buffer.alloc(16, 6), Buffer.alloc(16)).update(Buffer.alloc(6 << 20));
+    writeFileSync(join(tmp, "big"), big);
+    writeFileSync(join(tmp, "big.age"), execFileSync("sh", ["-c", `zstd -q -1 -c big | age -r ${id.recipient}`], { cwd: tmp, maxBuffer: 64 << 20 }));
+    const path = join(tmp, "big.age");
+    const p = plaintext({ path, offset: 0, size: statSync(path).size, tarSize: big.length }, [id]);
     await new Promise<void>((r) => p.stream.once("readable", () => r()));
-    expect(openOn(src.path)).toBe(1);
+    expect(openOn(path)).toBe(1);
     p.stream.destroy();
-    for (let i = 0; i < 100 && openOn(src.path); i++) await new Promise((r) => setTimeout(r, 10));
-    expect(openOn(src.path)).toBe(0);
+    for (let i = 0; i < 100 && openOn(path); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(openOn(path)).toBe(0);
   });
 });
 

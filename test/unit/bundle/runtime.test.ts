@@ -34,6 +34,9 @@ describe("runtimeDifferences", () => {
     expect(d(["1x4x2"])[0]).toEqual(["agent_version", false]);
     expect(d(["1.4.[0-9]"])[0]).toEqual(["agent_version", false]);
     expect(d(["2.*", "1.4.2"])[0]).toEqual(["agent_version", true]);
+    // and a dot in a pattern does not match another character in the value
+    const x = runtimeDifferences({ ...snap, agent_version: "1x4x2" }, { agentVersion: "1.5.0", compatible: { agentVersion: ["1.4.2"] } });
+    expect(x.map((y) => y.compatible)).toEqual([false]);
   });
 
   it("a value the snapshot did not record is never compatible, whatever the pattern", () => {
