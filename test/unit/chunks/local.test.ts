@@ -7,6 +7,7 @@
  * unchanged and not racy, and saving only the entries this run used.
  */
 import { afterAll, describe, expect, it } from "vitest";
+import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -92,6 +93,12 @@ describe("KnownChunks", () => {
     expect(KnownChunks.load(f).size).toBe(0);
     writeFileSync(f, good);
     expect(KnownChunks.load(f).size).toBe(5);
+    // a count that is not the file's, under a checksum that matches (the checksum is no key): empty, not a throw
+    const lying = Buffer.from(good);
+    lying.writeUInt32BE(10, 24);
+    createHash("sha256").update(lying.subarray(0, lying.length - 32)).digest().copy(lying, lying.length - 32);
+    writeFileSync(f, lying);
+    expect(KnownChunks.load(f).size).toBe(0);
   });
 
   it("retain keeps only what the repository still holds; save writes only when something changed", () => {
