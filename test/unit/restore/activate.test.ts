@@ -12,7 +12,7 @@ import Database from "better-sqlite3";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { activate, fenceCheck, type ActivateOptions } from "../../../src/restore/activate.js";
 import { MARKER_DIR, openTarget, SUSPENDED, summarize, writeReconcileRecord, writeTargetRecord, type Target } from "../../../src/restore/state.js";
 import { Repository } from "../../../src/repository/repository.js";
