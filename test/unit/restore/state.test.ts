@@ -116,6 +116,9 @@ describe("reconcile record", () => {
     writeReconcileRecord(a, rec([result(ops[0]!, "completed"), result(ops[1]!, "retry")]), key);
     writeFileSync(join(b.dir, MARKER_DIR, "reconcile.json"), readFileSync(join(a.dir, MARKER_DIR, "reconcile.json")));
     expect(code(() => readReconcileRecord(b))).toEqual([13, expect.stringContaining("belongs to another restore (not to generation 4 as restore.json records it)")]);
+    // bound to this very record, signed, but naming another generation
+    writeReconcileRecord(a, { ...rec([result(ops[0]!, "completed"), result(ops[1]!, "retry")]), generation: 5 }, key);
+    expect(code(() => readReconcileRecord(a))).toEqual([13, expect.stringContaining("belongs to another restore")]);
   });
 
   it("results not one per open operation, in order, are 13; damage and a stranger's signature too", () => {
