@@ -47,7 +47,7 @@ describe("lancedb source", () => {
     expect((await back.tableNames()).sort()).toEqual(["memories", "notes"]);
     expect(await (await back.openTable("memories")).countRows()).toBe(25);
     back.close();
-    expect(await lancedbDriver.occupant(target, cap.files, false)).toBe(`${target} is not empty`);
+    expect(await lancedbDriver.occupant(target, cap.files, false)).toBe("the folder holds 3 entries"); // the caller names the folder
 
     // a manifest that says otherwise: 13 naming the table
     const lie = (await failure(lancedbDriver.check("memory", [{ ...cap.files[0]!, records: { memories: 26 } }])));
