@@ -153,6 +153,21 @@ describe("[E3] reconciliation is per operation, never per key", () => {
     expect(json(ok)).toMatchObject({ activated: true, unresolved: [] });
   });
 
+  it("[E3] a command probe's 64 KiB is counted in bytes: 30 000 three-byte characters (90 KB) are a failed probe, not a receipt", async () => {
+    const script = join(a.tmp, "wide-probe.mjs");
+    // 30 000 characters fit under 65 536 when characters are counted; the bytes (90 000) do not
+    writeFileSync(script, `process.stdout.write(JSON.stringify({ state: "completed", receipt: "\\u20ac".repeat(30000) }));`);
+    const cmd = configVariant("e3-wide-command", (c) => (c.reconcile.probe = { command: ["node", script] }));
+    const t = await restore("e3-wide-command");
+    const r = await a.run(["reconcile", "--target", t, "-c", cmd, "--json"]);
+    expect(r.code, r.stderr).toBe(EXIT.warnings);
+    for (const o of json(r).operations) {
+      expect(o).toMatchObject({ outcome: "unknown", receipt: null, resolved: false });
+      expect(o.detail).toMatch(/probe command's answer is larger than 64 KiB: not read/);
+    }
+    expect(deliveries(t)["dlv-task-open-1"].provider_receipt).toBeNull();
+  });
+
   it("[E3] an outcome SQL that leaves the row open does not resolve the operation", async () => {
     for (const k of ["idem-shared", "idem-task-open-1"]) provider.answer(k, 200, { receipt: `rcpt-${k}` });
     const cfg = configVariant("e3-keeps-open", (c) => (c.reconcile.onCompleted.sql = "UPDATE deliveries SET provider_receipt = :receipt WHERE delivery_id = :id"));
