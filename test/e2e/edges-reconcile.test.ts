@@ -474,3 +474,42 @@ describe("[E13] activate trusts only signed state", () => {
     rmSync(u, { recursive: true, force: true });
   });
 });
+
+describe("[E13] 'already active' only for a restore agentbak activated", () => {
+  it("[E13] a SUSPENDED marker removed by hand, or an activation record moved in, is refused (13), never 'already active'; a superseded active restore is 14", async () => {
+    for (const k of ["idem-shared", "idem-task-open-1"]) provider.answer(k, 200, { receipt: `rcpt-${k}` });
+    const active = await restore("e13-active");
+    expect((await a.run(["reconcile", "--target", active])).code).toBe(EXIT.ok);
+    expect((await a.run(["activate", "--target", active, "--yes"])).code).toBe(EXIT.ok);
+    // a second activate of the genuine one: already active (0)
+    const again = await a.run(["activate", "--target", active, "--yes", "--json"]);
+    expect(again.code, again.stderr).toBe(EXIT.ok);
+    expect(json(again)).toMatchObject({ activated: false, already_active: true });
+
+    // a newer restore whose marker the agent removed: never reconciled, never activated
+    const hand = await restore("e13-hand");
+    rmSync(join(hand, ".agentbak/SUSPENDED"));
+    let r = await a.run(["activate", "--target", hand, "--yes", "--json"]);
+    expect(r.code, r.stderr).toBe(EXIT.verify);
+    expect(json(r)).toMatchObject({ exit_status: EXIT.verify, message: expect.stringContaining("never activated it") });
+    expect(r.stdout).not.toContain("already_active");
+    expect(r.stderr).toContain(`${hand} is not suspended, but agentbak never activated it (no .agentbak/activation.json`);
+    // the genuine, signed activation record of the other restore, moved in
+    copyFileSync(join(active, ".agentbak/activation.json"), join(hand, ".agentbak/activation.json"));
+    r = await a.run(["activate", "--target", hand, "--yes"]);
+    expect(r.code, r.stderr).toBe(EXIT.verify);
+    expect(r.stderr).toContain(`${join(hand, ".agentbak/activation.json")} belongs to another restore`);
+    // an activation record edited (or written by hand): its signature does not match
+    const forged = JSON.parse(readFileSync(join(active, ".agentbak/activation.json"), "utf8"));
+    forged.generation += 1;
+    writeFileSync(join(hand, ".agentbak/activation.json"), JSON.stringify(forged));
+    r = await a.run(["activate", "--target", hand, "--yes"]);
+    expect(r.code, r.stderr).toBe(EXIT.verify);
+    expect(r.stderr).toContain("was changed after agentbak signed it");
+
+    // the earlier active restore is superseded by that newer one: not "already active" (0) but 14, naming it
+    r = await a.run(["activate", "--target", active, "--yes"]);
+    expect(r.code, r.stderr).toBe(EXIT.policy);
+    expect(r.stderr).toMatch(/is superseded by generation \d+; this restore must not keep running: stop it/);
+  });
+});
