@@ -513,3 +513,44 @@ describe("[E13] 'already active' only for a restore agentbak activated", () => {
     expect(r.stderr).toMatch(/is superseded by generation \d+; this restore must not keep running: stop it/);
   });
 });
+
+describe("[E8] an idempotency key can not steer the probe to another endpoint", () => {
+  it("[E8] keys '..' and '.' (dot segments URL parsing removes): never sent with the credential; the operation stays unknown, named", async () => {
+    const dots = await makeAgent({ sizeMb: 1, seed: 5 });
+    try {
+      const db = new Database(join(dots.dir, "state/agent.sqlite"));
+      const at = "2026-11-30T00:00:00.000Z";
+      for (const [n, key] of [[1, ".."], [2, "."]] as const) {
+        db.prepare("INSERT INTO tasks (task_id, kind, payload, status, worker_id, lease_until, created_at) VALUES (?, 'send_invoice', '{}', 'running', 'worker-a', 1, ?)").run(`task-dot-${n}`, at);
+        db.prepare("INSERT INTO deliveries (delivery_id, task_id, idempotency_key, status, attempted_at) VALUES (?, ?, ?, 'attempted', ?)").run(`dlv-dot-${n}`, `task-dot-${n}`, key, at);
+      }
+      db.close();
+      mkdirSync(join(dots.dir, "secrets"));
+      writeFileSync(join(dots.dir, "secrets/smtp-password"), SECRET + "\n");
+      const c = JSON.parse(readFileSync(dots.config, "utf8"));
+      // /v1/deliveries/.. is /v1/ and /v1/deliveries/. is /v1/deliveries/ once parsed: other endpoints (the provider's key "")
+      c.reconcile.probe.http = { url: `${provider.url}/v1/deliveries/{idempotency_key}`, headers: { authorization: "Bearer {credential:mail}" } };
+      c.reconcile.timeoutSeconds = 1;
+      c.reconcile.attempts = 1;
+      writeFileSync(dots.config, JSON.stringify(c, null, 2));
+      expect((await dots.run(["backup"])).code).toBe(0);
+      provider.handlers.clear();
+      provider.log = [];
+      // what those other endpoints would answer: 200 with a receipt, which would mark the delivery done
+      provider.answer("", 200, { receipt: "another-endpoint" });
+      const t = join(dots.tmp, "dots");
+      expect([EXIT.ok, EXIT.warnings]).toContain((await dots.run(["restore", "latest", "--target", t, "--yes"])).code);
+      const r = await dots.run(["reconcile", "--target", t, "--json"]);
+      const ops = json(r).operations.filter((o: any) => o.id.startsWith("dlv-dot-"));
+      expect(ops).toHaveLength(2);
+      for (const o of ops) {
+        expect(o).toMatchObject({ outcome: "unknown", receipt: null, resolved: false });
+        expect(o.detail).toMatch(/idempotency_key "\.\.?" is a dot segment of a URL path \(it would ask another endpoint of the provider\): not sent/);
+      }
+      // nothing reached another endpoint; the ordinary key was asked
+      expect(provider.log.map((l) => l.key)).toEqual(["idem-task-open-1"]);
+    } finally {
+      dots.cleanup();
+    }
+  });
+});
