@@ -584,13 +584,15 @@ function addAgentServers(program: Command): void {
       .command("serve")
       .description("HTTP API for agents (bearer tokens per tenant, agent and tier): /v1/backups, /v1/snapshots, /v1/restores, /v1/openapi.json, MCP at /mcp, the status page at /, /metrics and /healthz; SIGTERM finishes the requests in flight and exits 0")
       .option("-c, --config <file...>", "config of each agent served (default ./agentbak.json)")
-      .option("--listen <host:port>", "address (default agentInterface.listen, else 127.0.0.1:8377; port 0 picks a free one)")
+      .option("--host <file>", "a host file (agentbak-host.json): back up each of its agents on its schedule from this process, and serve them all (docs/fleet.md)")
+      .option("--listen <host:port>", "address (default the host file's or agentInterface.listen, else 127.0.0.1:8377; port 0 picks a free one)")
       .option("--ui", "the status page (GET /) without a token, for a browser on this host; loopback addresses only")
       .addOption(new Option("--tier <tier>", "the highest tier any token gets here (default: each token's own)")),
     [
       "agentbak serve",
       "agentbak serve -c /srv/agents/billing/agentbak.json -c /srv/agents/support/agentbak.json --listen 127.0.0.1:8377",
       "agentbak serve --ui   # then open http://127.0.0.1:8377/ on this host",
+      "agentbak serve --host /etc/agentbak/agentbak-host.json",
     ],
   ).action(async (o) => {
     const { serve } = await import("./commands/serve.js");
