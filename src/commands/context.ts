@@ -61,9 +61,12 @@ export interface Context {
 /** A reference names a bundle file (rather than a snapshot in a repository). */
 export const isFileRef = (ref: string) => ref.endsWith(".agentbak") || ref.includes("/");
 
-/** Loads config and trust, and prepares the rest lazily. @throws AgentbakError(2) for a bad config or allowed_signers. */
-export function context(opts: GlobalOpts): Context {
-  const lc = loadConfigIfAny(opts.config);
+/**
+ * Loads config and trust, and prepares the rest lazily; `configless`: no config at all, not even ./agentbak.json or
+ * AGENTBAK_CONFIG (a fleet drill's agents are not that config's). @throws AgentbakError(2) for a bad config or allowed_signers.
+ */
+export function context(opts: GlobalOpts, o: { configless?: boolean } = {}): Context {
+  const lc = o.configless ? undefined : loadConfigIfAny(opts.config);
   const home = agentbakHome();
   const signers = lc?.config.signing.allowedSigners ? lc.resolve(lc.config.signing.allowedSigners) : undefined;
   const readTrust = () => {

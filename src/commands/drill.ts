@@ -173,9 +173,12 @@ export async function drillFleet(opts: FleetDrillOptions): Promise<FleetDrillRes
   return out;
 }
 
-/** Every agent with a snapshot in the repository, drilled with the built-in checks or the spec, without a config. */
+/**
+ * Every agent with a snapshot in the repository (--repo, AGENTBAK_REPOSITORY, or the config here names it), drilled
+ * with the built-in checks or the spec and without a config: no agent's config is every agent's.
+ */
 async function repositoryFleet(opts: FleetDrillOptions): Promise<{ members: Member[]; entries: CatalogEntry[]; fleetCtx: Context }> {
-  const ctx = context({ repo: opts.repo });
+  const ctx = context({ repo: context({ repo: opts.repo }).repoLocation }, { configless: true });
   const entries = await (await ctx.repository()).list(ctx.trust);
   const members = [...new Map(entries.filter((e) => e.tenant).map((e) => [`${e.tenant}/${e.agent_id}`, { tenant: e.tenant!, agent: e.agent_id, ctx: () => ctx }])).values()];
   return { members, entries, fleetCtx: ctx };
