@@ -11,6 +11,7 @@ import { lastBackup } from "../capture/unchanged.js";
 import { agentIdentities, loadHostFile, type HostAgent } from "../fleet/hostfile.js";
 import { Scheduler } from "../fleet/scheduler.js";
 import { hostId } from "../repository/lease.js";
+import type { Repository } from "../repository/repository.js";
 
 /** Where `serve` listens unless told otherwise. */
 export const DEFAULT_LISTEN = "127.0.0.1:8377";
@@ -20,8 +21,8 @@ export const DEFAULT_LISTEN = "127.0.0.1:8377";
  * trust, keys and the repository (with its catalog) are read once.
  * @throws AgentbakError(2) without a config, (12) without a signing key.
  */
-export function agentHandle(config?: string): AgentHandle {
-  const ctx = context({ config });
+export function agentHandle(config?: string, repositories?: Map<string, Promise<Repository>>): AgentHandle {
+  const ctx = context({ config }, { repositories });
   if (!ctx.lc) throw usageError("the agent interface needs a config: pass -c FILE or run in the agent's folder (agentbak.json)");
   const key = ctx.signingKey();
   return {
@@ -72,7 +73,9 @@ export async function serve(opts: ServeOptions): Promise<void> {
     if (hostFile.hostId && !process.env.AGENTBAK_HOST_ID) process.env.AGENTBAK_HOST_ID = hostFile.hostId;
   }
   const configs = hostFile ? hostFile.agents.map((a) => a.config) : opts.config?.length ? opts.config : [undefined];
-  const handles = configs.map((c) => agentHandle(c));
+  // the agents of a host file that back up to one repository share its handle (and its store client)
+  const repositories = hostFile ? new Map<string, Promise<Repository>>() : undefined;
+  const handles = configs.map((c) => agentHandle(c, repositories));
   const service = new AgentService(handles, opts.log);
   const first = handles[0]!.lc.config.agentInterface;
   const { host, port } = parseListen(opts.listen ?? hostFile?.listen ?? first?.listen ?? DEFAULT_LISTEN);
