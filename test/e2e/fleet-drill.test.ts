@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // @ts-expect-error plain JS fixture
 import { generateAgent } from "../../fixtures/agent/generate.js";
 import { clopperPearsonLower, sampleFleet, wilsonLower } from "../../src/fleet/stats.js";
-import { api, makeToken, startServer, type Server } from "../agentapi-helpers.js";
+import { api, makeToken, otherTenant, startServer, type Server } from "../agentapi-helpers.js";
 import { json, makeAgent, STORE, type TestAgent } from "../helpers.js";
 
 let a: TestAgent;
@@ -113,12 +113,19 @@ describe.skipIf(STORE !== "local")("agentbak drill --fleet --sample K", () => {
     // the fresh-seed run came last: drill MISS again so the figure /metrics shows is known
     expect((await drill(MISS)).code).toBe(0);
     const tok = (await makeToken(a, "acme", AGENTS[0]!, "read")).token;
-    const srv: Server = await startServer(a);
+    const st = await a.run(["status", "--all", "--repo", a.repo]);
+    expect(st.stdout).toMatch(new RegExp(`fleet {7}${K} of ${K} passed, recoverable ≥ ${clopperPearsonLower(K, K).toFixed(3)} \\(seed ${MISS},`));
+    const srv: Server = await startServer(a, ["-c", a.config, "-c", otherTenant(a, "other").config]);
     try {
       const m = await api(srv.url, tok, "GET", "/metrics");
       expect(m.status).toBe(200);
       expect(m.body).toContain(`agentbak_fleet_recoverable_ratio_lower_bound{repository="${a.repo}"} ${clopperPearsonLower(K, K)}`);
       expect(m.body).toContain(`agentbak_fleet_drilled{repository="${a.repo}"} ${K}`);
+      // a token of another tenant's agent served here does not see a figure over acme's agents
+      const other = await api(srv.url, (await makeToken(a, "other", "billing-agent", "read")).token, "GET", "/metrics");
+      expect(other.status).toBe(200);
+      expect(String(other.body)).toContain('agentbak_status{tenant="other",agent="billing-agent"}');
+      expect(String(other.body)).not.toContain("agentbak_fleet_");
     } finally {
       await srv.stop();
     }

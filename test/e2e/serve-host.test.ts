@@ -101,6 +101,19 @@ describe.skipIf(STORE !== "local")("agentbak serve --host", () => {
     }
   }, 60_000);
 
+  it("a bad host file, or -c with --host, is refused with one line before anything starts (10, 2)", async () => {
+    const missing = await a.run(["serve", "--host", join(a.tmp, "nope.json"), "--listen", "127.0.0.1:0"]);
+    expect(missing.code, missing.stderr).toBe(10);
+    expect(missing.stderr).toMatch(/host file .*nope\.json: not found/);
+    writeFileSync(join(a.tmp, "bad-host.json"), JSON.stringify({ agents: [{ config: "agents/*/agentbak.json", schedule: { every: "1s" } }] }));
+    const bad = await a.run(["serve", "--host", join(a.tmp, "bad-host.json"), "--listen", "127.0.0.1:0"]);
+    expect(bad.code, bad.stderr).toBe(2);
+    expect(bad.stderr).toMatch(/agents\.0\.schedule\.every: at least 10s/);
+    const both = await a.run(["serve", "--host", hostFile(), "-c", a.config, "--listen", "127.0.0.1:0"]);
+    expect(both.code, both.stderr).toBe(2);
+    expect(both.stderr).toMatch(/-c FILE\.\.\. or --host FILE, not both/);
+  }, 60_000);
+
   it("drill --fleet --host drills the host file's agents, each with its config", async () => {
     const r = await a.run(["drill", "--fleet", "--host", hostFile(), "--sample", "5", "--seed", "h", "--identity", a.identity, "--json"], { OPENAI_API_KEY: "x" });
     expect(r.code, r.stderr).toBe(0);
