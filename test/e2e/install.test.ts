@@ -42,7 +42,7 @@ function sizes(dir: string): { mb: number; intermediateMb: number } {
   return { mb: kb([dir]) / 1024, intermediateMb: found.length ? kb(found) / 1024 : 0 };
 }
 
-it("npm install -g of the packed tarball: no LanceDB or AWS SDK, <= 80 MB, no install-script warning; SQLite agents work, a lancedb source says what to install (2) and works once it is", { timeout: 1_800_000 }, async () => {
+it("npm install -g of the packed tarball: no LanceDB or AWS SDK, <= 80 MB, no install-script warning; SQLite agents work, a lancedb source or S3 repository says what to install (2), LanceDB works once installed", { timeout: 1_800_000 }, async () => {
   const pack = join(a.tmp, "pack");
   const prefix = join(a.tmp, "prefix");
   mkdirSync(pack);
@@ -85,6 +85,10 @@ it("npm install -g of the packed tarball: no LanceDB or AWS SDK, <= 80 MB, no in
   expect(missing.exitCode).toBe(2);
   expect(missing.stderr.trim().split("\n")).toEqual(["agentbak: source memory: a lancedb source needs @lancedb/lancedb, not installed (optional, left out of a plain install): npm install -g @lancedb/lancedb@0.31.0"]);
   expect(await count()).toBe(before);
+  // an S3 repository: the SDK is named before any request is made
+  const s3 = await agentbak(["snapshots", "--repo", "s3://agentbak-test-bucket/agents"]);
+  expect(s3.exitCode).toBe(2);
+  expect(s3.stderr.trim()).toBe("agentbak: an S3 repository needs @aws-sdk/client-s3 and @aws-sdk/lib-storage, not installed (optional, left out of a plain install): npm install -g '@aws-sdk/client-s3@^3.1175.0' '@aws-sdk/lib-storage@^3.1175.0'");
 
   // that command, into the same prefix: LanceDB beside agentbak, with the Arrow it brings, is found
   const l = await execa("npm", ["install", "-g", "--prefer-offline", "@lancedb/lancedb@0.31.0"], { env: npmEnv, reject: false });
