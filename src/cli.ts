@@ -213,12 +213,14 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
       .option("--tenant <t>", "only this tenant (default: the config's)")
       .option("--label <label>", "only snapshots with this label")
       .option("--latest <n>", "only the N newest of each agent")
+      .option("--wide", "every column (tenant, sequence, parent, creation time) and nothing cut; the default fits 80 columns")
       .addOption(jsonOpt()),
-    ["agentbak snapshots", "agentbak snapshots --latest 3 --label nightly", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json > list.json"],
+    ["agentbak snapshots", "agentbak snapshots --latest 3 --label nightly --wide", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json > list.json"],
   ).action(async (o) => {
     const { snapshots } = await import("./commands/snapshots.js");
     const r = await snapshots(o);
-    await show(o, r.entries, (await render()).snapshots);
+    const { snapshots: list } = await render();
+    await show(o, r.entries, (entries) => list(entries, o.wide));
     const ui = await import("./ui/output.js");
     for (const w of r.warnings) ui.warn(w);
     if (r.warnings.length) result.code = Exit.warnings;
@@ -515,8 +517,9 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
   help(
     program
       .command("schedule")
-      .description("print a crontab line and a systemd service + timer for this config (installs nothing)")
+      .description("print crontab lines (pipe to crontab -) or systemd units for this config (installs nothing)")
       .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d, 7d)")
+      .addOption(new Option("--format <format>", "cron: crontab lines; systemd: agentbak-JOB-AGENT.service and .timer units").choices(["cron", "systemd"]).default("cron"))
       .option("--drill-every <duration>", "also drill a random recent snapshot this often")
       .option("--forget-every <duration>", "apply the config's retention rules this often", "1d")
       .option("--spec <name|file>", "drill spec for scheduled drills: a file or a shipped spec's name (default: the built-in restore checks)")
@@ -524,7 +527,7 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
       .option("--credentials-file <file>", "KEY=value file the jobs read their credentials from, e.g. S3 keys; printed by path only (default AGENTBAK_HOME/agentbak.env)")
       .addOption(cfgOpt())
       .addOption(jsonOpt()),
-    ["agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json", "agentbak schedule --every 15m --user agentbak --credentials-file /etc/agentbak/billing.env --json"],
+    ["(crontab -l; agentbak schedule --every 1h --drill-every 1d -c /srv/agents/billing/agentbak.json) | crontab -", "agentbak schedule --every 15m --format systemd --user agentbak --credentials-file /etc/agentbak/billing.env"],
   ).action(async (o) => {
     const { schedule } = await import("./commands/schedule.js");
     const r = schedule(o);

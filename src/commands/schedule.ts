@@ -1,6 +1,8 @@
 /**
- * `agentbak schedule`: prints crontab lines and systemd service + timer units
- * for backup, retention (forget) and drills; installs nothing. Paths are
+ * `agentbak schedule`: prints crontab lines (`--format cron`, the default:
+ * pipeable to `crontab -`) or systemd service + timer units named after the
+ * agent (`--format systemd`) for backup, retention (forget) and drills;
+ * installs nothing. Paths are
  * quoted for sh and systemd (spaces, %, $), the environment a job needs is
  * carried by name (never a credential value: those go in an env file).
  */
@@ -13,8 +15,12 @@ import { specPath } from "../drill/spec.js";
 import { parseDuration } from "./duration.js";
 import { agentbakHome, homePaths } from "../home.js";
 
+export type ScheduleFormat = "cron" | "systemd";
+
 export interface ScheduleOptions {
   every: string;
+  /** what to print: crontab lines (default) or systemd units */
+  format?: string;
   drillEvery?: string;
   forgetEvery?: string;
   config?: string;
@@ -24,8 +30,11 @@ export interface ScheduleOptions {
 }
 
 export interface ScheduleResult {
-  crontab: string[];
-  systemd: Record<string, string>;
+  format: ScheduleFormat;
+  /** `--format cron`: crontab lines and comments, nothing else */
+  crontab?: string[];
+  /** `--format systemd`: unit file name (agentbak-JOB-AGENT.service/.timer) to its text */
+  systemd?: Record<string, string>;
   /** where credentials for the jobs (S3 keys, ...) go: read by both, printed by neither */
   credentials_file: string;
   warnings: string[];
@@ -75,9 +84,11 @@ const SECRETS = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKE
 
 /**
  * Builds the schedule for the config at `-c` (or ./agentbak.json).
- * @throws AgentbakError(2) without a config, or for an interval cron and OnCalendar cannot express.
+ * @throws AgentbakError(2) without a config, for a --format other than cron or systemd, or for an interval cron and OnCalendar cannot express.
  */
 export function schedule(opts: ScheduleOptions): ScheduleResult {
+  const format = opts.format ?? "cron";
+  if (format !== "cron" && format !== "systemd") throw usageError(`--format ${format}: use cron or systemd`);
   const cfg = configPath(opts.config);
   if (!cfg) throw usageError("schedule needs a config: pass -c FILE");
   const lc = loadConfig(cfg);
@@ -113,7 +124,9 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
     if (j.name === "drill" && !opts.spec) crontab.push("# the drill runs the restore checks alone (integrity, row counts, chain): pass --spec with the agent's invariants to run them too");
     crontab.push(`# ${j.what} ${agent} every ${j.every}`, `${cronTime(w)} ${`${sourceEnv} ${assignments}`.replace(/%/g, "\\%")} ${cronCommand(words)}${j.listing ? " >/dev/null" : ""}`);
     const everyMs = parseDuration(j.every);
-    systemd[`agentbak-${j.name}.service`] = [
+    // the agent id in the name: two agents on one host get units of their own (ids are [a-z0-9._-], valid in a unit name)
+    const unit = `agentbak-${j.name}-${agent}`;
+    systemd[`${unit}.service`] = [
       "[Unit]",
       `Description=agentbak ${j.name} of ${agent} (${cfg.replace(/%/g, "%%")})`,
       "Wants=network-online.target",
@@ -128,7 +141,7 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
       ...(j.nice ? ["Nice=10", "IOSchedulingClass=best-effort", "IOSchedulingPriority=7"] : []),
       "",
     ].join("\n");
-    systemd[`agentbak-${j.name}.timer`] = [
+    systemd[`${unit}.timer`] = [
       "[Unit]",
       `Description=agentbak ${j.name} of ${agent} every ${j.every}`,
       "",
@@ -143,5 +156,5 @@ export function schedule(opts: ScheduleOptions): ScheduleResult {
       "",
     ].join("\n");
   }
-  return { crontab, systemd, credentials_file: envFile, warnings };
+  return { format, ...(format === "cron" ? { crontab } : { systemd }), credentials_file: envFile, warnings };
 }

@@ -11,6 +11,7 @@ import { pipeline } from "node:stream/promises";
 import type { Readable } from "node:stream";
 import { AgentbakError, Exit, notFound, UnreachableError, usageError } from "../errors.js";
 import { pidDir, sweepDead } from "../fsutil.js";
+import { loadOptional } from "../optional.js";
 import { checkKey, type ObjectStore, type UploadOptions } from "./store.js";
 
 /** Parses `s3://bucket/prefix`. */
@@ -39,6 +40,7 @@ export class S3Store implements ObjectStore {
   readonly bucket: string;
   readonly prefix: string;
   private sdk!: S3;
+  private storage!: typeof import("@aws-sdk/lib-storage");
   private client!: import("@aws-sdk/client-s3").S3Client;
 
   constructor(readonly url: string) {
@@ -47,10 +49,14 @@ export class S3Store implements ObjectStore {
     this.prefix = p.prefix;
   }
 
-  /** Loads the SDK and makes the client (lazily: local repositories never load it). */
+  /**
+   * Loads the SDK and makes the client (lazily: local repositories never load it).
+   * @throws AgentbakError(2) naming the install command when the SDK, an optional dependency, is not installed.
+   */
   async init(): Promise<this> {
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
-    this.sdk = await import("@aws-sdk/client-s3");
+    // both SDK packages now, so a missing one stops the command before it writes anything
+    [this.sdk, this.storage] = await loadOptional("an S3 repository", ["@aws-sdk/client-s3", "@aws-sdk/lib-storage"], () => Promise.all([import("@aws-sdk/client-s3"), import("@aws-sdk/lib-storage")]));
     const endpoint = process.env.AGENTBAK_S3_ENDPOINT;
     this.client = new this.sdk.S3Client({
       endpoint,
@@ -98,8 +104,7 @@ export class S3Store implements ObjectStore {
   }
 
   async upload(key: string, file: string, opts: UploadOptions = {}): Promise<void> {
-    const { Upload } = await import("@aws-sdk/lib-storage");
-    const up = new Upload({
+    const up = new this.storage.Upload({
       client: this.client,
       params: {
         Bucket: this.bucket,

@@ -86,14 +86,30 @@ export async function progressReporter(json: boolean | undefined): Promise<{ pro
   };
 }
 
-/** Prints rows as an aligned table to stdout (a listing is a command's result). */
-export function table(headers: string[], rows: string[][]): void {
+/**
+ * Prints rows as an aligned table to stdout (a listing is a command's result).
+ * With `fit`, the `shrink` columns give up width (first the first) until a line fits in `width`, their cells cut with "…".
+ */
+export function table(headers: string[], rows: string[][], fit?: { width: number; shrink: number[] }): void {
   // a cell (a label from a bundle, an id) never carries a line break, escape sequence or bidi control onto the terminal
   rows = rows.map((r) => r.map(safe));
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const fmt = (r: string[]) => r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
+  if (fit) shrinkToFit(widths, headers, fit.width, fit.shrink);
+  const cut = (c: string, w: number) => (c.length > w ? `${c.slice(0, w - 1)}…` : c);
+  const fmt = (r: string[]) => r.map((c, i) => cut(c, widths[i]!).padEnd(widths[i]!)).join("  ").trimEnd();
   out(bold(fmt(headers)) + "\n");
   for (const r of rows) out(fmt(r) + "\n");
+}
+
+/** Narrows the `shrink` columns, in that order and never below their header, until a line of `widths` fits in `width`. */
+function shrinkToFit(widths: number[], headers: string[], width: number, shrink: number[]): void {
+  let over = widths.reduce((a, b) => a + b, 0) + 2 * (widths.length - 1) - width;
+  for (const i of shrink) {
+    const give = Math.min(over, widths[i]! - Math.max(headers[i]!.length, 4));
+    if (give <= 0) continue;
+    widths[i] = widths[i]! - give;
+    over -= give;
+  }
 }
 
 /**

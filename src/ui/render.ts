@@ -95,23 +95,20 @@ export function humanAge(iso: string, now = Date.now()): string {
   return `${Math.floor(s / 86_400)}d`;
 }
 
-export function snapshots(list: CatalogEntry[]): void {
-  table(
-    ["SNAPSHOT", "TENANT", "AGENT", "SEQ", "KIND", "PARENT", "CREATED", "AGE", "SIZE", "LABEL", "STATUS"],
-    list.map((e) => [
-      e.snapshot_id,
-      e.tenant ?? "-",
-      e.agent_id,
-      String(e.sequence ?? "-"),
-      e.kind ?? "-",
-      e.parent ?? "-",
-      e.created_at?.replace(/\.\d+Z$/, "Z") ?? "-",
-      e.created_at ? humanAge(e.created_at) : "-",
-      humanSize(e.size),
-      e.label ?? "",
-      e.status === "ok" ? "ok" : `${e.status}: ${e.problem}`,
-    ]),
-  );
+/** The snapshot listing: 80 columns (label, status, then agent cut to fit), or every column with `wide`. */
+export function snapshots(list: CatalogEntry[], wide = false): void {
+  const status = (e: CatalogEntry) => (e.status === "ok" ? "ok" : `${e.status}: ${e.problem}`);
+  if (wide) {
+    table(
+      ["SNAPSHOT", "TENANT", "AGENT", "SEQ", "KIND", "PARENT", "CREATED", "AGE", "SIZE", "LABEL", "STATUS"],
+      list.map((e) => [e.snapshot_id, e.tenant ?? "-", e.agent_id, String(e.sequence ?? "-"), e.kind ?? "-", e.parent ?? "-", e.created_at?.replace(/\.\d+Z$/, "Z") ?? "-", e.created_at ? humanAge(e.created_at) : "-", humanSize(e.size), e.label ?? "", status(e)]),
+    );
+    return;
+  }
+  // the snapshot id holds its creation time; tenant, sequence, parent and the full time are in --wide and --json
+  const labels = list.some((e) => e.label);
+  const rows = list.map((e) => [e.snapshot_id, e.agent_id, e.kind === "incremental" ? "incr" : e.kind ?? "-", e.created_at ? humanAge(e.created_at) : "-", humanSize(e.size), ...(labels ? [e.label ?? ""] : []), status(e)]);
+  table(["SNAPSHOT", "AGENT", "KIND", "AGE", "SIZE", ...(labels ? ["LABEL"] : []), "STATUS"], rows, { width: 80, shrink: labels ? [5, 6, 1] : [5, 1] });
 }
 
 export function verify(r: { snapshot_id: string; deep: boolean; checks: Check[] }): void {
@@ -162,8 +159,9 @@ export function copy(r: CopyResult): void {
   ok(`copied ${r.copied.length}, already there ${r.skipped.length} (${r.from} -> ${r.to})`);
 }
 
-export function schedule(r: { crontab: string[]; systemd: Record<string, string>; warnings: string[] }): void {
-  out(r.crontab.join("\n") + "\n");
-  for (const [name, body] of Object.entries(r.systemd)) out(`\n# --- ${name} ---\n${body}`);
+/** One format on stdout: crontab lines and comments only (for `crontab -`), or the units, each under a comment naming its file. */
+export function schedule(r: { crontab?: string[]; systemd?: Record<string, string>; warnings: string[] }): void {
+  if (r.crontab) out(r.crontab.join("\n") + "\n");
+  for (const [i, [name, body]] of Object.entries(r.systemd ?? {}).entries()) out(`${i ? "\n" : ""}# --- ${name} ---\n${body}`);
   for (const w of r.warnings) warn(w);
 }

@@ -1,5 +1,6 @@
-// What scripts and people read: the snapshots listing on stdout (human sizes,
-// age, kind, parent, label; --label, --latest, --tenant, --agent), one JSON
+// What scripts and people read: the snapshots listing on stdout (80 columns by
+// default, every column with --wide: human sizes, age, kind, parent, label;
+// --label, --latest, --tenant, --agent), one JSON
 // error object on stdout when --json fails, snake_case keys and a warnings list
 // in every command's JSON, and a refused restore --dry-run showing its plan.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -17,8 +18,8 @@ beforeAll(async () => {
 afterAll(() => a?.cleanup(), 60_000);
 
 describe("snapshots", () => {
-  it("writes its table to stdout with sizes, age, kind, parent and label", async () => {
-    const r = await a.run(["snapshots"]);
+  it("--wide writes every column to stdout: tenant, sequence, sizes, age, kind, parent and label", async () => {
+    const r = await a.run(["snapshots", "--wide"]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     const [head, ...rows] = r.stdout.trimEnd().split("\n");
@@ -26,6 +27,35 @@ describe("snapshots", () => {
     expect(rows).toHaveLength(2);
     expect(rows[0]).toMatch(new RegExp(`^${full.snapshot_id} +acme +billing-agent +1 +full +- +\\S+Z +\\d+[smh] +[\\d.]+ (KiB|MiB) +ok$`));
     expect(rows[1]).toMatch(new RegExp(`^${incr.snapshot_id} +acme +billing-agent +2 +incremental +${full.snapshot_id} +\\S+Z +\\d+[smh] +[\\d.]+ (B|KiB|MiB) +nightly +ok$`));
+  });
+
+  it("fits 80 columns by default: id, agent, kind, age, size, label, status; a long agent id and label are cut with …, whole in --wide", async () => {
+    const r = await a.run(["snapshots"]);
+    expect(r.code, r.stderr).toBe(0);
+    const [head, ...rows] = r.stdout.trimEnd().split("\n");
+    expect(head!.split(/\s+/)).toEqual(["SNAPSHOT", "AGENT", "KIND", "AGE", "SIZE", "LABEL", "STATUS"]);
+    expect(rows[0]).toMatch(new RegExp(`^${full.snapshot_id} +billing-agent +full +\\d+[smh] +[\\d.]+ (KiB|MiB) +ok$`));
+    expect(rows[1]).toMatch(new RegExp(`^${incr.snapshot_id} +billing-agent +incr +\\d+[smh] +[\\d.]+ (B|KiB|MiB) +nightly +ok$`));
+
+    const long = await makeAgent({ sizeMb: 1, agentId: "customer-support-agent-for-the-emea-region" });
+    try {
+      const label = "before the schema migration of the customer tables, kept for a year";
+      expect((await long.run(["backup", "--label", label])).code).toBe(0);
+      expect((await long.run(["backup"])).code).toBe(0);
+      const narrow = await long.run(["snapshots"]);
+      expect(narrow.code, narrow.stderr).toBe(0);
+      const lines = narrow.stdout.trimEnd().split("\n");
+      expect(lines).toHaveLength(3);
+      for (const l of lines) expect([...l].length, l).toBeLessThanOrEqual(80);
+      // the label gives up its width first (down to its header), then the agent id
+      expect(lines[1]).toMatch(/^\S+ +customer-\S+… +full +\S+ +[\d.]+ (KiB|MiB) +befo… +ok$/);
+      expect(lines[2]).toMatch(/ full +\S+ +[\d.]+ (KiB|MiB) +ok$/);
+      const wide = await long.run(["snapshots", "--wide"]);
+      expect(wide.stdout).toContain(label);
+      expect(Math.max(...wide.stdout.trimEnd().split("\n").map((l) => l.length))).toBeGreaterThan(80);
+    } finally {
+      long.cleanup();
+    }
   });
 
   it("filters by --label and --latest N, keeps --tenant and --agent, and --json carries kind and parent", async () => {

@@ -108,7 +108,10 @@ describe("[E2] agent-controlled text reaches a terminal escaped", () => {
       const list = await a.run(["snapshots"]);
       expect(list.code, list.stderr).toBe(0);
       noRaw(list, "snapshots");
-      expect(list.stdout).toContain(`nightly${SHOWN.RLO}gpj.exe`);
+      // the 80-column listing cuts the label after escaping it; --wide shows it whole
+      const wide = await a.run(["snapshots", "--wide"]);
+      noRaw(wide, "snapshots --wide");
+      expect(wide.stdout).toContain(`nightly${SHOWN.RLO}gpj.exe`);
       expect(json(await a.run(["snapshots", "--json"]))[0].label).toBe(`nightly${RLO}gpj.exe`);
     } finally {
       writeFileSync(backup.path, original);

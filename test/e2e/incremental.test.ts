@@ -217,7 +217,8 @@ describe("forget", () => {
     const jobs = s.crontab.filter((l: string) => !l.startsWith("#"));
     expect(jobs[0]).toMatch(new RegExp(`^7-59/15 \\* \\* \\* \\* .*\\S+node \\S+agentbak.js backup -c ${a.config} --wait 10m$`));
     expect(jobs.find((l: string) => l.includes(" drill "))).toMatch(/^37 3 \* \* \* .* drill random --within 7d/);
-    expect(s.systemd["agentbak-backup.timer"]).toContain("OnCalendar=*-*-* *:07/15:00");
-    expect(s.systemd["agentbak-drill.service"]).toContain("ExecStart=");
+    const u = json(await a.run(["schedule", "--every", "15m", "--drill-every", "1d", "--format", "systemd", "--json"])).systemd;
+    expect(u["agentbak-backup-billing-agent.timer"]).toContain("OnCalendar=*-*-* *:07/15:00");
+    expect(u["agentbak-drill-billing-agent.service"]).toContain("ExecStart=");
   });
 });

@@ -1,11 +1,14 @@
 // A production install: the built tree (package.json, lockfile, bin, dist,
 // drills) installed with `npm ci --omit=dev`, as a deploy image would, then
-// backing up and verifying a real agent with only the runtime dependencies.
+// backing up and verifying a real agent with only the runtime dependencies;
+// and a global install of the packed tarball (size, npm's warnings, the
+// optional LanceDB named when missing and found once installed beside it).
 // Slow: native modules are compiled when their prebuilt binaries can not be
-// downloaded (here: 6 to 10 minutes on two shared cores).
+// downloaded (here: 6 to 13 minutes per install on two shared cores).
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { execa } from "execa";
-import { cpSync, existsSync, mkdirSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { cpSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, ROOT, type TestAgent } from "../helpers.js";
 
@@ -30,4 +33,69 @@ it("npm ci --omit=dev installs a working agentbak without TypeScript or any dev 
   const v = await agentbak(["verify", "latest", "--identity", a.identity, "--json"]);
   expect(v.exitCode, v.stderr).toBe(0);
   expect(json({ code: 0, stdout: String(v.stdout), stderr: "" }).deep).toBe(true);
+});
+
+/** Size in MB of `dir`, and of what node-gyp leaves there when it compiles a native module (build/Release/obj*: a prebuilt binary has none). */
+function sizes(dir: string): { mb: number; intermediateMb: number } {
+  const kb = (args: string[]) => execFileSync("du", ["-sk", ...args], { encoding: "utf8" }).trim().split("\n").reduce((a, l) => a + Number(l.split("\t")[0]), 0);
+  const found = execFileSync("find", [dir, "-path", "*/build/Release/obj*", "-prune", "-type", "d"], { encoding: "utf8" }).trim().split("\n").filter(Boolean);
+  return { mb: kb([dir]) / 1024, intermediateMb: found.length ? kb(found) / 1024 : 0 };
+}
+
+it("npm install -g of the packed tarball: no LanceDB or AWS SDK, <= 80 MB, no install-script warning; SQLite agents work, a lancedb source or S3 repository says what to install (2), LanceDB works once installed", { timeout: 1_800_000 }, async () => {
+  const pack = join(a.tmp, "pack");
+  const prefix = join(a.tmp, "prefix");
+  mkdirSync(pack);
+  // the tree `npm test` built: packing without prepack leaves dist/ alone while other tests use it
+  const p = await execa("npm", ["pack", "--ignore-scripts", "--pack-destination", pack], { cwd: ROOT, reject: false });
+  expect(p.exitCode, p.stderr).toBe(0);
+  const tgz = join(pack, String(p.stdout).trim().split("\n").at(-1)!);
+  const npmEnv = { npm_config_prefix: prefix, npm_config_audit: "false", npm_config_fund: "false", CI: "true", JOBS: "max" };
+  // the two native modules' install scripts allowed by name, as docs/operator-guide.md says: no warning
+  const g = await execa("npm", ["install", "-g", "--prefer-offline", "--allow-scripts=better-sqlite3,zstd-napi", tgz], { env: npmEnv, reject: false });
+  expect(g.exitCode, String(g.stderr).slice(-3000)).toBe(0);
+  expect(String(g.stderr)).not.toMatch(/install-scripts|not yet covered/);
+  const installed = join(prefix, "lib", "node_modules", "agentbak");
+  for (const heavy of ["@lancedb/lancedb", "apache-arrow", "@aws-sdk/client-s3", "@aws-sdk/lib-storage"]) expect(existsSync(join(installed, "node_modules", heavy)), heavy).toBe(false);
+  const s = sizes(prefix);
+  console.log(`global install: ${s.mb.toFixed(1)} MB, of which ${s.intermediateMb.toFixed(1)} MB node-gyp intermediates (native modules compiled here: no prebuilt binary could be downloaded)`);
+  expect(s.mb - s.intermediateMb).toBeLessThanOrEqual(80);
+
+  const bin = join(prefix, "bin", "agentbak");
+  const agentbak = (args: string[]) => execa(bin, args, { cwd: a.dir, env: { ...a.env, NO_COLOR: "1" }, reject: false });
+  const version = await agentbak(["--version"]);
+  expect(version.stdout.trim()).toBe(JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).version);
+  const b = await agentbak(["backup", "--json"]);
+  expect(b.exitCode, b.stderr).toBe(0);
+  const v = await agentbak(["verify", "latest", "--identity", a.identity, "--json"]);
+  expect(v.exitCode, v.stderr).toBe(0);
+  expect(json({ code: 0, stdout: String(v.stdout), stderr: "" }).deep).toBe(true);
+
+  // a config naming a lancedb source: one line naming the package, exit 2, no snapshot
+  const lance = join(a.dir, "lance.json");
+  const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+  writeFileSync(lance, JSON.stringify({ ...cfg, sources: [{ name: "memory", kind: "lancedb", path: "memory/lance" }] }, null, 2));
+  const lancedb = await import("@lancedb/lancedb"); // the checkout's copy makes the folder
+  const db = await lancedb.connect(join(a.dir, "memory/lance"));
+  await db.createTable("memories", Array.from({ length: 30 }, (_, i) => ({ id: i, vector: [i, i + 1, i + 2, i + 3] })));
+  db.close();
+  const count = async () => json({ code: 0, stdout: String((await agentbak(["snapshots", "--json"])).stdout), stderr: "" }).length;
+  const before = await count();
+  const missing = await agentbak(["backup", "-c", lance]);
+  expect(missing.exitCode).toBe(2);
+  expect(missing.stderr.trim().split("\n")).toEqual(["agentbak: source memory: a lancedb source needs @lancedb/lancedb, not installed (optional, left out of a plain install): npm install -g @lancedb/lancedb@0.31.0"]);
+  expect(await count()).toBe(before);
+  // an S3 repository: the SDK is named before any request is made
+  const s3 = await agentbak(["snapshots", "--repo", "s3://agentbak-test-bucket/agents"]);
+  expect(s3.exitCode).toBe(2);
+  expect(s3.stderr.trim()).toBe("agentbak: an S3 repository needs @aws-sdk/client-s3 and @aws-sdk/lib-storage, not installed (optional, left out of a plain install): npm install -g '@aws-sdk/client-s3@^3.1175.0' '@aws-sdk/lib-storage@^3.1175.0'");
+
+  // that command, into the same prefix: LanceDB beside agentbak, with the Arrow it brings, is found
+  const l = await execa("npm", ["install", "-g", "--prefer-offline", "@lancedb/lancedb@0.31.0"], { env: npmEnv, reject: false });
+  expect(l.exitCode, String(l.stderr).slice(-2000)).toBe(0);
+  const ok = await agentbak(["backup", "-c", lance, "--json"]);
+  expect(ok.exitCode, ok.stderr).toBe(0);
+  const deep = await agentbak(["verify", "latest", "-c", lance, "--identity", a.identity]);
+  expect(deep.exitCode, deep.stderr).toBe(0);
+  expect(deep.stderr).toMatch(/source:memory: lancedb: 1 table\(s\) readable; row counts and vector dimensions match/); // the checks go to stderr
 });

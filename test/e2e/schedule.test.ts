@@ -2,7 +2,8 @@
 // crontab line run as cron runs it (its % rule, then sh -c, in cron's bare
 // environment), the systemd units checked by systemd-analyze verify and their
 // ExecStart= run as systemd would split it; calendars, network, user,
-// environment by name, never a credential value, retention scheduled.
+// environment by name, never a credential value, retention scheduled; one
+// format at a time (cron lines alone on stdout), unit names per agent.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -13,6 +14,7 @@ import { json, makeAgent, run, type TestAgent } from "../helpers.js";
 let a: TestAgent;
 let dir: string;
 let cfg: string;
+let agentId: string;
 beforeAll(async () => {
   a = await makeAgent({ sizeMb: 1 });
   dir = join(a.tmp, "agents 100% real", "billing agent");
@@ -21,6 +23,7 @@ beforeAll(async () => {
   cfg = join(dir, "agentbak.json");
   const c = JSON.parse(readFileSync(cfg, "utf8"));
   c.retention = { keepLast: 3 };
+  agentId = c.agent.id;
   writeFileSync(cfg, JSON.stringify(c, null, 2));
 }, 180_000);
 afterAll(() => a?.cleanup(), 60_000);
@@ -110,29 +113,31 @@ describe("schedule", () => {
   });
 
   it("systemd units pass systemd-analyze verify, and their ExecStart= runs as systemd splits it", async () => {
-    const r = await run(["schedule", "--every", "15m", "--drill-every", "7d", "-c", cfg, "--json"], { env: scheduleEnv() });
+    const r = await run(["schedule", "--every", "15m", "--drill-every", "7d", "--format", "systemd", "-c", cfg, "--json"], { env: scheduleEnv() });
     expect(r.code, r.stderr).toBe(0);
+    expect(json(r).crontab).toBeUndefined();
     const units: Record<string, string> = json(r).systemd;
-    expect(Object.keys(units).sort()).toEqual(["agentbak-backup.service", "agentbak-backup.timer", "agentbak-drill.service", "agentbak-drill.timer", "agentbak-forget.service", "agentbak-forget.timer"]);
-    const service = units["agentbak-backup.service"]!;
+    const names = ["backup", "drill", "forget"].flatMap((j) => [`agentbak-${j}-${agentId}.service`, `agentbak-${j}-${agentId}.timer`]);
+    expect(Object.keys(units).sort()).toEqual(names);
+    const service = units[`agentbak-backup-${agentId}.service`]!;
     expect(service).toMatch(/^Wants=network-online\.target$/m);
     expect(service).toMatch(/^After=network-online\.target$/m);
     expect(service).toMatch(new RegExp(`^User=${userInfo().username}$`, "m"));
     expect(service).toMatch(new RegExp(`^Environment="?AGENTBAK_HOME=${a.home}"?$`, "m"));
     expect(service).toContain(`EnvironmentFile=-${a.home}/agentbak.env`);
     expect(service).toContain("100%% real");
-    const timer = units["agentbak-backup.timer"]!;
+    const timer = units[`agentbak-backup-${agentId}.timer`]!;
     expect(timer).toMatch(/^OnCalendar=\*-\*-\* \*:07\/15:00$/m);
     expect(timer).toMatch(/^Persistent=true$/m);
     expect(timer).toMatch(/^RandomizedDelaySec=\d+$/m);
     expect(timer).not.toMatch(/OnUnitActiveSec|OnBootSec/);
-    expect(units["agentbak-drill.timer"]).toMatch(/^OnCalendar=Sun \*-\*-\* 03:37:00$/m);
+    expect(units[`agentbak-drill-${agentId}.timer`]).toMatch(/^OnCalendar=Sun \*-\*-\* 03:37:00$/m);
 
     const before = await snapshotCount();
     const b = await unitRun(service);
     expect(b.exitCode, b.stderr).toBe(0);
     expect(await snapshotCount()).toBe(before + 1);
-    const d = await unitRun(units["agentbak-drill.service"]!);
+    const d = await unitRun(units[`agentbak-drill-${agentId}.service`]!);
     expect(d.exitCode, d.stderr).toBe(0);
 
     const has = await execa("systemd-analyze", ["--version"], { reject: false }).catch(() => null);
@@ -157,23 +162,66 @@ describe("schedule", () => {
   ])("--every %s: cron %s, OnCalendar %s", async (every, cron, calendar) => {
     const s = json(await run(["schedule", "--every", every, "-c", cfg, "--json"], { env: scheduleEnv() }));
     expect(s.crontab.find((l: string) => l.includes(" backup "))).toMatch(new RegExp(`^${cron.replace(/[*/]/g, "\\$&")} `));
-    expect(s.systemd["agentbak-backup.timer"]).toContain(`OnCalendar=${calendar}\n`);
+    const u = json(await run(["schedule", "--every", every, "--format", "systemd", "-c", cfg, "--json"], { env: scheduleEnv() }));
+    expect(u.systemd[`agentbak-backup-${agentId}.timer`]).toContain(`OnCalendar=${calendar}\n`);
     const c = await execa("systemd-analyze", ["calendar", calendar], { reject: false }).catch(() => null);
     if (c) expect(c.exitCode, c.stderr).toBe(0);
   });
 
   it("carries the S3 endpoint by name, never a credential value: those go in the env file (exit 3 saying so)", async () => {
     const secret = "s3cr3t-value-never-printed";
-    const r = await run(["schedule", "--every", "1h", "-c", cfg, "--credentials-file", join(a.tmp, "agent env", "billing.env")], {
-      env: { ...scheduleEnv(), AGENTBAK_S3_ENDPOINT: "http://127.0.0.1:7480", AWS_ACCESS_KEY_ID: "AKIAEXAMPLEKEY", AWS_SECRET_ACCESS_KEY: secret },
-    });
-    expect(r.code).toBe(3);
-    expect(r.stdout + r.stderr).not.toContain(secret);
-    expect(r.stdout + r.stderr).not.toContain("AKIAEXAMPLEKEY");
-    expect(r.stdout).toContain("Environment=AGENTBAK_S3_ENDPOINT=http://127.0.0.1:7480\n");
-    expect(r.stdout).toContain(`EnvironmentFile=-${join(a.tmp, "agent env", "billing.env")}`);
-    expect(r.stdout).toMatch(/AGENTBAK_S3_ENDPOINT=http:\/\/127\.0\.0\.1:7480 .*backup/);
-    expect(r.stderr).toMatch(/AWS_SECRET_ACCESS_KEY is set here but not printed: put it in .*billing\.env/);
+    const env = { ...scheduleEnv(), AGENTBAK_S3_ENDPOINT: "http://127.0.0.1:7480", AWS_ACCESS_KEY_ID: "AKIAEXAMPLEKEY", AWS_SECRET_ACCESS_KEY: secret };
+    const envFile = join(a.tmp, "agent env", "billing.env");
+    const units = await run(["schedule", "--every", "1h", "--format", "systemd", "-c", cfg, "--credentials-file", envFile], { env });
+    const cron = await run(["schedule", "--every", "1h", "-c", cfg, "--credentials-file", envFile], { env });
+    for (const r of [units, cron]) {
+      expect(r.code).toBe(3);
+      expect(r.stdout + r.stderr).not.toContain(secret);
+      expect(r.stdout + r.stderr).not.toContain("AKIAEXAMPLEKEY");
+      expect(r.stderr).toMatch(/AWS_SECRET_ACCESS_KEY is set here but not printed: put it in .*billing\.env/);
+    }
+    expect(units.stdout).toContain("Environment=AGENTBAK_S3_ENDPOINT=http://127.0.0.1:7480\n");
+    expect(units.stdout).toContain(`EnvironmentFile=-${envFile}`);
+    expect(cron.stdout).toMatch(/AGENTBAK_S3_ENDPOINT=http:\/\/127\.0\.0\.1:7480 .*backup/);
+    expect(cron.stdout).not.toContain("Environment=");
+  });
+
+  it("--format cron (the default) prints only crontab lines and comments: each line five time fields and a command, fit for crontab -", async () => {
+    const r = await run(["schedule", "--every", "15m", "--drill-every", "1d", "-c", cfg], { env: scheduleEnv() });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toBe("");
+    const lines = r.stdout.trimEnd().split("\n");
+    const jobs = lines.filter((l) => !l.startsWith("#"));
+    expect(jobs).toHaveLength(3);
+    const FIELD = /^(\*|\d+(-\d+)?)(\/\d+)?(,(\*|\d+(-\d+)?)(\/\d+)?)*$/;
+    for (const l of jobs) {
+      const f = l.split(/\s+/);
+      expect(f.slice(0, 5).every((x) => FIELD.test(x)), l).toBe(true);
+      expect(f[5], l).toBe("set"); // the command: source the env file, then agentbak
+      expect(l).toContain("/bin/agentbak.js ");
+    }
+    expect(r.stdout).not.toMatch(/\[Unit\]|ExecStart=|--- /);
+  });
+
+  it("two agents on one host get systemd units of their own: the agent id is in every unit name", async () => {
+    const other = join(a.tmp, "other.json");
+    const c = JSON.parse(readFileSync(cfg, "utf8"));
+    c.agent.id = "support-agent";
+    writeFileSync(other, JSON.stringify(c, null, 2));
+    const mine = json(await run(["schedule", "--every", "1h", "--format", "systemd", "-c", cfg, "--json"], { env: scheduleEnv() })).systemd;
+    const theirs = json(await run(["schedule", "--every", "1h", "--format", "systemd", "-c", other, "--json"], { env: scheduleEnv() })).systemd;
+    expect(Object.keys(mine)).toHaveLength(4);
+    expect(Object.keys(theirs)).toEqual(Object.keys(mine).map((n) => n.replace(agentId, "support-agent")));
+    expect(Object.keys(theirs).filter((n) => n in mine)).toEqual([]);
+    expect(theirs["agentbak-backup-support-agent.service"]).toContain(`-c ${other}`);
+    expect(theirs["agentbak-backup-support-agent.timer"]).toMatch(/^Description=agentbak backup of support-agent /m);
+  });
+
+  it("refuses a format it does not know (exit 2, one line)", async () => {
+    const r = await run(["schedule", "--every", "1h", "--format", "launchd", "-c", cfg], { env: scheduleEnv() });
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(/--format.*launchd.*cron, systemd/);
   });
 
   it("without retention rules it says forget is not scheduled (exit 3)", async () => {

@@ -9,17 +9,34 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { AgentbakError, Exit, verifyError } from "../../errors.js";
+import { loadOptional } from "../../optional.js";
 import { sourceError, type SourceDriver, type SourceFile } from "./common.js";
 
-/** The library, loaded on first use: its native module is not needed by agents without a LanceDB source. */
-const lib = () => import("@lancedb/lancedb");
-// LanceDB hands out RecordBatches of the CommonJS build of apache-arrow; mixing in the ES module build breaks instanceof
-let arrowLib: typeof import("apache-arrow") | undefined;
-const A = () => (arrowLib ??= createRequire(import.meta.url)("apache-arrow") as typeof import("apache-arrow"));
+interface Libs {
+  lancedb: typeof import("@lancedb/lancedb");
+  arrow: typeof import("apache-arrow");
+}
+let libs: Libs | undefined;
+/**
+ * LanceDB and the Arrow it uses, loaded on first use: optional dependencies
+ * (src/optional.ts), not needed by agents without a LanceDB source. Arrow is
+ * the copy LanceDB itself requires, resolved from LanceDB's folder: LanceDB
+ * hands out RecordBatches of that CommonJS build and mixing in another copy
+ * breaks instanceof; a LanceDB installed beside agentbak has its Arrow there.
+ * @throws AgentbakError(2) naming the install command when LanceDB is not installed.
+ */
+async function load(): Promise<Libs> {
+  return (libs ??= await loadOptional("a lancedb source", ["@lancedb/lancedb"], async () => {
+    const lancedb = await import("@lancedb/lancedb");
+    return { lancedb, arrow: createRequire(import.meta.resolve("@lancedb/lancedb"))("apache-arrow") as Libs["arrow"] };
+  }));
+}
+/** Arrow, once load() has run. */
+const A = () => libs!.arrow;
 type Schema = import("apache-arrow").Schema;
 
 /** The dimension of a schema's vector column: the fixed-size list named "vector", else the first fixed-size list. */
-export function vectorDimension(schema: Schema): number | undefined {
+function vectorDimension(schema: Schema): number | undefined {
   const lists = schema.fields.filter((f) => A().DataType.isFixedSizeList(f.type));
   const f = lists.find((x) => x.name === "vector") ?? lists[0];
   return f ? (f.type as import("apache-arrow").FixedSizeList).listSize : undefined;
@@ -38,7 +55,7 @@ export const lancedbDriver: SourceDriver = {
   async capture(spec, folder, dir) {
     try {
       if (!existsSync(folder)) throw new AgentbakError(Exit.notFound, `${folder} not found`);
-      const db = await (await lib()).connect(folder);
+      const db = await (await load()).lancedb.connect(folder);
       const names = (await db.tableNames()).sort();
       const at = new Date();
       const files = [];
@@ -71,6 +88,7 @@ export const lancedbDriver: SourceDriver = {
   },
 
   async check(name, files) {
+    await load();
     for (const f of files) {
       let rows = 0;
       let dim: number | undefined;
@@ -98,7 +116,7 @@ export const lancedbDriver: SourceDriver = {
     const records: Record<string, number> = {};
     const dimensions: Record<string, number> = {};
     try {
-      const db = await (await lib()).connect(folder);
+      const db = await (await load()).lancedb.connect(folder);
       for (const f of files) {
         const table = tableOf(f);
         const reader = await openStream(f.file);
