@@ -12,7 +12,7 @@ import type { Progress } from "./progress.js";
 /** Adds a command's 1-3 examples to its --help and the man page; exit codes and environment are `agentbak help TOPIC`. */
 const help = withExamples;
 
-const cfgOpt = () => new Option("-c, --config <file>", "config file (default ./agentbak.json)");
+const cfgOpt = () => new Option("-c, --config <file>", "config file (default: AGENTBAK_CONFIG, else ./agentbak.json)");
 const targetCfgOpt = () => new Option("-c, --config <file>", "the agent's config (default: AGENTBAK_CONFIG, else the one the restore ran with)");
 const repoOpt = () => new Option("--repo <path>", "repository (overrides AGENTBAK_REPOSITORY and config)");
 const jsonOpt = () => new Option("--json", "machine-readable result on stdout");
@@ -567,7 +567,7 @@ function addAgentServers(program: Command): void {
     program
       .command("serve")
       .description("HTTP API for agents (bearer tokens per tenant, agent and tier): /v1/backups, /v1/snapshots, /v1/restores, /v1/openapi.json, MCP at /mcp, the status page at /, /metrics and /healthz; SIGTERM finishes the requests in flight and exits 0")
-      .option("-c, --config <file...>", "config of each agent served (default ./agentbak.json)")
+      .option("-c, --config <file...>", "config of each agent served (default: AGENTBAK_CONFIG, else ./agentbak.json)")
       .option("--listen <host:port>", "address (default agentInterface.listen, else 127.0.0.1:8377; port 0 picks a free one)")
       .option("--ui", "the status page (GET /) without a token, for a browser on this host; loopback addresses only")
       .addOption(new Option("--tier <tier>", "the highest tier any token gets here (default: each token's own)")),

@@ -47,7 +47,8 @@ export interface ServeOptions {
   /** the status page and /metrics (ui/status.ts) */
   render?: StatusRender;
   log: (line: string) => void;
-  onListening: (info: { url: string; agents: string[] }) => void;
+  /** `page`: how GET / is opened here (serve: "ui" without a token, "token" with a read-tier one); absent where there is no page (mcp) */
+  onListening: (info: { url: string; agents: string[]; page?: "ui" | "token" }) => void;
 }
 
 /**
@@ -65,7 +66,7 @@ export async function serve(opts: ServeOptions): Promise<void> {
   const maxTier = opts.tier ? parseTier(opts.tier) : "restore-request";
   const app = buildApp(service, { home: handles[0]!.home, listenHost: host, maxTier, log: opts.log, render: opts.render, ui: opts.ui });
   const { url, close } = await startHttp(app, host, port);
-  opts.onListening({ url, agents: service.served });
+  opts.onListening({ url, agents: service.served, page: opts.ui ? "ui" : "token" });
   await new Promise<void>((resolve) =>
     onTerminate(() => {
       onTerminate(null);

@@ -23,6 +23,8 @@ describe("help", () => {
     expect(r.stdout).toContain("--target <dir>");
     expect(r.stdout).toMatch(/Examples:\n {2}agentbak restore latest --target/);
     expect(r.stdout).not.toMatch(/EXIT STATUS|Exit status|ENVIRONMENT|AGENTBAK_HOME/);
+    // -c says where the config comes from without it (the walk sets AGENTBAK_CONFIG; help said ./agentbak.json)
+    for (const c of ["status", "serve"]) expect((await run([c, "--help"])).stdout.replace(/\s+/g, " ")).toMatch(/-c, --config <file(\.\.\.)?> [a-z ]*\(default: AGENTBAK_CONFIG, else \.\/agentbak\.json\)/);
     const top = await run(["--help"]);
     expect(top.stdout).toContain("Exit codes: agentbak help exit-codes. Environment: agentbak help environment.");
   });
