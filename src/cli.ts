@@ -345,7 +345,7 @@ function addRestoreCommands(program: Command, result: { code: ExitCode }): void 
     const r = await activate({
       ...o,
       confirm: async (c) => {
-        for (const u of c.unresolved) ui.warn(`open operation ${u.id} (key ${u.idempotency_key}) accepted unresolved: ${u.why}`);
+        for (const u of c.unresolved) ui.warn(`open operation ${u.id} (key ${u.idempotency_key}) unresolved: ${u.why}; activating accepts it as it is`);
         return ui.confirm(`Is the original ${c.record.agent_id} runtime stopped?`, "--yes");
       },
     });
