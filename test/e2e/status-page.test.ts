@@ -134,6 +134,18 @@ describe("the status page", () => {
     await page.setViewportSize({ width: 390, height: 844 });
     // nothing wider than the phone's screen
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    // the hint on deciding requests is on the screen, not scrolled away with the table (it was the table's caption)
+    const hint = (await page.getByText("this page never decides").boundingBox())!;
+    expect(hint.x + hint.width).toBeLessThanOrEqual(390);
+    // chart labels stay readable on a phone (the 600-unit charts shrink to half: 13 units were 6.5 px), inside their box
+    const labels = await page.locator("svg text").evaluateAll((ts) =>
+      ts.map((t) => {
+        const [r, box] = [t.getBoundingClientRect(), t.closest("figure")!.getBoundingClientRect()];
+        return { text: t.textContent, px: parseFloat(getComputedStyle(t).fontSize) * (t.closest("svg")!.getBoundingClientRect().width / 600), inside: r.left >= box.left && r.right <= box.right };
+      }),
+    );
+    expect(labels.length).toBeGreaterThan(8);
+    expect(labels.filter((l) => l.px < 10 || !l.inside)).toEqual([]);
     await page.screenshot({ path: join(SHOTS, "status-page-390.png"), fullPage: true });
     await ctx.close();
     console.log(`status page screenshots in ${SHOTS}`);
