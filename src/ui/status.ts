@@ -32,7 +32,14 @@ export function statusLines(a: AgentStatus): string[] {
     `  spool       ${a.spool ? `${a.spool.bundles} bundle(s), ${humanSize(a.spool.bytes)}` : "- (a folder repository does not spool)"}`,
     `  stored      ${humanSize(a.bytes)} in ${a.snapshots.length} verified snapshot(s)`,
   ];
-  for (const c of a.checks) if (c.state !== "ok") lines.push(`  ${c.state === "fail" ? "✗" : "!"} ${c.name}: ${safe(c.detail)}`);
+  for (const c of a.checks) {
+    if (c.state === "ok") continue;
+    const line = `  ${c.state === "fail" ? "✗" : "!"} ${c.name}: ${safe(c.detail)}`;
+    const target = u ? safe(u.target) : "";
+    // the operations check ends in the restored folder: keep its name, and say what settles it
+    if (c.name !== "operations" || !target || !line.endsWith(target)) lines.push(line);
+    else lines.push(operationsLine(line.slice(0, -target.length), target), operationsLine("    next: agentbak reconcile --target ", target));
+  }
   return lines.map(fit);
 }
 

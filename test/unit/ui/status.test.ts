@@ -39,6 +39,13 @@ describe("statusLines", () => {
     const target = `/srv/agents/${"deep/".repeat(12)}billing-restored`;
     const ops = statusLines(agent({ unresolved_operations: { target, generation: 2, operations: 3, unresolved: 1 } })).find((l) => l.startsWith("  operations"))!;
     expect([...ops].length).toBe(80);
+    const lines = statusLines(agent({ checks: [{ name: "operations", state: "warn", detail: `1 of 3 open operation(s) unresolved in ${target}` }], unresolved_operations: { target, generation: 2, operations: 3, unresolved: 1 } }));
+    expect(lines.slice(-2)).toEqual([
+      expect.stringMatching(/^ {2}! operations: 1 of 3 open operation\(s\) unresolved in …[a-z/]*\/deep\/billing-restored$/),
+      expect.stringMatching(/^ {4}next: agentbak reconcile --target …[a-z/]*\/deep\/billing-restored$/),
+    ]);
+    expect(lines.every((l) => [...l].length <= 80)).toBe(true);
+    expect(statusLines(agent({ checks: [{ name: "operations", state: "warn", detail: "1 of 3 open operation(s) unresolved in /r" }], unresolved_operations: { target: "/r", generation: 2, operations: 3, unresolved: 1 } })).at(-1)).toBe("    next: agentbak reconcile --target /r");
     expect(ops).toMatch(/^ {2}operations {2}1 of 3 unresolved after the restore into …[a-z/]*\/deep\/billing-restored$/);
     const repo = repositoryLine({ repository: { location: `/mnt/${"backup-disk/".repeat(10)}repo`, bytes: 5 * 1024 * 1024 }, agents: [] } as any);
     expect([...repo].length).toBeLessThanOrEqual(80);
