@@ -158,8 +158,10 @@ describe("the status page", () => {
       expect(r.status).toBe(200);
       expect(r.body).toContain("acme/billing-agent");
       // the start line says where the page is and how it opens (a new user saw only the API's addresses)
-      expect(ui.log()).toContain(`status page: open ${ui.url}/ in a browser on this host (no token: --ui)`);
-      expect(srv.log()).toContain(`status page: ${srv.url}/ with a read-tier token (agentbak token create --tier read), or serve --ui on this host`);
+      expect(ui.log()).toContain("status page: GET / — open that address in a browser on this host (no token: --ui)");
+      expect(srv.log()).toContain("status page: GET / with a read-tier token (agentbak token create --tier read), or serve --ui on this host");
+      // one address in the start lines: scripts take it with grep -o (docs/agent-interface.md)
+      for (const s of [ui, srv]) expect(s.log().split(/GET "\//)[0]!.match(/http:\/\/127\.0\.0\.1:\d+/g)).toEqual([s.url]);
       // the API and /metrics still want a token
       expect((await api(ui.url, null, "GET", "/metrics")).status).toBe(401);
       expect((await api(ui.url, null, "GET", "/v1/snapshots")).status).toBe(401);
