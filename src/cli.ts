@@ -6,11 +6,13 @@
 import { Argument, Command, Option } from "commander";
 import { TOOL_VERSION } from "./version.js";
 import { Exit, usageError, type ExitCode } from "./errors.js";
-import { bashCompletion, environmentText, exitCodesText, fishCompletion, HELP_TOPICS, manPage, walk, withExamples, zshCompletion } from "./ui/help.js";
+import { bashCompletion, environmentText, exitCodesText, fishCompletion, HELP_TOPICS, manPage, walk, withExamples, withSuggestions, zshCompletion } from "./ui/help.js";
 import type { Progress } from "./progress.js";
 
 /** Adds a command's 1-3 examples to its --help and the man page; exit codes and environment are `agentbak help TOPIC`. */
 const help = withExamples;
+/** The drill specs shipped in drills/ (completion offers them after --spec; test/e2e/cli-help.test.ts checks the folder holds these) */
+const SHIPPED_SPECS = ["checks-only", "integrity-only", "recovery", "reference-agent"];
 
 const cfgOpt = () => new Option("-c, --config <file>", "config file (default: AGENTBAK_CONFIG, else ./agentbak.json)");
 const targetCfgOpt = () => new Option("-c, --config <file>", "the agent's config (default: AGENTBAK_CONFIG, else the one the restore ran with)");
@@ -381,7 +383,7 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
       .command("drill")
       .description("prove a bundle recovers: restore into a temp folder, check, replay crash points against the worker")
       .argument("<snapshot>", "snapshot id (or a unique prefix), latest, random, or a bundle file")
-      .option("--spec <name|file>", "drill spec: a file, or a shipped spec by name (checks-only, integrity-only, recovery, reference-agent); default: the built-in restore checks")
+      .addOption(withSuggestions(new Option("--spec <name|file>", `drill spec: a file, or a shipped spec by name (${SHIPPED_SPECS.join(", ")}); default: the built-in restore checks`), SHIPPED_SPECS))
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--identity <file>", "age identity file")
@@ -503,7 +505,7 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
       .requiredOption("--every <duration>", "backup interval (15m, 1h, 6h, 1d, 7d)")
       .option("--drill-every <duration>", "also drill a random recent snapshot this often")
       .option("--forget-every <duration>", "apply the config's retention rules this often", "1d")
-      .option("--spec <name|file>", "drill spec for scheduled drills: a file or a shipped spec's name (default: the built-in restore checks)")
+      .addOption(withSuggestions(new Option("--spec <name|file>", "drill spec for scheduled drills: a file or a shipped spec's name (default: the built-in restore checks)"), SHIPPED_SPECS))
       .option("--user <name>", "user the systemd services run as (default: the current user)")
       .option("--credentials-file <file>", "KEY=value file the jobs read their credentials from, e.g. S3 keys; printed by path only (default AGENTBAK_HOME/agentbak.env)")
       .addOption(cfgOpt())
