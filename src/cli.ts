@@ -6,13 +6,15 @@
 import { Argument, Command, Option } from "commander";
 import { TOOL_VERSION } from "./version.js";
 import { Exit, usageError, type ExitCode } from "./errors.js";
-import { bashCompletion, environmentText, exitCodesText, fishCompletion, HELP_TOPICS, manPage, walk, withExamples, zshCompletion } from "./ui/help.js";
+import { bashCompletion, environmentText, exitCodesText, fishCompletion, HELP_TOPICS, manPage, walk, withExamples, withSuggestions, zshCompletion } from "./ui/help.js";
 import type { Progress } from "./progress.js";
 
 /** Adds a command's 1-3 examples to its --help and the man page; exit codes and environment are `agentbak help TOPIC`. */
 const help = withExamples;
+/** The drill specs shipped in drills/ (completion offers them after --spec; test/e2e/cli-help.test.ts checks the folder holds these) */
+const SHIPPED_SPECS = ["checks-only", "integrity-only", "recovery", "reference-agent"];
 
-const cfgOpt = () => new Option("-c, --config <file>", "config file (default ./agentbak.json)");
+const cfgOpt = () => new Option("-c, --config <file>", "config file (default: AGENTBAK_CONFIG, else ./agentbak.json)");
 const targetCfgOpt = () => new Option("-c, --config <file>", "the agent's config (default: AGENTBAK_CONFIG, else the one the restore ran with)");
 const repoOpt = () => new Option("--repo <path>", "repository (overrides AGENTBAK_REPOSITORY and config)");
 const jsonOpt = () => new Option("--json", "machine-readable result on stdout");
@@ -347,7 +349,7 @@ function addRestoreCommands(program: Command, result: { code: ExitCode }): void 
     const r = await activate({
       ...o,
       confirm: async (c) => {
-        for (const u of c.unresolved) ui.warn(`open operation ${u.id} (key ${u.idempotency_key}) accepted unresolved: ${u.why}`);
+        for (const u of c.unresolved) ui.warn(`open operation ${u.id} (key ${u.idempotency_key}) unresolved: ${u.why}; activating accepts it as it is`);
         return ui.confirm(`Is the original ${c.record.agent_id} runtime stopped?`, "--yes");
       },
     });
@@ -383,7 +385,7 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
       .command("drill")
       .description("prove a bundle recovers: restore into a temp folder, check, replay crash points against the worker")
       .argument("[snapshot]", "snapshot id (or a unique prefix), latest, random, or a bundle file (not with --fleet)")
-      .option("--spec <name|file>", "drill spec: a file, or a shipped spec by name (checks-only, integrity-only, recovery, reference-agent); default: the built-in restore checks")
+      .addOption(withSuggestions(new Option("--spec <name|file>", `drill spec: a file, or a shipped spec by name (${SHIPPED_SPECS.join(", ")}); default: the built-in restore checks`), SHIPPED_SPECS))
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--identity <file>", "age identity file")
@@ -522,7 +524,7 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
       .addOption(new Option("--format <format>", "cron: crontab lines; systemd: agentbak-JOB-AGENT.service and .timer units").choices(["cron", "systemd"]).default("cron"))
       .option("--drill-every <duration>", "also drill a random recent snapshot this often")
       .option("--forget-every <duration>", "apply the config's retention rules this often", "1d")
-      .option("--spec <name|file>", "drill spec for scheduled drills: a file or a shipped spec's name (default: the built-in restore checks)")
+      .addOption(withSuggestions(new Option("--spec <name|file>", "drill spec for scheduled drills: a file or a shipped spec's name (default: the built-in restore checks)"), SHIPPED_SPECS))
       .option("--user <name>", "user the systemd services run as (default: the current user)")
       .option("--credentials-file <file>", "KEY=value file the jobs read their credentials from, e.g. S3 keys; printed by path only (default AGENTBAK_HOME/agentbak.env)")
       .addOption(cfgOpt())
@@ -586,7 +588,7 @@ function addAgentServers(program: Command): void {
     program
       .command("serve")
       .description("HTTP API for agents (bearer tokens per tenant, agent and tier): /v1/backups, /v1/snapshots, /v1/restores, /v1/openapi.json, MCP at /mcp, the status page at /, /metrics and /healthz; SIGTERM finishes the requests in flight and exits 0")
-      .option("-c, --config <file...>", "config of each agent served (default ./agentbak.json)")
+      .option("-c, --config <file...>", "config of each agent served (default: AGENTBAK_CONFIG, else ./agentbak.json)")
       .option("--host <file>", "a host file (agentbak-host.json): back up each of its agents on its schedule from this process, and serve them all (docs/fleet.md)")
       .option("--listen <host:port>", "address (default the host file's or agentInterface.listen, else 127.0.0.1:8377; port 0 picks a free one)")
       .option("--ui", "the status page (GET /) without a token, for a browser on this host; loopback addresses only")

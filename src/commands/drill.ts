@@ -75,9 +75,16 @@ function checkJunitPlace(junit: string | undefined): void {
 
 async function run(ctx: Context, ref: string, opts: DrillCmdOptions): Promise<ReportedDrill> {
   const spec = loadSpec(opts.spec);
-  if (opts.report === undefined && !ctx.repoLocation) throw usageError("where should the drill report go? pass --report FILE (or --no-report), or name a repository");
-  const key = opts.report === false ? null : ctx.signingKey();
+  // a snapshot id or latest without a repository fails here first, saying so (not asking where the report goes)
   const bundle = await ctx.openRef(ref, { ...ctx.agentFilter(opts), within: parseDuration(opts.within ?? "7d") });
+  let key: ReturnType<typeof ctx.signingKey> | null;
+  try {
+    if (opts.report === undefined && !ctx.repoLocation) throw usageError("where should the drill report go? pass --report FILE (or --no-report), or name a repository");
+    key = opts.report === false ? null : ctx.signingKey();
+  } catch (e) {
+    bundle.release();
+    throw e;
+  }
   let r: DrillResult;
   try {
     r = await runDrill({

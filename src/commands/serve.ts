@@ -56,7 +56,8 @@ export interface ServeOptions {
   /** the status page and /metrics (ui/status.ts) */
   render?: StatusRender;
   log: (line: string) => void;
-  onListening: (info: { url: string; agents: string[] }) => void;
+  /** `page`: how GET / is opened here (serve: "ui" without a token, "token" with a read-tier one); absent where there is no page (mcp) */
+  onListening: (info: { url: string; agents: string[]; page?: "ui" | "token" }) => void;
 }
 
 /**
@@ -85,7 +86,7 @@ export async function serve(opts: ServeOptions): Promise<void> {
   const app = buildApp(service, { home: handles[0]!.home, listenHost: host, maxTier: hostFile ? tierOf(hostFile.agents, handles, maxTier) : maxTier, log: opts.log, render: opts.render, ui: opts.ui });
   const { url, close } = await startHttp(app, host, port);
   const schedule = hostFile ? backupOnSchedule(hostFile.agents, handles, hostFile.maxConcurrent, opts.log) : null;
-  opts.onListening({ url, agents: service.served });
+  opts.onListening({ url, agents: service.served, page: opts.ui ? "ui" : "token" });
   await new Promise<void>((resolve) =>
     onTerminate(() => {
       onTerminate(null);

@@ -62,8 +62,11 @@ export function flushed(list: FlushResult[]): void {
   }
 }
 
-export function listening(info: { url: string; agents: string[] }): void {
+export function listening(info: { url: string; agents: string[]; page?: "ui" | "token" }): void {
   ok(`agent interface on ${info.url} (REST under /v1, OpenAPI at /v1/openapi.json, MCP at /mcp) for ${info.agents.join(", ")}`);
+  // the address once: scripts take the first URL of this output (docs/agent-interface.md)
+  if (info.page === "ui") say("  status page: GET / — open that address in a browser on this host (no token: --ui)");
+  if (info.page === "token") say("  status page: GET / with a read-tier token (agentbak token create --tier read), or serve --ui on this host");
   const host = new URL(info.url).hostname;
   if (host !== "127.0.0.1" && host !== "[::1]" && host !== "localhost") warn(`listening on ${host}, not loopback: tokens travel in plain HTTP; put TLS in front`);
 }

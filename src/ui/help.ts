@@ -29,6 +29,13 @@ export const ENVIRONMENT: [name: string, meaning: string][] = [
 export const HELP_TOPICS = { "exit-codes": "what each exit status means", environment: "the environment variables agentbak reads" } as const;
 
 const examplesOf = new WeakMap<Command, string[]>();
+const suggestionsOf = new WeakMap<Option, string[]>();
+
+/** Names completion offers for an option that takes a file or a name (a shipped drill spec), besides file names. @returns o */
+export function withSuggestions(o: Option, names: string[]): Option {
+  suggestionsOf.set(o, names);
+  return o;
+}
 
 /** Adds 1-3 examples to `cmd`'s --help (and to the man page). @returns cmd */
 export function withExamples(cmd: Command, examples: string[]): Command {
@@ -132,7 +139,9 @@ export function bashCompletion(program: Command): string {
   const words = (c: Command) => [...c.commands.map((s) => s.name()), ...c.registeredArguments.flatMap((a) => a.argChoices ?? []), ...optionWords(c)].join(" ");
   const cases = [`    "") words=${sq(words(program))} ;;`, ...cmds.map(({ path, cmd }) => `    ${sq(path)}) words=${sq(words(cmd))} ;;`)];
   const valuedFlags = [...new Set([program, ...cmds.map((c) => c.cmd)].flatMap((c) => valued(c).flatMap(flagsOf)))];
-  const choices = [...new Map([program, ...cmds.map((c) => c.cmd)].flatMap((c) => c.options.filter((o) => o.argChoices).flatMap((o) => flagsOf(o).map((f) => [f, o.argChoices!.join(" ")] as const)))).entries()];
+  const byFlag = (values: (o: Option) => string[] | undefined) => [...new Map([program, ...cmds.map((c) => c.cmd)].flatMap((c) => c.options.filter(values).flatMap((o) => flagsOf(o).map((f) => [f, values(o)!.join(" ")] as const)))).entries()];
+  const choices = byFlag((o) => o.argChoices);
+  const suggested = byFlag((o) => suggestionsOf.get(o));
   return `# bash completion for agentbak, generated from its command table (agentbak completion bash)
 _agentbak() {
   local cur="\${COMP_WORDS[COMP_CWORD]}" prev="" path="" next w i words=""
@@ -150,6 +159,7 @@ _agentbak() {
   done
   case "$prev" in
 ${choices.map(([f, c]) => `    ${f}) COMPREPLY=( $(compgen -W ${sq(c)} -- "$cur") ); return ;;`).join("\n")}
+${suggested.map(([f, c]) => `    ${f}) COMPREPLY=( $(compgen -W ${sq(c)} -- "$cur") $(compgen -f -- "$cur") ); return ;;`).join("\n")}
     ${valuedFlags.length ? `${valuedFlags.join("|")}) COMPREPLY=(); return ;;` : ""}
   esac
   case "$path" in
@@ -170,7 +180,7 @@ export function fishCompletion(program: Command): string {
   const q = (s: string) => `'${s.replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`;
   const lines = ["# fish completion for agentbak, generated from its command table (agentbak completion fish)", "complete -c agentbak -f"];
   const opt = (cond: string, o: Option) =>
-    `complete -c agentbak -n ${q(cond)}${o.long ? ` -l ${o.long.slice(2)}` : ""}${o.short ? ` -s ${o.short.slice(1)}` : ""}${o.required || o.optional ? (o.argChoices ? ` -x -a ${q(o.argChoices.join(" "))}` : " -r -F") : ""} -d ${q(o.description)}`;
+    `complete -c agentbak -n ${q(cond)}${o.long ? ` -l ${o.long.slice(2)}` : ""}${o.short ? ` -s ${o.short.slice(1)}` : ""}${o.required || o.optional ? (o.argChoices ? ` -x -a ${q(o.argChoices.join(" "))}` : ` -r -F${suggestionsOf.has(o) ? ` -a ${q(suggestionsOf.get(o)!.join(" "))}` : ""}`) : ""} -d ${q(o.description)}`;
   for (const s of program.commands) lines.push(`complete -c agentbak -n '__fish_use_subcommand' -a ${q(s.name())} -d ${q(s.description())}`);
   for (const o of program.options) lines.push(opt("__fish_use_subcommand", o));
   for (const { path, cmd } of walk(program)) {

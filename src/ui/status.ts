@@ -14,6 +14,8 @@ import { humanSize } from "./progress.js";
 const WIDTH = 80;
 const secondsSince = (iso: string) => Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
 const fit = (s: string) => (s.length > WIDTH ? `${s.slice(0, WIDTH - 1)}…` : s);
+/** A path in `room` columns: its head elided, so the folder's own name stays (and what follows the path on the line). */
+const tail = (path: string, room: number) => (path.length > room ? `…${path.slice(path.length - Math.max(1, room - 1))}` : path);
 const MARK: Record<CheckState, string> = { ok: "ok", warn: "WARN", fail: "FAIL" };
 
 /** The lines of one agent: one per fact, then each check that is not ok, named. */
@@ -27,12 +29,29 @@ export function statusLines(a: AgentStatus): string[] {
     `  chain       ${a.chain ? `${a.chain.links} link(s), ${a.chain.verified} verified${a.chain.next_full_in !== null ? `; full due in ${a.chain.next_full_in} backup(s)` : ""}` : "-"}`,
     `  drill       ${d ? `${d.result} ${human(d.age_seconds)} ago${d.rto_seconds !== null ? `, RTO ${d.rto_seconds} s` : ""}${d.rto_objective_seconds !== null ? ` (objective ${d.rto_objective_seconds} s)` : ""}` : "none recorded"}${a.drill_every_seconds !== null ? `; every ${human(a.drill_every_seconds)}` : ""}`,
     `  requests    ${a.pending_requests.length ? `${a.pending_requests.length} pending: ${a.pending_requests.map((r) => r.request_id).join(", ")}` : "none pending"}`,
-    `  operations  ${u ? `${u.unresolved} of ${u.operations} unresolved after the restore into ${safe(u.target)}` : "no restore recorded"}`,
+    u ? operationsLine(`  operations  ${u.unresolved} of ${u.operations} unresolved after the restore into `, safe(u.target)) : "  operations  no restore recorded",
     `  spool       ${a.spool ? `${a.spool.bundles} bundle(s), ${humanSize(a.spool.bytes)}` : "- (a folder repository does not spool)"}`,
     `  stored      ${humanSize(a.bytes)} in ${a.snapshots.length} verified snapshot(s)`,
   ];
-  for (const c of a.checks) if (c.state !== "ok") lines.push(`  ${c.state === "fail" ? "✗" : "!"} ${c.name}: ${safe(c.detail)}`);
+  for (const c of a.checks) {
+    if (c.state === "ok") continue;
+    const line = `  ${c.state === "fail" ? "✗" : "!"} ${c.name}: ${safe(c.detail)}`;
+    const target = u ? safe(u.target) : "";
+    // the operations check ends in the restored folder: keep its name, and say what settles it
+    if (c.name !== "operations" || !target || !line.endsWith(target)) lines.push(line);
+    else lines.push(operationsLine(line.slice(0, -target.length), target), operationsLine("    next: agentbak reconcile --target ", target));
+  }
   return lines.map(fit);
+}
+
+function operationsLine(head: string, target: string): string {
+  return head + tail(target, WIDTH - head.length);
+}
+
+/** The repository's line: its location (head elided to fit) and the bytes it holds, always shown. */
+export function repositoryLine(r: StatusReport): string {
+  const size = humanSize(r.repository.bytes);
+  return `repository  ${tail(safe(r.repository.location), WIDTH - 14 - size.length)}  ${size}`;
 }
 
 /** Prints the report to stdout: each agent, then the repository. */
@@ -43,7 +62,7 @@ export function statusScreen(r: StatusReport): void {
     out(`${bold(head!)}\n${rest.join("\n")}\n\n`);
   }
   for (const f of r.fleet) out(fit(`fleet       ${f.passed} of ${f.drilled} passed, recoverable ≥ ${f.lower_bound.toFixed(3)} (seed ${safe(f.seed)}, ${human(secondsSince(f.at))} ago)`) + "\n");
-  out(fit(`repository  ${safe(r.repository.location)}  ${humanSize(r.repository.bytes)}`) + "\n");
+  out(repositoryLine(r) + "\n");
 }
 
 /** A label value in OpenMetrics: backslash, double quote and line feed escaped. */

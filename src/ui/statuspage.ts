@@ -35,7 +35,7 @@ ul.checks li{padding:8px 12px;border-radius:6px;margin:0 0 6px;overflow-wrap:any
 .charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(320px,1fr));gap:16px}
 figure{margin:0;border:1px solid var(--line);border-radius:6px;padding:8px 12px}
 figcaption{font-size:.9rem;color:var(--muted)}
-svg{width:100%;height:auto;display:block}
+svg{width:100%;height:auto;display:block;overflow:visible}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;width:100%;min-width:560px;font-size:.9rem}
 th,td{text-align:left;padding:6px 8px;border-bottom:1px solid var(--line);vertical-align:top}
@@ -43,7 +43,7 @@ td{overflow-wrap:break-word}
 code{font-size:.85rem}
 .none{color:var(--muted)}
 @media (min-width:900px){dl.facts{grid-template-columns:repeat(4,1fr)}}
-@media (max-width:600px){main{padding:8px}.agent{padding:12px}header{padding:12px 16px}.charts{grid-template-columns:1fr}}
+@media (max-width:600px){main{padding:8px}.agent{padding:12px}header{padding:12px 16px}.charts{grid-template-columns:1fr}svg text{font-size:21px}}
 footer{color:var(--muted);font-size:.85rem;text-align:center;padding:8px 16px 24px}
 `;
 
@@ -103,7 +103,7 @@ function agentSection(a: AgentStatus, i: number): string {
     .reverse()
     .map((d) => `<tr><td>${html(time(d.at))}</td><td class="${d.result === "pass" ? "ok" : "fail"}">${d.result}</td><td>${d.rto_seconds ?? "—"}</td><td>${d.result === "fail" && d.failed.length ? html(d.failed[0]!) + (d.failed.length > 1 ? ` (+${d.failed.length - 1} more)` : "") : "—"}</td></tr>`);
   const requests = a.pending_requests.length
-    ? `<div class="scroll"><table><caption class="none" style="text-align:left">Decide with <code>agentbak approve ID</code> or <code>agentbak deny ID --reason TEXT</code>; this page never decides.</caption><thead><tr><th scope="col">Request</th><th scope="col">Snapshot</th><th scope="col">Asked</th><th scope="col">By</th><th scope="col">Reason</th></tr></thead><tbody>${a.pending_requests.map((r) => `<tr><td><code>${html(r.request_id)}</code></td><td><code>${html(r.snapshot_id)}</code></td><td>${html(time(r.requested_at))}</td><td>${html(r.requested_by)}</td><td>${html(r.reason)}</td></tr>`).join("")}</tbody></table></div>`
+    ? `<p class="none">Decide with <code>agentbak approve ID</code> or <code>agentbak deny ID --reason TEXT</code>; this page never decides.</p><div class="scroll"><table aria-label="Pending restore requests"><thead><tr><th scope="col">Request</th><th scope="col">Snapshot</th><th scope="col">Asked</th><th scope="col">By</th><th scope="col">Reason</th></tr></thead><tbody>${a.pending_requests.map((r) => `<tr><td><code>${html(r.request_id)}</code></td><td><code>${html(r.snapshot_id)}</code></td><td>${html(time(r.requested_at))}</td><td>${html(r.requested_by)}</td><td>${html(r.reason)}</td></tr>`).join("")}</tbody></table></div>`
     : `<p class="none">None pending.</p>`;
   const u = a.unresolved_operations;
   const ops = u ? `<p>${u.unresolved} of ${u.operations} open operation(s) unresolved after the restore into <code>${html(u.target)}</code> (generation ${u.generation}).${u.unresolved ? ` Run <code>agentbak reconcile --target ${html(u.target)}</code>.` : ""}</p>` : `<p class="none">No restore recorded.</p>`;

@@ -42,3 +42,15 @@ it("an unknown spec name exits 10 naming the shipped ones", async () => {
   expect(r.code).toBe(10);
   expect(r.stderr).toMatch(/^agentbak: drill spec no-such-spec: no such file, and no shipped spec of that name \(shipped: checks-only, integrity-only, recovery, reference-agent\)$/);
 });
+
+it("without a config or repository, drill latest says there is no repository (2); a bundle file asks where the report goes (2)", async () => {
+  const bare = { AGENTBAK_HOME: a.env.AGENTBAK_HOME!, AGENTBAK_CONFIG: undefined, AGENTBAK_REPOSITORY: undefined };
+  const latest = await run(["drill", "latest"], { cwd: elsewhere, env: bare });
+  expect(latest.code).toBe(2);
+  expect(latest.stderr).toBe("agentbak: no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
+  const listed = json(await a.run(["snapshots", "--json"]));
+  const file = await a.file(listed[0].path);
+  const f = await run(["drill", file, "--identity", a.identity], { cwd: elsewhere, env: bare });
+  expect(f.code).toBe(2);
+  expect(f.stderr).toContain("where should the drill report go? pass --report FILE (or --no-report), or name a repository");
+});

@@ -3,10 +3,10 @@
 // with man(1); the completion scripts complete in real shells.
 import { describe, expect, it } from "vitest";
 import { execa } from "execa";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BIN, run } from "../helpers.js";
+import { BIN, ROOT, run } from "../helpers.js";
 
 /** A folder on PATH with an `agentbak` that runs this checkout's binary, as `npm link` would give. */
 function pathWithAgentbak(): string {
@@ -23,6 +23,8 @@ describe("help", () => {
     expect(r.stdout).toContain("--target <dir>");
     expect(r.stdout).toMatch(/Examples:\n {2}agentbak restore latest --target/);
     expect(r.stdout).not.toMatch(/EXIT STATUS|Exit status|ENVIRONMENT|AGENTBAK_HOME/);
+    // -c says where the config comes from without it (the walk sets AGENTBAK_CONFIG; help said ./agentbak.json)
+    for (const c of ["status", "serve"]) expect((await run([c, "--help"])).stdout.replace(/\s+/g, " ")).toMatch(/-c, --config <file(\.\.\.)?> [a-z ]*\(default: AGENTBAK_CONFIG, else \.\/agentbak\.json\)/);
     const top = await run(["--help"]);
     expect(top.stdout).toContain("Exit codes: agentbak help exit-codes. Environment: agentbak help environment.");
   });
@@ -56,9 +58,9 @@ describe("help", () => {
 
 describe("completion", () => {
   /** What bash offers for the words typed (the last one being completed). */
-  const bashComplete = async (words: string[]) => {
+  const bashComplete = async (words: string[], cwd?: string) => {
     const script = `source <(agentbak completion bash); COMP_WORDS=(${words.map((w) => `'${w}'`).join(" ")}); COMP_CWORD=${words.length - 1}; _agentbak; echo "\${COMPREPLY[@]}"`;
-    const r = await execa("bash", ["-c", script], { env: { PATH: pathWithAgentbak() } });
+    const r = await execa("bash", ["-c", script], { env: { PATH: pathWithAgentbak() }, cwd });
     return r.stdout.trim().split(/\s+/).filter(Boolean);
   };
 
@@ -70,6 +72,14 @@ describe("completion", () => {
     expect(await bashComplete(["agentbak", "--no-color", "drill", "-c", "backup", "latest", "--no-cr"])).toEqual(["--no-credential-warnings"]);
     expect(await bashComplete(["agentbak", "restore", "latest", "--integrity", ""])).toEqual(["full", "quick", "digest"]);
     expect(await bashComplete(["agentbak", "completion", ""])).toEqual(["bash", "zsh", "fish", "--help"]);
+  });
+
+  it("bash offers the shipped drill specs (what drills/ holds) and file names after --spec", async () => {
+    const shipped = readdirSync(join(ROOT, "drills")).filter((f) => f.endsWith(".json")).map((f) => f.slice(0, -5));
+    const here = mkdtempSync(join(tmpdir(), "agentbak-spec-"));
+    writeFileSync(join(here, "my-spec.json"), "{}");
+    expect((await bashComplete(["agentbak", "drill", "latest", "--spec", ""], here)).sort()).toEqual([...shipped, "my-spec.json"].sort());
+    expect(await bashComplete(["agentbak", "schedule", "--spec", "che"], here)).toEqual(["checks-only"]);
   });
 
   it("zsh loads the script through bashcompinit and registers _agentbak for agentbak", async () => {

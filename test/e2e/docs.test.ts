@@ -147,6 +147,12 @@ describe("docs", () => {
     expect(all.flatMap(({ file }) => brokenLinks(file, readFileSync(join(root, file), "utf8")))).toEqual([]);
   });
 
+  it("every test file the docs name exists (the tests moved into test/unit and test/e2e)", () => {
+    const named = all.flatMap(({ file }) => [...readFileSync(join(root, file), "utf8").matchAll(/\btest\/[\w./-]+\.ts\b/g)].map((m) => ({ file, path: m[0] })));
+    expect(named.length).toBeGreaterThan(10);
+    expect(named.filter(({ path }) => !existsSync(join(root, path))).map(({ file, path }) => `${file}: ${path}`)).toEqual([]);
+  });
+
   it("the link check sees a missing file, a missing heading and skips only the pending pages", () => {
     const text = "[a](nope.md) [b](exit-codes.md#nope) [c](exit-codes.md#environment) [d](cli.md) [e](https://x.invalid/y.md)\n```text\n[f](in-a-block.md)\n```\n";
     const broken = brokenLinks("docs/x.md", text);

@@ -216,6 +216,10 @@ describe("restore", () => {
     const accept = ["--accept-unresolved", "--reason", "test: the provider was checked by hand"];
     const noTty = await a.run(["activate", "--target", t2, ...accept]);
     expect(noTty.code).toBe(2);
+    // nothing was accepted, and the refusal does not say it was (it printed "accepted unresolved" before asking)
+    expect(noTty.stderr).toContain("confirmation needed and no TTY: pass --yes");
+    expect(noTty.stderr).not.toContain("accepted unresolved");
+    expect(existsSync(join(t2, ".agentbak/SUSPENDED"))).toBe(true);
     const act2 = await a.run(["activate", "--target", t2, ...accept, "--yes", "--json"]);
     // activated, with a warning: exit 3 (completed with warnings), never a plain 0
     expect(act2.code, act2.stderr).toBe(3);

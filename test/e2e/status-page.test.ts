@@ -13,6 +13,7 @@ let a: TestAgent;
 let srv: Server;
 let browser: Browser;
 const tok: Record<string, string> = {};
+let requestId: string;
 const snapshots: { snapshot_id: string; size: number; created_at: string }[] = [];
 /** where the test leaves its screenshots for review (copied by hand into docs/img) */
 const SHOTS = process.env.AGENTBAK_SCREENSHOTS ?? mkdtempSync(join(tmpdir(), "agentbak-status-shots-"));
@@ -40,6 +41,7 @@ beforeAll(async () => {
   srv = await startServer(a);
   const req = await api(srv.url, tok["restore-request"]!, "POST", "/v1/restores", { body: { reason: HOSTILE, snapshot: snapshots[0]!.snapshot_id } });
   expect(req.status).toBe(202);
+  requestId = req.body.request_id;
   browser = await chromium.launch({
     executablePath: "/usr/bin/chromium",
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
@@ -132,6 +134,18 @@ describe("the status page", () => {
     await page.setViewportSize({ width: 390, height: 844 });
     // nothing wider than the phone's screen
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    // the hint on deciding requests is on the screen, not scrolled away with the table (it was the table's caption)
+    const hint = (await page.getByText("this page never decides").boundingBox())!;
+    expect(hint.x + hint.width).toBeLessThanOrEqual(390);
+    // chart labels stay readable on a phone (the 600-unit charts shrink to half: 13 units were 6.5 px), inside their box
+    const labels = await page.locator("svg text").evaluateAll((ts) =>
+      ts.map((t) => {
+        const [r, box] = [t.getBoundingClientRect(), t.closest("figure")!.getBoundingClientRect()];
+        return { text: t.textContent, px: parseFloat(getComputedStyle(t).fontSize) * (t.closest("svg")!.getBoundingClientRect().width / 600), inside: r.left >= box.left && r.right <= box.right };
+      }),
+    );
+    expect(labels.length).toBeGreaterThan(8);
+    expect(labels.filter((l) => l.px < 10 || !l.inside)).toEqual([]);
     await page.screenshot({ path: join(SHOTS, "status-page-390.png"), fullPage: true });
     await ctx.close();
     console.log(`status page screenshots in ${SHOTS}`);
@@ -143,6 +157,11 @@ describe("the status page", () => {
       const r = await api(ui.url, null, "GET", "/");
       expect(r.status).toBe(200);
       expect(r.body).toContain("acme/billing-agent");
+      // the start line says where the page is and how it opens (a new user saw only the API's addresses)
+      expect(ui.log()).toContain("status page: GET / — open that address in a browser on this host (no token: --ui)");
+      expect(srv.log()).toContain("status page: GET / with a read-tier token (agentbak token create --tier read), or serve --ui on this host");
+      // one address in the start lines: scripts take it with grep -o (docs/agent-interface.md)
+      for (const s of [ui, srv]) expect(s.log().split(/GET "\//)[0]!.match(/http:\/\/127\.0\.0\.1:\d+/g)).toEqual([s.url]);
       // the API and /metrics still want a token
       expect((await api(ui.url, null, "GET", "/metrics")).status).toBe(401);
       expect((await api(ui.url, null, "GET", "/v1/snapshots")).status).toBe(401);
@@ -152,6 +171,72 @@ describe("the status page", () => {
     const bad = await a.run(["serve", "--ui", "--listen", "0.0.0.0:0"]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/--ui shows the status page without a token, so only on a loopback address .*0\.0\.0\.0 is not one/);
+  });
+});
+
+describe("the status page judges", () => {
+  it("no GET decides a restore request: every GET route of openapi.json, with the request's id, leaves it pending", async () => {
+    const doc = (await api(srv.url, null, "GET", "/v1/openapi.json")).body;
+    const gets = Object.keys(doc.paths).filter((p) => doc.paths[p].get && !p.startsWith("/mcp")).map((p) => p.replace(/\{id\}/g, requestId));
+    expect(gets).toEqual(expect.arrayContaining(["/", "/metrics", "/healthz", `/v1/restores/${requestId}`]));
+    for (const p of [...gets, `/v1/restores/${requestId}/approve`, `/?approve=${requestId}`]) expect((await api(srv.url, tok["restore-request"]!, "GET", p)).status).not.toBe(500);
+    const r = await api(srv.url, tok["restore-request"]!, "GET", `/v1/restores/${requestId}`);
+    expect(r.body).toMatchObject({ status: "pending", decision: null });
+    expect((await a.run(["requests", "--json"])).stdout).toContain(requestId);
+  });
+
+  it("colours a snapshot older than the RPO, lists a restore's unresolved operations, and every text has 4.5:1 contrast", async () => {
+    // a restore of the reference agent leaves its open operation unresolved until reconcile or activate settles it
+    const target = join(a.tmp, "restored-for-page");
+    const r = await a.run(["restore", "latest", "--target", target, "--yes", "--identity", a.identity], { OPENAI_API_KEY: "x" });
+    expect([0, 3], r.stderr).toContain(r.code);
+    // the same agent judged against an RPO of 60 ms: its newest snapshot is stale
+    const stale = join(a.dir, "stale-rpo.json");
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    writeFileSync(stale, JSON.stringify({ ...cfg, objectives: { ...cfg.objectives, rpoMinutes: 0.001 } }));
+    const ui = await startServer(a, ["--ui", "-c", stale]);
+    const ctx = await browser.newContext({ javaScriptEnabled: false, viewport: { width: 1280, height: 900 } });
+    try {
+      const page = await ctx.newPage();
+      expect((await page.goto(`${ui.url}/`))!.status()).toBe(200);
+      const snap = page.locator("dl.facts > div", { hasText: "Newest snapshot" });
+      expect(await snap.getAttribute("class")).toBe("warn");
+      expect(await snap.locator("dd").evaluate((e) => getComputedStyle(e).color)).toBe("rgb(122, 67, 0)");
+      const fresh = page.locator("dl.facts > div", { hasText: "Chain" });
+      expect(await fresh.locator("dd").evaluate((e) => getComputedStyle(e).color)).toBe("rgb(20, 24, 31)");
+      expect(await page.locator("ul.checks li.warn", { hasText: "snapshot" }).innerText()).toMatch(/^Warning: snapshot — /);
+      const ops = page.locator("h3:text('Unresolved operations') + p");
+      expect(await ops.innerText()).toContain(`unresolved after the restore into ${target}`);
+      expect(await ops.innerText()).toContain(`agentbak reconcile --target ${target}`);
+      const low = await page.evaluate(() => {
+        const lum = (c: string) => {
+          const [r, g, b] = (c.match(/[\d.]+/g) ?? []).slice(0, 3).map((v) => Number(v) / 255).map((v) => (v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4));
+          return 0.2126 * r! + 0.7152 * g! + 0.0722 * b!;
+        };
+        const opaque = (c: string) => c !== "transparent" && !/rgba\(.*,\s*0\)$/.test(c);
+        const background = (e: Element | null): string => {
+          for (; e; e = e.parentElement) if (opaque(getComputedStyle(e).backgroundColor)) return getComputedStyle(e).backgroundColor;
+          return "rgb(255, 255, 255)";
+        };
+        const out: string[] = [];
+        let seen = 0;
+        for (const e of document.querySelectorAll("body *")) {
+          if (![...e.childNodes].some((n) => n.nodeType === 3 && n.textContent!.trim())) continue;
+          seen++;
+          const s = getComputedStyle(e);
+          const fg = e instanceof SVGElement ? s.fill : s.color;
+          const [l1, l2] = [lum(fg), lum(background(e))].sort((x, y) => y - x);
+          const ratio = (l1! + 0.05) / (l2! + 0.05);
+          if (ratio < 4.5) out.push(`${e.tagName} "${e.textContent!.trim().slice(0, 30)}" ${fg} on ${background(e)}: ${ratio.toFixed(2)}`);
+        }
+        return { seen, out };
+      });
+      expect(low.seen).toBeGreaterThan(40);
+      expect(low.out).toEqual([]);
+    } finally {
+      await ctx.close();
+      await ui.stop();
+    }
   });
 });
 
