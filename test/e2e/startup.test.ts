@@ -40,12 +40,12 @@ async function loaded(args: string[], name: string) {
 const matching = (modules: string[], re: RegExp) => modules.filter((m) => re.test(m));
 
 describe.skipIf(STORE !== "local")("what a command loads", () => {
-  it("--version: the entry and its few base modules; no command, config, schema or repository code", async () => {
+  it("--version: the entry and its few base modules; no commander, command table, config, schema or repository code", async () => {
     const { r, modules } = await loaded(["--version"], "version");
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout.trim()).toBe(JSON.parse(readFileSync(join(import.meta.dirname, "../../package.json"), "utf8")).version);
     expect(matching(modules, /dist\/main\.js$/)).not.toEqual([]); // the hook saw the packed entry
-    expect(matching(modules, /^dist\/(commands|config|repository|capture|bundle)\/|node_modules\/zod\//)).toEqual([]);
+    expect(matching(modules, /^dist\/(cli\.js|commands\/|config\/|repository\/|capture\/|bundle\/)|node_modules\/(zod|commander)\//)).toEqual([]);
   });
 
   it("snapshots: the repository listing without the bundle reader (tar, age, worker threads) or the page engine", async () => {
