@@ -380,7 +380,7 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
     program
       .command("drill")
       .description("prove a bundle recovers: restore into a temp folder, check, replay crash points against the worker")
-      .argument("<snapshot>", "snapshot id (or a unique prefix), latest, random, or a bundle file")
+      .argument("[snapshot]", "snapshot id (or a unique prefix), latest, random, or a bundle file (not with --fleet)")
       .option("--spec <name|file>", "drill spec: a file, or a shipped spec by name (checks-only, integrity-only, recovery, reference-agent); default: the built-in restore checks")
       .addOption(cfgOpt())
       .addOption(repoOpt())
@@ -395,11 +395,27 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
       .option("--tenant <t>", "tenant (default: the config's)")
       .option("--source <name=url>", "restore state source NAME into this empty server instead of a throwaway one the drill starts (repeatable)", collect, [])
       .option("--allow-embedding-change", "drill a snapshot whose vectors come from another embedding model than the config's")
+      .option("--fleet", "drill a seeded random sample of the repository's agents (or --host FILE's), each at a random recovery point, and report the fleet figure")
+      .option("--sample <k>", "with --fleet: how many agents to drill")
+      .option("--seed <seed>", "with --fleet: the seed of the sample (default: a fresh one, reported)")
+      .option("--window <duration>", "with --fleet: draw recovery points this far back", "7d")
+      .option("--until <time>", "with --fleet: the window ends here (ISO 8601; default now): a report entry's seed, window and end replay its picks")
+      .option("--host <file>", "with --fleet: the agents of this host file, each with its config")
       .addOption(progressOpt())
       .addOption(jsonOpt()),
-    ["agentbak drill latest   # the built-in checks: integrity, row counts, chain, credentials", "agentbak drill latest --spec checks-only", "agentbak drill random --within 7d --spec reference-agent --junit drill.xml --json"],
+    ["agentbak drill latest   # the built-in checks: integrity, row counts, chain, credentials", "agentbak drill latest --spec checks-only", "agentbak drill random --within 7d --spec reference-agent --junit drill.xml --json", "agentbak drill --fleet --sample 20 --seed 42 --repo /srv/backups --junit fleet.xml"],
   ).action(async (ref, o) => {
-    const { drill } = await import("./commands/drill.js");
+    const { drill, drillFleet } = await import("./commands/drill.js");
+    if (o.fleet) {
+      if (ref) throw usageError(`drill --fleet chooses its snapshots: drop ${JSON.stringify(ref.slice(0, 80))}`);
+      if (!o.sample) throw usageError("drill --fleet: how many agents? pass --sample K");
+      const f = await withProgress(o, (progress) => drillFleet({ ...o, progress }));
+      await show(o, f, (await import("./ui/drill.js")).renderFleet);
+      result.code = f.passed < f.drilled ? Exit.drillFailed : Exit.ok;
+      return;
+    }
+    for (const flag of ["sample", "seed", "host", "until"] as const) if (o[flag] !== undefined) throw usageError(`--${flag} goes with --fleet`);
+    if (!ref) throw usageError("drill what? pass a snapshot (an id, latest, random, or a bundle file), or --fleet --sample K");
     const r = await withProgress(o, (progress) => drill(ref, { ...o, progress }));
     await show(o, r, (await import("./ui/drill.js")).renderDrill);
     result.code = !r.ok ? Exit.drillFailed : r.warnings.length ? Exit.warnings : Exit.ok;
@@ -568,13 +584,15 @@ function addAgentServers(program: Command): void {
       .command("serve")
       .description("HTTP API for agents (bearer tokens per tenant, agent and tier): /v1/backups, /v1/snapshots, /v1/restores, /v1/openapi.json, MCP at /mcp, the status page at /, /metrics and /healthz; SIGTERM finishes the requests in flight and exits 0")
       .option("-c, --config <file...>", "config of each agent served (default ./agentbak.json)")
-      .option("--listen <host:port>", "address (default agentInterface.listen, else 127.0.0.1:8377; port 0 picks a free one)")
+      .option("--host <file>", "a host file (agentbak-host.json): back up each of its agents on its schedule from this process, and serve them all (docs/fleet.md)")
+      .option("--listen <host:port>", "address (default the host file's or agentInterface.listen, else 127.0.0.1:8377; port 0 picks a free one)")
       .option("--ui", "the status page (GET /) without a token, for a browser on this host; loopback addresses only")
       .addOption(new Option("--tier <tier>", "the highest tier any token gets here (default: each token's own)")),
     [
       "agentbak serve",
       "agentbak serve -c /srv/agents/billing/agentbak.json -c /srv/agents/support/agentbak.json --listen 127.0.0.1:8377",
       "agentbak serve --ui   # then open http://127.0.0.1:8377/ on this host",
+      "agentbak serve --host /etc/agentbak/agentbak-host.json",
     ],
   ).action(async (o) => {
     const { serve } = await import("./commands/serve.js");

@@ -53,6 +53,8 @@ export async function runContained(command: string[], o: ContainedOptions): Prom
     extendEnv: false,
     detached: true,
     reject: false,
+    // bytes, not characters: with a text encoding execa counts characters, and 64 K of a three-byte character is 192 KiB
+    encoding: "buffer",
     maxBuffer: maxBytes,
     stderr: "ignore",
   });
@@ -77,7 +79,7 @@ export async function runContained(command: string[], o: ContainedOptions): Prom
   try {
     const r = await child;
     const startError = r.exitCode === undefined && !r.signal && !timedOut && !r.isMaxBuffer ? ((r as { code?: string }).code ?? "could not start") : null;
-    return { exitCode: r.exitCode ?? null, signal: r.signal ?? null, stdout: String(r.stdout ?? ""), timedOut, tooLarge: Boolean(r.isMaxBuffer), startError };
+    return { exitCode: r.exitCode ?? null, signal: r.signal ?? null, stdout: Buffer.from(r.stdout ?? new Uint8Array()).toString("utf8"), timedOut, tooLarge: Boolean(r.isMaxBuffer), startError };
   } finally {
     clearTimeout(timer);
     killGroup();

@@ -48,7 +48,7 @@ export const EXIT_MEANINGS: Record<ExitCode, string> = {
   12: "no usable key: a key file missing or unreadable, or no identity matches",
   13: "verification failed: signature (an untrusted signer too), digest, format, integrity",
   14: "refused by policy: revoked signer, expired, rollback, tenant, schema or version incompatible, not approved, secret found",
-  15: "drill ran and a check failed",
+  15: "drill ran and a check failed (drill --fleet: a sampled agent's drill failed or could not run)",
   130: "interrupted",
 };
 

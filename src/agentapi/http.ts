@@ -201,12 +201,12 @@ function misdirected(listenHost: string, port: number, host: string | undefined,
 /**
  * Builds the app.
  * @param listenHost the host it listens on (a loopback one answers only to its address and localhost)
- * @param maxTier the highest tier any token gets here (a token's own tier may be lower)
+ * @param maxTier the highest tier any token gets here, or a token of each agent (a host file's tokens.maxTier); a token's own tier may be lower
  * @param log one line per request (method, path, status, time, token id) and per internal error
  * @param render the status page and the /metrics text (ui/status.ts, passed in by the command table)
  * @param ui the status page (GET /) without a token: only on a loopback server (the command checks)
  */
-export function buildApp(service: AgentService, o: { home: string; listenHost: string; maxTier: Tier; log: (line: string) => void; render?: StatusRender; ui?: boolean }): OpenAPIHono<Env> {
+export function buildApp(service: AgentService, o: { home: string; listenHost: string; maxTier: Tier | ((a: { tenant: string; agent: string }) => Tier); log: (line: string) => void; render?: StatusRender; ui?: boolean }): OpenAPIHono<Env> {
   const app = new OpenAPIHono<Env>({
     defaultHook: (r, c) => {
       if (!r.success) return c.json(errorBody(usageError(formatIssues(r.error.issues))), 400);
@@ -249,7 +249,7 @@ export function buildApp(service: AgentService, o: { home: string; listenHost: s
       c.header("WWW-Authenticate", 'Bearer realm="agentbak"');
       return c.json(errorBody(new AgentbakError(Exit.usage, m ? "invalid or revoked token" : "missing bearer token (Authorization: Bearer <token>)")), 401);
     }
-    c.set("caller", { tenant: t.tenant, agent: t.agent, tier: lowerTier(t.tier, o.maxTier), by: `token ${t.id}`, transport: c.req.path === "/mcp" ? "mcp-http" : "http" });
+    c.set("caller", { tenant: t.tenant, agent: t.agent, tier: lowerTier(t.tier, typeof o.maxTier === "function" ? o.maxTier(t) : o.maxTier), by: `token ${t.id}`, transport: c.req.path === "/mcp" ? "mcp-http" : "http" });
     await next();
   };
   app.use("/v1/backups", auth);

@@ -295,7 +295,7 @@ export class AgentService {
     for (const h of handles) byRepo.set(h.location, [...(byRepo.get(h.location) ?? []), h]);
     const reports: StatusReport[] = [];
     for (const [location, hs] of byRepo)
-      reports.push(await gatherStatus({ repo: await this.fresh(hs[0]!), location, trust: hs[0]!.trust, home: hs[0]!.home, targets: hs.map((h) => statusTarget(h.lc.config)) }));
+      reports.push(await gatherStatus({ repo: await this.fresh(hs[0]!), location, trust: hs[0]!.trust, home: hs[0]!.home, targets: hs.map((h) => statusTarget(h.lc.config)), tenant: only?.tenant }));
     return mergeReports(reports);
   }
 

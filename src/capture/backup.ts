@@ -1,6 +1,6 @@
 /**
  * The backup stage, a forward pipeline of small stages, each in its own file:
- * lock → unchanged? (unchanged.ts) → parent (parent.ts) → read plan (plan.ts) →
+ * unchanged? (unchanged.ts) → lock → parent (parent.ts) → read plan (plan.ts) →
  * the instant between the hooks: databases, sources, files, workspace (instant.ts,
  * databases.ts, sources.ts, files.ts, workspace.ts, hooks.ts) → payload beside the
  * inspection (databases.ts) → manifest (one pure function) → signed bundle →
@@ -30,6 +30,10 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     throw usageError("--label: at most 200 characters, none of them control characters, escape sequences or Unicode bidi/format controls");
   const cfg = lc.config;
   const a: AgentRef = { tenant: cfg.agent.tenant, agent: cfg.agent.id };
+  const repoDir = o.repo.store.inPlace ? o.repo.location : null;
+  // before the lease: an agent whose state did not change costs reads only, no lease grant written (docs/fleet.md)
+  const { listed, other, last } = await unchanged(lc, o, a, repoDir);
+  if (last) return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
   const lock = await o.repo.lock(a, "agent", o.waitMs ?? 0);
   const staging = o.repo.store.tempDir(`backup-${a.agent}`);
   const unregister = removeOnInterrupt(staging);
@@ -40,9 +44,6 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
       const prior = await o.repo.idempotent<BackupReceipt>(a, o.idempotencyKey, o.trust);
       if (prior) return replay(prior, o);
     }
-    const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-    const { listed, other, last } = await unchanged(lc, o, a, repoDir);
-    if (last) return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
     // the capture's modules (SQLite, the bundle writer, the inspection, git's capture) load only now: a backup that
     // finds nothing changed never compiles them
     const { takeSnapshot } = await import("./take.js");

@@ -61,9 +61,13 @@ export interface Context {
 /** A reference names a bundle file (rather than a snapshot in a repository). */
 export const isFileRef = (ref: string) => ref.endsWith(".agentbak") || ref.includes("/");
 
-/** Loads config and trust, and prepares the rest lazily. @throws AgentbakError(2) for a bad config or allowed_signers. */
-export function context(opts: GlobalOpts): Context {
-  const lc = loadConfigIfAny(opts.config);
+/**
+ * Loads config and trust, and prepares the rest lazily; `configless`: no config at all, not even ./agentbak.json or
+ * AGENTBAK_CONFIG (a fleet drill's agents are not that config's); `repositories`: open repositories shared by
+ * location among the contexts of one process (serve --host: one handle, one store client per repository, not per agent). @throws AgentbakError(2) for a bad config or allowed_signers.
+ */
+export function context(opts: GlobalOpts, o: { configless?: boolean; repositories?: Map<string, Promise<Repository>> } = {}): Context {
+  const lc = o.configless ? undefined : loadConfigIfAny(opts.config);
   const home = agentbakHome();
   const signers = lc?.config.signing.allowedSigners ? lc.resolve(lc.config.signing.allowedSigners) : undefined;
   const readTrust = () => {
@@ -93,6 +97,15 @@ export function context(opts: GlobalOpts): Context {
     repository() {
       if (!repoLocation) throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
       // a failed open is not kept: a long-running server tries again once the repository is back
+      const shared = o.repositories;
+      if (shared) {
+        const open = shared.get(repoLocation) ?? Repository.open(repoLocation, { home }).catch((e) => {
+          shared.delete(repoLocation);
+          throw e;
+        });
+        shared.set(repoLocation, open);
+        return open;
+      }
       return (repo ??= Repository.open(repoLocation, { home }).catch((e) => {
         repo = undefined;
         throw e;

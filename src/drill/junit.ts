@@ -6,6 +6,7 @@
 import { escapeUnsafe } from "../facts.js";
 import type { DrillCheck } from "./checklog.js";
 import type { DrillResult } from "./runner.js";
+import type { FleetDrillResult } from "./fleet.js";
 
 // the agent's text (cursor values, rows, table names, messages) is data in both files: control, bidi and format
 // characters become visible escapes; in XML the markup characters become entities
@@ -65,6 +66,38 @@ export function junitXml(r: DrillResult): string {
     r.total_seconds,
     { snapshot_id: r.snapshot_id, agent_id: r.agent_id, tenant: r.tenant, sequence: String(r.sequence), result: r.ok ? "pass" : "fail" },
   );
+}
+
+/**
+ * A fleet drill: one testcase per sampled agent (a failure names why), the
+ * figure and the seed as properties of the suite.
+ */
+export function junitFleet(r: FleetDrillResult): string {
+  const cases = r.drills.map(
+    (d): Case => ({
+      name: `${d.tenant}/${d.agent} at ${d.snapshot_id ?? "no snapshot"} (point ${d.at})`,
+      seconds: d.seconds,
+      ...(d.result === "pass" ? { outcome: "pass" as const } : { outcome: "failure" as const, message: d.detail ?? "failed", type: `exit ${d.exit_status}` }),
+    }),
+  );
+  const seconds = r.drills.reduce((t, d) => t + d.seconds, 0);
+  const props = { seed: r.seed, population: String(r.population), drilled: String(r.drilled), passed: String(r.passed), confidence: String(r.confidence), lower_bound: String(r.lower_bound), lower_bound_wilson: String(r.lower_bound_wilson), window: `${r.window.from}/${r.window.to}` };
+  return document([{ suite: `${r.spec} fleet`, classname: `drill.${r.spec}.fleet`, cases }], seconds, props);
+}
+
+/** The job summary of a fleet drill: the figure, then one row per sampled agent. */
+export function markdownFleet(r: FleetDrillResult): string {
+  const rows = r.drills.map((d) => `| ${md(`${d.tenant}/${d.agent}`)} | ${md(d.snapshot_id ?? "none")} | ${d.result === "pass" ? "pass" : "**FAIL**"} | ${md(d.detail ?? "")} |`);
+  return [
+    `### agentbak fleet drill ${r.spec}: ${r.passed} of ${r.drilled} passed`,
+    "",
+    `recoverable fraction ≥ ${r.lower_bound.toFixed(3)} (Clopper–Pearson, one-sided ${r.confidence * 100}%; Wilson ${r.lower_bound_wilson.toFixed(3)}), seed \`${md(r.seed)}\`, ${r.population} agent(s) in the fleet`,
+    "",
+    "| agent | snapshot | result | detail |",
+    "|---|---|---|---|",
+    ...rows,
+    "",
+  ].join("\n");
 }
 
 /** What a drill that could not run reports: which spec and snapshot, the exit status and why. */

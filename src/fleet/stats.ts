@@ -116,17 +116,26 @@ export function fleetFigure(drilled: number, passed: number, confidence = 0.95):
 
 /**
  * Chooses `k` agents of a fleet at random (all of them when k is larger),
- * and for each a recovery point uniformly in [from, to]; the same seed gives
- * the same choice whatever order `agents` comes in. A run without a seed gets
- * a fresh one, returned so the report can name it.
+ * and for each a recovery point uniformly in [from, to] — or in [since, to]
+ * for an agent whose history starts later (`since`: its oldest snapshot), so
+ * a young agent is not drilled at an instant before it had any snapshot. The
+ * same seed gives the same choice whatever order `agents` comes in. A run
+ * without a seed gets a fresh one, returned so the report can name it.
  * @throws AgentbakError(2) for k below 1 or a window that ends before it starts.
  */
-export function sampleFleet(agents: readonly string[], o: { k: number; seed?: string; from: Date; to: Date }): { seed: string; population: number; picks: FleetPick[] } {
+export function sampleFleet(
+  agents: readonly string[],
+  o: { k: number; seed?: string; from: Date; to: Date; since?: ReadonlyMap<string, Date> },
+): { seed: string; population: number; picks: FleetPick[] } {
   if (!Number.isSafeInteger(o.k) || o.k < 1) throw usageError(`--sample: not a positive whole number: ${o.k}`);
-  const span = o.to.getTime() - o.from.getTime();
-  if (!(span >= 0)) throw usageError(`the recovery point window ends (${o.to.toISOString()}) before it starts (${o.from.toISOString()})`);
+  const to = o.to.getTime();
+  if (!(to - o.from.getTime() >= 0)) throw usageError(`the recovery point window ends (${o.to.toISOString()}) before it starts (${o.from.toISOString()})`);
   const seed = o.seed ?? newSeed();
   const population = [...new Set(agents)].sort();
-  const picks = sample(population, o.k, seed, "agents").map((agent) => ({ agent, at: new Date(o.from.getTime() + Math.floor(draw(seed, `point ${agent}`, 0) * (span + 1))).toISOString() }));
+  const at = (agent: string) => {
+    const from = Math.min(to, Math.max(o.from.getTime(), o.since?.get(agent)?.getTime() ?? -Infinity));
+    return new Date(from + Math.floor(draw(seed, `point ${agent}`, 0) * (to - from + 1))).toISOString();
+  };
+  const picks = sample(population, o.k, seed, "agents").map((agent) => ({ agent, at: at(agent) }));
   return { seed, population: population.length, picks };
 }

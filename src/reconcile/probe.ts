@@ -53,8 +53,18 @@ const TOO_LARGE = `larger than ${PROBE_ANSWER_MAX_BYTES / 1024} KiB: not read`;
 
 const unknown = (detail: string): ProbeAnswer => ({ state: "unknown", receipt: null, detail });
 
+/**
+ * The probe URL for one operation: each placeholder filled with its value percent-encoded. A value that is a dot
+ * segment ("." or "..", which percent-encoding keeps and URL parsing removes with the segment before it) would
+ * send the operator's credential to another endpoint of the provider: it is never sent.
+ * @throws Error naming the field and value.
+ */
 const fill = (template: string, q: ProbeQuestion) =>
-  template.replace(/\{(id|idempotency_key|kind)\}/g, (_, k: keyof ProbeQuestion) => encodeURIComponent(String(q[k] ?? "")));
+  template.replace(/\{(id|idempotency_key|kind)\}/g, (_, k: keyof ProbeQuestion) => {
+    const v = encodeURIComponent(String(q[k] ?? ""));
+    if (v === "." || v === "..") throw new Error(`${k} ${JSON.stringify(v)} is a dot segment of a URL path (it would ask another endpoint of the provider): not sent`);
+    return v;
+  });
 
 /** The value at a dotted path of a JSON answer (own keys of objects only). */
 const at = (v: unknown, path: string): unknown =>
@@ -121,8 +131,14 @@ function httpProbe(http: { url: string; headers: Record<string, string> }, field
     const redact = (m: string) => secrets.reduce((t, x) => (x ? t.split(x).join("[credential]") : t), m);
     let res: Response;
     let text: string | null;
+    let target: string;
     try {
-      res = await fetch(fill(url, q), { headers, redirect: "manual", signal: AbortSignal.timeout(o.timeoutMs) });
+      target = fill(url, q);
+    } catch (e) {
+      return unknown((e as Error).message);
+    }
+    try {
+      res = await fetch(target, { headers, redirect: "manual", signal: AbortSignal.timeout(o.timeoutMs) });
       if (res.status !== 200) await res.body?.cancel();
       text = res.status === 200 ? await readCapped(res) : "";
     } catch (e) {

@@ -16,6 +16,8 @@
  *   tenants/<tenant>/agents/<agent>/requests/<id>.outcome.json        the last attempt to carry it out
  *   tenants/<tenant>/agents/<agent>/quarantine/<id>.agentbak          (a spool) a bundle that did not verify, set aside
  *   tenants/<tenant>/agents/<agent>/quarantine/<id>.problem.json      why
+ *   fleet/drills/report.jsonl, fleet/drills/report.head.json          fleet drills' figures (drill --fleet), signed and chained
+ *   fleet/locks/log/<token>.lease                                     the lease of the fleet report
  *
  * Layout v1 (`agents/<agent>/<id>.agentbak`, records under `state/`) is still
  * read: its bundles are listed under the tenant their signed manifest names.
@@ -67,6 +69,10 @@ export const keys = {
   requestOutcome: (a: AgentRef, id: string) => `${agentDir(a)}/requests/${id}.outcome.json`,
   quarantine: (a: AgentRef, id: string) => `${agentDir(a)}/quarantine/${id}.agentbak`,
   quarantineNote: (a: AgentRef, id: string) => `${agentDir(a)}/quarantine/${id}.problem.json`,
+  /** the fleet report: one signed entry per fleet drill (its sample, seed and figure), and its head and lease */
+  fleetReport: "fleet/drills/report.jsonl",
+  fleetReportHead: "fleet/drills/report.head.json",
+  fleetLease: "fleet/locks/log/",
 };
 
 /** Layout v1: read, never written. */

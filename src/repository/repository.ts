@@ -245,11 +245,15 @@ export class Repository {
    *   (2) when the store holding the leases does not honour conditional writes.
    */
   async lock(a: AgentRef, name: "agent" | "restore" | "log" | "generation", waitMs = 0): Promise<Lock> {
+    return this.leaseOn(keys.lease(a, name), `${name} lock of ${a.tenant}/${a.agent} in ${this.location}`, waitMs);
+  }
+
+  /** Takes the lease whose grants live in `folder` (see lock). */
+  private async leaseOn(folder: string, what: string, waitMs: number): Promise<Lock> {
     const home = await (this.leaseHome ??= this.leasesAt
       ? openStore(this.leasesAt, { create: true }).then((store) => ({ store, root: `repositories/${this.id}/` }))
       : Promise.resolve({ store: this.store, root: "" }));
-    const folder = keys.lease(a, name);
-    const lease = await acquireLease(home.store, home.root + folder, { waitMs, what: `${name} lock of ${a.tenant}/${a.agent} in ${this.location}` });
+    const lease = await acquireLease(home.store, home.root + folder, { waitMs, what });
     const unregister = onInterrupt(() => void lease.release().catch(() => undefined));
     this.held.set(folder, lease);
     return {
@@ -737,16 +741,37 @@ export class Repository {
   private async appendChained(a: AgentRef, log: LogKind, body: Record<string, unknown>, signingKey: SigningKey | null): Promise<Record<string, unknown>> {
     const lock = await this.lock(a, "log", 30_000);
     try {
-      const { line, entry } = nextLine(String((await this.store.get(log.key(a))) ?? ""), body, signingKey, log.ns);
-      await this.store.append(log.key(a), line);
-      if (signingKey) {
-        const head = { kind: log.headKind, tenant: a.tenant, agent_id: a.agent, entries: (entry.index as number) + 1, head_sha256: lineSha256(line), at: new Date().toISOString() };
-        await this.writeJson(log.head(a), signRecord(head, signingKey, log.ns));
-      }
-      return entry;
+      return await this.appendLine({ key: log.key(a), head: log.head(a), ns: log.ns, headRecord: { kind: log.headKind, tenant: a.tenant, agent_id: a.agent } }, body, signingKey);
     } finally {
       await lock.release();
     }
+  }
+
+  /** Appends one chained line to a log (its lease held by the caller) and, when signed, moves its signed head record to it. */
+  private async appendLine(log: { key: string; head: string; ns: string; headRecord: { kind: string } & Record<string, unknown> }, body: Record<string, unknown>, signingKey: SigningKey | null): Promise<Record<string, unknown>> {
+    const { line, entry } = nextLine(String((await this.store.get(log.key)) ?? ""), body, signingKey, log.ns);
+    await this.store.append(log.key, line);
+    if (signingKey) {
+      const head = { ...log.headRecord, entries: (entry.index as number) + 1, head_sha256: lineSha256(line), at: new Date().toISOString() };
+      await this.writeJson(log.head, signRecord(head, signingKey, log.ns));
+    }
+    return entry;
+  }
+
+  /** Appends a signed entry to the repository's fleet report (a fleet drill's sample and figure). @returns the entry and where the report is. */
+  async appendFleetReport(body: Record<string, unknown>, key: SigningKey): Promise<{ entry: Record<string, unknown>; location: string }> {
+    const lock = await this.leaseOn(keys.fleetLease, `fleet report lock in ${this.location}`, 30_000);
+    try {
+      const entry = await this.appendLine({ key: keys.fleetReport, head: keys.fleetReportHead, ns: NS.report, headRecord: { kind: "fleet-report-head" } }, body, key);
+      return { entry, location: `${this.location}/${keys.fleetReport}` };
+    } finally {
+      await lock.release();
+    }
+  }
+
+  /** The text of the repository's fleet report ("" when no fleet drill ran); verify it with verifyReportText before trusting an entry. */
+  async fleetReport(): Promise<string> {
+    return String((await this.store.get(keys.fleetReport)) ?? "");
   }
 }
 

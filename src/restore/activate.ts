@@ -14,14 +14,13 @@ import { join } from "node:path";
 import type { LoadedConfig } from "../config/load.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, Exit, policyError, usageError } from "../errors.js";
-import { writeFileAtomic } from "../fsutil.js";
 import { stillOpen, type OpenOperation, type OperationResult } from "../reconcile/operations.js";
 import { Repository } from "../repository/repository.js";
 import { unreachableWarning } from "../repository/generation.js";
 import { readTrustedState } from "../state/watermark.js";
 import { checkLiveness, type LivenessAnswer } from "./liveness.js";
 import { appendReceipt } from "./receipt.js";
-import { isSuspended, MARKER_DIR, operationStatus, readReconcileRecord, readTargetRecord, summarize, SUSPENDED, type ReconcileSummary, type Target, type TargetRecord } from "./state.js";
+import { checkActivationRecord, isSuspended, MARKER_DIR, operationStatus, readReconcileRecord, readTargetRecord, summarize, SUSPENDED, writeActivationRecord, type ReconcileSummary, type Target, type TargetRecord } from "./state.js";
 import { agentbakHome } from "../home.js";
 
 /** An open operation that still needs a person: never reconciled, escalated, unknown, or its outcome not recorded. */
@@ -106,7 +105,9 @@ export async function activate(t: Target, o: ActivateOptions): Promise<ActivateR
     receipt_signed: false,
     warnings: [] as string[],
   };
-  if (!isSuspended(target)) return { ...base, activated: false, already_active: true };
+  const suspended = isSuspended(target);
+  // "already active" only for a restore agentbak activated: a marker removed by hand is not an activation
+  if (!suspended) checkActivationRecord(t);
   const repoPath = o.repo ?? rec.repository;
   const repo = repoPath ? await Repository.open(repoPath) : null;
   const a = { tenant: rec.tenant, agent: rec.agent_id };
@@ -118,8 +119,9 @@ export async function activate(t: Target, o: ActivateOptions): Promise<ActivateR
   };
   if (repo) {
     const cur = await repo.generation(a);
-    if (cur !== rec.generation) throw await refuse(`generation ${rec.generation} of ${rec.agent_id} is superseded by generation ${cur}; this restore must not be activated`);
+    if (cur !== rec.generation) throw await refuse(`generation ${rec.generation} of ${rec.agent_id} is superseded by generation ${cur}; this restore must not ${suspended ? "be activated" : "keep running: stop it"}`);
   }
+  if (!suspended) return { ...base, activated: false, already_active: true };
   if (unresolved.length && o.acceptUnresolved === undefined) {
     const list = unresolved.slice(0, 3).map((u) => `${u.idempotency_key} (${u.why})`).join("; ");
     throw await refuse(`${unresolved.length} open operation(s) unresolved: ${list}${unresolved.length > 3 ? "; ..." : ""}; run agentbak reconcile --target ${target}, or pass --accept-unresolved --reason TEXT`);
@@ -146,7 +148,7 @@ export async function activate(t: Target, o: ActivateOptions): Promise<ActivateR
     liveness,
     isolated: Boolean(o.isolated),
   };
-  writeFileAtomic(join(target, MARKER_DIR, "activation.json"), JSON.stringify(record, null, 2) + "\n");
+  writeActivationRecord(t, record, key);
   rmSync(join(target, MARKER_DIR, SUSPENDED));
   const signed = await appendReceipt(repo, a, "activate", record, key);
   const warnings: string[] = [];

@@ -68,6 +68,7 @@ export interface Target {
 
 const restorePath = (target: string) => join(target, MARKER_DIR, "restore.json");
 const reconcilePath = (target: string) => join(target, MARKER_DIR, "reconcile.json");
+const activationPath = (target: string) => join(target, MARKER_DIR, "activation.json");
 
 /** The sha256 (hex) of a record's canonical JSON without its signature: what its signature covers. */
 export const recordDigest = (r: object): string => createHash("sha256").update(canonicalize(unsigned(r))!).digest("hex");
@@ -168,6 +169,26 @@ export function readReconcileRecord(t: Target): ReconcileRecord | null {
 /** Writes a target's reconciliation, bound to its restore record and signed with `key`. @returns its recordDigest. */
 export const writeReconcileRecord = (t: Target, r: Omit<ReconcileRecord, "kind" | "restore_record_sha256">, key: SigningKey): string =>
   writeSigned(reconcilePath(t.dir), { kind: "reconcile-record", ...r, restore_record_sha256: t.digest }, key);
+
+/** Writes a target's activation record (the one signed into the audit log), bound to its restore record and signed with `key` (unsigned without one). */
+export const writeActivationRecord = (t: Target, r: object, key: SigningKey | null): string => writeSigned(activationPath(t.dir), { ...r, restore_record_sha256: t.digest }, key);
+
+/**
+ * Checks that a target that is no longer suspended was activated by agentbak: its activation record is there,
+ * signed by a trusted key and made for this very restore record. A SUSPENDED marker deleted by hand, or an
+ * activation record written, edited or moved in, is not an activation.
+ * @throws AgentbakError(13) naming the file.
+ */
+export function checkActivationRecord(t: Target): void {
+  const p = activationPath(t.dir);
+  const again = `the agent at ${t.dir} may be running without this restore's open operations reconciled; stop it, and restore the snapshot again into a new folder`;
+  if (!existsSync(p)) throw new AgentbakError(Exit.verify, `${t.dir} is not suspended, but agentbak never activated it (no ${MARKER_DIR}/activation.json: its ${MARKER_DIR}/${SUSPENDED} marker was removed by hand); ${again}`);
+  const r = readObject(p);
+  if (!r) throw new AgentbakError(Exit.verify, `${p} is damaged; ${again}`);
+  checkSignature(p, r, t.trust, again);
+  if (r.kind !== "activation-record" || r.restore_record_sha256 !== t.digest || r.generation !== t.record.generation)
+    throw new AgentbakError(Exit.verify, `${p} belongs to another restore (not to generation ${t.record.generation} as restore.json records it); ${again}`);
+}
 
 /** Each of the target's open operations with its latest result (none when never reconciled), by position. */
 export function operationStatus(ops: OpenOperation[], results: OperationResult[] = []): { op: OpenOperation; result: OperationResult | null }[] {

@@ -72,10 +72,23 @@ export interface AgentStatus {
   bytes: number;
 }
 
+/** The last fleet drill of a repository (its signed fleet report): the figure and the seed that replays it. */
+export interface FleetStatus {
+  repository: string;
+  at: string;
+  seed: string;
+  drilled: number;
+  passed: number;
+  lower_bound: number;
+  lower_bound_wilson: number;
+}
+
 export interface StatusReport {
   at: string;
   repository: { location: string; bytes: number };
   agents: AgentStatus[];
+  /** each repository's last fleet drill (drill --fleet), when one ran and its report verifies */
+  fleet: FleetStatus[];
   /** 0 healthy, 3 a warning, 15 a failing last drill */
   exit_status: 0 | 3 | 15;
 }
@@ -88,6 +101,8 @@ export interface GatherInput {
   targets: StatusTarget[];
   /** every agent the repository holds too (those not in `targets` without objectives) */
   all?: boolean;
+  /** a caller of one tenant (a token's): the fleet figure only when every agent it drilled is of this tenant */
+  tenant?: string;
   now?: Date;
 }
 
@@ -101,6 +116,7 @@ export function mergeReports(reports: StatusReport[], now = new Date()): StatusR
     at: now.toISOString(),
     repository: { location: reports.map((r) => r.repository.location).join(", "), bytes: reports.reduce((n, r) => n + r.repository.bytes, 0) },
     agents: reports.flatMap((r) => r.agents),
+    fleet: reports.flatMap((r) => r.fleet),
     exit_status: exit,
   };
 }
@@ -121,6 +137,7 @@ export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
     at: now.toISOString(),
     repository: { location: i.location, bytes: agents.reduce((n, a) => n + a.bytes, 0) },
     agents,
+    fleet: await lastFleetDrill(i),
     exit_status: states.includes("fail") ? Exit.drillFailed : states.includes("warn") ? Exit.warnings : Exit.ok,
   };
 }
@@ -218,6 +235,24 @@ async function drillHistory(i: GatherInput, t: AgentRef, check: (n: string, s: C
         .sort((x, y) => Number(y.severity === "error") - Number(x.severity === "error"))
         .map((c) => `${c.scenario ? `${c.scenario}/` : ""}${c.check}: ${c.detail ?? ""}`),
     }));
+}
+
+/** The repository's last fleet drill from its signed fleet report; none when it does not verify, or (for one tenant's caller) drilled another tenant's agents. */
+async function lastFleetDrill(i: GatherInput): Promise<FleetStatus[]> {
+  const text = await i.repo.fleetReport();
+  if (!text) return [];
+  try {
+    verifyReportText(text, i.trust);
+  } catch (e) {
+    if (!(e instanceof AgentbakError)) throw e;
+    return [];
+  }
+  const last = text.split("\n").filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>).filter((e) => e.kind === "fleet").at(-1);
+  if (!last) return [];
+  const drills = (last.drills as { tenant?: unknown }[] | undefined) ?? [];
+  if (i.tenant !== undefined && drills.some((d) => d.tenant !== i.tenant)) return [];
+  const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);
+  return [{ repository: i.location, at: String(last.at), seed: String(last.seed), drilled: num(last.drilled), passed: num(last.passed), lower_bound: num(last.lower_bound), lower_bound_wilson: num(last.lower_bound_wilson) }];
 }
 
 /**

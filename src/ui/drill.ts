@@ -1,5 +1,6 @@
 /** Human rendering of a drill result (stderr). */
 import type { ReportedDrill } from "../drill/report.js";
+import type { FleetDrillResult } from "../drill/fleet.js";
 import { safe } from "./escape.js";
 import { bad, bold, dim, isTTY, ok, say, warn } from "./output.js";
 
@@ -39,4 +40,17 @@ export function renderDrill(r: ReportedDrill): void {
   const warned = r.warnings.length;
   if (r.ok) ok(`drill passed (${r.checks.length} checks)${warned ? ` with ${warned} warning(s); exit 3` : ""}`);
   else bad(`drill FAILED: ${failed} check(s) failed`);
+}
+
+/** Human rendering of a fleet drill: one line per sampled agent, then the figure and the seed (always: the figure is the point). */
+export function renderFleet(r: FleetDrillResult): void {
+  for (const d of r.drills) {
+    // ok() and bad() escape what they print
+    const line = `  ${d.tenant}/${d.agent} at ${d.snapshot_id ?? "no snapshot"} (point ${d.at})`;
+    if (d.result === "pass") ok(line);
+    else bad(`${line}: ${d.detail ?? "failed"} (exit ${d.exit_status})`);
+  }
+  const figure = `fleet drill ${r.spec}: ${r.passed} of ${r.drilled} passed (of ${r.population} agents); recoverable ≥ ${r.lower_bound.toFixed(3)} (Clopper–Pearson, one-sided ${r.confidence * 100}%; Wilson ${r.lower_bound_wilson.toFixed(3)}); seed ${r.seed}`;
+  (r.passed === r.drilled ? ok : bad)(figure);
+  if (r.report_file) say(dim(`  fleet report entry ${r.report_index} in ${safe(r.report_file)}`));
 }

@@ -12,6 +12,7 @@ import { bold, out } from "./output.js";
 import { humanSize } from "./progress.js";
 
 const WIDTH = 80;
+const secondsSince = (iso: string) => Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
 const fit = (s: string) => (s.length > WIDTH ? `${s.slice(0, WIDTH - 1)}…` : s);
 const MARK: Record<CheckState, string> = { ok: "ok", warn: "WARN", fail: "FAIL" };
 
@@ -41,6 +42,7 @@ export function statusScreen(r: StatusReport): void {
     const [head, ...rest] = statusLines(a);
     out(`${bold(head!)}\n${rest.join("\n")}\n\n`);
   }
+  for (const f of r.fleet) out(fit(`fleet       ${f.passed} of ${f.drilled} passed, recoverable ≥ ${f.lower_bound.toFixed(3)} (seed ${safe(f.seed)}, ${human(secondsSince(f.at))} ago)`) + "\n");
   out(fit(`repository  ${safe(r.repository.location)}  ${humanSize(r.repository.bytes)}`) + "\n");
 }
 
@@ -71,5 +73,17 @@ export function statusMetrics(r: StatusReport): string {
       if (v !== undefined) lines.push(`${name}{tenant="${label(a.tenant)}",agent="${label(a.agent_id)}"} ${v}`);
     }
   }
+  const fleet: [string, string, (f: StatusReport["fleet"][number]) => number][] = [
+    ["agentbak_fleet_recoverable_ratio_lower_bound", "One-sided 95% Clopper–Pearson lower bound on the fraction of the fleet that is recoverable, from the last fleet drill", (f) => f.lower_bound],
+    ["agentbak_fleet_recoverable_ratio_lower_bound_wilson", "The same bound by Wilson's score interval, for comparison", (f) => f.lower_bound_wilson],
+    ["agentbak_fleet_drilled", "Agents the last fleet drill sampled and drilled", (f) => f.drilled],
+    ["agentbak_fleet_passed", "Agents of the last fleet drill whose drill passed", (f) => f.passed],
+    ["agentbak_fleet_drill_timestamp_seconds", "When the last fleet drill ran (Unix seconds)", (f) => Date.parse(f.at) / 1000],
+  ];
+  if (r.fleet.length)
+    for (const [name, help, value] of fleet) {
+      lines.push(`# TYPE ${name} gauge`, `# HELP ${name} ${help}`);
+      for (const f of r.fleet) lines.push(`${name}{repository="${label(f.repository)}"} ${value(f)}`);
+    }
   return `${lines.join("\n")}\n# EOF\n`;
 }

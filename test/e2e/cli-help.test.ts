@@ -47,7 +47,7 @@ describe("help", () => {
     writeFileSync(file, page);
     const m = await execa("man", ["-l", file], { env: { MANWIDTH: "80", MANPAGER: "cat", PAGER: "cat" } });
     expect(m.stdout).toMatch(/^AGENTBAK\(1\) +User Commands +AGENTBAK\(1\)$/m);
-    for (const c of ["agentbak backup", "agentbak token create", "agentbak drill <snapshot>", "agentbak completion <shell>"]) expect(m.stdout).toContain(`   ${c}`);
+    for (const c of ["agentbak backup", "agentbak token create", "agentbak drill [snapshot]", "agentbak completion <shell>"]) expect(m.stdout).toContain(`   ${c}`);
     expect(m.stdout).toMatch(/^EXIT STATUS\n {7}0 +ok: success$/m);
     const g = await execa("groff", ["-man", "-Tutf8", "-ww", "-z", file], { all: true });
     expect(g.all).toBe("");

@@ -309,6 +309,25 @@ describe("[E12] timers whose stored values are not of the declared format", () =
     expect(moved).toBeLessThan(60);
   });
 
+  it("[E12] epoch seconds stored as text (a column without INTEGER affinity): backup and restore name them (exit 3), never a silent no-op", async () => {
+    const db = new Database(join(t.dir, "state/agent.sqlite"));
+    db.exec("CREATE TABLE IF NOT EXISTS text_leases (id TEXT PRIMARY KEY, until TEXT)");
+    db.prepare("INSERT OR REPLACE INTO text_leases VALUES ('l1', ?)").run(String(leaseS));
+    db.close();
+    const s = cfg("timers-text", { table: "text_leases", column: "until", format: "epoch_s" });
+    const why = `timers[0] (state.text_leases.until): 1 stored value(s) are epoch_s timestamps stored as text (e.g. "${leaseS}"), which no "format" moves: a restore leaves them unmoved; store them as numbers (INTEGER)`;
+    const b = await t.run(["backup", "-c", s, "--json"]);
+    expect(b.code, b.stderr).toBe(3);
+    expect(json(b).warnings).toContain(why);
+    const target = join(t.tmp, "restored-text");
+    const r = await t.run(["restore", json(b).snapshot_id, "--target", target, "--yes", "-c", s, "--json"]);
+    expect(r.code, r.stderr).toBe(3);
+    expect(json(r).warnings).toContain(why);
+    const back = new Database(join(target, "state/agent.sqlite"), { readonly: true });
+    expect(back.prepare("SELECT until FROM text_leases WHERE id = 'l1'").pluck().get()).toBe(String(leaseS));
+    back.close();
+  });
+
   it("[E12] a timer naming a column that is not there is a warning at backup (a restore with that config would refuse)", async () => {
     const bad = cfg("timers-missing", { column: "no_such_column" });
     const b = await t.run(["backup", "-c", bad, "--json"]);

@@ -153,6 +153,21 @@ describe("[E3] reconciliation is per operation, never per key", () => {
     expect(json(ok)).toMatchObject({ activated: true, unresolved: [] });
   });
 
+  it("[E3] a command probe's 64 KiB is counted in bytes: 30 000 three-byte characters (90 KB) are a failed probe, not a receipt", async () => {
+    const script = join(a.tmp, "wide-probe.mjs");
+    // 30 000 characters fit under 65 536 when characters are counted; the bytes (90 000) do not
+    writeFileSync(script, `process.stdout.write(JSON.stringify({ state: "completed", receipt: "\\u20ac".repeat(30000) }));`);
+    const cmd = configVariant("e3-wide-command", (c) => (c.reconcile.probe = { command: ["node", script] }));
+    const t = await restore("e3-wide-command");
+    const r = await a.run(["reconcile", "--target", t, "-c", cmd, "--json"]);
+    expect(r.code, r.stderr).toBe(EXIT.warnings);
+    for (const o of json(r).operations) {
+      expect(o).toMatchObject({ outcome: "unknown", receipt: null, resolved: false });
+      expect(o.detail).toMatch(/probe command's answer is larger than 64 KiB: not read/);
+    }
+    expect(deliveries(t)["dlv-task-open-1"].provider_receipt).toBeNull();
+  });
+
   it("[E3] an outcome SQL that leaves the row open does not resolve the operation", async () => {
     for (const k of ["idem-shared", "idem-task-open-1"]) provider.answer(k, 200, { receipt: `rcpt-${k}` });
     const cfg = configVariant("e3-keeps-open", (c) => (c.reconcile.onCompleted.sql = "UPDATE deliveries SET provider_receipt = :receipt WHERE delivery_id = :id"));
@@ -457,5 +472,85 @@ describe("[E13] activate trusts only signed state", () => {
     expect(rc.stderr).toMatch(/signing key missing/);
     expect(provider.log.length).toBe(hits);
     rmSync(u, { recursive: true, force: true });
+  });
+});
+
+describe("[E13] 'already active' only for a restore agentbak activated", () => {
+  it("[E13] a SUSPENDED marker removed by hand, or an activation record moved in, is refused (13), never 'already active'; a superseded active restore is 14", async () => {
+    for (const k of ["idem-shared", "idem-task-open-1"]) provider.answer(k, 200, { receipt: `rcpt-${k}` });
+    const active = await restore("e13-active");
+    expect((await a.run(["reconcile", "--target", active])).code).toBe(EXIT.ok);
+    expect((await a.run(["activate", "--target", active, "--yes"])).code).toBe(EXIT.ok);
+    // a second activate of the genuine one: already active (0)
+    const again = await a.run(["activate", "--target", active, "--yes", "--json"]);
+    expect(again.code, again.stderr).toBe(EXIT.ok);
+    expect(json(again)).toMatchObject({ activated: false, already_active: true });
+
+    // a newer restore whose marker the agent removed: never reconciled, never activated
+    const hand = await restore("e13-hand");
+    rmSync(join(hand, ".agentbak/SUSPENDED"));
+    let r = await a.run(["activate", "--target", hand, "--yes", "--json"]);
+    expect(r.code, r.stderr).toBe(EXIT.verify);
+    expect(json(r)).toMatchObject({ exit_status: EXIT.verify, message: expect.stringContaining("never activated it") });
+    expect(r.stdout).not.toContain("already_active");
+    expect(r.stderr).toContain(`${hand} is not suspended, but agentbak never activated it (no .agentbak/activation.json`);
+    // the genuine, signed activation record of the other restore, moved in
+    copyFileSync(join(active, ".agentbak/activation.json"), join(hand, ".agentbak/activation.json"));
+    r = await a.run(["activate", "--target", hand, "--yes"]);
+    expect(r.code, r.stderr).toBe(EXIT.verify);
+    expect(r.stderr).toContain(`${join(hand, ".agentbak/activation.json")} belongs to another restore`);
+    // an activation record edited (or written by hand): its signature does not match
+    const forged = JSON.parse(readFileSync(join(active, ".agentbak/activation.json"), "utf8"));
+    forged.generation += 1;
+    writeFileSync(join(hand, ".agentbak/activation.json"), JSON.stringify(forged));
+    r = await a.run(["activate", "--target", hand, "--yes"]);
+    expect(r.code, r.stderr).toBe(EXIT.verify);
+    expect(r.stderr).toContain("was changed after agentbak signed it");
+
+    // the earlier active restore is superseded by that newer one: not "already active" (0) but 14, naming it
+    r = await a.run(["activate", "--target", active, "--yes"]);
+    expect(r.code, r.stderr).toBe(EXIT.policy);
+    expect(r.stderr).toMatch(/is superseded by generation \d+; this restore must not keep running: stop it/);
+  });
+});
+
+describe("[E8] an idempotency key can not steer the probe to another endpoint", () => {
+  it("[E8] keys '..' and '.' (dot segments URL parsing removes): never sent with the credential; the operation stays unknown, named", async () => {
+    const dots = await makeAgent({ sizeMb: 1, seed: 5 });
+    try {
+      const db = new Database(join(dots.dir, "state/agent.sqlite"));
+      const at = "2026-11-30T00:00:00.000Z";
+      for (const [n, key] of [[1, ".."], [2, "."]] as const) {
+        db.prepare("INSERT INTO tasks (task_id, kind, payload, status, worker_id, lease_until, created_at) VALUES (?, 'send_invoice', '{}', 'running', 'worker-a', 1, ?)").run(`task-dot-${n}`, at);
+        db.prepare("INSERT INTO deliveries (delivery_id, task_id, idempotency_key, status, attempted_at) VALUES (?, ?, ?, 'attempted', ?)").run(`dlv-dot-${n}`, `task-dot-${n}`, key, at);
+      }
+      db.close();
+      mkdirSync(join(dots.dir, "secrets"));
+      writeFileSync(join(dots.dir, "secrets/smtp-password"), SECRET + "\n");
+      const c = JSON.parse(readFileSync(dots.config, "utf8"));
+      // /v1/deliveries/.. is /v1/ and /v1/deliveries/. is /v1/deliveries/ once parsed: other endpoints (the provider's key "")
+      c.reconcile.probe.http = { url: `${provider.url}/v1/deliveries/{idempotency_key}`, headers: { authorization: "Bearer {credential:mail}" } };
+      c.reconcile.timeoutSeconds = 1;
+      c.reconcile.attempts = 1;
+      writeFileSync(dots.config, JSON.stringify(c, null, 2));
+      expect((await dots.run(["backup"])).code).toBe(0);
+      provider.handlers.clear();
+      provider.log = [];
+      // what those other endpoints would answer: 200 with a receipt, which would mark the delivery done
+      provider.answer("", 200, { receipt: "another-endpoint" });
+      const t = join(dots.tmp, "dots");
+      expect([EXIT.ok, EXIT.warnings]).toContain((await dots.run(["restore", "latest", "--target", t, "--yes"])).code);
+      const r = await dots.run(["reconcile", "--target", t, "--json"]);
+      const ops = json(r).operations.filter((o: any) => o.id.startsWith("dlv-dot-"));
+      expect(ops).toHaveLength(2);
+      for (const o of ops) {
+        expect(o).toMatchObject({ outcome: "unknown", receipt: null, resolved: false });
+        expect(o.detail).toMatch(/idempotency_key "\.\.?" is a dot segment of a URL path \(it would ask another endpoint of the provider\): not sent/);
+      }
+      // nothing reached another endpoint; the ordinary key was asked
+      expect(provider.log.map((l) => l.key)).toEqual(["idem-task-open-1"]);
+    } finally {
+      dots.cleanup();
+    }
   });
 });

@@ -194,7 +194,11 @@ describe("restore -> reconcile -> activate", () => {
     });
     expect(Date.parse(e.receipt.at)).toBeGreaterThan(Date.now() - 60_000);
     expect(signedBy(e).length).toBe(32);
-    expect(JSON.parse(readFileSync(join(t1, ".agentbak/activation.json"), "utf8"))).toEqual(e.receipt);
+    // the target's copy is the same record, bound to the restore record and signed (a second activate checks it)
+    const { signature, restore_record_sha256, ...copy } = JSON.parse(readFileSync(join(t1, ".agentbak/activation.json"), "utf8"));
+    expect(copy).toEqual(e.receipt);
+    expect(signature).toMatch(/^-----BEGIN SSH SIGNATURE-----/);
+    expect(restore_record_sha256).toMatch(/^[0-9a-f]{64}$/);
     // already active: reconcile refuses, activate says so
     expect((await a.run(["reconcile", "--target", t1])).code).toBe(14);
     expect(json(await a.run(["activate", "--target", t1, "--yes", "--json"])).already_active).toBe(true);

@@ -89,7 +89,9 @@ export const lancedbDriver: SourceDriver = {
   },
 
   async occupant(folder) {
-    return existsSync(folder) && readdirSync(folder).length ? `${folder} is not empty` : null;
+    // what it holds (the caller names the folder): "the folder holds 2 entries"
+    const n = existsSync(folder) ? readdirSync(folder).length : 0;
+    return n ? `the folder holds ${n} ${n === 1 ? "entry" : "entries"}` : null;
   },
 
   async restore(name, files, folder) {

@@ -23,7 +23,8 @@ export const quoteIdent = (s: string) => `"${s.replace(/"/g, '""')}"`;
 
 /** SQL that is true where `col` (quoted) holds a timestamp of `format`. */
 export function isTimestamp(col: string, format: TimerFormat): string {
-  if (format === "iso8601") return `(typeof(${col}) = 'text' AND strftime('%Y-%m-%dT%H:%M:%fZ', ${col}) IS NOT NULL)`;
+  // a date first: SQLite's parser also takes a bare number ('42') as a Julian day, which is no ISO 8601 timestamp
+  if (format === "iso8601") return `(typeof(${col}) = 'text' AND ${col} GLOB '[0-9][0-9][0-9][0-9]-*' AND strftime('%Y-%m-%dT%H:%M:%fZ', ${col}) IS NOT NULL)`;
   const [lo, hi] = EPOCH_RANGE[format];
   return `(typeof(${col}) IN ('integer', 'real') AND ${col} >= ${lo} AND ${col} < ${hi})`;
 }
@@ -34,23 +35,39 @@ export function isTimestamp(col: string, format: TimerFormat): string {
  * there are none.
  * @throws SQLite's error when the table or column is not there.
  */
-export function otherFormat(db: DB, t: { table: string; column: string; format: TimerFormat }): { format: TimerFormat; count: number; example: string } | null {
+export function otherFormat(db: DB, t: { table: string; column: string; format: TimerFormat }): OtherFormat | null {
   const col = quoteIdent(t.column);
-  let best: { format: TimerFormat; count: number; example: string } | null = null;
-  for (const f of FORMATS.filter((x) => x !== t.format)) {
-    const row = db.prepare(`SELECT count(*) AS n, min(${col}) AS example FROM ${quoteIdent(t.table)} WHERE ${isTimestamp(col, f)}`).get() as { n: number; example: unknown };
-    if (row.n > (best?.count ?? 0)) best = { format: f, count: row.n, example: String(row.example).slice(0, 40) };
+  let best: OtherFormat | null = null;
+  const count = (format: TimerFormat, where: string, asText: boolean) => {
+    const row = db.prepare(`SELECT count(*) AS n, min(${col}) AS example FROM ${quoteIdent(t.table)} WHERE ${where}`).get() as { n: number; example: unknown };
+    if (row.n > (best?.count ?? 0)) best = { format, count: row.n, example: String(row.example).slice(0, 40), ...(asText ? { asText } : {}) };
+  };
+  for (const f of FORMATS.filter((x) => x !== t.format)) count(f, isTimestamp(col, f), false);
+  // epoch numbers stored as text ("1772000000" in a column without INTEGER affinity) are of no format: never moved
+  for (const f of ["epoch_s", "epoch_ms"] as const) {
+    const [lo, hi] = EPOCH_RANGE[f];
+    count(f, `typeof(${col}) = 'text' AND ${col} <> '' AND ${col} NOT GLOB '*[^0-9]*' AND CAST(${col} AS INTEGER) >= ${lo} AND CAST(${col} AS INTEGER) < ${hi}`, true);
   }
   return best;
+}
+
+/** What otherFormat found: the commonest other format, how many values and one of them; `asText` when they are epoch numbers stored as text. */
+export interface OtherFormat {
+  format: TimerFormat;
+  count: number;
+  example: string;
+  asText?: boolean;
 }
 
 /**
  * What a person reads about such a column, at backup and at restore alike.
  * @param i the timer's index in the config
  */
-export function describeOtherFormat(i: number, t: { database: string; table: string; column: string; format: TimerFormat }, o: { format: TimerFormat; count: number; example: string }): string {
+export function describeOtherFormat(i: number, t: { database: string; table: string; column: string; format: TimerFormat }, o: OtherFormat): string {
+  const at = `timers[${i}] (${t.database}.${t.table}.${t.column})`;
+  if (o.asText) return `${at}: ${o.count} stored value(s) are ${o.format} timestamps stored as text (e.g. "${o.example}"), which no "format" moves: a restore leaves them unmoved; store them as numbers (INTEGER)`;
   return (
-    `timers[${i}] (${t.database}.${t.table}.${t.column}): ${o.count} stored value(s) are ${o.format} timestamps (e.g. ${o.example}), ` +
+    `${at}: ${o.count} stored value(s) are ${o.format} timestamps (e.g. ${o.example}), ` +
     `but its "format" is "${t.format}"${t.format === "epoch_ms" ? " (the default)" : ""}: a restore leaves them unmoved; set "format": "${o.format}"`
   );
 }

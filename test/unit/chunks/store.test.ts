@@ -15,7 +15,7 @@ import { buffer } from "node:stream/consumers";
 import { LocalStore } from "../../../src/storage/local.js";
 import { generateIdentity, type AgeIdentity } from "../../../src/crypto/age.js";
 import { ChunkStore, type ChunkRef, type Lease } from "../../../src/chunks/store.js";
-import { LARGE_STATE, type ChunkParams } from "../../../src/chunks/fastcdc.js";
+import { type ChunkParams } from "../../../src/chunks/fastcdc.js";
 import { AgentbakError } from "../../../src/errors.js";
 
 const noise = (n: number, seed: string) => createCipheriv("aes-128-ctr", createHash("sha256").update(seed).digest().subarray(0, 16), Buffer.alloc(16)).update(Buffer.alloc(n));
@@ -359,18 +359,4 @@ describe("mark and sweep", () => {
   });
 });
 
-describe("memory", () => {
-  it("a 96 MiB file is stored through a bounded buffer (RSS grows by far less than the file)", async () => {
-    const f = join(data, "big.bin");
-    writeFileSync(f, noise(96 * MiB, "big"));
-    global.gc?.();
-    const before = process.memoryUsage().rss;
-    let peak = before;
-    const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 5);
-    const w = await writer({ params: LARGE_STATE });
-    const r = await w.putFile(f, { statCache: false });
-    clearInterval(timer);
-    expect(r.size).toBe(96 * MiB);
-    expect((peak - before) / MiB).toBeLessThan(80);
-  });
-});
+// the 96 MiB memory bound: test/e2e/chunk-store-memory.test.ts

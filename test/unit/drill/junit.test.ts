@@ -24,9 +24,10 @@ describe("junitXml", () => {
     expect(xml).toContain('<property name="result" value="fail"/>');
   });
 
-  it("escapes markup and drops control characters XML 1.0 can not hold", () => {
+  it("escapes markup and shows control characters as visible escapes (XML 1.0 can not hold them)", () => {
     expect(xml).toContain('name="crash &lt;after_commit&gt; / checks / task &quot;x&quot; &amp; &apos;y&apos;"');
-    expect(xml).toContain('<skipped message="not resolved here: bell &lt;b&gt;"/>');
+    // a control character becomes a visible escape (XML 1.0 can not hold it raw)
+    expect(xml).toContain('<skipped message="not resolved here: bell\\x07 &lt;b&gt;"/>');
     expect(xml).not.toMatch(/[\x00-\x08\x0b\x0c\x0e-\x1f]/);
   });
 });
@@ -51,7 +52,8 @@ describe("markdownSummary", () => {
     const md = markdownSummary(result([check({}), check({ name: "counts", ok: false, detail: "a|b\nc" }), check({ name: "m", ok: false, severity: "warning", detail: "w" })]));
     expect(md.split("\n")[0]).toBe("### agentbak drill reference-agent: FAILED");
     expect(md).toContain("| restore | checks | integrity | pass | ok |");
-    expect(md).toContain("| restore | checks | counts | **FAIL** | a\\|b c |");
+    // a newline is shown as \x0a (its backslash escaped for Markdown), never a line break in the cell
+    expect(md).toContain("| restore | checks | counts | **FAIL** | a\\|b\\\\x0ac |");
     expect(md).toContain("| restore | checks | m | warn | w |");
     expect(markdownSummary(result([check({})], true)).split("\n")[0]).toBe("### agentbak drill reference-agent: passed");
   });

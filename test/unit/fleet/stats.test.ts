@@ -106,6 +106,19 @@ describe("the seeded sample", () => {
     expect(sampleFleet(fleet, { k: 3, seed: fresh.seed, ...window })).toEqual(fresh);
   });
 
+  it("an agent whose history starts inside the window is drilled at a point in [its start, to], with the same seed's draw; one older than the window is not moved", () => {
+    const since = new Map([["acme/agent-03", new Date("2026-11-07T00:00:00Z")], ["acme/agent-04", new Date("2020-01-01T00:00:00Z")]]);
+    const all = sampleFleet(fleet, { k: 50, seed: "s1", ...window }).picks;
+    const young = sampleFleet(fleet, { k: 50, seed: "s1", ...window, since }).picks;
+    const at = (ps: typeof all, a: string) => Date.parse(ps.find((p) => p.agent === a)!.at);
+    // the same fraction of its own, shorter window: (at - from) / span is kept
+    const f = (at(all, "acme/agent-03") - window.from.getTime()) / (window.to.getTime() - window.from.getTime());
+    expect(at(young, "acme/agent-03")).toBeGreaterThanOrEqual(Date.parse("2026-11-07T00:00:00Z"));
+    expect((at(young, "acme/agent-03") - Date.parse("2026-11-07T00:00:00Z")) / 86_400_000).toBeCloseTo(f, 6);
+    expect(at(young, "acme/agent-04")).toBe(at(all, "acme/agent-04"));
+    expect(young.map((p) => p.agent)).toEqual(all.map((p) => p.agent));
+  });
+
   it("K above the fleet drills every agent once; K below 1 and a window that ends before it starts are refused (2)", () => {
     expect(sampleFleet(fleet, { k: 80, seed: "x", ...window }).picks.map((p) => p.agent).sort()).toEqual(fleet);
     expect(() => sampleFleet(fleet, { k: 0, seed: "x", ...window })).toThrow(expect.objectContaining({ code: 2 }));

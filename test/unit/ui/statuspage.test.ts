@@ -26,7 +26,7 @@ const agent = (over: Record<string, unknown> = {}) =>
     bytes: 60,
     ...over,
   }) as any;
-const report = { at: "2026-12-06T10:41:00.000Z", repository: { location: "/srv/<repo>", bytes: 60 }, agents: [agent()], exit_status: 3 } as any;
+const report = { at: "2026-12-06T10:41:00.000Z", repository: { location: "/srv/<repo>", bytes: 60 }, agents: [agent()], fleet: [], exit_status: 3 } as any;
 
 describe("statusPage", () => {
   const page = statusPage(report);
@@ -60,5 +60,18 @@ describe("statusMetrics", () => {
     expect(text).not.toMatch(/agentbak_last_drill_success\{tenant="acme",agent="other\\nline"\}/);
     expect(text).toContain('agentbak_spool_bundles{tenant="acme",agent="other\\nline"} 0');
     expect(text.split("\n").filter((l) => l.startsWith("# TYPE")).every((l) => l.endsWith(" gauge"))).toBe(true);
+    // no fleet drill ran: no fleet family at all
+    expect(text).not.toContain("agentbak_fleet_");
+  });
+
+  it("gives the last fleet drill's figure per repository, label escaped, before # EOF", () => {
+    const fleet = [{ repository: 's3://b/"x"', at: "2026-12-06T10:00:00.000Z", seed: "42", drilled: 20, passed: 19, lower_bound: 0.784, lower_bound_wilson: 0.79 }];
+    const text = statusMetrics({ ...report, fleet });
+    expect(text).toContain('agentbak_fleet_recoverable_ratio_lower_bound{repository="s3://b/\\"x\\""} 0.784\n');
+    expect(text).toContain('agentbak_fleet_recoverable_ratio_lower_bound_wilson{repository="s3://b/\\"x\\""} 0.79\n');
+    expect(text).toContain('agentbak_fleet_drilled{repository="s3://b/\\"x\\""} 20\n');
+    expect(text).toContain('agentbak_fleet_passed{repository="s3://b/\\"x\\""} 19\n');
+    expect(text).toContain("# TYPE agentbak_fleet_recoverable_ratio_lower_bound gauge");
+    expect(text.endsWith("\n# EOF\n")).toBe(true);
   });
 });
