@@ -6,12 +6,11 @@
  * a table name or a provider's answer; the JSON object keeps the exact text.
  * Both have any URL's password redacted (facts.ts).
  */
-import { CommanderError } from "commander";
-import { buildProgram } from "./cli.js";
 import { AgentbakError, Exit, EXIT_NAMES, isSystemError, type ExitCode } from "./errors.js";
 import { interruptedMessage, liveChildren, runInterruptCleanups, stopChildren, terminateHandler } from "./cleanup.js";
 import { redactUrls } from "./facts.js";
 import { safe } from "./ui/escape.js";
+import { TOOL_VERSION } from "./version.js";
 
 /** Whether --json was given (before a `--`): known even when the flags did not parse. */
 const args = process.argv.slice(2);
@@ -42,11 +41,14 @@ function fail(code: ExitCode, text: string, trace = ""): ExitCode {
   return code;
 }
 
+/** commander's own errors (cli.ts loads commander): a code "commander.*", where ours are numbers and the system's E*. */
+const isCommanderError = (e: unknown): e is Error & { code: string } => e instanceof Error && String((e as { code?: unknown }).code).startsWith("commander.");
+
 /** Prints an error the way its kind deserves. @returns the exit code for it. */
 let lastError: unknown;
 function report(e: unknown): ExitCode {
   lastError = (e as { cause?: unknown })?.cause ?? e;
-  if (e instanceof CommanderError) {
+  if (isCommanderError(e)) {
     if (e.code === "commander.helpDisplayed" || e.code === "commander.version" || e.code === "commander.help") return Exit.ok;
     // commander printed the message already
     if (json) process.stdout.write(JSON.stringify({ message_type: "exit_error", code: EXIT_NAMES[Exit.usage], exit_status: Exit.usage, message: e.message.replace(/^error: /, "") }) + "\n");
@@ -64,6 +66,12 @@ function report(e: unknown): ExitCode {
 async function main(argv: string[]): Promise<ExitCode> {
   const result = { code: Exit.ok as ExitCode };
   try {
+    // `agentbak --version` alone: printed here, as commander would, without loading the command table and commander
+    if (args.length === 1 && (args[0] === "--version" || args[0] === "-V")) {
+      process.stdout.write(`${TOOL_VERSION}\n`);
+      return Exit.ok;
+    }
+    const { buildProgram } = await import("./cli.js");
     await buildProgram(result).parseAsync(argv);
     return result.code;
   } catch (e) {

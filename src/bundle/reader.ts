@@ -12,11 +12,9 @@ import { Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import * as tar from "tar-stream";
 import type { AgeIdentity } from "../crypto/age.js";
-import { NS, verifyMessage } from "../crypto/sshsig.js";
-import { trusts, type Trust } from "../crypto/trust.js";
-import { AgentbakError, ioErrno, ioError, noKey, policyError, verifyError } from "../errors.js";
-import { clipName, parseManifest, sha256hex, type Manifest } from "./manifest.js";
-import { readLayout, type BundleLayout } from "./outer.js";
+import type { Trust } from "../crypto/trust.js";
+import { AgentbakError, ioErrno, ioError, noKey, verifyError } from "../errors.js";
+import { clipName } from "./manifest.js";
 import { plaintext } from "./plaintext.js";
 import { fileChunksSha256 } from "./chunks.js";
 import { ByteCounter, HashTap } from "./streams.js";
@@ -24,44 +22,9 @@ import { ensureDir, FlushBehindFile } from "../fsutil.js";
 
 export type { Trust };
 
-/** A bundle whose signature, manifest and payload digest verified. */
-export interface VerifiedBundle {
-  layout: BundleLayout;
-  manifest: Manifest;
-  manifestSha256: string;
-  signer: { principal: string; fingerprint: string };
-}
+import { verifyHeader, type VerifiedBundle } from "./header.js";
 
-/**
- * Checks the signature and manifest of a bundle without touching the payload.
- * @throws AgentbakError(13) for format/signature/untrusted key, (14) for revoked or out-of-window signers and newer formats.
- */
-export function verifyHeader(path: string, trust: Trust, now = new Date()): VerifiedBundle {
-  return verifyLayout(readLayout(path), trust, now);
-}
-
-/** verifyHeader for a layout read elsewhere (the head and tail of a remote object). */
-export function verifyLayout(layout: BundleLayout, trust: Trust, now = new Date()): VerifiedBundle {
-  let key: Buffer;
-  try {
-    key = layout.signedBy ?? verifyMessage(layout.signature, NS.manifest, layout.manifest);
-  } catch (e) {
-    throw verifyError(`manifest.sig: ${(e as Error).message}`);
-  }
-  const t = trusts(trust, key, NS.manifest, now);
-  if (!t.trusted) throw t.kind === "unknown" || t.kind === "namespace" ? verifyError(`manifest.sig: ${t.reason}`) : policyError(t.reason);
-  const digest = layout.manifestSha256 ?? sha256hex(layout.manifest);
-  let manifest: Manifest;
-  try {
-    manifest = parseManifest(layout.manifest, digest);
-  } catch (e) {
-    if (e instanceof AgentbakError) throw e;
-    throw verifyError(`manifest.json: ${(e as Error).message}`);
-  }
-  if (manifest.signer.fingerprint !== t.fingerprint) throw verifyError(`manifest.json: names signer ${manifest.signer.fingerprint} but was signed by ${t.fingerprint}`);
-  if (layout.payloadSize !== manifest.payload.size) throw verifyError(`payload.age: ${layout.payloadSize} bytes, manifest says ${manifest.payload.size}`);
-  return { layout: { ...layout, signedBy: key, manifestSha256: digest }, manifest, manifestSha256: digest, signer: { principal: t.principal, fingerprint: t.fingerprint } };
-}
+export { verifyHeader, verifyLayout, type VerifiedBundle } from "./header.js";
 
 /** sha256 of bytes [start, start + size) of a file: the next read runs while this chunk is hashed. */
 export async function fileRangeSha256(path: string, start: number, size: number): Promise<string> {

@@ -10,7 +10,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { userInfo } from "node:os";
-import { verifyBundle, verifyLayout, type VerifiedBundle } from "../bundle/reader.js";
+import { verifyLayout, type VerifiedBundle } from "../bundle/header.js";
 import { readLayoutRanges } from "../bundle/outer.js";
 import { snapshotKind } from "../bundle/manifest.js";
 import type { LinkSource } from "../bundle/chain.js";
@@ -26,7 +26,6 @@ import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
 import { acquireLease, hostId, probeConditionalWrites, type Lease } from "./lease.js";
 import { readGenerations, reserveGeneration, type GenerationView } from "./generation.js";
-import { applyIndexChain, indexParent } from "../state/pages/index.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir } from "./layout.js";
 import { SNAPSHOT_ID, type AgentRef } from "../facts.js";
 
@@ -454,6 +453,8 @@ export class Repository {
   async pageIndex(s: Pick<Snapshot, "dir" | "snapshot_id">, db: string): Promise<Buffer | null> {
     const changes: Buffer[] = [];
     const seen = new Set<string>();
+    // the page engine loads when an index is read (a backup's parent, verify), never for a listing
+    const { applyIndexChain, indexParent } = await import("../state/pages/index.js");
     try {
       // a chain is at most fullEvery links long; a loop of parent ids ends the walk
       for (let id = s.snapshot_id; !seen.has(id) && changes.length <= 10_000; ) {
@@ -534,7 +535,8 @@ export class Repository {
     const tmp = this.store.tempDir("arrival");
     try {
       const local = p.verifyFully ? await this.store.localPath(key, tmp) : null;
-      const v = local ? await verifyBundle(local, p.trust) : verifyLayout(await readLayoutRanges(path, (await this.store.head(key))?.size ?? 0, (s, e) => this.store.getRange(key, s, e)), p.trust);
+      // the whole reader (tar, age, the worker threads) loads only when the bundle is read whole
+      const v = local ? await (await import("../bundle/reader.js")).verifyBundle(local, p.trust) : verifyLayout(await readLayoutRanges(path, (await this.store.head(key))?.size ?? 0, (s, e) => this.store.getRange(key, s, e)), p.trust);
       if (v.manifest.snapshot_id !== p.snapshotId || v.manifest.agent_id !== a.agent || v.manifest.tenant !== a.tenant) throw verifyError(`${key}: the bundle that arrived names another snapshot`);
     } catch (e) {
       await this.store.delete(key);

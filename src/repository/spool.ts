@@ -24,7 +24,6 @@ import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { isUrl } from "../storage/open.js";
 import { keys, SPOOL_RECORD } from "./layout.js";
-import { replicate } from "./replicate.js";
 import { Repository, type Snapshot } from "./repository.js";
 import { removeTree } from "../cleanup.js";
 import { homePaths } from "../home.js";
@@ -85,6 +84,9 @@ export async function flushSpool(spool: Repository, remote: Repository, trust: T
   const res: FlushResult = { remote: remote.location, spool: spool.location, flushed: [], already: [], quarantined: [] };
   const agents = new Map<string, AgentRef>();
   for (const s of await spool.list(trust, { tenant: o.tenant, agent: o.agent })) if (s.tenant) agents.set(`${s.tenant}/${s.agent_id}`, { tenant: s.tenant, agent: s.agent_id });
+  // the copier (and the bundle reader it verifies with) loads only when a spool is flushed: a backup to a local
+  // repository imports this module and never flushes
+  const { replicate } = await import("./replicate.js");
   for (const a of agents.values()) {
     const lock = await spool.lock(a, "agent", o.waitMs ?? 60_000);
     try {

@@ -26,6 +26,9 @@
  *   --keep           keep the run's folder
  *   --only checkpoint  the agent interface's checkpoint bench alone (bench-checkpoint.ts)
  *   --only chunks      the chunk engine on the mixed shape (bench-chunks.ts): throughput, stat cache, dedupe
+ *   --only startup     the start-up figures alone (bench-startup.ts): --version, snapshots, nothing changed,
+ *                      medians beside node -e 0's; a full run measures them first too
+ *   --startup-runs N   runs of each start-up figure (default 21)
  */
 import { execa } from "execa";
 import { cpus, availableParallelism, tmpdir, totalmem } from "node:os";
@@ -35,6 +38,7 @@ import { checkpointBench, checkpointRows } from "./bench-checkpoint.js";
 import { chunkBench } from "./bench-chunks.js";
 import { bin, fmt, measure, root, type Measured } from "./bench-measure.js";
 import { profileText, summarizeDir, type ThreadSummary } from "./bench-profile.js";
+import { startupBench, startupRows } from "./bench-startup.js";
 import { cachedShape, duBytes, openShape, SHAPE_BYTES, SHAPES, type Shape, type ShapeName } from "./bench-shapes.js";
 
 function arg(name: string, def: string): string {
@@ -291,6 +295,14 @@ async function main(): Promise<void> {
       if (jsonFile) writeFileSync(jsonFile, JSON.stringify({ date: new Date().toISOString(), machine: await machine(), chunks: r.json }, null, 2) + "\n");
       return;
     }
+    const startup = await startupBench(tmp, env, recipient, Number(arg("startup-runs", "21")));
+    startupRows(startup).forEach((l) => log(l));
+    if (arg("only", "") === "startup") {
+      process.stdout.write(startupRows(startup).join("\n") + "\n");
+      const jsonFile = arg("json", "");
+      if (jsonFile) writeFileSync(jsonFile, JSON.stringify({ date: new Date().toISOString(), machine: await machine(), uptime: (await execa("uptime")).stdout.trim(), startup }, null, 2) + "\n");
+      return;
+    }
     if ((await execa("sh", ["-c", "command -v restic"], { reject: false })).exitCode !== 0) throw new Error("restic is not installed (apt-get install restic): the full backup row is measured against it");
     const scale = Number(arg("scale", "1"));
     const names = arg("shapes", SHAPES.join(",")).split(",") as ShapeName[];
@@ -317,9 +329,9 @@ async function main(): Promise<void> {
       rmSync(s.dir, { recursive: true, force: true });
     }
     const uptimeAfter = (await execa("uptime")).stdout.trim();
-    const lines = [...results.flatMap(shapeTable), ...summaryTable(results), "", `uptime before: ${uptimeBefore}`, `uptime after:  ${uptimeAfter}`];
+    const lines = [...startupRows(startup), "", ...results.flatMap(shapeTable), ...summaryTable(results), "", `uptime before: ${uptimeBefore}`, `uptime after:  ${uptimeAfter}`];
     process.stdout.write(lines.join("\n") + "\n");
-    const doc = { date: new Date().toISOString(), machine: await machine(), uptime_before: uptimeBefore, uptime_after: uptimeAfter, args: process.argv.slice(2), scale, goals: ROWS, shapes: results };
+    const doc = { date: new Date().toISOString(), machine: await machine(), uptime_before: uptimeBefore, uptime_after: uptimeAfter, args: process.argv.slice(2), scale, goals: ROWS, startup, shapes: results };
     const jsonFile = arg("json", "");
     if (jsonFile) writeFileSync(jsonFile, JSON.stringify(doc, null, 2) + "\n");
   } finally {

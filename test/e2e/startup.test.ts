@@ -1,0 +1,75 @@
+// Start-up (issue 35): the real binary loads only what a command needs. A
+// module-loader hook records every module node loads, and for each file of the
+// packed CLI (dist/packed) the sources esbuild put in it (its "// path"
+// markers), so a heavy module pulled in eagerly again fails here whatever the
+// machine's load (the times themselves are in `npm run bench -- --only startup`).
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { json, makeAgent, STORE, type TestAgent } from "../helpers.js";
+
+let a: TestAgent;
+let hook: string;
+beforeAll(async () => {
+  a = await makeAgent();
+  // the hook: each module's URL, and the sources of each packed file, one line each, into $LOADED
+  writeFileSync(
+    join(a.tmp, "hooks.mjs"),
+    `import { appendFileSync } from "node:fs";
+export async function load(url, context, next) {
+  const r = await next(url, context);
+  const text = r.source ? String(r.source) : "";
+  const inside = [...text.matchAll(/^\\/\\/ ((?:dist|node_modules)\\/\\S+)$/gm)].map((m) => m[1]);
+  appendFileSync(process.env.LOADED, [url, ...inside].join("\\n") + "\\n");
+  return r;
+}
+`,
+  );
+  hook = join(a.tmp, "register.mjs");
+  writeFileSync(hook, `import { register } from "node:module"; register(${JSON.stringify(`file://${join(a.tmp, "hooks.mjs")}`)});\n`);
+}, 120_000);
+afterAll(() => a?.cleanup());
+
+/** Runs agentbak under the hook. @returns its result and what it loaded (URLs and bundled sources). */
+async function loaded(args: string[], name: string) {
+  const file = join(a.tmp, `loaded-${name}.txt`);
+  writeFileSync(file, "");
+  const r = await a.run(args, { LOADED: file }, { nodeArgs: ["--import", hook] });
+  return { r, modules: readFileSync(file, "utf8").split("\n").filter(Boolean) };
+}
+const matching = (modules: string[], re: RegExp) => modules.filter((m) => re.test(m));
+
+describe.skipIf(STORE !== "local")("what a command loads", () => {
+  it("--version: the entry and its few base modules; no commander, command table, config, schema or repository code", async () => {
+    const { r, modules } = await loaded(["--version"], "version");
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.trim()).toBe(JSON.parse(readFileSync(join(import.meta.dirname, "../../package.json"), "utf8")).version);
+    expect(matching(modules, /dist\/main\.js$/)).not.toEqual([]); // the hook saw the packed entry
+    expect(matching(modules, /^dist\/(cli\.js|commands\/|config\/|repository\/|capture\/|bundle\/)|node_modules\/(zod|commander)\//)).toEqual([]);
+  });
+
+  it("snapshots: the repository listing without the bundle reader (tar, age, worker threads) or the page engine", async () => {
+    expect((await a.run(["backup"])).code).toBe(0);
+    const { r, modules } = await loaded(["snapshots", "--json"], "snapshots");
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r)).not.toEqual([]);
+    expect(matching(modules, /^dist\/repository\/repository\.js$/)).not.toEqual([]);
+    expect(matching(modules, /^dist\/bundle\/header\.js$/)).not.toEqual([]);
+    expect(matching(modules, /node_modules\/(tar-stream|streamx|execa|better-sqlite3)\/|^dist\/bundle\/(reader|plaintext|writer)\.js$|^dist\/state\/pages\/|^node:worker_threads$/)).toEqual([]);
+  });
+
+  it("backup --skip-if-unchanged with nothing changed: the fingerprint's modules, none of the capture's (SQLite, execa, the bundle writer, the inspection)", async () => {
+    const first = json(await a.run(["backup", "--skip-if-unchanged", "--json"]));
+    expect(first.status).toBe("committed");
+    const { r, modules } = await loaded(["backup", "--skip-if-unchanged", "--json"], "unchanged");
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r)).toMatchObject({ status: "unchanged", snapshot_id: first.snapshot_id });
+    expect(matching(modules, /^dist\/capture\/unchanged\.js$/)).not.toEqual([]);
+    expect(matching(modules, /node_modules\/(better-sqlite3|execa|tar-stream|zstd-napi)\/|^dist\/capture\/(take|instant|databases)\.js$|^dist\/bundle\/(writer|reader)\.js$|^dist\/state\/inspect\/|^node:worker_threads$/)).toEqual([]);
+    // and a change still takes a snapshot, through the modules loaded then
+    writeFileSync(join(a.dir, "workspace/notes.txt"), "changed after the unchanged run\n");
+    const changed = await loaded(["backup", "--skip-if-unchanged", "--json"], "changed");
+    expect(json(changed.r).status).toBe("committed");
+    expect(matching(changed.modules, /^dist\/capture\/take\.js$/)).not.toEqual([]);
+  });
+});
