@@ -228,7 +228,7 @@ async function publish(
     file: x.bundle.path,
     sequence: manifest.sequence,
     indexes: x.dbs.map((d) => [d.name, d.stored!]),
-    idempotency: o.idempotencyKey ? { key: o.idempotencyKey, receipt: (path) => ({ ...receipt, path }) } : undefined,
+    idempotency: o.idempotencyKey ? { key: o.idempotencyKey, receipt: { ...receipt } } : undefined,
     ...(ol ? { lockMode: ol.mode === "compliance" ? "COMPLIANCE" : "GOVERNANCE", retainUntil: new Date(Date.now() + ol.days * 86_400_000) } : {}),
     trust: o.trust,
     audit: { manifest_sha256: receipt.manifest_sha256, signer: manifest.signer.fingerprint },

@@ -104,7 +104,7 @@ export async function replicate(
       }
       const key = o.idempotency ? e.header!.manifest.idempotency_key : null;
       const prior = key ? await src.idempotent<Record<string, unknown> & { snapshot_id: string }>(a, key, trust) : undefined;
-      const idempotency = key && prior ? { key, receipt: (path: string) => ({ ...prior, path }) } : undefined;
+      const idempotency = key && prior ? { key, receipt: prior } : undefined;
       await dst.publish(a, { snapshotId: e.snapshot_id, file, sequence: e.sequence!, indexes, idempotency, trust, verifyFully: true, audit: { event: "copy", from: src.location }, signingKey: o.signingKey });
       sent?.(size);
       res.copied.push(e.snapshot_id);

@@ -503,7 +503,8 @@ export class Repository {
       file: string;
       sequence: number;
       indexes: [string, Buffer][];
-      idempotency?: { key: string; receipt: (path: string) => unknown };
+      /** the receipt a repeated idempotency key answers with; the bundle's path is added here */
+      idempotency?: { key: string; receipt: Record<string, unknown> };
       retainUntil?: Date;
       lockMode?: "GOVERNANCE" | "COMPLIANCE";
       trust: Trust;
@@ -524,7 +525,7 @@ export class Repository {
     const path = `${this.location}/${key}`;
     const seq = (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
     if (p.sequence > seq) await this.writeJson(keys.sequence(a), { sequence: p.sequence, snapshot_id: p.snapshotId });
-    if (p.idempotency) await this.writeJson(keys.idempotency(a, "backup", p.idempotency.key), p.idempotency.receipt(path));
+    if (p.idempotency) await this.writeJson(keys.idempotency(a, "backup", p.idempotency.key), { ...p.idempotency.receipt, path });
     for (const [db, ix] of p.indexes) await this.store.put(keys.pageIndex(dir, p.snapshotId, db), ix);
     crashStep("sequence-reserved");
     await this.fence(a, "publishing");
