@@ -109,6 +109,9 @@ export function snapshots(list: CatalogEntry[], wide = false): void {
   const labels = list.some((e) => e.label);
   const rows = list.map((e) => [e.snapshot_id, e.agent_id, e.kind === "incremental" ? "incr" : e.kind ?? "-", e.created_at ? humanAge(e.created_at) : "-", humanSize(e.size), ...(labels ? [e.label ?? ""] : []), status(e)]);
   table(["SNAPSHOT", "AGENT", "KIND", "AGE", "SIZE", ...(labels ? ["LABEL"] : []), "STATUS"], rows, { width: 80, shrink: labels ? [5, 6, 1] : [5, 1] });
+  // a cut status must not hide why a snapshot can not be used: each one that is not ok is named in full below
+  const unusable = list.filter((e) => e.status !== "ok");
+  if (unusable.length) out("\n" + unusable.map((e) => `${safe(e.snapshot_id)} ${safe(status(e))}`).join("\n") + "\n");
 }
 
 export function verify(r: { snapshot_id: string; deep: boolean; checks: Check[] }): void {
