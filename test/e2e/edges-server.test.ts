@@ -450,6 +450,30 @@ describe.skipIf(!endpoint)("[E10] the spool: a damaged bundle is set aside, the 
     expect(spooled()).toEqual([]);
   });
 
+  it("[E10] another agent's bundle dropped into this agent's spool is set aside, never uploaded as this agent's", async () => {
+    // a second agent of the same host and keys, its snapshot spooled while the repository is down
+    const otherCfg = join(a.dir, "other-agent.json");
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    writeFileSync(otherCfg, JSON.stringify({ ...cfg, agent: { ...cfg.agent, id: "other-agent" } }, null, 2));
+    const o = await a.run(["backup", "-c", otherCfg, "--json"], down());
+    expect(o.code, o.stderr).toBe(3);
+    const foreign = json(o).snapshot_id as string;
+    const otherSnaps = join(spoolRoot(), SNAPS.replace("billing-agent", "other-agent"));
+    // moved into billing-agent's spooled snapshots, beside one of its own
+    const [own] = await offline(1);
+    for (const ext of [".agentbak", ".commit"]) renameSync(join(otherSnaps, `${foreign}${ext}`), join(spoolRoot(), SNAPS, `${foreign}${ext}`));
+    const f = await a.run(["flush", "--json"], up());
+    expect(f.code, f.stderr).toBe(3);
+    const [res] = json(f);
+    expect(res.flushed).toEqual([own]);
+    expect(res.quarantined).toEqual([{ snapshot_id: foreign, problem: "manifest names another snapshot, agent or tenant than where it is stored", path: expect.stringContaining(join("billing-agent", "quarantine")) }]);
+    expect(await remote()).toContain(own);
+    // never listed or uploaded as billing-agent's snapshot
+    expect(await remote()).not.toContain(foreign);
+    const listed = await a.run(["snapshots", "--json"], up());
+    expect(json(listed).map((e: { snapshot_id: string }) => e.snapshot_id)).not.toContain(foreign);
+  });
+
   it("[E10] two flush runs at once both end 0; each spooled snapshot is uploaded exactly once", async () => {
     const ids = await offline(3);
     const [x, y] = await Promise.all([a.run(["flush", "--json"], up()), a.run(["flush", "--json"], up())]);
