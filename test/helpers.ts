@@ -1,6 +1,7 @@
 // Shared test helpers: temp agents with throwaway keys, and the real binary.
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
+import { createServer } from "node:net";
 import { existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
@@ -179,4 +180,13 @@ export function json<T = any>(r: RunResult): T {
   } catch {
     throw new Error(`not JSON (exit ${r.code}): ${r.stdout}\nstderr: ${r.stderr}`);
   }
+}
+
+/** A URL on 127.0.0.1 where nothing listens: connections are refused (an unreachable repository). */
+export async function closedPort(): Promise<string> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return `http://127.0.0.1:${port}`;
 }

@@ -10,7 +10,7 @@ import { createServer } from "node:net";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import { BIN, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
+import { BIN, closedPort, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
 import { api, makeToken, mcpStdio, startServer, tool, type Server } from "../agentapi-helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
@@ -363,15 +363,6 @@ describe("[E4] verify, snapshots and backup check the whole chain, without keys 
     expect(middle).toBeTruthy();
   });
 });
-
-/** A port on 127.0.0.1 that nothing listens on: connections are refused. */
-async function closedPort(): Promise<string> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return `http://127.0.0.1:${port}`;
-}
 
 describe.skipIf(!endpoint)("[E10] the spool: a damaged bundle is set aside, the rest upload; two flushes at once", () => {
   let a: TestAgent;

@@ -5,25 +5,14 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
-import { json, makeAgent, makeBucket, storeAt, type TestAgent } from "../helpers.js";
+import { closedPort, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
 import { api, makeToken, startServer } from "../agentapi-helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 let a: TestAgent;
 let repo: string;
 let closed: string;
-const SNAPS = "tenants/acme/agents/billing-agent/snapshots";
-
-/** A port on 127.0.0.1 that nothing listens on: connections are refused. */
-async function closedPort(): Promise<string> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return `http://127.0.0.1:${port}`;
-}
 
 describe.skipIf(!endpoint)("spool", () => {
   const up = () => ({ AGENTBAK_S3_ENDPOINT: endpoint! });

@@ -19,6 +19,7 @@ import { readLayout } from "../../../src/bundle/outer.js";
 import { planBundle, writeBundleFile, writePayload, type StagedComponent } from "../../../src/bundle/writer.js";
 import { fileRangeSha256, readPayload, verifyBundle, verifyHeader } from "../../../src/bundle/reader.js";
 import { AgentbakError } from "../../../src/errors.js";
+import { manifestDraft } from "./draft.js";
 
 let tmp: string;
 let key: SigningKey;
@@ -42,31 +43,7 @@ beforeAll(async () => {
   bundle = join(tmp, "snap.agentbak");
   const plan = planBundle(bundle, key, components);
   const { components: written, payload } = await writePayload(components, [id.recipient], plan);
-  const m = {
-    format: "agentbak-bundle",
-    format_version: 4,
-    tool_version: "0.1.0",
-    agent_id: "billing-agent",
-    tenant: "acme",
-    snapshot_id: "20261206T120000000Z-0123abcd",
-    created_at: "2026-12-06T12:00:00.000Z",
-    expires_at: "2027-12-06T12:00:00.000Z",
-    sequence: 1,
-    parent: null,
-    label: null,
-    idempotency_key: null,
-    signer: { fingerprint: fingerprint(key.publicKey), principal: "backup@host" },
-    recipients: [id.recipient],
-    runtime: { image_digest: null, agent_version: null, models: {}, host: "h" },
-    schema_version: null,
-    workspace: null,
-    credentials: [],
-    cursors: {},
-    cursor_queries: {},
-    open_operations: [],
-    components: written,
-    payload,
-  } as Manifest;
+  const m = manifestDraft(key, id.recipient, { components: written, payload }) as Manifest;
   await writeBundleFile(m, key, plan);
 });
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));

@@ -19,6 +19,7 @@ import { encodeManifest, parseManifest, type Manifest } from "../../../src/bundl
 import { readLayout } from "../../../src/bundle/outer.js";
 import { planBundle, writeBundleFile, writePayload, type ManifestDraft, type StagedComponent } from "../../../src/bundle/writer.js";
 import { AgentbakError } from "../../../src/errors.js";
+import { manifestDraft } from "./draft.js";
 
 let tmp: string;
 let key: SigningKey;
@@ -34,30 +35,7 @@ afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 const noise = (n: number, seed: string) => createCipheriv("aes-128-ctr", createHash("sha256").update(seed).digest().subarray(0, 16), Buffer.alloc(16)).update(Buffer.alloc(n));
 const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
-const draft = (o: Partial<ManifestDraft> = {}): ManifestDraft => ({
-  format: "agentbak-bundle",
-  format_version: 4,
-  tool_version: "0.1.0",
-  agent_id: "billing-agent",
-  tenant: "acme",
-  snapshot_id: "20261206T120000000Z-0123abcd",
-  created_at: "2026-12-06T12:00:00.000Z",
-  expires_at: "2027-12-06T12:00:00.000Z",
-  sequence: 1,
-  parent: null,
-  label: null,
-  idempotency_key: null,
-  signer: { fingerprint: fingerprint(key.publicKey), principal: "backup@host" },
-  recipients: [id.recipient],
-  runtime: { image_digest: null, agent_version: null, models: {}, host: "h" },
-  schema_version: null,
-  workspace: null,
-  credentials: [],
-  cursors: {},
-  cursor_queries: {},
-  open_operations: [],
-  ...o,
-});
+const draft = (o: Partial<ManifestDraft> = {}): ManifestDraft => manifestDraft(key, id.recipient, o);
 let n = 0;
 /** Stages files under a fresh folder and writes a bundle of them; returns the bundle, its manifest bytes and the plan. */
 async function write(files: Record<string, Buffer>, o: Partial<ManifestDraft> = {}) {
