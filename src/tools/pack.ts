@@ -4,10 +4,12 @@
  * loaded command), so a command loads one module graph of a few files instead
  * of ~400 (Node 20 has no compile cache; resolving and reading the files was
  * a third of `snapshots`' time). Native and rarely used heavy packages stay
- * outside and load from node_modules when a command needs them.
+ * outside and load from node_modules when a command needs them. So the
+ * bundled packages are the build's input, dev dependencies: an installed
+ * agentbak has only the external ones (package.json's dependencies).
  */
 import { build, type Plugin } from "esbuild";
-import { rmSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -44,7 +46,7 @@ const classicZodOutside: Plugin = {
 };
 const out = join(root, "dist", "packed");
 rmSync(out, { recursive: true, force: true });
-await build({
+const { metafile } = await build({
   entryPoints: { main: join(root, "dist", "main.js"), "inspect-worker": join(root, "dist", "state", "inspect", "worker.js"), "payload-worker": join(root, "dist", "bundle", "payload-worker.js"), "digest-worker": join(root, "dist", "bundle", "digest-worker.js") },
   outdir: out,
   bundle: true,
@@ -58,4 +60,8 @@ await build({
   plugins: [zodWithoutLocales, classicZodOutside],
   // CommonJS packages inside an ES module bundle call require() for Node's own modules
   banner: { js: "import { createRequire as __agentbakRequire } from 'node:module'; const require = __agentbakRequire(import.meta.url);" },
+  metafile: true,
 });
+// what each packed file imports from outside it: test/e2e/dependencies.test.ts holds package.json's
+// dependencies to exactly the packages left external (the bundled ones are the build's input, dev dependencies)
+writeFileSync(join(root, "dist", "packed-meta.json"), JSON.stringify(metafile));
