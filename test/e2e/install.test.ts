@@ -47,6 +47,7 @@ it("npm install -g of the packed tarball: no dev dependency, no LanceDB or AWS S
   // nor the packages esbuild bundled into dist/packed (the build's input: test/e2e/dependencies.test.ts), nor tsc's unbundled output
   for (const bundled of ["@modelcontextprotocol/sdk", "hono", "@hono/zod-openapi", "@inquirer/prompts", "commander", "execa"]) expect(existsSync(join(installed, "node_modules", bundled)), bundled).toBe(false);
   expect(existsSync(join(installed, "dist", "cli.js"))).toBe(false);
+  expect(existsSync(join(prefix, "share", "man", "man1", "agentbak.1"))).toBe(true); // npm's link to dist/agentbak.1, which "files" names
   const s = sizes(prefix);
   console.log(`global install: ${s.mb.toFixed(1)} MB, of which ${s.intermediateMb.toFixed(1)} MB node-gyp intermediates (native modules compiled here: no prebuilt binary could be downloaded)`);
   // issue 34's goal for the whole prefix: 89.5 MB when the packages esbuild bundles into dist/packed were installed too
