@@ -114,6 +114,94 @@ describe("[E5] fencing generations belong to the agent", () => {
   });
 });
 
+describe("[E5] the generation log: a generation is not lowered from the repository", () => {
+  let a: TestAgent;
+  let b: string;
+  const t = (n: string) => join(a.tmp, n);
+  const log = (repo: string, g: number) => join(repo, AGENT_DIR, "generations", `${String(g).padStart(16, "0")}.json`);
+  const record = (repo: string) => join(repo, AGENT_DIR, "generation.json");
+  /** the record rolled back to `g`, as a writer of the repository can */
+  const rollBack = (repo: string, g: number) => writeFileSync(record(repo), JSON.stringify({ ...JSON.parse(readFileSync(record(repo), "utf8")), generation: g }));
+  let fresh = 0;
+  /** a host that never saw any generation of this agent: keys and signers, no trusted state */
+  const freshHost = () => secondHome(a, `fresh-${fresh++}`);
+  const restore = async (target: string, repo?: string) => {
+    const r = await a.run(["restore", "latest", "--target", target, "--yes", "--json", ...(repo ? ["--repo", repo] : [])], freshHost());
+    expect([0, 3], r.stderr).toContain(r.code);
+    return json(r).generation as number;
+  };
+  const fence = (target: string, generation: number) => a.run(["fence", "check", "--target", target, "--generation", String(generation)], freshHost());
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    expect((await a.run(["backup"])).code).toBe(0);
+    b = t("repo-b");
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E5] generation.json edited down (2 to 1) is not believed: fence check of generation 1 on a host that never saw 2 exits 14", async () => {
+    expect(await restore(t("g1"))).toBe(1);
+    expect(await restore(t("g2"))).toBe(2);
+    rollBack(a.repo, 1);
+    const f = await fence(t("g1"), 1);
+    expect(f.code, f.stderr).toBe(14);
+    expect(f.stderr).toMatch(/generation 1 of billing-agent is superseded \(current generation is 2\)/);
+    expect((await fence(t("g2"), 2)).code).toBe(0);
+    // and a restore goes on above the log, not the record
+    expect(await restore(t("g3"))).toBe(3);
+  });
+
+  it("[E5] an edited log entry is 13 naming it, for fence check and restore; nothing is restored", async () => {
+    const entry = log(a.repo, 2);
+    const good = readFileSync(entry);
+    try {
+      writeFileSync(entry, good.toString().replace(/"target": "[^"]*"/, `"target": "${t("elsewhere")}"`));
+      for (const r of [await fence(t("g3"), 3), await a.run(["restore", "latest", "--target", t("g-edited"), "--yes"], freshHost())]) {
+        expect(r.code, r.stderr).toBe(13);
+        expect(r.stderr).toMatch(/generation log entry tenants\/acme\/agents\/billing-agent\/generations\/0000000000000002\.json in .*: edited after it was signed/);
+      }
+      expect(existsSync(t("g-edited"))).toBe(false);
+      // written out again unchanged but for its layout: its signature holds, and entry 3's prev names it
+      writeFileSync(entry, JSON.stringify(JSON.parse(good.toString())));
+      const f = await fence(t("g3"), 3);
+      expect(f.code).toBe(13);
+      expect(f.stderr).toMatch(/entry .*0000000000000002\.json in .* was changed after entry 3 was written/);
+    } finally {
+      writeFileSync(entry, good);
+    }
+    expect((await fence(t("g3"), 3)).code).toBe(0);
+  });
+
+  it("[E5] a middle entry removed is 13 naming it", async () => {
+    const entry = log(a.repo, 2);
+    const good = readFileSync(entry);
+    rmSync(entry);
+    try {
+      const f = await fence(t("g3"), 3);
+      expect(f.code).toBe(13);
+      expect(f.stderr).toMatch(/entry .*0000000000000002\.json in .* is missing: entry 3 was written after it/);
+    } finally {
+      writeFileSync(entry, good);
+    }
+  });
+
+  it("[E5] after copy, a restore from the copy continues above both, and a record rolled back on either side lowers nothing", async () => {
+    const c = await a.run(["copy", "--from", a.repo, "--to", b]);
+    expect(c.code, c.stderr).toBe(0);
+    for (const g of [1, 2, 3]) expect(readFileSync(log(b, g))).toEqual(readFileSync(log(a.repo, g)));
+    expect(await restore(t("g4"), b)).toBe(4);
+    for (const repo of [a.repo, b]) rollBack(repo, 1);
+    for (const [target, g] of [["g3", 3], ["g2", 2], ["g1", 1]] as const) {
+      const f = await fence(t(target), g);
+      expect(f.code, f.stderr).toBe(14);
+      expect(f.stderr).toContain("(current generation is 4)");
+    }
+    expect((await fence(t("g4"), 4)).code).toBe(0);
+    expect(await restore(t("g5"))).toBe(5);
+    expect(await restore(t("g6"), b)).toBe(6);
+  });
+});
+
 describe("[E6] an approval is one decision; requests and decisions are signed", () => {
   let a: TestAgent;
   let agent: Client;
