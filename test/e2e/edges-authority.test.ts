@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { json, makeAgent, makeBucket, ROOT, type TestAgent } from "../helpers.js";
+import { json, makeAgent, makeBucket, ROOT, storeAt, type TestAgent } from "../helpers.js";
 import { mcpStdio, tool } from "../agentapi-helpers.js";
 import { nextLine } from "../../dist/crypto/chainlog.js";
 import { generateSigningKey } from "../../dist/crypto/sshsig.js";
@@ -125,12 +125,12 @@ describe("[E5] the generation log: a generation is not lowered from the reposito
   let fresh = 0;
   /** a host that never saw any generation of this agent: keys and signers, no trusted state */
   const freshHost = () => secondHome(a, `fresh-${fresh++}`);
-  const restore = async (target: string, repo?: string) => {
-    const r = await a.run(["restore", "latest", "--target", target, "--yes", "--json", ...(repo ? ["--repo", repo] : [])], freshHost());
+  const restore = async (target: string, repo?: string, env: Record<string, string> = {}) => {
+    const r = await a.run(["restore", "latest", "--target", target, "--yes", "--json", ...(repo ? ["--repo", repo] : [])], { ...freshHost(), ...env });
     expect([0, 3], r.stderr).toContain(r.code);
     return json(r).generation as number;
   };
-  const fence = (target: string, generation: number) => a.run(["fence", "check", "--target", target, "--generation", String(generation)], freshHost());
+  const fence = (target: string, generation: number, env: Record<string, string> = {}) => a.run(["fence", "check", "--target", target, "--generation", String(generation)], { ...freshHost(), ...env });
 
   beforeAll(async () => {
     a = await makeAgent({ sizeMb: 1 });
@@ -199,6 +199,57 @@ describe("[E5] the generation log: a generation is not lowered from the reposito
     expect((await fence(t("g4"), 4)).code).toBe(0);
     expect(await restore(t("g5"))).toBe(5);
     expect(await restore(t("g6"), b)).toBe(6);
+  });
+  const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
+  it.runIf(Boolean(endpoint))("[E5] in a bucket: the record edited down is not believed (14), a middle entry removed is 13", async () => {
+    const env = { AGENTBAK_S3_ENDPOINT: endpoint! };
+    const s3 = `s3://t-${Date.now().toString(36)}-genlog/r`;
+    await makeBucket(s3.slice(5, -2));
+    expect((await a.run(["copy", "--from", a.repo, "--to", s3], env)).code).toBe(0);
+    const g = await restore(t("s3-1"), s3, env);
+    expect(g).toBe(7); // above the folders' 6
+    const store = await storeAt(s3);
+    const rec = `${AGENT_DIR}/generation.json`;
+    // lowered and unlinked: only the bucket's own log is left to say 7
+    await store.put(rec, JSON.stringify({ generation: 1, replicas: [] }));
+    const f = await fence(t("s3-1"), 6, env);
+    expect(f.code, f.stderr).toBe(14);
+    expect(f.stderr).toContain("(current generation is 7)");
+    expect((await fence(t("s3-1"), 7, env)).code).toBe(0);
+    const middle = `${AGENT_DIR}/generations/${String(3).padStart(16, "0")}.json`;
+    const good = await store.get(middle);
+    await store.delete(middle);
+    try {
+      const r = await a.run(["restore", "latest", "--repo", s3, "--target", t("s3-2"), "--yes"], { ...freshHost(), ...env });
+      expect(r.code).toBe(13);
+      expect(r.stderr).toMatch(/generation log entry .*0000000000000003\.json in s3:\/\/.* is missing: entry 4 was written after it/);
+    } finally {
+      await store.put(middle, good);
+    }
+  });
+
+  it.runIf(Boolean(endpoint))("[E5] on an Object Lock bucket with a default retention, the store refuses to delete an entry; it still counts", async () => {
+    const env = { AGENTBAK_S3_ENDPOINT: endpoint! };
+    const id = Date.now().toString(36);
+    const [locked, leases] = [`t-${id}-genlock`, `t-${id}-genleases`];
+    await makeBucket(locked, true);
+    await makeBucket(leases);
+    const { S3Client, PutObjectLockConfigurationCommand } = await import("@aws-sdk/client-s3");
+    const c = new S3Client({ endpoint, region: "us-east-1", forcePathStyle: true });
+    await c.send(new PutObjectLockConfigurationCommand({ Bucket: locked, ObjectLockConfiguration: { ObjectLockEnabled: "Enabled", Rule: { DefaultRetention: { Mode: "GOVERNANCE", Days: 1 } } } }));
+    const repo = `s3://${locked}/r`;
+    expect((await a.run(["init", "--repo", repo, "--leases", `s3://${leases}/l`], env)).code).toBe(0);
+    expect((await a.run(["copy", "--from", a.repo, "--to", repo], env)).code).toBe(0);
+    const g = await restore(t("lock-1"), repo, env);
+    expect(g).toBe(8);
+    const store = await storeAt(repo);
+    const newest = `${AGENT_DIR}/generations/${String(g).padStart(16, "0")}.json`;
+    expect(await store.delete(newest)).toBe(false); // retention refused it
+    expect(await store.get(newest)).not.toBeNull();
+    await store.put(`${AGENT_DIR}/generation.json`, JSON.stringify({ generation: 1, replicas: [] }));
+    const f = await fence(t("lock-1"), g - 1, env);
+    expect(f.code, f.stderr).toBe(14);
+    expect((await fence(t("lock-1"), g, env)).code).toBe(0);
   });
 });
 
