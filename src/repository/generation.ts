@@ -37,7 +37,7 @@ export interface GenerationView {
   seen: { location: string; generation: number }[];
   /** linked replicas that could not be read: a generation issued there is not seen */
   unreachable: { location: string; reason: string }[];
-  /** the highest generation rests only on log entries no key this host trusts signed: named, and counted */
+  /** the highest generation rests only on log entries no key this host trusts signed; entries a delete marker hides: named, and counted */
   warnings: string[];
 }
 
@@ -127,8 +127,12 @@ export async function readGenerations(repo: Repository, a: AgentRef, open: OpenR
   const vouched = Math.max(0, ...found.map((f) => Math.max(f.rec.recorded, f.rec.log.trustedTop)));
   const doubted = found.find((f) => f.rec.log.top === highest && f.rec.log.topDoubt);
   const warnings = highest > vouched && doubted ? [doubtWarning(a, doubted.repo.location, highest, doubted.rec.log.topDoubt!)] : [];
+  for (const f of found) for (const n of f.rec.log.hidden) warnings.push(hiddenWarning(a, f.repo.location, n));
   return { highest, seen: found.map((f) => ({ location: f.repo.location, generation: f.rec.generation })), unreachable, warnings };
 }
+
+const hiddenWarning = (a: AgentRef, location: string, n: number) =>
+  `generation: ${keys.generationEntry(a, n)} in ${location} was deleted without its version id (a delete marker hides it); the version the bucket keeps is counted: find out who deleted it, and remove the delete marker to bring it back`;
 
 const doubtWarning = (a: AgentRef, location: string, n: number, doubt: string) =>
   `generation: ${n}, the current generation of ${a.tenant}/${a.agent}, rests on ${keys.generationEntry(a, n)} in ${location}, ${doubt}; it is counted (believing a higher generation only fences more): if no restore of yours issued it, someone wrote it into the repository`;

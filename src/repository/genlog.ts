@@ -37,6 +37,8 @@ export interface GenerationLog {
   trustedTop: number;
   /** why the highest entry is not vouched for ("unsigned", or why its signer is not trusted); null when it is, or this host has no allowed_signers to ask */
   topDoubt: string | null;
+  /** entries a delete marker hides in a versioned bucket, read from their kept version and counted */
+  hidden: number[];
 }
 
 /** What an entry says besides its number, chain and signature. */
@@ -69,15 +71,21 @@ function parse(b: Buffer): Record<string, unknown> | null {
  */
 export async function readLog(store: ObjectStore, location: string, a: AgentRef, trust: Trust): Promise<GenerationLog> {
   const prefix = keys.generationLog(a);
-  const numbers = (await store.list(prefix)).map((k) => ENTRY_NAME.exec(k.slice(prefix.length))).flatMap((m) => (m ? [Number(m[1])] : [])).sort((x, y) => x - y);
-  const entries = new Map<number, Buffer>();
+  const numberOf = (k: string) => Number(ENTRY_NAME.exec(k.slice(prefix.length))?.[1] ?? NaN);
+  const numbers = (await store.list(prefix)).map(numberOf).filter((n) => !Number.isNaN(n));
+  const got = new Map<number, Buffer>();
   for (let i = 0; i < numbers.length; i += READ_BATCH) {
     const batch = numbers.slice(i, i + READ_BATCH);
-    const got = await Promise.all(batch.map((n) => store.get(keys.generationEntry(a, n))));
-    batch.forEach((n, j) => got[j] && entries.set(n, got[j]!)); // gone since the listing: as if never there
+    const bodies = await Promise.all(batch.map((n) => store.get(keys.generationEntry(a, n))));
+    batch.forEach((n, j) => bodies[j] && got.set(n, bodies[j]!)); // gone since the listing: as if never there
   }
+  // deleted without a version id in a versioned bucket: the kept version is the entry, and still counts
+  const hidden: number[] = [];
+  for (const [k, bytes] of await store.hidden(prefix))
+    if (!Number.isNaN(numberOf(k)) && !got.has(numberOf(k))) got.set(numberOf(k), bytes), hidden.push(numberOf(k));
+  const entries = new Map([...got].sort(([x], [y]) => x - y));
   const name = (n: number) => `generation log entry ${keys.generationEntry(a, n)} in ${location}`;
-  const log: GenerationLog = { entries, top: 0, trustedTop: 0, topDoubt: null };
+  const log: GenerationLog = { entries, top: 0, trustedTop: 0, topDoubt: null, hidden: hidden.sort((x, y) => x - y) };
   for (const [n, bytes] of entries) {
     const e = parse(bytes);
     const what = name(n);

@@ -228,7 +228,7 @@ describe("[E5] the generation log: a generation is not lowered from the reposito
     }
   });
 
-  it.runIf(Boolean(endpoint))("[E5] on an Object Lock bucket with a default retention, the store refuses to delete an entry; it still counts", async () => {
+  it.runIf(Boolean(endpoint))("[E5] on an Object Lock bucket with a default retention, the store refuses to delete an entry; one hidden by a delete marker still counts, and is named", async () => {
     const env = { AGENTBAK_S3_ENDPOINT: endpoint! };
     const id = Date.now().toString(36);
     const [locked, leases] = [`t-${id}-genlock`, `t-${id}-genleases`];
@@ -250,6 +250,14 @@ describe("[E5] the generation log: a generation is not lowered from the reposito
     const f = await fence(t("lock-1"), g - 1, env);
     expect(f.code, f.stderr).toBe(14);
     expect((await fence(t("lock-1"), g, env)).code).toBe(0);
+    // deleted without a version id: a delete marker hides it, the retained version still counts, and is named
+    const { DeleteObjectCommand } = await import("@aws-sdk/client-s3");
+    await c.send(new DeleteObjectCommand({ Bucket: locked, Key: `r/${newest}` }));
+    expect(await store.get(newest)).toBeNull();
+    expect((await fence(t("lock-1"), g - 1, env)).code).toBe(14);
+    const named = await fence(t("lock-1"), g, env);
+    expect(named.code, named.stderr).toBe(3);
+    expect(named.stderr).toContain(`generation: ${newest} in ${repo} was deleted without its version id (a delete marker hides it); the version the bucket keeps is counted`);
   });
 });
 
