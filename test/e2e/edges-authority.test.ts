@@ -161,6 +161,10 @@ describe("[E5] the generation log: a generation is not lowered from the reposito
         expect(r.stderr).toMatch(/generation log entry tenants\/acme\/agents\/billing-agent\/generations\/0000000000000002\.json in .*: edited after it was signed/);
       }
       expect(existsSync(t("g-edited"))).toBe(false);
+      // status reads the generation the same way, and names the entry (3)
+      const st = await a.run(["status", "--json"], freshHost());
+      expect(st.code).toBe(3);
+      expect(json(st).agents[0].checks.find((c: { name: string }) => c.name === "generation").detail).toMatch(/^generation log entry .*0000000000000002\.json in .*: edited after it was signed/);
       // written out again unchanged but for its layout: its signature holds, and entry 3's prev names it
       writeFileSync(entry, JSON.stringify(JSON.parse(good.toString())));
       const f = await fence(t("g3"), 3);
@@ -170,6 +174,7 @@ describe("[E5] the generation log: a generation is not lowered from the reposito
       writeFileSync(entry, good);
     }
     expect((await fence(t("g3"), 3)).code).toBe(0);
+    expect(json(await a.run(["status", "--json"], freshHost())).agents[0].checks.map((c: { name: string }) => c.name)).not.toContain("generation");
   });
 
   it("[E5] a middle entry removed is 13 naming it", async () => {
