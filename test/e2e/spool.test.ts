@@ -124,7 +124,7 @@ describe.skipIf(!endpoint)("spool", () => {
     expect(json(await a.run(["flush", "--json"], up()))[0].flushed.length).toBe(2);
   });
 
-  it("flush while serve checkpoints the same agent: every spooled bundle is uploaded once, no sequence is issued twice, the listing has no gap", async () => {
+  it("[E1] flush while serve checkpoints the same agent: every spooled bundle is uploaded once, no sequence is issued twice, the listing has no gap", async () => {
     const waiting = [json(await a.run(["backup", "--json"], down())), json(await a.run(["backup", "--json"], down()))];
     expect(waiting.map((w) => w.status)).toEqual(["spooled", "spooled"]);
     const t = await makeToken(a, "acme", "billing-agent", "checkpoint");
