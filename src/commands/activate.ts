@@ -57,5 +57,5 @@ export async function activate(opts: ActivateCmdOptions): Promise<ActivateResult
 export async function fence(opts: { target: string; generation: string; repo?: string }): Promise<FenceResult> {
   const n = Number(opts.generation);
   if (!Number.isSafeInteger(n) || n < 0) throw usageError(`--generation: not a whole number: ${opts.generation}`);
-  return fenceCheck(opts.target, n, opts.repo);
+  return fenceCheck(opts.target, n, homeTrust(), opts.repo);
 }

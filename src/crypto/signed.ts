@@ -10,7 +10,7 @@
 import canonicalize from "canonicalize";
 import { verifyError } from "../errors.js";
 import { signMessage, verifyMessage, type SigningKey } from "./sshsig.js";
-import { trusts, type Trust } from "./trust.js";
+import { trusts, type Trust, type TrustResult } from "./trust.js";
 
 /** `body` with its signature under `namespace`. `body.kind` names what it is. */
 export function signRecord<T extends { kind: string }>(body: T, key: SigningKey, namespace: string): T & { signature: string } {
@@ -39,4 +39,22 @@ export function verifyRecord(record: unknown, trust: Trust, namespace: string, k
   if (!t.trusted) throw bad(t.reason);
   if (body.kind !== kind) throw bad(`a ${String(body.kind).slice(0, 40)} record, not a ${kind} record`);
   return body as Record<string, unknown> & { kind: string };
+}
+
+/**
+ * Who signed a record made by signRecord, when it may also be unsigned or signed by a key not trusted (a record
+ * believed either way, whose signer is only named): null when unsigned, else whether `trust` trusts the signer.
+ * @throws AgentbakError(13) "<what>: edited after it was signed" when the signature does not match the record.
+ */
+export function signerOf(record: Record<string, unknown>, trust: Trust, namespace: string, what: string, now = new Date()): TrustResult | null {
+  const { signature, ...body } = record;
+  if (signature === undefined) return null;
+  let pub: Buffer;
+  try {
+    if (typeof signature !== "string") throw new Error("the signature is not a string");
+    pub = verifyMessage(signature, namespace, Buffer.from(canonicalize(body)!));
+  } catch (e) {
+    throw verifyError(`${what}: edited after it was signed (${(e as Error).message})`);
+  }
+  return trusts(trust, pub, namespace, now);
 }

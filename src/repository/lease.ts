@@ -58,6 +58,8 @@ const TOKEN_RE = /^(\d{16})\.lease$/;
 const keyOf = (prefix: string, token: number) => `${prefix}${String(token).padStart(16, "0")}.lease`;
 /** grants this process holds, by store and key: a grant of this pid that is not here was leaked (its release failed) */
 const live = new Set<string>();
+/** grants this process is creating (how many of its acquirers race for each): not leaked either */
+const taking = new Map<string, number>();
 /** stores whose refusal of a second conditional create of one key this process has seen */
 const honoured = new WeakSet<ObjectStore>();
 
@@ -101,7 +103,7 @@ function parseGrant(raw: Buffer, token: number): Grant | null {
 function free(store: ObjectStore, key: string, g: Grant): boolean {
   if (g.released || Date.now() > Date.parse(g.expires_at)) return true;
   if (g.host !== hostId()) return false;
-  return g.pid === process.pid ? !live.has(`${store.url}\0${key}`) : !pidAlive(g.pid);
+  return g.pid === process.pid ? !live.has(`${store.url}\0${key}`) && !taking.has(`${store.url}\0${key}`) : !pidAlive(g.pid);
 }
 
 /**
@@ -126,11 +128,20 @@ export async function acquireLease(store: ObjectStore, prefix: string, o: { wait
     if (g?.nonce === nonce) return hold(store, prefix, g, ttl, o.what);
     if (!top || (g && free(store, keyOf(prefix, top), g))) {
       const grant = newGrant(top + 1, nonce, ttl);
-      if (await store.put(keyOf(prefix, grant.token), JSON.stringify(grant), { ifNoneMatch: true })) {
-        await checkHonoured(store, keyOf(prefix, grant.token), grant);
-        // grants older than the one before: only the holder, this process now, removes them
-        for (const t of listed) if (t < top) await store.delete(keyOf(prefix, t));
-        return hold(store, prefix, grant, ttl, o.what);
+      const mine = `${store.url}\0${keyOf(prefix, grant.token)}`;
+      // being taken before it exists: another acquirer of this process (a server's other request) reading it
+      // before hold() must not take it for a grant this process leaked, and take the lease over
+      taking.set(mine, (taking.get(mine) ?? 0) + 1);
+      try {
+        if (await store.put(keyOf(prefix, grant.token), JSON.stringify(grant), { ifNoneMatch: true })) {
+          await checkHonoured(store, keyOf(prefix, grant.token), grant);
+          // grants older than the one before: only the holder, this process now, removes them
+          for (const t of listed) if (t < top) await store.delete(keyOf(prefix, t));
+          return hold(store, prefix, grant, ttl, o.what);
+        }
+      } finally {
+        if (taking.get(mine) === 1) taking.delete(mine);
+        else taking.set(mine, taking.get(mine)! - 1);
       }
       continue; // another process won this token: look again (it is held now)
     }

@@ -119,7 +119,7 @@ export async function replicate(
   if (o.linkGenerations)
     for (const key of new Set(picked.map((e) => `${e.tenant}/${e.agent_id}`))) {
       const [tenant, agent] = key.split("/") as [string, string];
-      res.warnings.push(...(await linkReplica(src, dst, { tenant, agent })));
+      res.warnings.push(...(await linkReplica(src, dst, { tenant, agent }, { trust, key: o.signingKey })));
     }
   return res;
 }

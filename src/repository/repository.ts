@@ -25,7 +25,7 @@ import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
 import { acquireLease, hostId, probeConditionalWrites, type Lease } from "./lease.js";
-import { readGenerations, reserveGeneration, type GenerationView } from "./generation.js";
+import { readGenerations, reserveGeneration, type GenerationView, type Signing } from "./generation.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir } from "./layout.js";
 import { SNAPSHOT_ID, type AgentRef } from "../facts.js";
 
@@ -625,25 +625,26 @@ export class Repository {
   // ---- restore records ----
 
   /**
-   * The fencing generation of `a` (0 when never restored): the highest in this
-   * repository's record and in the records of the replicas copy linked it with.
-   * @throws AgentbakError(13) when this repository's record is damaged.
+   * The fencing generation of `a` (0 when never restored): the highest entry of its generation log and record,
+   * here and in the replicas copy linked it with; entries are checked against `trust` (generation.ts).
+   * @throws AgentbakError(13) when this repository's record or log is damaged.
    */
-  async generation(a: AgentRef): Promise<number> {
-    return (await this.generations(a)).highest;
+  async generation(a: AgentRef, trust: Trust): Promise<number> {
+    return (await this.generations(a, trust)).highest;
   }
 
-  /** The generation of `a` with where it was read, and the linked replicas that could not be. @throws as generation(). */
-  async generations(a: AgentRef): Promise<GenerationView> {
-    return readGenerations(this, a, (l) => Repository.open(l));
+  /** The generation of `a` with where it was read, the linked replicas that could not be, and warnings. @throws as generation(). */
+  async generations(a: AgentRef, trust: Trust): Promise<GenerationView> {
+    return readGenerations(this, a, (l) => Repository.open(l), trust);
   }
 
   /**
-   * Reserves the next generation of `a` above `atLeast` and every linked record, and records it in each
-   * (a crash after this only burns a number). The caller holds the restore lock. @throws as reserveGeneration.
+   * Reserves the next generation of `a` above `atLeast` and every linked entry and record, and writes its log
+   * entry (signed with `sign.key` when there is one) and record into each (a crash after this only burns a
+   * number). The caller holds the restore lock. @throws as reserveGeneration.
    */
-  async reserveGeneration(a: AgentRef, atLeast: number, info: Record<string, unknown>): Promise<{ generation: number; unreachable: GenerationView["unreachable"] }> {
-    return reserveGeneration(this, a, atLeast, info, (l) => Repository.open(l));
+  async reserveGeneration(a: AgentRef, atLeast: number, info: Record<string, unknown>, sign: Signing): Promise<{ generation: number; unreachable: GenerationView["unreachable"] }> {
+    return reserveGeneration(this, a, atLeast, info, (l) => Repository.open(l), sign);
   }
 
   async restoreRecord<T>(a: AgentRef, requestId: string): Promise<T | undefined> {

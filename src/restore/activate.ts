@@ -13,6 +13,7 @@ import { userInfo } from "node:os";
 import { join } from "node:path";
 import type { LoadedConfig } from "../config/load.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
+import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, policyError, usageError } from "../errors.js";
 import { stillOpen, type OpenOperation, type OperationResult } from "../reconcile/operations.js";
 import { Repository } from "../repository/repository.js";
@@ -118,7 +119,7 @@ export async function activate(t: Target, o: ActivateOptions): Promise<ActivateR
     return policyError(reason);
   };
   if (repo) {
-    const cur = await repo.generation(a);
+    const cur = await repo.generation(a, t.trust);
     if (cur !== rec.generation) throw await refuse(`generation ${rec.generation} of ${rec.agent_id} is superseded by generation ${cur}; this restore must not ${suspended ? "be activated" : "keep running: stop it"}`);
   }
   if (!suspended) return { ...base, activated: false, already_active: true };
@@ -171,25 +172,27 @@ export interface FenceResult {
   generation: number;
   current: number;
   ok: boolean;
-  /** linked replicas that could not be read (the command exits 3): a newer generation there is not seen */
+  /** linked replicas that could not be read (a newer generation there is not seen), a generation resting on entries no trusted key signed: the command exits 3 */
   warnings: string[];
 }
 
 /**
- * Checks a generation number against the agent's current one: the highest in
- * the repository's record, the replicas copy linked it with, and this host's
- * trusted state.
- * @throws AgentbakError(14) naming both numbers when `generation` is superseded or was never issued.
+ * Checks a generation number against the agent's current one: the highest of
+ * the repository's generation log and record, those of the replicas copy
+ * linked it with, and this host's trusted state; log entries are checked
+ * against `trust`.
+ * @throws AgentbakError(14) naming both numbers when `generation` is superseded or was never issued;
+ *   (13) naming a log entry changed or missing, or the record when it is damaged.
  */
-export async function fenceCheck(target: string, generation: number, repoOverride?: string): Promise<FenceResult> {
+export async function fenceCheck(target: string, generation: number, trust: Trust, repoOverride?: string): Promise<FenceResult> {
   const rec = readTargetRecord(target);
   const repoPath = repoOverride ?? rec.repository;
   if (!repoPath) throw new AgentbakError(Exit.usage, "no repository recorded for this target: pass --repo");
   const a = { tenant: rec.tenant, agent: rec.agent_id };
-  const view = await (await Repository.open(repoPath)).generations(a);
+  const view = await (await Repository.open(repoPath)).generations(a, trust);
   const current = Math.max(view.highest, readTrustedState(agentbakHome(), a).generation);
   // a number above the current one was never issued: not "superseded", and never accepted
   if (generation > current) throw policyError(`fenced: generation ${generation} of ${rec.agent_id} is unknown: never issued (current generation is ${current})`);
   if (generation !== current) throw policyError(`fenced: generation ${generation} of ${rec.agent_id} is superseded (current generation is ${current})`);
-  return { agent_id: rec.agent_id, generation, current, ok: true, warnings: view.unreachable.map(unreachableWarning) };
+  return { agent_id: rec.agent_id, generation, current, ok: true, warnings: [...view.unreachable.map(unreachableWarning), ...view.warnings] };
 }

@@ -331,13 +331,13 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   if (policy.refusals.length && !o.dryRun) throw await refuse(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
   const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
   // the agent's generation: the repository's record, the replicas copy linked it with, and this host's trusted state
-  const gens = repo ? await repo.generations(a) : null;
+  const gens = repo ? await repo.generations(a, o.trust) : null;
   const nextGen = Math.max(gens?.highest ?? 0, seen.generation) + 1;
   const sources = sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
   const operations = settleOperations(m.open_operations, cfg?.openOperations);
   const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, { operations, timers: planTimers(cfg?.timers ?? [], new Date(m.created_at), now), sources: sources.planned });
   const warnings = [...policy.warnings, ...policy.needs_approval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
-  warnings.push(...(gens?.unreachable ?? []).map(unreachableWarning));
+  warnings.push(...(gens?.unreachable ?? []).map(unreachableWarning), ...(gens?.warnings ?? []));
   const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, sources: [], ...x });
   if (o.dryRun) return result({});
   const unresolved = sources.planned.find((p) => !p.resolved);
@@ -376,10 +376,12 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
     for (const r of restoredSources)
       if (r.skipped.length) warnings.push(`source ${r.name}: ${r.skipped.length} key(s) expired since the snapshot and were not restored: ${r.skipped.slice(0, 10).join(", ")}${r.skipped.length > 10 ? " ..." : ""}`);
-    const { generation, unreachable } = repo ? await repo.reserveGeneration(a, seen.generation, { snapshot_id: m.snapshot_id, target, at: now.toISOString() }) : { generation: nextGen, unreachable: [] };
+    const key = o.signingKey();
+    // its log entry is signed with the key the receipt is, and entries already there are checked against the signers
+    const info = { snapshot_id: m.snapshot_id, target, at: now.toISOString() };
+    const { generation, unreachable } = repo ? await repo.reserveGeneration(a, seen.generation, info, { trust: o.trust, key }) : { generation: nextGen, unreachable: [] };
     warnings.push(...unreachable.map(unreachableWarning).filter((w) => !warnings.includes(w)));
     crashStep("generation-reserved");
-    const key = o.signingKey();
     const record: Omit<TargetRecord, "kind"> = {
       agent_id: m.agent_id,
       tenant: m.tenant,

@@ -52,7 +52,7 @@ export async function reconcileTarget(t: Target, lc: LoadedConfig, repoOverride:
   const lock = repo ? await repo.lock(a, "restore") : null;
   try {
     if (repo) {
-      const cur = await repo.generation(a);
+      const cur = await repo.generation(a, t.trust);
       if (cur !== rec.generation) throw policyError(`generation ${rec.generation} of ${rec.agent_id} is superseded by generation ${cur}; reconcile the current restore instead`);
     }
     // credentials are read once, now, and live only in this process's memory

@@ -16,6 +16,7 @@ import { AgentbakError, Exit } from "../errors.js";
 import type { AgentRef } from "../facts.js";
 import type { CatalogEntry, Repository } from "../repository/repository.js";
 import { openSpool, spoolDir, spools } from "../repository/spool.js";
+import { unreachableWarning } from "../repository/generation.js";
 import { listRequests } from "../restore/request.js";
 import { verifyReportText } from "../drill/report.js";
 
@@ -171,6 +172,7 @@ async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[]
   if (pending.length) check("requests", "warn", `${pending.length} restore request(s) wait for a decision`);
   const unresolved = await lastRestore(i, t, check);
   if (unresolved?.unresolved) check("operations", "warn", `${unresolved.unresolved} of ${unresolved.operations} open operation(s) unresolved in ${unresolved.target}`);
+  await generationCheck(i, t, check);
   const spool = await spoolOf(i, t);
   if (spool?.bundles) check("spool", "warn", `${spool.bundles} bundle(s) wait in the spool for the repository`);
 
@@ -281,6 +283,22 @@ async function lastRestore(i: GatherInput, t: AgentRef, check: (n: string, s: Ch
     }
   }
   return found;
+}
+
+/**
+ * The agent's fencing generation as restore and fence check read it (repository/generation.ts): a damaged
+ * generation log or record, an entry it rests on that no trusted key signed or a delete marker hides, and a
+ * linked replica not reached are each a warning.
+ */
+async function generationCheck(i: GatherInput, t: AgentRef, check: (n: string, s: CheckState, d: string) => void): Promise<void> {
+  try {
+    const v = await i.repo.generations(t, i.trust);
+    const problems = [...v.unreachable.map(unreachableWarning), ...v.warnings];
+    if (problems.length) check("generation", "warn", problems.join("; "));
+  } catch (e) {
+    if (!(e instanceof AgentbakError) || e.code !== Exit.verify) throw e;
+    check("generation", "warn", e.message);
+  }
 }
 
 /** The agent's bundles waiting in this host's spool (null: the repository is a folder, which never spools). */

@@ -45,6 +45,11 @@ export class LocalStore implements ObjectStore {
     if (!st?.isDirectory()) throw notFound(`repository not found: ${this.root} (no such folder)`);
   }
 
+  /** A folder keeps no versions: nothing is hidden. */
+  async hidden(_prefix: string): Promise<Map<string, Buffer>> {
+    return new Map();
+  }
+
   async put(key: string, body: Buffer | string, opts: { ifNoneMatch?: boolean } = {}): Promise<boolean> {
     const p = this.path(key);
     this.present();

@@ -188,6 +188,36 @@ export class S3Store implements ObjectStore {
     return out.sort();
   }
 
+  async hidden(prefix: string): Promise<Map<string, Buffer>> {
+    const marked = new Set<string>();
+    const kept = new Map<string, { id: string; at: number }>();
+    let next: { KeyMarker?: string; VersionIdMarker?: string } = {};
+    try {
+      for (;;) {
+        const r = await this.client.send(new this.sdk.ListObjectVersionsCommand({ Bucket: this.bucket, Prefix: this.k(prefix), ...next }));
+        for (const m of r.DeleteMarkers ?? []) if (m.IsLatest && m.Key) marked.add(m.Key);
+        for (const v of r.Versions ?? []) {
+          const at = v.LastModified?.getTime() ?? 0;
+          if (v.Key && v.VersionId && at >= (kept.get(v.Key)?.at ?? -1)) kept.set(v.Key, { id: v.VersionId, at });
+        }
+        if (!r.IsTruncated) break;
+        next = { KeyMarker: r.NextKeyMarker, VersionIdMarker: r.NextVersionIdMarker };
+      }
+    } catch (e) {
+      throw this.fail("list versions", prefix, e);
+    }
+    const out = new Map<string, Buffer>();
+    for (const key of [...marked].filter((k) => kept.has(k)).sort()) {
+      try {
+        const r = await this.client.send(new this.sdk.GetObjectCommand({ Bucket: this.bucket, Key: key, VersionId: kept.get(key)!.id }));
+        out.set(key.slice(this.prefix.length), Buffer.from(await r.Body!.transformToByteArray()));
+      } catch (e) {
+        throw this.fail("get a kept version of", key.slice(this.prefix.length), e);
+      }
+    }
+    return out;
+  }
+
   async append(key: string, line: string): Promise<void> {
     // objects can not be appended to: read and rewrite (callers serialise appends with a lock)
     const cur = await this.get(key);

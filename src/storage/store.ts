@@ -41,6 +41,12 @@ export interface ObjectStore {
   head(key: string): Promise<{ size: number; mtimeMs: number; etag: string } | null>;
   /** Every key under the prefix, sorted. */
   list(prefix: string): Promise<string[]>;
+  /**
+   * Objects under the prefix that a delete without a version id hid in a versioned bucket (a delete marker is
+   * their newest version) while an older version is still kept, as Object Lock retention keeps it: each key with
+   * the bytes of its newest kept version. A store without versions has none.
+   */
+  hidden(prefix: string): Promise<Map<string, Buffer>>;
   /** Deletes; @returns false when retention (Object Lock) refused it. Missing objects are not an error. */
   delete(key: string): Promise<boolean>;
   /**

@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { json, makeAgent, makeBucket, ROOT, type TestAgent } from "../helpers.js";
+import { json, makeAgent, makeBucket, ROOT, storeAt, type TestAgent } from "../helpers.js";
 import { mcpStdio, tool } from "../agentapi-helpers.js";
 import { nextLine } from "../../dist/crypto/chainlog.js";
 import { generateSigningKey } from "../../dist/crypto/sshsig.js";
@@ -111,6 +111,158 @@ describe("[E5] fencing generations belong to the agent", () => {
     // the folder the copy came from, and the one copied from it before, both hear of 6
     expect((await fence(t("t5"), 5, env)).code).toBe(14);
     expect((await fence(t("t3"), 3)).code).toBe(14);
+  });
+});
+
+describe("[E5] the generation log: a generation is not lowered from the repository", () => {
+  let a: TestAgent;
+  let b: string;
+  const t = (n: string) => join(a.tmp, n);
+  const log = (repo: string, g: number) => join(repo, AGENT_DIR, "generations", `${String(g).padStart(16, "0")}.json`);
+  const record = (repo: string) => join(repo, AGENT_DIR, "generation.json");
+  /** the record rolled back to `g`, as a writer of the repository can */
+  const rollBack = (repo: string, g: number) => writeFileSync(record(repo), JSON.stringify({ ...JSON.parse(readFileSync(record(repo), "utf8")), generation: g }));
+  let fresh = 0;
+  /** a host that never saw any generation of this agent: keys and signers, no trusted state */
+  const freshHost = () => secondHome(a, `fresh-${fresh++}`);
+  const restore = async (target: string, repo?: string, env: Record<string, string> = {}) => {
+    const r = await a.run(["restore", "latest", "--target", target, "--yes", "--json", ...(repo ? ["--repo", repo] : [])], { ...freshHost(), ...env });
+    expect([0, 3], r.stderr).toContain(r.code);
+    return json(r).generation as number;
+  };
+  const fence = (target: string, generation: number, env: Record<string, string> = {}) => a.run(["fence", "check", "--target", target, "--generation", String(generation)], { ...freshHost(), ...env });
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    expect((await a.run(["backup"])).code).toBe(0);
+    b = t("repo-b");
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E5] generation.json edited down (2 to 1) is not believed: fence check of generation 1 on a host that never saw 2 exits 14", async () => {
+    expect(await restore(t("g1"))).toBe(1);
+    expect(await restore(t("g2"))).toBe(2);
+    rollBack(a.repo, 1);
+    const f = await fence(t("g1"), 1);
+    expect(f.code, f.stderr).toBe(14);
+    expect(f.stderr).toMatch(/generation 1 of billing-agent is superseded \(current generation is 2\)/);
+    expect((await fence(t("g2"), 2)).code).toBe(0);
+    // and a restore goes on above the log, not the record
+    expect(await restore(t("g3"))).toBe(3);
+  });
+
+  it("[E5] an edited log entry is 13 naming it, for fence check and restore; nothing is restored", async () => {
+    const entry = log(a.repo, 2);
+    const good = readFileSync(entry);
+    try {
+      writeFileSync(entry, good.toString().replace(/"target": "[^"]*"/, `"target": "${t("elsewhere")}"`));
+      for (const r of [await fence(t("g3"), 3), await a.run(["restore", "latest", "--target", t("g-edited"), "--yes"], freshHost())]) {
+        expect(r.code, r.stderr).toBe(13);
+        expect(r.stderr).toMatch(/generation log entry tenants\/acme\/agents\/billing-agent\/generations\/0000000000000002\.json in .*: edited after it was signed/);
+      }
+      expect(existsSync(t("g-edited"))).toBe(false);
+      // status reads the generation the same way, and names the entry (3)
+      const st = await a.run(["status", "--json"], freshHost());
+      expect(st.code).toBe(3);
+      expect(json(st).agents[0].checks.find((c: { name: string }) => c.name === "generation").detail).toMatch(/^generation log entry .*0000000000000002\.json in .*: edited after it was signed/);
+      // written out again unchanged but for its layout: its signature holds, and entry 3's prev names it
+      writeFileSync(entry, JSON.stringify(JSON.parse(good.toString())));
+      const f = await fence(t("g3"), 3);
+      expect(f.code).toBe(13);
+      expect(f.stderr).toMatch(/entry .*0000000000000002\.json in .* was changed after entry 3 was written/);
+    } finally {
+      writeFileSync(entry, good);
+    }
+    expect((await fence(t("g3"), 3)).code).toBe(0);
+    expect(json(await a.run(["status", "--json"], freshHost())).agents[0].checks.map((c: { name: string }) => c.name)).not.toContain("generation");
+  });
+
+  it("[E5] a middle entry removed is 13 naming it", async () => {
+    const entry = log(a.repo, 2);
+    const good = readFileSync(entry);
+    rmSync(entry);
+    try {
+      const f = await fence(t("g3"), 3);
+      expect(f.code).toBe(13);
+      expect(f.stderr).toMatch(/entry .*0000000000000002\.json in .* is missing: entry 3 was written after it/);
+    } finally {
+      writeFileSync(entry, good);
+    }
+  });
+
+  it("[E5] after copy, a restore from the copy continues above both, and a record rolled back on either side lowers nothing", async () => {
+    const c = await a.run(["copy", "--from", a.repo, "--to", b]);
+    expect(c.code, c.stderr).toBe(0);
+    for (const g of [1, 2, 3]) expect(readFileSync(log(b, g))).toEqual(readFileSync(log(a.repo, g)));
+    expect(await restore(t("g4"), b)).toBe(4);
+    for (const repo of [a.repo, b]) rollBack(repo, 1);
+    for (const [target, g] of [["g3", 3], ["g2", 2], ["g1", 1]] as const) {
+      const f = await fence(t(target), g);
+      expect(f.code, f.stderr).toBe(14);
+      expect(f.stderr).toContain("(current generation is 4)");
+    }
+    expect((await fence(t("g4"), 4)).code).toBe(0);
+    expect(await restore(t("g5"))).toBe(5);
+    expect(await restore(t("g6"), b)).toBe(6);
+  });
+  const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
+  it.runIf(Boolean(endpoint))("[E5] in a bucket: the record edited down is not believed (14), a middle entry removed is 13", async () => {
+    const env = { AGENTBAK_S3_ENDPOINT: endpoint! };
+    const s3 = `s3://t-${Date.now().toString(36)}-genlog/r`;
+    await makeBucket(s3.slice(5, -2));
+    expect((await a.run(["copy", "--from", a.repo, "--to", s3], env)).code).toBe(0);
+    const g = await restore(t("s3-1"), s3, env);
+    expect(g).toBe(7); // above the folders' 6
+    const store = await storeAt(s3);
+    const rec = `${AGENT_DIR}/generation.json`;
+    // lowered and unlinked: only the bucket's own log is left to say 7
+    await store.put(rec, JSON.stringify({ generation: 1, replicas: [] }));
+    const f = await fence(t("s3-1"), 6, env);
+    expect(f.code, f.stderr).toBe(14);
+    expect(f.stderr).toContain("(current generation is 7)");
+    expect((await fence(t("s3-1"), 7, env)).code).toBe(0);
+    const middle = `${AGENT_DIR}/generations/${String(3).padStart(16, "0")}.json`;
+    const good = await store.get(middle);
+    await store.delete(middle);
+    try {
+      const r = await a.run(["restore", "latest", "--repo", s3, "--target", t("s3-2"), "--yes"], { ...freshHost(), ...env });
+      expect(r.code).toBe(13);
+      expect(r.stderr).toMatch(/generation log entry .*0000000000000003\.json in s3:\/\/.* is missing: entry 4 was written after it/);
+    } finally {
+      await store.put(middle, good);
+    }
+  });
+
+  it.runIf(Boolean(endpoint))("[E5] on an Object Lock bucket with a default retention, the store refuses to delete an entry; one hidden by a delete marker still counts, and is named", async () => {
+    const env = { AGENTBAK_S3_ENDPOINT: endpoint! };
+    const id = Date.now().toString(36);
+    const [locked, leases] = [`t-${id}-genlock`, `t-${id}-genleases`];
+    await makeBucket(locked, true);
+    await makeBucket(leases);
+    const { S3Client, PutObjectLockConfigurationCommand } = await import("@aws-sdk/client-s3");
+    const c = new S3Client({ endpoint, region: "us-east-1", forcePathStyle: true });
+    await c.send(new PutObjectLockConfigurationCommand({ Bucket: locked, ObjectLockConfiguration: { ObjectLockEnabled: "Enabled", Rule: { DefaultRetention: { Mode: "GOVERNANCE", Days: 1 } } } }));
+    const repo = `s3://${locked}/r`;
+    expect((await a.run(["init", "--repo", repo, "--leases", `s3://${leases}/l`], env)).code).toBe(0);
+    expect((await a.run(["copy", "--from", a.repo, "--to", repo], env)).code).toBe(0);
+    const g = await restore(t("lock-1"), repo, env);
+    expect(g).toBe(8);
+    const store = await storeAt(repo);
+    const newest = `${AGENT_DIR}/generations/${String(g).padStart(16, "0")}.json`;
+    expect(await store.delete(newest)).toBe(false); // retention refused it
+    expect(await store.get(newest)).not.toBeNull();
+    await store.put(`${AGENT_DIR}/generation.json`, JSON.stringify({ generation: 1, replicas: [] }));
+    const f = await fence(t("lock-1"), g - 1, env);
+    expect(f.code, f.stderr).toBe(14);
+    expect((await fence(t("lock-1"), g, env)).code).toBe(0);
+    // deleted without a version id: a delete marker hides it, the retained version still counts, and is named
+    const { DeleteObjectCommand } = await import("@aws-sdk/client-s3");
+    await c.send(new DeleteObjectCommand({ Bucket: locked, Key: `r/${newest}` }));
+    expect(await store.get(newest)).toBeNull();
+    expect((await fence(t("lock-1"), g - 1, env)).code).toBe(14);
+    const named = await fence(t("lock-1"), g, env);
+    expect(named.code, named.stderr).toBe(3);
+    expect(named.stderr).toContain(`generation: ${newest} in ${repo} was deleted without its version id (a delete marker hides it); the version the bucket keeps is counted`);
   });
 });
 

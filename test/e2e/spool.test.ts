@@ -123,4 +123,39 @@ describe.skipIf(!endpoint)("spool", () => {
     }
     expect(json(await a.run(["flush", "--json"], up()))[0].flushed.length).toBe(2);
   });
+
+  it("[E1] flush while serve checkpoints the same agent: every spooled bundle is uploaded once, no sequence is issued twice, the listing has no gap", async () => {
+    const waiting = [json(await a.run(["backup", "--json"], down())), json(await a.run(["backup", "--json"], down()))];
+    expect(waiting.map((w) => w.status)).toEqual(["spooled", "spooled"]);
+    const t = await makeToken(a, "acme", "billing-agent", "checkpoint");
+    const srv = await startServer(a, [], up());
+    let checkpoints: any[];
+    try {
+      // the server's checkpoints flush the spool too (after their own commit): both race for the same bundles
+      const [f, ...posted] = await Promise.all([
+        a.run(["flush", "--json"], up()),
+        api(srv.url, t.token, "POST", "/v1/backups", { body: { label: "during-flush-1" } }),
+        api(srv.url, t.token, "POST", "/v1/backups", { body: { label: "during-flush-2" } }),
+      ]);
+      expect(f.code, f.stderr).toBe(0);
+      checkpoints = posted.map((p) => p.body);
+      for (const p of posted) expect([201, 423], JSON.stringify(p.body)).toContain(p.status); // 423: flush or the other checkpoint held the agent
+    } finally {
+      await srv.stop();
+    }
+    // each checkpoint committed, or was refused (423) while flush or the other one held the agent: never two at once
+    const committed = checkpoints.filter((c) => c.status === "committed");
+    expect(spooled()).toEqual([]);
+    const ids = await remote();
+    for (const w of [...waiting, ...committed]) expect(ids.filter((id) => id === w.snapshot_id)).toHaveLength(1);
+    // uploaded once: one publish (backup or copy) in the repository's audit log per snapshot
+    const audit = String(await (await storeAt(repo)).get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
+    const published = audit.filter((e) => e.event === "backup" || e.event === "copy").map((e) => e.snapshot_id);
+    expect(published.length).toBe(new Set(published).size);
+    for (const w of waiting) expect(published.filter((id) => id === w.snapshot_id)).toHaveLength(1);
+    // every sequence from 1 to the newest is listed, once, and verifies
+    const list = json(await a.run(["snapshots", "--json"], up()));
+    expect(list.every((e: any) => e.status === "ok")).toBe(true);
+    expect(list.map((e: any) => e.sequence).sort((x: number, y: number) => x - y)).toEqual(Array.from({ length: list.length }, (_, i) => i + 1));
+  });
 });

@@ -91,5 +91,26 @@ describe.each(backends)("object store conformance: %s", (_name, make, skip) => {
     await expect(s.upload("d/partial", join(tmp, "no-such-file"))).rejects.toThrow();
     expect(await s.head("d/partial")).toBe(null);
     expect((await s.list("d/")).filter((k) => k.includes("tmp"))).toEqual([]);
+    expect(await s.hidden("d/")).toEqual(new Map()); // deleted with its versions (or never versioned): nothing kept
+  });
+});
+
+describe.skipIf(!endpoint)("hidden: objects a delete marker hides in a versioned bucket", () => {
+  it("names each hidden key with its newest kept version's bytes; objects present, or deleted with their versions, are not hidden", async () => {
+    const b = `conf-v-${randomBytes(4).toString("hex")}`;
+    await makeBucket(b, true); // Object Lock: versioned
+    process.env.AGENTBAK_S3_ENDPOINT = endpoint;
+    const s = await new S3Store(`s3://${b}/p`).init();
+    await s.put("h/a", "first");
+    await s.put("h/a", "second");
+    await s.put("h/b", "kept");
+    await s.put("h/c", "gone");
+    expect(await s.delete("h/c")).toBe(true); // every version: nothing left to hide
+    const { S3Client, DeleteObjectCommand } = await import("@aws-sdk/client-s3");
+    const c = new S3Client({ endpoint, region: "us-east-1", forcePathStyle: true });
+    await c.send(new DeleteObjectCommand({ Bucket: b, Key: "p/h/a" })); // no version id: a delete marker
+    expect(await s.get("h/a")).toBe(null);
+    expect(await s.list("h/")).toEqual(["h/b"]);
+    expect(await s.hidden("h/")).toEqual(new Map([["h/a", Buffer.from("second")]]));
   });
 });

@@ -125,9 +125,9 @@ describe("records and locks", () => {
 
   it("generation is 0 for a new agent and follows reservations", async () => {
     const r = await fresh();
-    expect(await r.generation(a)).toBe(0);
-    expect((await r.reserveGeneration(a, 0, {})).generation).toBe(1);
-    expect(await r.generation(a)).toBe(1);
+    expect(await r.generation(a, trust)).toBe(0);
+    expect((await r.reserveGeneration(a, 0, {}, { trust, key })).generation).toBe(1);
+    expect(await r.generation(a, trust)).toBe(1);
   });
 
   it("an empty repository lists nothing; an agent id outside the pattern lists nothing", async () => {

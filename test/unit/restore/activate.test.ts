@@ -38,7 +38,7 @@ let n = 0;
 /** A restored, suspended target of `a` at the repository's current generation, its state listing both operations open. */
 async function restored(): Promise<{ t: Target; repo: Repository; lc: LoadedConfig }> {
   const { repo } = await Repository.init(join(dir, `repo${n++}`));
-  const { generation } = await repo.reserveGeneration(a, 0, {});
+  const { generation } = await repo.reserveGeneration(a, 0, {}, { trust, key });
   const target = join(dir, `target${n++}`);
   mkdirSync(join(target, "state"), { recursive: true });
   const db = new Database(join(target, "state", "agent.db"));
@@ -118,7 +118,7 @@ describe("activate", () => {
     const { t, repo, lc } = await restored();
     reconciled(t, ["completed", "completed"]);
     closeOps(t);
-    await repo.reserveGeneration(a, 0, {}); // a later restore elsewhere
+    await repo.reserveGeneration(a, 0, {}, { trust, key }); // a later restore elsewhere
     const e = await failure(activate(t, opts({ lc })));
     expect(e.message).toBe(`generation ${t.record.generation} of billing-agent is superseded by generation ${t.record.generation + 1}; this restore must not be activated`);
   });
@@ -142,14 +142,14 @@ describe("fenceCheck", () => {
   it("the current generation passes; an older one is superseded, a higher one never issued (14); no repository is 2", async () => {
     const { t, repo } = await restored();
     const g = t.record.generation;
-    expect(await fenceCheck(t.dir, g)).toEqual({ agent_id: "billing-agent", generation: g, current: g, ok: true, warnings: [] });
-    expect((await failure(fenceCheck(t.dir, g + 1))).message).toBe(`fenced: generation ${g + 1} of billing-agent is unknown: never issued (current generation is ${g})`);
-    await repo.reserveGeneration(a, 0, {});
-    const old = await failure(fenceCheck(t.dir, g));
+    expect(await fenceCheck(t.dir, g, trust)).toEqual({ agent_id: "billing-agent", generation: g, current: g, ok: true, warnings: [] });
+    expect((await failure(fenceCheck(t.dir, g + 1, trust))).message).toBe(`fenced: generation ${g + 1} of billing-agent is unknown: never issued (current generation is ${g})`);
+    await repo.reserveGeneration(a, 0, {}, { trust, key });
+    const old = await failure(fenceCheck(t.dir, g, trust));
     expect([old.code, old.message]).toEqual([14, `fenced: generation ${g} of billing-agent is superseded (current generation is ${g + 1})`]);
     const bare = join(dir, `bare${n++}`);
     mkdirSync(join(bare, MARKER_DIR), { recursive: true });
     writeTargetRecord(bare, { ...t.record, repository: "" }, key);
-    expect((await failure(fenceCheck(bare, g))).code).toBe(2);
+    expect((await failure(fenceCheck(bare, g, trust))).code).toBe(2);
   });
 });

@@ -67,10 +67,10 @@ const count = (db: string, table: string) => { const d = new Database(db, { read
 describe("runRestore", () => {
   it("restores database and files into an absent folder, suspended, with a signed record at a new generation; audited", async () => {
     const target = fresh();
-    const before = await repo.generation(a);
+    const before = await repo.generation(a, trust);
     const r = await runRestore(opts(target));
     expect(r).toMatchObject({ restored: true, repeated: false, generation: before + 1, receipt_signed: true });
-    expect(await repo.generation(a)).toBe(before + 1);
+    expect(await repo.generation(a, trust)).toBe(before + 1);
     expect(count(join(target, "state", "agent.sqlite"), "events")).toBe(count(agentDb, "events"));
     expect(readFileSync(join(target, "memory", "rules.json"), "utf8")).toContain("never refund over 500");
     expect(existsSync(join(target, MARKER_DIR, SUSPENDED))).toBe(true);
@@ -83,11 +83,11 @@ describe("runRestore", () => {
 
   it("a dry run shows the plan and writes nothing, reserves nothing", async () => {
     const target = fresh();
-    const g = await repo.generation(a);
+    const g = await repo.generation(a, trust);
     const r = await runRestore(opts(target, { dryRun: true }));
     expect([r.restored, r.plan.target, r.generation]).toEqual([false, target, null]);
     expect(existsSync(target)).toBe(false);
-    expect(await repo.generation(a)).toBe(g);
+    expect(await repo.generation(a, trust)).toBe(g);
   });
 
   it("a target that is a file, a symbolic link, or not empty is refused (2) and left as it was", async () => {
@@ -123,13 +123,13 @@ describe("runRestore", () => {
     const first = fresh();
     const id = `req-20260301T100000000Z-${(0xa0000000 + n).toString(16)}`;
     const r1 = await runRestore(opts(first, { requestId: id }));
-    const g = await repo.generation(a);
+    const g = await repo.generation(a, trust);
     const other = fresh();
     const r2 = await runRestore(opts(other, { requestId: id }));
     expect([r2.repeated, r2.generation]).toEqual([true, r1.generation]);
     expect(r2.warnings).toContain(`request ${id} was already restored into ${first}; --target ${other} was not used (a new restore needs a new --request-id)`);
     expect(existsSync(other)).toBe(false);
-    expect(await repo.generation(a)).toBe(g);
+    expect(await repo.generation(a, trust)).toBe(g);
   });
 
   it("not approved: 14, nothing placed, the refusal audited; another agent expected: 14", async () => {

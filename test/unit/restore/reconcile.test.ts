@@ -30,7 +30,7 @@ let n = 0;
 /** A suspended restored target with two open operations, a repository at its generation, and a config whose probe is `answer` (a shell script reading the question on stdin). */
 async function restored(answer: string, patch: Partial<TargetRecord> = {}): Promise<{ t: Target; repo: Repository; lc: LoadedConfig; db: string }> {
   const { repo } = await Repository.init(join(dir, `repo${n++}`));
-  const { generation } = await repo.reserveGeneration(a, 0, {});
+  const { generation } = await repo.reserveGeneration(a, 0, {}, { trust, key });
   const target = join(dir, `target${n++}`);
   mkdirSync(join(target, "state"), { recursive: true });
   const db = join(target, "state", "agent.db");
@@ -106,7 +106,7 @@ describe("reconcileTarget", () => {
     const { t, repo, lc } = await restored(asked);
     const bare = { ...lc, config: { ...lc.config, reconcile: undefined } } as unknown as LoadedConfig;
     expect((await failure(reconcileTarget(t, bare, undefined, key))).message).toBe(`config ${lc.path} has no reconcile section (the probe and the SQL that records outcomes)`);
-    await repo.reserveGeneration(a, 0, {});
+    await repo.reserveGeneration(a, 0, {}, { trust, key });
     const sup = await failure(reconcileTarget(t, lc, undefined, key));
     expect([sup.code, sup.message]).toEqual([14, `generation ${t.record.generation} of billing-agent is superseded by generation ${t.record.generation + 1}; reconcile the current restore instead`]);
     rmSync(join(t.dir, MARKER_DIR, SUSPENDED));
