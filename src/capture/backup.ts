@@ -17,7 +17,7 @@ import { listFiles, readableFiles } from "./files.js";
 import { replay, type BackupOptions, type BackupReceipt } from "./receipt.js";
 import { otherState, unchangedSince } from "./unchanged.js";
 
-export { replay, type BackupOptions, type BackupReceipt } from "./receipt.js";
+export { replay, type BackupOptions, type BackupReceipt, type Landed } from "./receipt.js";
 
 /**
  * Runs one backup of the configured agent.

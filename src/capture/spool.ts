@@ -19,7 +19,7 @@ import { hasCause, UnreachableError } from "../errors.js";
 import type { Repository } from "../repository/repository.js";
 import { flushSpool, noteCommitted, openSpool, remoteReceipt, spools } from "../repository/spool.js";
 import { hostWatermark, raiseBackupWatermark } from "../state/watermark.js";
-import { replay, runBackup, type BackupOptions, type BackupReceipt } from "./backup.js";
+import { replay, runBackup, type BackupOptions, type BackupReceipt, type Landed } from "./backup.js";
 import { type AgentRef } from "../facts.js";
 
 /** How long a process that found a repository unreachable spools without trying it again (a server's next checkpoints stay fast). */
@@ -53,17 +53,20 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
   const spool = await openSpool(o.home, o.location);
   let remote: Repository;
   let receipt: BackupReceipt;
-  let landed: BackupReceipt | undefined;
+  const landed: Landed = {};
   try {
     if ((downUntil.get(o.location) ?? 0) > Date.now()) throw new UnreachableError(`${o.location} was unreachable moments ago; trying it again in at most ${RETRY_AFTER_MS / 1000} s`);
     remote = await o.repository();
     // spooled snapshots (and the sequence last committed) come before this one
-    receipt = await runBackup(lc, { ...o, repo: remote, sequenceFloor: Math.max(o.sequenceFloor ?? 0, (await spool.nextSequence(a, o.trust)) - 1), onCommitted: (r) => (landed = r) });
+    receipt = await runBackup(lc, { ...o, repo: remote, sequenceFloor: Math.max(o.sequenceFloor ?? 0, (await spool.nextSequence(a, o.trust)) - 1), landed });
   } catch (e) {
     if (!hasCause(e, UnreachableError)) throw e;
     // committed, then the repository went away (its audit entry or the lock's release failed): the snapshot is there,
     // and a second one in the spool would be a duplicate reported as the only one
-    if (landed) return { ...landed, warnings: [...landed.warnings, `snapshot ${landed.snapshot_id} is committed in ${o.location}; then the repository became unreachable (${(e as Error).message}), so its audit entry or lock release may be missing`] };
+    if (landed.path) {
+      const r = landed.receipt!;
+      return { ...r, path: landed.path, warnings: [...r.warnings, `snapshot ${r.snapshot_id} is committed in ${o.location}; then the repository became unreachable (${(e as Error).message}), so its audit entry or lock release may be missing`] };
+    }
     if (!downUntil.has(o.location) || downUntil.get(o.location)! <= Date.now()) downUntil.set(o.location, Date.now() + RETRY_AFTER_MS);
     const known = o.idempotencyKey ? await remoteReceipt<BackupReceipt>(spool, a, o.idempotencyKey) : undefined;
     if (known) return replay(known, o);

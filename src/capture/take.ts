@@ -14,7 +14,6 @@ import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
 import { fingerprint } from "../crypto/sshsig.js";
 import { crashStep } from "../crashpoint.js";
-import { doneBeforeInterrupt } from "../cleanup.js";
 import { usageError } from "../errors.js";
 import { type AgentRef, newSnapshotId } from "../facts.js";
 import { warmInspection, type InspectResult } from "../state/inspect/inspect.js";
@@ -221,9 +220,12 @@ async function publish(
 ): Promise<string> {
   const { receipt, manifest } = x;
   const ol = lc.config.objectLock;
+  // the repository fills in the bundle's path the moment the commit marker is written; an interrupt from then on
+  // exits 130 saying the snapshot was committed (it is complete and listed)
+  const landed = o.landed ?? {};
+  landed.receipt = receipt;
   const published = await o.repo.publish(a, {
-    // an interrupt from here on exits 130 saying the snapshot was committed (it is complete and listed)
-    committed: (path) => (doneBeforeInterrupt(`snapshot ${receipt.snapshot_id} was committed`), o.onCommitted?.({ ...receipt, path })),
+    committed: Object.assign(landed, { note: `snapshot ${receipt.snapshot_id} was committed` }),
     snapshotId: receipt.snapshot_id,
     file: x.bundle.path,
     sequence: manifest.sequence,

@@ -19,7 +19,7 @@ import { signRecord, verifyRecord } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
+import { doneBeforeInterrupt, letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, Exit, notFound, usageError, verifyError } from "../errors.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
@@ -512,8 +512,12 @@ export class Repository {
       verifyFully?: boolean;
       audit: Record<string, unknown>;
       signingKey: SigningKey | null;
-      /** called once the commit marker is written, with where the bundle is: the snapshot is complete and visible from here on */
-      committed?: (path: string) => void;
+      /**
+       * the snapshot is complete and visible once the commit marker is written: from then on an interrupt exits 130
+       * saying `note` (cleanup.ts), and `path` is filled in with where the bundle is (a caller must not report it lost
+       * or take it again, whatever fails after it)
+       */
+      committed?: { note: string; path?: string };
     },
   ): Promise<Snapshot> {
     // a Ctrl-C that came while the bundle was written (on a local disk, work that may never yield) ends the run
@@ -550,7 +554,10 @@ export class Repository {
     await this.fence(a, "committing"); // a lock lost meanwhile: another process may have removed this snapshot's parent
     if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
       throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} is already committed in ${this.location}; refusing to overwrite`);
-    p.committed?.(path);
+    if (p.committed) {
+      doneBeforeInterrupt(p.committed.note);
+      p.committed.path = path;
+    }
     crashStep("published");
     this.invalidate();
     await this.audit(a, { event: "backup", snapshot_id: p.snapshotId, sequence: p.sequence, ...p.audit }, p.signingKey);
