@@ -6,7 +6,7 @@ import { relative, sep } from "node:path";
 import type { NotCaptured } from "../bundle/manifest.js";
 import type { LoadedConfig } from "../config/load.js";
 import { policyError } from "../errors.js";
-import { nameMatcher, type SecretFinding } from "../state/secrets/scan.js";
+import { leaveOutOf, type SecretFinding } from "../state/secrets/scan.js";
 
 /** Whether `p` is `dir` or inside it. */
 export const isInside = (p: string, dir: string) => p === dir || p.startsWith(dir + sep);
@@ -50,18 +50,12 @@ export interface CaptureScope {
 /** A fresh scope: a credential's file, and names like .env (secretScan.exclude), stay out. */
 export function captureScope(lc: LoadedConfig, staging: string, home: string, warnings: string[]): CaptureScope {
   const credentials = credentialFiles(lc);
-  const excluded = nameMatcher(lc.config.secretScan.exclude);
   return {
     lc,
     staging,
     home,
     credentialFiles: credentials,
-    leaveOut: (abs, rel) => {
-      const cred = credentials.get(abs);
-      if (cred) return { reason: "credential", detail: `${cred.name} (${cred.ref})` };
-      const pattern = excluded(rel);
-      return pattern ? { reason: "exclude", detail: `secretScan.exclude "${pattern}"` } : null;
-    },
+    leaveOut: leaveOutOf({ credentials, exclude: lc.config.secretScan.exclude }),
     notCaptured: [],
     findings: { workspace: [], files: [] },
     warnings,
