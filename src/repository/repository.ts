@@ -174,6 +174,28 @@ export class Repository {
   }
 
   /**
+   * The repository at `location` that `opened` holds (one handle, one store client per repository in a process),
+   * opened now when it holds none; a failed open is not kept, so the next call tries again. `fresh`: checked to be
+   * still there and the same one, and listed afresh (a long-running server: other processes write it too).
+   * @throws AgentbakError(10) when there is none at `location` (or it is gone), and what the store throws
+   */
+  static async shared(opened: Map<string, Promise<Repository>>, location: string, o: { home: string; fresh?: boolean }): Promise<Repository> {
+    const open =
+      opened.get(location) ??
+      Repository.open(location, { home: o.home }).catch((e: unknown) => {
+        opened.delete(location);
+        throw e;
+      });
+    opened.set(location, open);
+    const repo = await open;
+    if (o.fresh) {
+      await repo.recheck();
+      repo.refresh();
+    }
+    return repo;
+  }
+
+  /**
    * Creates the repository at `location` if it does not exist (idempotent).
    * @param opts.leases where to keep its leases (a store whose conditional writes are honoured: an
    *   unversioned bucket beside a versioned one); recorded in the marker, added to an existing one.
