@@ -439,6 +439,36 @@ export class Repository {
   }
 
   /**
+   * The head of `a`'s chain, for an incremental to build on: the latest verified snapshot, and how many links its
+   * chain holds, every link verified (each link's payload digest read once on this host, by file identity: a large
+   * full snapshot is not read again at every incremental built on it). The newest snapshot is the chain's head: one
+   * that does not verify (itself, or a link below it) is not skipped for an older one; then `unusable` says why.
+   * @returns the head, why it is unusable, or null when no snapshot verifies
+   */
+  async chainHead(a: AgentRef, trust: Trust, home: string): Promise<{ snapshot: Snapshot; header: VerifiedBundle; links: number } | { unusable: string } | null> {
+    const newest = (await this.list(trust, a)).at(-1);
+    if (newest?.status === "invalid") return { unusable: `chain of ${newest.snapshot_id} is not usable (${newest.problem})` };
+    let latest: Snapshot;
+    try {
+      latest = await this.resolve("latest", trust, a);
+    } catch (e) {
+      if (e instanceof AgentbakError) return null;
+      throw e;
+    }
+    const opened = await this.open(latest, trust);
+    try {
+      // the whole reader (tar, age, the worker threads) loads only when a chain is read
+      const chain = await (await import("../bundle/chain.js")).verifyChainRemembered(opened.path, opened.links, trust, home);
+      return { snapshot: latest, header: chain.head, links: chain.links.length };
+    } catch (e) {
+      if (!(e instanceof AgentbakError)) throw e;
+      return { unusable: `chain of ${latest.snapshot_id} is not usable (${e.message})` };
+    } finally {
+      opened.release();
+    }
+  }
+
+  /**
    * A snapshot's bundle as a local file: in place for a folder, downloaded
    * into a private temp folder otherwise; its chain's links come the same way.
    * @throws AgentbakError(10) when the bundle is missing.

@@ -3,7 +3,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { applyScanPolicy, captureScope, credentialFiles, isInside, restoreTarget } from "../../../src/capture/scope.js";
+import { captureScope, credentialFiles, isInside, restoreTarget } from "../../../src/capture/scope.js";
+import { applyScanPolicy } from "../../../src/capture/take.js";
 import { loadConfig } from "../../../src/config/load.js";
 import { AgentbakError } from "../../../src/errors.js";
 
