@@ -11,10 +11,10 @@ import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ioErrno, ioError, usageError, wrap } from "../errors.js";
 import { SQLITE_SIDECAR } from "../facts.js";
-import { atPath, ensureDirIn } from "../fsutil.js";
+import { atPath, ensureDirIn, isInside } from "../fsutil.js";
 import { agentbakHome } from "../home.js";
 import { scanText } from "../state/secrets/scan.js";
-import { credentialFiles, isInside, type CaptureScope } from "./scope.js";
+import { credentialFiles, type CaptureScope } from "./scope.js";
 
 /** One file a `files` pattern names: the pattern (for messages) and the file's absolute path. */
 export interface ListedFile {

@@ -6,9 +6,6 @@ import type { NotCaptured } from "../bundle/manifest.js";
 import type { LoadedConfig } from "../config/load.js";
 import { leaveOutOf, type SecretFinding } from "../state/secrets/scan.js";
 
-/** Whether `p` is `dir` or inside it. */
-export const isInside = (p: string, dir: string) => p === dir || p.startsWith(dir + sep);
-
 /** A config path as a path inside a restored root; paths outside the config folder fall back to `fallback`. */
 export function restoreTarget(lc: LoadedConfig, p: string, fallback: string): string {
   const rel = relative(lc.dir, lc.resolve(p)).split(sep).join("/");

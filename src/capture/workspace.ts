@@ -7,11 +7,11 @@ import { mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import type { Manifest, NotCaptured } from "../bundle/manifest.js";
 import type { StagedFile } from "../bundle/writer.js";
-import { atPath, ensureDir, ensureDirIn, writeCacheFile } from "../fsutil.js";
+import { atPath, ensureDir, ensureDirIn, isInside, writeCacheFile } from "../fsutil.js";
 import { homePaths } from "../home.js";
 import type { SecretFinding } from "../state/secrets/scan.js";
 import { captureProven, workspaceState } from "../state/workspace/workspace.js";
-import { isInside, restoreTarget, type CaptureScope } from "./scope.js";
+import { restoreTarget, type CaptureScope } from "./scope.js";
 
 /**
  * Captures the workspace into staging (git bundle and patch, without what

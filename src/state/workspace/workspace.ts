@@ -13,7 +13,7 @@ import { createHash } from "node:crypto";
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import { notFound, policyError, usageError, wrap } from "../../errors.js";
-import { atPath } from "../../fsutil.js";
+import { atPath, isInside } from "../../fsutil.js";
 import { stopOnInterrupt } from "../../cleanup.js";
 import { leaveOutOf, scanText, TOKEN_PATTERNS, type LeaveOut, type SecretFinding } from "../secrets/scan.js";
 
@@ -196,7 +196,7 @@ export async function captureProven(live: string, mode: WorkspaceCapture["uncomm
   const findings: SecretFinding[] = [];
   if (o.scan) {
     findings.push(...(await scanWorkspace(check, cap.commit, cap.changed)));
-    const inside = [...o.leave.credentials].filter(([abs]) => abs === live || abs.startsWith(live + sep)).map(([abs, c]) => [relative(live, abs).split(sep).join("/"), c] as const);
+    const inside = [...o.leave.credentials].filter(([abs]) => isInside(abs, live)).map(([abs, c]) => [relative(live, abs).split(sep).join("/"), c] as const);
     const committed = await committedPaths(check, cap.commit, inside.map(([rel]) => rel));
     for (const [rel, c] of inside) if (committed.includes(rel)) findings.push({ where: `workspace: ${rel} (committed), the file of credential ${c.name} (${c.ref})`, kind: "credential file" });
   }
