@@ -5,8 +5,11 @@
 import { closeSync, constants, existsSync, fstatSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { close, fdatasync, open, writev } from "node:fs";
 import { randomBytes } from "node:crypto";
-import { basename, dirname, join } from "node:path";
+import { basename, dirname, join, sep } from "node:path";
 import { Writable } from "node:stream";
+
+/** Whether path `p` is folder `dir` or inside it (never a sibling sharing its prefix). */
+export const isInside = (p: string, dir: string) => p === dir || p.startsWith(dir + sep);
 
 /**
  * mkdir -p without Node's recursive mkdir, which loops forever under /proc

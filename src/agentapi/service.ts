@@ -45,6 +45,8 @@ export interface AgentHandle {
   location: string;
   /** current trust (re-read when its files change) */
   readonly trust: Trust;
+  /** the repositories opened, by location (the handle's own, or shared among the agents of serve --host) */
+  repositories: Map<string, Promise<Repository>>;
   repository(): Promise<Repository>;
   signingKey: SigningKey;
   principal: string;
@@ -224,7 +226,8 @@ export class AgentService {
         // the agent knows its checkpoint by snapshot id (and status URL), not by a path on the server
         const { path: _path, ...receipt } = await backupOrSpool(h.lc, {
           location: h.location,
-          repository: () => this.fresh(h),
+          repositories: h.repositories,
+          fresh: true,
           trust: h.trust,
           home: h.home,
           signingKey: h.signingKey,

@@ -112,6 +112,21 @@ export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: T
 }
 
 /**
+ * A bundle and its whole chain verified (verifyChain), each link's payload digest read once on this host: remembered
+ * by file identity in AGENTBAK_HOME's cache (checkedPayloads), so a large full snapshot is not read again at every
+ * incremental built on it.
+ * @returns the bundle's verification, and its chain's links
+ * @throws what verifyChain throws
+ */
+export async function verifyChainRemembered(path: string, links: LinkSource, trust: Trust, home: string): Promise<{ head: VerifiedBundle; links: VerifiedBundle[] }> {
+  const checked = checkedPayloads(home);
+  const head = await verifyRemembered(path, trust, checked);
+  const chain = await verifyChain(head, links, trust, checked);
+  checked.save();
+  return { head, links: chain };
+}
+
+/**
  * Rebuilds every database `v` holds as a page delta. `raw` already holds v's
  * own payload members (at their paths); `chain` is verifyChain's result.
  * @returns database name → the rebuilt file (under `work`).

@@ -1,23 +1,21 @@
 /**
  * The backup stage, a forward pipeline of small stages, each in its own file:
- * unchanged? (unchanged.ts) → lock → parent (parent.ts) → read plan (plan.ts) →
+ * unchanged? (unchanged.ts) → lock → read plan, the parent included (plan.ts) →
  * the instant between the hooks: databases, sources, files, workspace (instant.ts,
- * databases.ts, sources.ts, files.ts, workspace.ts, hooks.ts) → payload beside the
+ * databases.ts, sources.ts, files.ts, workspace.ts) → payload beside the
  * inspection (databases.ts) → manifest (one pure function) → signed bundle →
  * published through the repository. This file holds the steps up to the unchanged check; take.ts the rest,
  * loaded only when a snapshot is taken.
  */
 import type { LoadedConfig } from "../config/load.js";
-import { fingerprint } from "../crypto/sshsig.js";
 import { crashStep } from "../crashpoint.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, Exit, usageError } from "../errors.js";
 import { type AgentRef, hasUnsafeText } from "../facts.js";
-import { listFiles, readableFiles } from "./files.js";
 import { replay, type BackupOptions, type BackupReceipt } from "./receipt.js";
-import { otherState, unchangedSince } from "./unchanged.js";
+import { unchanged } from "./unchanged.js";
 
-export { replay, type BackupOptions, type BackupReceipt } from "./receipt.js";
+export { replay, type BackupOptions, type BackupReceipt, type Landed } from "./receipt.js";
 
 /**
  * Runs one backup of the configured agent.
@@ -32,7 +30,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
   const a: AgentRef = { tenant: cfg.agent.tenant, agent: cfg.agent.id };
   const repoDir = o.repo.store.inPlace ? o.repo.location : null;
   // before the lease: an agent whose state did not change costs reads only, no lease grant written (docs/fleet.md)
-  const { listed, other, last } = await unchanged(lc, o, a, repoDir);
+  const { listed, other, last } = await unchanged<BackupReceipt>(lc, o, a, repoDir);
   if (last) return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
   const lock = await o.repo.lock(a, "agent", o.waitMs ?? 0);
   const staging = o.repo.store.tempDir(`backup-${a.agent}`);
@@ -59,20 +57,4 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     unregister();
     await lock.release();
   }
-}
-
-/**
- * Whether nothing changed since this host's last snapshot, which is still the newest and far from expiring (then no
- * bundle is written). Without hooks nothing can change what the `files` patterns name before the capture: they are
- * listed once, here, and the capture takes that list.
- * @returns the files listed (or null: the capture lists them after the pre hook), the state's fingerprint without
- *   the databases (or null: not skippable), and the last backup when it holds this very state
- */
-async function unchanged(lc: LoadedConfig, o: BackupOptions, a: AgentRef, repoDir: string | null) {
-  const cfg = lc.config;
-  const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
-  const listed = skippable ? listFiles(lc, repoDir) : null;
-  const other = listed ? await otherState(lc, readableFiles(lc, listed), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
-  const last = other ? await unchangedSince<BackupReceipt>(lc, o.repo, o.home, a, other) : null;
-  return { listed, other, last };
 }

@@ -4,7 +4,12 @@
  * cursors, open operations, the secret scan), which runs in a worker while the payload is written.
  */
 import type { CapturedDatabase } from "../bundle/manifest.js";
-import type { StagedComponent } from "../bundle/writer.js";
+import { planBundle, writePayload, type StagedComponent, type StagedFile } from "../bundle/writer.js";
+import type { SigningKey } from "../crypto/sshsig.js";
+import type { Trust } from "../crypto/trust.js";
+import type { AgentRef } from "../facts.js";
+import type { Progress } from "../progress.js";
+import type { Repository } from "../repository/repository.js";
 import { verifyError } from "../errors.js";
 import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
 import { inspectInWorker, inspectPinned, type InspectResult } from "../state/inspect/inspect.js";
@@ -23,6 +28,10 @@ import { join } from "node:path";
  * payload; the inspection worker makes the rest. Measured on the 1194 MiB bench database (commit message).
  */
 const FULL_MAIN_SHARE = 0.35;
+/** Of a full snapshot read in place, the last page of the share hashed on the thread that streams the payload. */
+const mainShare = (pageCount: number, pageSize: number) => splitPage(pageCount, pageSize, FULL_MAIN_SHARE);
+/** Where this snapshot's block sums of database `name` are written (none when their folder can not be made). */
+const sumsFile = (plan: DbPlan, name: string) => plan.sumStores.get(name)!.partial(plan.snapshotId) ?? undefined;
 
 /** What the instant left: copies in staging, the deltas read in place, or the snapshots kept open (pinned) and their inspection. */
 export type Taken =
@@ -66,7 +75,7 @@ export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: str
     // a full snapshot kept in place: the inspection worker's connections join the instant before the locks go
     if (plan.mode === "pinned" && inst.pinnable) {
       const views = inst.views();
-      const dbs = [...views].map(([name, v]) => ({ name, file: v.src, pages: v.snap.pinned(), indexKey: plan.key, indexAfter: splitPage(v.snap.pageCount, v.snap.pageSize, FULL_MAIN_SHARE), sumsFile: plan.sumStores.get(name)!.partial(plan.snapshotId) ?? undefined }));
+      const dbs = [...views].map(([name, v]) => ({ name, file: v.src, pages: v.snap.pinned(), indexKey: plan.key, indexAfter: mainShare(v.snap.pageCount, v.snap.pageSize), sumsFile: sumsFile(plan, name) }));
       const live = await inspectPinned({ ...plan.inspect, dbs }, new Map([...views].map(([n, v]) => [n, v.db])));
       taken = { kind: "pinned", views, live, release: inst.keep() };
     }
@@ -96,7 +105,7 @@ export async function releasePinned(t: Taken): Promise<void> {
  * pages (hashed here as the payload streams them), or the copy.
  * @returns the staged components, in database order, and the inspection (awaited by finishDatabases)
  */
-export function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan: boolean): { staged: StagedComponent[]; inspection: Promise<InspectResult>; findings: SecretFinding[] } {
+function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan: boolean): { staged: StagedComponent[]; inspection: Promise<InspectResult>; findings: SecretFinding[] } {
   const findings: SecretFinding[] = [];
   const takeDelta = (d: DbRecord, x: Delta) => {
     const parent = plan.parents.get(d.name)!;
@@ -115,7 +124,7 @@ export function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan
         ? taken.live.start()
         : inspectInWorker({
             ...plan.inspect,
-            dbs: dbs.map((d) => (plan.parents.has(d.name) ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: plan.key, sumsFile: plan.sumStores.get(d.name)!.partial(plan.snapshotId) ?? undefined })),
+            dbs: dbs.map((d) => (plan.parents.has(d.name) ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: plan.key, sumsFile: sumsFile(plan, d.name) })),
           });
   inspection.catch(() => undefined); // awaited by finishDatabases; no unhandled rejection meanwhile
   // an incremental's page index decides what goes in, so it is made here, beside the inspection worker's integrity_check
@@ -132,7 +141,7 @@ function hashedPages(d: DbRecord, views: InPlaceViews): PageSource {
   const v = views.get(d.name)!;
   const named = namedSource(v.snap, `database ${d.name}: reading ${v.src}`);
   const ps = named.pageSize;
-  const last = splitPage(named.pageCount, ps, FULL_MAIN_SHARE);
+  const last = mainShare(named.pageCount, ps);
   const head = new PageHasher(ps);
   d.head = head;
   return {
@@ -164,6 +173,39 @@ export function finishDatabases(plan: DbPlan, dbs: DbRecord[], ins: InspectResul
     const ic = d.inspected.integrity;
     if (ic.length !== 1 || (ic[0] !== "ok" && ic[0] !== "skipped")) throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
   }
+}
+
+/**
+ * Writes the payload (the databases, staged here, then `others`) while the inspection (integrity_check, counts,
+ * cursors, open operations, the secret scan) reads the databases at their instant in a worker thread, then takes its
+ * results into the records; the agent's newest manifest in the repository sizes the room kept for this one's.
+ * @returns what was staged and written, the bundle's plan, the inspection, and every possible secret it and the
+ *   deltas found in the databases (the caller applies the policy)
+ * @throws AgentbakError(13) for a database whose snapshot failed integrity_check
+ */
+export async function writeBesideInspection(
+  plan: DbPlan,
+  dbs: DbRecord[],
+  taken: Taken,
+  others: StagedFile[],
+  o: { repo: Repository; trust: Trust; a: AgentRef; signingKey: SigningKey; recipients: string[]; scan: boolean; progress?: Progress },
+) {
+  const st = stageDatabases(plan, dbs, taken, o.scan);
+  const staged = [...st.staged, ...others];
+  // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
+  const prior = (await o.repo.list(o.trust, o.a)).filter((e) => e.header).at(-1)?.header?.manifest;
+  const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, prior);
+  let written: Awaited<ReturnType<typeof writePayload>>;
+  try {
+    written = await writePayload(staged, o.recipients, bundle, o.progress);
+  } finally {
+    await st.inspection.catch(() => undefined);
+  }
+  o.progress?.stage("finishing snapshot checks");
+  const ins = await st.inspection;
+  await releasePinned(taken); // the instant is no longer needed: the WAL can be checkpointed past it
+  finishDatabases(plan, dbs, ins);
+  return { staged, bundle, written, ins, findings: [...ins.findings, ...st.findings] };
 }
 
 /** Keeps this snapshot's block sums on this host for the next incremental, once it is published. */

@@ -11,10 +11,10 @@ import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ioErrno, ioError, usageError, wrap } from "../errors.js";
 import { SQLITE_SIDECAR } from "../facts.js";
-import { atPath, ensureDirIn } from "../fsutil.js";
+import { atPath, ensureDirIn, isInside } from "../fsutil.js";
 import { agentbakHome } from "../home.js";
 import { scanText } from "../state/secrets/scan.js";
-import { credentialFiles, isInside, type CaptureScope } from "./scope.js";
+import { credentialFiles, type CaptureScope } from "./scope.js";
 
 /** One file a `files` pattern names: the pattern (for messages) and the file's absolute path. */
 export interface ListedFile {
@@ -117,11 +117,15 @@ const payloadPath = (rel: string): string => {
   return componentPath.safeParse(plain).success && !rel.startsWith("=/") ? plain : `files/=/${createHash("sha256").update(rel).digest("hex")}`;
 };
 
-/** Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is scanned. */
-export function captureFiles(s: CaptureScope, listed: ListedFile[]): StagedFile[] {
+/**
+ * Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is
+ * scanned. `listed`: the files listed before the pre hook, or null: they are listed now (`repoDir`: the repository's
+ * folder, when it is one, is never taken).
+ */
+export function captureFiles(s: CaptureScope, listed: ListedFile[] | null, repoDir: string | null = null): StagedFile[] {
   const { lc } = s;
   const out: StagedFile[] = [];
-  for (const { pattern, file: f } of listed) {
+  for (const { pattern, file: f } of listed ?? listFiles(lc, repoDir)) {
     const rel = relative(lc.dir, f).split(sep).join("/");
     if (rel.startsWith("..")) throw usageError(`files: ${rel} is outside the config folder`);
     const path = payloadPath(rel);

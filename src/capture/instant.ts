@@ -1,16 +1,17 @@
 /**
- * The instant: between the pre and post hooks, every database read at one instant (databases.ts), the state
- * sources, the `files` and the workspace (whose git commands run in child processes meanwhile).
+ * The instant: between the pre and post hooks (run here), every database read at one instant (databases.ts), the
+ * state sources, the `files` and the workspace (whose git commands run in child processes meanwhile).
  */
 import { join } from "node:path";
+import { execa } from "execa";
 import type { Manifest } from "../bundle/manifest.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
+import { AgentbakError, Exit } from "../errors.js";
 import { ensureDirIn } from "../fsutil.js";
 import type { Cut } from "../state/sqlite/cut.js";
 import { readAtInstant, releasePinned, type DbRecord, type Taken } from "./databases.js";
-import { captureFiles, listFiles, type ListedFile } from "./files.js";
-import { runHooks } from "./hooks.js";
+import { captureFiles, type ListedFile } from "./files.js";
 import type { DbPlan } from "./plan.js";
 import type { Progress } from "../progress.js";
 import { restoreTarget, type CaptureScope } from "./scope.js";
@@ -69,7 +70,7 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
       o.progress?.stage("capturing state sources");
       got.sources = await captureSources(lc, staging, warnings);
     }
-    got.files = captureFiles(scope, o.listed ?? listFiles(lc, o.repoDir));
+    got.files = captureFiles(scope, o.listed, o.repoDir);
     if (wsCapture) {
       o.progress?.stage("capturing workspace");
       const w = await wsCapture;
@@ -93,4 +94,32 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
     throw failure;
   }
   return got;
+}
+
+/**
+ * Runs the agent's pre or post hook commands `cmds` (shell commands run around the capture), one after the other in
+ * `cwd`, each in its own process group.
+ * @throws AgentbakError(1) naming the hook that failed or timed out, with the first line of its stderr.
+ */
+export async function runHooks(cmds: string[], cwd: string, timeoutSeconds: number, phase: "pre" | "post"): Promise<void> {
+  for (const cmd of cmds) {
+    // own process group, so a timeout kills the hook and everything it started
+    const child = execa(cmd, { shell: true, cwd, detached: true, reject: false, env: { AGENTBAK_HOOK: phase }, stdio: ["ignore", "ignore", "pipe"] });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      try {
+        process.kill(-child.pid!, "SIGKILL");
+      } catch {
+        /* already gone */
+      }
+    }, timeoutSeconds * 1000);
+    const r = await child;
+    clearTimeout(timer);
+    if (timedOut || r.exitCode !== 0) {
+      const first = String(r.stderr ?? "").trim().split("\n")[0];
+      const why = timedOut ? `timed out after ${timeoutSeconds}s` : `exited ${r.exitCode ?? r.signal ?? "?"}${first ? ": " + first : ""}`;
+      throw new AgentbakError(Exit.failure, `${phase} hook "${cmd}" ${why}`);
+    }
+  }
 }

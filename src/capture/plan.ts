@@ -1,16 +1,105 @@
 /**
- * The read plan: how this backup reads its databases, chosen once, before the capture, as data. The databases stage
+ * The read plan, chosen once before the capture, as data: which snapshot an incremental builds on (the parent: the
+ * latest, when its whole chain verifies and is short enough), the parent's page index of each database (verified
+ * against the digest its manifest signed), and how this backup reads its databases. The databases stage
  * (databases.ts) carries it out; nothing later asks again.
  */
 import { join } from "node:path";
-import { isDatabase } from "../bundle/manifest.js";
+import { isDatabase, type Manifest } from "../bundle/manifest.js";
+import type { VerifiedBundle } from "../bundle/reader.js";
 import type { LoadedConfig } from "../config/load.js";
-import type { Repository } from "../repository/repository.js";
+import type { Trust } from "../crypto/trust.js";
+import type { Repository, Snapshot } from "../repository/repository.js";
 import type { InspectInput } from "../state/inspect/inspect.js";
-import { blockSeed, BlockSumsStore, pageIndexKey, type DeltaBase, type PageIndex } from "../state/pages/index.js";
+import { BlockSumsStore, decodeIndex, pageIndexKey, pagesRoot, type DeltaBase, type PageIndex } from "../state/pages/index.js";
 import type { AgentRef } from "../facts.js";
-import { parentIndexes, type ParentChoice, type Unindexed } from "./parent.js";
 
+/** What choosing a parent reads: the repository, the trust it is verified with, AGENTBAK_HOME (the digests already checked). */
+interface ParentContext {
+  repo: Repository;
+  trust: Trust;
+  home: string;
+}
+
+/** The snapshot an incremental builds on, verified. */
+export interface Parent {
+  snapshot: Snapshot;
+  header: VerifiedBundle;
+}
+
+/** The parent, or null and why not (`routine`: expected, the first snapshot or fullEvery; else a warning); `link`: the new snapshot's place in its chain. */
+export interface ParentChoice {
+  parent: Parent | null;
+  reason: string;
+  link: number;
+  routine?: boolean;
+}
+
+/** Why a database is stored whole in an incremental; `routine`: expected (an upgrade), not a warning. */
+export interface Unindexed {
+  reason: string;
+  routine: boolean;
+}
+
+/** No parent: the backup was not asked to be incremental. */
+const NO_PARENT: ParentChoice = { parent: null, reason: "", link: 0, routine: true };
+
+/** The parent for an incremental: the latest snapshot, if its whole chain verifies and is short enough; or why not. */
+async function chooseParent(o: ParentContext, a: AgentRef, fullEvery: number): Promise<ParentChoice> {
+  // a full snapshot starts a sound chain and the warning names the link that does not verify
+  const head = await o.repo.chainHead(a, o.trust, o.home);
+  if (!head) return { parent: null, reason: "no verified snapshot to build on", link: 0, routine: true };
+  if ("unusable" in head) return { parent: null, reason: head.unusable, link: 0 };
+  if (head.links + 1 > fullEvery) return { parent: null, reason: `a full snapshot is due after ${fullEvery} incrementals`, link: 0, routine: true };
+  // the new snapshot's place in its chain: 1 for the first incremental after a full one
+  return { parent: { snapshot: head.snapshot, header: head.header }, reason: "", link: head.links + 1 };
+}
+
+/** The database component `db` of a manifest, if it has one. */
+const databaseOf = (m: Manifest, db: string) => m.components.find((x) => x.name === db && isDatabase(x));
+
+/**
+ * The parent's page index of database `db`, judged from what is stored (`stored`, null when none is): usable when
+ * it matches the pages root the parent's manifest signed.
+ * @returns it, or why it can not be used
+ */
+export function judgeParentIndex(m: Manifest, db: string, stored: Buffer | null, key: Buffer): PageIndex | Unindexed {
+  const id = m.snapshot_id;
+  // before format 4 an index held keyed page hashes, which no pages root is made of: a full snapshot after upgrading is routine
+  if (m.format_version < 4) return { reason: `${id} was made by an earlier agentbak (bundle format ${m.format_version}), whose page index an incremental can not build on`, routine: true };
+  const c = databaseOf(m, db);
+  // a database added to the config since the parent: stored whole, as expected
+  if (!c) return { reason: `database ${db} is not in ${id} (added since)`, routine: true };
+  const missing = { reason: `the page index of database ${db} in ${id} is missing or does not match its manifest`, routine: false };
+  if (!stored || !c.page_index_sha256) return missing;
+  try {
+    const ix = decodeIndex(stored, key);
+    // sealed under another key (another host made the parent, or this host's key was replaced): its digests can not be
+    // read here, so every page is taken as changed (an index of page size 0 matches no page) and no sums are used
+    if (!ix) return { pageSize: 0, pageCount: 0, hashes: Buffer.alloc(0) };
+    // the manifest signs the pages root of the index's digests
+    return pagesRoot(ix) === c.page_index_sha256 ? ix : missing;
+  } catch {
+    return missing;
+  }
+}
+
+/**
+ * The parent's usable page indexes of `dbs`, and the reason one is not usable (a warning's before a routine one).
+ */
+async function parentIndexes(repo: Repository, parent: Parent | null, dbs: string[], key: Buffer): Promise<{ parents: Map<string, PageIndex>; unindexed: Unindexed | null }> {
+  const parents = new Map<string, PageIndex>();
+  let unindexed: Unindexed | null = null;
+  for (const db of parent ? dbs : []) {
+    const m = parent!.header.manifest;
+    const c = databaseOf(m, db);
+    const stored = m.format_version >= 4 && c?.page_index_sha256 ? await repo.pageIndex(parent!.snapshot, db) : null;
+    const ix = judgeParentIndex(m, db, stored, key);
+    if ("hashes" in ix) parents.set(db, ix);
+    else if (!unindexed || (unindexed.routine && !ix.routine)) unindexed = ix;
+  }
+  return { parents, unindexed };
+}
 /**
  * How the databases are read at the instant:
  * - "copy": each copied whole into staging (an incremental then writes its delta from the copy);
@@ -50,27 +139,42 @@ export interface DbPlan {
   inspect: Omit<InspectInput, "dbs">;
   /** why a database is stored whole although an incremental was asked for */
   unindexed: Unindexed | null;
+  /** an incremental was asked for (the option, else the config) */
+  incremental: boolean;
+  /** the parent it builds on, or why none */
+  chosen: ParentChoice;
 }
 
 /**
- * Reads the parent's page indexes and opens the block sums, and chooses the read mode. The block sums are closed,
- * and those of a snapshot not published removed, by the caller's `closers` whatever happens.
+ * Chooses the parent (when an incremental is asked for), reads its page indexes, opens the block sums, and chooses
+ * the read mode; a full snapshot instead of the incremental asked for, and a database stored whole, are warnings
+ * unless routine. The block sums are closed, and those of a snapshot not published removed, by the caller's `closers`
+ * whatever happens.
  */
-export async function planDatabases(lc: LoadedConfig, o: { repo: Repository; home: string }, a: AgentRef, chosen: ParentChoice, snapshotId: string, staging: string, closers: (() => void)[]): Promise<DbPlan> {
+export async function planDatabases(
+  lc: LoadedConfig,
+  o: ParentContext & { incremental?: boolean },
+  a: AgentRef,
+  x: { snapshotId: string; staging: string; closers: (() => void)[]; warnings: string[] },
+): Promise<DbPlan> {
+  const { snapshotId, staging, closers } = x;
   const cfg = lc.config;
+  const incremental = o.incremental ?? cfg.incremental.enabled;
+  const chosen = incremental ? await chooseParent(o, a, cfg.incremental.fullEvery) : NO_PARENT;
+  // a full snapshot that fullEvery asks for, or the first one, is routine (in the receipt); one forced by a chain that does not verify is a warning
+  if (incremental && !chosen.parent && !chosen.routine) x.warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
   const key = pageIndexKey(o.home);
   const { parents, unindexed } = await parentIndexes(o.repo, chosen.parent, cfg.databases.map((d) => d.name), key);
-  const seed = blockSeed(key);
   const sumStores = new Map(cfg.databases.map((d) => [d.name, new BlockSumsStore(o.home, o.repo.location, a.tenant, a.agent, d.name)]));
   const bases = new Map<string, DeltaBase>();
   for (const [name, ix] of parents) {
-    const c = chosen.parent!.header.manifest.components.find((x) => x.name === name && isDatabase(x))!;
-    const sums = sumStores.get(name)!.open(chosen.parent!.snapshot.snapshot_id, c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256, ix.pageSize, ix.pageCount);
-    const out = sums && sumStores.get(name)!.partial(snapshotId);
-    if (sums && out) bases.set(name, { sums, seed, out });
-    else sums?.close();
+    const c = databaseOf(chosen.parent!.header.manifest, name)!;
+    const base = sumStores.get(name)!.base({ snapshotId: chosen.parent!.snapshot.snapshot_id, sha256: c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256, pageSize: ix.pageSize, pageCount: ix.pageCount }, snapshotId, key);
+    if (base) bases.set(name, base);
   }
   closers.push(() => bases.forEach((b) => b.sums.close()), () => sumStores.forEach((st) => st.discard(snapshotId)));
+  // a database stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning
+  if (unindexed && !unindexed.routine) x.warnings.push(`${unindexed.reason}: stored whole`);
   const mode = chooseReadMode({ databases: cfg.databases.length, withIndex: parents.size, integrityChecked: integrityChecked(chosen.link, !!chosen.parent, cfg.incremental.integrityEvery) });
   return {
     mode,
@@ -83,5 +187,7 @@ export async function planDatabases(lc: LoadedConfig, o: { repo: Repository; hom
     dir: join(staging, "db"),
     inspect: { cursors: cfg.cursors, openOperations: cfg.openOperations, timers: cfg.timers, scan: cfg.secretScan.databases },
     unindexed,
+    incremental,
+    chosen,
   };
 }

@@ -42,6 +42,12 @@ export interface BackupReceipt {
   warnings: string[];
 }
 
+/** A backup's snapshot once its commit marker is written: its receipt, and where the bundle is. */
+export interface Landed {
+  receipt?: Omit<BackupReceipt, "path">;
+  path?: string;
+}
+
 export interface BackupOptions {
   repo: Repository;
   trust: Trust;
@@ -61,10 +67,11 @@ export interface BackupOptions {
   /** where long work reports how far it has got (src/progress.ts) */
   progress?: Progress;
   /**
-   * Called with the receipt the moment the commit marker is written: from then on the snapshot exists, whatever
-   * fails after it (the audit entry, the lock's release), and the caller must not report it lost or take it again.
+   * Filled in the moment the commit marker is written (the receipt, and `path`: where the bundle is): from then on the
+   * snapshot exists, whatever fails after it (the audit entry, the lock's release), and the caller must not report it
+   * lost or take it again.
    */
-  onCommitted?: (receipt: BackupReceipt) => void;
+  landed?: Landed;
 }
 
 

@@ -1,15 +1,10 @@
 /**
- * What a capture keeps out of the bundle and collects across `files` and the workspace, and the secret-scan policy
- * applied to what it found.
+ * What a capture keeps out of the bundle and collects across `files` and the workspace.
  */
 import { relative, sep } from "node:path";
 import type { NotCaptured } from "../bundle/manifest.js";
 import type { LoadedConfig } from "../config/load.js";
-import { policyError } from "../errors.js";
-import { nameMatcher, type SecretFinding } from "../state/secrets/scan.js";
-
-/** Whether `p` is `dir` or inside it. */
-export const isInside = (p: string, dir: string) => p === dir || p.startsWith(dir + sep);
+import { leaveOutOf, type SecretFinding } from "../state/secrets/scan.js";
 
 /** A config path as a path inside a restored root; paths outside the config folder fall back to `fallback`. */
 export function restoreTarget(lc: LoadedConfig, p: string, fallback: string): string {
@@ -19,18 +14,6 @@ export function restoreTarget(lc: LoadedConfig, p: string, fallback: string): st
 
 /** A credential's file is a secret by definition: by absolute path, which credential it is. */
 export const credentialFiles = (lc: LoadedConfig) => new Map(lc.config.credentials.filter((c) => c.ref.startsWith("file:")).map((c) => [lc.resolve(c.ref.slice(5)), c]));
-
-/**
- * Applies a source's secretScan policy to its findings: refuse throws,
- * warn adds one warning per finding.
- * @throws AgentbakError(14) naming where (never what) when the policy is refuse.
- */
-export function applyScanPolicy(policy: "refuse" | "warn" | "off", findings: SecretFinding[], warnings: string[]): void {
-  if (!findings.length || policy === "off") return;
-  if (policy === "warn") return void warnings.push(...findings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
-  const where = findings.slice(0, 10).map((f) => f.where).join(", ") + (findings.length > 10 ? ` and ${findings.length - 10} more` : "");
-  throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${where}`);
-}
 
 /** What a capture keeps out of the bundle and collects, across `files` and the workspace. */
 export interface CaptureScope {
@@ -50,18 +33,12 @@ export interface CaptureScope {
 /** A fresh scope: a credential's file, and names like .env (secretScan.exclude), stay out. */
 export function captureScope(lc: LoadedConfig, staging: string, home: string, warnings: string[]): CaptureScope {
   const credentials = credentialFiles(lc);
-  const excluded = nameMatcher(lc.config.secretScan.exclude);
   return {
     lc,
     staging,
     home,
     credentialFiles: credentials,
-    leaveOut: (abs, rel) => {
-      const cred = credentials.get(abs);
-      if (cred) return { reason: "credential", detail: `${cred.name} (${cred.ref})` };
-      const pattern = excluded(rel);
-      return pattern ? { reason: "exclude", detail: `secretScan.exclude "${pattern}"` } : null;
-    },
+    leaveOut: leaveOutOf({ credentials, exclude: lc.config.secretScan.exclude }),
     notCaptured: [],
     findings: { workspace: [], files: [] },
     warnings,

@@ -4,7 +4,7 @@ import type { Manifest } from "../bundle/manifest.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ensureDirIn } from "../fsutil.js";
-import { driverFor, resolveReference, targetIsFolder } from "../state/sources/index.js";
+import { captureSource } from "../state/sources/index.js";
 import { restoreTarget } from "./scope.js";
 
 /**
@@ -18,8 +18,7 @@ export async function captureSources(lc: LoadedConfig, staging: string, warnings
     lc.config.sources.map(async (s) => {
       const dir = join(staging, "sources", s.name);
       ensureDirIn(staging, dir);
-      const target = targetIsFolder(s.kind) ? lc.resolve(s.path!) : resolveReference(s.url!, lc.dir);
-      return { s, cap: await driverFor(s.kind).capture(s, target, dir) };
+      return { s, cap: await captureSource(s, lc.dir, dir) };
     }),
   );
   const staged: StagedFile[] = [];

@@ -16,10 +16,10 @@
  */
 import type { LoadedConfig } from "../config/load.js";
 import { hasCause, UnreachableError } from "../errors.js";
-import type { Repository } from "../repository/repository.js";
+import { Repository } from "../repository/repository.js";
 import { flushSpool, noteCommitted, openSpool, remoteReceipt, spools } from "../repository/spool.js";
 import { hostWatermark, raiseBackupWatermark } from "../state/watermark.js";
-import { replay, runBackup, type BackupOptions, type BackupReceipt } from "./backup.js";
+import { replay, runBackup, type BackupOptions, type BackupReceipt, type Landed } from "./backup.js";
 import { type AgentRef } from "../facts.js";
 
 /** How long a process that found a repository unreachable spools without trying it again (a server's next checkpoints stay fast). */
@@ -29,8 +29,13 @@ const downUntil = new Map<string, number>();
 export interface SpoolingBackupOptions extends Omit<BackupOptions, "repo"> {
   /** where the repository is (a folder or s3://...) */
   location: string;
-  /** opens the repository; for object storage its first request, so it may throw UnreachableError */
-  repository: () => Promise<Repository>;
+  /**
+   * the repositories this process opened, by location (one handle each): the one at `location` is opened on first
+   * use; for object storage that is its first request, so it may throw UnreachableError
+   */
+  repositories: Map<string, Promise<Repository>>;
+  /** check that the repository is still the one opened, and list it afresh (a long-running server: other processes write it too) */
+  fresh?: boolean;
 }
 
 /**
@@ -49,21 +54,25 @@ export async function backupOrSpool(lc: LoadedConfig, opts: SpoolingBackupOption
 }
 
 async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBackupOptions): Promise<BackupReceipt> {
-  if (!spools(o.location)) return runBackup(lc, { ...o, repo: await o.repository() });
-  const spool = await openSpool(o.home, o.location);
+  // a folder repository is written directly: what fails, fails the backup
+  const spool = spools(o.location) ? await openSpool(o.home, o.location) : null;
   let remote: Repository;
   let receipt: BackupReceipt;
-  let landed: BackupReceipt | undefined;
+  const landed: Landed = {};
   try {
-    if ((downUntil.get(o.location) ?? 0) > Date.now()) throw new UnreachableError(`${o.location} was unreachable moments ago; trying it again in at most ${RETRY_AFTER_MS / 1000} s`);
-    remote = await o.repository();
+    if (spool && (downUntil.get(o.location) ?? 0) > Date.now()) throw new UnreachableError(`${o.location} was unreachable moments ago; trying it again in at most ${RETRY_AFTER_MS / 1000} s`);
+    remote = await Repository.shared(o.repositories, o.location, { home: o.home, fresh: o.fresh });
     // spooled snapshots (and the sequence last committed) come before this one
-    receipt = await runBackup(lc, { ...o, repo: remote, sequenceFloor: Math.max(o.sequenceFloor ?? 0, (await spool.nextSequence(a, o.trust)) - 1), onCommitted: (r) => (landed = r) });
+    const floor = spool ? Math.max(o.sequenceFloor ?? 0, (await spool.nextSequence(a, o.trust)) - 1) : o.sequenceFloor;
+    receipt = await runBackup(lc, { ...o, repo: remote, sequenceFloor: floor, landed });
   } catch (e) {
-    if (!hasCause(e, UnreachableError)) throw e;
+    if (!spool || !hasCause(e, UnreachableError)) throw e;
     // committed, then the repository went away (its audit entry or the lock's release failed): the snapshot is there,
     // and a second one in the spool would be a duplicate reported as the only one
-    if (landed) return { ...landed, warnings: [...landed.warnings, `snapshot ${landed.snapshot_id} is committed in ${o.location}; then the repository became unreachable (${(e as Error).message}), so its audit entry or lock release may be missing`] };
+    if (landed.path) {
+      const r = landed.receipt!;
+      return { ...r, path: landed.path, warnings: [...r.warnings, `snapshot ${r.snapshot_id} is committed in ${o.location}; then the repository became unreachable (${(e as Error).message}), so its audit entry or lock release may be missing`] };
+    }
     if (!downUntil.has(o.location) || downUntil.get(o.location)! <= Date.now()) downUntil.set(o.location, Date.now() + RETRY_AFTER_MS);
     const known = o.idempotencyKey ? await remoteReceipt<BackupReceipt>(spool, a, o.idempotencyKey) : undefined;
     if (known) return replay(known, o);
@@ -71,6 +80,7 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
     const note = `repository ${o.location} is unreachable (${(e as Error).message}); the signed bundle waits in ${spool.location} for the next backup or "agentbak flush"`;
     return { ...r, status: "spooled", warnings: [...r.warnings, note] };
   }
+  if (!spool) return receipt;
   downUntil.delete(o.location);
   await noteCommitted(spool, a, receipt, o.idempotencyKey);
   try {

@@ -1,35 +1,32 @@
 /**
- * The backup stage after the unchanged check (backup.ts): parent (parent.ts) → read plan (plan.ts) → the instant
+ * The backup stage after the unchanged check (backup.ts): read plan, the parent included (plan.ts) → the instant
  * between the hooks (instant.ts) → payload beside the inspection (databases.ts) → manifest → signed bundle →
  * published through the repository. The caller holds the agent's lock and owns `staging`.
  */
 import { existsSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
-import { join } from "node:path";
 import { buildManifest, encodeManifest, parseManifest, sha256hex, type Manifest, type NotCaptured } from "../bundle/manifest.js";
 import { checkedPayloads } from "../bundle/chain.js";
-import { planBundle, writeBundleFile, writePayload, type BundlePlan } from "../bundle/writer.js";
+import { writeBundleFile, type BundlePlan } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
 import { fingerprint } from "../crypto/sshsig.js";
 import { crashStep } from "../crashpoint.js";
-import { doneBeforeInterrupt } from "../cleanup.js";
-import { usageError } from "../errors.js";
+import { policyError, usageError } from "../errors.js";
 import { type AgentRef, newSnapshotId } from "../facts.js";
 import { warmInspection, type InspectResult } from "../state/inspect/inspect.js";
-import { scanValue } from "../state/secrets/scan.js";
-import { commitSums, finishDatabases, releasePinned, stageDatabases, type DbRecord, type Taken } from "./databases.js";
+import { scanValue, type SecretFinding } from "../state/secrets/scan.js";
+import { commitSums, releasePinned, writeBesideInspection, type DbRecord, type Taken } from "./databases.js";
 import type { ListedFile } from "./files.js";
 import { captureInstant, type Captured } from "./instant.js";
-import { chooseParent, NO_PARENT, type ParentChoice } from "./parent.js";
-import { planDatabases, type DbPlan } from "./plan.js";
+import { planDatabases, type DbPlan, type ParentChoice } from "./plan.js";
 import { paramsDigest, type BackupOptions, type BackupReceipt } from "./receipt.js";
-import { applyScanPolicy, captureScope } from "./scope.js";
-import { databasesState, rememberBackup, stateKey } from "./unchanged.js";
+import { captureScope } from "./scope.js";
+import { rememberState } from "./unchanged.js";
 
 /** What the payload writer returns: each component's digest and size, and the payload's. */
-type WrittenPayload = Awaited<ReturnType<typeof writePayload>>;
+type WrittenPayload = Awaited<ReturnType<typeof writeBesideInspection>>["written"];
 
 /**
  * Takes the snapshot: captures the state, writes and checks the bundle, publishes it, and records the state's
@@ -52,13 +49,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     const warnings: string[] = [];
     const created = new Date();
     const snapshotId = newSnapshotId(created);
-    const wantIncremental = o.incremental ?? cfg.incremental.enabled;
-    const chosen = wantIncremental ? await chooseParent(o, a, cfg.incremental.fullEvery) : NO_PARENT;
-    // a full snapshot that fullEvery asks for, or the first one, is routine (in the receipt); one forced by a chain that does not verify is a warning
-    if (wantIncremental && !chosen.parent && !chosen.routine) warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
-    const plan = await planDatabases(lc, o, a, chosen, snapshotId, staging, closers);
-    // a database stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning
-    if (plan.unindexed && !plan.unindexed.routine) warnings.push(`${plan.unindexed.reason}: stored whole`);
+    const plan = await planDatabases(lc, o, a, { snapshotId, staging, closers, warnings });
     if (plan.mode === "pinned") await warmed;
     const scope = captureScope(lc, staging, o.home, warnings);
     const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress });
@@ -71,10 +62,15 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     applyScanPolicy(cfg.secretScan.files, scope.findings.files, warnings);
     crashStep("snapshotted");
 
-    const { staged, bundle, written, ins } = await writeChecked(lc, o, a, plan, got, warnings);
+    o.progress?.stage("checking snapshot and writing bundle");
+    const others = [...got.sources.staged, ...got.files, ...got.ws.staged];
+    const { staged, bundle, written, ins, findings } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, a, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off" });
+    applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
+    applyScanPolicy(cfg.secretScan.databases, findings, warnings);
+    warnings.push(...ins.timerWarnings);
     crashStep("payload-written");
 
-    const manifest = await manifestFor(lc, o, a, { snapshotId, created, chosen, got, written, ins, notCaptured: scope.notCaptured });
+    const manifest = await manifestFor(lc, o, a, { snapshotId, created, chosen: plan.chosen, got, written, ins, notCaptured: scope.notCaptured });
     applyScanPolicy("refuse", scanValue(manifest, "manifest"), warnings);
     o.progress?.stage("signing and writing bundle");
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
@@ -85,14 +81,13 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     const receipt: Omit<BackupReceipt, "path"> = {
       ...receiptOf(manifest, mbytes, bundle.path),
       databases_read: dbs.length ? (taken.kind === "copy" ? "copy" : "in-place") : null,
-      full_reason: wantIncremental && !manifest.parent ? chosen.reason || plan.unindexed?.reason || null : null,
+      full_reason: plan.incremental && !manifest.parent ? plan.chosen.reason || plan.unindexed?.reason || null : null,
       params_sha256: paramsDigest(o),
       not_captured: scope.notCaptured,
       warnings,
     };
     const path = await publish(lc, o, a, { receipt, manifest, bundle, plan, dbs, written });
-    // the databases' part of the fingerprint was read at the instant (only when every write lock was held)
-    if (other && (got.dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, got.dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
+    if (other) rememberState(lc, o.home, o.repo.location, a, { other, databases: got.dbState }, { sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
     return { ...receipt, path };
   } finally {
     await releasePinned(taken);
@@ -107,32 +102,15 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
 }
 
 /**
- * Writes the payload while the inspection (integrity, counts, cursors, open operations, the secret scan) reads the
- * databases at their instant in a worker thread; nothing is published unless it passes.
- * @throws AgentbakError(13) for a failed integrity_check, (14) for secrets the policy refuses
+ * Applies a source's secretScan policy to its findings: refuse throws,
+ * warn adds one warning per finding.
+ * @throws AgentbakError(14) naming where (never what) when the policy is refuse.
  */
-async function writeChecked(lc: LoadedConfig, o: BackupOptions, a: AgentRef, plan: DbPlan, got: Captured, warnings: string[]) {
-  const cfg = lc.config;
-  o.progress?.stage("checking snapshot and writing bundle");
-  const st = stageDatabases(plan, got.dbs, got.taken, cfg.secretScan.databases !== "off");
-  const staged = [...st.staged, ...got.sources.staged, ...got.files, ...got.ws.staged];
-  // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
-  const prior = (await o.repo.list(o.trust, a)).filter((e) => e.header).at(-1)?.header?.manifest;
-  const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, prior);
-  let written: WrittenPayload;
-  try {
-    written = await writePayload(staged, cfg.recipients, bundle, o.progress);
-  } finally {
-    await st.inspection.catch(() => undefined);
-  }
-  o.progress?.stage("finishing snapshot checks");
-  const ins = await st.inspection;
-  await releasePinned(got.taken); // the instant is no longer needed: the WAL can be checkpointed past it
-  finishDatabases(plan, got.dbs, ins);
-  applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
-  applyScanPolicy(cfg.secretScan.databases, [...ins.findings, ...st.findings], warnings);
-  warnings.push(...ins.timerWarnings);
-  return { staged, bundle, written, ins };
+export function applyScanPolicy(policy: "refuse" | "warn" | "off", findings: SecretFinding[], warnings: string[]): void {
+  if (!findings.length || policy === "off") return;
+  if (policy === "warn") return void warnings.push(...findings.map((f) => `possible secret (${f.kind}) in ${f.where}`));
+  const where = findings.slice(0, 10).map((f) => f.where).join(", ") + (findings.length > 10 ? ` and ${findings.length - 10} more` : "");
+  throw policyError(`refusing to back up: possible secret (${findings[0]!.kind}) in ${where}`);
 }
 
 /** The receipt's facts of the signed bundle. */
@@ -221,9 +199,12 @@ async function publish(
 ): Promise<string> {
   const { receipt, manifest } = x;
   const ol = lc.config.objectLock;
+  // the repository fills in the bundle's path the moment the commit marker is written; an interrupt from then on
+  // exits 130 saying the snapshot was committed (it is complete and listed)
+  const landed = o.landed ?? {};
+  landed.receipt = receipt;
   const published = await o.repo.publish(a, {
-    // an interrupt from here on exits 130 saying the snapshot was committed (it is complete and listed)
-    committed: (path) => (doneBeforeInterrupt(`snapshot ${receipt.snapshot_id} was committed`), o.onCommitted?.({ ...receipt, path })),
+    committed: Object.assign(landed, { note: `snapshot ${receipt.snapshot_id} was committed` }),
     snapshotId: receipt.snapshot_id,
     file: x.bundle.path,
     sequence: manifest.sequence,

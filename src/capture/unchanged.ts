@@ -24,6 +24,9 @@ import { workspaceState } from "../state/workspace/workspace.js";
 import { homePaths } from "../home.js";
 import { sidecarOf, type AgentRef } from "../facts.js";
 import type { Repository } from "../repository/repository.js";
+import { fingerprint } from "../crypto/sshsig.js";
+import { listFiles, readableFiles } from "./files.js";
+import type { BackupOptions } from "./receipt.js";
 
 /**
  * The state a backup would capture, as one digest: everything but the
@@ -103,6 +106,16 @@ export function rememberBackup<R>(home: string, location: string, a: AgentRef, l
   writeCacheFile(file(home, location, a), JSON.stringify(last) + "\n");
 }
 
+/**
+ * Keeps the fingerprint of the state a snapshot captured beside its receipt, for the next --skip-if-unchanged: `other`
+ * (otherState) and the databases' part, read at the instant (only when every write lock was held: else null, and
+ * nothing is kept unless there are no databases).
+ */
+export function rememberState<R>(lc: LoadedConfig, home: string, location: string, a: AgentRef, state: { other: string; databases: string | null }, last: Omit<LastBackup<R>, "fingerprint">): void {
+  if (!state.databases && lc.config.databases.length) return;
+  rememberBackup(home, location, a, { fingerprint: stateKey(state.other, state.databases ?? databasesState(lc)), ...last });
+}
+
 /** An unchanged state is backed up again anyway when its last snapshot expires within this. */
 const UNCHANGED_EXPIRY_MARGIN_MS = 86_400_000;
 
@@ -114,4 +127,20 @@ export async function unchangedSince<R extends { snapshot_id: string }>(lc: Load
   const last = lastBackup<R>(home, repo.location, a);
   if (!last || last.fingerprint !== stateKey(other, databasesState(lc)) || Date.parse(last.expires_at) - Date.now() <= UNCHANGED_EXPIRY_MARGIN_MS) return null;
   return (await repo.recordedSequence(a)) === last.sequence && (await repo.committed(a, last.receipt.snapshot_id)) ? last : null;
+}
+
+/**
+ * Whether nothing changed since this host's last snapshot, which is still the newest and far from expiring (then no
+ * bundle is written). Without hooks nothing can change what the `files` patterns name before the capture: they are
+ * listed once, here, and the capture takes that list.
+ * @returns the files listed (or null: the capture lists them after the pre hook), the state's fingerprint without
+ *   the databases (or null: not skippable), and the last backup when it holds this very state
+ */
+export async function unchanged<R extends { snapshot_id: string }>(lc: LoadedConfig, o: Pick<BackupOptions, "skipUnchanged" | "label" | "idempotencyKey" | "repo" | "home" | "signingKey">, a: AgentRef, repoDir: string | null) {
+  const cfg = lc.config;
+  const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
+  const listed = skippable ? listFiles(lc, repoDir) : null;
+  const other = listed ? await otherState(lc, readableFiles(lc, listed), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
+  const last = other ? await unchangedSince<R>(lc, o.repo, o.home, a, other) : null;
+  return { listed, other, last };
 }

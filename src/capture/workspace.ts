@@ -3,19 +3,19 @@
  * and scanned; or the last proven capture of the same state, reused.
  */
 import { createHash } from "node:crypto";
-import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import type { Manifest, NotCaptured } from "../bundle/manifest.js";
 import type { StagedFile } from "../bundle/writer.js";
-import { atPath, ensureDir, ensureDirIn, writeCacheFile } from "../fsutil.js";
+import { atPath, ensureDir, ensureDirIn, isInside, writeCacheFile } from "../fsutil.js";
 import { homePaths } from "../home.js";
 import type { SecretFinding } from "../state/secrets/scan.js";
-import { captureWorkspace, committedPaths, rebuildWorkspace, scanWorkspace, treeDigest, workspaceState } from "../state/workspace/workspace.js";
-import { isInside, restoreTarget, type CaptureScope } from "./scope.js";
+import { captureProven, workspaceState } from "../state/workspace/workspace.js";
+import { restoreTarget, type CaptureScope } from "./scope.js";
 
 /**
  * Captures the workspace into staging (git bundle and patch, without what
- * stays out), proves it rebuilds the tree, and scans what it holds.
+ * stays out), proven to rebuild the tree and scanned (state/workspace: captureProven).
  */
 async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: string | null): Promise<{ staged: StagedFile[]; manifest: Manifest["workspace"] }> {
   const { lc } = s;
@@ -25,29 +25,14 @@ async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: stri
   const target = restoreTarget(lc, cfg.path, "workspace");
   // the repository, when it lies inside the workspace, is never read into its own bundle
   const skipDirs = repoDir && isInside(repoDir, live) && repoDir !== live ? [relative(live, repoDir).split(sep).join("/")] : [];
-  const cap = await captureWorkspace(live, cfg.uncommitted, wsDir, { skipDirs, skip: (rel) => s.leaveOut(join(live, rel), rel) });
+  const leave = { credentials: s.credentialFiles, exclude: lc.config.secretScan.exclude };
+  const cap = await captureProven(live, cfg.uncommitted, wsDir, join(s.staging, "ws-check"), { skipDirs, leave, scan: lc.config.secretScan.workspace !== "off" });
   s.notCaptured.push(...cap.skipped.map((x) => ({ ...x, path: `${target}/${x.path}` })));
   const staged: StagedFile[] = [{ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile }];
   if (cap.patchFile) staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
-  // prove the capture reproduces the tree before trusting it
-  const check = join(s.staging, "ws-check");
-  await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
-  const digest = await treeDigest(check);
-  if (cap.uncommitted === "include") {
-    const left = new Set(cap.skipped.map((x) => x.path));
-    const skip = (rel: string) => left.has(rel);
-    const rebuilt = left.size ? await treeDigest(check, { skip }) : digest;
-    if ((await treeDigest(live, { skipDirs, skip })).sha256 !== rebuilt.sha256) s.warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
-  }
-  if (lc.config.secretScan.workspace !== "off") {
-    s.findings.workspace.push(...(await scanWorkspace(check, cap.commit, cap.changed)));
-    // a credential's file that is committed can not be left out of the git bundle
-    const inside = [...s.credentialFiles].filter(([abs]) => isInside(abs, live)).map(([abs, c]) => [relative(live, abs).split(sep).join("/"), c] as const);
-    const committed = await committedPaths(check, cap.commit, inside.map(([rel]) => rel));
-    for (const [rel, c] of inside) if (committed.includes(rel)) s.findings.workspace.push({ where: `workspace: ${rel} (committed), the file of credential ${c.name} (${c.ref})`, kind: "credential file" });
-  }
-  rmSync(check, { recursive: true, force: true });
-  return { staged, manifest: { path: target, commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: digest.sha256, files: digest.files } };
+  if (cap.changedMeanwhile) s.warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");
+  s.findings.workspace.push(...cap.findings);
+  return { staged, manifest: { path: target, commit: cap.commit, branch: cap.branch, dirty: cap.dirty, uncommitted: cap.uncommitted, tree_sha256: cap.tree.sha256, files: cap.tree.files } };
 }
 
 export type WorkspaceCaptured = { staged: StagedFile[]; manifest: Manifest["workspace"]; notCaptured: NotCaptured[]; findings: SecretFinding[] };

@@ -22,7 +22,7 @@ export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {
   const key = ctx.signingKey();
   return backupOrSpool(ctx.lc, {
     location: ctx.repoLocation!,
-    repository: () => ctx.repository(),
+    repositories: ctx.repositories,
     trust: ctx.trust,
     home: ctx.home,
     signingKey: key,

@@ -38,6 +38,8 @@ export interface Context {
   readonly trust: Trust;
   /** where the repository is, if any was named */
   repoLocation: string | undefined;
+  /** The repositories opened, by location: this context's own, or those it shares with others (serve --host). */
+  repositories: Map<string, Promise<Repository>>;
   /** The repository. @throws AgentbakError(2) when none is named, (10) when it does not exist. */
   repository(): Promise<Repository>;
   /** The repository when one is named, else undefined. */
@@ -82,7 +84,7 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
   let trust = readTrust();
   let trustStamp = stamp();
   const repoLocation = repositoryLocation(opts.repo, lc);
-  let repo: Promise<Repository> | undefined;
+  const repositories = o.repositories ?? new Map<string, Promise<Repository>>();
   const keyFile = lc?.config.signing.key ? lc.resolve(lc.config.signing.key) : undefined;
   let key: SigningKey | undefined;
   const ctx: Context = {
@@ -94,22 +96,11 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
       return trust;
     },
     repoLocation,
+    repositories,
     repository() {
       if (!repoLocation) throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
       // a failed open is not kept: a long-running server tries again once the repository is back
-      const shared = o.repositories;
-      if (shared) {
-        const open = shared.get(repoLocation) ?? Repository.open(repoLocation, { home }).catch((e) => {
-          shared.delete(repoLocation);
-          throw e;
-        });
-        shared.set(repoLocation, open);
-        return open;
-      }
-      return (repo ??= Repository.open(repoLocation, { home }).catch((e) => {
-        repo = undefined;
-        throw e;
-      }));
+      return Repository.shared(repositories, repoLocation, { home });
     },
     async maybeRepository() {
       return repoLocation ? ctx.repository() : undefined;

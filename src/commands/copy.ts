@@ -1,5 +1,6 @@
 /** `agentbak copy`: replicate signed bundles between repositories, verifying each before it is sent and on arrival. */
-import { resolve, sep } from "node:path";
+import { resolve } from "node:path";
+import { isInside } from "../fsutil.js";
 import { placeError, usageError } from "../errors.js";
 import { Repository } from "../repository/repository.js";
 import { replicate, type CopyResult } from "../repository/replicate.js";
@@ -13,7 +14,7 @@ export async function copy(opts: { from: string; to: string; snapshots: string[]
   const from = loc(opts.from);
   const to = loc(opts.to);
   // a copy inside its own source would be read back by the next listing of it
-  if (!isUrl(from) && !isUrl(to) && (to === from || to.startsWith(from + sep))) throw usageError(`copy --to ${to} is inside the source repository ${from}`);
+  if (!isUrl(from) && !isUrl(to) && isInside(to, from)) throw usageError(`copy --to ${to} is inside the source repository ${from}`);
   const src = await Repository.open(from);
   const { repo: dst } = await Repository.init(to).catch((e) => {
     throw placeError(e, `copy --to ${to}`);

@@ -32,6 +32,7 @@ export function agentHandle(config?: string, repositories?: Map<string, Promise<
     get trust() {
       return ctx.trust;
     },
+    repositories: ctx.repositories,
     repository: () => ctx.repository(),
     signingKey: key,
     principal: key.comment || "agentbak",
@@ -126,7 +127,7 @@ function backupOnSchedule(agents: readonly HostAgent[], handles: readonly AgentH
     const who = `${h.lc.config.agent.tenant}/${h.lc.config.agent.id}`;
     let ok = false;
     try {
-      const r = await backupOrSpool(h.lc, { location: h.location, repository: h.repository, trust: h.trust, home: h.home, signingKey: h.signingKey, principal: h.principal, skipUnchanged: true });
+      const r = await backupOrSpool(h.lc, { location: h.location, repositories: h.repositories, trust: h.trust, home: h.home, signingKey: h.signingKey, principal: h.principal, skipUnchanged: true });
       ok = true;
       if (r.status !== "unchanged") log(`backup ${who}: ${r.status} ${r.snapshot_id} (${r.kind}, ${r.size} bytes)${r.warnings.length ? `; ${r.warnings.join("; ")}` : ""}`);
     } catch (e) {

@@ -2,11 +2,11 @@
  * Finding, reading and validating the config file.
  */
 import { existsSync } from "node:fs";
-import { dirname, isAbsolute, resolve, sep } from "node:path";
+import { dirname, isAbsolute, resolve } from "node:path";
 import { formatIssues, notFound, usageError } from "../errors.js";
 import { isUrl } from "../storage/open.js";
 import { ConfigSchema, type Config } from "./schema.js";
-import { readFileRegular } from "../fsutil.js";
+import { isInside, readFileRegular } from "../fsutil.js";
 import { refuseProtoKey } from "../facts.js";
 
 /** A validated config with the folder its relative paths resolve against. */
@@ -58,13 +58,12 @@ function placementClash(lc: LoadedConfig): string | null {
   const ws = lc.config.workspace;
   if (!ws) return null;
   const root = lc.resolve(ws.path);
-  const inside = (p: string) => p === root || p.startsWith(root + sep);
   for (const [i, f] of lc.config.files.entries()) {
     const fixed = f.split("/").filter((seg, k, all) => all.slice(0, k + 1).every((x) => !/[*?[\]{}()!]/.test(x))).join("/");
-    if (inside(lc.resolve(fixed || "."))) return `files.${i}: "${f}" is inside the workspace (${ws.path}), which is captured with its history; remove it from files`;
+    if (isInside(lc.resolve(fixed || "."), root)) return `files.${i}: "${f}" is inside the workspace (${ws.path}), which is captured with its history; remove it from files`;
   }
   for (const [i, d] of lc.config.databases.entries())
-    if (inside(lc.resolve(d.path))) return `databases.${i}.path: "${d.path}" is inside the workspace (${ws.path}); keep databases outside it (the workspace is rebuilt from git)`;
+    if (isInside(lc.resolve(d.path), root)) return `databases.${i}.path: "${d.path}" is inside the workspace (${ws.path}); keep databases outside it (the workspace is rebuilt from git)`;
   return null;
 }
 

@@ -19,7 +19,7 @@ import { signRecord, verifyRecord } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
+import { doneBeforeInterrupt, letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, Exit, notFound, usageError, verifyError } from "../errors.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
@@ -171,6 +171,28 @@ export class Repository {
     const v01 = cfg ? [] : await store.list("agents/").catch((e: unknown) => (e instanceof AgentbakError && e.code === Exit.notFound ? [] : Promise.reject(e)));
     if (!cfg && v01.length === 0) throw notFound(`repository not found: ${location} (no ${REPO_CONFIG}; run agentbak init)`);
     return new Repository(store, opts.home, cfg && repositoryId(cfg), cfg && leasesOf(cfg, location));
+  }
+
+  /**
+   * The repository at `location` that `opened` holds (one handle, one store client per repository in a process),
+   * opened now when it holds none; a failed open is not kept, so the next call tries again. `fresh`: checked to be
+   * still there and the same one, and listed afresh (a long-running server: other processes write it too).
+   * @throws AgentbakError(10) when there is none at `location` (or it is gone), and what the store throws
+   */
+  static async shared(opened: Map<string, Promise<Repository>>, location: string, o: { home: string; fresh?: boolean }): Promise<Repository> {
+    const open =
+      opened.get(location) ??
+      Repository.open(location, { home: o.home }).catch((e: unknown) => {
+        opened.delete(location);
+        throw e;
+      });
+    opened.set(location, open);
+    const repo = await open;
+    if (o.fresh) {
+      await repo.recheck();
+      repo.refresh();
+    }
+    return repo;
   }
 
   /**
@@ -417,6 +439,36 @@ export class Repository {
   }
 
   /**
+   * The head of `a`'s chain, for an incremental to build on: the latest verified snapshot, and how many links its
+   * chain holds, every link verified (each link's payload digest read once on this host, by file identity: a large
+   * full snapshot is not read again at every incremental built on it). The newest snapshot is the chain's head: one
+   * that does not verify (itself, or a link below it) is not skipped for an older one; then `unusable` says why.
+   * @returns the head, why it is unusable, or null when no snapshot verifies
+   */
+  async chainHead(a: AgentRef, trust: Trust, home: string): Promise<{ snapshot: Snapshot; header: VerifiedBundle; links: number } | { unusable: string } | null> {
+    const newest = (await this.list(trust, a)).at(-1);
+    if (newest?.status === "invalid") return { unusable: `chain of ${newest.snapshot_id} is not usable (${newest.problem})` };
+    let latest: Snapshot;
+    try {
+      latest = await this.resolve("latest", trust, a);
+    } catch (e) {
+      if (e instanceof AgentbakError) return null;
+      throw e;
+    }
+    const opened = await this.open(latest, trust);
+    try {
+      // the whole reader (tar, age, the worker threads) loads only when a chain is read
+      const chain = await (await import("../bundle/chain.js")).verifyChainRemembered(opened.path, opened.links, trust, home);
+      return { snapshot: latest, header: chain.head, links: chain.links.length };
+    } catch (e) {
+      if (!(e instanceof AgentbakError)) throw e;
+      return { unusable: `chain of ${latest.snapshot_id} is not usable (${e.message})` };
+    } finally {
+      opened.release();
+    }
+  }
+
+  /**
    * A snapshot's bundle as a local file: in place for a folder, downloaded
    * into a private temp folder otherwise; its chain's links come the same way.
    * @throws AgentbakError(10) when the bundle is missing.
@@ -512,8 +564,12 @@ export class Repository {
       verifyFully?: boolean;
       audit: Record<string, unknown>;
       signingKey: SigningKey | null;
-      /** called once the commit marker is written, with where the bundle is: the snapshot is complete and visible from here on */
-      committed?: (path: string) => void;
+      /**
+       * the snapshot is complete and visible once the commit marker is written: from then on an interrupt exits 130
+       * saying `note` (cleanup.ts), and `path` is filled in with where the bundle is (a caller must not report it lost
+       * or take it again, whatever fails after it)
+       */
+      committed?: { note: string; path?: string };
     },
   ): Promise<Snapshot> {
     // a Ctrl-C that came while the bundle was written (on a local disk, work that may never yield) ends the run
@@ -550,7 +606,10 @@ export class Repository {
     await this.fence(a, "committing"); // a lock lost meanwhile: another process may have removed this snapshot's parent
     if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
       throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} is already committed in ${this.location}; refusing to overwrite`);
-    p.committed?.(path);
+    if (p.committed) {
+      doneBeforeInterrupt(p.committed.note);
+      p.committed.path = path;
+    }
     crashStep("published");
     this.invalidate();
     await this.audit(a, { event: "backup", snapshot_id: p.snapshotId, sequence: p.sequence, ...p.audit }, p.signingKey);

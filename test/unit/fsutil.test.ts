@@ -17,6 +17,7 @@ import {
   ensureDir,
   ensureDirIn,
   FlushBehindFile,
+  isInside,
   openRegular,
   pidAlive,
   pidDir,
@@ -232,5 +233,14 @@ describe("FlushBehindFile", () => {
     const [e] = (await once(f, "error")) as [NodeJS.ErrnoException];
     expect(e.code).toBe("EEXIST");
     expect(readFileSync(p, "utf8")).toBe("keep");
+  });
+});
+
+describe("isInside", () => {
+  it("is the folder itself or below it, never a sibling sharing its prefix", () => {
+    expect(isInside("/a/b", "/a/b")).toBe(true);
+    expect(isInside("/a/b/c", "/a/b")).toBe(true);
+    expect(isInside("/a/bc", "/a/b")).toBe(false);
+    expect(isInside("/a", "/a/b")).toBe(false);
   });
 });

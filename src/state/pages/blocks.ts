@@ -347,6 +347,19 @@ export class BlockSumsStore {
     return null;
   }
 
+  /**
+   * What a delta of `snapshotId` builds on: the sums this host kept of its parent's database (`parent`: see open), the
+   * seed of `key` (this host's page-index key), and where `snapshotId`'s own sums are written (partial); null when it
+   * kept none of the parent's, or can not write new ones.
+   */
+  base(parent: { snapshotId: string; sha256: string; pageSize: number; pageCount: number }, snapshotId: string, key: Buffer): { sums: ParentSums; seed: [number, number]; out: string } | null {
+    const sums = this.open(parent.snapshotId, parent.sha256, parent.pageSize, parent.pageCount);
+    const out = sums && this.partial(snapshotId);
+    if (sums && out) return { sums, seed: blockSeed(key), out };
+    sums?.close();
+    return null;
+  }
+
   /** Where the sums of a snapshot being made are written (renamed by commit once it is published); null when the folder can not be made. */
   partial(snapshotId: string): string | null {
     try {

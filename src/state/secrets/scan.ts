@@ -125,6 +125,23 @@ export function nameMatcher(patterns: string[]): (rel: string) => string | null 
   return (rel) => compiled.find(([, re]) => re.test(rel))?.[0] ?? null;
 }
 
+/** What a capture keeps out: a credential's file (by absolute path), and names like .env (secretScan.exclude patterns). */
+export interface LeaveOut {
+  credentials: Map<string, { name: string; ref: string }>;
+  exclude: string[];
+}
+
+/** @returns for a file (absolute, and relative to its root): why it stays out of a capture, or null */
+export function leaveOutOf(l: LeaveOut): (abs: string, rel: string) => { reason: "credential" | "exclude"; detail: string } | null {
+  const excluded = nameMatcher(l.exclude);
+  return (abs, rel) => {
+    const cred = l.credentials.get(abs);
+    if (cred) return { reason: "credential", detail: `${cred.name} (${cred.ref})` };
+    const pattern = excluded(rel);
+    return pattern ? { reason: "exclude", detail: `secretScan.exclude "${pattern}"` } : null;
+  };
+}
+
 /**
  * Every token format in one expression without word-boundary anchors: in raw
  * page bytes neighbouring values run together, so this finds a superset of

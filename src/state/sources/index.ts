@@ -2,7 +2,8 @@
  * State sources beyond SQLite files (PostgreSQL, Redis, LanceDB) behind one
  * interface (common.ts): the pipeline calls `driverFor(kind)`; it never names a kind.
  */
-import type { SourceDriver, SourceKind } from "./common.js";
+import { isAbsolute, resolve } from "node:path";
+import { resolveReference, targetIsFolder, type SourceCapture, type SourceDriver, type SourceKind, type SourceSpec } from "./common.js";
 import { lancedbDriver } from "./lancedb.js";
 import { postgresDriver } from "./postgres.js";
 import { redisDriver } from "./redis.js";
@@ -13,3 +14,12 @@ const DRIVERS: Record<SourceKind, SourceDriver> = { postgres: postgresDriver, re
 
 /** The driver of a source kind. */
 export const driverFor = (kind: SourceKind): SourceDriver => DRIVERS[kind];
+
+/**
+ * Captures a configured state source into `dir` with its driver, at its own single instant: a folder source's `path`
+ * is resolved against the config's folder `root`, a server's `url` is a credential reference resolved only now.
+ */
+export function captureSource(s: SourceSpec & { path?: string; url?: string }, root: string, dir: string): Promise<SourceCapture> {
+  const target = targetIsFolder(s.kind) ? (isAbsolute(s.path!) ? s.path! : resolve(root, s.path!)) : resolveReference(s.url!, root);
+  return driverFor(s.kind).capture(s, target, dir);
+}

@@ -10,12 +10,12 @@
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import { notFound, policyError, usageError, wrap } from "../../errors.js";
-import { atPath } from "../../fsutil.js";
+import { atPath, isInside } from "../../fsutil.js";
 import { stopOnInterrupt } from "../../cleanup.js";
-import { scanText, TOKEN_PATTERNS, type SecretFinding } from "../secrets/scan.js";
+import { leaveOutOf, scanText, TOKEN_PATTERNS, type LeaveOut, type SecretFinding } from "../secrets/scan.js";
 
 /** Options that neutralise repository-controlled code execution. */
 const SAFE = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false", "-c", "protocol.file.allow=always"];
@@ -54,8 +54,8 @@ export interface Skipped {
 export interface CaptureFilter {
   /** workspace-relative folders never read (the repository, when it lies inside the workspace) */
   skipDirs: string[];
-  /** for a workspace-relative file of uncommitted work: why it stays out, or null */
-  skip: (rel: string) => Omit<Skipped, "path"> | null;
+  /** the files of uncommitted work that stay out: credentials' files, names like .env */
+  leave?: LeaveOut;
 }
 
 /** What a workspace capture recorded. */
@@ -120,7 +120,7 @@ function checkFolder(path: string): void {
  * `filter` keeps out.
  * @throws AgentbakError 10 when the folder is missing, 2 when it is not the top of a git repository with a commit, 14 when it is dirty and the config says refuse.
  */
-export async function captureWorkspace(path: string, mode: "include" | "refuse" | "ignore", outDir: string, filter: CaptureFilter = { skipDirs: [], skip: () => null }): Promise<WorkspaceCapture> {
+export async function captureWorkspace(path: string, mode: "include" | "refuse" | "ignore", outDir: string, filter: CaptureFilter = { skipDirs: [] }): Promise<WorkspaceCapture> {
   checkFolder(path);
   const top = (await git(path, ["rev-parse", "--show-toplevel"]).catch(() => "")).trim();
   if (!top) throw usageError(`workspace ${path} is not a git repository (git init it, or remove "workspace" from the config)`);
@@ -139,8 +139,9 @@ export async function captureWorkspace(path: string, mode: "include" | "refuse" 
   const changed: string[] = [];
   let patchFile: string | null = null;
   if (dirty && mode === "include") {
+    const leaveOut = filter.leave ? leaveOutOf(filter.leave) : () => null;
     const keep = (rel: string) => {
-      const why = filter.skip(rel);
+      const why = leaveOut(join(path, rel), rel);
       if (why) skipped.push({ path: rel, ...why });
       return !why;
     };
@@ -164,6 +165,43 @@ export async function captureWorkspace(path: string, mode: "include" | "refuse" 
     writeFileSync(patchFile, Buffer.concat(parts));
   }
   return { commit, branch, dirty, uncommitted: mode, bundleFile, patchFile, changed, skipped };
+}
+
+/** A workspace capture proven to rebuild the tree, and what its scan found. */
+export interface ProvenCapture extends WorkspaceCapture {
+  /** the digest of the tree the capture rebuilds */
+  tree: { sha256: string; files: number };
+  /** the live tree is not the one the capture rebuilds (without what stayed out): it changed while it was captured */
+  changedMeanwhile: boolean;
+  /** possible secrets in what it holds, and credentials' files that are committed (they can not be left out of the git bundle) */
+  findings: SecretFinding[];
+}
+
+/**
+ * Captures the workspace into `outDir` (captureWorkspace), proves the capture rebuilds the tree (in `check`, removed
+ * after) and, with `scan`, scans what it holds.
+ * @throws what captureWorkspace throws, and what rebuilding throws
+ */
+export async function captureProven(live: string, mode: WorkspaceCapture["uncommitted"], outDir: string, check: string, o: { skipDirs: string[]; leave: LeaveOut; scan: boolean }): Promise<ProvenCapture> {
+  const cap = await captureWorkspace(live, mode, outDir, { skipDirs: o.skipDirs, leave: o.leave });
+  await rebuildWorkspace(cap.bundleFile, cap.patchFile, cap.commit, cap.branch, check);
+  const tree = await treeDigest(check);
+  let changedMeanwhile = false;
+  if (cap.uncommitted === "include") {
+    const left = new Set(cap.skipped.map((x) => x.path));
+    const skip = (rel: string) => left.has(rel);
+    const rebuilt = left.size ? await treeDigest(check, { skip }) : tree;
+    changedMeanwhile = (await treeDigest(live, { skipDirs: o.skipDirs, skip })).sha256 !== rebuilt.sha256;
+  }
+  const findings: SecretFinding[] = [];
+  if (o.scan) {
+    findings.push(...(await scanWorkspace(check, cap.commit, cap.changed)));
+    const inside = [...o.leave.credentials].filter(([abs]) => isInside(abs, live)).map(([abs, c]) => [relative(live, abs).split(sep).join("/"), c] as const);
+    const committed = await committedPaths(check, cap.commit, inside.map(([rel]) => rel));
+    for (const [rel, c] of inside) if (committed.includes(rel)) findings.push({ where: `workspace: ${rel} (committed), the file of credential ${c.name} (${c.ref})`, kind: "credential file" });
+  }
+  rmSync(check, { recursive: true, force: true });
+  return { ...cap, tree, changedMeanwhile, findings };
 }
 
 /**

@@ -3,7 +3,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { runHooks } from "../../../src/capture/hooks.js";
+import { runHooks } from "../../../src/capture/instant.js";
 import { AgentbakError } from "../../../src/errors.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "agentbak-hooks-"));

@@ -3,7 +3,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { applyScanPolicy, captureScope, credentialFiles, isInside, restoreTarget } from "../../../src/capture/scope.js";
+import { captureScope, credentialFiles, restoreTarget } from "../../../src/capture/scope.js";
+import { applyScanPolicy } from "../../../src/capture/take.js";
 import { loadConfig } from "../../../src/config/load.js";
 import { AgentbakError } from "../../../src/errors.js";
 
@@ -14,15 +15,6 @@ const lc = (extra: Record<string, unknown> = {}) => {
   writeFileSync(p, JSON.stringify({ agent: { id: "a", tenant: "t" }, repository: "../repo", recipients: ["age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"], ...extra }));
   return loadConfig(p);
 };
-
-describe("isInside", () => {
-  it("is the folder itself or below it, never a sibling sharing its prefix", () => {
-    expect(isInside("/a/b", "/a/b")).toBe(true);
-    expect(isInside("/a/b/c", "/a/b")).toBe(true);
-    expect(isInside("/a/bc", "/a/b")).toBe(false);
-    expect(isInside("/a", "/a/b")).toBe(false);
-  });
-});
 
 describe("restoreTarget", () => {
   it("a path inside the config's folder keeps its place (with /); one outside, or the folder itself, falls back", () => {

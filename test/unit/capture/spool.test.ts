@@ -39,13 +39,20 @@ function agent() {
   return { id, dir, lc: loadConfig(join(dir, "agentbak.json")), a: { tenant: "t", agent: id }, write };
 }
 const base = { trust: trust(), home, signingKey, principal: "ops" };
+/** the repositories "opened" at `location`: asks `open` each time the backup asks for that one */
+const opening = (location: string, open: () => Promise<Repository>) =>
+  new (class extends Map<string, Promise<Repository>> {
+    override get(k: string) {
+      return k === location ? open() : undefined;
+    }
+  })();
 const ids = async (r: Repository, agentId: string) => (await r.list(trust(), { tenant: "t", agent: agentId })).map((s) => [s.snapshot_id, s.sequence]);
 
 describe("backupOrSpool", () => {
   it("a folder repository is written directly; this host's watermark rises, and the next sequence stays above it", async () => {
     const g = agent();
     const { repo } = await Repository.init(join(g.dir, "repo"), { home });
-    const o: SpoolingBackupOptions = { ...base, location: join(g.dir, "repo"), repository: async () => repo };
+    const o: SpoolingBackupOptions = { ...base, location: join(g.dir, "repo"), repositories: new Map([[join(g.dir, "repo"), Promise.resolve(repo)]]) };
     const r = await backupOrSpool(g.lc, o);
     expect(r).toMatchObject({ status: "committed", sequence: 1 });
     expect(hostWatermark(home, g.a)).toBe(1);
@@ -62,7 +69,7 @@ describe("backupOrSpool", () => {
     const { repo: remote } = await Repository.init(join(g.dir, "remote"), { home });
     let up = false;
     let asked = 0;
-    const o: SpoolingBackupOptions = { ...base, location, repository: async () => (asked++, up ? remote : Promise.reject(new UnreachableError("connect ECONNREFUSED 127.0.0.1:9000"))) };
+    const o: SpoolingBackupOptions = { ...base, location, repositories: opening(location, async () => (asked++, up ? remote : Promise.reject(new UnreachableError("connect ECONNREFUSED 127.0.0.1:9000")))) };
     const t0 = Date.now();
     vi.useFakeTimers({ toFake: ["Date"], now: t0 });
     const first = await backupOrSpool(g.lc, o);
@@ -91,7 +98,7 @@ describe("backupOrSpool", () => {
   it("while spooling, an idempotency key used again answers the spooled receipt instead of a second snapshot", async () => {
     const g = agent();
     const location = `s3://bucket-${g.id}/agents`;
-    const o: SpoolingBackupOptions = { ...base, location, idempotencyKey: "req-1", repository: () => Promise.reject(new UnreachableError("timed out")) };
+    const o: SpoolingBackupOptions = { ...base, location, idempotencyKey: "req-1", repositories: opening(location, () => Promise.reject(new UnreachableError("timed out"))) };
     const first = await backupOrSpool(g.lc, o);
     const again = await backupOrSpool(g.lc, o);
     expect(again).toMatchObject({ snapshot_id: first.snapshot_id, repeated: true });
@@ -101,7 +108,7 @@ describe("backupOrSpool", () => {
   it("an answer that the repository is not there (exit 10) is not spooled", async () => {
     const g = agent();
     const location = `s3://bucket-${g.id}/agents`;
-    const o: SpoolingBackupOptions = { ...base, location, repository: () => Promise.reject(notFound(`repository not found: ${location}`)) };
+    const o: SpoolingBackupOptions = { ...base, location, repositories: opening(location, () => Promise.reject(notFound(`repository not found: ${location}`))) };
     await expect(backupOrSpool(g.lc, o)).rejects.toMatchObject({ code: 10 });
     expect(await ids(await openSpool(home, location), g.id)).toEqual([]);
     expect(hostWatermark(home, g.a)).toBe(0);

@@ -84,9 +84,9 @@ describe("capture and rebuild", () => {
     writeFileSync(join(r, ".env"), "TOKEN=x\n");
     mkdirSync(join(r, "backups"));
     writeFileSync(join(r, "backups", "snap"), "bundle bytes");
-    const c = await captureWorkspace(r, "include", out(), { skipDirs: ["backups"], skip: (f) => (f === ".env" ? { reason: "credential", detail: "a credential file" } : null) });
+    const c = await captureWorkspace(r, "include", out(), { skipDirs: ["backups"], leave: { credentials: new Map([[join(r, ".env"), { name: "token", ref: "file:.env" }]]), exclude: [] } });
     expect(c.changed).toEqual(["a.txt"]);
-    expect(c.skipped).toEqual([{ path: "backups", reason: "repository", detail: "the backup repository" }, { path: ".env", reason: "credential", detail: "a credential file" }]);
+    expect(c.skipped).toEqual([{ path: "backups", reason: "repository", detail: "the backup repository" }, { path: ".env", reason: "credential", detail: "token (file:.env)" }]);
     expect(readFileSync(c.patchFile!, "utf8")).not.toMatch(/TOKEN|bundle bytes/);
   });
 
