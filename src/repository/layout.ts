@@ -7,6 +7,7 @@
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.commit     written last: the snapshot exists
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.<db>.pageindex
  *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json        generation.json also lists the replicas copy linked
+ *   tenants/<tenant>/agents/<agent>/catalog.json                      signed: what a listing prints of its snapshots (repository/catalog.ts)
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
  *   tenants/<tenant>/agents/<agent>/locks/<name>/<token>.lease        a lease's grants (agentbak < 0.2 wrote locks/<name>.lock)
  *   tenants/<tenant>/agents/<agent>/audit.jsonl, drills/report.jsonl
@@ -54,6 +55,7 @@ export const keys = {
   pageIndex: (dir: string, id: string, db: string) => `${dir}/${id}.${db}.pageindex`,
   sequence: (a: AgentRef) => `${agentDir(a)}/sequence.json`,
   generation: (a: AgentRef) => `${agentDir(a)}/generation.json`,
+  catalog: (a: AgentRef) => `${agentDir(a)}/catalog.json`,
   idempotency: (a: AgentRef, kind: "backup" | "restore" | "request", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
   /** the folder of an agent's idempotency records of one kind, as a listing prefix */
   idempotencyRecords: (a: AgentRef, kind: "backup" | "restore" | "request") => `${agentDir(a)}/idempotency/${kind}-`,
