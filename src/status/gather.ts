@@ -133,8 +133,8 @@ export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
   targets.sort((x, y) => key({ tenant: x.tenant, agent_id: x.agent }).localeCompare(key({ tenant: y.tenant, agent_id: y.agent })));
   const byAgent = new Map<string, CatalogEntry[]>();
   for (const e of listed) byAgent.set(key(e), [...(byAgent.get(key(e)) ?? []), e]);
-  // each agent's records (drill report, requests, audit log) are a few reads of its own: 16 agents at once
-  const agents = await mapLimit(targets, 16, (t) => agentStatus(i, t, byAgent.get(key({ tenant: t.tenant, agent_id: t.agent })) ?? [], now));
+  // each agent's records (drill report, requests, audit log) are a few reads of its own: 64 agents at once
+  const agents = await mapLimit(targets, 64, (t) => agentStatus(i, t, byAgent.get(key({ tenant: t.tenant, agent_id: t.agent })) ?? [], now));
   const states = agents.map((a) => a.state);
   return {
     at: now.toISOString(),
