@@ -125,7 +125,8 @@ export function mergeReports(reports: StatusReport[], now = new Date()): StatusR
 /** Gathers the status of `targets` (and, with `all`, every agent in the repository). @throws AgentbakError as listing the repository does (10, 13). */
 export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
   const now = i.now ?? new Date();
-  const listed = await i.repo.entries(i.trust, {}, now);
+  // every agent's from the catalog records; named agents' alone from their own folders
+  const listed = i.all ? await i.repo.entries(i.trust, {}, now) : (await mapLimit(i.targets, 8, (t) => i.repo.entries(i.trust, { tenant: t.tenant, agent: t.agent }, now))).flat();
   const targets = [...i.targets];
   if (i.all)
     for (const e of listed)
