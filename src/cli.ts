@@ -211,13 +211,14 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
       .description("list bundles; only those whose signature verifies are restorable")
       .addOption(cfgOpt())
       .addOption(repoOpt())
+      .option("--all", "every agent of the repository (of --tenant's, with it), whatever the config's agent; read from each agent's catalog record")
       .option("--agent <id>", "only this agent (default: the config's)")
       .option("--tenant <t>", "only this tenant (default: the config's)")
       .option("--label <label>", "only snapshots with this label")
       .option("--latest <n>", "only the N newest of each agent")
       .option("--wide", "every column (tenant, sequence, parent, creation time) and nothing cut; the default fits 80 columns")
       .addOption(jsonOpt()),
-    ["agentbak snapshots", "agentbak snapshots --latest 3 --label nightly --wide", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json > list.json"],
+    ["agentbak snapshots", "agentbak snapshots --all --latest 1 --repo s3://backups/fleet", "agentbak snapshots --latest 3 --label nightly --wide", "agentbak snapshots --repo /srv/backups --tenant acme --agent billing-agent --json > list.json"],
   ).action(async (o) => {
     const { snapshots } = await import("./commands/snapshots.js");
     const r = await snapshots(o);

@@ -186,7 +186,8 @@ export async function drillFleet(opts: FleetDrillOptions): Promise<FleetDrillRes
  */
 async function repositoryFleet(opts: FleetDrillOptions): Promise<{ members: Member[]; entries: CatalogEntry[]; fleetCtx: Context }> {
   const ctx = context({ repo: context({ repo: opts.repo }).repoLocation }, { configless: true });
-  const entries = await (await ctx.repository()).list(ctx.trust);
+  // the fleet's snapshots from each agent's catalog record (repository/catalog.ts): a drilled one is read whole
+  const entries = await (await ctx.repository()).entries(ctx.trust);
   const members = [...new Map(entries.filter((e) => e.tenant).map((e) => [`${e.tenant}/${e.agent_id}`, { tenant: e.tenant!, agent: e.agent_id, ctx: () => ctx }])).values()];
   return { members, entries, fleetCtx: ctx };
 }

@@ -77,6 +77,7 @@ export async function forget(repo: Repository, trust: Trust, a: AgentRef, policy
     else result.not_removed.push({ snapshot_id: e.snapshot_id, reason: "object lock retention refused the deletion" });
   }
   if (opts.prune) result.pruned.push(...(await repo.sweep(a)));
+  await repo.writeCatalog(a, trust, opts.signingKey);
   await repo.audit(a, { event: "forget", removed: result.removed, kept: result.kept.map((k) => k.snapshot_id), not_removed: result.not_removed.map((n) => n.snapshot_id) }, opts.signingKey);
   return result;
 }

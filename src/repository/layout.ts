@@ -8,6 +8,7 @@
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.<db>.pageindex
  *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json        generation.json also lists the replicas copy linked
  *   tenants/<tenant>/agents/<agent>/generations/<n, 16 digits>.json  the generation log: one entry per generation issued, never rewritten
+ *   tenants/<tenant>/agents/<agent>/catalog.json                      signed: what a listing prints of its snapshots (repository/catalog.ts)
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
  *   tenants/<tenant>/agents/<agent>/locks/<name>/<token>.lease        a lease's grants (agentbak < 0.2 wrote locks/<name>.lock)
  *   tenants/<tenant>/agents/<agent>/audit.jsonl, drills/report.jsonl
@@ -58,6 +59,7 @@ export const keys = {
   /** the agent's generation log: one create-only object per issued generation (repository/genlog.ts), as a listing prefix */
   generationLog: (a: AgentRef) => `${agentDir(a)}/generations/`,
   generationEntry: (a: AgentRef, n: number) => `${agentDir(a)}/generations/${String(n).padStart(16, "0")}.json`,
+  catalog: (a: AgentRef) => `${agentDir(a)}/catalog.json`,
   idempotency: (a: AgentRef, kind: "backup" | "restore" | "request", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
   /** the folder of an agent's idempotency records of one kind, as a listing prefix */
   idempotencyRecords: (a: AgentRef, kind: "backup" | "restore" | "request") => `${agentDir(a)}/idempotency/${kind}-`,

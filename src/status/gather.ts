@@ -12,6 +12,7 @@ import { verifyChainText } from "../crypto/chainlog.js";
 import { NS } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { parseDuration } from "../duration.js";
+import { mapLimit } from "../limit.js";
 import { AgentbakError, Exit } from "../errors.js";
 import type { AgentRef } from "../facts.js";
 import type { CatalogEntry, Repository } from "../repository/repository.js";
@@ -125,14 +126,17 @@ export function mergeReports(reports: StatusReport[], now = new Date()): StatusR
 /** Gathers the status of `targets` (and, with `all`, every agent in the repository). @throws AgentbakError as listing the repository does (10, 13). */
 export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
   const now = i.now ?? new Date();
-  const listed = (await i.repo.list(i.trust, {}, now)).map((e) => e as CatalogEntry);
+  // every agent's from the catalog records; named agents' alone from their own folders
+  const listed = i.all ? await i.repo.entries(i.trust, {}, now) : (await mapLimit(i.targets, 8, (t) => i.repo.entries(i.trust, { tenant: t.tenant, agent: t.agent }, now))).flat();
   const targets = [...i.targets];
   if (i.all)
     for (const e of listed)
       if (e.tenant && !targets.some((t) => t.tenant === e.tenant && t.agent === e.agent_id)) targets.push({ tenant: e.tenant, agent: e.agent_id, fullEvery: null });
   targets.sort((x, y) => key({ tenant: x.tenant, agent_id: x.agent }).localeCompare(key({ tenant: y.tenant, agent_id: y.agent })));
-  const agents: AgentStatus[] = [];
-  for (const t of targets) agents.push(await agentStatus(i, t, listed.filter((e) => e.tenant === t.tenant && e.agent_id === t.agent), now));
+  const byAgent = new Map<string, CatalogEntry[]>();
+  for (const e of listed) byAgent.set(key(e), [...(byAgent.get(key(e)) ?? []), e]);
+  // each agent's records (drill report, requests, audit log) are a few reads of its own: 64 agents at once
+  const agents = await mapLimit(targets, 64, (t) => agentStatus(i, t, byAgent.get(key({ tenant: t.tenant, agent_id: t.agent })) ?? [], now));
   const states = agents.map((a) => a.state);
   return {
     at: now.toISOString(),

@@ -175,6 +175,20 @@ export class LocalStore implements ObjectStore {
     return out.sort();
   }
 
+  async folders(prefix: string): Promise<string[]> {
+    const dirKey = prefix.replace(/\/$/, "");
+    let entries;
+    try {
+      entries = readdirSync(dirKey ? this.path(dirKey) : this.root, { withFileTypes: true });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT" && (e as NodeJS.ErrnoException).code !== "ENOTDIR") throw e;
+      this.present();
+      return [];
+    }
+    // the store's own temp folder is no folder of keys
+    return entries.filter((e) => e.isDirectory() && !e.name.startsWith(".tmp-") && (dirKey || e.name !== TMP)).map((e) => e.name).sort();
+  }
+
   async delete(key: string): Promise<boolean> {
     rmSync(this.path(key), { force: true });
     return true;

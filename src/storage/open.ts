@@ -8,6 +8,12 @@ import type { ObjectStore } from "./store.js";
  * @throws AgentbakError(2) for another URL scheme, or credentials in the URL.
  */
 export async function openStore(location: string, opts: { create?: boolean } = {}): Promise<ObjectStore> {
+  const store = await open(location, opts);
+  const file = process.env.AGENTBAK_STORE_COUNTS;
+  return file ? (await import("./counting.js")).counting(store, file) : store;
+}
+
+async function open(location: string, opts: { create?: boolean }): Promise<ObjectStore> {
   // credentials in a repository URL would be echoed by every message naming the repository: refused unshown
   if (isUrl(location) && /^[a-z][a-z0-9+.-]*:\/\/[^/]*@/i.test(location))
     throw usageError("a repository URL must not hold credentials (user:secret@): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead (the URL given is not shown)");

@@ -218,6 +218,22 @@ export class S3Store implements ObjectStore {
     return out;
   }
 
+  async folders(prefix: string): Promise<string[]> {
+    const out: string[] = [];
+    let token: string | undefined;
+    do {
+      let r;
+      try {
+        r = await this.client.send(new this.sdk.ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.k(prefix), Delimiter: "/", ContinuationToken: token, MaxKeys: 1000 }));
+      } catch (e) {
+        throw this.fail("list", prefix, e);
+      }
+      for (const p of r.CommonPrefixes ?? []) if (p.Prefix) out.push(p.Prefix.slice(this.k(prefix).length).replace(/\/$/, ""));
+      token = r.IsTruncated ? r.NextContinuationToken : undefined;
+    } while (token);
+    return out.sort();
+  }
+
   async append(key: string, line: string): Promise<void> {
     // objects can not be appended to: read and rewrite (callers serialise appends with a lock)
     const cur = await this.get(key);

@@ -47,6 +47,11 @@ export interface ObjectStore {
    * the bytes of its newest kept version. A store without versions has none.
    */
   hidden(prefix: string): Promise<Map<string, Buffer>>;
+  /**
+   * The names of the folders directly under `prefix` (a prefix ending in "/"): the next segment of every
+   * key below it that has more segments, sorted (S3: one LIST with delimiter "/" per 1,000 names).
+   */
+  folders(prefix: string): Promise<string[]>;
   /** Deletes; @returns false when retention (Object Lock) refused it. Missing objects are not an error. */
   delete(key: string): Promise<boolean>;
   /**

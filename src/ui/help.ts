@@ -22,6 +22,7 @@ export const ENVIRONMENT: [name: string, meaning: string][] = [
   ["AGENTBAK_HOST_ID", "this host's name in leases (default the hostname; hosts sharing a repository need distinct names)"],
   ["AGENTBAK_LEASE_SECONDS", "how long a repository lease lasts without renewal (default 60)"],
   ["AGENTBAK_DEBUG", "1: print where an error came from (its stack), for a bug report"],
+  ["AGENTBAK_STORE_COUNTS", "a file: at exit, append one JSON line per repository store with its requests by operation and bytes written"],
   ["NO_COLOR, FORCE_COLOR", "colour off, on; --no-color beats both"],
 ];
 

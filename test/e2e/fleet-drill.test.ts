@@ -2,8 +2,8 @@
 // (real SQLite files, real git workspaces, real backups), one of them planted unrecoverable (bytes of its bundle's
 // payload flipped). A seed that samples it fails (15) and lowers the bound to the exact Clopper–Pearson figure for
 // those counts; a seed that misses it passes (0); the seed is reported and replays the same picks; the signed
-// fleet entry, JUnit and GET /metrics carry the figure.
-import { mkdirSync, openSync, readFileSync, readdirSync, readSync, statSync, writeSync, closeSync } from "node:fs";
+// fleet entry, JUnit and GET /metrics carry the figure. Against a folder, and (project s3) a bucket on the Ceph gateway.
+import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // @ts-expect-error plain JS fixture
@@ -42,18 +42,17 @@ beforeAll(async () => {
       }),
     );
   // the planted agent: bytes in the middle of its bundle flipped (the header still verifies, so it is listed; restoring it fails)
-  const snaps = join(a.repo, "tenants/acme/agents", PLANTED, "snapshots");
-  const bundle = join(snaps, readdirSync(snaps).find((f) => f.endsWith(".agentbak"))!);
-  const fd = openSync(bundle, "r+");
-  const at = Math.floor(statSync(bundle).size * 0.7);
-  const buf = Buffer.alloc(64);
-  readSync(fd, buf, 0, 64, at);
-  writeSync(fd, buf.map((b) => b ^ 0xff), 0, 64, at);
-  closeSync(fd);
+  const store = await a.store();
+  const snaps = `tenants/acme/agents/${PLANTED}/snapshots/`;
+  const bundle = (await store.list(snaps)).find((k: string) => k.endsWith(".agentbak"))!;
+  const bytes: Buffer = await store.get(bundle);
+  const at = Math.floor(bytes.length * 0.7);
+  for (let i = at; i < at + 64; i++) bytes[i] = bytes[i]! ^ 0xff;
+  await store.put(bundle, bytes);
 }, 120_000);
 afterAll(() => a?.cleanup());
 
-describe.skipIf(STORE !== "local")("agentbak drill --fleet --sample K", () => {
+describe(`agentbak drill --fleet --sample K (${STORE === "s3" ? "a bucket on the Ceph gateway" : "a folder"})`, () => {
   let hit: any;
   let miss: any;
   it("a seed that samples the planted agent fails (15), names it, and reports the exact bound for 2 of 3", async () => {
@@ -105,11 +104,12 @@ describe.skipIf(STORE !== "local")("agentbak drill --fleet --sample K", () => {
   }, 60_000);
 
   it("appends signed fleet entries that verify, and GET /metrics shows the last figure", async () => {
-    const text = readFileSync(join(a.repo, "fleet/drills/report.jsonl"), "utf8").trim().split("\n");
+    const report = await a.file(`${a.repo}/fleet/drills/report.jsonl`);
+    const text = readFileSync(report, "utf8").trim().split("\n");
     const last = JSON.parse(text.at(-1)!);
     expect(last).toMatchObject({ kind: "fleet", seed: expect.any(String), drilled: expect.any(Number) });
     expect(JSON.parse(text[0]!)).toMatchObject({ kind: "fleet", seed: HIT, result: "fail", lower_bound: hit.lower_bound });
-    expect(json(await a.run(["report", "verify", join(a.repo, "fleet/drills/report.jsonl"), "--json"])).entries).toBe(text.length);
+    expect(json(await a.run(["report", "verify", report, "--json"])).entries).toBe(text.length);
     // the fresh-seed run came last: drill MISS again so the figure /metrics shows is known
     expect((await drill(MISS)).code).toBe(0);
     const tok = (await makeToken(a, "acme", AGENTS[0]!, "read")).token;

@@ -3,31 +3,35 @@
 // and serving HTTP for all of them with per-agent tokens. Each gets a snapshot in the first round; in the next an
 // agent that did not change gets no snapshot and no lease grant (the unchanged check comes before the lease), one
 // that changed gets a new snapshot; SIGTERM stops it cleanly (exit 0). Then drill --fleet --host over the same file.
+// Against a folder, and (project s3) a bucket on the Ceph gateway.
 import { execa, type ResultPromise } from "execa";
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // @ts-expect-error plain JS fixture
 import { generateAgent } from "../../fixtures/agent/generate.js";
 import { api, makeToken } from "../agentapi-helpers.js";
-import { BIN, heldLeases, json, makeAgent, STORE, type TestAgent } from "../helpers.js";
+import { BIN, json, makeAgent, STORE, type TestAgent } from "../helpers.js";
 
 let a: TestAgent;
 const AGENTS = Array.from({ length: 5 }, (_, i) => `agent-${i + 1}`);
 const dirs = new Map<string, string>();
 const hostFile = () => join(a.tmp, "agentbak-host.json");
-const snapshots = (id: string) => {
-  const d = join(a.repo, "tenants/acme/agents", id, "snapshots");
-  return existsSync(d) ? readdirSync(d).filter((f) => f.endsWith(".commit")) : [];
-};
-const grants = (id: string) => {
-  const d = join(a.repo, "tenants/acme/agents", id, "locks/agent");
-  return existsSync(d) ? readdirSync(d).length : 0;
-};
-async function until(what: string, ok: () => boolean, ms: number): Promise<void> {
+// read through the store: the same checks for a folder and a bucket
+const keysUnder = async (prefix: string): Promise<string[]> => (await a.store()).list(prefix);
+const snapshots = async (id: string) => (await keysUnder(`tenants/acme/agents/${id}/snapshots/`)).filter((k) => k.endsWith(".commit")).map((k) => k.split("/").at(-1)!);
+const grants = async (id: string) => (await keysUnder(`tenants/acme/agents/${id}/locks/agent/`)).length;
+/** the agent's lease grants not marked released */
+async function held(id: string): Promise<string[]> {
+  const store = await a.store();
+  const out: string[] = [];
+  for (const k of await keysUnder(`tenants/acme/agents/${id}/locks/`)) if (k.endsWith(".lease") && JSON.parse(String(await store.get(k))).released !== true) out.push(k);
+  return out;
+}
+async function until(what: string, ok: () => boolean | Promise<boolean>, ms: number): Promise<void> {
   const end = Date.now() + ms;
-  while (!ok()) {
+  while (!(await ok())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 250));
   }
@@ -54,7 +58,7 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(() => a?.cleanup());
 
-describe.skipIf(STORE !== "local")("agentbak serve --host", () => {
+describe(`agentbak serve --host (${STORE === "s3" ? "a bucket on the Ceph gateway" : "a folder"})`, () => {
   let proc: ResultPromise;
   let err = "";
   it("backs up every agent in the first round and serves each with its own token and tier", async () => {
@@ -63,31 +67,31 @@ describe.skipIf(STORE !== "local")("agentbak serve --host", () => {
     await until("the server", () => /agent interface on http/.test(err), 30_000);
     const url = err.match(/agent interface on (http:\/\/127\.0\.0\.1:\d+)/)![1]!;
     await until("a backup of every agent", () => (err.match(/backup acme\/agent-\d: committed/g) ?? []).length === 5, 60_000);
-    for (const id of AGENTS) expect(snapshots(id), id).toHaveLength(1);
+    for (const id of AGENTS) expect(await snapshots(id), id).toHaveLength(1);
     // tokens per agent: agent-2's token reads agent-2 and nothing else; its host file tier (read) caps a checkpoint token
     const t2 = (await makeToken(a, "acme", "agent-2", "checkpoint")).token;
     const list = await api(url, t2, "GET", "/v1/snapshots");
     expect(list.status, JSON.stringify(list.body)).toBe(200);
-    const ids = (id: string) => snapshots(id).map((f) => f.replace(/\.commit$/, ""));
-    expect(list.body.snapshots.map((s: any) => s.snapshot_id)).toEqual(ids("agent-2"));
+    const ids = async (id: string) => (await snapshots(id)).map((f) => f.replace(/\.commit$/, ""));
+    expect(list.body.snapshots.map((s: any) => s.snapshot_id)).toEqual(await ids("agent-2"));
     expect((await api(url, t2, "POST", "/v1/backups", { body: {} })).status).toBe(403);
     const t1 = (await makeToken(a, "acme", "agent-1", "checkpoint")).token;
-    expect((await api(url, t1, "GET", "/v1/snapshots")).body.snapshots.map((s: any) => s.snapshot_id)).toEqual(ids("agent-1"));
+    expect((await api(url, t1, "GET", "/v1/snapshots")).body.snapshots.map((s: any) => s.snapshot_id)).toEqual(await ids("agent-1"));
   }, 120_000);
 
   it("the next round: an unchanged agent gets no snapshot and no lease grant; a changed one gets a snapshot", async () => {
-    const before = new Map(AGENTS.map((id) => [id, grants(id)]));
+    const before = new Map(await Promise.all(AGENTS.map(async (id) => [id, await grants(id)] as const)));
     const db = new Database(join(dirs.get("agent-4")!, "state", "agent.sqlite"));
     db.exec("CREATE TABLE IF NOT EXISTS touched (x); INSERT INTO touched VALUES (1)");
     db.close();
     // one full round (10 s) and a margin: agent-4 is captured again
-    await until("a second snapshot of agent-4", () => snapshots("agent-4").length === 2, 30_000);
+    await until("a second snapshot of agent-4", async () => (await snapshots("agent-4")).length === 2, 30_000);
     await new Promise((r) => setTimeout(r, 11_000));
     for (const id of AGENTS.filter((x) => x !== "agent-4")) {
-      expect(snapshots(id), id).toHaveLength(1);
-      expect(grants(id), id).toBe(before.get(id));
+      expect(await snapshots(id), id).toHaveLength(1);
+      expect(await grants(id), id).toBe(before.get(id));
     }
-    expect(grants("agent-4")).toBeGreaterThan(before.get("agent-4")!);
+    expect(await grants("agent-4")).toBeGreaterThan(before.get("agent-4")!);
   }, 90_000);
 
   it("SIGTERM stops it cleanly: exit 0, the in-flight work finished, no lease left held", async () => {
@@ -95,10 +99,7 @@ describe.skipIf(STORE !== "local")("agentbak serve --host", () => {
     const r = await proc;
     expect(r.exitCode, err).toBe(0);
     expect(err).toMatch(/SIGTERM: no new requests or backups/);
-    for (const id of AGENTS) {
-      const d = join(a.repo, "tenants/acme/agents", id, "locks");
-      expect(heldLeases(d), id).toEqual([]);
-    }
+    for (const id of AGENTS) expect(await held(id), id).toEqual([]);
   }, 60_000);
 
   it("a bad host file, or -c with --host, is refused with one line before anything starts (10, 2)", async () => {

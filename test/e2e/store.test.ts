@@ -64,6 +64,13 @@ describe.each(backends)("object store conformance: %s", (_name, make, skip) => {
     expect(keys.at(-1)).toBe("many/1004");
   });
 
+  it.skipIf(skip)("folders: the names directly under a prefix that hold keys, sorted; none under a missing one", async () => {
+    for (const k of ["f/b/x/1", "f/a/2", "f/a/y/3", "f/top", "fz/c/4"]) await s.put(k, "");
+    expect(await s.folders("f/")).toEqual(["a", "b"]);
+    expect(await s.folders("f/a/")).toEqual(["y"]);
+    expect(await s.folders("nothing/")).toEqual([]);
+  });
+
   it.skipIf(skip)("streaming upload and download of a large file (multipart on S3)", async () => {
     const f = join(tmp, `big-${Math.random()}`);
     const data = randomBytes(21 * 1024 * 1024);

@@ -1,0 +1,152 @@
+// The per-agent catalog record through the real binary, against a folder and (project s3) the Ceph gateway:
+// backups write it, `snapshots --all` lists from it (counted store requests: one LIST and one GET per agent, no
+// HEAD, no bundle read), and it is trusted only where the objects agree: a bundle deleted behind its back is named
+// missing, not listed ok; a deleted, edited or stale record is set aside and the listing equals the objects'; forget
+// rewrites it.
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+// @ts-expect-error plain JS fixture
+import { generateAgent } from "../../fixtures/agent/generate.js";
+import { json, makeAgent, type TestAgent } from "../helpers.js";
+
+let a: TestAgent;
+const AGENTS = ["billing-agent", "agent-2", "agent-3"];
+const cfg = (id: string) => (id === "billing-agent" ? a.config : join(a.tmp, id, "agentbak.json"));
+const catalogKey = (id: string) => `tenants/acme/agents/${id}/catalog.json`;
+const snapsDir = (id: string) => `tenants/acme/agents/${id}/snapshots`;
+let counter = 0;
+
+/** `snapshots --all --json` with the store's requests counted: the entries, and the requests by operation. */
+async function listAll(): Promise<{ entries: any[]; counts: Record<string, number> }> {
+  const file = join(a.tmp, `counts-${counter++}.jsonl`);
+  const r = await a.run(["snapshots", "--all", "--repo", a.repo, "--json"], { AGENTBAK_STORE_COUNTS: file });
+  expect(r.code, r.stderr).toBe(0);
+  const counts: Record<string, number> = {};
+  for (const line of readFileSync(file, "utf8").split("\n").filter(Boolean))
+    for (const [op, n] of Object.entries(JSON.parse(line).counts as Record<string, number>)) counts[op] = (counts[op] ?? 0) + n;
+  return { entries: json(r), counts };
+}
+
+/** The listing from the objects themselves: each agent listed alone (no catalog record is read for one agent). */
+async function fromObjects(): Promise<any[]> {
+  const out: any[] = [];
+  for (const id of [...AGENTS].sort()) {
+    const r = await a.run(["snapshots", "--repo", a.repo, "--tenant", "acme", "--agent", id, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    out.push(...json(r));
+  }
+  return out;
+}
+
+const change = (id: string) => {
+  const dir = id === "billing-agent" ? a.dir : join(a.tmp, id);
+  const db = new Database(join(dir, "state", "agent.sqlite"));
+  db.exec("CREATE TABLE IF NOT EXISTS touched (x); INSERT INTO touched VALUES (randomblob(64))");
+  db.close();
+};
+const backup = async (id: string) => {
+  const b = await a.run(["backup", "-c", cfg(id), "--json"]);
+  expect(b.code, b.stderr).toBe(0);
+  return json(b).snapshot_id as string;
+};
+
+beforeAll(async () => {
+  a = await makeAgent({ sizeMb: 0.2 });
+  for (const id of AGENTS.slice(1)) {
+    mkdirSync(join(a.tmp, id));
+    generateAgent(join(a.tmp, id), { recipient: a.recipient, sizeMb: 0.1, seed: AGENTS.indexOf(id) + 1, agentId: id, repository: a.repo });
+  }
+  for (const id of AGENTS) await backup(id);
+  change("billing-agent");
+  await backup("billing-agent");
+}, 120_000);
+afterAll(() => a?.cleanup());
+
+describe("the per-agent catalog record", () => {
+  it("backup writes a signed record per agent naming each committed snapshot; snapshots --all lists from it: a LIST and a GET per agent, no HEAD", async () => {
+    const store = await a.store();
+    for (const id of AGENTS) {
+      const rec = JSON.parse(String(await store.get(catalogKey(id))));
+      expect(rec.kind).toBe("agent-catalog");
+      expect(typeof rec.signature).toBe("string");
+      const commits = (await store.list(`${snapsDir(id)}/`)).filter((k: string) => k.endsWith(".commit")).map((k: string) => k.split("/").at(-1)!.replace(/\.commit$/, ""));
+      expect(rec.snapshots.map((s: any) => s.snapshot_id)).toEqual(commits);
+    }
+    const { entries, counts } = await listAll();
+    expect(entries).toEqual(await fromObjects());
+    expect(entries.map((e: any) => e.status)).toEqual(["ok", "ok", "ok", "ok"]);
+    expect(entries.filter((e: any) => e.agent_id === "billing-agent")).toHaveLength(2);
+    // the repository marker, then per agent its record; no snapshot's bundle is opened or even looked at
+    expect(counts.head ?? 0).toBe(0);
+    expect(counts.get).toBe(1 + AGENTS.length);
+    // folders of layout v1 and of tenants, the tenant's agents, and one LIST per agent's snapshots folder
+    expect(counts.list).toBe(3 + AGENTS.length);
+  });
+
+  it("a record that is missing, edited or not JSON is set aside: the agent is listed from its objects, the same listing", async () => {
+    const store = await a.store();
+    const want = await fromObjects();
+    const saved = await store.get(catalogKey("agent-2"));
+    await store.delete(catalogKey("agent-2"));
+    const rec = JSON.parse(String(await store.get(catalogKey("agent-3"))));
+    rec.snapshots[0].label = "forged"; // the signature no longer matches
+    await store.put(catalogKey("agent-3"), JSON.stringify(rec));
+    await store.put(catalogKey("billing-agent"), "{not json");
+    const { entries, counts } = await listAll();
+    expect(entries).toEqual(want);
+    expect(entries.some((e: any) => e.label === "forged")).toBe(false);
+    // the three agents were read from their objects: a HEAD per snapshot
+    expect(counts.head).toBeGreaterThanOrEqual(want.length);
+    // the next backup of each writes its record again
+    await store.put(catalogKey("agent-2"), saved);
+    for (const id of ["agent-3", "billing-agent"]) await backup(id);
+    const again = await listAll();
+    expect(again.counts.head ?? 0).toBe(0);
+    expect(again.entries).toEqual(await fromObjects());
+  }, 120_000);
+
+  it("a stale record (one snapshot behind the objects) is not trusted: the newer snapshot is listed", async () => {
+    const store = await a.store();
+    const old = await store.get(catalogKey("agent-2"));
+    change("agent-2");
+    const id = await backup("agent-2");
+    await store.put(catalogKey("agent-2"), old); // a genuine, signed record of before that backup
+    const { entries } = await listAll();
+    expect(entries.filter((e: any) => e.agent_id === "agent-2").map((e: any) => e.snapshot_id)).toContain(id);
+    expect(entries).toEqual(await fromObjects());
+  }, 60_000);
+
+  it("a bundle deleted behind the record's back is named missing, never listed ok", async () => {
+    const store = await a.store();
+    const victim = (await fromObjects()).find((e: any) => e.agent_id === "agent-3")!;
+    await store.delete(`${snapsDir("agent-3")}/${victim.snapshot_id}.agentbak`);
+    const { entries } = await listAll();
+    const e = entries.find((x: any) => x.snapshot_id === victim.snapshot_id);
+    expect(e.status).toBe("invalid");
+    expect(e.problem).toMatch(/committed but the bundle object is missing/);
+    expect(entries).toEqual(await fromObjects());
+  }, 60_000);
+
+  it("forget rewrites the record: the kept snapshots only, listed with no HEAD", async () => {
+    const f = await a.run(["forget", "-c", cfg("billing-agent"), "--keep-last", "1", "--json"]);
+    expect(f.code, f.stderr).toBe(0);
+    const kept = json(f).kept.map((k: any) => k.snapshot_id);
+    expect(json(f).removed.length).toBeGreaterThan(0);
+    const rec = JSON.parse(String(await (await a.store()).get(catalogKey("billing-agent"))));
+    expect(rec.snapshots.map((s: any) => s.snapshot_id)).toEqual(kept);
+    // agent-2's record is still the stale one put back and agent-3's still names the deleted bundle: those two
+    // are read from their objects (a HEAD per bundle there), billing-agent from its record alone
+    const { entries, counts } = await listAll();
+    expect(entries.filter((e: any) => e.agent_id === "billing-agent").map((e: any) => e.snapshot_id)).toEqual(kept);
+    expect(counts.head ?? 0).toBe(entries.filter((e: any) => e.agent_id !== "billing-agent" && !/bundle object is missing/.test(e.problem ?? "")).length);
+    expect(entries).toEqual(await fromObjects());
+  }, 60_000);
+
+  it("--all with --agent is refused (2)", async () => {
+    const r = await a.run(["snapshots", "--all", "--agent", "x", "--repo", a.repo]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--all lists every agent: pass --all or --agent, not both/);
+  });
+});
