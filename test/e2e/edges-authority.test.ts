@@ -4,6 +4,7 @@
 // Everything through the real binary, with real repositories, a second host's AGENTBAK_HOME and an
 // MCP server for the agent's requests.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execa } from "execa";
 import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -290,6 +291,23 @@ describe("[E7] the audit log can be verified", () => {
       (l) => [l[1]!, l[0]!, ...l.slice(2)],
       async () => named(await verify(), /entry 0 \(line 1\): index is 1, expected 0/),
     );
+  });
+
+  it("[E7] the log replaced by a FIFO, or by a link to /dev/zero, is damage named (13) at once, not a usage error (2) or a hang", async () => {
+    const saved = readFileSync(log);
+    try {
+      for (const plant of [["mkfifo", log], ["ln", "-s", "/dev/zero", log]]) {
+        rmSync(log, { force: true });
+        await execa(plant[0]!, plant.slice(1));
+        const r = await verify();
+        expect(r.code, r.stderr).toBe(13);
+        expect(r.stderr).toMatch(/object tenants\/acme\/agents\/billing-agent\/audit\.jsonl in .* is damaged: it is (a FIFO|a device)/);
+      }
+    } finally {
+      rmSync(log, { force: true });
+      writeFileSync(log, saved);
+    }
+    expect((await verify()).code).toBe(0);
   });
 
   it("[E7] entries cut off the end are found by the signed head record (13)", async () => {

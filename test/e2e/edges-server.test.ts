@@ -465,6 +465,27 @@ describe.skipIf(!endpoint)("[E10] the spool: a damaged bundle is set aside, the 
     expect(json(listed).map((e: { snapshot_id: string }) => e.snapshot_id)).not.toContain(foreign);
   });
 
+  it("[E10] a spooled bundle replaced by a FIFO (or a link to /dev/zero) is set aside, named, and flush ends in seconds: the later ones upload", async () => {
+    for (const plant of [(f: string) => execa("mkfifo", [f]), (f: string) => execa("ln", ["-s", "/dev/zero", f])]) {
+      const ids = await offline(3);
+      const victim = ids[0]!;
+      const file = join(spoolRoot(), SNAPS, `${victim}.agentbak`);
+      rmSync(file);
+      await plant(file);
+      // before the fix flush blocked for ever opening the FIFO (a synchronous read no signal could end)
+      const t0 = Date.now();
+      const f = await a.run(["flush", "--json"], up(), { timeout: 60_000 });
+      expect(Date.now() - t0).toBeLessThan(30_000);
+      expect(f.code, f.stderr).toBe(3);
+      const [res] = json(f);
+      expect(res.flushed).toEqual([ids[1], ids[2]]);
+      expect(res.quarantined).toEqual([{ snapshot_id: victim, problem: expect.stringContaining("bundle object is missing"), path: expect.stringMatching(/\.problem\.json$/) }]);
+      expect(existsSync(res.quarantined[0].path)).toBe(true);
+      expect(await remote()).not.toContain(victim);
+      expect(spooled()).toEqual([]);
+    }
+  });
+
   it("[E10] two flush runs at once both end 0; each spooled snapshot is uploaded exactly once", async () => {
     const ids = await offline(3);
     const [x, y] = await Promise.all([a.run(["flush", "--json"], up()), a.run(["flush", "--json"], up())]);
