@@ -27,6 +27,7 @@ async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: stri
   const skipDirs = repoDir && isInside(repoDir, live) && repoDir !== live ? [relative(live, repoDir).split(sep).join("/")] : [];
   const cap = await captureWorkspace(live, cfg.uncommitted, wsDir, { skipDirs, skip: (rel) => s.leaveOut(join(live, rel), rel) });
   s.notCaptured.push(...cap.skipped.map((x) => ({ ...x, path: `${target}/${x.path}` })));
+  for (const f of cap.notUtf8) s.warnings.push(`workspace: ${target}/${f}: its name is not UTF-8 (shown with U+FFFD): not captured`);
   const staged: StagedFile[] = [{ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile }];
   if (cap.patchFile) staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
   // prove the capture reproduces the tree before trusting it

@@ -126,6 +126,20 @@ describe("[E2] names are data: a file name with ESC, a bidi control, a space or 
       rmSync(good);
     }
   }, 120_000);
+
+  it("[E2] an untracked workspace file whose name is not UTF-8: named in a warning (exit 3), escaped, never dropped unsaid (it was exit 0 and the restore lacked it)", async () => {
+    const bad = Buffer.concat([Buffer.from(join(a.dir, "workspace", "ws")), Buffer.from([0xff, 0x1b]), Buffer.from("[2J.txt")]);
+    writeFileSync(bad, "draft");
+    try {
+      const b = await a.run(["backup", "--json"]);
+      expect(b.code, b.stderr).toBe(3);
+      expect(b.stderr).toContain("warning: workspace: workspace/ws\ufffd\\x1b[2J.txt: its name is not UTF-8 (shown with U+FFFD): not captured");
+      expect(b.stderr).not.toContain("\x1b");
+    } finally {
+      rmSync(bad);
+    }
+    expect((await a.run(["backup", "--json"])).code).toBe(0);
+  }, 120_000);
 });
 
 describe("[E2] agent text in the drill's CI files is data, not markup", () => {
