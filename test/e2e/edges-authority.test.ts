@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { json, makeAgent, makeBucket, ROOT, type TestAgent } from "../helpers.js";
+import { json, makeAgent, makeBucket, ROOT, run, type TestAgent } from "../helpers.js";
 import { mcpStdio, tool } from "../agentapi-helpers.js";
 import { nextLine } from "../../dist/crypto/chainlog.js";
 import { generateSigningKey } from "../../dist/crypto/sshsig.js";
@@ -169,6 +169,25 @@ describe("[E6] an approval is one decision; requests and decisions are signed", 
     expect([0, 3], yes.stderr).toContain(yes.code);
     // the decision that stands is the first approval, for the target it named; the outcome is this attempt's
     expect(json(yes).request).toMatchObject({ status: "restored", decision: { target: busy }, outcome: { status: "restored", target: t("elsewhere") } });
+  });
+
+  it("[E6] an agent can not propose a relative target (it would land wherever the operator runs approve); an operator's relative --target is signed as the folder it names", async () => {
+    for (const target of ["../../restored-here", "restored", "./x"]) {
+      const r = await tool(agent, "request_restore", { snapshot: s2.snapshot_id, reason: "relative", target });
+      expect(r.isError, target).toBe(true);
+      expect(r.text).toMatch(/an absolute path \(a relative one would be resolved in the operator.s working folder\) at target/);
+      const p = await tool(agent, "plan_restore", { snapshot: s2.snapshot_id, target });
+      expect(p.isError, target).toBe(true);
+    }
+    expect(json(await a.run(["requests", "--all", "--json"])).filter((r: any) => r.reason === "relative")).toEqual([]);
+    // the operator's own --target, relative to where approve runs: the decision and outcome name the absolute folder
+    const id = await ask(s2.snapshot_id);
+    const cwd = t("ops");
+    mkdirSync(cwd);
+    const r = await run(["approve", id, "--target", "../rel-target", "--yes", "--json", "-c", a.config], { cwd, env: a.env });
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(json(r).request).toMatchObject({ decision: { target: t("rel-target") }, outcome: { status: "restored", target: t("rel-target") } });
+    expect(JSON.parse(readFileSync(file(id, ".decision"), "utf8")).target).toBe(t("rel-target"));
   });
 
   it("[E6] a request whose target was edited in the repository is refused (13) naming its file, by approve, requests and the agent interface", async () => {
