@@ -271,7 +271,9 @@ export class AgentService {
             expectAgent: a.agent,
             expectTenant: a.tenant,
           });
-          return { plan: r.plan, warnings: r.warnings };
+          // the agent learns its snapshot by id: where the bundle lies on the server's host is not its business
+          const { bundle: _onServer, ...plan } = r.plan;
+          return { plan, warnings: r.warnings };
         } finally {
           bundle.release();
         }

@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { BIN, closedPort, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
-import { api, makeToken, mcpStdio, startServer, tool, type Server } from "../agentapi-helpers.js";
+import { api, makeToken, mcpHttp, mcpStdio, startServer, tool, type Server } from "../agentapi-helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 
@@ -68,6 +68,19 @@ describe("[E1] a server never reports a lost checkpoint as committed (folder rep
     expect(first).toMatchObject({ status: "committed", status_url: `/v1/backups/${first.snapshot_id}` });
     expect(first).not.toHaveProperty("path");
     expect(JSON.stringify(first)).not.toContain(a.tmp);
+  });
+
+  it("[E1] plan_restore (MCP over HTTP) names the snapshot by id, never the bundle's path on the server", async () => {
+    const c = await mcpHttp(srv.url, cp.token);
+    try {
+      const p = await tool(c, "plan_restore", { snapshot: first.snapshot_id, target: join(a.tmp, "plan-only") });
+      expect(p.isError, p.text).toBe(false);
+      expect(p.data.plan).toMatchObject({ snapshot_id: first.snapshot_id });
+      expect(p.data.plan).not.toHaveProperty("bundle");
+      expect(JSON.stringify(p.data)).not.toContain(a.repo);
+    } finally {
+      await c.close();
+    }
   });
 
   it("[E1] a repository folder renamed under serve: 404 code 10 'repository not found', never 201, no folder re-created, no empty listing", async () => {
