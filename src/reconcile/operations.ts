@@ -156,6 +156,29 @@ export function stillOpen(ops: readonly { id: string | number | null; idempotenc
   return ops.map((o) => (rows.has(identity(o)) ? `still open in the restored database: openOperations.sql lists id ${JSON.stringify(o.id)}` : null));
 }
 
+/**
+ * The rows the open-operations query lists now in the restored database that are none of `ops` (the snapshot's):
+ * written into the restored state after the restore, never reconciled. Empty when the query can not run (stillOpen
+ * says so for the recorded ones) or no database is restored under its name.
+ */
+export function openSinceRestore(ops: readonly { id: string | number | null; idempotency_key: string }[], q: OpenOpsQuery, databases: Map<string, string>): { id: string | number | null; idempotency_key: string; kind: string | null }[] {
+  const file = databases.get(q.database);
+  if (!file) return [];
+  const known = new Set(ops.map(identity));
+  try {
+    const db = openDefensive(file);
+    try {
+      return openOperationRows(db, q.sql)
+        .filter((r) => !known.has(identity(r)))
+        .map((r) => ({ id: r.id, idempotency_key: r.idempotency_key, kind: r.kind ?? null }));
+    } finally {
+      db.close();
+    }
+  } catch {
+    return [];
+  }
+}
+
 /** An outcome that could not be written into the state: the agent would act on the old state, so a person decides. */
 function unresolve(r: OperationResult, why: string): void {
   r.resolved = false;
