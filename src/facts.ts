@@ -40,15 +40,20 @@ export const escapeUnsafe = (s: string): string =>
     return n <= 0xff ? `\\x${n.toString(16).padStart(2, "0")}` : `\\u${n.toString(16).padStart(4, "0")}`;
   });
 
-/** The password of a URL (`scheme://user:PASSWORD@host`), up to the last `@` of its authority, anywhere in a text. */
-const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*):[^\s/?#]*@/gi;
+/**
+ * The password of a URL (`scheme://user:PASSWORD@host`), anywhere in a text: up to the `@` its host follows (the
+ * last `@` of the authority), so that a password holding `@`, or an unencoded `/`, `?` or `#`, is taken whole.
+ */
+// a port and a path (`host:8025/v1/users/bob@example.com`) is no password
+const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*):(?!\d+[/?#])\S*?@(?=[^\s@/?#]*(?:[/?#\s]|$))/gi;
+/** A password given as a parameter: `?password=` in a URL's query, libpq's `password=` (quoted or not) in a `key=value` string. */
+const PARAM_PASSWORD = /\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'"]+)/gi;
 
 /**
- * `text` with the password of every URL in it replaced by `***`: what
- * agentbak echoes (an error, a plan, a receipt, a log line) never carries a
- * connection's password.
+ * `text` with the password of every URL in it, and every `password=` parameter, replaced by `***`: what
+ * agentbak echoes (an error, a plan, a receipt, a log line) never carries a connection's password.
  */
-export const redactUrls = (text: string): string => text.replace(URL_PASSWORD, "$1:***@");
+export const redactUrls = (text: string): string => text.replace(URL_PASSWORD, "$1:***@").replace(PARAM_PASSWORD, "$1***");
 
 /** One agent of one tenant: what sequences, locks, logs and trusted state are kept per. */
 export interface AgentRef {

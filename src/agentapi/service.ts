@@ -5,7 +5,7 @@
  * and agent, and written to that agent's audit log. The MCP tools and the
  * HTTP routes are thin adapters over it. No operation deletes or restores.
  */
-import { basename, dirname, join } from "node:path";
+import { basename, dirname, isAbsolute, join } from "node:path";
 import * as z from "zod";
 import { verifyChain } from "../bundle/chain.js";
 import { verifyBundle } from "../bundle/reader.js";
@@ -61,6 +61,8 @@ const snapshotRef = z
 const key = z.string().min(1).max(200).regex(/^[\x21-\x7e]+$/, "printable ASCII without spaces");
 /** Text a person reads later (in a listing, at an approval prompt) is refused when it holds a character that could steer a terminal. */
 const readable = [(s: string) => !hasUnsafeText(s), "no control characters, escape sequences or Unicode bidi/format controls"] as const;
+/** A folder the agent names on the operator's host: absolute, since a relative one would mean wherever the operator happens to run approve. */
+const absolute = [(s: string) => isAbsolute(s), "an absolute path (a relative one would be resolved in the operator's working folder)"] as const;
 
 /**
  * Input schemas of the operations (MCP input schemas and HTTP bodies are built from these). Strict: a field
@@ -78,12 +80,12 @@ export const INPUTS = {
   verify_snapshot: z.strictObject({ snapshot: snapshotRef }),
   plan_restore: z.strictObject({
     snapshot: snapshotRef,
-    target: z.string().min(1).max(4096).optional().describe("folder the restore would write (default: <agent folder>-restored)"),
+    target: z.string().min(1).max(4096).refine(...absolute).optional().describe("folder the restore would write, absolute (default: <agent folder>-restored)"),
   }),
   request_restore: z.strictObject({
     snapshot: snapshotRef,
     reason: z.string().min(1).max(1000).refine(...readable).describe("why the agent asks; the operator reads it"),
-    target: z.string().min(1).max(4096).refine(...readable).optional().describe("folder proposed for the restore; the operator may choose another"),
+    target: z.string().min(1).max(4096).refine(...readable).refine(...absolute).optional().describe("folder proposed for the restore, absolute; the operator may choose another"),
     idempotency_key: key.optional().describe("the same key again returns the first request"),
   }),
   get_restore_request: z.strictObject({ request_id: z.string().regex(REQUEST_ID, "a restore request id (req-...)") }),
@@ -272,7 +274,9 @@ export class AgentService {
             expectAgent: a.agent,
             expectTenant: a.tenant,
           });
-          return { plan: r.plan, warnings: r.warnings };
+          // the agent learns its snapshot by id: where the bundle lies on the server's host is not its business
+          const { bundle: _onServer, ...plan } = r.plan;
+          return { plan, warnings: r.warnings };
         } finally {
           bundle.release();
         }

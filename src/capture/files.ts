@@ -20,7 +20,12 @@ import { credentialFiles, type CaptureScope } from "./scope.js";
 export interface ListedFile {
   pattern: string;
   file: string;
+  /** why it can not be captured (a name that is not UTF-8): the backup warns instead of failing */
+  problem?: string;
 }
+
+/** U+FFFD, what a file name's bytes that are not UTF-8 read as: such a name can not be opened again by the name read. */
+const NOT_UTF8 = "\uFFFD";
 
 /**
  * Every file the `files` patterns name now, in pattern order, credential files included (the capture records
@@ -30,13 +35,13 @@ export interface ListedFile {
 export function listFiles(lc: LoadedConfig, repoDir: string | null): ListedFile[] {
   const reserved = reservedPaths(lc, repoDir);
   const realRoot = realpathSync(lc.dir);
-  return lc.config.files.flatMap((pattern) => expandFiles(lc, pattern, reserved, realRoot).map((file) => ({ pattern, file })));
+  return lc.config.files.flatMap((pattern) => expandFiles(lc, pattern, reserved, realRoot).map((f) => ({ pattern, ...f })));
 }
 
 /** The listed files without credential files (never read here): what the unchanged check fingerprints. */
 export function readableFiles(lc: LoadedConfig, listed: ListedFile[]): string[] {
   const credentials = credentialFiles(lc);
-  return listed.map((l) => l.file).filter((f) => !credentials.has(f) && !credentials.has(realpathSync(f)));
+  return listed.filter((l) => !l.problem).map((l) => l.file).filter((f) => !credentials.has(f) && !credentials.has(realpathSync(f)));
 }
 
 /** Paths a `files` entry may never take, and what each is. */
@@ -75,18 +80,23 @@ function reservedBy(p: string, r: Reserved): string | null {
  * folder (through a symbolic link, to a file or a folder).
  * @throws AgentbakError(2) as above, (10) for a literal path that does not exist.
  */
-function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, realRoot: string): string[] {
+function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, realRoot: string): { file: string; problem?: string }[] {
   const literal = !isDynamicPattern(pattern);
   const found = literal
     ? [lc.resolve(pattern)]
     : // links are followed, so that every match is judged by where it really is (below)
       globSync(pattern, { cwd: lc.dir, absolute: true, onlyFiles: true, dot: true, followSymbolicLinks: true, ignore: ["**/.git/**", "**/node_modules/**"] }).map((f) => resolve(f)).sort();
-  const out: string[] = [];
+  const out: { file: string; problem?: string }[] = [];
   for (const f of found) {
     let real: string;
     try {
       real = realpathSync(f);
     } catch (e) {
+      // a name the agent made of bytes that are not UTF-8 is listed, but can not be opened by the name read: named, not a failed backup
+      if (!literal && (e as NodeJS.ErrnoException).code === "ENOENT" && f.includes(NOT_UTF8)) {
+        out.push({ file: f, problem: "its name is not UTF-8 (shown with U+FFFD): not captured" });
+        continue;
+      }
       throw wrap(e, `files: ${pattern}`);
     }
     const rel = relative(lc.dir, f).split(sep).join("/") || ".";
@@ -100,7 +110,7 @@ function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, real
     if (!isInside(real, realRoot)) throw usageError(`files: ${rel} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
     const why = reservedBy(f, reserved) ?? reservedBy(real, reserved);
     if (why && literal) throw usageError(`files: ${pattern} names ${why}; it is captured otherwise or never`);
-    if (!why) out.push(f);
+    if (!why) out.push({ file: f });
   }
   return out;
 }
@@ -125,9 +135,13 @@ const payloadPath = (rel: string): string => {
 export function captureFiles(s: CaptureScope, listed: ListedFile[] | null, repoDir: string | null = null): StagedFile[] {
   const { lc } = s;
   const out: StagedFile[] = [];
-  for (const { pattern, file: f } of listed ?? listFiles(lc, repoDir)) {
+  for (const { pattern, file: f, problem } of listed ?? listFiles(lc, repoDir)) {
     const rel = relative(lc.dir, f).split(sep).join("/");
     if (rel.startsWith("..")) throw usageError(`files: ${rel} is outside the config folder`);
+    if (problem) {
+      s.warnings.push(`files: ${rel}: ${problem}`);
+      continue;
+    }
     const path = payloadPath(rel);
     const why = s.leaveOut(f, rel) ?? s.leaveOut(realpathSync(f), rel);
     if (why) {

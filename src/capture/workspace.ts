@@ -28,6 +28,7 @@ async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: stri
   const leave = { credentials: s.credentialFiles, exclude: lc.config.secretScan.exclude };
   const cap = await captureProven(live, cfg.uncommitted, wsDir, join(s.staging, "ws-check"), { skipDirs, leave, scan: lc.config.secretScan.workspace !== "off" });
   s.notCaptured.push(...cap.skipped.map((x) => ({ ...x, path: `${target}/${x.path}` })));
+  for (const f of cap.notUtf8) s.warnings.push(`workspace: ${target}/${f}: its name is not UTF-8 (shown with U+FFFD): not captured`);
   const staged: StagedFile[] = [{ path: "workspace/repo.bundle", kind: "git-bundle", name: "workspace", file: cap.bundleFile }];
   if (cap.patchFile) staged.push({ path: "workspace/changes.patch", kind: "git-patch", name: "workspace", file: cap.patchFile });
   if (cap.changedMeanwhile) s.warnings.push("workspace changed while it was being captured; the bundle holds a consistent earlier state");

@@ -76,6 +76,10 @@ export function decide(strategy: Strategy, outcome: ProbeState): Resolution {
 
 const SQL_KEY = { completed: "onCompleted", retry: "onRetry", escalated: "onEscalate", unknown: null } as const;
 
+/** U+FFFD: what bytes that are not UTF-8 read as. A key holding it is not the key the agent sent, so no provider is asked about it. */
+const NOT_UTF8 = "\uFFFD";
+const NOT_ASKED: ProbeOutcome = { state: "unknown", receipt: null, detail: "its idempotency key holds U+FFFD (bytes that are not UTF-8 in the database): not the key the agent sent, never asked", attempts: 0 };
+
 /**
  * Probes every operation (one after the other, each idempotency key once),
  * then writes each outcome into the databases in `databases` (name ->
@@ -89,7 +93,7 @@ export async function reconcileOperations(ops: OpenOperation[], cfg: NonNullable
   const results: OperationResult[] = [];
   for (const op of ops) {
     let o = asked.get(op.idempotency_key);
-    if (!o) asked.set(op.idempotency_key, (o = await probeWithRetries(probe, op, cfg.attempts)));
+    if (!o) asked.set(op.idempotency_key, (o = op.idempotency_key.includes(NOT_UTF8) ? NOT_ASKED : await probeWithRetries(probe, op, cfg.attempts)));
     const resolution = decide(op.strategy, o.state);
     const sharing = ops.filter((x) => x.idempotency_key === op.idempotency_key).length;
     const detail = sharing > 1 ? `${o.detail}; key shared by ${sharing} open operations: asked once, each decided by the strictest strategy of theirs (${op.strategy})` : o.detail;
@@ -154,6 +158,29 @@ export function stillOpen(ops: readonly { id: string | number | null; idempotenc
     return ops.map(() => `the restored state could not be re-read: openOperations.sql failed: ${(e as Error).message}`);
   }
   return ops.map((o) => (rows.has(identity(o)) ? `still open in the restored database: openOperations.sql lists id ${JSON.stringify(o.id)}` : null));
+}
+
+/**
+ * The rows the open-operations query lists now in the restored database that are none of `ops` (the snapshot's):
+ * written into the restored state after the restore, never reconciled. Empty when the query can not run (stillOpen
+ * says so for the recorded ones) or no database is restored under its name.
+ */
+export function openSinceRestore(ops: readonly { id: string | number | null; idempotency_key: string }[], q: OpenOpsQuery, databases: Map<string, string>): { id: string | number | null; idempotency_key: string; kind: string | null }[] {
+  const file = databases.get(q.database);
+  if (!file) return [];
+  const known = new Set(ops.map(identity));
+  try {
+    const db = openDefensive(file);
+    try {
+      return openOperationRows(db, q.sql)
+        .filter((r) => !known.has(identity(r)))
+        .map((r) => ({ id: r.id, idempotency_key: r.idempotency_key, kind: r.kind ?? null }));
+    } finally {
+      db.close();
+    }
+  } catch {
+    return [];
+  }
 }
 
 /** An outcome that could not be written into the state: the agent would act on the old state, so a person decides. */

@@ -121,20 +121,24 @@ async function quarantine(spool: Repository, s: Snapshot, problem: string): Prom
   const a = { tenant: s.tenant!, agent: s.agent_id };
   const key = keys.quarantine(a, s.snapshot_id);
   const tmp = spool.store.tempDir("quarantine");
+  // no bundle to keep (gone, or a FIFO or device in its place, which the store never reads): the note is what is set aside
+  let kept = false;
   try {
     if (await spool.store.head(s.key)) {
       const file = join(tmp, `${s.snapshot_id}.agentbak`);
       await spool.store.download(s.key, file);
       await spool.store.upload(key, file);
+      kept = true;
     }
   } finally {
     removeTree(tmp);
   }
-  await spool.writeJson(keys.quarantineNote(a, s.snapshot_id), { snapshot_id: s.snapshot_id, problem, quarantined_at: new Date().toISOString() });
+  const note = keys.quarantineNote(a, s.snapshot_id);
+  await spool.writeJson(note, { snapshot_id: s.snapshot_id, problem, quarantined_at: new Date().toISOString() });
   for (const k of await spool.store.list(keys.idempotencyRecords(a, "backup")))
     if ((await spool.readJson<{ snapshot_id?: string }>(k))?.snapshot_id === s.snapshot_id) await spool.store.delete(k);
   await spool.remove(s);
-  return { snapshot_id: s.snapshot_id, problem, path: `${spool.location}/${key}` };
+  return { snapshot_id: s.snapshot_id, problem, path: `${spool.location}/${kept ? key : note}` };
 }
 
 /** Records in the spool that `receipt` was committed in the remote: its sequence and, with a key, the receipt. */

@@ -15,7 +15,7 @@ import type { LoadedConfig } from "../config/load.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, policyError, usageError } from "../errors.js";
-import { stillOpen, type OpenOperation, type OperationResult } from "../reconcile/operations.js";
+import { openSinceRestore, settleOperations, stillOpen, type OpenOperation, type OperationResult } from "../reconcile/operations.js";
 import { Repository } from "../repository/repository.js";
 import { unreachableWarning } from "../repository/generation.js";
 import { readTrustedState } from "../state/watermark.js";
@@ -72,11 +72,14 @@ const why = (r: OperationResult | null) =>
  * Why each of the target's open operations is still open in its restored database (null: it is not), whatever
  * any record says: the config's open-operations query, run again.
  */
-function openInState(t: Target, lc: LoadedConfig | undefined): (string | null)[] {
+function openInState(t: Target, lc: LoadedConfig | undefined): { recorded: (string | null)[]; since: Unresolved[] } {
   const { open_operations: ops, databases } = t.record;
   const q = lc?.config.openOperations;
-  if (!q || !databases) return ops.map(() => `the restored database was not re-read: ${q ? "the restore did not record its databases" : "no openOperations query in the config"}`);
-  return stillOpen(ops, q, new Map(databases.map((d) => [d.name, join(t.dir, d.path)])));
+  if (!q || !databases) return { recorded: ops.map(() => `the restored database was not re-read: ${q ? "the restore did not record its databases" : "no openOperations query in the config"}`), since: [] };
+  const files = new Map(databases.map((d) => [d.name, join(t.dir, d.path)]));
+  // a row the query lists that the snapshot did not (written into the restored state since): never reconciled
+  const since = settleOperations(openSinceRestore(ops, q, files), q).map((o) => ({ ...o, why: `listed by openOperations.sql in the restored database, not in the snapshot: never reconciled (id ${JSON.stringify(o.id)})` }));
+  return { recorded: stillOpen(ops, q, files), since };
 }
 
 /**
@@ -90,9 +93,10 @@ export async function activate(t: Target, o: ActivateOptions): Promise<ActivateR
   const results = readReconcileRecord(t)?.operations;
   const open = openInState(t, o.lc);
   const unresolved = operationStatus(rec.open_operations, results).flatMap((x, i) => {
-    const reason = x.result?.resolved ? open[i] : why(x.result);
+    const reason = x.result?.resolved ? open.recorded[i] : why(x.result);
     return reason ? [{ ...x.op, why: reason }] : [];
   });
+  unresolved.push(...open.since);
   const base = {
     target,
     agent_id: rec.agent_id,

@@ -16,6 +16,7 @@
  */
 import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
+import { resolve } from "node:path";
 import { hostname, userInfo } from "node:os";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
@@ -248,8 +249,9 @@ export interface ApproveOptions {
 export async function approveRequest(repo: Repository, a: AgentRef, id: string, o: ApproveOptions): Promise<{ request: RequestStatus; restore: RestoreResult }> {
   const { status: r, sha256 } = await readRequest(repo, o.trust, a, id);
   if (r.status === "denied") throw policyError(`restore request ${id} was denied by ${r.decision!.by} at ${r.decision!.at}: ${r.decision!.reason}`);
-  const target = o.target ?? r.target;
-  if (!target) throw usageError(`restore request ${id} names no target folder: pass --target DIR`);
+  if (!o.target && !r.target) throw usageError(`restore request ${id} names no target folder: pass --target DIR`);
+  // the signed decision and outcome name the folder itself, never a path relative to where approve ran
+  const target = resolve((o.target ?? r.target)!);
   const s: Snapshot | undefined = (await repo.list(o.trust, a)).find((e) => e.snapshot_id === r.snapshot_id);
   if (!s) throw notFound(`snapshot ${r.snapshot_id} of restore request ${id} is no longer in ${repo.location}`);
   const bundle = await repo.open(s, o.trust);

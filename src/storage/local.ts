@@ -9,11 +9,11 @@
  * process is "not found" (10) at the next write or listing, never begun again
  * as an empty tree where it was.
  */
-import { appendFileSync, closeSync, copyFileSync, existsSync, linkSync, openSync, readdirSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
+import { appendFileSync, closeSync, copyFileSync, existsSync, linkSync, readdirSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
 import { dirname, join, resolve, sep } from "node:path";
 import { tmpdir } from "node:os";
-import { type AgentbakError, notFound } from "../errors.js";
-import { atPath, createFileExclusive, ensureDir, fsyncDir, fsyncPath, pidDir, sweepDead, tempSibling, writeFileAtomic, readFileRegular } from "../fsutil.js";
+import { type AgentbakError, notFound, verifyError } from "../errors.js";
+import { atPath, createFileExclusive, ensureDir, fsyncDir, fsyncPath, pidDir, sweepDead, tempSibling, writeFileAtomic, readFileRegular, openRegular } from "../fsutil.js";
 import { checkKey, type ObjectStore } from "./store.js";
 
 const TMP = "tmp";
@@ -37,6 +37,14 @@ export class LocalStore implements ObjectStore {
 
   private missing(key: string): AgentbakError {
     return notFound(`object ${key} not found in ${this.root}`);
+  }
+
+  /**
+   * Whether the object at `p` is a regular file. A FIFO, device, socket or folder in its place (or a link to
+   * one) is no object: list() never names it, and opening it would block forever or never end.
+   */
+  private static regular(p: string): boolean {
+    return statSync(p, { throwIfNoEntry: false })?.isFile() === true;
   }
 
   /** @throws AgentbakError(10) when the folder is gone (or is no folder): nothing is written where it was. */
@@ -109,7 +117,10 @@ export class LocalStore implements ObjectStore {
     try {
       return atPath(p, () => readFileRegular(p));
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT") return null;
+      // a record of the repository replaced by a FIFO or a device is damage, not the caller's mistake
+      if (code === "ENOTREG" || code === "EISDIR") throw verifyError(`object ${key} in ${this.root} is damaged: ${(e as Error).message.replace(/^.* is /, "it is ")}`);
       throw e;
     }
   }
@@ -118,9 +129,10 @@ export class LocalStore implements ObjectStore {
     const p = this.path(key);
     let fd: number;
     try {
-      fd = openSync(p, "r");
+      fd = openRegular(p);
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === "ENOENT") throw this.missing(key);
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTREG" || code === "EISDIR") throw this.missing(key);
       throw e;
     }
     try {
@@ -134,19 +146,20 @@ export class LocalStore implements ObjectStore {
 
   async download(key: string, file: string): Promise<void> {
     const p = this.path(key);
-    if (!existsSync(p)) throw this.missing(key);
+    if (!LocalStore.regular(p)) throw this.missing(key);
     atPath(p, () => copyFileSync(p, file, 1 /* COPYFILE_EXCL */));
   }
 
   async localPath(key: string): Promise<string> {
     const p = this.path(key);
-    if (!existsSync(p)) throw this.missing(key);
+    if (!LocalStore.regular(p)) throw this.missing(key);
     return p;
   }
 
   async head(key: string): Promise<{ size: number; mtimeMs: number; etag: string } | null> {
     try {
       const st = statSync(this.path(key));
+      if (!st.isFile()) return null;
       return { size: st.size, mtimeMs: st.mtimeMs, etag: `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}` };
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
 import { api, makeToken, mcpHttp, startServer, tool, type Server } from "../agentapi-helpers.js";
@@ -104,6 +104,41 @@ describe("[E2] names are data: a file name with ESC, a bidi control, a space or 
     expect([0, 3], r.stderr).toContain(r.code);
     for (const [i, n] of names.entries()) expect(readFileSync(join(target, "memory", n), "utf8")).toBe(JSON.stringify({ i }));
     expect(readdirSync(join(target, "memory")).sort()).toEqual(readdirSync(join(a.dir, "memory")).sort());
+  }, 120_000);
+
+  it("[E2] a files name whose bytes are not UTF-8 (0xff, then ESC[2J): the backup commits with a warning naming it escaped (exit 3), not 'not found' (10); the other files are captured", async () => {
+    const bad = Buffer.concat([Buffer.from(join(a.dir, "memory", "bad")), Buffer.from([0xff, 0x1b]), Buffer.from("[2J.json")]);
+    const good = join(a.dir, "memory", "good-\u0085nel.json");
+    writeFileSync(bad, "{}");
+    writeFileSync(good, '{"n":1}');
+    try {
+      const b = await a.run(["backup", "--json"]);
+      expect(b.code, b.stderr).toBe(3);
+      expect(b.stderr).toContain("warning: files: memory/bad\ufffd\\x1b[2J.json: its name is not UTF-8 (shown with U+FFFD): not captured");
+      expect(b.stderr).not.toContain("\x1b");
+      expect(json(b).warnings).toContain("files: memory/bad\ufffd\x1b[2J.json: its name is not UTF-8 (shown with U+FFFD): not captured");
+      const target = join(a.tmp, "not-utf8-target");
+      const r = await a.run(["restore", json(b).snapshot_id, "--target", target, "--yes"]);
+      expect([0, 3], r.stderr).toContain(r.code);
+      expect(readFileSync(join(target, "memory", "good-\u0085nel.json"), "utf8")).toBe('{"n":1}');
+    } finally {
+      rmSync(bad);
+      rmSync(good);
+    }
+  }, 120_000);
+
+  it("[E2] an untracked workspace file whose name is not UTF-8: named in a warning (exit 3), escaped, never dropped unsaid (it was exit 0 and the restore lacked it)", async () => {
+    const bad = Buffer.concat([Buffer.from(join(a.dir, "workspace", "ws")), Buffer.from([0xff, 0x1b]), Buffer.from("[2J.txt")]);
+    writeFileSync(bad, "draft");
+    try {
+      const b = await a.run(["backup", "--json"]);
+      expect(b.code, b.stderr).toBe(3);
+      expect(b.stderr).toContain("warning: workspace: workspace/ws\ufffd\\x1b[2J.txt: its name is not UTF-8 (shown with U+FFFD): not captured");
+      expect(b.stderr).not.toContain("\x1b");
+    } finally {
+      rmSync(bad);
+    }
+    expect((await a.run(["backup", "--json"])).code).toBe(0);
   }, 120_000);
 });
 

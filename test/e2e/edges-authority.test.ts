@@ -4,11 +4,12 @@
 // Everything through the real binary, with real repositories, a second host's AGENTBAK_HOME and an
 // MCP server for the agent's requests.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execa } from "execa";
 import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { json, makeAgent, makeBucket, ROOT, storeAt, type TestAgent } from "../helpers.js";
+import { json, makeAgent, makeBucket, ROOT, run, storeAt, type TestAgent } from "../helpers.js";
 import { mcpStdio, tool } from "../agentapi-helpers.js";
 import { nextLine } from "../../dist/crypto/chainlog.js";
 import { generateSigningKey } from "../../dist/crypto/sshsig.js";
@@ -322,6 +323,25 @@ describe("[E6] an approval is one decision; requests and decisions are signed", 
     expect(json(yes).request).toMatchObject({ status: "restored", decision: { target: busy }, outcome: { status: "restored", target: t("elsewhere") } });
   });
 
+  it("[E6] an agent can not propose a relative target (it would land wherever the operator runs approve); an operator's relative --target is signed as the folder it names", async () => {
+    for (const target of ["../../restored-here", "restored", "./x"]) {
+      const r = await tool(agent, "request_restore", { snapshot: s2.snapshot_id, reason: "relative", target });
+      expect(r.isError, target).toBe(true);
+      expect(r.text).toMatch(/an absolute path \(a relative one would be resolved in the operator.s working folder\) at target/);
+      const p = await tool(agent, "plan_restore", { snapshot: s2.snapshot_id, target });
+      expect(p.isError, target).toBe(true);
+    }
+    expect(json(await a.run(["requests", "--all", "--json"])).filter((r: any) => r.reason === "relative")).toEqual([]);
+    // the operator's own --target, relative to where approve runs: the decision and outcome name the absolute folder
+    const id = await ask(s2.snapshot_id);
+    const cwd = t("ops");
+    mkdirSync(cwd);
+    const r = await run(["approve", id, "--target", "../rel-target", "--yes", "--json", "-c", a.config], { cwd, env: a.env });
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(json(r).request).toMatchObject({ decision: { target: t("rel-target") }, outcome: { status: "restored", target: t("rel-target") } });
+    expect(JSON.parse(readFileSync(file(id, ".decision"), "utf8")).target).toBe(t("rel-target"));
+  });
+
   it("[E6] a request whose target was edited in the repository is refused (13) naming its file, by approve, requests and the agent interface", async () => {
     const id = await ask(s2.snapshot_id, t("proposed"));
     edit(file(id), (r) => (r.target = t("attacker")));
@@ -442,6 +462,23 @@ describe("[E7] the audit log can be verified", () => {
       (l) => [l[1]!, l[0]!, ...l.slice(2)],
       async () => named(await verify(), /entry 0 \(line 1\): index is 1, expected 0/),
     );
+  });
+
+  it("[E7] the log replaced by a FIFO, or by a link to /dev/zero, is damage named (13) at once, not a usage error (2) or a hang", async () => {
+    const saved = readFileSync(log);
+    try {
+      for (const plant of [["mkfifo", log], ["ln", "-s", "/dev/zero", log]]) {
+        rmSync(log, { force: true });
+        await execa(plant[0]!, plant.slice(1));
+        const r = await verify();
+        expect(r.code, r.stderr).toBe(13);
+        expect(r.stderr).toMatch(/object tenants\/acme\/agents\/billing-agent\/audit\.jsonl in .* is damaged: it is (a FIFO|a device)/);
+      }
+    } finally {
+      rmSync(log, { force: true });
+      writeFileSync(log, saved);
+    }
+    expect((await verify()).code).toBe(0);
   });
 
   it("[E7] entries cut off the end are found by the signed head record (13)", async () => {

@@ -153,6 +153,25 @@ describe("[E3] reconciliation is per operation, never per key", () => {
     expect(json(ok)).toMatchObject({ activated: true, unresolved: [] });
   });
 
+  it("[E3] a row the snapshot did not list, written as open into the restored database after reconcile, refuses activation (it was activated, 0): named as never reconciled, and counted when accepted", async () => {
+    for (const k of ["idem-shared", "idem-task-open-1"]) provider.answer(k, 200, { receipt: `rcpt-${k}` });
+    const t = await restore("e3-since");
+    const r = await a.run(["reconcile", "--target", t, "--json"]);
+    expect(r.code, r.stderr).toBe(EXIT.ok);
+    expect(json(r).summary).toMatchObject({ completed: 3, unresolved: 0 });
+    const db = new Database(join(t, "state/agent.sqlite"));
+    db.prepare("INSERT INTO deliveries (delivery_id, task_id, idempotency_key, status) VALUES ('dlv-since', 'task-open-1', 'idem-since', 'attempted')").run();
+    db.close();
+    const act = await a.run(["activate", "--target", t, "--yes"]);
+    expect(act.code, act.stderr).toBe(EXIT.policy);
+    expect(act.stderr).toContain('1 open operation(s) unresolved: idem-since (listed by openOperations.sql in the restored database, not in the snapshot: never reconciled (id "dlv-since"))');
+    expect(existsSync(join(t, ".agentbak/SUSPENDED"))).toBe(true);
+    const accepted = await a.run(["activate", "--target", t, "--yes", "--accept-unresolved", "--reason", "INC-7: checked by hand", "--json"]);
+    expect(accepted.code, accepted.stderr).toBe(EXIT.warnings);
+    expect(json(accepted)).toMatchObject({ activated: true, unresolved: [{ id: "dlv-since", idempotency_key: "idem-since" }] });
+    expect(accepted.stderr).toContain("activated with 1 open operation(s) accepted unresolved");
+  });
+
   it("[E3] a command probe's 64 KiB is counted in bytes: 30 000 three-byte characters (90 KB) are a failed probe, not a receipt", async () => {
     const script = join(a.tmp, "wide-probe.mjs");
     // 30 000 characters fit under 65 536 when characters are counted; the bytes (90 000) do not

@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { BIN, closedPort, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
-import { api, makeToken, mcpStdio, startServer, tool, type Server } from "../agentapi-helpers.js";
+import { api, makeToken, mcpHttp, mcpStdio, startServer, tool, type Server } from "../agentapi-helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 
@@ -68,6 +68,19 @@ describe("[E1] a server never reports a lost checkpoint as committed (folder rep
     expect(first).toMatchObject({ status: "committed", status_url: `/v1/backups/${first.snapshot_id}` });
     expect(first).not.toHaveProperty("path");
     expect(JSON.stringify(first)).not.toContain(a.tmp);
+  });
+
+  it("[E1] plan_restore (MCP over HTTP) names the snapshot by id, never the bundle's path on the server", async () => {
+    const c = await mcpHttp(srv.url, cp.token);
+    try {
+      const p = await tool(c, "plan_restore", { snapshot: first.snapshot_id, target: join(a.tmp, "plan-only") });
+      expect(p.isError, p.text).toBe(false);
+      expect(p.data.plan).toMatchObject({ snapshot_id: first.snapshot_id });
+      expect(p.data.plan).not.toHaveProperty("bundle");
+      expect(JSON.stringify(p.data)).not.toContain(a.repo);
+    } finally {
+      await c.close();
+    }
   });
 
   it("[E1] a repository folder renamed under serve: 404 code 10 'repository not found', never 201, no folder re-created, no empty listing", async () => {
@@ -463,6 +476,27 @@ describe.skipIf(!endpoint)("[E10] the spool: a damaged bundle is set aside, the 
     expect(await remote()).not.toContain(foreign);
     const listed = await a.run(["snapshots", "--json"], up());
     expect(json(listed).map((e: { snapshot_id: string }) => e.snapshot_id)).not.toContain(foreign);
+  });
+
+  it("[E10] a spooled bundle replaced by a FIFO (or a link to /dev/zero) is set aside, named, and flush ends in seconds: the later ones upload", async () => {
+    for (const plant of [(f: string) => execa("mkfifo", [f]), (f: string) => execa("ln", ["-s", "/dev/zero", f])]) {
+      const ids = await offline(3);
+      const victim = ids[0]!;
+      const file = join(spoolRoot(), SNAPS, `${victim}.agentbak`);
+      rmSync(file);
+      await plant(file);
+      // before the fix flush blocked for ever opening the FIFO (a synchronous read no signal could end)
+      const t0 = Date.now();
+      const f = await a.run(["flush", "--json"], up(), { timeout: 60_000 });
+      expect(Date.now() - t0).toBeLessThan(30_000);
+      expect(f.code, f.stderr).toBe(3);
+      const [res] = json(f);
+      expect(res.flushed).toEqual([ids[1], ids[2]]);
+      expect(res.quarantined).toEqual([{ snapshot_id: victim, problem: expect.stringContaining("bundle object is missing"), path: expect.stringMatching(/\.problem\.json$/) }]);
+      expect(existsSync(res.quarantined[0].path)).toBe(true);
+      expect(await remote()).not.toContain(victim);
+      expect(spooled()).toEqual([]);
+    }
   });
 
   it("[E10] two flush runs at once both end 0; each spooled snapshot is uploaded exactly once", async () => {

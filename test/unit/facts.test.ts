@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { ID_PATTERN, newRequestId, newSnapshotId, REQUEST_ID, sidecarOf, SNAPSHOT_ID, SQLITE_SIDECAR, SQLITE_SIDECARS, STRATEGIES } from "../../src/facts.js";
+import { ID_PATTERN, newRequestId, newSnapshotId, redactUrls, REQUEST_ID, sidecarOf, SNAPSHOT_ID, SQLITE_SIDECAR, SQLITE_SIDECARS, STRATEGIES } from "../../src/facts.js";
 
 const dates = fc.date({ min: new Date("2000-01-01T00:00:00Z"), max: new Date("2099-12-31T23:59:59.999Z"), noInvalidDate: true });
 
@@ -63,5 +63,22 @@ describe("agent ids and strategies", () => {
 
   it("are DESIGN's three reconcile strategies", () => {
     expect([...STRATEGIES]).toEqual(["observe", "retry-safe", "escalate"]);
+  });
+});
+
+describe("[E9] redactUrls: the one redaction every echoed error goes through", () => {
+  it("[E9] takes a password holding an unencoded /, ? or # whole, up to the @ its host follows (each leaked before)", () => {
+    for (const pw of ["pa/ss", "pa?ss", "pa#ss", "p@ss", "a/b#c?d"]) expect(redactUrls(`connect postgres://u:${pw}@h:5432/db failed`)).toBe("connect postgres://u:***@h:5432/db failed");
+  });
+
+  it("[E9] takes ?password= in a query and libpq's password= (bare or quoted) in a key=value string (each leaked before)", () => {
+    expect(redactUrls("postgres://u@h/db?sslmode=require&password=s3cret&x=1")).toBe("postgres://u@h/db?sslmode=require&password=***&x=1");
+    expect(redactUrls("host=h user=u password=s3cret dbname=d")).toBe("host=h user=u password=*** dbname=d");
+    expect(redactUrls("host=h PASSWORD = 'a b\\'c' dbname=d")).toBe("host=h PASSWORD = *** dbname=d");
+  });
+
+  it("[E9] leaves what is no password: a port and a path holding @, a path with : and @, a URL without one", () => {
+    for (const t of ["http://127.0.0.1:8025/v1/deliveries/bob@example.com", "https://host/path:x@y", "postgres://agentbak@127.0.0.1/db", "no URL: a:b@c", "s3://bucket/prefix"]) expect(redactUrls(t)).toBe(t);
+    expect(redactUrls("postgres://u:p@h/db?x=a@b")).toBe("postgres://u:***@h/db?x=a@b");
   });
 });

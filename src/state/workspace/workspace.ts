@@ -69,6 +69,8 @@ export interface WorkspaceCapture {
   /** workspace-relative files of uncommitted work in the patch */
   changed: string[];
   skipped: Skipped[];
+  /** uncommitted files whose names are not UTF-8: git lists them, but they can not be read by the name listed, so they are not captured */
+  notUtf8: string[];
 }
 
 const pathspec = (skipDirs: string[]) => ["--", ".", ...skipDirs.map((d) => `:(exclude,literal)${d}`)];
@@ -81,9 +83,10 @@ const pathspec = (skipDirs: string[]) => ["--", ".", ...skipDirs.map((d) => `:(e
  * submodule rebuilt as plain files) is walked.
  * @returns the files and the nested repositories met.
  */
-export async function workingFiles(root: string, skipDirs: string[] = []): Promise<{ files: string[]; nested: string[] }> {
+export async function workingFiles(root: string, skipDirs: string[] = []): Promise<{ files: string[]; nested: string[]; notUtf8: string[] }> {
   const files: string[] = [];
   const nested: string[] = [];
+  const notUtf8: string[] = [];
   const walk = async (dir: string) => {
     const listed = await git(join(root, dir), ["ls-files", "-c", "-o", "--exclude-standard", "-z", ...(dir ? [] : pathspec(skipDirs))]);
     for (const n of new Set(listed.split("\0").filter(Boolean))) {
@@ -92,6 +95,8 @@ export async function workingFiles(root: string, skipDirs: string[] = []): Promi
       try {
         st = lstatSync(join(root, rel));
       } catch {
+        // a name whose bytes are not UTF-8 reads with U+FFFD, and is not there by that name: named, never dropped unsaid
+        if (rel.includes("\uFFFD")) notUtf8.push(rel);
         continue; // deleted in the working tree
       }
       if (!st.isDirectory()) files.push(rel);
@@ -104,7 +109,7 @@ export async function workingFiles(root: string, skipDirs: string[] = []): Promi
     }
   };
   await walk("");
-  return { files: [...new Set(files)].sort(), nested };
+  return { files: [...new Set(files)].sort(), nested, notUtf8: [...new Set(notUtf8)].sort() };
 }
 
 /** @throws AgentbakError 10 when the workspace folder is missing, 2 when it is a file. */
@@ -137,6 +142,7 @@ export async function captureWorkspace(path: string, mode: "include" | "refuse" 
   await git(path, ["bundle", "create", bundleFile, "HEAD", ...(branch ? [`refs/heads/${branch}`] : [])]);
   const skipped: Skipped[] = filter.skipDirs.filter((d) => existsSync(join(path, d))).map((d) => ({ path: d, reason: "repository", detail: "the backup repository" }));
   const changed: string[] = [];
+  const notUtf8: string[] = [];
   let patchFile: string | null = null;
   if (dirty && mode === "include") {
     const leaveOut = filter.leave ? leaveOutOf(filter.leave) : () => null;
@@ -154,7 +160,8 @@ export async function captureWorkspace(path: string, mode: "include" | "refuse" 
     changed.push(...kept);
     // everything else git would list that HEAD does not track: untracked files, and the files of nested repositories and submodules
     const tracked = new Set((await git(path, ["ls-files", "-c", "-z", ...spec])).split("\0").filter(Boolean));
-    const { files, nested } = await workingFiles(path, filter.skipDirs);
+    const { files, nested, notUtf8: unnamed } = await workingFiles(path, filter.skipDirs);
+    notUtf8.push(...unnamed);
     for (const n of nested) skipped.push({ path: n, reason: "nested-git", detail: "a nested repository or submodule: its files are captured, not its history" });
     for (const f of files.filter((x) => !tracked.has(x) && keep(x))) {
       // `git diff --no-index` exits 1 when files differ, which they always do here
@@ -164,7 +171,7 @@ export async function captureWorkspace(path: string, mode: "include" | "refuse" 
     patchFile = join(outDir, "changes.patch");
     writeFileSync(patchFile, Buffer.concat(parts));
   }
-  return { commit, branch, dirty, uncommitted: mode, bundleFile, patchFile, changed, skipped };
+  return { commit, branch, dirty, uncommitted: mode, bundleFile, patchFile, changed, skipped, notUtf8 };
 }
 
 /** A workspace capture proven to rebuild the tree, and what its scan found. */

@@ -4,7 +4,7 @@ import Database from "better-sqlite3";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { decide, isResolved, settleOperations, stillOpen } from "../../../src/reconcile/operations.js";
+import { decide, isResolved, reconcileOperations, settleOperations, stillOpen } from "../../../src/reconcile/operations.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "agentbak-operations-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -62,5 +62,21 @@ describe("stillOpen", () => {
     const bad = stillOpen(ops, { ...q, sql: "SELECT nope FROM outbox" }, new Map([["state", file]]));
     expect(bad).toHaveLength(3);
     for (const b of bad) expect(b).toMatch(/^the restored state could not be re-read: openOperations\.sql failed: .*nope/);
+  });
+});
+
+describe("[E3] reconcileOperations and a key read from bytes that are not UTF-8", () => {
+  it("[E3] a key holding U+FFFD is never sent to the provider (it is not the key the agent sent): unknown, named; the other keys are asked", async () => {
+    const asked: string[] = [];
+    const probe = async (q: { idempotency_key: string }) => (asked.push(q.idempotency_key), { state: "not_found" as const, receipt: null, detail: "provider answered 404" });
+    const cfg = { timeoutSeconds: 1, attempts: 2, receiptFields: ["receipt"] } as never;
+    const ops = [
+      { id: "a", idempotency_key: "idem-\ufffd\x1b[31m", kind: "send_invoice", strategy: "retry-safe" as const },
+      { id: "b", idempotency_key: "idem-ok", kind: "send_invoice", strategy: "retry-safe" as const },
+    ];
+    const r = await reconcileOperations(ops, cfg, { database: "state", sql: "SELECT 1" }, probe, new Map());
+    expect(asked).toEqual(["idem-ok"]);
+    expect(r[0]).toMatchObject({ id: "a", outcome: "unknown", resolution: "unknown", resolved: false, attempts: 0, detail: expect.stringContaining("holds U+FFFD") });
+    expect(r[1]).toMatchObject({ id: "b", outcome: "not_found", resolution: "retry" });
   });
 });
