@@ -45,7 +45,8 @@ export const escapeUnsafe = (s: string): string =>
  * last `@` of the authority), so that a password holding `@`, or an unencoded `/`, `?` or `#`, is taken whole.
  */
 // a port and a path (`host:8025/v1/users/bob@example.com`) is no password
-const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*):(?!\d+[/?#])\S*?@(?=[^\s@/?#]*(?:[/?#\s]|$))/gi;
+// (a password may hold a space: up to the line's end the `@` its host follows is looked for; a bare port is none)
+const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*):(?!\d+(?:[/?#\s]|$))[^\n]*?@(?=[^\s@/?#]*(?:[/?#\s]|$))/gi;
 /** A password given as a parameter: `?password=` in a URL's query, libpq's `password=` (quoted or not) in a `key=value` string. */
 const PARAM_PASSWORD = /\b(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'"]+)/gi;
 

@@ -70,7 +70,7 @@ describe("[E1] a server never reports a lost checkpoint as committed (folder rep
     expect(JSON.stringify(first)).not.toContain(a.tmp);
   });
 
-  it("[E1] plan_restore (MCP over HTTP) names the snapshot by id, never the bundle's path on the server", async () => {
+  it("[E1] plan_restore (MCP over HTTP) names the snapshot by id, never the bundle's path on the server, and checks no credential there", async () => {
     const c = await mcpHttp(srv.url, cp.token);
     try {
       const p = await tool(c, "plan_restore", { snapshot: first.snapshot_id, target: join(a.tmp, "plan-only") });
@@ -78,6 +78,10 @@ describe("[E1] a server never reports a lost checkpoint as committed (folder rep
       expect(p.data.plan).toMatchObject({ snapshot_id: first.snapshot_id });
       expect(p.data.plan).not.toHaveProperty("bundle");
       expect(JSON.stringify(p.data)).not.toContain(a.repo);
+      // nor what exists on the server's host: a credential check at a target the agent names would be a probe of
+      // whether any file there is readable (or an environment variable set); the operator's restore checks them
+      expect(p.data.plan.credentials.map((c: { name: string }) => c.name)).toEqual(["llm", "mail"]);
+      for (const c of p.data.plan.credentials) expect(c, JSON.stringify(c)).toMatchObject({ status: "unchecked", detail: expect.stringMatching(/^not checked for an agent's plan/) });
     } finally {
       await c.close();
     }

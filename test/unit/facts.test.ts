@@ -77,6 +77,15 @@ describe("[E9] redactUrls: the one redaction every echoed error goes through", (
     expect(redactUrls("host=h PASSWORD = 'a b\\'c' dbname=d")).toBe("host=h PASSWORD = *** dbname=d");
   });
 
+  it("[E9] takes a password holding a space (left open by the third attack)", () => {
+    expect(redactUrls("connect postgres://u:p ss@h:5432/db failed")).toBe("connect postgres://u:***@h:5432/db failed");
+    expect(redactUrls("postgres://u: a b c @h/db")).toBe("postgres://u:***@h/db");
+  });
+
+  it("[E9] a port followed by text holding an @ is no password", () => {
+    for (const t of ["fetch http://host:8080 failed for bob@example.com", "http://127.0.0.1:8025\nmail bob@example.com"]) expect(redactUrls(t)).toBe(t);
+  });
+
   it("[E9] leaves what is no password: a port and a path holding @, a path with : and @, a URL without one", () => {
     for (const t of ["http://127.0.0.1:8025/v1/deliveries/bob@example.com", "https://host/path:x@y", "postgres://agentbak@127.0.0.1/db", "no URL: a:b@c", "s3://bucket/prefix"]) expect(redactUrls(t)).toBe(t);
     expect(redactUrls("postgres://u:p@h/db?x=a@b")).toBe("postgres://u:***@h/db?x=a@b");
