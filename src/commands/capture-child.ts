@@ -44,6 +44,8 @@ export function backupInChild(config: string): Promise<BackupReceipt> {
       }
       if ((code === Exit.ok || code === Exit.warnings) && doc && doc.message_type === undefined) return resolve(doc);
       if (doc?.message_type === "exit_error") return reject(new AgentbakError(doc.exit_status, doc.message));
+      // a signal's default action ends it only before main.ts's handlers are set, so before the backup began
+      if (signal === "SIGTERM" || signal === "SIGINT") return reject(new AgentbakError(Exit.interrupted, `interrupted by ${signal} while the backup process started (nothing written)`));
       const why = signal ? `killed by ${signal}` : `exit ${code} (${EXIT_NAMES[code as ExitCode] ?? "unknown"})`;
       const said = err.trim().split("\n").at(-1);
       reject(new AgentbakError(Exit.failure, `the backup process ended without a receipt: ${why}${said ? `: ${said}` : ""}`));
