@@ -4,7 +4,8 @@
 // zstd's native library, and its peak RSS (VmHWM) over two rounds (all captured, then 10% changed) stays within a few
 // MiB of what it held when it started listening; in the in-process design it grew by tens of MiB. Then a SIGTERM to
 // the whole process group (what systemd sends) in the middle of a round of captures: exit 0, every capture child
-// stopped or finished, no lease held, no staging folder left, no bundle without its commit marker.
+// stopped or finished, no lease held, no staging folder left, no bundle without its commit marker; and a SIGTERM to
+// the server alone: the children in flight finish and commit before it exits 0.
 import { execa, type ResultPromise } from "execa";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -109,4 +110,25 @@ describe.skipIf(STORE !== "local")("agentbak serve --host: memory", () => {
     }
     expect(existsSync(join(a.repo, "tmp")) ? readdirSync(join(a.repo, "tmp")) : []).toEqual([]);
   }, 60_000);
+  it("a SIGTERM to the server alone mid-round: the capture children in flight finish and commit, then exit 0", async () => {
+    for (let i = 0; i < N; i++) touch(i, "round4");
+    let log = "";
+    const p = execa("node", [BIN, "serve", "--host", join(a.tmp, "agentbak-host.json"), "--listen", "127.0.0.1:0"], { cwd: a.tmp, env: { ...a.env, NO_COLOR: "1" }, reject: false, stdin: "ignore" });
+    p.stderr!.on("data", (d: Buffer) => (log += d));
+    await until("captures in flight", () => (p.pid ? children(p.pid).length >= 1 : false), 60_000);
+    const inFlight = children(p.pid!);
+    p.kill("SIGTERM");
+    const r = await p;
+    expect(r.exitCode, log).toBe(0);
+    const after = log.slice(log.indexOf("SIGTERM: no new requests or backups"));
+    expect(after.length, log).toBeGreaterThan(0);
+    // what was running when the signal came finished: committed (or, for broken, failed as always), none interrupted
+    expect(after, log).not.toMatch(/failed: interrupted/);
+    expect((after.match(/backup acme\/a\d+: committed /g) ?? []).length + (after.match(/backup acme\/broken: failed/g) ?? []).length, log).toBeGreaterThanOrEqual(inFlight.length);
+    for (const c of inFlight) expect(existsSync(`/proc/${c}`), `child ${c} still running`).toBe(false);
+    for (let i = 0; i < N; i++) {
+      expect(heldLeases(join(a.repo, "tenants/acme/agents", `a${i}`, "locks")), `a${i}`).toEqual([]);
+      expect(snapshotFiles(i, ".agentbak"), `a${i}`).toEqual(snapshotFiles(i, ".commit"));
+    }
+  }, 120_000);
 });
