@@ -58,3 +58,15 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     await lock.release();
   }
 }
+
+/**
+ * The unchanged check alone, as `runBackup` with `skipUnchanged` makes it first: the receipt of this host's last
+ * snapshot when the agent's state is exactly what it captured (a stat-level read, no lease, no capture module
+ * loaded), else null. `serve --host` answers an idle agent with it and starts a capture process only for the others.
+ */
+export async function unchangedBackup(lc: LoadedConfig, o: BackupOptions): Promise<BackupReceipt | null> {
+  const cfg = lc.config;
+  const repoDir = o.repo.store.inPlace ? o.repo.location : null;
+  const { last } = await unchanged<BackupReceipt>(lc, { ...o, skipUnchanged: true }, { tenant: cfg.agent.tenant, agent: cfg.agent.id }, repoDir);
+  return last ? { ...last.receipt, repeated: false, status: "unchanged", warnings: [] } : null;
+}

@@ -6,7 +6,8 @@ import { TIERS, type Tier } from "../config/schema.js";
 import { usageError } from "../errors.js";
 import { context } from "./context.js";
 import { resolve as resolvePath } from "node:path";
-import { backupOrSpool } from "../capture/spool.js";
+import { unchangedBackup, type BackupReceipt } from "../capture/backup.js";
+import { backupInChild } from "./capture-child.js";
 import { lastBackup } from "../capture/unchanged.js";
 import { agentIdentities, loadHostFile, type HostAgent } from "../fleet/hostfile.js";
 import { Scheduler } from "../fleet/scheduler.js";
@@ -106,10 +107,21 @@ function tierOf(agents: readonly HostAgent[], handles: readonly AgentHandle[], c
   };
 }
 
+/** The receipt of an agent's last snapshot when nothing changed since (no lease, no capture module loaded), else null (capture it). */
+async function idle(h: AgentHandle): Promise<BackupReceipt | null> {
+  try {
+    return await unchangedBackup(h.lc, { repo: await h.repository(), trust: h.trust, home: h.home, signingKey: h.signingKey, principal: h.principal });
+  } catch {
+    return null; // the repository unreachable, a file unreadable: the backup process says what (or spools)
+  }
+}
+
 /**
  * Backs up each agent of a host file on its schedule (fleet/scheduler.ts): at
  * most maxConcurrent at once, an unchanged agent answered by the unchanged
- * check (no lease, no bundle). One line per run that wrote or failed.
+ * check here (no lease, no bundle), a changed one captured by `agentbak
+ * backup` in a child process (capture-child.ts), so the capture's memory is
+ * returned when it exits. One line per run that wrote or failed.
  * @returns stop(): no new runs; resolves when those running have finished.
  */
 function backupOnSchedule(agents: readonly HostAgent[], handles: readonly AgentHandle[], maxConcurrent: number, log: (line: string) => void): { stop(): Promise<void> } {
@@ -127,7 +139,8 @@ function backupOnSchedule(agents: readonly HostAgent[], handles: readonly AgentH
     const who = `${h.lc.config.agent.tenant}/${h.lc.config.agent.id}`;
     let ok = false;
     try {
-      const r = await backupOrSpool(h.lc, { location: h.location, repositories: h.repositories, trust: h.trust, home: h.home, signingKey: h.signingKey, principal: h.principal, skipUnchanged: true });
+      // an idle agent is answered here (a stat-level read); a changed one is captured in a child process
+      const r = (await idle(h)) ?? (await backupInChild(h.lc.path));
       ok = true;
       if (r.status !== "unchanged") log(`backup ${who}: ${r.status} ${r.snapshot_id} (${r.kind}, ${r.size} bytes)${r.warnings.length ? `; ${r.warnings.join("; ")}` : ""}`);
     } catch (e) {
