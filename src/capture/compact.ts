@@ -45,7 +45,9 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
     mkdirSync(work);
     await readPayload(v, ids, raw, undefined, progress);
     const rebuilt = await rebuildDatabases(v, chain, raw, ids, work);
-    const staged: StagedComponent[] = m.components.map((c) => {
+    // a chunked component stays where it is (the chunk store): listed again as it was, after the payload's
+    const inPayload = m.components.filter((c) => !c.chunks);
+    const staged: StagedComponent[] = inPayload.map((c) => {
       const { sha256: _s, size: _z, full_sha256: _f, full_pages_sha256: _r, full_size: _fs, page_size: _p, page_count: _c, changed_pages: _n, ...meta } = c;
       return c.kind === "sqlite-delta" ? { ...meta, kind: "sqlite", path: `db/${c.name}.sqlite`, file: rebuilt.get(c.name)! } : { ...meta, file: join(raw, c.path) };
     });
@@ -64,7 +66,7 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
     const written = await writePayload(staged, m.recipients, plan, progress);
     // rebuildDatabases checked each rebuilt file against its recorded digest; a sha256 (formats 1-3) is checked again
     // against the bytes just written, for free (a pages root would be a second read of the file)
-    for (const [i, c] of m.components.entries())
+    for (const [i, c] of inPayload.entries())
       if (c.kind === "sqlite-delta" && c.full_sha256 && written.components[i]!.sha256 !== c.full_sha256)
         throw verifyError(`compact: database ${c.name} rebuilt for ${m.snapshot_id} does not match its recorded sha256`);
     const manifest: Manifest = {
@@ -73,7 +75,7 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
       parent: null,
       compacted_from: { snapshot_id: m.snapshot_id, manifest_sha256: v.manifestSha256 },
       signer: { fingerprint: fingerprint(key.publicKey), principal },
-      components: written.components,
+      components: [...written.components, ...m.components.filter((c) => c.chunks)],
       payload: written.payload,
     };
     const file = plan.path;

@@ -6,7 +6,9 @@ import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, readFileSync, realpathSync, statSync } from "node:fs";
 import { join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
-import { componentPath } from "../bundle/manifest.js";
+import { chunkTuples, componentPath, type Component } from "../bundle/manifest.js";
+import { LARGE_STATE } from "../chunks/fastcdc.js";
+import type { ChunkWriter } from "../chunks/store.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ioErrno, ioError, usageError, wrap } from "../errors.js";
@@ -117,10 +119,26 @@ const payloadPath = (rel: string): string => {
   return componentPath.safeParse(plain).success && !rel.startsWith("=/") ? plain : `files/=/${createHash("sha256").update(rel).digest("hex")}`;
 };
 
-/** Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is scanned. */
-export function captureFiles(s: CaptureScope, listed: ListedFile[]): StagedFile[] {
+/** A file at least this large is stored as chunks in the agent's chunk store (docs/chunk-store.md): the minimum chunk. */
+export const CHUNK_FROM = LARGE_STATE.min;
+
+/** What the `files` stage captured: copies in staging for the payload, and large files stored as chunks. */
+export interface CapturedFiles {
+  staged: StagedFile[];
+  /** manifest entries of files stored as chunks (format 5) */
+  chunked: Component[];
+}
+
+/**
+ * Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is
+ * scanned. With `chunks` (the agent's chunk writer, opened on first use), a file of CHUNK_FROM bytes or more is stored
+ * as chunks instead: read in place at this instant, only its new chunks uploaded, and not read at all when the stat
+ * cache knows it unchanged (then not scanned again either: it was scanned when it was read).
+ */
+export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks: (() => Promise<ChunkWriter>) | null): Promise<CapturedFiles> {
   const { lc } = s;
   const out: StagedFile[] = [];
+  const chunked: Component[] = [];
   for (const { pattern, file: f } of listed) {
     const rel = relative(lc.dir, f).split(sep).join("/");
     if (rel.startsWith("..")) throw usageError(`files: ${rel} is outside the config folder`);
@@ -128,6 +146,10 @@ export function captureFiles(s: CaptureScope, listed: ListedFile[]): StagedFile[
     const why = s.leaveOut(f, rel) ?? s.leaveOut(realpathSync(f), rel);
     if (why) {
       s.notCaptured.push({ path: rel, ...why });
+      continue;
+    }
+    if (chunks && statSync(f).size >= CHUNK_FROM) {
+      chunked.push(await storeChunked(s, await chunks(), f, { path, rel, pattern }));
       continue;
     }
     const dest = join(s.staging, path);
@@ -140,5 +162,18 @@ export function captureFiles(s: CaptureScope, listed: ListedFile[]): StagedFile[
     if (lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(dest, () => readFileSync(dest)), `files: ${rel}`));
     out.push({ path, kind: "file", name: rel, file: dest, target: rel });
   }
-  return out;
+  return { staged: out, chunked };
+}
+
+/** Stores one large file as chunks; @returns its manifest entry. @throws its read errors (named), the store's errors */
+async function storeChunked(s: CaptureScope, w: ChunkWriter, f: string, x: { path: string; rel: string; pattern: string }): Promise<Component> {
+  let r: Awaited<ReturnType<ChunkWriter["putFile"]>>;
+  try {
+    r = await w.putFile(f);
+  } catch (e) {
+    throw ioErrno(e) ? ioError(e, f) : wrap(e, `files: ${x.pattern}`);
+  }
+  if (r.stats.changedWhileRead) s.warnings.push(`files: ${x.rel} changed while it was read; stored as read`);
+  if (!r.stats.fromStatCache && s.lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(f, () => readFileSync(f)), `files: ${x.rel}`));
+  return { path: x.path, kind: "file", name: x.rel, sha256: r.sha256, size: r.size, target: x.rel, chunks: chunkTuples(r.chunks) };
 }

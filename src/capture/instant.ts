@@ -3,7 +3,8 @@
  * sources, the `files` and the workspace (whose git commands run in child processes meanwhile).
  */
 import { join } from "node:path";
-import type { Manifest } from "../bundle/manifest.js";
+import type { Component, Manifest } from "../bundle/manifest.js";
+import type { ChunkWriter } from "../chunks/store.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ensureDirIn } from "../fsutil.js";
@@ -24,6 +25,8 @@ export interface Captured {
   cut: Cut | undefined;
   sources: { staged: StagedFile[]; instant: Manifest["capture_instant"] };
   files: StagedFile[];
+  /** large files stored as chunks: their manifest entries */
+  chunked: Component[];
   ws: { staged: StagedFile[]; manifest: Manifest["workspace"] };
   /** the databases' part of the unchanged fingerprint, read at the instant when every write lock was held */
   dbState: string | null;
@@ -39,6 +42,8 @@ export interface InstantOptions {
   fingerprint: boolean;
   /** where long work reports how far it has got (src/progress.ts) */
   progress?: Progress;
+  /** the agent's chunk writer, opened on first use: large files are stored as chunks (null: every file in the payload) */
+  chunks: (() => Promise<ChunkWriter>) | null;
 }
 
 /**
@@ -49,7 +54,7 @@ export interface InstantOptions {
 export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: CaptureScope, o: InstantOptions): Promise<Captured> {
   const cfg = lc.config;
   const { staging, warnings } = scope;
-  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined }, files: [], ws: { staged: [], manifest: null }, dbState: null };
+  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined }, files: [], chunked: [], ws: { staged: [], manifest: null }, dbState: null };
   const live = cfg.workspace ? lc.resolve(cfg.workspace.path) : null;
   let failure: unknown;
   let wsCapture: Promise<WorkspaceCaptured> | null = null;
@@ -69,7 +74,9 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
       o.progress?.stage("capturing state sources");
       got.sources = await captureSources(lc, staging, warnings);
     }
-    got.files = captureFiles(scope, o.listed ?? listFiles(lc, o.repoDir));
+    const files = await captureFiles(scope, o.listed ?? listFiles(lc, o.repoDir), o.chunks);
+    got.files = files.staged;
+    got.chunked = files.chunked;
     if (wsCapture) {
       o.progress?.stage("capturing workspace");
       const w = await wsCapture;

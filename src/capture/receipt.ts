@@ -61,6 +61,11 @@ export interface BackupOptions {
   /** where long work reports how far it has got (src/progress.ts) */
   progress?: Progress;
   /**
+   * large files stored as chunks in the repository's chunk store (default true); false for a spool, whose flush
+   * copies bundles only
+   */
+  chunks?: boolean;
+  /**
    * Called with the receipt the moment the commit marker is written: from then on the snapshot exists, whatever
    * fails after it (the audit entry, the lock's release), and the caller must not report it lost or take it again.
    */

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { buildManifest, encodeManifest, parseManifest, sha256hex, type Manifest, type NotCaptured } from "../bundle/manifest.js";
 import { checkedPayloads } from "../bundle/chain.js";
 import { planBundle, writeBundleFile, writePayload, type BundlePlan } from "../bundle/writer.js";
+import type { ChunkWriter } from "../chunks/store.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
 import { fingerprint } from "../crypto/sshsig.js";
@@ -44,6 +45,9 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   const closers: (() => void)[] = [];
   /** how the instant read the databases: snapshots kept open (pinned) are released at the end whatever happened */
   let taken: Taken = { kind: "copy" };
+  // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it)
+  let writer: Promise<ChunkWriter> | null = null;
+  const chunks = o.chunks === false ? null : () => (writer ??= o.repo.chunks(a).writer({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients }));
   try {
     // the inspection worker starts now, beside the choice of a parent and the reading of its page indexes, and before
     // the write locks are taken: they are held while it joins the instant, not while it loads
@@ -61,11 +65,11 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     if (plan.unindexed && !plan.unindexed.routine) warnings.push(`${plan.unindexed.reason}: stored whole`);
     if (plan.mode === "pinned") await warmed;
     const scope = captureScope(lc, staging, o.home, warnings);
-    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress });
+    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks });
     taken = got.taken;
     const { dbs, sources, files, ws } = got;
     // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
-    if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
+    if (!dbs.length && !sources.staged.length && !files.length && !got.chunked.length && !ws.manifest)
       throw usageError(`nothing to back up: ${lc.path} names no database, no state source, no file that exists and no workspace; no snapshot was written`);
     applyScanPolicy(cfg.secretScan.workspace, scope.findings.workspace, warnings);
     applyScanPolicy(cfg.secretScan.files, scope.findings.files, warnings);
@@ -95,6 +99,8 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     if (other && (got.dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, got.dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
     return { ...receipt, path };
   } finally {
+    // what was uploaded is known to the next run, published or not (a cache: its failure costs time, never data)
+    await (writer as Promise<ChunkWriter> | null)?.then((w) => w.save()).catch(() => undefined);
     await releasePinned(taken);
     await Promise.allSettled(removals);
     for (const c of closers)
@@ -118,7 +124,7 @@ async function writeChecked(lc: LoadedConfig, o: BackupOptions, a: AgentRef, pla
   const staged = [...st.staged, ...got.sources.staged, ...got.files, ...got.ws.staged];
   // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
   const prior = (await o.repo.list(o.trust, a)).filter((e) => e.header).at(-1)?.header?.manifest;
-  const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, prior);
+  const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, [...staged, ...got.chunked], prior);
   let written: WrittenPayload;
   try {
     written = await writePayload(staged, cfg.recipients, bundle, o.progress);
@@ -188,7 +194,8 @@ async function manifestFor(
       virtualTables: d.inspected!.virtualTables,
       embedding: cfg.databases.find((c) => c.name === d.name)?.embedding,
     })),
-    others: x.written.components.slice(dbs.length),
+    // the payload's other components, then the files stored as chunks
+    others: [...x.written.components.slice(dbs.length), ...x.got.chunked],
     payload: x.written.payload,
     workspace: ws.manifest,
     credentials: cfg.credentials.map((c) => ({ name: c.name, ref: c.ref })),

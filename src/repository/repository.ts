@@ -14,6 +14,8 @@ import { verifyLayout, type VerifiedBundle } from "../bundle/header.js";
 import { readLayoutRanges } from "../bundle/outer.js";
 import { snapshotKind } from "../bundle/manifest.js";
 import type { LinkSource } from "../bundle/chain.js";
+import type { ChunkSource } from "../bundle/chunked.js";
+import { ChunkStore } from "../chunks/store.js";
 import { holdsCheckpoint, lineSha256, nextLine, verifyChainText, type ChainCheckpoint, type ChainVerifyResult } from "../crypto/chainlog.js";
 import { signRecord, verifyRecord } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
@@ -66,6 +68,8 @@ export type Lock = Lease;
 export interface OpenedBundle {
   path: string;
   links: LinkSource;
+  /** the agent's chunk store, which a format-5 bundle's chunked components are read from (null: a layout-v1 snapshot) */
+  chunks: ChunkSource | null;
   release(): void;
 }
 
@@ -438,11 +442,16 @@ export class Repository {
         if (!inList.header) throw new AgentbakError(inList.problem_code === Exit.notFound ? Exit.notFound : Exit.verify, inList.problem ?? "does not verify");
         return fetchKey(inList.key);
       };
-      return { path, links, release };
+      return { path, links, chunks: s.tenant ? this.chunks({ tenant: s.tenant, agent: s.agent_id }) : null, release };
     } catch (e) {
       release();
       throw e;
     }
+  }
+
+  /** The agent's chunk store (docs/chunk-store.md). @throws AgentbakError(2) for an id outside the pattern */
+  chunks(a: AgentRef): ChunkStore {
+    return new ChunkStore(this.store, keys.chunks(a));
   }
 
   /**

@@ -1,0 +1,166 @@
+// Large files in the agent's chunk store (issue 35 phase 2, docs/chunk-store.md), through the real binary: a 3 MiB
+// file is stored as chunks that a second backup reuses (no new object, a small bundle); restore fetches, checks and
+// decrypts them byte-identical; a deleted or swapped chunk is 13 for verify and restore, naming the chunk and the file,
+// with nothing left at the target. Runs against a folder and (the "s3" project) a bucket on the test gateway.
+import { execa } from "execa";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { json, makeAgent, type TestAgent } from "../helpers.js";
+
+const CHUNKS = "tenants/acme/agents/billing-agent/chunks";
+let a: TestAgent;
+let adapter: Buffer;
+
+beforeAll(async () => {
+  a = await makeAgent();
+  mkdirSync(join(a.dir, "models"));
+  adapter = randomBytes(3 * 1024 * 1024);
+  writeFileSync(join(a.dir, "models/adapter.bin"), adapter);
+  const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+  writeFileSync(a.config, JSON.stringify({ ...cfg, files: [...cfg.files, "models/*.bin"] }, null, 2));
+}, 120_000);
+afterAll(() => a?.cleanup());
+
+const manifestOf = async (path: string) => JSON.parse((await execa("tar", ["xOf", await a.file(path), "manifest.json"])).stdout);
+const chunkKeys = async () => ((await (await a.store()).list(`${CHUNKS}/`)) as string[]).filter((k) => /\/[0-9a-f]{64}$/.test(k));
+const backup = async () => {
+  const r = await a.run(["backup", "--json"]);
+  expect(r.code, r.stderr).toBe(0);
+  return json(r);
+};
+const restoreInto = (dir: string, id = "latest") => a.run(["restore", id, "--target", join(a.tmp, dir), "--yes", "--allow-rollback"]);
+
+describe("a large file stored as chunks", () => {
+  let first: any;
+  let second: any;
+  let keys: string[];
+
+  it("the first backup stores its chunks once; the manifest (format 5) lists them; the bundle holds the rest", async () => {
+    first = await backup();
+    const m = await manifestOf(first.path);
+    expect(m.format_version).toBe(5);
+    const c = m.components.find((x: any) => x.target === "models/adapter.bin");
+    expect(c.kind).toBe("file");
+    expect(c.size).toBe(adapter.length);
+    expect(c.chunks.length).toBeGreaterThanOrEqual(2);
+    expect(c.chunks.reduce((n: number, x: number[]) => n + (x[3] as number), 0)).toBe(adapter.length);
+    // the small files are still in the payload, unchunked
+    expect(m.components.filter((x: any) => x.kind === "file" && !x.chunks).map((x: any) => x.target).sort()).toEqual(["memory/preferences.json", "memory/rules.json"]);
+    keys = await chunkKeys();
+    expect(keys.map((k) => k.split("/").pop()).sort()).toEqual(c.chunks.map((x: string[]) => x[0]).sort());
+    // the random 3 MiB are not in the bundle
+    expect(first.size).toBeLessThan(adapter.length / 2);
+  });
+
+  it("a second backup of the unchanged file stores no new chunk, and its bundle is as small", async () => {
+    second = await backup();
+    expect(await chunkKeys()).toEqual(keys);
+    expect(second.size).toBeLessThan(adapter.length / 2);
+    const [m1, m2] = [await manifestOf(first.path), await manifestOf(second.path)];
+    const list = (m: any) => m.components.find((x: any) => x.target === "models/adapter.bin").chunks;
+    expect(list(m2)).toEqual(list(m1));
+  });
+
+  it("verify checks every chunk without keys, and with an identity decrypts them", async () => {
+    const plain = await a.run(["verify", "latest", "--json"]);
+    expect(plain.code, plain.stderr).toBe(0);
+    expect(json(plain).checks.find((c: any) => c.name === "chunks").detail).toMatch(new RegExp(`^${keys.length} chunk\\(s\\) of 1 chunked component`));
+    const deep = await a.run(["verify", "latest", "--identity", a.identity, "--json"]);
+    expect(deep.code, deep.stderr).toBe(0);
+    expect(json(deep).checks.find((c: any) => c.name === "components").detail).toMatch(/1 from the chunk store/);
+  });
+
+  it("restore writes the file byte-identical", async () => {
+    const r = await restoreInto("restored");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(readFileSync(join(a.tmp, "restored/models/adapter.bin")).equals(adapter)).toBe(true);
+  });
+
+  it("a deleted chunk: verify 13 and restore 13 name the chunk and the file, nothing is left at the target", async () => {
+    const store = await a.store();
+    const victim = keys[1]!;
+    const saved = await store.get(victim);
+    await store.delete(victim);
+    try {
+      const id = victim.split("/").pop()!;
+      const v = await a.run(["verify", "latest"]);
+      expect(v.code).toBe(13);
+      expect(v.stderr).toContain(`chunk ${id} is missing`);
+      expect(v.stderr).toContain("models/adapter.bin");
+      const r = await restoreInto("missing");
+      expect(r.code).toBe(13);
+      expect(r.stderr).toContain(`chunk ${id} is missing`);
+      expect(r.stderr).toContain("models/adapter.bin");
+      expect(existsSync(join(a.tmp, "missing"))).toBe(false);
+    } finally {
+      await store.put(victim, saved);
+    }
+    expect((await a.run(["verify", "latest"])).code).toBe(0);
+  });
+
+  it("a swapped chunk (another chunk's object under its name): refused before it is decrypted, 13, nothing at the target", async () => {
+    const store = await a.store();
+    const [x, y] = [keys[0]!, keys[1]!];
+    const saved = await store.get(x);
+    await store.put(x, await store.get(y));
+    try {
+      const id = x.split("/").pop()!;
+      const v = await a.run(["verify", "latest", "--identity", a.identity]);
+      expect(v.code).toBe(13);
+      expect(v.stderr).toContain(`chunk ${id} does not match its digest in the manifest`);
+      const r = await restoreInto("swapped");
+      expect(r.code).toBe(13);
+      expect(r.stderr).toContain(`chunk ${id} does not match its digest in the manifest`);
+      expect(r.stderr).toContain("models/adapter.bin");
+      expect(existsSync(join(a.tmp, "swapped"))).toBe(false);
+    } finally {
+      await store.put(x, saved);
+    }
+  });
+
+  it("a changed file stores only the chunks that changed, and restores", async () => {
+    const changed = Buffer.from(adapter);
+    randomBytes(4096).copy(changed, changed.length - 8192);
+    writeFileSync(join(a.dir, "models/adapter.bin"), changed);
+    const b = await backup();
+    const now = await chunkKeys();
+    expect(now.length - keys.length).toBeGreaterThanOrEqual(1);
+    expect(now.length - keys.length).toBeLessThan(keys.length);
+    const r = await restoreInto("changed", b.snapshot_id);
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(readFileSync(join(a.tmp, "changed/models/adapter.bin")).equals(changed)).toBe(true);
+  });
+
+  it("compact of an incremental keeps the chunked file's list (its chunks stay where they are) and restores it", async () => {
+    const inc = json(await a.run(["backup", "--incremental", "--json"]));
+    expect(inc.kind).toBe("incremental");
+    const before = await chunkKeys();
+    const c = await a.run(["compact", inc.snapshot_id, "--identity", a.identity, "--json"]);
+    expect(c.code, c.stderr).toBe(0);
+    const full = json(c);
+    expect(await chunkKeys()).toEqual(before);
+    const list = async (id: string) => (await manifestOf(`${a.repo}/tenants/acme/agents/billing-agent/snapshots/${id}.agentbak`)).components.find((x: any) => x.target === "models/adapter.bin").chunks;
+    expect(await list(full.snapshot_id)).toEqual(await list(inc.snapshot_id));
+    const r = await restoreInto("compacted", full.snapshot_id);
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(readFileSync(join(a.tmp, "compacted/models/adapter.bin")).equals(readFileSync(join(a.dir, "models/adapter.bin")))).toBe(true);
+  });
+});
+
+describe("an agent without large files", () => {
+  it("still writes a format-4 bundle and no chunk store", async () => {
+    const b = await makeAgent({ agentId: "small-agent" });
+    try {
+      const r = await b.run(["backup", "--json"]);
+      expect(r.code, r.stderr).toBe(0);
+      const m = JSON.parse((await execa("tar", ["xOf", await b.file(json(r).path), "manifest.json"])).stdout);
+      expect(m.format_version).toBe(4);
+      expect(m.components.some((c: any) => "chunks" in c)).toBe(false);
+      expect(await (await b.store()).list("tenants/acme/agents/small-agent/chunks/")).toEqual([]);
+    } finally {
+      b.cleanup();
+    }
+  });
+});
