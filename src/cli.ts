@@ -500,6 +500,25 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
 
   help(
     program
+      .command("export")
+      .description("write one snapshot as a self-contained bundle file (format 4): chunks inlined, an incremental's databases rebuilt whole, signed anew by this host's key; opens with tar, ssh-keygen, age and zstd, and restores without the repository")
+      .argument("<snapshot>", "snapshot id (or a unique prefix), latest, or a bundle file")
+      .option("-o, --out <file>", "the file to write (must not exist; default ./<snapshot-id>.agentbak)")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--identity <file>", "age identity file (the snapshot is decrypted and encrypted again to its recipients)")
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's)")
+      .addOption(progressOpt())
+      .addOption(jsonOpt()),
+    ["agentbak export latest -o billing-agent.agentbak --identity key.txt"],
+  ).action(async (ref, o) => {
+    const { exportSnapshot } = await import("./commands/export.js");
+    await show(o, await withProgress(o, (progress) => exportSnapshot(ref, { ...o, progress })), (await render()).exportBundle);
+  });
+
+  help(
+    program
       .command("compact")
       .description("rewrite an incremental snapshot as a full one so older links can be forgotten")
       .argument("<snapshot>", "snapshot id (or a unique prefix) or latest")

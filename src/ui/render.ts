@@ -4,6 +4,7 @@
  */
 import type { BackupReceipt } from "../capture/backup.js";
 import type { CompactResult } from "../capture/compact.js";
+import type { ExportResult } from "../capture/export.js";
 import type { ChainVerifyResult } from "../crypto/chainlog.js";
 import type { KeygenResult } from "../crypto/keys.js";
 import type { ForgetResult } from "../repository/forget.js";
@@ -156,6 +157,11 @@ export function forget(r: ForgetResult): void {
 
 export function compact(r: CompactResult): void {
   ok(r.already_full ? `${r.snapshot_id} is already a full snapshot` : `compacted ${r.replaces} into ${r.snapshot_id}`);
+}
+
+export function exportBundle(r: ExportResult): void {
+  const what = [r.inlined ? `${r.inlined} chunked file(s) inlined` : "", r.rebuilt ? `${r.rebuilt} database(s) rebuilt whole` : ""].filter(Boolean).join(", ");
+  ok(`exported ${safe(r.snapshot_id)} to ${safe(r.path)} (format ${r.format_version}, ${humanSize(r.size)}${what ? `; ${what}` : ""}), signed by ${safe(r.signer.principal)} ${r.signer.fingerprint}`);
 }
 
 export function copy(r: CopyResult): void {

@@ -164,3 +164,53 @@ describe("an agent without large files", () => {
     }
   });
 });
+
+describe("agentbak export", () => {
+  it("writes a self-contained format-4 bundle that stock tar, ssh-keygen, age and zstd open, with the chunked file inside", async () => {
+    const out = join(a.tmp, "exported", "latest.agentbak");
+    const r = await a.run(["export", "latest", "-o", out, "--identity", a.identity, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r)).toMatchObject({ path: out, format_version: 4, inlined: 1 });
+    expect((await execa("tar", ["tf", out])).stdout.split("\n")).toEqual(["manifest.json", "manifest.sig", "payload.age"]);
+    const open = join(a.tmp, "exported", "open");
+    mkdirSync(open);
+    await execa("tar", ["xf", out], { cwd: open });
+    const m = JSON.parse(readFileSync(join(open, "manifest.json"), "utf8"));
+    expect(m.format_version).toBe(4);
+    expect(m.parent).toBe(null);
+    expect(m.components.some((c: any) => "chunks" in c)).toBe(false);
+    const sig = await execa("ssh-keygen", ["-Y", "verify", "-f", join(a.home, "allowed_signers"), "-I", m.signer.principal, "-n", "agentbak-manifest", "-s", "manifest.sig"], { cwd: open, inputFile: join(open, "manifest.json") });
+    expect(sig.stdout).toMatch(/^Good "agentbak-manifest" signature/);
+    await execa("bash", ["-c", `age -d -i ${a.identity} payload.age | zstd -d | tar x`], { cwd: open });
+    expect(readFileSync(join(open, "files/models/adapter.bin")).equals(readFileSync(join(a.dir, "models/adapter.bin")))).toBe(true);
+    const c = m.components.find((x: any) => x.target === "models/adapter.bin");
+    expect((await execa("sha256sum", ["files/models/adapter.bin"], { cwd: open })).stdout.slice(0, 64)).toBe(c.sha256);
+  });
+
+  it("the exported bundle restores with no repository and no chunk store beside it; the original bundle file alone can not (10)", async () => {
+    const away = join(a.tmp, "away");
+    mkdirSync(away);
+    const exported = join(away, "exported.agentbak");
+    expect((await a.run(["export", "latest", "-o", exported, "--identity", a.identity])).code).toBe(0);
+    const r = await a.run(["restore", exported, "--target", join(a.tmp, "from-export"), "--yes", "--allow-rollback"]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(readFileSync(join(a.tmp, "from-export/models/adapter.bin")).equals(readFileSync(join(a.dir, "models/adapter.bin")))).toBe(true);
+    // the repository's own bundle copied out alone: its chunks are not at hand
+    const latest = json(await a.run(["snapshots", "--json"])).at(-1);
+    const alone = join(away, `${latest.snapshot_id}.agentbak`);
+    writeFileSync(alone, readFileSync(await a.file(latest.path)));
+    const lone = await a.run(["restore", alone, "--target", join(a.tmp, "alone"), "--yes", "--allow-rollback"]);
+    expect(lone.code).toBe(10);
+    expect(lone.stderr).toMatch(/models\/adapter\.bin.*is stored as chunks in its repository.*agentbak export/);
+    expect(existsSync(join(a.tmp, "alone"))).toBe(false);
+  });
+
+  it("never replaces a file: an existing --out is 2, untouched", async () => {
+    const out = join(a.tmp, "taken.agentbak");
+    writeFileSync(out, "mine\n");
+    const r = await a.run(["export", "latest", "-o", out, "--identity", a.identity]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`--out ${out} exists`);
+    expect(readFileSync(out, "utf8")).toBe("mine\n");
+  });
+});
