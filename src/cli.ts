@@ -487,7 +487,8 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
       .option("--keep-yearly <n>", "... years")
       .option("--keep-within <duration>", "keep everything within this of the newest snapshot (e.g. 2d)")
       .option("--dry-run", "show what would be kept and removed")
-      .option("--prune", "also remove leftovers: uncommitted bundles and page indexes, temp files, incomplete uploads")
+      .option("--prune", "also remove leftovers: uncommitted bundles and page indexes, temp files, incomplete uploads, and chunks no kept snapshot lists")
+      .option("--prune-grace <duration>", "with --prune: an unlisted chunk younger than this is kept (a backup elsewhere may be about to commit it)", "24h")
       .option("--wait <duration>", "wait for the agent lock")
       .addOption(jsonOpt()),
     ["agentbak forget --keep-last 10 --keep-daily 30 --dry-run", "agentbak forget --prune --json"],

@@ -153,6 +153,10 @@ export function forget(r: ForgetResult): void {
   for (const k of r.kept) out(`keep    ${safe(k.snapshot_id)}  ${dim(safe(k.reasons.join("; ")))}\n`);
   for (const id of r.removed) out(`${r.dry_run ? "would remove" : "remove"}  ${safe(id)}\n`);
   for (const n of r.not_removed) warn(`not removed ${n.snapshot_id}: ${n.reason}`);
+  const c = r.chunks;
+  if (c && "skipped" in c) warn(`chunks not swept: ${c.skipped}`);
+  else if (c?.listed)
+    out(`chunks  ${c.referenced} listed by kept snapshots, ${c.deleted} removed (${humanSize(c.deletedBytes)})${c.young ? `, ${c.young} unlisted kept (younger than the grace period)` : ""}${c.retained ? `, ${c.retained} kept by object lock retention` : ""}\n`);
 }
 
 export function compact(r: CompactResult): void {

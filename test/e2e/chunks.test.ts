@@ -214,3 +214,59 @@ describe("agentbak export", () => {
     expect(readFileSync(out, "utf8")).toBe("mine\n");
   });
 });
+
+describe("forget --prune sweeps the chunk store", () => {
+  it("keeps every chunk a kept snapshot lists, and young ones; removes the rest once past the grace period", async () => {
+    const listed = async (id: string) => (await manifestOf(`${a.repo}/tenants/acme/agents/billing-agent/snapshots/${id}.agentbak`)).components.flatMap((c: any) => (c.chunks ?? []).map((x: string[]) => x[0]));
+    const all = (await chunkKeys()).map((k) => k.split("/").pop()!).sort();
+    const latest = json(await a.run(["snapshots", "--json"])).at(-1).snapshot_id;
+    const keep = [...new Set(await listed(latest))].sort();
+    expect(all.length).toBeGreaterThan(keep.length);
+    // within the grace period (24 h by default) nothing unlisted goes: a backup elsewhere may be about to commit it
+    const young = await a.run(["forget", "--keep-last", "1", "--prune", "--json"]);
+    expect(young.code, young.stderr).toBe(0);
+    expect(json(young).chunks).toMatchObject({ listed: all.length, referenced: keep.length, deleted: 0, young: all.length - keep.length });
+    expect((await chunkKeys()).length).toBe(all.length);
+    const r = await a.run(["forget", "--keep-last", "1", "--prune", "--prune-grace", "0s", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r).chunks).toMatchObject({ referenced: keep.length, deleted: all.length - keep.length });
+    expect((await chunkKeys()).map((k) => k.split("/").pop()!).sort()).toEqual(keep);
+    const v = await a.run(["verify", "latest", "--identity", a.identity]);
+    expect(v.code, v.stderr).toBe(0);
+    // the next backup learns of the sweep (its epoch) and stores what it needs again
+    const b = await backup();
+    expect((await a.run(["verify", b.snapshot_id])).code).toBe(0);
+  });
+});
+
+describe("a sweep whose lease is lost", () => {
+  it("stalled past its lease (SIGSTOP) while another process takes the agent lock: on SIGCONT it exits 11 and deletes no chunk", async () => {
+    const store = await a.store();
+    // an unlisted chunk (as a backup that died before its commit leaves one), due for deletion with no grace
+    const orphan = `${CHUNKS}/ab/ab${"0".repeat(62)}`;
+    await store.put(orphan, "an orphaned chunk");
+    const before = await chunkKeys();
+    const child = execa("node", [join(import.meta.dirname, "../../bin/agentbak.js"), "forget", "--keep-last", "100", "--prune", "--prune-grace", "0s"], {
+      cwd: a.dir,
+      env: { ...a.env, NO_COLOR: "1", AGENTBAK_LEASE_SECONDS: "3", AGENTBAK_PAUSE_STEP: "chunks-marked" },
+      reject: false,
+    });
+    const stopped = () => readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]!.startsWith("T");
+    for (const end = Date.now() + 60_000; !stopped() && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
+    expect(stopped()).toBe(true);
+    try {
+      await new Promise((r) => setTimeout(r, 3500)); // past its lease
+      const other = await a.run(["backup", "--json"]);
+      expect(other.code, other.stderr).toBe(0);
+    } finally {
+      process.kill(child.pid!, "SIGCONT");
+    }
+    const r = await child;
+    expect(r.exitCode, String(r.stderr)).toBe(11);
+    expect(String(r.stderr)).toMatch(/lost the agent lock/);
+    expect(await chunkKeys()).toEqual(before);
+    // with the lease held, the orphan goes
+    expect((await a.run(["forget", "--keep-last", "100", "--prune", "--prune-grace", "0s"])).code).toBe(0);
+    expect(await chunkKeys()).not.toContain(orphan);
+  });
+});
