@@ -270,3 +270,42 @@ describe("a sweep whose lease is lost", () => {
     expect(await chunkKeys()).not.toContain(orphan);
   });
 });
+
+describe("copy carries the chunks", () => {
+  it("sends each snapshot's chunks the destination lacks, checked on arrival; the copy verifies and restores there", async () => {
+    const replica = join(a.tmp, "replica");
+    const r = await a.run(["copy", "--from", a.repo, "--to", replica, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const ids = json(await a.run(["snapshots", "--json"])).map((e: any) => e.snapshot_id);
+    expect(json(r).copied).toEqual(ids);
+    const { LocalStore } = await import("../../dist/storage/local.js");
+    const sent = (await new LocalStore(replica).list(`${CHUNKS}/`)).filter((k: string) => /\/[0-9a-f]{64}$/.test(k)).sort();
+    expect(sent).toEqual((await chunkKeys()).sort());
+    const v = await a.run(["verify", "latest", "--repo", replica, "--identity", a.identity]);
+    expect(v.code, v.stderr).toBe(0);
+    const back = await a.run(["restore", "latest", "--repo", replica, "--target", join(a.tmp, "from-replica"), "--yes", "--allow-rollback"]);
+    expect([0, 3], back.stderr).toContain(back.code);
+    expect(readFileSync(join(a.tmp, "from-replica/models/adapter.bin")).equals(readFileSync(join(a.dir, "models/adapter.bin")))).toBe(true);
+    // again: nothing to send
+    expect(json(await a.run(["copy", "--from", a.repo, "--to", replica, "--json"])).copied).toEqual([]);
+  });
+
+  it("a chunk missing in the source: 13 naming it, and the snapshot is not committed in the destination", async () => {
+    const store = await a.store();
+    const latest = json(await a.run(["snapshots", "--json"])).at(-1).snapshot_id;
+    const m = await manifestOf(`${a.repo}/tenants/acme/agents/billing-agent/snapshots/${latest}.agentbak`);
+    const id = m.components.find((c: any) => c.chunks).chunks[0][0];
+    const key = `${CHUNKS}/${id.slice(0, 2)}/${id}`;
+    const saved = await store.get(key);
+    await store.delete(key);
+    try {
+      const r = await a.run(["copy", "--from", a.repo, "--to", join(a.tmp, "replica2"), latest]);
+      expect(r.code).toBe(13);
+      expect(r.stderr).toContain(`chunk ${id} is missing`);
+      const listed = await a.run(["snapshots", "--repo", join(a.tmp, "replica2"), "--json"]);
+      expect(json(listed)).toEqual([]);
+    } finally {
+      await store.put(key, saved);
+    }
+  });
+});
