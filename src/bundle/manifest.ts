@@ -266,7 +266,7 @@ function checkPlacement(m: Manifest): void {
   if (m.workspace) place(m.workspace.path, "the workspace");
   let tarBound = TAR_SLACK;
   for (const c of m.components) {
-    if (c.chunks && c.kind !== "file") throw new Error(`component ${clipName(c.path)} of kind ${c.kind} lists chunks; only files are chunked`);
+    if (c.chunks && c.kind !== "file" && !isSource(c)) throw new Error(`component ${clipName(c.path)} of kind ${c.kind} lists chunks; only files and state sources are chunked`);
     if (!c.chunks) tarBound += Math.ceil(c.size / 512) * 512 + TAR_ENTRY_OVERHEAD;
     const what = `component ${clipName(c.path)}`;
     const t = targetOf(c);

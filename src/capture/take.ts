@@ -23,6 +23,7 @@ import { scanValue } from "../state/secrets/scan.js";
 import { commitSums, finishDatabases, releasePinned, stageDatabases, type DbRecord, type Taken } from "./databases.js";
 import type { ListedFile } from "./files.js";
 import { captureInstant, type Captured } from "./instant.js";
+import { chunkSources } from "./sources.js";
 import { chooseParent, NO_PARENT, type ParentChoice } from "./parent.js";
 import { planDatabases, type DbPlan } from "./plan.js";
 import { paramsDigest, type BackupOptions, type BackupReceipt } from "./receipt.js";
@@ -67,6 +68,12 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     const scope = captureScope(lc, staging, o.home, warnings);
     const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks });
     taken = got.taken;
+    // large source files (a dump, a table) go into the chunk store as well
+    if (chunks && got.sources.staged.length) {
+      const c = await chunkSources(got.sources.staged, chunks);
+      got.sources.staged = c.staged;
+      got.chunked.push(...c.chunked);
+    }
     const { dbs, sources, files, ws } = got;
     // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
     if (!dbs.length && !sources.staged.length && !files.length && !got.chunked.length && !ws.manifest)

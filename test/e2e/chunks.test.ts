@@ -309,3 +309,38 @@ describe("copy carries the chunks", () => {
     }
   });
 });
+
+describe("a large state source (a LanceDB table) stored as chunks", () => {
+  it("its captured stream goes into the chunk store; unchanged, the next backup adds no chunk; restore re-imports it", async () => {
+    const b = await makeAgent({ agentId: "vector-agent" });
+    try {
+      const lancedb = await import("@lancedb/lancedb");
+      const ldb = await lancedb.connect(join(b.dir, "memory/lance"));
+      const rows = Array.from({ length: 3000 }, (_, i) => ({ id: i, text: `memory ${i}`, vector: Array.from(randomBytes(256)).map((x) => x / 255) }));
+      await ldb.createTable("memories", rows);
+      ldb.close();
+      const cfg = JSON.parse(readFileSync(b.config, "utf8"));
+      writeFileSync(b.config, JSON.stringify({ ...cfg, sources: [{ name: "memory", kind: "lancedb", path: "memory/lance" }] }, null, 2));
+      const first = json(await b.run(["backup", "--json"]));
+      const m = JSON.parse((await execa("tar", ["xOf", await b.file(first.path), "manifest.json"])).stdout);
+      expect(m.format_version).toBe(5);
+      const mem = m.components.find((c: any) => c.kind === "lancedb");
+      expect(mem.chunks.length).toBeGreaterThanOrEqual(1);
+      const prefix = "tenants/acme/agents/vector-agent/chunks/";
+      const listed = async () => ((await (await b.store()).list(prefix)) as string[]).filter((k) => /\/[0-9a-f]{64}$/.test(k));
+      const keys = await listed();
+      expect(keys.length).toBe(new Set(mem.chunks.map((x: string[]) => x[0])).size);
+      const second = json(await b.run(["backup", "--json"]));
+      expect(await listed()).toEqual(keys);
+      expect(second.size).toBeLessThan(mem.size);
+      const r = await b.run(["restore", "latest", "--target", join(b.tmp, "restored"), "--yes"]);
+      expect([0, 3], r.stderr).toContain(r.code);
+      const back = await lancedb.connect(join(b.tmp, "restored/memory/lance"));
+      const t = await back.openTable("memories");
+      expect(await t.countRows()).toBe(3000);
+      back.close();
+    } finally {
+      b.cleanup();
+    }
+  });
+});

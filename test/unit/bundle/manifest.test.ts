@@ -84,7 +84,7 @@ describe("manifest", () => {
     expect(() => parseManifest(delta(2, {}))).toThrow(/has no full_sha256/);
   });
 
-  it("a component's chunks (format 5): only from version 5, only on files, adding up to its size; an 8 MiB cap", () => {
+  it("a component's chunks (format 5): only from version 5, only on files and sources, adding up to its size; an 8 MiB cap", () => {
     const chunk = (len: number, c: string) => [c.repeat(64), "d".repeat(64), len + 300, len];
     const file = { path: "files/models/a.bin", kind: "file", name: "models/a.bin", sha256: "c".repeat(64), size: 3000, target: "models/a.bin", chunks: [chunk(1000, "1"), chunk(2000, "2")] };
     const at = (v: number, c: object) => Buffer.from(canonicalize({ ...base, format_version: v, components: [...base.components, c] })!);
@@ -93,7 +93,8 @@ describe("manifest", () => {
     expect(() => parseManifest(at(5, { ...file, size: 2999 }))).toThrow(/hold another number of bytes than its size 2999/);
     expect(() => parseManifest(at(5, { ...file, chunks: [[..."1".repeat(64)], ...file.chunks.slice(1)] }))).toThrow(/manifest invalid/);
     expect(() => parseManifest(at(5, { ...file, chunks: [chunk(0, "1"), ...file.chunks] }))).toThrow(/manifest invalid/);
-    expect(() => parseManifest(at(5, { ...file, path: "sources/pg/dump", kind: "postgres", name: "pg", target: undefined }))).toThrow(/only files are chunked/);
+    expect(parseManifest(at(5, { ...file, path: "sources/pg/dump", kind: "postgres", name: "pg", target: undefined })).components[1]!.kind).toBe("postgres");
+    expect(() => parseManifest(at(5, { ...file, path: "db/x.sqlite", kind: "sqlite", name: "x", target: "x.sqlite" }))).toThrow(/only files and state sources are chunked/);
     expect(() => parseManifest(Buffer.alloc(8 * 1024 * 1024 + 1, 0x20))).toThrow(/larger than 8 MiB/);
   });
 
