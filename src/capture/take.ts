@@ -46,9 +46,11 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   const closers: (() => void)[] = [];
   /** how the instant read the databases: snapshots kept open (pinned) are released at the end whatever happened */
   let taken: Taken = { kind: "copy" };
-  // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it)
+  // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it). Not
+  // with Object Lock: a reused chunk's retention is not extended yet, so a locked snapshot keeps its bytes in its own
+  // locked bundle (docs/chunk-store.md)
   let writer: Promise<ChunkWriter> | null = null;
-  const chunks = o.chunks === false ? null : () => (writer ??= o.repo.chunks(a).writer({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients }));
+  const chunks = o.chunks === false || cfg.objectLock ? null : () => (writer ??= o.repo.chunks(a).writer({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients }));
   try {
     // the inspection worker starts now, beside the choice of a parent and the reading of its page indexes, and before
     // the write locks are taken: they are held while it joins the instant, not while it loads

@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { json, makeAgent, type TestAgent } from "../helpers.js";
+import { json, makeAgent, STORE, type TestAgent } from "../helpers.js";
 
 const CHUNKS = "tenants/acme/agents/billing-agent/chunks";
 let a: TestAgent;
@@ -353,6 +353,24 @@ describe("a large state source (a LanceDB table) stored as chunks", () => {
       back.close();
     } finally {
       b.cleanup();
+    }
+  });
+});
+
+describe("with Object Lock", () => {
+  // a folder repository takes the config as it is; a bucket without Object Lock would refuse the retention
+  it.skipIf(STORE === "s3")("does not chunk (a reused chunk's retention is not extended yet): the large file stays in the locked bundle, format 4", async () => {
+    const original = readFileSync(a.config, "utf8");
+    writeFileSync(a.config, JSON.stringify({ ...JSON.parse(original), objectLock: { mode: "governance", days: 1 } }, null, 2));
+    try {
+      const b = await backup();
+      const m = await manifestOf(b.path);
+      expect(m.format_version).toBe(4);
+      const c = m.components.find((x: any) => x.target === "models/adapter.bin");
+      expect(c.chunks).toBeUndefined();
+      expect(b.size).toBeGreaterThan(adapter.length);
+    } finally {
+      writeFileSync(a.config, original);
     }
   });
 });
