@@ -122,6 +122,16 @@ const payloadPath = (rel: string): string => {
 /** A file at least this large is stored as chunks in the agent's chunk store (docs/chunk-store.md): the minimum chunk. */
 export const CHUNK_FROM = LARGE_STATE.min;
 
+/** How large files are stored: the agent's chunk writer (opened on first use), and whether the stat cache may answer. */
+export interface ChunkedFiles {
+  open: () => Promise<ChunkWriter>;
+  /**
+   * false when this host's last backup of the agent did not finish under the current secret-scan policy: a file
+   * the stat cache answers is not read, so not scanned, and must have been scanned under this policy before
+   */
+  statCache: boolean;
+}
+
 /** What the `files` stage captured: copies in staging for the payload, and large files stored as chunks. */
 export interface CapturedFiles {
   staged: StagedFile[];
@@ -135,7 +145,7 @@ export interface CapturedFiles {
  * as chunks instead: read in place at this instant, only its new chunks uploaded, and not read at all when the stat
  * cache knows it unchanged (then not scanned again either: it was scanned when it was read).
  */
-export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks: (() => Promise<ChunkWriter>) | null): Promise<CapturedFiles> {
+export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks: ChunkedFiles | null): Promise<CapturedFiles> {
   const { lc } = s;
   const out: StagedFile[] = [];
   const chunked: Component[] = [];
@@ -149,7 +159,7 @@ export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks
       continue;
     }
     if (chunks && statSync(f).size >= CHUNK_FROM) {
-      chunked.push(await storeChunked(s, await chunks(), f, { path, rel, pattern }));
+      chunked.push(await storeChunked(s, await chunks.open(), f, { path, rel, pattern, statCache: chunks.statCache }));
       continue;
     }
     const dest = join(s.staging, path);
@@ -166,10 +176,10 @@ export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks
 }
 
 /** Stores one large file as chunks; @returns its manifest entry. @throws its read errors (named), the store's errors */
-async function storeChunked(s: CaptureScope, w: ChunkWriter, f: string, x: { path: string; rel: string; pattern: string }): Promise<Component> {
+async function storeChunked(s: CaptureScope, w: ChunkWriter, f: string, x: { path: string; rel: string; pattern: string; statCache: boolean }): Promise<Component> {
   let r: Awaited<ReturnType<ChunkWriter["putFile"]>>;
   try {
-    r = await w.putFile(f);
+    r = await w.putFile(f, { statCache: x.statCache });
   } catch (e) {
     throw ioErrno(e) ? ioError(e, f) : wrap(e, `files: ${x.pattern}`);
   }

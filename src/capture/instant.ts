@@ -4,7 +4,7 @@
  */
 import { join } from "node:path";
 import type { Component, Manifest } from "../bundle/manifest.js";
-import type { ChunkWriter } from "../chunks/store.js";
+import type { ChunkedFiles } from "./files.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ensureDirIn } from "../fsutil.js";
@@ -43,7 +43,7 @@ export interface InstantOptions {
   /** where long work reports how far it has got (src/progress.ts) */
   progress?: Progress;
   /** the agent's chunk writer, opened on first use: large files are stored as chunks (null: every file in the payload) */
-  chunks: (() => Promise<ChunkWriter>) | null;
+  chunks: ChunkedFiles | null;
 }
 
 /**

@@ -3,10 +3,10 @@
  * between the hooks (instant.ts) → payload beside the inspection (databases.ts) → manifest → signed bundle →
  * published through the repository. The caller holds the agent's lock and owns `staging`.
  */
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { buildManifest, encodeManifest, parseManifest, sha256hex, type Manifest, type NotCaptured } from "../bundle/manifest.js";
 import { checkedPayloads } from "../bundle/chain.js";
 import { planBundle, writeBundleFile, writePayload, type BundlePlan } from "../bundle/writer.js";
@@ -17,6 +17,7 @@ import { fingerprint } from "../crypto/sshsig.js";
 import { crashStep } from "../crashpoint.js";
 import { doneBeforeInterrupt } from "../cleanup.js";
 import { usageError } from "../errors.js";
+import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { type AgentRef, newSnapshotId } from "../facts.js";
 import { warmInspection, type InspectResult } from "../state/inspect/inspect.js";
 import { scanValue } from "../state/secrets/scan.js";
@@ -50,7 +51,10 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   // with Object Lock: a reused chunk's retention is not extended yet, so a locked snapshot keeps its bytes in its own
   // locked bundle (docs/chunk-store.md)
   let writer: Promise<ChunkWriter> | null = null;
-  const chunks = o.chunks === false || cfg.objectLock ? null : () => (writer ??= o.repo.chunks(a).writer({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients }));
+  const open = () => (writer ??= o.repo.chunks(a).writer({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients }));
+  // the stat cache answers (a large file not read, so not scanned) only after a backup that finished under this scan policy
+  const scanned = scanRecord(o.home, o.repo.location, a);
+  const chunks = o.chunks === false || cfg.objectLock ? null : { open, statCache: scanned.trusted(cfg.secretScan.files) };
   try {
     // the inspection worker starts now, beside the choice of a parent and the reading of its page indexes, and before
     // the write locks are taken: they are held while it joins the instant, not while it loads
@@ -72,7 +76,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     taken = got.taken;
     // large source files (a dump, a table) go into the chunk store as well
     if (chunks && got.sources.staged.length) {
-      const c = await chunkSources(got.sources.staged, chunks);
+      const c = await chunkSources(got.sources.staged, chunks.open);
       got.sources.staged = c.staged;
       got.chunked.push(...c.chunked);
     }
@@ -104,6 +108,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
       warnings,
     };
     const path = await publish(lc, o, a, { receipt, manifest, bundle, plan, dbs, written });
+    scanned.finished(cfg.secretScan.files);
     // the databases' part of the fingerprint was read at the instant (only when every write lock was held)
     if (other && (got.dbState || !cfg.databases.length)) rememberBackup(o.home, o.repo.location, a, { fingerprint: stateKey(other, got.dbState ?? databasesState(lc)), sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
     return { ...receipt, path };
@@ -259,4 +264,32 @@ async function publish(
   }
   commitSums(x.plan, x.dbs, x.written.components);
   return published.path;
+}
+
+/**
+ * The secret-scan policy this host's last finished backup of the agent ran under (AGENTBAK_HOME/cache/chunks): a
+ * large file the stat cache answers was scanned when it was read, under that policy. A backup that starts removes the
+ * record and one that finishes writes it, so after a failed run (a secret refused), or a change of policy, every file
+ * is read and scanned again.
+ */
+function scanRecord(home: string, location: string, a: AgentRef): { trusted(policy: string): boolean; finished(policy: string): void } {
+  const file = join(home, "cache", "chunks", `scan-${sha256hex([location, a.tenant, a.agent].join("\0")).slice(0, 32)}`);
+  let before: string | null = null;
+  try {
+    before = readFileSync(file, "utf8");
+    rmSync(file, { force: true });
+  } catch {
+    /* none: nothing is trusted */
+  }
+  return {
+    trusted: (policy) => policy === "off" || before === policy,
+    finished: (policy) => {
+      try {
+        ensureDir(dirname(file), 0o700);
+        writeCacheFile(file, policy);
+      } catch {
+        /* a cache: the next backup reads every file again */
+      }
+    },
+  };
 }

@@ -374,3 +374,30 @@ describe("with Object Lock", () => {
     }
   });
 });
+
+describe("the secret scan of a large file the stat cache knows", () => {
+  it("a file stored under secretScan off is read and scanned again when the policy becomes refuse (14), and after a refused run", async () => {
+    const c = await makeAgent({ agentId: "scan-agent" });
+    try {
+      mkdirSync(join(c.dir, "models"));
+      const big = randomBytes(3 * 1024 * 1024);
+      Buffer.from("\nkey = AKIAABCDEFGHIJKLMNOP\n").copy(big, 1024 * 1024);
+      writeFileSync(join(c.dir, "models/big.bin"), big);
+      // past the stat cache's racy window (a file changed within 2 s of its read is never trusted)
+      await new Promise((r) => setTimeout(r, 2500));
+      const cfg = JSON.parse(readFileSync(c.config, "utf8"));
+      const policy = (files: string) => writeFileSync(c.config, JSON.stringify({ ...cfg, files: [...cfg.files, "models/*.bin"], secretScan: { files } }, null, 2));
+      policy("off");
+      expect((await c.run(["backup"])).code).toBe(0);
+      expect((await c.run(["backup"])).code).toBe(0);
+      policy("refuse");
+      for (let i = 0; i < 2; i++) {
+        const r = await c.run(["backup"]);
+        expect(r.code).toBe(14);
+        expect(r.stderr).toMatch(/possible secret \(AWS access key id\) in files: models\/big\.bin/);
+      }
+    } finally {
+      c.cleanup();
+    }
+  });
+});
