@@ -488,7 +488,8 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
       .option("--keep-yearly <n>", "... years")
       .option("--keep-within <duration>", "keep everything within this of the newest snapshot (e.g. 2d)")
       .option("--dry-run", "show what would be kept and removed")
-      .option("--prune", "also remove leftovers: uncommitted bundles and page indexes, temp files, incomplete uploads")
+      .option("--prune", "also remove leftovers: uncommitted bundles and page indexes, temp files, incomplete uploads, and chunks no kept snapshot lists")
+      .option("--prune-grace <duration>", "with --prune: an unlisted chunk younger than this is kept (a backup elsewhere may be about to commit it)", "24h")
       .option("--wait <duration>", "wait for the agent lock")
       .addOption(jsonOpt()),
     ["agentbak forget --keep-last 10 --keep-daily 30 --dry-run", "agentbak forget --prune --json"],
@@ -497,6 +498,25 @@ function addRepositoryCommands(program: Command, result: { code: ExitCode }): vo
     const r = await forget(o);
     if (r.warnings.length) result.code = Exit.warnings;
     await show(o, r, (await render()).forget);
+  });
+
+  help(
+    program
+      .command("export")
+      .description("write one snapshot as a self-contained bundle file (format 4): chunks inlined, an incremental's databases rebuilt whole, signed anew by this host's key; opens with tar, ssh-keygen, age and zstd, and restores without the repository")
+      .argument("<snapshot>", "snapshot id (or a unique prefix), latest, or a bundle file")
+      .option("-o, --out <file>", "the file to write (must not exist; default ./<snapshot-id>.agentbak)")
+      .addOption(cfgOpt())
+      .addOption(repoOpt())
+      .option("--identity <file>", "age identity file (the snapshot is decrypted and encrypted again to its recipients)")
+      .option("--agent <id>", "agent (default: the config's)")
+      .option("--tenant <t>", "tenant (default: the config's)")
+      .addOption(progressOpt())
+      .addOption(jsonOpt()),
+    ["agentbak export latest -o billing-agent.agentbak --identity key.txt"],
+  ).action(async (ref, o) => {
+    const { exportSnapshot } = await import("./commands/export.js");
+    await show(o, await withProgress(o, (progress) => exportSnapshot(ref, { ...o, progress })), (await render()).exportBundle);
   });
 
   help(

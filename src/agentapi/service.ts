@@ -8,6 +8,7 @@
 import { basename, dirname, isAbsolute, join } from "node:path";
 import * as z from "zod";
 import { verifyChain } from "../bundle/chain.js";
+import { verifyChunked } from "../bundle/chunked.js";
 import { verifyBundle } from "../bundle/reader.js";
 import type { BackupReceipt } from "../capture/backup.js";
 import { backupOrSpool } from "../capture/spool.js";
@@ -362,6 +363,8 @@ export class AgentService {
     try {
       const v = await verifyBundle(opened.path, h.trust);
       const chain = await verifyChain(v, opened.links, h.trust);
+      // a format-5 snapshot's chunks: each one there with its size (a missing one makes the snapshot unrestorable)
+      await verifyChunked(v.manifest, opened.chunks);
       return { snapshot_id: s.snapshot_id, ok: true, sequence: v.manifest.sequence, signer: `${v.signer.principal} ${v.signer.fingerprint}`, chain_length: chain.length, problem: null };
     } catch (e) {
       // a bundle that does not verify is an answer, not an error of the call

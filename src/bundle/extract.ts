@@ -18,6 +18,7 @@ import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
 import { isDatabase, isSource, type Component } from "./manifest.js";
 import { driverFor, type SourceFile, type SourceKind } from "../state/sources/index.js";
 import { readPayload, type VerifiedBundle } from "./reader.js";
+import { extractChunked, type ChunkSource } from "./chunked.js";
 import { ensureDir } from "../fsutil.js";
 
 /** One named check and its outcome. */
@@ -108,18 +109,21 @@ export async function checkDatabase(file: string, c: Component, policy: Integrit
 /**
  * Extracts and checks everything of a verified bundle into `root` (created;
  * must not exist), laid out as the agent's folder: the chain of an
- * incremental is verified first, then each payload is decrypted once.
- * @throws AgentbakError(13) at the first failed check, (12) when no identity matches.
+ * incremental is verified first, then each payload is decrypted once, then
+ * each chunked component is read from `from.chunks` (every chunk checked).
+ * @throws AgentbakError(13) at the first failed check, (12) when no identity matches, (10) when the bundle lists
+ *   chunks and `from.chunks` is null
  */
-export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity[], root: string, trust: Trust, links: LinkSource, integrity: IntegrityPolicy = "full", progress?: Progress): Promise<Extracted> {
+export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity[], root: string, trust: Trust, from: { links: LinkSource; chunks?: ChunkSource | null }, integrity: IntegrityPolicy = "full", progress?: Progress): Promise<Extracted> {
   const m = v.manifest;
-  const chain = m.components.some((c) => c.kind === "sqlite-delta") ? await verifyChain(v, links, trust) : [];
+  const chain = m.components.some((c) => c.kind === "sqlite-delta") ? await verifyChain(v, from.links, trust) : [];
   const raw = join(root, ".agentbak-raw");
   ensureDir(raw, 0o700);
   // the worker that will run a large database's integrity_check starts beside the payload's read (nothing for small ones)
   if (integrity !== "digest") warmInspection(m.components.reduce((n, c) => n + (isDatabase(c) ? (c.full_size ?? c.size) : 0), 0)).catch(() => undefined);
   await readPayload(v, identities, raw, undefined, progress);
-  const checks: Check[] = [{ name: "components", ok: true, detail: `${m.components.length} components match their sha256 and size` }];
+  const chunked = await extractChunked(m, from.chunks, identities, raw);
+  const checks: Check[] = [{ name: "components", ok: true, detail: `${m.components.length} components match their sha256 and size${chunked ? ` (${chunked} from the chunk store, each chunk's digest checked before it was decrypted)` : ""}` }];
   const work = join(raw, ".chain");
   mkdirSync(work);
   const rebuilt = await rebuildDatabases(v, chain, raw, identities, work);

@@ -13,13 +13,17 @@ import { ID_PATTERN, SNAPSHOT_ID, SQLITE_SIDECAR, STRATEGIES } from "../facts.js
 
 export const FORMAT = "agentbak-bundle";
 /**
- * The version this tool writes. 2 added `payload.chunks`, 3 `layout_padding`:
- * a tool that knows only an older one refuses a newer bundle as newer
- * (exit 14) rather than as an invalid manifest (13). Versions 1 to 3 are
- * still read.
+ * The newest version this tool reads and writes. 2 added `payload.chunks`, 3
+ * `layout_padding`, 5 a component's `chunks` (its bytes in the agent's chunk
+ * store, docs/chunk-store.md): a tool that knows only an older one refuses a
+ * newer bundle as newer (exit 14) rather than as an invalid manifest (13).
+ * Versions 1 to 4 are still read.
  */
-export const FORMAT_VERSION = 4;
-export const MAX_MANIFEST = 1024 * 1024;
+export const FORMAT_VERSION = 5;
+/** What a bundle without chunked components is written as: exactly the format-4 bundle of before (stock tools, older agentbak). */
+export const PLAIN_FORMAT_VERSION = 4;
+/** A manifest that lists chunks may be this large: about 50,000 chunks (docs/chunk-store.md). */
+export const MAX_MANIFEST = 8 * 1024 * 1024;
 
 const int = z.int().check(z.minimum(0)).check(z.maximum(Number.MAX_SAFE_INTEGER));
 const sha = z.string().check(z.regex(/^[0-9a-f]{64}$/));
@@ -64,6 +68,11 @@ export const ComponentSchema = z.strictObject({
   dimension: z.optional(int),
   /** where the component goes inside a restored root (relative, no ..) */
   target: z.optional(relPath),
+  /**
+   * format 5: the component's bytes are not in the payload but in the agent's chunk store, in this order; each
+   * [id, sha256 of the stored object, object bytes, plaintext bytes] (docs/chunk-store.md)
+   */
+  chunks: z.optional(z.array(z.tuple([sha, sha, int.check(z.minimum(1)), int.check(z.minimum(1))]))),
 });
 
 /** When each state source was captured, and from which credential reference (never its value). */
@@ -176,6 +185,20 @@ export type Manifest = z.infer<typeof ManifestSchema>;
 export type NotCaptured = z.infer<typeof NotCapturedSchema>;
 export type Component = z.infer<typeof ComponentSchema>;
 
+/** A chunk as the restoring side needs it (the store's ChunkRef). */
+export interface ChunkRef {
+  id: string;
+  sha256: string;
+  size: number;
+  length: number;
+}
+
+/** A chunked component's chunks as refs, or null for a component in the payload. */
+export const chunkRefs = (c: Pick<Component, "chunks">): ChunkRef[] | null => c.chunks?.map(([id, sha256, size, length]) => ({ id, sha256, size, length })) ?? null;
+
+/** A component's chunk list as the manifest writes it. */
+export const chunkTuples = (refs: ChunkRef[]): [string, string, number, number][] => refs.map((r) => [r.id, r.sha256, r.size, r.length]);
+
 /** Whether a component is a database (a whole copy or a page delta against the parent's). */
 export const isDatabase = (c: Pick<Component, "kind">) => c.kind === "sqlite" || c.kind === "sqlite-delta";
 
@@ -243,7 +266,8 @@ function checkPlacement(m: Manifest): void {
   if (m.workspace) place(m.workspace.path, "the workspace");
   let tarBound = TAR_SLACK;
   for (const c of m.components) {
-    tarBound += Math.ceil(c.size / 512) * 512 + TAR_ENTRY_OVERHEAD;
+    if (c.chunks && c.kind !== "file" && !isSource(c)) throw new Error(`component ${clipName(c.path)} of kind ${c.kind} lists chunks; only files and state sources are chunked`);
+    if (!c.chunks) tarBound += Math.ceil(c.size / 512) * 512 + TAR_ENTRY_OVERHEAD;
     const what = `component ${clipName(c.path)}`;
     const t = targetOf(c);
     if (t !== null && SQLITE_SIDECAR.test(t) && dbTargets.has(t.replace(SQLITE_SIDECAR, "")))
@@ -389,7 +413,7 @@ const newerFormat = (v: number) => policyError(`bundle format version ${v} is ne
  * @throws Error naming the problem: `not canonical JSON`, `manifest.<path>: ...`.
  */
 export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifest {
-  if (bytes.length > MAX_MANIFEST) throw new Error("manifest larger than 1 MiB");
+  if (bytes.length > MAX_MANIFEST) throw new Error("manifest larger than 8 MiB");
   if (valid.has(digest)) {
     // bytes found valid by another version of agentbak (the header cache in AGENTBAK_HOME outlives upgrades and
     // downgrades): a newer format is still refused as newer
@@ -420,6 +444,8 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
   if (m.format_version < 3 && m.layout_padding !== undefined) throw new Error(`layout_padding in a format version ${m.format_version} manifest (added in version 3)`);
   const seen = new Set<string>();
   for (const c of m.components) {
+    if (c.chunks && m.format_version < 5) throw new Error(`manifest.components: chunks in a format version ${m.format_version} manifest (added in version 5; component ${c.path})`);
+    if (c.chunks && c.chunks.reduce((n, x) => n + x[3], 0) !== c.size) throw new Error(`manifest.components: the chunks of ${c.path} hold another number of bytes than its size ${c.size}`);
     if (seen.has(c.path)) throw new Error(`manifest lists component ${c.path} twice`);
     seen.add(c.path);
     // a delta's rebuilt database is checked against one digest: its pages root from format 4 on, its sha256 before

@@ -10,7 +10,8 @@ import { openRegular } from "../fsutil.js";
 export const MEMBERS = ["manifest.json", "manifest.sig", "payload.age"] as const;
 /** A tar block: every header is one, every member's data is padded to whole ones. */
 export const BLOCK = 512;
-const LIMITS: Record<string, number> = { "manifest.json": 1024 * 1024, "manifest.sig": 16 * 1024 };
+/** manifest.json: 8 MiB, the manifest cap (bundle/manifest.ts MAX_MANIFEST; a format-5 manifest lists chunks) */
+const LIMITS: Record<string, number> = { "manifest.json": 8 * 1024 * 1024, "manifest.sig": 16 * 1024 };
 
 /** A ustar header block for a regular file. */
 export function tarHeader(name: string, size: number, mtime: Date): Buffer {

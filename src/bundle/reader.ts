@@ -78,7 +78,8 @@ export interface PayloadCheck {
  * @throws AgentbakError(12) when no identity matches, (13) on any mismatch.
  */
 export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], destDir?: string, only?: Set<string>, progress: Progress = noProgress): Promise<PayloadCheck> {
-  const expected = new Map(v.manifest.components.map((c) => [c.path, c]));
+  // a chunked component (format 5) is in the agent's chunk store, not in the payload (bundle/chunked.ts)
+  const expected = new Map(v.manifest.components.filter((c) => !c.chunks).map((c) => [c.path, c]));
   const seen = new Set<string>();
   const found: PayloadCheck["components"] = [];
   // the decompressed tar is only counted: each component in it is hashed on its own below

@@ -16,7 +16,7 @@ import * as tar from "tar-stream";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, ioErrno, ioError } from "../errors.js";
-import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, type Component, type Manifest } from "./manifest.js";
+import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, PLAIN_FORMAT_VERSION, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
 import { pageRuns, type PageSource } from "../state/sqlite/pagefile.js";
@@ -39,11 +39,12 @@ export interface BundlePlan {
  * exists: the agent's previous manifest (`prior`, without its padding) and
  * 1 KiB more, or, when that is smaller or there is none, 3 KiB and per
  * component twice its path and 256 bytes (a component's entry was 434 bytes
- * for a database with its record counts). A manifest that does not fit is
- * written without padding and the payload moved after it (writeBundleFile).
+ * for a database with its record counts) and 160 bytes per chunk it lists.
+ * A manifest that does not fit is written without padding and the payload
+ * moved after it (writeBundleFile).
  */
-export function planBundle(path: string, key: SigningKey, components: Pick<Component, "path">[], prior?: Manifest): BundlePlan {
-  const guess = Math.max(3072 + components.reduce((n, c) => n + 2 * c.path.length + 256, 0), prior ? unpadded(prior).length + 1024 : 0);
+export function planBundle(path: string, key: SigningKey, components: Pick<Component, "path" | "chunks">[], prior?: Manifest): BundlePlan {
+  const guess = Math.max(3072 + components.reduce((n, c) => n + 2 * c.path.length + 256 + 160 * (c.chunks?.length ?? 0), 0), prior ? unpadded(prior).length + 1024 : 0);
   const manifestRoom = Math.min(MAX_MANIFEST, tarBlocks(guess));
   // an Ed25519 SSHSIG of one key in one namespace has the same size whatever it signs
   const sigSize = signMessage(key, NS.manifest, Buffer.alloc(0)).length;
@@ -167,7 +168,9 @@ function fitManifest(m: Manifest, room: number): Manifest | null {
  * @returns the manifest bytes that were signed.
  */
 export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: BundlePlan): Promise<Buffer> {
-  const { layout_padding: _p, ...unpadded } = { ...draft, format_version: FORMAT_VERSION };
+  // a bundle whose components are all in its payload is the format-4 bundle of before; one that lists chunks is format 5
+  const format_version = draft.components.some((c) => c.chunks) ? FORMAT_VERSION : PLAIN_FORMAT_VERSION;
+  const { layout_padding: _p, ...unpadded } = { ...draft, format_version };
   const fitted = fitManifest(unpadded, plan.manifestRoom);
   const mbytes = encodeManifest(fitted ?? unpadded);
   const sig = Buffer.from(signMessage(key, NS.manifest, mbytes));

@@ -3,7 +3,7 @@
  * each flows through the parent's index, the new index, the delta and the inspection (integrity_check, counts,
  * cursors, open operations, the secret scan), which runs in a worker while the payload is written.
  */
-import type { CapturedDatabase } from "../bundle/manifest.js";
+import type { CapturedDatabase, Component } from "../bundle/manifest.js";
 import { planBundle, writePayload, type StagedComponent, type StagedFile } from "../bundle/writer.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
@@ -188,13 +188,14 @@ export async function writeBesideInspection(
   dbs: DbRecord[],
   taken: Taken,
   others: StagedFile[],
-  o: { repo: Repository; trust: Trust; a: AgentRef; signingKey: SigningKey; recipients: string[]; scan: boolean; progress?: Progress },
+  o: { repo: Repository; trust: Trust; a: AgentRef; signingKey: SigningKey; recipients: string[]; scan: boolean; progress?: Progress; chunked: Component[] },
 ) {
   const st = stageDatabases(plan, dbs, taken, o.scan);
   const staged = [...st.staged, ...others];
   // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
   const prior = (await o.repo.list(o.trust, o.a)).filter((e) => e.header).at(-1)?.header?.manifest;
-  const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, prior);
+  // the manifest lists the chunked components too (their bytes are in the chunk store, not the payload)
+  const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, [...staged, ...o.chunked], prior);
   let written: Awaited<ReturnType<typeof writePayload>>;
   try {
     written = await writePayload(staged, o.recipients, bundle, o.progress);

@@ -6,7 +6,9 @@ import { createHash } from "node:crypto";
 import { copyFileSync, existsSync, readFileSync, realpathSync, statSync } from "node:fs";
 import { join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
-import { componentPath } from "../bundle/manifest.js";
+import { chunkTuples, componentPath, type Component } from "../bundle/manifest.js";
+import { LARGE_STATE } from "../chunks/fastcdc.js";
+import type { ChunkWriter } from "../chunks/store.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ioErrno, ioError, usageError, wrap } from "../errors.js";
@@ -127,15 +129,37 @@ const payloadPath = (rel: string): string => {
   return componentPath.safeParse(plain).success && !rel.startsWith("=/") ? plain : `files/=/${createHash("sha256").update(rel).digest("hex")}`;
 };
 
+/** A file at least this large is stored as chunks in the agent's chunk store (docs/chunk-store.md): the minimum chunk. */
+export const CHUNK_FROM = LARGE_STATE.min;
+
+/** How large files are stored: the agent's chunk writer (opened on first use), and whether the stat cache may answer. */
+export interface ChunkedFiles {
+  open: () => Promise<ChunkWriter>;
+  /**
+   * false when this host's last backup of the agent did not finish under the current secret-scan policy: a file
+   * the stat cache answers is not read, so not scanned, and must have been scanned under this policy before
+   */
+  statCache: boolean;
+}
+
+/** What the `files` stage captured: copies in staging for the payload, and large files stored as chunks. */
+export interface CapturedFiles {
+  staged: StagedFile[];
+  /** manifest entries of files stored as chunks (format 5) */
+  chunked: Component[];
+}
+
 /**
  * Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is
- * scanned. `listed`: the files listed before the pre hook, or null: they are listed now (`repoDir`: the repository's
- * folder, when it is one, is never taken).
+ * scanned. With `chunks` (the agent's chunk writer, opened on first use), a file of CHUNK_FROM bytes or more is stored
+ * as chunks instead: read in place at this instant, only its new chunks uploaded, and not read at all when the stat
+ * cache knows it unchanged (then not scanned again either: it was scanned when it was read).
  */
-export function captureFiles(s: CaptureScope, listed: ListedFile[] | null, repoDir: string | null = null): StagedFile[] {
+export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks: ChunkedFiles | null): Promise<CapturedFiles> {
   const { lc } = s;
   const out: StagedFile[] = [];
-  for (const { pattern, file: f, problem } of listed ?? listFiles(lc, repoDir)) {
+  const chunked: Component[] = [];
+  for (const { pattern, file: f, problem } of listed) {
     const rel = relative(lc.dir, f).split(sep).join("/");
     if (rel.startsWith("..")) throw usageError(`files: ${rel} is outside the config folder`);
     if (problem) {
@@ -148,6 +172,10 @@ export function captureFiles(s: CaptureScope, listed: ListedFile[] | null, repoD
       s.notCaptured.push({ path: rel, ...why });
       continue;
     }
+    if (chunks && statSync(f).size >= CHUNK_FROM) {
+      chunked.push(await storeChunked(s, await chunks.open(), f, { path, rel, pattern, statCache: chunks.statCache }));
+      continue;
+    }
     const dest = join(s.staging, path);
     ensureDirIn(s.staging, join(dest, ".."));
     try {
@@ -158,5 +186,18 @@ export function captureFiles(s: CaptureScope, listed: ListedFile[] | null, repoD
     if (lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(dest, () => readFileSync(dest)), `files: ${rel}`));
     out.push({ path, kind: "file", name: rel, file: dest, target: rel });
   }
-  return out;
+  return { staged: out, chunked };
+}
+
+/** Stores one large file as chunks; @returns its manifest entry. @throws its read errors (named), the store's errors */
+async function storeChunked(s: CaptureScope, w: ChunkWriter, f: string, x: { path: string; rel: string; pattern: string; statCache: boolean }): Promise<Component> {
+  let r: Awaited<ReturnType<ChunkWriter["putFile"]>>;
+  try {
+    r = await w.putFile(f, { statCache: x.statCache });
+  } catch (e) {
+    throw ioErrno(e) ? ioError(e, f) : wrap(e, `files: ${x.pattern}`);
+  }
+  if (r.stats.changedWhileRead) s.warnings.push(`files: ${x.rel} changed while it was read; stored as read`);
+  if (!r.stats.fromStatCache && s.lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(f, () => readFileSync(f)), `files: ${x.rel}`));
+  return { path: x.path, kind: "file", name: x.rel, sha256: r.sha256, size: r.size, target: x.rel, chunks: chunkTuples(r.chunks) };
 }

@@ -4,14 +4,14 @@
  */
 import { join } from "node:path";
 import { execa } from "execa";
-import type { Manifest } from "../bundle/manifest.js";
+import type { Component, Manifest } from "../bundle/manifest.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { AgentbakError, Exit } from "../errors.js";
 import { ensureDirIn } from "../fsutil.js";
 import type { Cut } from "../state/sqlite/cut.js";
 import { readAtInstant, releasePinned, type DbRecord, type Taken } from "./databases.js";
-import { captureFiles, type ListedFile } from "./files.js";
+import { captureFiles, listFiles, type ChunkedFiles, type ListedFile } from "./files.js";
 import type { DbPlan } from "./plan.js";
 import type { Progress } from "../progress.js";
 import { restoreTarget, type CaptureScope } from "./scope.js";
@@ -25,6 +25,8 @@ export interface Captured {
   cut: Cut | undefined;
   sources: { staged: StagedFile[]; instant: Manifest["capture_instant"] };
   files: StagedFile[];
+  /** large files stored as chunks: their manifest entries */
+  chunked: Component[];
   ws: { staged: StagedFile[]; manifest: Manifest["workspace"] };
   /** the databases' part of the unchanged fingerprint, read at the instant when every write lock was held */
   dbState: string | null;
@@ -40,6 +42,8 @@ export interface InstantOptions {
   fingerprint: boolean;
   /** where long work reports how far it has got (src/progress.ts) */
   progress?: Progress;
+  /** the agent's chunk writer, opened on first use: large files are stored as chunks (null: every file in the payload) */
+  chunks: ChunkedFiles | null;
 }
 
 /**
@@ -50,7 +54,7 @@ export interface InstantOptions {
 export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: CaptureScope, o: InstantOptions): Promise<Captured> {
   const cfg = lc.config;
   const { staging, warnings } = scope;
-  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined }, files: [], ws: { staged: [], manifest: null }, dbState: null };
+  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined }, files: [], chunked: [], ws: { staged: [], manifest: null }, dbState: null };
   const live = cfg.workspace ? lc.resolve(cfg.workspace.path) : null;
   let failure: unknown;
   let wsCapture: Promise<WorkspaceCaptured> | null = null;
@@ -70,7 +74,9 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
       o.progress?.stage("capturing state sources");
       got.sources = await captureSources(lc, staging, warnings);
     }
-    got.files = captureFiles(scope, o.listed, o.repoDir);
+    const files = await captureFiles(scope, o.listed ?? listFiles(lc, o.repoDir), o.chunks);
+    got.files = files.staged;
+    got.chunked = files.chunked;
     if (wsCapture) {
       o.progress?.stage("capturing workspace");
       const w = await wsCapture;

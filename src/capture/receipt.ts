@@ -67,6 +67,11 @@ export interface BackupOptions {
   /** where long work reports how far it has got (src/progress.ts) */
   progress?: Progress;
   /**
+   * large files stored as chunks in the repository's chunk store (default true); false for a spool, whose flush
+   * copies bundles only
+   */
+  chunks?: boolean;
+  /**
    * Filled in the moment the commit marker is written (the receipt, and `path`: where the bundle is): from then on the
    * snapshot exists, whatever fails after it (the audit entry, the lock's release), and the caller must not report it
    * lost or take it again.

@@ -76,7 +76,8 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
     if (!downUntil.has(o.location) || downUntil.get(o.location)! <= Date.now()) downUntil.set(o.location, Date.now() + RETRY_AFTER_MS);
     const known = o.idempotencyKey ? await remoteReceipt<BackupReceipt>(spool, a, o.idempotencyKey) : undefined;
     if (known) return replay(known, o);
-    const r = await runBackup(lc, { ...o, repo: spool });
+    // into the spool every file goes into the payload: its flush uploads bundles, not chunks
+    const r = await runBackup(lc, { ...o, repo: spool, chunks: false });
     const note = `repository ${o.location} is unreachable (${(e as Error).message}); the signed bundle waits in ${spool.location} for the next backup or "agentbak flush"`;
     return { ...r, status: "spooled", warnings: [...r.warnings, note] };
   }

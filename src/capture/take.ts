@@ -3,23 +3,27 @@
  * between the hooks (instant.ts) → payload beside the inspection (databases.ts) → manifest → signed bundle →
  * published through the repository. The caller holds the agent's lock and owns `staging`.
  */
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
+import { dirname, join } from "node:path";
 import { buildManifest, encodeManifest, parseManifest, sha256hex, type Manifest, type NotCaptured } from "../bundle/manifest.js";
 import { checkedPayloads } from "../bundle/chain.js";
 import { writeBundleFile, type BundlePlan } from "../bundle/writer.js";
+import type { ChunkWriter } from "../chunks/store.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
 import { fingerprint } from "../crypto/sshsig.js";
 import { crashStep } from "../crashpoint.js";
 import { policyError, usageError } from "../errors.js";
+import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { type AgentRef, newSnapshotId } from "../facts.js";
 import { warmInspection, type InspectResult } from "../state/inspect/inspect.js";
 import { scanValue, type SecretFinding } from "../state/secrets/scan.js";
 import { commitSums, releasePinned, writeBesideInspection, type DbRecord, type Taken } from "./databases.js";
 import type { ListedFile } from "./files.js";
 import { captureInstant, type Captured } from "./instant.js";
+import { chunkSources } from "./sources.js";
 import { planDatabases, type DbPlan, type ParentChoice } from "./plan.js";
 import { paramsDigest, type BackupOptions, type BackupReceipt } from "./receipt.js";
 import { captureScope } from "./scope.js";
@@ -41,6 +45,14 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   const closers: (() => void)[] = [];
   /** how the instant read the databases: snapshots kept open (pinned) are released at the end whatever happened */
   let taken: Taken = { kind: "copy" };
+  // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it). Not
+  // with Object Lock: a reused chunk's retention is not extended yet, so a locked snapshot keeps its bytes in its own
+  // locked bundle (docs/chunk-store.md)
+  let writer: Promise<ChunkWriter> | null = null;
+  const open = () => (writer ??= o.repo.chunks(a).writer({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients }));
+  // the stat cache answers (a large file not read, so not scanned) only after a backup that finished under this scan policy
+  const scanned = scanRecord(o.home, o.repo.location, a);
+  const chunks = o.chunks === false || cfg.objectLock ? null : { open, statCache: scanned.trusted(cfg.secretScan.files) };
   try {
     // the inspection worker starts now, beside the choice of a parent and the reading of its page indexes, and before
     // the write locks are taken: they are held while it joins the instant, not while it loads
@@ -52,11 +64,17 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     const plan = await planDatabases(lc, o, a, { snapshotId, staging, closers, warnings });
     if (plan.mode === "pinned") await warmed;
     const scope = captureScope(lc, staging, o.home, warnings);
-    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress });
+    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks });
     taken = got.taken;
+    // large source files (a dump, a table) go into the chunk store as well
+    if (chunks && got.sources.staged.length) {
+      const c = await chunkSources(got.sources.staged, chunks.open);
+      got.sources.staged = c.staged;
+      got.chunked.push(...c.chunked);
+    }
     const { dbs, sources, files, ws } = got;
     // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
-    if (!dbs.length && !sources.staged.length && !files.length && !ws.manifest)
+    if (!dbs.length && !sources.staged.length && !files.length && !got.chunked.length && !ws.manifest)
       throw usageError(`nothing to back up: ${lc.path} names no database, no state source, no file that exists and no workspace; no snapshot was written`);
     applyScanPolicy(cfg.secretScan.workspace, scope.findings.workspace, warnings);
     applyScanPolicy(cfg.secretScan.files, scope.findings.files, warnings);
@@ -64,7 +82,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
 
     o.progress?.stage("checking snapshot and writing bundle");
     const others = [...got.sources.staged, ...got.files, ...got.ws.staged];
-    const { staged, bundle, written, ins, findings } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, a, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off" });
+    const { staged, bundle, written, ins, findings } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, a, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off", chunked: got.chunked });
     applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
     applyScanPolicy(cfg.secretScan.databases, findings, warnings);
     warnings.push(...ins.timerWarnings);
@@ -87,9 +105,12 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
       warnings,
     };
     const path = await publish(lc, o, a, { receipt, manifest, bundle, plan, dbs, written });
+    scanned.finished(cfg.secretScan.files);
     if (other) rememberState(lc, o.home, o.repo.location, a, { other, databases: got.dbState }, { sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
     return { ...receipt, path };
   } finally {
+    // what was uploaded is known to the next run, published or not (a cache: its failure costs time, never data)
+    await (writer as Promise<ChunkWriter> | null)?.then((w) => w.save()).catch(() => undefined);
     await releasePinned(taken);
     await Promise.allSettled(removals);
     for (const c of closers)
@@ -166,7 +187,8 @@ async function manifestFor(
       virtualTables: d.inspected!.virtualTables,
       embedding: cfg.databases.find((c) => c.name === d.name)?.embedding,
     })),
-    others: x.written.components.slice(dbs.length),
+    // the payload's other components, then the files stored as chunks
+    others: [...x.written.components.slice(dbs.length), ...x.got.chunked],
     payload: x.written.payload,
     workspace: ws.manifest,
     credentials: cfg.credentials.map((c) => ({ name: c.name, ref: c.ref })),
@@ -224,4 +246,32 @@ async function publish(
   }
   commitSums(x.plan, x.dbs, x.written.components);
   return published.path;
+}
+
+/**
+ * The secret-scan policy this host's last finished backup of the agent ran under (AGENTBAK_HOME/cache/chunks): a
+ * large file the stat cache answers was scanned when it was read, under that policy. A backup that starts removes the
+ * record and one that finishes writes it, so after a failed run (a secret refused), or a change of policy, every file
+ * is read and scanned again.
+ */
+function scanRecord(home: string, location: string, a: AgentRef): { trusted(policy: string): boolean; finished(policy: string): void } {
+  const file = join(home, "cache", "chunks", `scan-${sha256hex([location, a.tenant, a.agent].join("\0")).slice(0, 32)}`);
+  let before: string | null = null;
+  try {
+    before = readFileSync(file, "utf8");
+    rmSync(file, { force: true });
+  } catch {
+    /* none: nothing is trusted */
+  }
+  return {
+    trusted: (policy) => policy === "off" || before === policy,
+    finished: (policy) => {
+      try {
+        ensureDir(dirname(file), 0o700);
+        writeCacheFile(file, policy);
+      } catch {
+        /* a cache: the next backup reads every file again */
+      }
+    },
+  };
 }

@@ -7,6 +7,9 @@
 import { existsSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
+import type { ChunkSource } from "../bundle/chunked.js";
+import { ChunkStore } from "../chunks/store.js";
+import { LocalStore } from "../storage/local.js";
 import { loadConfigIfAny, repositoryLocation, type LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import { loadIdentities, loadSigningKey } from "../crypto/keys.js";
@@ -27,6 +30,8 @@ export interface GlobalOpts {
 export interface BundleRef {
   path: string;
   links: LinkSource;
+  /** where a format-5 bundle's chunked components are read from (a bundle file: the chunks folder beside its snapshots folder, if any) */
+  chunks: ChunkSource | null;
   snapshot: Snapshot | null;
   release(): void;
 }
@@ -133,7 +138,10 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
           if (!existsSync(p)) throw notFound(`bundle ${p} not found`);
           return p;
         };
-        return { path, links, snapshot: null, release: () => undefined };
+        // its chunks too: `<folder>/snapshots/<id>.agentbak` reads them from `<folder>/chunks/`, as in a folder repository
+        const agentDir = join(dirname(path), "..");
+        const chunks = existsSync(join(agentDir, "chunks")) ? new ChunkStore(new LocalStore(agentDir), "chunks") : null;
+        return { path, links, chunks, snapshot: null, release: () => undefined };
       }
       const s = await ctx.resolve(ref, f);
       const opened = await (await ctx.repository()).open(s, ctx.trust);

@@ -17,6 +17,7 @@ export interface ForgetOptions extends GlobalOpts {
   keepWithin?: string;
   dryRun?: boolean;
   prune?: boolean;
+  pruneGrace?: string;
   wait?: string;
 }
 
@@ -48,8 +49,11 @@ export async function forget(opts: ForgetOptions): Promise<ForgetResult & { warn
   // the same lock as backup: forget --prune and backup never interleave
   const lock = await repo.lock(a, "agent", opts.wait ? parseDuration(opts.wait) : 0);
   try {
-    const r = await runForget(repo, ctx.trust, a, policy, { dryRun: opts.dryRun, prune: opts.prune, signingKey: ctx.maybeSigningKey() });
-    return { ...r, warnings: r.not_removed.map((n) => `not removed ${n.snapshot_id}: ${n.reason}`) };
+    const graceMs = opts.pruneGrace !== undefined ? parseDuration(opts.pruneGrace) : undefined;
+    const r = await runForget(repo, ctx.trust, a, policy, { dryRun: opts.dryRun, prune: opts.prune, graceMs, signingKey: ctx.maybeSigningKey() });
+    const warnings = r.not_removed.map((n) => `not removed ${n.snapshot_id}: ${n.reason}`);
+    if (r.chunks && "skipped" in r.chunks) warnings.push(`chunks not swept: ${r.chunks.skipped}`);
+    return { ...r, warnings };
   } finally {
     await lock.release();
   }

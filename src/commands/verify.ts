@@ -5,6 +5,7 @@ import type { Check } from "../bundle/extract.js";
 import type { Manifest } from "../bundle/manifest.js";
 import { warmDigestWorker } from "../bundle/chunks.js";
 import { verifyChain } from "../bundle/chain.js";
+import { verifyChunked } from "../bundle/chunked.js";
 import { verifyBundle } from "../bundle/reader.js";
 import { pidDir } from "../fsutil.js";
 import { context, type GlobalOpts } from "./context.js";
@@ -42,6 +43,10 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
       { name: "payload", ok: true, detail: payloadDetail(v.manifest.payload) },
     ];
     const deep = Boolean(opts.identity || process.env.AGENTBAK_IDENTITY || process.env.AGENTBAK_IDENTITY_FILE);
+    // without keys: every chunk the manifest lists is there with its size (with keys the extraction below reads each
+    // one, checks its digest before decrypting it, and the whole component's sha256)
+    const chunked = deep ? null : await verifyChunked(v.manifest, b.chunks);
+    if (chunked) checks.push({ name: "chunks", ok: true, detail: `${chunked.chunks} chunk(s) of ${chunked.components} chunked component(s) present with their sizes, ${chunked.bytes} bytes` });
     if (!deep && v.manifest.parent) {
       // every link, without keys too: its signature, manifest, payload digest and the manifest digest its child recorded
       // (with an identity the extraction below verifies them before it rebuilds the databases through them)
@@ -55,7 +60,7 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
       try {
         // loaded only here: the deep checks bring SQLite, git and the payload's decoders, which a check without keys never uses
         const { extractAndCheck } = await import("../bundle/extract.js");
-        checks.push(...(await extractAndCheck(v, ids, join(tmp, "root"), ctx.trust, b.links, undefined, opts.progress)).checks);
+        checks.push(...(await extractAndCheck(v, ids, join(tmp, "root"), ctx.trust, b, undefined, opts.progress)).checks);
       } finally {
         removeTree(tmp);
         unregister();

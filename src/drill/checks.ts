@@ -7,6 +7,7 @@
  * them (runner.ts); nothing here throws for a failed check.
  */
 import type { LinkSource } from "../bundle/chain.js";
+import type { ChunkSource } from "../bundle/chunked.js";
 import { extractAndCheck, type Extracted, type ExtractedSource } from "../bundle/extract.js";
 import type { Manifest } from "../bundle/manifest.js";
 import type { VerifiedBundle } from "../bundle/reader.js";
@@ -29,10 +30,10 @@ type Db = { name: string; path: string };
  * @returns what landed where, or null when extraction failed (recorded as the check "extract")
  * @throws AgentbakError(12) when no identity decrypts it: the drill can not run
  */
-export async function extractInto(v: VerifiedBundle, identities: () => AgeIdentity[], root: string, trust: Trust, links: LinkSource, log: CheckLog, progress?: Progress): Promise<Extracted | null> {
+export async function extractInto(v: VerifiedBundle, identities: () => AgeIdentity[], root: string, trust: Trust, from: { links: LinkSource; chunks?: ChunkSource | null }, log: CheckLog, progress?: Progress): Promise<Extracted | null> {
   let x: Extracted;
   try {
-    x = await extractAndCheck(v, identities(), root, trust, links, undefined, progress);
+    x = await extractAndCheck(v, identities(), root, trust, from, undefined, progress);
   } catch (e) {
     const err = e as { code?: number; message: string };
     if (err.code === 12) throw e;

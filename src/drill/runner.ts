@@ -8,6 +8,7 @@
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
+import type { ChunkSource } from "../bundle/chunked.js";
 import { embeddingChanges, type Embedding, type Manifest } from "../bundle/manifest.js";
 import { verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
 import { describeDifference, runtimeDifferences, type RuntimeDifference } from "../bundle/runtime.js";
@@ -65,7 +66,7 @@ export interface DrillResult {
 }
 
 export interface DrillOptions {
-  bundle: { path: string; links: LinkSource };
+  bundle: { path: string; links: LinkSource; chunks?: ChunkSource | null };
   spec: LoadedSpec;
   trust: Trust;
   identities: () => AgeIdentity[];
@@ -128,7 +129,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const finish = (f: Partial<Findings>) => drillResult({ o, v, t0, runtime: admitted.runtime, log }, { ...nothingFound(operations), ...f });
   try {
     const restored = join(tmp, "restored");
-    const x = await extractInto(v, o.identities, restored, o.trust, o.bundle.links, log, o.progress);
+    const x = await extractInto(v, o.identities, restored, o.trust, o.bundle, log, o.progress);
     if (!x) return finish({});
     let sourceQueries = new Map<string, SourceQuery>();
     if (x.sources.length) {

@@ -8,6 +8,7 @@ import type { Trust } from "../crypto/trust.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import { crashStep } from "../crashpoint.js";
 import { usageError } from "../errors.js";
+import type { SweepResult } from "../chunks/store.js";
 import type { Repository, Snapshot } from "./repository.js";
 import { applyRetention, isEmptyPolicy, type RetentionPolicy } from "./retention.js";
 import { type AgentRef } from "../facts.js";
@@ -20,6 +21,8 @@ export interface ForgetResult {
   removed: string[];
   not_removed: { snapshot_id: string; reason: string }[];
   pruned: string[];
+  /** --prune: the mark and sweep of the agent's chunk store (null without --prune, or on a dry run) */
+  chunks: SweepResult | { skipped: string } | null;
 }
 
 /** The newest snapshot of `a` with a passing drill in a report's text, if any. */
@@ -65,10 +68,10 @@ export function planForget(entries: Snapshot[], policy: RetentionPolicy, drilled
 }
 
 /** Applies `policy` to `a`'s snapshots (the caller holds the agent lock). */
-export async function forget(repo: Repository, trust: Trust, a: AgentRef, policy: RetentionPolicy, opts: { dryRun?: boolean; prune?: boolean; signingKey: SigningKey | null }): Promise<ForgetResult> {
+export async function forget(repo: Repository, trust: Trust, a: AgentRef, policy: RetentionPolicy, opts: { dryRun?: boolean; prune?: boolean; graceMs?: number; signingKey: SigningKey | null }): Promise<ForgetResult> {
   const entries = await repo.list(trust, a);
   const plan = planForget(entries, policy, newestDrilled(await repo.drillHistory(a), a));
-  const result: ForgetResult = { tenant: a.tenant, agent_id: a.agent, dry_run: Boolean(opts.dryRun), kept: plan.kept, removed: [], not_removed: plan.not_removed, pruned: [] };
+  const result: ForgetResult = { tenant: a.tenant, agent_id: a.agent, dry_run: Boolean(opts.dryRun), kept: plan.kept, removed: [], not_removed: plan.not_removed, pruned: [], chunks: null };
   if (opts.dryRun) return { ...result, removed: plan.remove.map((e) => e.snapshot_id) };
   crashStep("forget-planned");
   // newest first: an incremental goes before its parent, so an interrupted forget never orphans a link
@@ -76,7 +79,11 @@ export async function forget(repo: Repository, trust: Trust, a: AgentRef, policy
     if (await repo.remove(e)) result.removed.push(e.snapshot_id);
     else result.not_removed.push({ snapshot_id: e.snapshot_id, reason: "object lock retention refused the deletion" });
   }
-  if (opts.prune) result.pruned.push(...(await repo.sweep(a)));
+  if (opts.prune) {
+    result.pruned.push(...(await repo.sweep(a)));
+    // after the snapshots went: their chunks that no kept snapshot lists go too
+    result.chunks = await repo.sweepChunks(a, trust, { graceMs: opts.graceMs });
+  }
   await repo.writeCatalog(a, trust, opts.signingKey);
   await repo.audit(a, { event: "forget", removed: result.removed, kept: result.kept.map((k) => k.snapshot_id), not_removed: result.not_removed.map((n) => n.snapshot_id) }, opts.signingKey);
   return result;

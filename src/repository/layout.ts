@@ -6,6 +6,7 @@
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.agentbak   the bundle
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.commit     written last: the snapshot exists
  *   tenants/<tenant>/agents/<agent>/snapshots/<id>.<db>.pageindex
+ *   tenants/<tenant>/agents/<agent>/chunks/<id[0:2]>/<id>             one chunk of large state (docs/chunk-store.md)
  *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json        generation.json also lists the replicas copy linked
  *   tenants/<tenant>/agents/<agent>/generations/<n, 16 digits>.json  the generation log: one entry per generation issued, never rewritten
  *   tenants/<tenant>/agents/<agent>/catalog.json                      signed: what a listing prints of its snapshots (repository/catalog.ts)
@@ -54,6 +55,8 @@ export const keys = {
   bundle: (dir: string, id: string) => `${dir}/${id}.agentbak`,
   commit: (dir: string, id: string) => `${dir}/${id}.commit`,
   pageIndex: (dir: string, id: string, db: string) => `${dir}/${id}.${db}.pageindex`,
+  /** the agent's chunk store (chunks/store.ts), no trailing slash */
+  chunks: (a: AgentRef) => `${agentDir(a)}/chunks`,
   sequence: (a: AgentRef) => `${agentDir(a)}/sequence.json`,
   generation: (a: AgentRef) => `${agentDir(a)}/generation.json`,
   /** the agent's generation log: one create-only object per issued generation (repository/genlog.ts), as a listing prefix */

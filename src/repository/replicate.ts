@@ -5,16 +5,18 @@
  * also carries each agent's generation record and links the two repositories
  * (generation.ts), so fencing generations stay the agent's.
  */
+import { createHash } from "node:crypto";
 import { copyFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { verifyBundle } from "../bundle/reader.js";
-import { isDatabase } from "../bundle/manifest.js";
+import { chunkRefs, isDatabase, type Manifest } from "../bundle/manifest.js";
+import type { AgentRef } from "../facts.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { linkReplica } from "./generation.js";
 import { ordinal, type Repository, type Snapshot } from "./repository.js";
-import { AgentbakError, Exit, notFound } from "../errors.js";
+import { AgentbakError, Exit, notFound, verifyError } from "../errors.js";
 import type { Progress } from "../progress.js";
 
 export interface CopyResult {
@@ -63,6 +65,8 @@ export async function replicate(
   const missing = o.ids.filter((id) => !picked.some((e) => e.snapshot_id === id));
   if (missing.length) throw notFound(`snapshot ${missing[0]!.slice(0, 80)} not found among the verified snapshots in ${src.location}${o.tenant || o.agent ? ` (tenant ${o.tenant ?? "any"}, agent ${o.agent ?? "any"})` : ""}`);
   const res: CopyResult = { from: src.location, to: dst.location, copied: [], skipped: [], warnings: [] };
+  /** each agent's chunk ids in `dst`, listed once per run and kept up to date as chunks are sent */
+  const present = new Map<string, Set<string>>();
   for (const e of picked) {
     const a = { tenant: e.tenant!, agent: e.agent_id };
     const parent = e.header!.manifest.parent?.snapshot_id;
@@ -102,6 +106,8 @@ export async function replicate(
         const ix = await src.pageIndex(e, c.name);
         if (ix) indexes.push([c.name, ix]);
       }
+      // the chunks it lists go first (the commit marker is still written last): a snapshot is visible only whole
+      await copyChunks(src, dst, a, e.header!.manifest, present);
       const key = o.idempotency ? e.header!.manifest.idempotency_key : null;
       const prior = key ? await src.idempotent<Record<string, unknown> & { snapshot_id: string }>(a, key, trust) : undefined;
       const idempotency = key && prior ? { key, receipt: prior } : undefined;
@@ -122,4 +128,36 @@ export async function replicate(
       res.warnings.push(...(await linkReplica(src, dst, { tenant, agent }, { trust, key: o.signingKey })));
     }
   return res;
+}
+
+const sha256hex = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+
+/**
+ * Sends the chunks a snapshot lists that `dst` lacks, as they are (same ids, same ciphertext: no key is needed), each
+ * checked against its signed size and digest before it is sent and read back after it arrived. A chunk `dst` holds
+ * already must be the same object.
+ * @throws AgentbakError(13) naming the chunk: missing or damaged in `src`, damaged on arrival, or another object in `dst`
+ */
+async function copyChunks(src: Repository, dst: Repository, a: AgentRef, m: Manifest, present: Map<string, Set<string>>): Promise<void> {
+  const refs = new Map(m.components.flatMap((c) => chunkRefs(c) ?? []).map((r) => [r.id, r]));
+  if (!refs.size) return;
+  const [from, to] = [src.chunks(a), dst.chunks(a)];
+  const agentKey = `${a.tenant}/${a.agent}`;
+  let there = present.get(agentKey);
+  if (!there) present.set(agentKey, (there = await to.listIds()));
+  const what = (id: string) => `snapshot ${m.snapshot_id}: chunk ${id}`;
+  for (const r of refs.values()) {
+    const matches = (b: Buffer | null) => b !== null && b.length === r.size && sha256hex(b) === r.sha256;
+    if (there.has(r.id)) {
+      if (!matches(await dst.store.get(to.key(r.id)))) throw verifyError(`${what(r.id)}: ${dst.location} holds another object under that name (not the one the manifest signed)`);
+      continue;
+    }
+    const b = await src.store.get(from.key(r.id));
+    if (!b) throw verifyError(`${what(r.id)} is missing from ${src.location}`);
+    if (!matches(b)) throw verifyError(`${what(r.id)} in ${src.location} does not match its digest in the manifest`);
+    if (!(await dst.store.put(to.key(r.id), b, { ifNoneMatch: true }))) {
+      if (!matches(await dst.store.get(to.key(r.id)))) throw verifyError(`${what(r.id)}: ${dst.location} holds another object under that name (not the one the manifest signed)`);
+    } else if (!matches(await dst.store.get(to.key(r.id)))) throw verifyError(`${what(r.id)} does not match its digest after it arrived in ${dst.location}`);
+    there.add(r.id);
+  }
 }

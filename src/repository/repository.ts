@@ -14,6 +14,8 @@ import { verifyLayout, type VerifiedBundle } from "../bundle/header.js";
 import { readLayoutRanges } from "../bundle/outer.js";
 import { snapshotKind } from "../bundle/manifest.js";
 import type { LinkSource } from "../bundle/chain.js";
+import type { ChunkSource } from "../bundle/chunked.js";
+import { ChunkStore, type SweepResult } from "../chunks/store.js";
 import { holdsCheckpoint, lineSha256, nextLine, verifyChainText, type ChainCheckpoint, type ChainVerifyResult } from "../crypto/chainlog.js";
 import { signRecord, verifyRecord } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
@@ -48,6 +50,8 @@ export type Lock = Lease;
 export interface OpenedBundle {
   path: string;
   links: LinkSource;
+  /** the agent's chunk store, which a format-5 bundle's chunked components are read from (null: a layout-v1 snapshot) */
+  chunks: ChunkSource | null;
   release(): void;
 }
 
@@ -514,11 +518,38 @@ export class Repository {
         if (!inList.header) throw new AgentbakError(inList.problem_code === Exit.notFound ? Exit.notFound : Exit.verify, inList.problem ?? "does not verify");
         return fetchKey(inList.key);
       };
-      return { path, links, release };
+      return { path, links, chunks: s.tenant ? this.chunks({ tenant: s.tenant, agent: s.agent_id }) : null, release };
     } catch (e) {
       release();
       throw e;
     }
+  }
+
+  /** The agent's chunk store (docs/chunk-store.md). @throws AgentbakError(2) for an id outside the pattern */
+  chunks(a: AgentRef): ChunkStore {
+    return new ChunkStore(this.store, keys.chunks(a));
+  }
+
+  /**
+   * Mark and sweep of `a`'s chunks under its agent lease (the caller holds it): every chunk no committed snapshot of
+   * `a` lists, older than `graceMs`, is deleted, the lease checked before each delete. When a snapshot does not
+   * verify its chunk list can not be trusted, so nothing is swept (and that is said).
+   * @returns what was swept, or why nothing was
+   * @throws AgentbakError(11) when the lease was lost (nothing more is deleted); the store's errors
+   */
+  async sweepChunks(a: AgentRef, trust: Trust, o: { graceMs?: number } = {}): Promise<SweepResult | { skipped: string }> {
+    this.invalidate();
+    const entries = await this.list(trust, a);
+    const bad = entries.find((e) => !e.header);
+    if (bad) return { skipped: `snapshot ${bad.snapshot_id} does not verify (${bad.problem}); the chunks it may list are left for an operator` };
+    const referenced = new Set(entries.flatMap((e) => e.header!.manifest.components.flatMap((c) => c.chunks?.map((x) => x[0]) ?? [])));
+    const lease = this.held.get(keys.lease(a, "agent"));
+    if (!lease) throw new AgentbakError(Exit.failure, `internal error: sweeping the chunks of ${a.tenant}/${a.agent} in ${this.location} without holding its agent lock`);
+    const store = this.chunks(a);
+    // an agent that never stored a chunk gets no sweep record (nor a chunks folder)
+    if (!(await store.listIds()).size) return { listed: 0, referenced: 0, deleted: 0, deletedBytes: 0, young: 0, retained: 0 };
+    crashStep("chunks-marked");
+    return store.sweep(referenced, { token: String(lease.token), assertHeld: () => lease.check() }, o);
   }
 
   /**

@@ -6,6 +6,7 @@
 import { existsSync, lstatSync, readdirSync, renameSync, rmdirSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
+import type { ChunkSource } from "../bundle/chunked.js";
 import { extractAndCheck, type Check, type IntegrityPolicy } from "../bundle/extract.js";
 import { verifyBundle } from "../bundle/reader.js";
 import type { LoadedConfig } from "../config/load.js";
@@ -38,7 +39,7 @@ import type { Progress } from "../progress.js";
 
 export interface RestoreOptions {
   /** the bundle to restore, as a local file, and where its chain's links come from */
-  bundle: { path: string; links: LinkSource };
+  bundle: { path: string; links: LinkSource; chunks?: ChunkSource | null };
   target: string;
   /** where generations, request ids, the lock and the receipt go */
   repo?: Repository;
@@ -363,7 +364,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     unregister = removeOnInterrupt(staging);
     const ids = o.identities();
     const root = join(staging, "root");
-    const x = await extractAndCheck(v, ids, root, o.trust, o.bundle.links, o.integrity ?? "full", o.progress);
+    const x = await extractAndCheck(v, ids, root, o.trust, o.bundle, o.integrity ?? "full", o.progress);
     o.progress?.stage("placing restored state");
     const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
     const { moves: timers, warnings: timerWarnings } = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));

@@ -26,6 +26,7 @@
  *   --keep           keep the run's folder
  *   --only checkpoint  the agent interface's checkpoint bench alone (bench-checkpoint.ts)
  *   --only chunks      the chunk engine on the mixed shape (bench-chunks.ts): throughput, stat cache, dedupe
+ *   --only second      the second-snapshot row alone (bench-second.ts; --shapes, default mixed): no restic needed
  *   --only startup     the start-up figures alone (bench-startup.ts): --version, snapshots, nothing changed,
  *                      medians beside node -e 0's; a full run measures them first too
  *   --startup-runs N   runs of each start-up figure (default 21)
@@ -41,6 +42,7 @@ import { join } from "node:path";
 import { checkpointBench, checkpointRows } from "./bench-checkpoint.js";
 import { chunkBench } from "./bench-chunks.js";
 import { fleetBench } from "./bench-fleet.js";
+import { secondBench, secondRows, type SecondResult } from "./bench-second.js";
 import { bin, fmt, measure, root, type Measured } from "./bench-measure.js";
 import { profileText, summarizeDir, type ThreadSummary } from "./bench-profile.js";
 import { startupBench, startupRows } from "./bench-startup.js";
@@ -299,6 +301,17 @@ async function main(): Promise<void> {
       const cp = await checkpointBench(tmp, env, recipient, Number(arg("runs", "10")));
       log(["", ...checkpointRows(cp), ""].join("\n"));
       process.stdout.write(JSON.stringify({ checkpoint: cp }) + "\n");
+      return;
+    }
+    if (arg("only", "") === "second") {
+      const out: SecondResult[] = [];
+      for (const name of arg("shapes", "mixed").split(",") as ShapeName[]) {
+        if (!SHAPES.includes(name)) throw new Error(`--shapes: unknown shape ${name} (${SHAPES.join(", ")})`);
+        out.push(await secondBench({ name, tmp, cache: arg("cache", join(tmpdir(), "agentbak-bench-cache")), scale: Number(arg("scale", "1")), env, recipient, bin, log }));
+      }
+      process.stdout.write(out.flatMap(secondRows).join("\n") + "\n");
+      const jsonFile = arg("json", "");
+      if (jsonFile) writeFileSync(jsonFile, JSON.stringify({ date: new Date().toISOString(), machine: await machine(), uptime: (await execa("uptime")).stdout.trim(), second: out }, null, 2) + "\n");
       return;
     }
     if (arg("only", "") === "chunks") {

@@ -4,6 +4,7 @@
  */
 import type { BackupReceipt } from "../capture/backup.js";
 import type { CompactResult } from "../capture/compact.js";
+import type { ExportResult } from "../capture/export.js";
 import type { ChainVerifyResult } from "../crypto/chainlog.js";
 import type { KeygenResult } from "../crypto/keys.js";
 import type { ForgetResult } from "../repository/forget.js";
@@ -152,10 +153,19 @@ export function forget(r: ForgetResult): void {
   for (const k of r.kept) out(`keep    ${safe(k.snapshot_id)}  ${dim(safe(k.reasons.join("; ")))}\n`);
   for (const id of r.removed) out(`${r.dry_run ? "would remove" : "remove"}  ${safe(id)}\n`);
   for (const n of r.not_removed) warn(`not removed ${n.snapshot_id}: ${n.reason}`);
+  const c = r.chunks;
+  if (c && "skipped" in c) warn(`chunks not swept: ${c.skipped}`);
+  else if (c?.listed)
+    out(`chunks  ${c.referenced} listed by kept snapshots, ${c.deleted} removed (${humanSize(c.deletedBytes)})${c.young ? `, ${c.young} unlisted kept (younger than the grace period)` : ""}${c.retained ? `, ${c.retained} kept by object lock retention` : ""}\n`);
 }
 
 export function compact(r: CompactResult): void {
   ok(r.already_full ? `${r.snapshot_id} is already a full snapshot` : `compacted ${r.replaces} into ${r.snapshot_id}`);
+}
+
+export function exportBundle(r: ExportResult): void {
+  const what = [r.inlined ? `${r.inlined} chunked file(s) inlined` : "", r.rebuilt ? `${r.rebuilt} database(s) rebuilt whole` : ""].filter(Boolean).join(", ");
+  ok(`exported ${safe(r.snapshot_id)} to ${safe(r.path)} (format ${r.format_version}, ${humanSize(r.size)}${what ? `; ${what}` : ""}), signed by ${safe(r.signer.principal)} ${r.signer.fingerprint}`);
 }
 
 export function copy(r: CopyResult): void {

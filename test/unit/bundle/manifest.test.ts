@@ -55,7 +55,7 @@ describe("manifest", () => {
   });
 
   it("refuses a newer format version with a policy error naming both versions", () => {
-    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 5 })!))).toThrow(/version 5 .*\(4\)/);
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 6 })!))).toThrow(/version 6 .*\(5\)/);
   });
 
   it("reads format versions 1 and 2; payload.chunks only in 2, where it was added", () => {
@@ -68,9 +68,9 @@ describe("manifest", () => {
   });
 
   it("a newer format version is refused even when its bytes were remembered as valid (a header cache another version wrote)", () => {
-    const newer = Buffer.from(canonicalize({ ...base, format_version: 5 })!);
+    const newer = Buffer.from(canonicalize({ ...base, format_version: 6 })!);
     rememberValidManifest(createHash("sha256").update(newer).digest("hex"));
-    expect(() => parseManifest(newer)).toThrow(/version 5 .*\(4\)/);
+    expect(() => parseManifest(newer)).toThrow(/version 6 .*\(5\)/);
   });
 
   it("a delta records its rebuilt database's pages root from format version 4 on, its sha256 before; never both, never neither", () => {
@@ -82,6 +82,20 @@ describe("manifest", () => {
     expect(() => parseManifest(delta(3, { full_pages_sha256: "c".repeat(64) }))).toThrow(/full_pages_sha256 in a format version 3 manifest/);
     expect(() => parseManifest(delta(4, {}))).toThrow(/has no full_pages_sha256/);
     expect(() => parseManifest(delta(2, {}))).toThrow(/has no full_sha256/);
+  });
+
+  it("a component's chunks (format 5): only from version 5, only on files and sources, adding up to its size; an 8 MiB cap", () => {
+    const chunk = (len: number, c: string) => [c.repeat(64), "d".repeat(64), len + 300, len];
+    const file = { path: "files/models/a.bin", kind: "file", name: "models/a.bin", sha256: "c".repeat(64), size: 3000, target: "models/a.bin", chunks: [chunk(1000, "1"), chunk(2000, "2")] };
+    const at = (v: number, c: object) => Buffer.from(canonicalize({ ...base, format_version: v, components: [...base.components, c] })!);
+    expect(parseManifest(at(5, file)).components[1]!.chunks).toEqual(file.chunks);
+    expect(() => parseManifest(at(4, file))).toThrow(/chunks in a format version 4 manifest \(added in version 5/);
+    expect(() => parseManifest(at(5, { ...file, size: 2999 }))).toThrow(/hold another number of bytes than its size 2999/);
+    expect(() => parseManifest(at(5, { ...file, chunks: [[..."1".repeat(64)], ...file.chunks.slice(1)] }))).toThrow(/manifest invalid/);
+    expect(() => parseManifest(at(5, { ...file, chunks: [chunk(0, "1"), ...file.chunks] }))).toThrow(/manifest invalid/);
+    expect(parseManifest(at(5, { ...file, path: "sources/pg/dump", kind: "postgres", name: "pg", target: undefined })).components[1]!.kind).toBe("postgres");
+    expect(() => parseManifest(at(5, { ...file, path: "db/x.sqlite", kind: "sqlite", name: "x", target: "x.sqlite" }))).toThrow(/only files and state sources are chunked/);
+    expect(() => parseManifest(Buffer.alloc(8 * 1024 * 1024 + 1, 0x20))).toThrow(/larger than 8 MiB/);
   });
 
   it("reads layout_padding (spaces only) in format version 3, where it was added", () => {
