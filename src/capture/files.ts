@@ -8,7 +8,7 @@ import { join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
 import { chunkTuples, componentPath, type Component } from "../bundle/manifest.js";
 import { LARGE_STATE } from "../chunks/fastcdc.js";
-import type { ChunkWriter } from "../chunks/store.js";
+import type { ChunkWriter, LazyWriter } from "../chunks/store.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ioErrno, ioError, usageError, wrap } from "../errors.js";
@@ -134,7 +134,7 @@ export const CHUNK_FROM = LARGE_STATE.min;
 
 /** How large files are stored: the agent's chunk writer (opened on first use), and whether the stat cache may answer. */
 export interface ChunkedFiles {
-  open: () => Promise<ChunkWriter>;
+  writer: LazyWriter;
   /**
    * false when this host's last backup of the agent did not finish under the current secret-scan policy: a file
    * the stat cache answers is not read, so not scanned, and must have been scanned under this policy before
@@ -173,7 +173,7 @@ export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks
       continue;
     }
     if (chunks && statSync(f).size >= CHUNK_FROM) {
-      chunked.push(await storeChunked(s, await chunks.open(), f, { path, rel, pattern, statCache: chunks.statCache }));
+      chunked.push(await storeChunked(s, await chunks.writer.get(), f, { path, rel, pattern, statCache: chunks.statCache }));
       continue;
     }
     const dest = join(s.staging, path);

@@ -3,7 +3,7 @@ import { statSync } from "node:fs";
 import { join } from "node:path";
 import { chunkTuples, type Component, type Manifest } from "../bundle/manifest.js";
 import { LARGE_STATE } from "../chunks/fastcdc.js";
-import type { ChunkWriter } from "../chunks/store.js";
+import type { LazyWriter } from "../chunks/store.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ensureDirIn } from "../fsutil.js";
@@ -53,14 +53,14 @@ export async function captureSources(lc: LoadedConfig, staging: string, warnings
  * chunks: an unchanged one costs no new chunk. It was made for this run, so the stat cache is not used.
  * @returns what stays in the payload, and the manifest entries of what went into the chunk store
  */
-export async function chunkSources(staged: StagedFile[], open: () => Promise<ChunkWriter>): Promise<{ staged: StagedFile[]; chunked: Component[] }> {
+export async function chunkSources(staged: StagedFile[], writer: LazyWriter): Promise<{ staged: StagedFile[]; chunked: Component[] }> {
   const out: { staged: StagedFile[]; chunked: Component[] } = { staged: [], chunked: [] };
   for (const s of staged) {
     if (statSync(s.file).size < LARGE_STATE.min) {
       out.staged.push(s);
       continue;
     }
-    const r = await (await open()).putFile(s.file, { statCache: false });
+    const r = await (await writer.get()).putFile(s.file, { statCache: false });
     const { file: _f, pages: _p, ...meta } = s;
     out.chunked.push({ ...meta, sha256: r.sha256, size: r.size, chunks: chunkTuples(r.chunks) });
   }

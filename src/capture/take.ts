@@ -10,7 +10,6 @@ import { dirname, join } from "node:path";
 import { buildManifest, encodeManifest, parseManifest, sha256hex, type Manifest, type NotCaptured } from "../bundle/manifest.js";
 import { checkedPayloads } from "../bundle/chain.js";
 import { writeBundleFile, type BundlePlan } from "../bundle/writer.js";
-import type { ChunkWriter } from "../chunks/store.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
 import { fingerprint } from "../crypto/sshsig.js";
@@ -48,11 +47,10 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it). Not
   // with Object Lock: a reused chunk's retention is not extended yet, so a locked snapshot keeps its bytes in its own
   // locked bundle (docs/chunk-store.md)
-  let writer: Promise<ChunkWriter> | null = null;
-  const open = () => (writer ??= o.repo.chunks(a).writer({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients }));
+  const writer = o.chunks === false || cfg.objectLock ? null : o.repo.chunks(a).lazyWriter({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients });
   // the stat cache answers (a large file not read, so not scanned) only after a backup that finished under this scan policy
   const scanned = scanRecord(o.home, o.repo.location, a);
-  const chunks = o.chunks === false || cfg.objectLock ? null : { open, statCache: scanned.trusted(cfg.secretScan.files) };
+  const chunks = writer ? { writer, statCache: scanned.trusted(cfg.secretScan.files) } : null;
   try {
     // the inspection worker starts now, beside the choice of a parent and the reading of its page indexes, and before
     // the write locks are taken: they are held while it joins the instant, not while it loads
@@ -68,7 +66,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     taken = got.taken;
     // large source files (a dump, a table) go into the chunk store as well
     if (chunks && got.sources.staged.length) {
-      const c = await chunkSources(got.sources.staged, chunks.open);
+      const c = await chunkSources(got.sources.staged, chunks.writer);
       got.sources.staged = c.staged;
       got.chunked.push(...c.chunked);
     }
@@ -110,7 +108,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     return { ...receipt, path };
   } finally {
     // what was uploaded is known to the next run, published or not (a cache: its failure costs time, never data)
-    await (writer as Promise<ChunkWriter> | null)?.then((w) => w.save()).catch(() => undefined);
+    await writer?.save();
     await releasePinned(taken);
     await Promise.allSettled(removals);
     for (const c of closers)

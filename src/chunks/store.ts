@@ -150,6 +150,11 @@ export class ChunkStore {
     return ids;
   }
 
+  /** A writer opened on first use (an agent without large state never opens one), given to the capture as data. */
+  lazyWriter(o: WriterOptions): LazyWriter {
+    return new LazyWriter(this, o);
+  }
+
   /**
    * The writer of a backup host: its chunk key for this agent and recipients,
    * and its caches, checked against the store when a sweep ran since.
@@ -479,5 +484,24 @@ export class ChunkWriter {
   save(): void {
     this.known.save();
     this.stat.save();
+  }
+}
+
+/** An agent's chunk writer, opened when the first large file is met: the capture's stages get it as data. */
+export class LazyWriter {
+  private opened: Promise<ChunkWriter> | null = null;
+  constructor(
+    private readonly store: ChunkStore,
+    private readonly o: WriterOptions,
+  ) {}
+
+  /** The writer, opened now if it was not. @throws what ChunkStore.writer throws */
+  get(): Promise<ChunkWriter> {
+    return (this.opened ??= this.store.writer(this.o));
+  }
+
+  /** Keeps what was uploaded for the next run, when a writer was opened (a cache: its failure costs time, never data). */
+  async save(): Promise<void> {
+    await this.opened?.then((w) => w.save()).catch(() => undefined);
   }
 }
