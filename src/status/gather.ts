@@ -153,7 +153,7 @@ async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[]
   const check = (name: string, state: CheckState, detail: string) => checks.push({ name, state, detail });
   // a snapshot dated beyond the allowed clock skew (a host's clock far ahead) is never the newest: restore refuses it
   const future = mine.filter((e) => e.status === "ok" && e.created_at && claimsFuture(e.created_at, now));
-  for (const e of future) check("snapshot", "warn", `snapshot ${e.snapshot_id} claims a creation time in the future (${e.created_at}); restore refuses it, and the objective is measured without it`);
+  for (const e of future) check("snapshot", "warn", `claims a creation time in the future: ${e.snapshot_id} (${e.created_at}); restore refuses it, and the objective is measured without it`);
   const ok = mine.filter((e) => e.status === "ok" && e.created_at && !future.includes(e));
   const newest = ok.at(-1) ?? null;
   const rpo = t.objectives?.rpoMinutes !== undefined ? t.objectives.rpoMinutes * 60 : null;

@@ -137,7 +137,7 @@ describe("[E1] a snapshot dated beyond the clock skew is never status's newest",
     expect(ag.last_snapshot.age_seconds).toBeGreaterThanOrEqual(2 * 86400 - 60);
     const snap = ag.checks.filter((c: { name: string }) => c.name === "snapshot");
     expect(snap.map((c: { state: string }) => c.state)).toEqual(["warn", "warn"]);
-    expect(snap[0].detail).toContain(`snapshot ${futureId} claims a creation time in the future`);
+    expect(snap[0].detail).toContain(`claims a creation time in the future: ${futureId}`);
     expect(snap[1].detail).toMatch(/^stale: newest verified snapshot is (2\.0 d|4[78]\.\d h) old/);
     // restore refuses the same snapshot by the same rule
     const r = await shifted(a, "+2d", ["restore", futureId, "--target", join(a.tmp, "t-future"), "--dry-run"]);
