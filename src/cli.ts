@@ -328,7 +328,9 @@ function addRestoreCommands(program: Command, result: { code: ExitCode }): void 
     const { reconcile } = await import("./commands/reconcile.js");
     const r = await reconcile(o);
     await show(o, r, (await render()).reconcile);
-    if (r.summary.unresolved) result.code = Exit.warnings;
+    const ui = await import("./ui/output.js");
+    for (const w of r.warnings) ui.warn(w);
+    if (r.summary.unresolved || r.warnings.length) result.code = Exit.warnings;
   });
 
   help(

@@ -39,8 +39,11 @@ export const MAX_MCP_MESSAGES = 10;
 
 type Env = { Bindings: HttpBindings; Variables: { caller: Caller } };
 
+/** Every status httpStatus gives: each route that calls the service may answer any of them (the document lists them all, so it can not drift from the mapping). */
+const SERVICE_STATUSES = [400, 403, 404, 409, 422, 423, 500, 503] as const;
+
 /** The HTTP status for an error of the service. */
-export function httpStatus(e: unknown): 400 | 403 | 404 | 409 | 422 | 423 | 500 | 503 {
+export function httpStatus(e: unknown): (typeof SERVICE_STATUSES)[number] {
   if (hasCause(e, ConflictError)) return 409;
   if (hasCause(e, UnreachableError)) return 503;
   const code = e instanceof AgentbakError ? e.code : Exit.failure;
@@ -48,9 +51,9 @@ export function httpStatus(e: unknown): 400 | 403 | 404 | 409 | 422 | 423 | 500 
 }
 
 const ErrorBody = z.strictObject({ error: z.strictObject({ code: z.number().int().describe("agentbak's exit status for this error"), message: z.string() }) }).openapi("Error");
-/** The error answers of a route: those it lists, and those every route may give. */
+/** The error answers of a route: those it lists (413 from the body limit), every status of the service's error mapping, and those of the token and Host checks. */
 const errors = (...statuses: number[]) =>
-  Object.fromEntries([...new Set([...statuses, 401, 403, 421, 500])].sort().map((s) => [s, { description: STATUS_TEXT[s]!, content: { "application/json": { schema: ErrorBody } } }]));
+  Object.fromEntries([...new Set([...statuses, ...SERVICE_STATUSES, 401, 421])].sort().map((s) => [s, { description: STATUS_TEXT[s]!, content: { "application/json": { schema: ErrorBody } } }]));
 const STATUS_TEXT: Record<number, string> = {
   400: "bad request (code 2)",
   401: "no valid bearer token",
@@ -59,7 +62,7 @@ const STATUS_TEXT: Record<number, string> = {
   409: "idempotency key reused with other parameters (code 2)",
   413: "request body too large (code 2)",
   421: "the Host is not this server's address (a loopback server answers only to its address and localhost, with its port)",
-  422: "the snapshot, or a repository record it needs, does not verify (code 13)",
+  422: "the snapshot, or a repository record it needs (the repository's own record too), does not verify or is damaged (code 13)",
   423: "the agent (or its audit log) is locked by another process (code 11)",
   500: "internal error, or a failure such as a pre hook that failed (code 1); the server's log has the detail",
   503: "the repository can not be reached (code 1)",
@@ -134,7 +137,7 @@ const routes = {
     summary: "Take a checkpoint (201 with the receipt; the same Idempotency-Key returns the first receipt)",
     security: [{ bearer: [] }],
     request: { headers: idemHeader, body: { content: { "application/json": { schema: INPUTS.create_backup.omit({ idempotency_key: true }) } }, required: false } },
-    responses: { 201: json(Receipt, "committed, or spooled when the repository is unreachable"), ...errors(400, 404, 409, 413, 422, 423) },
+    responses: { 201: json(Receipt, "committed, or spooled when the repository is unreachable"), ...errors(413) },
   }),
   getBackup: createRoute({
     method: "get",
@@ -142,14 +145,14 @@ const routes = {
     summary: "Status of one snapshot",
     security: [{ bearer: [] }],
     request: { params: z.object({ id: INPUTS.get_backup.shape.snapshot_id }) },
-    responses: { 200: json(Backup, "the snapshot"), ...errors(400, 404, 503) },
+    responses: { 200: json(Backup, "the snapshot"), ...errors() },
   }),
   listSnapshots: createRoute({
     method: "get",
     path: "/v1/snapshots",
     summary: "This agent's snapshots",
     security: [{ bearer: [] }],
-    responses: { 200: json(z.strictObject({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...errors(404) },
+    responses: { 200: json(z.strictObject({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...errors() },
   }),
   createRestore: createRoute({
     method: "post",
@@ -157,7 +160,7 @@ const routes = {
     summary: "Ask for a restore (202: pending an operator's approval; nothing is restored until then)",
     security: [{ bearer: [] }],
     request: { headers: idemHeader, body: { content: { "application/json": { schema: INPUTS.request_restore.omit({ idempotency_key: true }) } }, required: true } },
-    responses: { 202: json(Request, "recorded, pending approval"), ...errors(400, 404, 409, 413, 422, 423, 503) },
+    responses: { 202: json(Request, "recorded, pending approval"), ...errors(413) },
   }),
   getRestore: createRoute({
     method: "get",
@@ -165,7 +168,7 @@ const routes = {
     summary: "Status of a restore request",
     security: [{ bearer: [] }],
     request: { params: z.object({ id: INPUTS.get_restore_request.shape.request_id }) },
-    responses: { 200: json(Request, "the request"), ...errors(400, 404, 503) },
+    responses: { 200: json(Request, "the request"), ...errors() },
   }),
 };
 
@@ -330,14 +333,14 @@ function statusRoutes(app: OpenAPIHono<Env>, service: AgentService, render: Stat
     path: "/metrics",
     summary: "OpenMetrics text for the token's agent: last snapshot, last drill, unresolved operations, spool, bytes",
     security: [{ bearer: [] }],
-    responses: { 200: { description: "OpenMetrics text, ending with # EOF", content: { [OPENMETRICS]: { schema: z.string() } } }, ...errors(404, 503) },
+    responses: { 200: { description: "OpenMetrics text, ending with # EOF", content: { [OPENMETRICS]: { schema: z.string() } } }, ...errors() },
   });
   app.openAPIRegistry.registerPath({
     method: "get",
     path: "/",
     summary: "The status page (HTML, no script): the token's agent, or every agent served with `serve --ui` on a loopback address",
     security: [{ bearer: [] }],
-    responses: { 200: { description: "the page", content: { "text/html": { schema: z.string() } } }, ...errors(404, 503) },
+    responses: { 200: { description: "the page", content: { "text/html": { schema: z.string() } } }, ...errors() },
   });
   app.get("/healthz", async (c) => {
     const why = await service.unhealthy();

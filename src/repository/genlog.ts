@@ -11,7 +11,8 @@
  * Reading fails closed: every entry present counts, signed or not (believing
  * a higher generation only fences more), and one whose bytes changed (its
  * signature, or the `prev` of the entry after it) or whose predecessor is
- * missing is named (13). Lowering the agent's generation from the repository
+ * missing is named (13), and so is a name in the log's folder that is no
+ * regular file (a link, FIFO or folder hides an entry from the listing). Lowering the agent's generation from the repository
  * takes deleting the newest entries: what a store that refuses deletes
  * (Object Lock retention) or a host's trusted state stops.
  */
@@ -72,6 +73,9 @@ function parse(b: Buffer): Record<string, unknown> | null {
 export async function readLog(store: ObjectStore, location: string, a: AgentRef, trust: Trust): Promise<GenerationLog> {
   const prefix = keys.generationLog(a);
   const numberOf = (k: string) => Number(ENTRY_NAME.exec(k.slice(prefix.length))?.[1] ?? NaN);
+  // a FIFO, device, link or folder in an entry's place is no entry list() names: damage, never a shorter log
+  const stray = (await store.strays(prefix))[0];
+  if (stray) throw verifyError(`generation log ${prefix} in ${location} is damaged: ${stray} is not a regular file (a link, FIFO, device or folder in an entry's place); it must not be guessed: restore it from a copy of the repository`);
   const numbers = (await store.list(prefix)).map(numberOf).filter((n) => !Number.isNaN(n));
   const got = new Map<number, Buffer>();
   for (let i = 0; i < numbers.length; i += READ_BATCH) {

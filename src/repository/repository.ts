@@ -817,9 +817,9 @@ export class Repository {
     return this.verifyLog(a, LOGS.audit, trust, seen);
   }
 
-  /** Verifies `a`'s drill report in this repository as verifyAudit does its audit log (without a host's checkpoint). @throws as verifyAudit. */
-  async verifyDrillReport(a: AgentRef, trust: Trust): Promise<LogVerifyResult> {
-    return this.verifyLog(a, LOGS.report, trust, null);
+  /** Verifies `a`'s drill report in this repository as verifyAudit does its audit log, `seen` too. @throws as verifyAudit. */
+  async verifyDrillReport(a: AgentRef, trust: Trust, seen: ChainCheckpoint | null): Promise<LogVerifyResult> {
+    return this.verifyLog(a, LOGS.report, trust, seen);
   }
 
   private async verifyLog(a: AgentRef, log: LogKind, trust: Trust, seen: ChainCheckpoint | null): Promise<LogVerifyResult> {

@@ -71,11 +71,17 @@ export function evaluatePolicy(p: PolicyInput): PolicyDecision {
   }
   if (p.embeddings) embeddingPolicy(p.embeddings, Boolean(p.allowEmbeddingChange), d);
   const ageHours = (p.now.getTime() - new Date(m.created_at).getTime()) / 3_600_000;
-  if (ageHours < -0.1) d.refusals.push(`snapshot claims a creation time in the future (${m.created_at})`);
+  if (claimsFuture(m.created_at, p.now)) d.refusals.push(`snapshot claims a creation time in the future (${m.created_at})`);
   if (p.staleAfterHours !== undefined && ageHours > p.staleAfterHours)
     d.warnings.push(`stale: snapshot is ${ageHours.toFixed(1)} hours old (threshold ${p.staleAfterHours}h)`);
   return d;
 }
+
+/** The clock skew allowed between the host that took a snapshot and this one (6 minutes). */
+const MAX_CLOCK_SKEW_MS = 360_000;
+
+/** Whether a snapshot's creation time lies beyond the allowed clock skew in the future: restore refuses it, status never takes it for the newest. */
+export const claimsFuture = (createdAt: string, now: Date): boolean => Date.parse(createdAt) - now.getTime() > MAX_CLOCK_SKEW_MS;
 
 /**
  * Embedding compatibility: vectors written by another embedding model (or of

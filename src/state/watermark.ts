@@ -87,36 +87,41 @@ export function raiseBackupWatermark(home: string, a: AgentRef, sequence: number
   writeFileAtomic(homeStatePath(home, a), JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, highest_backup_sequence: sequence }, null, 2) + "\n");
 }
 
-/** How far this host verified an agent's audit log in one repository: entries, and the sha256 of the last one's line. */
+/** How far this host verified an agent's audit log (or drill report) in one repository: entries, and the sha256 of the last one's line. */
 export interface AuditSeen {
   entries: number;
   head_sha256: string;
 }
 
-/** The audit checkpoints recorded for `a`, by repository location. */
-function auditSeenAll(p: string, raw: Record<string, unknown>): Record<string, AuditSeen> {
-  const v = raw.audit_seen;
+/** The hash-chained logs whose reach this host records: the field of the state file each is kept in. */
+const SEEN_FIELD = { audit: "audit_seen", report: "report_seen" } as const;
+export type ChainedLog = keyof typeof SEEN_FIELD;
+
+/** The checkpoints recorded for `a`'s `log`, by repository location. */
+function auditSeenAll(p: string, raw: Record<string, unknown>, log: ChainedLog): Record<string, AuditSeen> {
+  const field = SEEN_FIELD[log];
+  const v = raw[field];
   if (v === undefined) return {};
   const ok =
     v &&
     typeof v === "object" &&
     !Array.isArray(v) &&
     Object.values(v).every((c) => c && typeof c === "object" && Number.isSafeInteger(c.entries) && c.entries >= 0 && typeof c.head_sha256 === "string" && /^[0-9a-f]{64}$/.test(c.head_sha256));
-  if (!ok) throw damaged(p, "holds audit_seen that is not a map of repositories to {entries, head_sha256}");
+  if (!ok) throw damaged(p, `holds ${field} that is not a map of repositories to {entries, head_sha256}`);
   return v as Record<string, AuditSeen>;
 }
 
-/** How far this host verified `a`'s audit log in the repository at `location`, or null when it never did. */
-export function readAuditSeen(home: string, a: AgentRef, location: string): AuditSeen | null {
+/** How far this host verified `a`'s audit log (or drill report) in the repository at `location`, or null when it never did. */
+export function readAuditSeen(home: string, a: AgentRef, location: string, log: ChainedLog = "audit"): AuditSeen | null {
   const p = homeStatePath(home, a);
-  return auditSeenAll(p, readRaw(p))[location] ?? null;
+  return auditSeenAll(p, readRaw(p), log)[location] ?? null;
 }
 
-/** Records how far this host verified `a`'s audit log at `location` (never lowers it). */
-export function raiseAuditSeen(home: string, a: AgentRef, location: string, seen: AuditSeen): void {
+/** Records how far this host verified `a`'s audit log (or drill report) at `location` (never lowers it). */
+export function raiseAuditSeen(home: string, a: AgentRef, location: string, seen: AuditSeen, log: ChainedLog = "audit"): void {
   const p = homeStatePath(home, a);
   const raw = readRaw(p);
-  const all = auditSeenAll(p, raw);
+  const all = auditSeenAll(p, raw, log);
   if ((all[location]?.entries ?? -1) >= seen.entries) return;
-  writeFileAtomic(p, JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, audit_seen: { ...all, [location]: seen } }, null, 2) + "\n");
+  writeFileAtomic(p, JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, [SEEN_FIELD[log]]: { ...all, [location]: seen } }, null, 2) + "\n");
 }

@@ -18,6 +18,7 @@ import type { AgentRef } from "../facts.js";
 import type { CatalogEntry, Repository } from "../repository/repository.js";
 import { openSpool, spoolDir, spools } from "../repository/spool.js";
 import { unreachableWarning } from "../repository/generation.js";
+import { claimsFuture } from "../restore/policy.js";
 import { listRequests } from "../restore/request.js";
 import { verifyReportText } from "../drill/report.js";
 
@@ -150,7 +151,10 @@ export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
 async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[], now: Date): Promise<AgentStatus> {
   const checks: StatusCheck[] = [];
   const check = (name: string, state: CheckState, detail: string) => checks.push({ name, state, detail });
-  const ok = mine.filter((e) => e.status === "ok" && e.created_at);
+  // a snapshot dated beyond the allowed clock skew (a host's clock far ahead) is never the newest: restore refuses it
+  const future = mine.filter((e) => e.status === "ok" && e.created_at && claimsFuture(e.created_at, now));
+  for (const e of future) check("snapshot", "warn", `claims a creation time in the future: ${e.snapshot_id} (${e.created_at}); restore refuses it, and the objective is measured without it`);
+  const ok = mine.filter((e) => e.status === "ok" && e.created_at && !future.includes(e));
   const newest = ok.at(-1) ?? null;
   const rpo = t.objectives?.rpoMinutes !== undefined ? t.objectives.rpoMinutes * 60 : null;
   const age = newest ? secondsSince(newest.created_at!, now) : null;

@@ -50,6 +50,7 @@ export function counting(store: ObjectStore, file: string): ObjectStore {
     list: (p) => count("list", store.list(p)),
     folders: (p) => count("list", store.folders(p)),
     hidden: (p) => count("list", store.hidden(p)),
+    strays: (p) => store.strays(p), // no request: a bucket has none, a folder reads its own
     delete: (k) => count("delete", store.delete(k)),
     tempDir: (tag) => store.tempDir(tag),
     sweep: (ms) => store.sweep(ms),

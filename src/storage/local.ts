@@ -188,6 +188,19 @@ export class LocalStore implements ObjectStore {
     return out.sort();
   }
 
+  async strays(prefix: string): Promise<string[]> {
+    const dirKey = prefix.replace(/\/$/, "");
+    try {
+      return readdirSync(dirKey ? this.path(dirKey) : this.root, { withFileTypes: true })
+        .filter((e) => !e.isFile() && !e.name.startsWith(".tmp-"))
+        .map((e) => `${dirKey ? `${dirKey}/` : ""}${e.name}`)
+        .sort();
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT" && (e as NodeJS.ErrnoException).code !== "ENOTDIR") throw e;
+      return [];
+    }
+  }
+
   async folders(prefix: string): Promise<string[]> {
     const dirKey = prefix.replace(/\/$/, "");
     let entries;

@@ -188,6 +188,11 @@ export class S3Store implements ObjectStore {
     return out.sort();
   }
 
+  /** Every key of a bucket names an object. */
+  async strays(_prefix: string): Promise<string[]> {
+    return [];
+  }
+
   async hidden(prefix: string): Promise<Map<string, Buffer>> {
     const marked = new Set<string>();
     const kept = new Map<string, { id: string; at: number }>();

@@ -48,6 +48,11 @@ export interface ObjectStore {
    */
   hidden(prefix: string): Promise<Map<string, Buffer>>;
   /**
+   * Keys directly under `prefix` (a prefix ending in "/") that hold no object: in a folder, a FIFO, device,
+   * socket, link or folder in a file's place, which list() never names. A bucket has none.
+   */
+  strays(prefix: string): Promise<string[]>;
+  /**
    * The names of the folders directly under `prefix` (a prefix ending in "/"): the next segment of every
    * key below it that has more segments, sorted (S3: one LIST with delimiter "/" per 1,000 names).
    */

@@ -145,8 +145,9 @@ export function fence(r: FenceResult): void {
   ok(`generation ${r.generation} is current`);
 }
 
-export function reportVerify(r: ChainVerifyResult): void {
-  ok(`${r.entries} entries verified; head ${r.head_sha256.slice(0, 16)}…`);
+export function reportVerify(r: ChainVerifyResult & { agent?: string; agents?: string[] }): void {
+  const of = r.agents ?? (r.agent ? [r.agent] : []);
+  ok(`${r.entries} entries verified${of.length ? ` (${safe(of.join(", "))})` : ""}; head ${r.head_sha256.slice(0, 16)}…`);
 }
 
 export function forget(r: ForgetResult): void {

@@ -268,7 +268,11 @@ describe("[E8] probes are contained", () => {
       rmSync(seen, { force: true });
       const t = await restore(name);
       const r = await a.run(["reconcile", "--target", t, "-c", cfg, "--json"], operatorEnv);
-      expect(r.code, r.stderr).toBe(EXIT.ok);
+      // the probe could still read AGENTBAK_IDENTITY from /proc/$PPID/environ: named (3), never printed
+      expect(r.code, r.stderr).toBe(EXIT.warnings);
+      expect(r.stderr).toMatch(/AGENTBAK_IDENTITY is in agentbak's environment and a command probe ran as the same user: it can read it from \/proc\/<agentbak's pid>\/environ/);
+      expect(json(r).warnings).toHaveLength(1);
+      expect(r.stdout + r.stderr).not.toMatch(/AGE-SECRET-KEY/);
       const envs = readFileSync(seen, "utf8").trim().split("\n").map((l) => JSON.parse(l));
       for (const env of envs) expect(JSON.stringify(env)).not.toMatch(/AGE-SECRET-KEY|op-secret-1|aws-secret-2/);
       expect(envs).toHaveLength(2); // one per distinct key
@@ -287,6 +291,11 @@ describe("[E8] probes are contained", () => {
       expect(env).toMatchObject({ PROVIDER_TOKEN: `Bearer ${SECRET}`, REGION: "eu-1" });
       expect(Object.keys(env).filter((k) => !basics.includes(k)).sort()).toEqual(["PROVIDER_TOKEN", "REGION"]);
     }
+    // the identity by file: nothing for a probe to find in agentbak's environment, no warning
+    rmSync(seen, { force: true });
+    const byFile = await a.run(["reconcile", "--target", await restore("e8-env-file"), "-c", cfg, "--json"], { AGENTBAK_IDENTITY_FILE: a.identity });
+    expect(byFile.code, byFile.stderr).toBe(EXIT.ok);
+    expect(json(byFile).warnings).toEqual([]);
     // AGENTBAK_* is agentbak's: a config can not set it
     const reserved = configVariant("e8-reserved", (c) => (c.reconcile.probe = { command: ["node", script], env: { AGENTBAK_IDENTITY: "x" } }));
     const rr = await a.run(["reconcile", "--target", t, "-c", reserved]);

@@ -4,6 +4,7 @@
 // Origin, MCP batches, and the OpenAPI document against every answer. Real processes, real sockets, real files.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
+import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, renameSync, rmSync, mkdirSync, writeFileSync, openSync, writeSync, readSync, closeSync, statSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { createServer } from "node:net";
@@ -750,6 +751,14 @@ describe("[E11] openapi.json lists every status and field the server answers", (
       for (const r of every) await call(u, r, 500, r[1].replace("{id}", r === Q ? req.request_id : id), { token: tok["restore-request"]!.token, ...(r === R ? { body: JSON.stringify({ reason: "x" }) } : r === B ? { body: "{}" } : {}) });
       for (const r of reads) await call(u, r, 500, r[1], { token: tok.read!.token });
       for (const d of ["snapshots", "requests"]) rmSync(join(agentDir(), d)), renameSync(join(agentDir(), `${d}.aside`), join(agentDir(), d));
+      // the repository's own record damaged (a FIFO in its place: 13, "is damaged"): 422 on every route that reads the repository
+      const marker = join(a.repo, "agentbak-repository.json");
+      renameSync(marker, `${marker}.aside`);
+      execFileSync("mkfifo", [marker]);
+      for (const r of every) await call(u, r, 422, r[1].replace("{id}", r === Q ? req.request_id : id), { token: tok["restore-request"]!.token, ...(r === R ? { body: JSON.stringify({ reason: "x", snapshot: id }) } : r === B ? { body: "{}" } : {}) });
+      for (const r of reads) await call(u, r, 422, r[1], { token: tok.read!.token });
+      rmSync(marker);
+      renameSync(`${marker}.aside`, marker);
       // the repository gone
       renameSync(a.repo, `${a.repo}.gone`);
       for (const r of every) await call(u, r, 404, r[1].replace("{id}", r === Q ? req.request_id : id), { token: tok["restore-request"]!.token, ...(r === R ? { body: JSON.stringify({ reason: "x" }) } : r === B ? { body: "{}" } : {}) });
