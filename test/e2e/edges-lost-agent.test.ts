@@ -1,0 +1,70 @@
+// The fourth attack on issue 32, point 1: a server (and the command line) never reports a lost checkpoint as
+// committed. A repository path turned into a file or a symbolic link loop under a running server is "repository
+// not found" (10), as a renamed folder is; an agent's own folder moved out of a repository this host backed it up
+// into is refused (10) by every listing and backup, never listed as empty nor begun again. Real binary, real serve
+// and mcp, folder repositories.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { existsSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { makeAgent, type TestAgent } from "../helpers.js";
+import { api, makeToken, mcpStdio, startServer, tool, type Server } from "../agentapi-helpers.js";
+
+describe("[E1] a repository path that is a file or a symbolic link loop is 'repository not found' (10) everywhere", () => {
+  let a: TestAgent;
+  let srv: Server;
+  let cp: { token: string; id: string };
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    cp = await makeToken(a, "acme", "billing-agent", "checkpoint");
+    srv = await startServer(a);
+    const r = await api(srv.url, cp.token, "POST", "/v1/backups", { body: { label: "before" } });
+    expect(r.status, JSON.stringify(r.body)).toBe(201);
+  }, 120_000);
+  afterAll(async () => {
+    await srv?.stop();
+    a?.cleanup();
+  }, 60_000);
+
+  const cases: [string, (repo: string) => void, RegExp][] = [
+    ["a regular file", (repo) => writeFileSync(repo, "hi\n"), /it is a file, not a folder/],
+    ["a symbolic link to itself (ELOOP)", (repo) => symlinkSync(repo, repo), /a symbolic link that loops/],
+  ];
+  for (const [what, replace, why] of cases)
+    it(`[E1] the repository replaced by ${what} under serve, mcp and the CLI: 404 / exit 10 'repository not found', never 500 or a raw errno`, async () => {
+      const moved = `${a.repo}.x`;
+      const c = await mcpStdio(a, ["--tier", "checkpoint"]);
+      renameSync(a.repo, moved);
+      replace(a.repo);
+      try {
+        for (const [method, path] of [["POST", "/v1/backups"], ["GET", "/v1/snapshots"]] as const) {
+          const r = await api(srv.url, cp.token, method, path, method === "POST" ? { body: { label: "lost" } } : {});
+          expect(r.status, `${method} ${path}: ${JSON.stringify(r.body)}`).toBe(404);
+          expect(r.body.error.code).toBe(10);
+          expect(r.body.error.message).toMatch(/^repository not found: /);
+          expect(r.body.error.message).toMatch(why);
+        }
+        expect(srv.log()).not.toMatch(/ENOTDIR|ELOOP/);
+        for (const name of ["create_backup", "list_snapshots"]) {
+          const m = await tool(c, name, name === "create_backup" ? { label: "lost" } : {});
+          expect(m.isError, m.text).toBe(true);
+          expect(m.data.error.code, m.text).toBe(10);
+          expect(m.text).toMatch(/repository not found/);
+          expect(m.text).not.toMatch(/ENOTDIR|ELOOP/);
+        }
+        for (const args of [["backup"], ["snapshots"]]) {
+          const r = await a.run(args);
+          expect(r.code, `${args[0]}: ${r.stderr}`).toBe(10);
+          expect(r.stderr).toMatch(/repository not found: .*(not a folder|loops)/);
+          expect(r.stderr).not.toMatch(/ENOTDIR|ELOOP/);
+        }
+      } finally {
+        await c.close();
+        rmSync(a.repo, { force: true });
+        renameSync(moved, a.repo);
+      }
+      // back in place: served again
+      expect((await api(srv.url, cp.token, "GET", "/v1/snapshots")).status).toBe(200);
+      expect(existsSync(join(a.repo, "agentbak-repository.json"))).toBe(true);
+    }, 120_000);
+});
