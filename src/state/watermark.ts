@@ -120,3 +120,27 @@ export function raiseAuditSeen(home: string, a: AgentRef, location: string, seen
   if ((all[location]?.entries ?? -1) >= seen.entries) return;
   writeFileAtomic(p, JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, audit_seen: { ...all, [location]: seen } }, null, 2) + "\n");
 }
+
+/** The highest sequence this host committed of `a` in each repository, by the repository's id (its marker's). */
+function committedAll(p: string, raw: Record<string, unknown>): Record<string, number> {
+  const v = raw.committed_in;
+  if (v === undefined) return {};
+  const ok = v && typeof v === "object" && !Array.isArray(v) && Object.values(v).every((n) => Number.isSafeInteger(n) && (n as number) > 0);
+  if (!ok) throw damaged(p, "holds committed_in that is not a map of repository ids to sequences");
+  return v as Record<string, number>;
+}
+
+/** The highest sequence this host committed of `a` in the repository whose id is `repoId` (0: none), and the state file. */
+export function readCommittedIn(home: string, a: AgentRef, repoId: string): { sequence: number; file: string } {
+  const p = homeStatePath(home, a);
+  return { sequence: committedAll(p, readRaw(p))[repoId] ?? 0, file: p };
+}
+
+/** Records that this host committed `a` at `sequence` in the repository whose id is `repoId` (never lowers it). */
+export function raiseCommittedIn(home: string, a: AgentRef, repoId: string, sequence: number): void {
+  const p = homeStatePath(home, a);
+  const raw = readRaw(p);
+  const all = committedAll(p, raw);
+  if ((all[repoId] ?? 0) >= sequence) return;
+  writeFileAtomic(p, JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, committed_in: { ...all, [repoId]: sequence } }, null, 2) + "\n");
+}

@@ -4,10 +4,10 @@
 // into is refused (10) by every listing and backup, never listed as empty nor begun again. Real binary, real serve
 // and mcp, folder repositories.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { existsSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { makeAgent, type TestAgent } from "../helpers.js";
-import { api, makeToken, mcpStdio, startServer, tool, type Server } from "../agentapi-helpers.js";
+import { api, makeToken, mcpStdio, otherTenant, startServer, tool, type Server } from "../agentapi-helpers.js";
 
 describe("[E1] a repository path that is a file or a symbolic link loop is 'repository not found' (10) everywhere", () => {
   let a: TestAgent;
@@ -67,4 +67,73 @@ describe("[E1] a repository path that is a file or a symbolic link loop is 'repo
       expect((await api(srv.url, cp.token, "GET", "/v1/snapshots")).status).toBe(200);
       expect(existsSync(join(a.repo, "agentbak-repository.json"))).toBe(true);
     }, 120_000);
+});
+
+describe("[E1] an agent's own folder moved out of a repository this host backed it up into: refused (10) everywhere, nothing re-created", () => {
+  let a: TestAgent;
+  let srv: Server;
+  let cp: { token: string; id: string };
+  let seq: number;
+  const agentDir = () => join(a.repo, "tenants/acme/agents/billing-agent");
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    cp = await makeToken(a, "acme", "billing-agent", "checkpoint");
+    srv = await startServer(a);
+    for (const label of ["one", "two"]) {
+      const r = await api(srv.url, cp.token, "POST", "/v1/backups", { body: { label } });
+      expect(r.status, JSON.stringify(r.body)).toBe(201);
+      seq = r.body.sequence;
+    }
+  }, 120_000);
+  afterAll(async () => {
+    await srv?.stop();
+    a?.cleanup();
+  }, 60_000);
+
+  it("[E1] serve, mcp, snapshots, backup and status all answer 10 naming the sequence this host committed; no folder is re-created; another agent's first backup still works; put back, it is served again", async () => {
+    expect(seq).toBeGreaterThan(1);
+    const gone = new RegExp(`^the snapshots of acme/billing-agent are gone from repository .*: this host committed sequence ${seq} there`);
+    const c = await mcpStdio(a, ["--tier", "checkpoint"]);
+    const elsewhere = join(a.tmp, "elsewhere");
+    renameSync(agentDir(), elsewhere);
+    try {
+      for (const [method, path] of [["GET", "/v1/snapshots"], ["POST", "/v1/backups"]] as const) {
+        const r = await api(srv.url, cp.token, method, path, method === "POST" ? { body: { label: "lost" } } : {});
+        expect(r.status, `${method} ${path}: ${JSON.stringify(r.body)}`).toBe(404);
+        expect(r.body.error.code).toBe(10);
+        expect(r.body.error.message).toMatch(gone);
+      }
+      for (const name of ["list_snapshots", "create_backup"]) {
+        const m = await tool(c, name, name === "create_backup" ? { label: "lost" } : {});
+        expect(m.isError, `${name}: ${m.text}`).toBe(true);
+        expect(m.data.error.code, m.text).toBe(10);
+        expect(m.data.error.message).toMatch(gone);
+      }
+      for (const args of [["snapshots"], ["backup"], ["status"]]) {
+        const r = await a.run(args);
+        expect(r.code, `${args[0]}: ${r.stdout}${r.stderr}`).toBe(10);
+        expect(r.stderr).toMatch(/the snapshots of acme\/billing-agent are gone from repository/);
+      }
+      expect(existsSync(agentDir()), "the agent's folder was re-created").toBe(false);
+      // an agent this host never committed into this repository is not affected: its first backup commits
+      const other = otherTenant(a, "globex");
+      const first = await a.run(["backup", "-c", other.config]);
+      expect(first.code, first.stderr).toBe(0);
+      expect(existsSync(join(a.repo, "tenants/globex/agents/billing-agent/sequence.json"))).toBe(true);
+      expect(existsSync(agentDir())).toBe(false);
+    } finally {
+      await c.close();
+      renameSync(elsewhere, agentDir());
+    }
+    const l = await api(srv.url, cp.token, "GET", "/v1/snapshots");
+    expect(l.status, JSON.stringify(l.body)).toBe(200);
+    expect(l.body.snapshots.map((s: any) => s.label)).toEqual(["one", "two"]);
+    const b = await api(srv.url, cp.token, "POST", "/v1/backups", { body: { label: "three" } });
+    expect(b.status, JSON.stringify(b.body)).toBe(201);
+    expect(b.body.sequence).toBe(seq + 1);
+    // the trusted state names the repository by its id, with the sequence committed there
+    const id = JSON.parse(readFileSync(join(a.repo, "agentbak-repository.json"), "utf8")).id;
+    expect(JSON.parse(readFileSync(join(a.home, "state", "acme", "billing-agent.json"), "utf8")).committed_in).toEqual({ [id]: seq + 1 });
+  }, 180_000);
 });
