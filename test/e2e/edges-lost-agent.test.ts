@@ -137,3 +137,34 @@ describe("[E1] an agent's own folder moved out of a repository this host backed 
     expect(JSON.parse(readFileSync(join(a.home, "state", "acme", "billing-agent.json"), "utf8")).committed_in).toEqual({ [id]: seq + 1 });
   }, 180_000);
 });
+
+describe("[E1] what a host may do on purpose is not refused: forget, copy to a new repository, a repository deleted and initialised again", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E1] forget keeps the sequence record (listing and backup go on); a copy's new repository and a re-initialised one take the next backup, above this host's sequence", async () => {
+    for (let i = 0; i < 2; i++) expect((await a.run(["backup", "--label", `b${i}`])).code).toBe(0);
+    const f = await a.run(["forget", "--keep-last", "1"]);
+    expect(f.code, f.stderr).toBe(0);
+    expect((await a.run(["snapshots"])).code).toBe(0);
+    const third = await a.run(["backup", "--json"]);
+    expect(third.code, third.stderr).toBe(0);
+    expect(JSON.parse(third.stdout).sequence).toBe(3);
+    // copy into a new repository, then back up there: that repository's id was never committed into by this host
+    const copy = join(a.tmp, "copy");
+    const c = await a.run(["copy", "--from", a.repo, "--to", copy]);
+    expect(c.code, c.stderr).toBe(0);
+    const there = await a.run(["backup", "--repo", copy, "--json"]);
+    expect(there.code, there.stderr).toBe(0);
+    expect(JSON.parse(there.stdout).sequence).toBe(4);
+    // the repository deleted and initialised again at the same path: another id, the agent begins there
+    rmSync(a.repo, { recursive: true });
+    expect((await a.run(["init"])).code).toBe(0);
+    const fresh = await a.run(["backup", "--json"]);
+    expect(fresh.code, fresh.stderr).toBe(0);
+    expect(JSON.parse(fresh.stdout).sequence).toBe(5);
+  }, 180_000);
+});
