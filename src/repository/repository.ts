@@ -237,10 +237,11 @@ export class Repository {
   private async kept(a: AgentRef): Promise<void> {
     if (!this.home || !this.id) return; // no trusted state to ask, or a repository of agentbak 0.1 (no id)
     const seen = readCommittedIn(this.home, a, this.id);
-    if (!seen.sequence || (await this.store.get(keys.sequence(a)))) return;
+    if (!seen || (await this.store.get(keys.sequence(a)))) return;
+    // the state file is named from AGENTBAK_HOME, not by its path: an agent of the server reads this message too
     throw notFound(
-      `the snapshots of ${a.tenant}/${a.agent} are gone from repository ${this.location}: this host committed sequence ${seen.sequence} there, and its sequence record (${keys.sequence(a)}) is missing (its folder moved or deleted?); ` +
-        `put the folder back, or back up into a new repository (agentbak init), or, to begin the agent again here, remove "${this.id}" from committed_in in ${seen.file}`,
+      `the snapshots of ${a.tenant}/${a.agent} are gone from repository ${this.location}: this host committed sequence ${seen} there, and its sequence record (${keys.sequence(a)}) is missing (its folder moved or deleted?); ` +
+        `put the folder back, or back up into a new repository (agentbak init), or, to begin the agent again here, remove "${this.id}" from committed_in in AGENTBAK_HOME/state/${a.tenant}/${a.agent}.json`,
     );
   }
 

@@ -130,10 +130,10 @@ function committedAll(p: string, raw: Record<string, unknown>): Record<string, n
   return v as Record<string, number>;
 }
 
-/** The highest sequence this host committed of `a` in the repository whose id is `repoId` (0: none), and the state file. */
-export function readCommittedIn(home: string, a: AgentRef, repoId: string): { sequence: number; file: string } {
+/** The highest sequence this host committed of `a` in the repository whose id is `repoId` (0: none). */
+export function readCommittedIn(home: string, a: AgentRef, repoId: string): number {
   const p = homeStatePath(home, a);
-  return { sequence: committedAll(p, readRaw(p))[repoId] ?? 0, file: p };
+  return committedAll(p, readRaw(p))[repoId] ?? 0;
 }
 
 /** Records that this host committed `a` at `sequence` in the repository whose id is `repoId` (never lowers it). */

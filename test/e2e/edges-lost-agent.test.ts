@@ -103,6 +103,9 @@ describe("[E1] an agent's own folder moved out of a repository this host backed 
         expect(r.status, `${method} ${path}: ${JSON.stringify(r.body)}`).toBe(404);
         expect(r.body.error.code).toBe(10);
         expect(r.body.error.message).toMatch(gone);
+        // the agent is told what to do, never where this host keeps its trusted state
+        expect(r.body.error.message).toMatch(/from committed_in in AGENTBAK_HOME\/state\/acme\/billing-agent\.json$/);
+        expect(r.body.error.message).not.toContain(a.home);
       }
       for (const name of ["list_snapshots", "create_backup"]) {
         const m = await tool(c, name, name === "create_backup" ? { label: "lost" } : {});
