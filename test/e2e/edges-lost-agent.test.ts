@@ -91,7 +91,7 @@ describe("[E1] an agent's own folder moved out of a repository this host backed 
     a?.cleanup();
   }, 60_000);
 
-  it("[E1] serve, mcp, snapshots, backup and status all answer 10 naming the sequence this host committed; no folder is re-created; another agent's first backup still works; put back, it is served again", async () => {
+  it("[E1] serve, mcp, snapshots, backup, status, verify and restore all answer 10 naming the sequence this host committed; no folder is re-created; another agent's first backup still works; put back, it is served again", async () => {
     expect(seq).toBeGreaterThan(1);
     const gone = new RegExp(`^the snapshots of acme/billing-agent are gone from repository .*: this host committed sequence ${seq} there`);
     const c = await mcpStdio(a, ["--tier", "checkpoint"]);
@@ -113,12 +113,13 @@ describe("[E1] an agent's own folder moved out of a repository this host backed 
         expect(m.data.error.code, m.text).toBe(10);
         expect(m.data.error.message).toMatch(gone);
       }
-      for (const args of [["snapshots"], ["backup"], ["status"]]) {
+      for (const args of [["snapshots"], ["backup"], ["status"], ["verify", "latest"], ["restore", "latest", "--target", join(a.tmp, "restored")]]) {
         const r = await a.run(args);
         expect(r.code, `${args[0]}: ${r.stdout}${r.stderr}`).toBe(10);
         expect(r.stderr).toMatch(/the snapshots of acme\/billing-agent are gone from repository/);
       }
       expect(existsSync(agentDir()), "the agent's folder was re-created").toBe(false);
+      expect(existsSync(join(a.tmp, "restored"))).toBe(false);
       // an agent this host never committed into this repository is not affected: its first backup commits
       const other = otherTenant(a, "globex");
       const first = await a.run(["backup", "-c", other.config]);
