@@ -73,13 +73,13 @@ export class LocalStore implements ObjectStore {
   }
 
   /**
-   * An error of a path under the root that says a folder on it is no folder (ENOTDIR, ELOOP): the repository gone
-   * (10, from present) or, when it is still there, a folder inside it replaced (damage, 13).
+   * An error of a path under the root that says a folder on it is no folder (ENOTDIR, ELOOP): when the repository
+   * itself is gone (a file or a loop in its place) that is "not found" (10, from present); a folder inside it replaced
+   * is left as the error it is (an internal error: the repository is damaged, not gone).
    */
-  private broken(key: string, e: unknown): unknown {
-    if (!PATH_BROKEN.has((e as NodeJS.ErrnoException).code ?? "")) return e;
-    this.present();
-    return verifyError(`object ${key} in ${this.root} is damaged: a folder on its path is a file or a link that loops (${(e as NodeJS.ErrnoException).code})`);
+  private broken(e: unknown): unknown {
+    if (PATH_BROKEN.has((e as NodeJS.ErrnoException).code ?? "")) this.present();
+    return e;
   }
 
   /** A folder keeps no versions: nothing is hidden. */
@@ -150,7 +150,7 @@ export class LocalStore implements ObjectStore {
       if (code === "ENOENT") return null;
       // a record of the repository replaced by a FIFO or a device is damage, not the caller's mistake
       if (code === "ENOTREG" || code === "EISDIR") throw verifyError(`object ${key} in ${this.root} is damaged: ${(e as Error).message.replace(/^.* is /, "it is ")}`);
-      throw this.broken(key, e);
+      throw this.broken(e);
     }
   }
 
@@ -162,7 +162,7 @@ export class LocalStore implements ObjectStore {
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === "ENOENT" || code === "ENOTREG" || code === "EISDIR") throw this.missing(key);
-      throw this.broken(key, e);
+      throw this.broken(e);
     }
     try {
       const b = Buffer.allocUnsafe(end - start + 1);
@@ -192,7 +192,7 @@ export class LocalStore implements ObjectStore {
       return { size: st.size, mtimeMs: st.mtimeMs, etag: `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}` };
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
-      throw this.broken(key, e);
+      throw this.broken(e);
     }
   }
 
@@ -204,7 +204,7 @@ export class LocalStore implements ObjectStore {
     try {
       entries = readdirSync(dir, { withFileTypes: true, recursive: true });
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw this.broken(prefix, e);
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw this.broken(e);
       this.present(); // a folder of it that does not exist is empty; the repository itself gone is not
       return [];
     }
@@ -223,7 +223,7 @@ export class LocalStore implements ObjectStore {
     try {
       entries = readdirSync(dirKey ? this.path(dirKey) : this.root, { withFileTypes: true });
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ENOENT" && (e as NodeJS.ErrnoException).code !== "ENOTDIR") throw this.broken(prefix, e);
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT" && (e as NodeJS.ErrnoException).code !== "ENOTDIR") throw this.broken(e);
       this.present();
       return [];
     }
