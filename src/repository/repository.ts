@@ -32,6 +32,7 @@ import { acquireLease, hostId, probeConditionalWrites, type Lease } from "./leas
 import { readGenerations, reserveGeneration, type GenerationView, type Signing } from "./generation.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir } from "./layout.js";
 import { ID_PATTERN, SNAPSHOT_ID, type AgentRef } from "../facts.js";
+import { raiseCommittedIn, readCommittedIn } from "../state/watermark.js";
 
 export type { CatalogEntry } from "./catalog.js";
 
@@ -226,6 +227,24 @@ export class Repository {
       throw notFound(`repository at ${this.location} is not the repository this process opened (id ${this.id}, now ${now}): it was replaced; restart to use the new one`);
   }
 
+  /**
+   * Checks that `a`'s records are still here when this host committed snapshots of it into this very repository
+   * (by its id, as this host's trusted state in AGENTBAK_HOME records): an agent's folder moved or deleted out of
+   * the repository is "not found", never listed as empty nor begun again in a new folder. An agent this host never
+   * committed here (a new repository, a copy's, another host's) is not affected; forget keeps the sequence record.
+   * @throws AgentbakError(10) naming the sequence this host committed, and what to do
+   */
+  private async kept(a: AgentRef): Promise<void> {
+    if (!this.home || !this.id) return; // no trusted state to ask, or a repository of agentbak 0.1 (no id)
+    const seen = readCommittedIn(this.home, a, this.id);
+    if (!seen || (await this.store.get(keys.sequence(a)))) return;
+    // the state file is named from AGENTBAK_HOME, not by its path: an agent of the server reads this message too
+    throw notFound(
+      `the snapshots of ${a.tenant}/${a.agent} are gone from repository ${this.location}: this host committed sequence ${seen} there, and its sequence record (${keys.sequence(a)}) is missing (its folder moved or deleted?); ` +
+        `put the folder back, or back up into a new repository (agentbak init), or, to begin the agent again here, remove "${this.id}" from committed_in in AGENTBAK_HOME/state/${a.tenant}/${a.agent}.json`,
+    );
+  }
+
   // ---- small records ----
 
   async readJson<T>(key: string): Promise<T | undefined> {
@@ -249,10 +268,11 @@ export class Repository {
    * renewed while held. A lease whose holder on this host is gone, or that
    * expired (AGENTBAK_LEASE_SECONDS without renewal), is taken over.
    * Deletes and commits of `a` in this repository check the agent lease first.
-   * @throws AgentbakError(11) naming the holder when held and `waitMs` runs out;
+   * @throws AgentbakError(10) when this host committed `a` here and its records are gone (kept); (11) naming the holder when held and `waitMs` runs out;
    *   (2) when the store holding the leases does not honour conditional writes.
    */
   async lock(a: AgentRef, name: "agent" | "restore" | "log" | "generation", waitMs = 0): Promise<Lock> {
+    await this.kept(a); // a lease's folder is made under the agent's: never where its records went missing
     return this.leaseOn(keys.lease(a, name), `${name} lock of ${a.tenant}/${a.agent} in ${this.location}`, waitMs);
   }
 
@@ -302,7 +322,7 @@ export class Repository {
     const scope = ref ? snapshotFolders(ref) : null;
     const k = scope?.join("|") ?? "";
     let all = this.catalogs.get(k);
-    if (!all) this.catalogs.set(k, (all = this.readCatalog(trust, now, scope)));
+    if (!all) this.catalogs.set(k, (all = (ref ? this.kept(ref) : Promise.resolve()).then(() => this.readCatalog(trust, now, scope))));
     return (await all).filter((e) => (!f.agent || e.agent_id === f.agent) && (!f.tenant || e.tenant === f.tenant || (e.tenant === null && !f.agent)));
   }
 
@@ -666,6 +686,7 @@ export class Repository {
       p.committed.path = path;
     }
     crashStep("published");
+    if (this.home && this.id) raiseCommittedIn(this.home, a, this.id, p.sequence);
     this.invalidate();
     await this.audit(a, { event: "backup", snapshot_id: p.snapshotId, sequence: p.sequence, ...p.audit }, p.signingKey);
     crashStep("recorded");

@@ -125,3 +125,27 @@ export function raiseAuditSeen(home: string, a: AgentRef, location: string, seen
   if ((all[location]?.entries ?? -1) >= seen.entries) return;
   writeFileAtomic(p, JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, [SEEN_FIELD[log]]: { ...all, [location]: seen } }, null, 2) + "\n");
 }
+
+/** The highest sequence this host committed of `a` in each repository, by the repository's id (its marker's). */
+function committedAll(p: string, raw: Record<string, unknown>): Record<string, number> {
+  const v = raw.committed_in;
+  if (v === undefined) return {};
+  const ok = v && typeof v === "object" && !Array.isArray(v) && Object.values(v).every((n) => Number.isSafeInteger(n) && (n as number) > 0);
+  if (!ok) throw damaged(p, "holds committed_in that is not a map of repository ids to sequences");
+  return v as Record<string, number>;
+}
+
+/** The highest sequence this host committed of `a` in the repository whose id is `repoId` (0: none). */
+export function readCommittedIn(home: string, a: AgentRef, repoId: string): number {
+  const p = homeStatePath(home, a);
+  return committedAll(p, readRaw(p))[repoId] ?? 0;
+}
+
+/** Records that this host committed `a` at `sequence` in the repository whose id is `repoId` (never lowers it). */
+export function raiseCommittedIn(home: string, a: AgentRef, repoId: string, sequence: number): void {
+  const p = homeStatePath(home, a);
+  const raw = readRaw(p);
+  const all = committedAll(p, raw);
+  if ((all[repoId] ?? 0) >= sequence) return;
+  writeFileAtomic(p, JSON.stringify({ highest_sequence: 0, generation: 0, ...raw, committed_in: { ...all, [repoId]: sequence } }, null, 2) + "\n");
+}

@@ -17,6 +17,8 @@ import { atPath, createFileExclusive, ensureDir, fsyncDir, fsyncPath, pidDir, sw
 import { checkKey, type ObjectStore } from "./store.js";
 
 const TMP = "tmp";
+/** errors of a path one of whose folders is a file (ENOTDIR) or a link that loops (ELOOP) */
+const PATH_BROKEN = new Set(["ENOTDIR", "ELOOP"]);
 
 export class LocalStore implements ObjectStore {
   readonly root: string;
@@ -44,13 +46,40 @@ export class LocalStore implements ObjectStore {
    * one) is no object: list() never names it, and opening it would block forever or never end.
    */
   private static regular(p: string): boolean {
-    return statSync(p, { throwIfNoEntry: false })?.isFile() === true;
+    try {
+      return statSync(p, { throwIfNoEntry: false })?.isFile() === true;
+    } catch (e) {
+      if (!PATH_BROKEN.has((e as NodeJS.ErrnoException).code ?? "")) throw e;
+      return false;
+    }
   }
 
-  /** @throws AgentbakError(10) when the folder is gone (or is no folder): nothing is written where it was. */
+  /**
+   * @throws AgentbakError(10) when the folder is gone, or is no folder (a file, or a link that loops, in its place):
+   *   nothing is written where it was.
+   */
   private present(): void {
-    const st = statSync(this.root, { throwIfNoEntry: false });
-    if (!st?.isDirectory()) throw notFound(`repository not found: ${this.root} (no such folder)`);
+    let st;
+    try {
+      st = statSync(this.root, { throwIfNoEntry: false });
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ELOOP") throw notFound(`repository not found: ${this.root} (a symbolic link that loops, not a folder)`);
+      if (code === "ENOTDIR") throw notFound(`repository not found: ${this.root} (a path above it is a file, not a folder)`);
+      throw e;
+    }
+    if (!st) throw notFound(`repository not found: ${this.root} (no such folder)`);
+    if (!st.isDirectory()) throw notFound(`repository not found: ${this.root} (it is a file, not a folder)`);
+  }
+
+  /**
+   * An error of a path under the root that says a folder on it is no folder (ENOTDIR, ELOOP): when the repository
+   * itself is gone (a file or a loop in its place) that is "not found" (10, from present); a folder inside it replaced
+   * is left as the error it is (an internal error: the repository is damaged, not gone).
+   */
+  private broken(e: unknown): unknown {
+    if (PATH_BROKEN.has((e as NodeJS.ErrnoException).code ?? "")) this.present();
+    return e;
   }
 
   /** A folder keeps no versions: nothing is hidden. */
@@ -121,7 +150,7 @@ export class LocalStore implements ObjectStore {
       if (code === "ENOENT") return null;
       // a record of the repository replaced by a FIFO or a device is damage, not the caller's mistake
       if (code === "ENOTREG" || code === "EISDIR") throw verifyError(`object ${key} in ${this.root} is damaged: ${(e as Error).message.replace(/^.* is /, "it is ")}`);
-      throw e;
+      throw this.broken(e);
     }
   }
 
@@ -133,7 +162,7 @@ export class LocalStore implements ObjectStore {
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
       if (code === "ENOENT" || code === "ENOTREG" || code === "EISDIR") throw this.missing(key);
-      throw e;
+      throw this.broken(e);
     }
     try {
       const b = Buffer.allocUnsafe(end - start + 1);
@@ -163,7 +192,7 @@ export class LocalStore implements ObjectStore {
       return { size: st.size, mtimeMs: st.mtimeMs, etag: `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}` };
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
-      throw e;
+      throw this.broken(e);
     }
   }
 
@@ -175,7 +204,7 @@ export class LocalStore implements ObjectStore {
     try {
       entries = readdirSync(dir, { withFileTypes: true, recursive: true });
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw this.broken(e);
       this.present(); // a folder of it that does not exist is empty; the repository itself gone is not
       return [];
     }
@@ -207,7 +236,7 @@ export class LocalStore implements ObjectStore {
     try {
       entries = readdirSync(dirKey ? this.path(dirKey) : this.root, { withFileTypes: true });
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ENOENT" && (e as NodeJS.ErrnoException).code !== "ENOTDIR") throw e;
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT" && (e as NodeJS.ErrnoException).code !== "ENOTDIR") throw this.broken(e);
       this.present();
       return [];
     }

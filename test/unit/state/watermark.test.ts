@@ -3,7 +3,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { tmpdir } from "node:os";
-import { hostWatermark, raiseAuditSeen, raiseBackupWatermark, raiseTrustedState, readAuditSeen, readTrustedState } from "../../../src/state/watermark.js";
+import { hostWatermark, raiseAuditSeen, raiseBackupWatermark, raiseCommittedIn, raiseTrustedState, readAuditSeen, readCommittedIn, readTrustedState } from "../../../src/state/watermark.js";
 import { homePaths } from "../../../src/home.js";
 import { AgentbakError } from "../../../src/errors.js";
 
@@ -70,5 +70,28 @@ describe("backup watermark and audit checkpoints", () => {
     expect(readAuditSeen(h, a, "/other")).toBeNull();
     put(homePaths(h).trustedState(a.tenant, a.agent), JSON.stringify({ audit_seen: { "/repo": { entries: 1, head_sha256: "short" } } }));
     expect(() => readAuditSeen(h, a, "/repo")).toThrow(/holds audit_seen that is not a map/);
+  });
+});
+
+describe("committed_in: the sequence this host committed per repository id", () => {
+  it("is kept per repository id, only rises, and keeps the other fields", () => {
+    const h = home();
+    expect(readCommittedIn(h, a, "r1")).toBe(0);
+    raiseBackupWatermark(h, a, 4);
+    raiseCommittedIn(h, a, "r1", 4);
+    raiseCommittedIn(h, a, "r1", 2);
+    raiseCommittedIn(h, a, "r2", 1);
+    expect(readCommittedIn(h, a, "r1")).toBe(4);
+    expect(readCommittedIn(h, a, "r2")).toBe(1);
+    expect(readCommittedIn(h, { tenant: "globex", agent: "billing-agent" }, "r1")).toBe(0);
+    expect(hostWatermark(h, a)).toBe(4);
+  });
+
+  it("a damaged map is named, never read as nothing committed", () => {
+    for (const bad of [[1], { r1: "4" }, { r1: 0 }, { r1: 1.5 }]) {
+      const h = home();
+      put(homePaths(h).trustedState(a.tenant, a.agent), JSON.stringify({ highest_sequence: 1, committed_in: bad }));
+      expect(() => readCommittedIn(h, a, "r1")).toThrow(/holds committed_in that is not a map of repository ids to sequences/);
+    }
   });
 });
