@@ -51,9 +51,15 @@ export function httpStatus(e: unknown): (typeof SERVICE_STATUSES)[number] {
 }
 
 const ErrorBody = z.strictObject({ error: z.strictObject({ code: z.number().int().describe("agentbak's exit status for this error"), message: z.string() }) }).openapi("Error");
-/** The error answers of a route: those it lists (413 from the body limit), every status of the service's error mapping, and those of the token and Host checks. */
+/** The error answers of a route that writes: those it lists (413 from the body limit), every status of the service's error mapping, and those of the token and Host checks. */
 const errors = (...statuses: number[]) =>
   Object.fromEntries([...new Set([...statuses, ...SERVICE_STATUSES, 401, 421])].sort().map((s) => [s, { description: STATUS_TEXT[s]!, content: { "application/json": { schema: ErrorBody } } }]));
+/**
+ * The error answers of a route that only reads: the mapping's statuses less a conflict (409) and a lock (423), which
+ * only writes meet, and less a bad request (400) when the route takes no input.
+ */
+const readErrors = (input: "input" | "no input") =>
+  Object.fromEntries(Object.entries(errors()).filter(([s]) => s !== "409" && s !== "423" && (input === "input" || s !== "400")));
 const STATUS_TEXT: Record<number, string> = {
   400: "bad request (code 2)",
   401: "no valid bearer token",
@@ -145,14 +151,14 @@ const routes = {
     summary: "Status of one snapshot",
     security: [{ bearer: [] }],
     request: { params: z.object({ id: INPUTS.get_backup.shape.snapshot_id }) },
-    responses: { 200: json(Backup, "the snapshot"), ...errors() },
+    responses: { 200: json(Backup, "the snapshot"), ...readErrors("input") },
   }),
   listSnapshots: createRoute({
     method: "get",
     path: "/v1/snapshots",
     summary: "This agent's snapshots",
     security: [{ bearer: [] }],
-    responses: { 200: json(z.strictObject({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...errors() },
+    responses: { 200: json(z.strictObject({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...readErrors("no input") },
   }),
   createRestore: createRoute({
     method: "post",
@@ -168,7 +174,7 @@ const routes = {
     summary: "Status of a restore request",
     security: [{ bearer: [] }],
     request: { params: z.object({ id: INPUTS.get_restore_request.shape.request_id }) },
-    responses: { 200: json(Request, "the request"), ...errors() },
+    responses: { 200: json(Request, "the request"), ...readErrors("input") },
   }),
 };
 
@@ -333,14 +339,14 @@ function statusRoutes(app: OpenAPIHono<Env>, service: AgentService, render: Stat
     path: "/metrics",
     summary: "OpenMetrics text for the token's agent: last snapshot, last drill, unresolved operations, spool, bytes",
     security: [{ bearer: [] }],
-    responses: { 200: { description: "OpenMetrics text, ending with # EOF", content: { [OPENMETRICS]: { schema: z.string() } } }, ...errors() },
+    responses: { 200: { description: "OpenMetrics text, ending with # EOF", content: { [OPENMETRICS]: { schema: z.string() } } }, ...readErrors("no input") },
   });
   app.openAPIRegistry.registerPath({
     method: "get",
     path: "/",
     summary: "The status page (HTML, no script): the token's agent, or every agent served with `serve --ui` on a loopback address",
     security: [{ bearer: [] }],
-    responses: { 200: { description: "the page", content: { "text/html": { schema: z.string() } } }, ...errors() },
+    responses: { 200: { description: "the page", content: { "text/html": { schema: z.string() } } }, ...readErrors("no input") },
   });
   app.get("/healthz", async (c) => {
     const why = await service.unhealthy();
