@@ -54,6 +54,8 @@ const ErrorBody = z.strictObject({ error: z.strictObject({ code: z.number().int(
 /** The error answers of a route that writes: those it lists (413 from the body limit), every status of the service's error mapping, and those of the token and Host checks. */
 const errors = (...statuses: number[]) =>
   Object.fromEntries([...new Set([...statuses, ...SERVICE_STATUSES, 401, 421])].sort().map((s) => [s, { description: STATUS_TEXT[s]!, content: { "application/json": { schema: ErrorBody } } }]));
+/** `answers` less `codes`: a checkpoint and the listing are never 503 (an unreachable repository spools it / lists the spooled ones). */
+const without = (answers: Record<string, unknown>, ...codes: number[]) => Object.fromEntries(Object.entries(answers).filter(([s]) => !codes.includes(Number(s))));
 /**
  * The error answers of a route that only reads: the mapping's statuses less a conflict (409) and a lock (423), which
  * only writes meet, and less a bad request (400) when the route takes no input.
@@ -143,7 +145,7 @@ const routes = {
     summary: "Take a checkpoint (201 with the receipt; the same Idempotency-Key returns the first receipt)",
     security: [{ bearer: [] }],
     request: { headers: idemHeader, body: { content: { "application/json": { schema: INPUTS.create_backup.omit({ idempotency_key: true }) } }, required: false } },
-    responses: { 201: json(Receipt, "committed, or spooled when the repository is unreachable"), ...errors(413) },
+    responses: { 201: json(Receipt, "committed, or spooled when the repository is unreachable"), ...without(errors(413), 503) },
   }),
   getBackup: createRoute({
     method: "get",
@@ -158,7 +160,7 @@ const routes = {
     path: "/v1/snapshots",
     summary: "This agent's snapshots",
     security: [{ bearer: [] }],
-    responses: { 200: json(z.strictObject({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...readErrors("no input") },
+    responses: { 200: json(z.strictObject({ snapshots: z.array(Backup), warnings: z.array(z.string()) }), "oldest first; while the repository is down, the spooled ones and a warning"), ...without(readErrors("no input"), 503) },
   }),
   createRestore: createRoute({
     method: "post",
