@@ -166,6 +166,22 @@ export function writeSpec(dir: string, name: string, base: string, patch: (s: an
  * (`<name>/<token>.lease`, kept once let go so a token is never issued twice)
  * not marked released. @returns their paths relative to `locks`.
  */
+/**
+ * The lease grants under `locks` that a live process holds: not released, and its process still running (a grant
+ * of a process that is gone is taken over by the next acquirer on this host, repository/lease.ts: it holds nothing).
+ */
+export function liveLeases(locks: string): string[] {
+  return heldLeases(locks).filter((f) => {
+    const pid = JSON.parse(readFileSync(join(locks, f), "utf8")).pid;
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch (e) {
+      return (e as NodeJS.ErrnoException).code === "EPERM";
+    }
+  });
+}
+
 export function heldLeases(locks: string): string[] {
   if (!existsSync(locks)) return [];
   return readdirSync(locks, { recursive: true })

@@ -13,7 +13,7 @@ import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // @ts-expect-error plain JS fixture
 import { generateDatabase } from "../../fixtures/agent/generate.js";
-import { BIN, heldLeases, makeAgent, STORE, type TestAgent } from "../helpers.js";
+import { BIN, liveLeases, makeAgent, STORE, type TestAgent } from "../helpers.js";
 
 const N = 50;
 let a: TestAgent;
@@ -105,7 +105,8 @@ describe.skipIf(STORE !== "local")("agentbak serve --host: memory", () => {
     expect(err, "a capture stopped by the signal is reported").toMatch(/backup acme\/a\d+: failed: interrupted/);
     expect(existsSync(join(a.repo, "tenants/acme/agents/broken/snapshots")) ? readdirSync(join(a.repo, "tenants/acme/agents/broken/snapshots")) : []).toEqual([]);
     for (let i = 0; i < N; i++) {
-      expect(heldLeases(join(a.repo, "tenants/acme/agents", `a${i}`, "locks")), `a${i}`).toEqual([]);
+      // a capture interrupted by the signal may leave its grant unmarked: its process is gone, so the grant holds nothing
+      expect(liveLeases(join(a.repo, "tenants/acme/agents", `a${i}`, "locks")), `a${i}`).toEqual([]);
       expect(snapshotFiles(i, ".agentbak"), `a${i}`).toEqual(snapshotFiles(i, ".commit"));
     }
     expect(existsSync(join(a.repo, "tmp")) ? readdirSync(join(a.repo, "tmp")) : []).toEqual([]);
@@ -127,7 +128,8 @@ describe.skipIf(STORE !== "local")("agentbak serve --host: memory", () => {
     expect((after.match(/backup acme\/a\d+: committed /g) ?? []).length + (after.match(/backup acme\/broken: failed/g) ?? []).length, log).toBeGreaterThanOrEqual(inFlight.length);
     for (const c of inFlight) expect(existsSync(`/proc/${c}`), `child ${c} still running`).toBe(false);
     for (let i = 0; i < N; i++) {
-      expect(heldLeases(join(a.repo, "tenants/acme/agents", `a${i}`, "locks")), `a${i}`).toEqual([]);
+      // a capture interrupted by the signal may leave its grant unmarked: its process is gone, so the grant holds nothing
+      expect(liveLeases(join(a.repo, "tenants/acme/agents", `a${i}`, "locks")), `a${i}`).toEqual([]);
       expect(snapshotFiles(i, ".agentbak"), `a${i}`).toEqual(snapshotFiles(i, ".commit"));
     }
   }, 120_000);
