@@ -47,24 +47,12 @@ export interface CatalogEntry {
 type Listed = CatalogEntry & { header: VerifiedBundle | null };
 
 /** One snapshot in a catalog record: the listing's fields, and either what its signature verified with or its problem. */
-export interface CatalogItem {
-  snapshot_id: string;
+export type CatalogItem = Pick<CatalogEntry, "snapshot_id" | "kind" | "parent" | "sequence" | "created_at" | "expires_at" | "label" | "size" | "schema_version" | "problem" | "problem_code"> & {
   /** whether its bundle object was there when the record was written */
   bundle: boolean;
-  kind: CatalogEntry["kind"];
-  parent: string | null;
-  sequence: number | null;
-  created_at: string | null;
-  expires_at: string | null;
-  label: string | null;
-  size: number;
-  schema_version: number | null;
   /** a bundle whose own signature and manifest verified: its manifest's digest, the one it records of its parent, its signer's key (base64 SSH wire form) */
   verified: { manifest_sha256: string; parent_manifest_sha256: string | null; signer_key: string } | null;
-  /** a bundle that did not verify itself (or is missing): why, and the exit code */
-  problem: string | null;
-  problem_code: number | null;
-}
+};
 
 /** A catalog record's signed body. */
 export interface CatalogRecord {
