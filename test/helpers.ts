@@ -2,7 +2,7 @@
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
 import { createServer } from "node:net";
-import { existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, mkdirSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 // @ts-expect-error plain JS fixture
@@ -205,4 +205,12 @@ export async function closedPort(): Promise<string> {
   const port = (s.address() as { port: number }).port;
   await new Promise<void>((r) => s.close(() => r()));
   return `http://127.0.0.1:${port}`;
+}
+
+/** Another host: the same keys and signers as `a`, none of its trusted state. */
+export function secondHome(a: TestAgent, name: string): Record<string, string> {
+  const home = join(a.tmp, name);
+  mkdirSync(home);
+  for (const f of ["age-identity.txt", "age-recipient.txt", "signing-key", "signing-key.pub", "allowed_signers"]) cpSync(join(a.home, f), join(home, f));
+  return { AGENTBAK_HOME: home };
 }

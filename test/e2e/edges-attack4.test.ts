@@ -8,17 +8,9 @@ import { execa } from "execa";
 import { execFileSync } from "node:child_process";
 import { cpSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { BIN, json, makeAgent, ROOT, type RunResult, type TestAgent } from "../helpers.js";
+import { BIN, json, makeAgent, ROOT, type RunResult, type TestAgent, secondHome } from "../helpers.js";
 
 const AGENT_DIR = "tenants/acme/agents/billing-agent";
-
-/** Another host: the same keys and signers as `a`, none of its trusted state. */
-function secondHome(a: TestAgent, name: string): Record<string, string> {
-  const home = join(a.tmp, name);
-  mkdirSync(home);
-  for (const f of ["age-identity.txt", "age-recipient.txt", "signing-key", "signing-key.pub", "allowed_signers"]) cpSync(join(a.home, f), join(home, f));
-  return { AGENTBAK_HOME: home };
-}
 
 /** The real binary with its wall clock `shift` away (libfaketime). */
 async function shifted(a: TestAgent, shift: string, args: string[]): Promise<RunResult> {

@@ -9,20 +9,12 @@ import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { json, makeAgent, makeBucket, ROOT, run, storeAt, type TestAgent } from "../helpers.js";
+import { json, makeAgent, makeBucket, ROOT, run, storeAt, type TestAgent, secondHome } from "../helpers.js";
 import { mcpStdio, tool } from "../agentapi-helpers.js";
 import { nextLine } from "../../dist/crypto/chainlog.js";
 import { generateSigningKey } from "../../dist/crypto/sshsig.js";
 
 const AGENT_DIR = "tenants/acme/agents/billing-agent";
-
-/** Another host: the same keys and signers as `a`, none of its trusted state. */
-function secondHome(a: TestAgent, name: string): Record<string, string> {
-  const home = join(a.tmp, name);
-  mkdirSync(home);
-  for (const f of ["age-identity.txt", "age-recipient.txt", "signing-key", "signing-key.pub", "allowed_signers"]) cpSync(join(a.home, f), join(home, f));
-  return { AGENTBAK_HOME: home };
-}
 
 describe("[E5] fencing generations belong to the agent", () => {
   let a: TestAgent;
