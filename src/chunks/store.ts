@@ -173,13 +173,11 @@ export class ChunkStore {
     const key = agentChunkKey(hostChunkKey(o.home), o.scope, o.recipients);
     const paths = cachePaths(o.home, o.location, o.scope, key);
     const known = KnownChunks.load(paths.known);
-    const epoch = await this.epoch();
-    // a sweep since (here or on another host), or no index at all: what the store holds is listed once
-    let present: Set<string> | null = null;
-    if (known.epoch !== epoch || known.size === 0) {
-      present = await this.listIds();
-      known.retain((id) => present!.has(id), epoch);
-    }
+    // what the store holds is listed at every backup (one LIST per 1,000 chunks), not only after a sweep: a chunk
+    // deleted behind the index's back (by hand, a lifecycle rule, a delete marker, a sweep record put back) is
+    // stored again, never named by a new snapshot while it is missing
+    const present = await this.listIds();
+    known.retain((id) => present.has(id), await this.epoch());
     return new ChunkWriter(this, key, known, StatCache.load(paths.stat), o.recipients, params, o.concurrency ?? 4, present);
   }
 
@@ -351,8 +349,8 @@ export class ChunkWriter {
     private readonly recipients: string[],
     private readonly params: ChunkParams,
     private readonly concurrency: number,
-    /** the store's ids as listed when the writer opened (null: not listed; the index was current) */
-    private readonly present: Set<string> | null,
+    /** the store's ids as listed when the writer opened */
+    private readonly present: Set<string>,
   ) {}
 
   /**
@@ -360,7 +358,7 @@ export class ChunkWriter {
    * index, so that a host whose index was lost does not upload them again.
    */
   learn(list: ChunkRef[]): void {
-    for (const r of list) if (!this.present || this.present.has(r.id)) this.known.add(r);
+    for (const r of list) if (this.present.has(r.id)) this.known.add(r);
   }
 
   /**
@@ -448,7 +446,7 @@ export class ChunkWriter {
   /** Encrypts and uploads a new chunk; one that is there already (uploaded by a run whose index was lost) is adopted. */
   private async upload(id: string, length: number, compressed: Buffer, stats: PutStats): Promise<ChunkRef> {
     const key = this.cs.key(id);
-    if (this.present?.has(id)) {
+    if (this.present.has(id)) {
       const adopted = await this.adopt(id, length);
       if (adopted) return (stats.reusedChunks++, adopted);
     }
