@@ -39,7 +39,7 @@ export function parseBefore(s: string | undefined): Date | undefined {
 export async function restore(ref: string, opts: RestoreCmdOptions): Promise<RestoreResult> {
   const ctx = context(opts);
   const f = ctx.agentFilter(opts);
-  const bundle = await ctx.openRef(ref, { ...f, before: parseBefore(opts.before) });
+  const bundle = await ctx.openRef(ref, { ...f, before: parseBefore(opts.before), allowRollback: opts.allowRollback });
   try {
     return await runRestore({
       bundle,

@@ -64,6 +64,8 @@ export interface ResolveFilter {
   before?: Date;
   /** created within this many milliseconds of now (random) */
   within?: number;
+  /** `latest` may be older than the newest sequence this host committed here (restore --allow-rollback) */
+  allowRollback?: boolean;
 }
 
 /** What verifying a log (the audit log, a drill report) in the repository found. */
@@ -243,6 +245,19 @@ export class Repository {
       `the snapshots of ${a.tenant}/${a.agent} are gone from repository ${this.location}: this host committed sequence ${seen} there, and its sequence record (${keys.sequence(a)}) is missing (its folder moved or deleted?); ` +
         `put the folder back, or back up into a new repository (agentbak init), or, to begin the agent again here, remove "${this.id}" from committed_in in AGENTBAK_HOME/state/${a.tenant}/${a.agent}.json`,
     );
+  }
+
+  /**
+   * Whether the newest snapshot that verifies of `a` here is older than what this host committed into this very
+   * repository (its trusted state's committed_in): the newer ones deleted, hidden by a delete marker, or damaged.
+   * Retention never removes an agent's newest snapshot, so the repository alone can not explain it.
+   * @param newest the highest sequence among `a`'s snapshots here that verify (0: none)
+   * @returns what is missing, as a clause for a message; null when nothing is
+   */
+  newestMissing(a: AgentRef, newest: number): string | null {
+    const seen = this.home && this.id ? readCommittedIn(this.home, a, this.id) : 0;
+    if (seen <= newest) return null;
+    return `but this host committed sequence ${seen} there: the newer snapshots are gone or do not verify (deleted, hidden by a delete marker, or damaged?)`;
   }
 
   // ---- small records ----
@@ -473,7 +488,12 @@ export class Repository {
         if (bad && !all.some((e) => e.status === "ok")) throw new AgentbakError(bad.problem_code === Exit.policy ? Exit.policy : Exit.verify, `no restorable snapshot; newest ${bad.snapshot_id}: ${bad.problem}`);
         throw notFound(`no verified snapshot${cond}${ref === "random" && f.within !== undefined ? ` within ${Math.round(f.within / 3_600_000)}h` : ""} in ${where}`);
       }
-      if (ref === "latest") return ok.sort((x, y) => x.sequence! - y.sequence!).at(-1)!;
+      if (ref === "latest") {
+        const newest = ok.sort((x, y) => x.sequence! - y.sequence!).at(-1)!;
+        const gone = f.tenant && f.agent && !f.before && !f.allowRollback ? this.newestMissing({ tenant: f.tenant, agent: f.agent }, newest.sequence!) : null;
+        if (gone) throw new AgentbakError(Exit.policy, `rollback: latest of ${f.tenant}/${f.agent} in ${this.location} is sequence ${newest.sequence}, ${gone}; name the snapshot by its id, or restore with --allow-rollback, to use it`);
+        return newest;
+      }
       return ok[Math.floor(Math.random() * ok.length)]!;
     }
     if (!/^[0-9TZ-]+[0-9a-f-]*$/.test(ref)) throw usageError(`not a snapshot reference: ${JSON.stringify(ref.slice(0, 80))} (an id, a unique prefix of one, latest, or a bundle file)`);

@@ -158,6 +158,10 @@ async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[]
   const newest = ok.at(-1) ?? null;
   const rpo = t.objectives?.rpoMinutes !== undefined ? t.objectives.rpoMinutes * 60 : null;
   const age = newest ? secondsSince(newest.created_at!, now) : null;
+  // the highest that verifies, a future-dated one included (it is there): below what this host committed here, the newer ones went
+  const top = Math.max(0, ...mine.filter((e) => e.status === "ok").map((e) => e.sequence ?? 0));
+  const gone = i.repo.newestMissing({ tenant: t.tenant, agent: t.agent }, top);
+  if (gone) check("snapshot", "warn", `the newest verified snapshot is sequence ${top || "none"}, ${gone}`);
   if (!newest) check("snapshot", "warn", "no verified snapshot");
   else if (rpo !== null && age! > rpo) check("snapshot", "warn", `stale: newest verified snapshot is ${human(age!)} old, objective ${human(rpo)}`);
   else check("snapshot", "ok", `newest verified snapshot is ${human(age!)} old${rpo !== null ? `, objective ${human(rpo)}` : ""}`);
