@@ -7,7 +7,7 @@
  * any agentbak restores without its repository. Its payload is new, so its
  * manifest is signed anew, by the exporting key (docs/bundle-format.md).
  */
-import { existsSync, renameSync, statSync } from "node:fs";
+import { linkSync, lstatSync, renameSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
 import type { ChunkSource } from "../bundle/chunked.js";
@@ -38,8 +38,26 @@ export interface ExportResult {
 }
 
 /**
+ * Puts the finished file `from` at `out` without replacing anything there: linked into place, so a name that appeared
+ * meanwhile (a link to nothing included) fails (EEXIST); renamed after a last look on a filesystem without hard links.
+ * @throws AgentbakError(2) when `out` is taken, (1) naming it for any other error
+ */
+function place(from: string, out: string): void {
+  const taken = () => usageError(`--out ${out} appeared while the export was written; nothing was replaced`);
+  try {
+    linkSync(from, out);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "EEXIST") throw taken();
+    if (code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP") throw placeError(e, `--out ${out}`);
+    if (lstatSync(out, { throwIfNoEntry: false })) throw taken();
+    renameSync(from, out);
+  }
+}
+
+/**
  * Writes snapshot `bundle` as a self-contained bundle at `out` (which must not exist): written beside it under a
- * temp name, fsynced, renamed into place; nothing is left at `out` when anything fails.
+ * temp name, fsynced, put into place (place); nothing is left at `out` when anything fails.
  * @throws AgentbakError(2) when `out` exists, (13) for any failed check, (12) when no identity matches, (10) when its chunks are not at hand
  */
 export async function exportBundle(
@@ -47,7 +65,8 @@ export async function exportBundle(
   out: string,
   o: { trust: Trust; identities: AgeIdentity[]; key: SigningKey; principal: string; progress?: Progress },
 ): Promise<ExportResult> {
-  if (existsSync(out)) throw usageError(`--out ${out} exists; name a new file`);
+  // a name taken by anything, a link to nothing included, is never replaced
+  if (lstatSync(out, { throwIfNoEntry: false })) throw usageError(`--out ${out} exists; name a new file`);
   try {
     ensureDir(dirname(out));
   } catch (e) {
@@ -67,8 +86,7 @@ export async function exportBundle(
     const signer = { fingerprint: fingerprint(o.key.publicKey), principal: o.principal };
     const manifest: Manifest = { ...m, parent: null, signer, components: written.components, payload: written.payload };
     const mbytes = await writeBundleFile(manifest, o.key, plan);
-    if (existsSync(out)) throw usageError(`--out ${out} appeared while the export was written; nothing was replaced`);
-    renameSync(plan.path, out);
+    place(plan.path, out);
     fsyncDir(dirname(out));
     return {
       snapshot_id: m.snapshot_id,
