@@ -160,6 +160,17 @@ function fitManifest(m: Manifest, room: number): Manifest | null {
 }
 
 /**
+ * Plans the bundle at `path` and writes its payload (writePayload): the `staged` components; the manifest will also
+ * list `stored` (components whose bytes are elsewhere: the chunk store), and `prior`, the agent's newest manifest,
+ * sizes the room kept for it.
+ * @returns the bundle's plan (for writeBundleFile) and what was written
+ */
+export async function writeComponents(path: string, key: SigningKey, staged: StagedComponent[], recipients: string[], o: { stored?: Pick<Component, "path" | "chunks">[]; prior?: Manifest; progress?: Progress } = {}) {
+  const bundle = planBundle(path, key, [...staged, ...(o.stored ?? [])], o.prior);
+  return { bundle, written: await writePayload(staged, recipients, bundle, o.progress) };
+}
+
+/**
  * Signs the manifest and completes the planned bundle file whose payload
  * writePayload wrote: the head into the room kept for it, the end of the tar
  * after the payload, then fsync. A manifest larger than its room is written

@@ -10,7 +10,7 @@ import { rebuildDatabases, verifyChain, type LinkSource } from "../bundle/chain.
 import { extractChunked, type ChunkSource } from "../bundle/chunked.js";
 import { isDatabase, sha256hex, type Component, type Manifest } from "../bundle/manifest.js";
 import { readPayload, verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
-import { planBundle, writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
+import { writeBundleFile, writeComponents, type StagedComponent } from "../bundle/writer.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
@@ -78,8 +78,7 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
           c.page_index_sha256 = ix.root;
         }
     const id = newSnapshotId(new Date());
-    const plan = planBundle(join(staging, `${id}.agentbak`), key, staged, m);
-    const written = await writePayload(staged, m.recipients, plan, progress);
+    const { bundle: plan, written } = await writeComponents(join(staging, `${id}.agentbak`), key, staged, m.recipients, { prior: m, progress });
     // rebuildDatabases checked each rebuilt file against its recorded digest; a sha256 (formats 1-3) is checked again
     // against the bytes just written, for free (a pages root would be a second read of the file)
     for (const [i, c] of inPayload.entries())

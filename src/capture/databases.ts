@@ -4,7 +4,7 @@
  * cursors, open operations, the secret scan), which runs in a worker while the payload is written.
  */
 import type { CapturedDatabase, Component } from "../bundle/manifest.js";
-import { planBundle, writePayload, type StagedComponent, type StagedFile } from "../bundle/writer.js";
+import { writeComponents, type StagedComponent, type StagedFile } from "../bundle/writer.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import type { AgentRef } from "../facts.js";
@@ -195,10 +195,9 @@ export async function writeBesideInspection(
   // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
   const prior = (await o.repo.list(o.trust, o.a)).filter((e) => e.header).at(-1)?.header?.manifest;
   // the manifest lists the chunked components too (their bytes are in the chunk store, not the payload)
-  const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, [...staged, ...o.chunked], prior);
-  let written: Awaited<ReturnType<typeof writePayload>>;
+  let out: Awaited<ReturnType<typeof writeComponents>>;
   try {
-    written = await writePayload(staged, o.recipients, bundle, o.progress);
+    out = await writeComponents(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, o.recipients, { stored: o.chunked, prior, progress: o.progress });
   } finally {
     await st.inspection.catch(() => undefined);
   }
@@ -206,7 +205,7 @@ export async function writeBesideInspection(
   const ins = await st.inspection;
   await releasePinned(taken); // the instant is no longer needed: the WAL can be checkpointed past it
   finishDatabases(plan, dbs, ins);
-  return { staged, bundle, written, ins, findings: [...ins.findings, ...st.findings] };
+  return { staged, bundle: out.bundle, written: out.written, ins, findings: [...ins.findings, ...st.findings] };
 }
 
 /** Keeps this snapshot's block sums on this host for the next incremental, once it is published. */

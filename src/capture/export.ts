@@ -13,7 +13,7 @@ import type { LinkSource } from "../bundle/chain.js";
 import type { ChunkSource } from "../bundle/chunked.js";
 import { sha256hex, type Manifest } from "../bundle/manifest.js";
 import { verifyBundle } from "../bundle/reader.js";
-import { planBundle, writeBundleFile, writePayload } from "../bundle/writer.js";
+import { writeBundleFile, writeComponents } from "../bundle/writer.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
@@ -59,8 +59,7 @@ export async function exportBundle(
     const v = await verifyBundle(bundle.path, o.trust, undefined, o.progress);
     const m = v.manifest;
     const { staged, inPayload } = await stageWhole(v, bundle, o.identities, { staging, trust: o.trust, inline: true, progress: o.progress });
-    const plan = planBundle(join(staging, "bundle.agentbak"), o.key, staged, m);
-    const written = await writePayload(staged, m.recipients, plan, o.progress);
+    const { bundle: plan, written } = await writeComponents(join(staging, "bundle.agentbak"), o.key, staged, m.recipients, { prior: m, progress: o.progress });
     // each component as the snapshot signed it (a rebuilt database: checked against its pages root as it was rebuilt)
     for (const [i, c] of inPayload.entries())
       if (c.kind !== "sqlite-delta" && written.components[i]!.sha256 !== c.sha256) throw verifyError(`export: component ${c.path} does not match its signed sha256`);

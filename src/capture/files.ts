@@ -183,10 +183,15 @@ export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks
     } catch (e) {
       throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
     }
-    if (lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(dest, () => readFileSync(dest)), `files: ${rel}`));
+    scanFile(s, dest, rel);
     out.push({ path, kind: "file", name: rel, file: dest, target: rel });
   }
   return { staged: out, chunked };
+}
+
+/** Scans the file at `file` (a `files` file, `rel` in messages) into the scope's findings, unless the policy is off. */
+function scanFile(s: CaptureScope, file: string, rel: string): void {
+  if (s.lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(file, () => readFileSync(file)), `files: ${rel}`));
 }
 
 /** Stores one large file as chunks; @returns its manifest entry. @throws its read errors (named), the store's errors */
@@ -198,6 +203,6 @@ async function storeChunked(s: CaptureScope, w: ChunkWriter, f: string, x: { pat
     throw ioErrno(e) ? ioError(e, f) : wrap(e, `files: ${x.pattern}`);
   }
   if (r.stats.changedWhileRead) s.warnings.push(`files: ${x.rel} changed while it was read; stored as read`);
-  if (!r.stats.fromStatCache && s.lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(f, () => readFileSync(f)), `files: ${x.rel}`));
+  if (!r.stats.fromStatCache) scanFile(s, f, x.rel);
   return { path: x.path, kind: "file", name: x.rel, sha256: r.sha256, size: r.size, target: x.rel, chunks: chunkTuples(r.chunks) };
 }

@@ -60,7 +60,7 @@ export async function chunkSources(staged: StagedFile[], writer: LazyWriter): Pr
       out.staged.push(s);
       continue;
     }
-    const r = await (await writer.get()).putFile(s.file, { statCache: false });
+    const r = await writer.putFile(s.file, { statCache: false });
     const { file: _f, pages: _p, ...meta } = s;
     out.chunked.push({ ...meta, sha256: r.sha256, size: r.size, chunks: chunkTuples(r.chunks) });
   }

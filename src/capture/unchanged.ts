@@ -24,7 +24,6 @@ import { workspaceState } from "../state/workspace/workspace.js";
 import { homePaths } from "../home.js";
 import { sidecarOf, type AgentRef } from "../facts.js";
 import type { Repository } from "../repository/repository.js";
-import { fingerprint } from "../crypto/sshsig.js";
 import { listFiles, readableFiles } from "./files.js";
 import type { BackupOptions } from "./receipt.js";
 
@@ -133,14 +132,15 @@ export async function unchangedSince<R extends { snapshot_id: string }>(lc: Load
  * Whether nothing changed since this host's last snapshot, which is still the newest and far from expiring (then no
  * bundle is written). Without hooks nothing can change what the `files` patterns name before the capture: they are
  * listed once, here, and the capture takes that list.
+ * `signer`: the signing key's fingerprint.
  * @returns the files listed (or null: the capture lists them after the pre hook), the state's fingerprint without
  *   the databases (or null: not skippable), and the last backup when it holds this very state
  */
-export async function unchanged<R extends { snapshot_id: string }>(lc: LoadedConfig, o: Pick<BackupOptions, "skipUnchanged" | "label" | "idempotencyKey" | "repo" | "home" | "signingKey">, a: AgentRef, repoDir: string | null) {
+export async function unchanged<R extends { snapshot_id: string }>(lc: LoadedConfig, o: Pick<BackupOptions, "skipUnchanged" | "label" | "idempotencyKey" | "repo" | "home">, a: AgentRef, x: { repoDir: string | null; signer: string }) {
   const cfg = lc.config;
   const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
-  const listed = skippable ? listFiles(lc, repoDir) : null;
-  const other = listed ? await otherState(lc, readableFiles(lc, listed), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
+  const listed = skippable ? listFiles(lc, x.repoDir) : null;
+  const other = listed ? await otherState(lc, readableFiles(lc, listed), x.signer).catch(() => null) : null;
   const last = other ? await unchangedSince<R>(lc, o.repo, o.home, a, other) : null;
   return { listed, other, last };
 }
