@@ -125,7 +125,7 @@ const UNCHANGED_EXPIRY_MARGIN_MS = 86_400_000;
 export async function unchangedSince<R extends { snapshot_id: string }>(lc: LoadedConfig, repo: Repository, home: string, a: AgentRef, other: string): Promise<LastBackup<R> | null> {
   const last = lastBackup<R>(home, repo.location, a);
   if (!last || last.fingerprint !== stateKey(other, databasesState(lc)) || Date.parse(last.expires_at) - Date.now() <= UNCHANGED_EXPIRY_MARGIN_MS) return null;
-  return (await repo.recordedSequence(a)) === last.sequence && (await repo.committed(a, last.receipt.snapshot_id)) ? last : null;
+  return (await repo.stillNewest(a, last.sequence, last.receipt.snapshot_id)) ? last : null;
 }
 
 /**

@@ -696,6 +696,11 @@ export class Repository {
     return s;
   }
 
+  /** Whether snapshot `id` of `a`, published with `sequence`, is still the last one published here, and committed. */
+  async stillNewest(a: AgentRef, sequence: number, id: string): Promise<boolean> {
+    return (await this.recordedSequence(a)) === sequence && (await this.committed(a, id));
+  }
+
   /** Whether snapshot `id` of `a` is committed here. */
   async committed(a: AgentRef, id: string): Promise<boolean> {
     return Boolean(await this.store.head(keys.commit(snapshotsDir(a), id)));
