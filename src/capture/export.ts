@@ -11,7 +11,7 @@ import { existsSync, renameSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
 import type { ChunkSource } from "../bundle/chunked.js";
-import { sha256hex, type Manifest } from "../bundle/manifest.js";
+import type { Manifest } from "../bundle/manifest.js";
 import { verifyBundle } from "../bundle/reader.js";
 import { writeBundleFile, writeComponents } from "../bundle/writer.js";
 import type { AgeIdentity } from "../crypto/age.js";
@@ -65,7 +65,7 @@ export async function exportBundle(
       if (c.kind !== "sqlite-delta" && written.components[i]!.sha256 !== c.sha256) throw verifyError(`export: component ${c.path} does not match its signed sha256`);
     const signer = { fingerprint: fingerprint(o.key.publicKey), principal: o.principal };
     const manifest: Manifest = { ...m, parent: null, signer, components: written.components, payload: written.payload };
-    const mbytes = await writeBundleFile(manifest, o.key, plan);
+    const signed = await writeBundleFile(manifest, o.key, plan);
     if (existsSync(out)) throw usageError(`--out ${out} appeared while the export was written; nothing was replaced`);
     renameSync(plan.path, out);
     fsyncDir(dirname(out));
@@ -73,8 +73,8 @@ export async function exportBundle(
       snapshot_id: m.snapshot_id,
       path: out,
       size: statSync(out).size,
-      manifest_sha256: sha256hex(mbytes),
-      format_version: JSON.parse(mbytes.toString("utf8")).format_version as number,
+      manifest_sha256: signed.sha256,
+      format_version: JSON.parse(signed.bytes.toString("utf8")).format_version as number,
       inlined: m.components.filter((c) => c.chunks).length,
       rebuilt: m.components.filter((c) => c.kind === "sqlite-delta").length,
       signer,

@@ -11,7 +11,7 @@ import { AgentbakError, Exit } from "../errors.js";
 import { ensureDirIn } from "../fsutil.js";
 import type { Cut } from "../state/sqlite/cut.js";
 import { readAtInstant, releasePinned, type DbRecord, type Taken } from "./databases.js";
-import { captureFiles, listFiles, type ChunkedFiles, type ListedFile } from "./files.js";
+import { captureFiles, type ChunkedFiles, type ListedFile } from "./files.js";
 import type { DbPlan } from "./plan.js";
 import type { Progress } from "../progress.js";
 import { restoreTarget, type CaptureScope } from "./scope.js";
@@ -74,7 +74,7 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
       o.progress?.stage("capturing state sources");
       got.sources = await captureSources(lc, staging, warnings);
     }
-    const files = await captureFiles(scope, o.listed ?? listFiles(lc, o.repoDir), o.chunks);
+    const files = await captureFiles(scope, o.listed, o.chunks, o.repoDir);
     got.files = files.staged;
     got.chunked = files.chunked;
     if (wsCapture) {

@@ -8,7 +8,7 @@ import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname, join } from "node:path";
-import { checkedManifest, sha256hex, type Manifest, type ManifestInput, type NotCaptured } from "../bundle/manifest.js";
+import { checkedManifest, type Manifest, type ManifestInput, type NotCaptured } from "../bundle/manifest.js";
 import { checkedPayloads } from "../bundle/chain.js";
 import { writeBundleFile, type BundlePlan } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
@@ -92,10 +92,10 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
     // rather than written back during the bundle's fsync
     removals.push(...staged.flatMap((c) => (c.file ? [rm(c.file, { force: true })] : [])), ...dbs.map((d) => rm(d.copy, { force: true })));
-    const mbytes = await writeBundleFile(manifest, o.signingKey, bundle);
+    const signed = await writeBundleFile(manifest, o.signingKey, bundle);
     crashStep("bundle-written");
     const receipt: Omit<BackupReceipt, "path"> = {
-      ...receiptOf(manifest, mbytes, bundle.path),
+      ...receiptOf(manifest, signed.sha256, bundle.path),
       databases_read: dbs.length ? (taken.kind === "copy" ? "copy" : "in-place") : null,
       full_reason: plan.incremental && !manifest.parent ? plan.chosen.reason || plan.unindexed?.reason || null : null,
       params_sha256: paramsDigest(o),
@@ -133,14 +133,14 @@ export function applyScanPolicy(policy: "refuse" | "warn" | "off", findings: Sec
 }
 
 /** The receipt's facts of the signed bundle. */
-function receiptOf(manifest: Manifest, mbytes: Buffer, file: string) {
+function receiptOf(manifest: Manifest, manifestSha256: string, file: string) {
   return {
     snapshot_id: manifest.snapshot_id,
     tenant: manifest.tenant,
     agent_id: manifest.agent_id,
     sequence: manifest.sequence,
     created_at: manifest.created_at,
-    manifest_sha256: sha256hex(mbytes),
+    manifest_sha256: manifestSha256,
     payload_sha256: manifest.payload.sha256,
     size: statSync(file).size,
     kind: manifest.parent ? ("incremental" as const) : ("full" as const),

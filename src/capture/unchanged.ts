@@ -24,7 +24,7 @@ import { workspaceState } from "../state/workspace/workspace.js";
 import { homePaths } from "../home.js";
 import { sidecarOf, type AgentRef } from "../facts.js";
 import type { Repository } from "../repository/repository.js";
-import { listFiles, readableFiles } from "./files.js";
+import { listReadable } from "./files.js";
 import type { BackupOptions } from "./receipt.js";
 
 /**
@@ -139,8 +139,9 @@ export async function unchangedSince<R extends { snapshot_id: string }>(lc: Load
 export async function unchanged<R extends { snapshot_id: string }>(lc: LoadedConfig, o: Pick<BackupOptions, "skipUnchanged" | "label" | "idempotencyKey" | "repo" | "home">, a: AgentRef, x: { repoDir: string | null; signer: string }) {
   const cfg = lc.config;
   const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
-  const listed = skippable ? listFiles(lc, x.repoDir) : null;
-  const other = listed ? await otherState(lc, readableFiles(lc, listed), x.signer).catch(() => null) : null;
+  const files = skippable ? listReadable(lc, x.repoDir) : null;
+  const listed = files?.listed ?? null;
+  const other = files ? await otherState(lc, files.readable, x.signer).catch(() => null) : null;
   const last = other ? await unchangedSince<R>(lc, o.repo, o.home, a, other) : null;
   return { listed, other, last };
 }
