@@ -19,7 +19,7 @@ import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, formatIssues, hasCause, notFound, policyError, UnreachableError, usageError } from "../errors.js";
 import { type AgentRef, hasUnsafeText, REQUEST_ID, SNAPSHOT_ID } from "../facts.js";
 import type { CatalogEntry, Repository } from "../repository/repository.js";
-import { openSpool, spools } from "../repository/spool.js";
+import { openSpool, spoolFor, spools } from "../repository/spool.js";
 import { runRestore } from "../restore/apply.js";
 import type { RestorePlan } from "../restore/plan.js";
 import { getRequest, recordRequest, type RequestStatus } from "../restore/request.js";
@@ -348,8 +348,8 @@ export class AgentService {
       if (!hasCause(e, UnreachableError) || !spools(h.location)) throw e;
       down = e as AgentbakError;
     }
-    if (spools(h.location)) {
-      const spool = await openSpool(h.home, h.location);
+    const spool = await spoolFor(h.home, h.location);
+    if (spool) {
       spool.refresh();
       for (const entry of await spool.list(h.trust, a)) entries.push({ entry, status: "spooled" });
     }

@@ -387,6 +387,17 @@ export function buildManifest(i: ManifestInput): Manifest {
   };
 }
 
+/**
+ * The manifest for one backup (buildManifest), checked as the reader will check it (placement, sizes) before
+ * anything is signed.
+ * @throws Error with the reader's complaint: a bundle that can never be restored is not written
+ */
+export function checkedManifest(i: ManifestInput): Manifest {
+  const m = buildManifest(i);
+  parseManifest(encodeManifest(m));
+  return m;
+}
+
 /** The canonical bytes of a manifest. */
 export function encodeManifest(m: Manifest): Buffer {
   const s = canonicalize(m);

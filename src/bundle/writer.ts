@@ -16,7 +16,7 @@ import * as tar from "tar-stream";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, ioErrno, ioError } from "../errors.js";
-import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, PLAIN_FORMAT_VERSION, type Component, type Manifest } from "./manifest.js";
+import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, PLAIN_FORMAT_VERSION, sha256hex, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
 import { pageRuns, type PageSource } from "../state/sqlite/pagefile.js";
@@ -160,14 +160,25 @@ function fitManifest(m: Manifest, room: number): Manifest | null {
 }
 
 /**
+ * Plans the bundle at `path` and writes its payload (writePayload): the `staged` components; the manifest will also
+ * list `stored` (components whose bytes are elsewhere: the chunk store), and `prior`, the agent's newest manifest,
+ * sizes the room kept for it.
+ * @returns the bundle's plan (for writeBundleFile) and what was written
+ */
+export async function writeComponents(path: string, key: SigningKey, staged: StagedComponent[], recipients: string[], o: { stored?: Pick<Component, "path" | "chunks">[]; prior?: Manifest; progress?: Progress } = {}) {
+  const bundle = planBundle(path, key, [...staged, ...(o.stored ?? [])], o.prior);
+  return { bundle, written: await writePayload(staged, recipients, bundle, o.progress) };
+}
+
+/**
  * Signs the manifest and completes the planned bundle file whose payload
  * writePayload wrote: the head into the room kept for it, the end of the tar
  * after the payload, then fsync. A manifest larger than its room is written
  * without padding into a new file, the payload copied after it, and that
  * file renamed over the first.
- * @returns the manifest bytes that were signed.
+ * @returns the manifest bytes that were signed, and their sha256 (the manifest_sha256 receipts and audit entries name)
  */
-export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: BundlePlan): Promise<Buffer> {
+export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: BundlePlan): Promise<{ bytes: Buffer; sha256: string }> {
   // a bundle whose components are all in its payload is the format-4 bundle of before; one that lists chunks is format 5
   const format_version = draft.components.some((c) => c.chunks) ? FORMAT_VERSION : PLAIN_FORMAT_VERSION;
   const { layout_padding: _p, ...unpadded } = { ...draft, format_version };
@@ -202,7 +213,7 @@ export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: Bu
     // the file that failed: the bundle, or (moving the payload) its new copy
     throw ioErrno(e) ? ioError(e, (e as NodeJS.ErrnoException).path ?? plan.path) : e;
   }
-  return mbytes;
+  return { bytes: mbytes, sha256: sha256hex(mbytes) };
 }
 
 /** The bundle written anew with `head` before the payload (the rare manifest larger than its room). */

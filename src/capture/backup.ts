@@ -8,9 +8,9 @@
  * loaded only when a snapshot is taken.
  */
 import type { LoadedConfig } from "../config/load.js";
-import { crashStep } from "../crashpoint.js";
+import { fingerprint } from "../crypto/sshsig.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
-import { AgentbakError, Exit, usageError } from "../errors.js";
+import { usageError } from "../errors.js";
 import { type AgentRef, hasUnsafeText } from "../facts.js";
 import { replay, type BackupOptions, type BackupReceipt } from "./receipt.js";
 import { unchanged } from "./unchanged.js";
@@ -29,29 +29,24 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
   const cfg = lc.config;
   const a: AgentRef = { tenant: cfg.agent.tenant, agent: cfg.agent.id };
   const repoDir = o.repo.store.inPlace ? o.repo.location : null;
+  // the signer, as the manifest names it and the unchanged check fingerprints it
+  const signer = fingerprint(o.signingKey.publicKey);
   // before the lease: an agent whose state did not change costs reads only, no lease grant written (docs/fleet.md)
-  const { listed, other, last } = await unchanged<BackupReceipt>(lc, o, a, repoDir);
+  const { listed, other, last } = await unchanged<BackupReceipt>(lc, o, a, { repoDir, signer });
   if (last) return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
-  const lock = await o.repo.lock(a, "agent", o.waitMs ?? 0);
+  // the agent's lock, what dead runs left swept, and the receipt an idempotency key already recorded
+  const { lock, prior } = await o.repo.beginBackup<BackupReceipt>(a, { waitMs: o.waitMs ?? 0, idempotencyKey: o.idempotencyKey, trust: o.trust });
   const staging = o.repo.store.tempDir(`backup-${a.agent}`);
   const unregister = removeOnInterrupt(staging);
   try {
-    crashStep("locked");
-    await o.repo.sweep(a);
-    if (o.idempotencyKey) {
-      const prior = await o.repo.idempotent<BackupReceipt>(a, o.idempotencyKey, o.trust);
-      if (prior) return replay(prior, o);
-    }
+    if (prior) return replay(prior, o);
     // the capture's modules (SQLite, the bundle writer, the inspection, git's capture) load only now: a backup that
     // finds nothing changed never compiles them
     const { takeSnapshot } = await import("./take.js");
-    return await takeSnapshot(lc, o, a, { staging, repoDir, listed, other });
+    return await takeSnapshot(lc, o, a, { staging, repoDir, listed, other, signer });
   } catch (e) {
     // a repository renamed, deleted or unmounted under the run failed it at whatever step came next: say that (10)
-    await o.repo.recheck().catch((gone: unknown) => {
-      if (gone instanceof AgentbakError && gone.code === Exit.notFound) throw gone;
-    });
-    throw e;
+    throw await o.repo.goneOr(e);
   } finally {
     removeTree(staging);
     unregister();
@@ -67,6 +62,6 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
 export async function unchangedBackup(lc: LoadedConfig, o: BackupOptions): Promise<BackupReceipt | null> {
   const cfg = lc.config;
   const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-  const { last } = await unchanged<BackupReceipt>(lc, { ...o, skipUnchanged: true }, { tenant: cfg.agent.tenant, agent: cfg.agent.id }, repoDir);
+  const { last } = await unchanged<BackupReceipt>(lc, { ...o, skipUnchanged: true }, { tenant: cfg.agent.tenant, agent: cfg.agent.id }, { repoDir, signer: fingerprint(o.signingKey.publicKey) });
   return last ? { ...last.receipt, repeated: false, status: "unchanged", warnings: [] } : null;
 }

@@ -8,9 +8,9 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { rebuildDatabases, verifyChain, type LinkSource } from "../bundle/chain.js";
 import { extractChunked, type ChunkSource } from "../bundle/chunked.js";
-import { isDatabase, sha256hex, type Component, type Manifest } from "../bundle/manifest.js";
+import { isDatabase, type Component, type Manifest } from "../bundle/manifest.js";
 import { readPayload, verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
-import { planBundle, writeBundleFile, writePayload, type StagedComponent } from "../bundle/writer.js";
+import { writeBundleFile, writeComponents, type StagedComponent } from "../bundle/writer.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
@@ -78,8 +78,7 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
           c.page_index_sha256 = ix.root;
         }
     const id = newSnapshotId(new Date());
-    const plan = planBundle(join(staging, `${id}.agentbak`), key, staged, m);
-    const written = await writePayload(staged, m.recipients, plan, progress);
+    const { bundle: plan, written } = await writeComponents(join(staging, `${id}.agentbak`), key, staged, m.recipients, { prior: m, progress });
     // rebuildDatabases checked each rebuilt file against its recorded digest; a sha256 (formats 1-3) is checked again
     // against the bytes just written, for free (a pages root would be a second read of the file)
     for (const [i, c] of inPayload.entries())
@@ -95,14 +94,14 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
       payload: written.payload,
     };
     const file = plan.path;
-    const mbytes = await writeBundleFile(manifest, key, plan);
+    const signed = await writeBundleFile(manifest, key, plan);
     // the page indexes describe the same pages: the next incremental builds on the compacted snapshot
     const indexes: [string, Buffer][] = [...fresh].map(([name, ix]) => [name, encodeIndex(ix, indexKey)]);
     for (const c of m.format_version < 4 ? [] : m.components.filter((x) => isDatabase(x) && x.page_index_sha256)) {
       const ix = await repo.pageIndex(s, c.name);
       if (ix) indexes.push([c.name, ix]);
     }
-    const published = await repo.publish(a, { snapshotId: id, file, sequence: m.sequence, indexes, trust, audit: { event: "compact", replaces: m.snapshot_id, manifest_sha256: sha256hex(mbytes) }, signingKey: key });
+    const published = await repo.publish(a, { snapshotId: id, file, sequence: m.sequence, indexes, trust, audit: { event: "compact", replaces: m.snapshot_id, manifest_sha256: signed.sha256 }, signingKey: key });
     return { snapshot_id: id, replaces: m.snapshot_id, path: published.path, already_full: false };
   } finally {
     removeTree(staging);

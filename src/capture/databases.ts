@@ -4,16 +4,16 @@
  * cursors, open operations, the secret scan), which runs in a worker while the payload is written.
  */
 import type { CapturedDatabase, Component } from "../bundle/manifest.js";
-import { planBundle, writePayload, type StagedComponent, type StagedFile } from "../bundle/writer.js";
+import { writeComponents, type StagedComponent, type StagedFile } from "../bundle/writer.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import type { AgentRef } from "../facts.js";
 import type { Progress } from "../progress.js";
 import type { Repository } from "../repository/repository.js";
 import { verifyError } from "../errors.js";
-import { deltaMeta, deltasInPlace, writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
+import { deltasInPlace, writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
 import { inspectInWorker, inspectPinned, type InspectResult } from "../state/inspect/inspect.js";
-import { encodeIndex, encodeIndexChanges, indexPages, PageHasher, pagesRoot } from "../state/pages/index.js";
+import { HeadHashed, sealIndex } from "../state/pages/index.js";
 import type { SecretFinding } from "../state/secrets/scan.js";
 import { openInstant, type CopyJob, type Cut, type InPlaceViews } from "../state/sqlite/cut.js";
 import { namedSource } from "../state/sqlite/livesnap.js";
@@ -31,7 +31,7 @@ const FULL_MAIN_SHARE = 0.35;
 /** Of a full snapshot read in place, the last page of the share hashed on the thread that streams the payload. */
 const mainShare = (pageCount: number, pageSize: number) => splitPage(pageCount, pageSize, FULL_MAIN_SHARE);
 /** Where this snapshot's block sums of database `name` are written (none when their folder can not be made). */
-const sumsFile = (plan: DbPlan, name: string) => plan.sumStores.get(name)!.partial(plan.snapshotId) ?? undefined;
+const sumsFile = (plan: DbPlan, name: string) => plan.sums.partial(name);
 
 /** What the instant left: copies in staging, the deltas read in place, or the snapshots kept open (pinned) and their inspection. */
 export type Taken =
@@ -56,8 +56,8 @@ export interface DbRecord {
   inspected: InspectResult["dbs"][number] | null;
   /** this snapshot's block sums were written (kept on this host for the next incremental once the snapshot is published) */
   sums: boolean;
-  /** the page hasher of the pinned pages the payload streams (the worker hashes the rest) */
-  head: PageHasher | null;
+  /** the pinned pages the payload streams, its share hashed as they are read (the worker hashes the rest) */
+  head: HeadHashed | null;
 }
 
 /**
@@ -81,7 +81,7 @@ export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: str
     }
     inst.releaseLocks();
     // an incremental's changed pages, read while every read transaction still holds the instant
-    if (plan.mode === "in-place" && inst.readable) taken = { kind: "in-place", ...(await deltasInPlace(inst.views(), { parents: plan.parents, bases: plan.bases, key: plan.key, dir: plan.dir, inspect: plan.inspect })) };
+    if (plan.mode === "in-place" && inst.readable) taken = { kind: "in-place", ...(await deltasInPlace(inst.views(), { parents: plan.parents, bases: plan.bases, key: plan.key, parentId: plan.parentId!, dir: plan.dir, inspect: plan.inspect })) };
     if (taken.kind === "copy") await inst.copy();
   } catch (e) {
     await releasePinned(taken).catch(() => undefined);
@@ -108,10 +108,9 @@ export async function releasePinned(t: Taken): Promise<void> {
 function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan: boolean): { staged: StagedComponent[]; inspection: Promise<InspectResult>; findings: SecretFinding[] } {
   const findings: SecretFinding[] = [];
   const takeDelta = (d: DbRecord, x: Delta) => {
-    const parent = plan.parents.get(d.name)!;
     d.indexRoot = x.ix.root;
-    d.stored = parent.pageSize === x.ix.pageSize ? encodeIndexChanges(x.ix, x.pages, plan.parentId!, plan.key) : encodeIndex(x.ix, plan.key);
-    d.delta = { file: x.file, pages: x.pages, meta: deltaMeta(x) };
+    d.stored = x.stored;
+    d.delta = { file: x.file, pages: x.pages, meta: x.meta };
     d.sums = x.sums;
     findings.push(...x.findings);
   };
@@ -130,29 +129,17 @@ function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan: boole
   // an incremental's page index decides what goes in, so it is made here, beside the inspection worker's integrity_check
   for (const d of dbs) {
     const parent = plan.parents.get(d.name);
-    if (parent && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, indexPages(d.copy), parent, plan.bases.get(d.name) ?? null, join(plan.dir, `${d.name}.delta`), scan));
+    if (parent && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, parent, plan.bases.get(d.name) ?? null, join(plan.dir, `${d.name}.delta`), { scan, seal: { key: plan.key, parentId: plan.parentId! } }));
   }
   const staged = dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : d.pages ? { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, pages: d.pages } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy }));
   return { staged, inspection, findings };
 }
 
 /** The pinned pages of `d`, whose first share is hashed here as the payload streams it (the worker hashes the rest). */
-function hashedPages(d: DbRecord, views: InPlaceViews): PageSource {
+function hashedPages(d: DbRecord, views: InPlaceViews): HeadHashed {
   const v = views.get(d.name)!;
   const named = namedSource(v.snap, `database ${d.name}: reading ${v.src}`);
-  const ps = named.pageSize;
-  const last = mainShare(named.pageCount, ps);
-  const head = new PageHasher(ps);
-  d.head = head;
-  return {
-    pageSize: ps,
-    pageCount: named.pageCount,
-    read(first, n, buf) {
-      named.read(first, n, buf);
-      const mine = Math.min(n, Math.max(0, last - first + 1));
-      if (mine) head.update(buf.subarray(0, mine * ps));
-    },
-  };
+  return (d.head = new HeadHashed(named, mainShare(named.pageCount, named.pageSize)));
 }
 
 /**
@@ -163,11 +150,10 @@ function hashedPages(d: DbRecord, views: InPlaceViews): PageSource {
 export function finishDatabases(plan: DbPlan, dbs: DbRecord[], ins: InspectResult): void {
   for (const d of dbs) {
     d.inspected = ins.dbs.find((x) => x.name === d.name)!;
-    const head = d.head?.index();
-    const ix = d.inspected.index && head ? { ...d.inspected.index, pageCount: head.pageCount + d.inspected.index.pageCount, hashes: Buffer.concat([head.hashes, d.inspected.index.hashes]) } : d.inspected.index;
-    if (ix && !d.stored) {
-      d.stored = encodeIndex(ix, plan.key);
-      d.indexRoot = pagesRoot(ix);
+    if (d.inspected.index && !d.stored) {
+      const sealed = sealIndex(d.inspected.index, plan.key, d.head);
+      d.stored = sealed.stored;
+      d.indexRoot = sealed.root;
     }
     if (!d.delta) d.sums = d.inspected.sumsWritten === true;
     const ic = d.inspected.integrity;
@@ -195,10 +181,9 @@ export async function writeBesideInspection(
   // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
   const prior = (await o.repo.list(o.trust, o.a)).filter((e) => e.header).at(-1)?.header?.manifest;
   // the manifest lists the chunked components too (their bytes are in the chunk store, not the payload)
-  const bundle = planBundle(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, [...staged, ...o.chunked], prior);
-  let written: Awaited<ReturnType<typeof writePayload>>;
+  let out: Awaited<ReturnType<typeof writeComponents>>;
   try {
-    written = await writePayload(staged, o.recipients, bundle, o.progress);
+    out = await writeComponents(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, o.recipients, { stored: o.chunked, prior, progress: o.progress });
   } finally {
     await st.inspection.catch(() => undefined);
   }
@@ -206,10 +191,10 @@ export async function writeBesideInspection(
   const ins = await st.inspection;
   await releasePinned(taken); // the instant is no longer needed: the WAL can be checkpointed past it
   finishDatabases(plan, dbs, ins);
-  return { staged, bundle, written, ins, findings: [...ins.findings, ...st.findings] };
+  return { staged, bundle: out.bundle, written: out.written, ins, findings: [...ins.findings, ...st.findings] };
 }
 
 /** Keeps this snapshot's block sums on this host for the next incremental, once it is published. */
 export function commitSums(plan: DbPlan, dbs: DbRecord[], written: { sha256: string }[]): void {
-  dbs.forEach((d, i) => d.sums && plan.sumStores.get(d.name)!.commit(plan.snapshotId, d.delta?.meta.full_pages_sha256 ?? written[i]!.sha256, d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize));
+  dbs.forEach((d, i) => d.sums && plan.sums.commit(d.name, d.delta?.meta.full_pages_sha256 ?? written[i]!.sha256, d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize));
 }

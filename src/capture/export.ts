@@ -11,9 +11,9 @@ import { linkSync, lstatSync, renameSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { LinkSource } from "../bundle/chain.js";
 import type { ChunkSource } from "../bundle/chunked.js";
-import { sha256hex, type Manifest } from "../bundle/manifest.js";
+import type { Manifest } from "../bundle/manifest.js";
 import { verifyBundle } from "../bundle/reader.js";
-import { planBundle, writeBundleFile, writePayload } from "../bundle/writer.js";
+import { writeBundleFile, writeComponents } from "../bundle/writer.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
@@ -78,22 +78,21 @@ export async function exportBundle(
     const v = await verifyBundle(bundle.path, o.trust, undefined, o.progress);
     const m = v.manifest;
     const { staged, inPayload } = await stageWhole(v, bundle, o.identities, { staging, trust: o.trust, inline: true, progress: o.progress });
-    const plan = planBundle(join(staging, "bundle.agentbak"), o.key, staged, m);
-    const written = await writePayload(staged, m.recipients, plan, o.progress);
+    const { bundle: plan, written } = await writeComponents(join(staging, "bundle.agentbak"), o.key, staged, m.recipients, { prior: m, progress: o.progress });
     // each component as the snapshot signed it (a rebuilt database: checked against its pages root as it was rebuilt)
     for (const [i, c] of inPayload.entries())
       if (c.kind !== "sqlite-delta" && written.components[i]!.sha256 !== c.sha256) throw verifyError(`export: component ${c.path} does not match its signed sha256`);
     const signer = { fingerprint: fingerprint(o.key.publicKey), principal: o.principal };
     const manifest: Manifest = { ...m, parent: null, signer, components: written.components, payload: written.payload };
-    const mbytes = await writeBundleFile(manifest, o.key, plan);
+    const signed = await writeBundleFile(manifest, o.key, plan);
     place(plan.path, out);
     fsyncDir(dirname(out));
     return {
       snapshot_id: m.snapshot_id,
       path: out,
       size: statSync(out).size,
-      manifest_sha256: sha256hex(mbytes),
-      format_version: JSON.parse(mbytes.toString("utf8")).format_version as number,
+      manifest_sha256: signed.sha256,
+      format_version: JSON.parse(signed.bytes.toString("utf8")).format_version as number,
       inlined: m.components.filter((c) => c.chunks).length,
       rebuilt: m.components.filter((c) => c.kind === "sqlite-delta").length,
       signer,

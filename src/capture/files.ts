@@ -46,6 +46,15 @@ export function readableFiles(lc: LoadedConfig, listed: ListedFile[]): string[] 
   return listed.filter((l) => !l.problem).map((l) => l.file).filter((f) => !credentials.has(f) && !credentials.has(realpathSync(f)));
 }
 
+/**
+ * The `files` list (listFiles) and, of it, the files a fingerprint may read (readableFiles): what the unchanged check
+ * takes, once.
+ */
+export function listReadable(lc: LoadedConfig, repoDir: string | null): { listed: ListedFile[]; readable: string[] } {
+  const listed = listFiles(lc, repoDir);
+  return { listed, readable: readableFiles(lc, listed) };
+}
+
 /** Paths a `files` entry may never take, and what each is. */
 interface Reserved {
   databases: string[];
@@ -150,13 +159,15 @@ export interface CapturedFiles {
 }
 
 /**
- * Copies the `files` components into staging: what must never be captured stays out (and is recorded), the rest is
+ * Copies the `files` components into staging (those `given`, listed before the pre hook, else listed now; `repoDir`:
+ * the repository's folder, never listed): what must never be captured stays out (and is recorded), the rest is
  * scanned. With `chunks` (the agent's chunk writer, opened on first use), a file of CHUNK_FROM bytes or more is stored
  * as chunks instead: read in place at this instant, only its new chunks uploaded, and not read at all when the stat
  * cache knows it unchanged (then not scanned again either: it was scanned when it was read).
  */
-export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks: ChunkedFiles | null): Promise<CapturedFiles> {
+export async function captureFiles(s: CaptureScope, given: ListedFile[] | null, chunks: ChunkedFiles | null, repoDir: string | null): Promise<CapturedFiles> {
   const { lc } = s;
+  const listed = given ?? listFiles(lc, repoDir);
   const out: StagedFile[] = [];
   const chunked: Component[] = [];
   for (const { pattern, file: f, problem } of listed) {
@@ -183,10 +194,15 @@ export async function captureFiles(s: CaptureScope, listed: ListedFile[], chunks
     } catch (e) {
       throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
     }
-    if (lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(dest, () => readFileSync(dest)), `files: ${rel}`));
+    scanFile(s, dest, rel);
     out.push({ path, kind: "file", name: rel, file: dest, target: rel });
   }
   return { staged: out, chunked };
+}
+
+/** Scans the file at `file` (a `files` file, `rel` in messages) into the scope's findings, unless the policy is off. */
+function scanFile(s: CaptureScope, file: string, rel: string): void {
+  if (s.lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(file, () => readFileSync(file)), `files: ${rel}`));
 }
 
 /** Stores one large file as chunks; @returns its manifest entry. @throws its read errors (named), the store's errors */
@@ -198,6 +214,6 @@ async function storeChunked(s: CaptureScope, w: ChunkWriter, f: string, x: { pat
     throw ioErrno(e) ? ioError(e, f) : wrap(e, `files: ${x.pattern}`);
   }
   if (r.stats.changedWhileRead) s.warnings.push(`files: ${x.rel} changed while it was read; stored as read`);
-  if (!r.stats.fromStatCache && s.lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(f, () => readFileSync(f)), `files: ${x.rel}`));
+  if (!r.stats.fromStatCache) scanFile(s, f, x.rel);
   return { path: x.path, kind: "file", name: x.rel, sha256: r.sha256, size: r.size, target: x.rel, chunks: chunkTuples(r.chunks) };
 }

@@ -11,10 +11,10 @@ import { AgentbakError, Exit } from "../errors.js";
 import { ensureDirIn } from "../fsutil.js";
 import type { Cut } from "../state/sqlite/cut.js";
 import { readAtInstant, releasePinned, type DbRecord, type Taken } from "./databases.js";
-import { captureFiles, listFiles, type ChunkedFiles, type ListedFile } from "./files.js";
+import { captureFiles, type ChunkedFiles, type ListedFile } from "./files.js";
 import type { DbPlan } from "./plan.js";
 import type { Progress } from "../progress.js";
-import { restoreTarget, type CaptureScope } from "./scope.js";
+import type { CaptureScope } from "./scope.js";
 import { captureSources } from "./sources.js";
 import { captureWs, type WorkspaceCaptured } from "./workspace.js";
 
@@ -67,14 +67,14 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
     wsCapture?.catch(() => undefined); // awaited below (or, on failure, before the post hook)
     ensureDirIn(staging, join(staging, "db"));
     if (cfg.databases.length) {
-      const jobs = cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`), target: restoreTarget(lc, d.path, `db/${d.name}.sqlite`) }));
+      const jobs = cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`), target: scope.targets.databases.get(d.name)! }));
       Object.assign(got, await readAtInstant(plan, jobs, o.waitMs || cfg.cut.waitSeconds * 1000, o.fingerprint ? lc : null));
     }
     if (cfg.sources.length) {
       o.progress?.stage("capturing state sources");
-      got.sources = await captureSources(lc, staging, warnings);
+      got.sources = await captureSources(lc, staging, warnings, scope.targets.sources);
     }
-    const files = await captureFiles(scope, o.listed ?? listFiles(lc, o.repoDir), o.chunks);
+    const files = await captureFiles(scope, o.listed, o.chunks, o.repoDir);
     got.files = files.staged;
     got.chunked = files.chunked;
     if (wsCapture) {

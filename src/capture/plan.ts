@@ -11,7 +11,7 @@ import type { LoadedConfig } from "../config/load.js";
 import type { Trust } from "../crypto/trust.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
 import type { InspectInput } from "../state/inspect/inspect.js";
-import { BlockSumsStore, decodeIndex, pageIndexKey, pagesRoot, type DeltaBase, type PageIndex } from "../state/pages/index.js";
+import { pageIndexKey, signedIndex, SnapshotSums, type DeltaBase, type PageIndex } from "../state/pages/index.js";
 import type { AgentRef } from "../facts.js";
 
 /** What choosing a parent reads: the repository, the trust it is verified with, AGENTBAK_HOME (the digests already checked). */
@@ -73,12 +73,9 @@ export function judgeParentIndex(m: Manifest, db: string, stored: Buffer | null,
   const missing = { reason: `the page index of database ${db} in ${id} is missing or does not match its manifest`, routine: false };
   if (!stored || !c.page_index_sha256) return missing;
   try {
-    const ix = decodeIndex(stored, key);
-    // sealed under another key (another host made the parent, or this host's key was replaced): its digests can not be
-    // read here, so every page is taken as changed (an index of page size 0 matches no page) and no sums are used
-    if (!ix) return { pageSize: 0, pageCount: 0, hashes: Buffer.alloc(0) };
-    // the manifest signs the pages root of the index's digests
-    return pagesRoot(ix) === c.page_index_sha256 ? ix : missing;
+    // the manifest signs the pages root of the index's digests; one sealed under another key (another host made the
+    // parent, or this host's key was replaced) takes every page as changed, and no sums are used
+    return signedIndex(stored, key, c.page_index_sha256) ?? missing;
   } catch {
     return missing;
   }
@@ -133,7 +130,8 @@ export interface DbPlan {
   parents: Map<string, PageIndex>;
   /** this host's block sums of the parent's databases, when it made that parent: the deltas then hold changed blocks */
   bases: Map<string, DeltaBase>;
-  sumStores: Map<string, BlockSumsStore>;
+  /** this snapshot's block sums of each database: where they are written, kept once it is published */
+  sums: SnapshotSums;
   /** where the copies and deltas go */
   dir: string;
   inspect: Omit<InspectInput, "dbs">;
@@ -165,14 +163,15 @@ export async function planDatabases(
   if (incremental && !chosen.parent && !chosen.routine) x.warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
   const key = pageIndexKey(o.home);
   const { parents, unindexed } = await parentIndexes(o.repo, chosen.parent, cfg.databases.map((d) => d.name), key);
-  const sumStores = new Map(cfg.databases.map((d) => [d.name, new BlockSumsStore(o.home, o.repo.location, a.tenant, a.agent, d.name)]));
-  const bases = new Map<string, DeltaBase>();
+  // the parent's digest and shape of each database with a usable index: its block sums, when this host kept them
+  const of = new Map<string, { sha256: string; pageSize: number; pageCount: number }>();
   for (const [name, ix] of parents) {
     const c = databaseOf(chosen.parent!.header.manifest, name)!;
-    const base = sumStores.get(name)!.base({ snapshotId: chosen.parent!.snapshot.snapshot_id, sha256: c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256, pageSize: ix.pageSize, pageCount: ix.pageCount }, snapshotId, key);
-    if (base) bases.set(name, base);
+    of.set(name, { sha256: c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256, pageSize: ix.pageSize, pageCount: ix.pageCount });
   }
-  closers.push(() => bases.forEach((b) => b.sums.close()), () => sumStores.forEach((st) => st.discard(snapshotId)));
+  const at = { home: o.home, repo: o.repo.location, tenant: a.tenant, agent: a.agent };
+  const sums = new SnapshotSums(at, cfg.databases.map((d) => d.name), snapshotId, chosen.parent ? { snapshotId: chosen.parent.snapshot.snapshot_id, dbs: of } : null, key);
+  closers.push(() => sums.close());
   // a database stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning
   if (unindexed && !unindexed.routine) x.warnings.push(`${unindexed.reason}: stored whole`);
   const mode = chooseReadMode({ databases: cfg.databases.length, withIndex: parents.size, integrityChecked: integrityChecked(chosen.link, !!chosen.parent, cfg.incremental.integrityEvery) });
@@ -182,8 +181,8 @@ export async function planDatabases(
     parentId: chosen.parent?.snapshot.snapshot_id ?? null,
     key,
     parents,
-    bases,
-    sumStores,
+    bases: sums.bases,
+    sums,
     dir: join(staging, "db"),
     inspect: { cursors: cfg.cursors, openOperations: cfg.openOperations, timers: cfg.timers, scan: cfg.secretScan.databases },
     unindexed,

@@ -12,6 +12,26 @@ export function restoreTarget(lc: LoadedConfig, p: string, fallback: string): st
   return rel === "" || rel.startsWith("..") || rel.startsWith("/") ? fallback : rel;
 }
 
+/** Where each configured part lands in a restored root (restoreTarget): computed once per capture. */
+export interface RestoreTargets {
+  /** each database, by name */
+  databases: Map<string, string>;
+  /** each state source with a path, by name (null: a server's, it has none) */
+  sources: Map<string, string | null>;
+  /** the workspace (null: none configured) */
+  workspace: string | null;
+}
+
+/** The restore targets of this config's databases, state sources and workspace. */
+export function restoreTargets(lc: LoadedConfig): RestoreTargets {
+  const cfg = lc.config;
+  return {
+    databases: new Map(cfg.databases.map((d) => [d.name, restoreTarget(lc, d.path, `db/${d.name}.sqlite`)])),
+    sources: new Map(cfg.sources.map((s) => [s.name, s.path ? restoreTarget(lc, s.path, `sources/${s.name}`) : null])),
+    workspace: cfg.workspace ? restoreTarget(lc, cfg.workspace.path, "workspace") : null,
+  };
+}
+
 /** A credential's file is a secret by definition: by absolute path, which credential it is. */
 export const credentialFiles = (lc: LoadedConfig) => new Map(lc.config.credentials.filter((c) => c.ref.startsWith("file:")).map((c) => [lc.resolve(c.ref.slice(5)), c]));
 
@@ -28,6 +48,8 @@ export interface CaptureScope {
   notCaptured: NotCaptured[];
   findings: { workspace: SecretFinding[]; files: SecretFinding[] };
   warnings: string[];
+  /** where the databases, state sources and workspace land in a restored root */
+  targets: RestoreTargets;
 }
 
 /** A fresh scope: a credential's file, and names like .env (secretScan.exclude), stay out. */
@@ -42,5 +64,6 @@ export function captureScope(lc: LoadedConfig, staging: string, home: string, wa
     notCaptured: [],
     findings: { workspace: [], files: [] },
     warnings,
+    targets: restoreTargets(lc),
   };
 }

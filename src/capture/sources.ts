@@ -8,14 +8,13 @@ import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ensureDirIn } from "../fsutil.js";
 import { captureSource } from "../state/sources/index.js";
-import { restoreTarget } from "./scope.js";
 
 /**
  * Captures every state source (side by side, each at its own single instant)
  * into `staging/sources/<name>/`; connections come from credential references
- * resolved only now.
+ * resolved only now; `targets`: where each source with a path lands in a restored root (scope.ts: restoreTargets).
  */
-export async function captureSources(lc: LoadedConfig, staging: string, warnings: string[]): Promise<{ staged: StagedFile[]; instant: Manifest["capture_instant"] }> {
+export async function captureSources(lc: LoadedConfig, staging: string, warnings: string[], targets: Map<string, string | null>): Promise<{ staged: StagedFile[]; instant: Manifest["capture_instant"] }> {
   const started = new Date();
   const caps = await Promise.all(
     lc.config.sources.map(async (s) => {
@@ -40,7 +39,7 @@ export async function captureSources(lc: LoadedConfig, staging: string, warnings
       name: s.name,
       kind: s.kind,
       ref: s.url ?? null,
-      path: s.path ? restoreTarget(lc, s.path, `sources/${s.name}`) : null,
+      path: targets.get(s.name) ?? null,
       snapshot_at: cap.snapshotAt.toISOString(),
       server_version: cap.serverVersion,
     })),
@@ -60,7 +59,7 @@ export async function chunkSources(staged: StagedFile[], writer: LazyWriter): Pr
       out.staged.push(s);
       continue;
     }
-    const r = await (await writer.get()).putFile(s.file, { statCache: false });
+    const r = await writer.putFile(s.file, { statCache: false });
     const { file: _f, pages: _p, ...meta } = s;
     out.chunked.push({ ...meta, sha256: r.sha256, size: r.size, chunks: chunkTuples(r.chunks) });
   }

@@ -17,7 +17,7 @@
 import type { LoadedConfig } from "../config/load.js";
 import { hasCause, UnreachableError } from "../errors.js";
 import { Repository } from "../repository/repository.js";
-import { flushSpool, noteCommitted, openSpool, remoteReceipt, spools } from "../repository/spool.js";
+import { remoteReceipt, settleSpool, spoolFor } from "../repository/spool.js";
 import { hostWatermark, raiseBackupWatermark } from "../state/watermark.js";
 import { replay, runBackup, type BackupOptions, type BackupReceipt, type Landed } from "./backup.js";
 import { type AgentRef } from "../facts.js";
@@ -55,7 +55,7 @@ export async function backupOrSpool(lc: LoadedConfig, opts: SpoolingBackupOption
 
 async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBackupOptions): Promise<BackupReceipt> {
   // a folder repository is written directly: what fails, fails the backup
-  const spool = spools(o.location) ? await openSpool(o.home, o.location) : null;
+  const spool = await spoolFor(o.home, o.location);
   let remote: Repository;
   let receipt: BackupReceipt;
   const landed: Landed = {};
@@ -83,12 +83,8 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
   }
   if (!spool) return receipt;
   downUntil.delete(o.location);
-  await noteCommitted(spool, a, receipt, o.idempotencyKey);
-  try {
-    const f = await flushSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey, waitMs: 0 });
-    for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside (not uploaded, not deleted) in ${q.path}: ${q.problem}`);
-  } catch (e) {
-    receipt.warnings.push(`spooled snapshots of ${a.tenant}/${a.agent} not uploaded yet: ${(e as Error).message}`);
-  }
+  const f = await settleSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey }, receipt, o.idempotencyKey);
+  if (f instanceof Error) receipt.warnings.push(`spooled snapshots of ${a.tenant}/${a.agent} not uploaded yet: ${f.message}`);
+  else for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside (not uploaded, not deleted) in ${q.path}: ${q.problem}`);
   return receipt;
 }

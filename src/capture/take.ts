@@ -3,16 +3,16 @@
  * between the hooks (instant.ts) → payload beside the inspection (databases.ts) → manifest → signed bundle →
  * published through the repository. The caller holds the agent's lock and owns `staging`.
  */
+import { createHash } from "node:crypto";
 import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname, join } from "node:path";
-import { buildManifest, encodeManifest, parseManifest, sha256hex, type Manifest, type NotCaptured } from "../bundle/manifest.js";
+import { checkedManifest, type Manifest, type ManifestInput, type NotCaptured } from "../bundle/manifest.js";
 import { checkedPayloads } from "../bundle/chain.js";
 import { writeBundleFile, type BundlePlan } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
-import { fingerprint } from "../crypto/sshsig.js";
 import { crashStep } from "../crashpoint.js";
 import { policyError, usageError } from "../errors.js";
 import { ensureDir, writeCacheFile } from "../fsutil.js";
@@ -36,7 +36,7 @@ type WrittenPayload = Awaited<ReturnType<typeof writeBesideInspection>>["written
  * fingerprint (`other`, from the unchanged check) for the next --skip-if-unchanged.
  * @throws AgentbakError: 10 database missing, 13 snapshot failed integrity_check, 14 secrets or refused dirty workspace, 1 hook failures
  */
-export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentRef, x: { staging: string; repoDir: string | null; listed: ListedFile[] | null; other: string | null }): Promise<BackupReceipt> {
+export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentRef, x: { staging: string; repoDir: string | null; listed: ListedFile[] | null; other: string | null; signer: string }): Promise<BackupReceipt> {
   const { staging, repoDir, listed, other } = x;
   const cfg = lc.config;
   const removals: Promise<void>[] = [];
@@ -86,16 +86,16 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     warnings.push(...ins.timerWarnings);
     crashStep("payload-written");
 
-    const manifest = await manifestFor(lc, o, a, { snapshotId, created, chosen: plan.chosen, got, written, ins, notCaptured: scope.notCaptured });
+    const manifest = await manifestFor(lc, o, a, { signer: x.signer, snapshotId, created, chosen: plan.chosen, got, written, ins, notCaptured: scope.notCaptured });
     applyScanPolicy("refuse", scanValue(manifest, "manifest"), warnings);
     o.progress?.stage("signing and writing bundle");
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
     // rather than written back during the bundle's fsync
     removals.push(...staged.flatMap((c) => (c.file ? [rm(c.file, { force: true })] : [])), ...dbs.map((d) => rm(d.copy, { force: true })));
-    const mbytes = await writeBundleFile(manifest, o.signingKey, bundle);
+    const signed = await writeBundleFile(manifest, o.signingKey, bundle);
     crashStep("bundle-written");
     const receipt: Omit<BackupReceipt, "path"> = {
-      ...receiptOf(manifest, mbytes, bundle.path),
+      ...receiptOf(manifest, signed.sha256, bundle.path),
       databases_read: dbs.length ? (taken.kind === "copy" ? "copy" : "in-place") : null,
       full_reason: plan.incremental && !manifest.parent ? plan.chosen.reason || plan.unindexed?.reason || null : null,
       params_sha256: paramsDigest(o),
@@ -133,14 +133,14 @@ export function applyScanPolicy(policy: "refuse" | "warn" | "off", findings: Sec
 }
 
 /** The receipt's facts of the signed bundle. */
-function receiptOf(manifest: Manifest, mbytes: Buffer, file: string) {
+function receiptOf(manifest: Manifest, manifestSha256: string, file: string) {
   return {
     snapshot_id: manifest.snapshot_id,
     tenant: manifest.tenant,
     agent_id: manifest.agent_id,
     sequence: manifest.sequence,
     created_at: manifest.created_at,
-    manifest_sha256: sha256hex(mbytes),
+    manifest_sha256: manifestSha256,
     payload_sha256: manifest.payload.sha256,
     size: statSync(file).size,
     kind: manifest.parent ? ("incremental" as const) : ("full" as const),
@@ -158,11 +158,11 @@ async function manifestFor(
   lc: LoadedConfig,
   o: BackupOptions,
   a: AgentRef,
-  x: { snapshotId: string; created: Date; chosen: ParentChoice; got: Captured; written: WrittenPayload; ins: InspectResult; notCaptured: NotCaptured[] },
+  x: { signer: string; snapshotId: string; created: Date; chosen: ParentChoice; got: Captured; written: WrittenPayload; ins: InspectResult; notCaptured: NotCaptured[] },
 ): Promise<Manifest> {
   const cfg = lc.config;
   const { dbs, ws, cut, sources } = x.got;
-  const manifest = buildManifest({
+  const input: ManifestInput = {
     agent: { id: a.agent, tenant: a.tenant },
     snapshotId: x.snapshotId,
     created: x.created,
@@ -171,7 +171,7 @@ async function manifestFor(
     parent: dbs.some((d) => d.delta) && x.chosen.parent ? { snapshot_id: x.chosen.parent.snapshot.snapshot_id, manifest_sha256: x.chosen.parent.header.manifestSha256 } : null,
     label: o.label ?? null,
     idempotencyKey: o.idempotencyKey ?? null,
-    signer: { fingerprint: fingerprint(o.signingKey.publicKey), principal: o.principal },
+    signer: { fingerprint: x.signer, principal: o.principal },
     recipients: cfg.recipients,
     runtime: { image_digest: cfg.runtime.imageDigest ?? null, agent_version: cfg.runtime.agentVersion ?? null, models: cfg.runtime.models ?? {}, host: hostname() },
     databases: dbs.map((d, i) => ({
@@ -196,14 +196,13 @@ async function manifestFor(
     cut,
     captureInstant: sources.instant,
     notCaptured: x.notCaptured,
-  });
+  };
   // the reader's own checks (placement, sizes) before anything is signed
   try {
-    parseManifest(encodeManifest(manifest));
+    return checkedManifest(input);
   } catch (e) {
     throw usageError(`backup would not be restorable: ${(e as Error).message}`);
   }
-  return manifest;
 }
 
 /**
@@ -253,7 +252,7 @@ async function publish(
  * is read and scanned again.
  */
 function scanRecord(home: string, location: string, a: AgentRef): { trusted(policy: string): boolean; finished(policy: string): void } {
-  const file = join(home, "cache", "chunks", `scan-${sha256hex([location, a.tenant, a.agent].join("\0")).slice(0, 32)}`);
+  const file = join(home, "cache", "chunks", `scan-${createHash("sha256").update([location, a.tenant, a.agent].join("\0")).digest("hex").slice(0, 32)}`);
   let before: string | null = null;
   try {
     before = readFileSync(file, "utf8");

@@ -24,8 +24,7 @@ import { workspaceState } from "../state/workspace/workspace.js";
 import { homePaths } from "../home.js";
 import { sidecarOf, type AgentRef } from "../facts.js";
 import type { Repository } from "../repository/repository.js";
-import { fingerprint } from "../crypto/sshsig.js";
-import { listFiles, readableFiles } from "./files.js";
+import { listReadable } from "./files.js";
 import type { BackupOptions } from "./receipt.js";
 
 /**
@@ -126,21 +125,23 @@ const UNCHANGED_EXPIRY_MARGIN_MS = 86_400_000;
 export async function unchangedSince<R extends { snapshot_id: string }>(lc: LoadedConfig, repo: Repository, home: string, a: AgentRef, other: string): Promise<LastBackup<R> | null> {
   const last = lastBackup<R>(home, repo.location, a);
   if (!last || last.fingerprint !== stateKey(other, databasesState(lc)) || Date.parse(last.expires_at) - Date.now() <= UNCHANGED_EXPIRY_MARGIN_MS) return null;
-  return (await repo.recordedSequence(a)) === last.sequence && (await repo.committed(a, last.receipt.snapshot_id)) ? last : null;
+  return (await repo.stillNewest(a, last.sequence, last.receipt.snapshot_id)) ? last : null;
 }
 
 /**
  * Whether nothing changed since this host's last snapshot, which is still the newest and far from expiring (then no
  * bundle is written). Without hooks nothing can change what the `files` patterns name before the capture: they are
  * listed once, here, and the capture takes that list.
+ * `signer`: the signing key's fingerprint.
  * @returns the files listed (or null: the capture lists them after the pre hook), the state's fingerprint without
  *   the databases (or null: not skippable), and the last backup when it holds this very state
  */
-export async function unchanged<R extends { snapshot_id: string }>(lc: LoadedConfig, o: Pick<BackupOptions, "skipUnchanged" | "label" | "idempotencyKey" | "repo" | "home" | "signingKey">, a: AgentRef, repoDir: string | null) {
+export async function unchanged<R extends { snapshot_id: string }>(lc: LoadedConfig, o: Pick<BackupOptions, "skipUnchanged" | "label" | "idempotencyKey" | "repo" | "home">, a: AgentRef, x: { repoDir: string | null; signer: string }) {
   const cfg = lc.config;
   const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
-  const listed = skippable ? listFiles(lc, repoDir) : null;
-  const other = listed ? await otherState(lc, readableFiles(lc, listed), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
+  const files = skippable ? listReadable(lc, x.repoDir) : null;
+  const listed = files?.listed ?? null;
+  const other = files ? await otherState(lc, files.readable, x.signer).catch(() => null) : null;
   const last = other ? await unchangedSince<R>(lc, o.repo, o.home, a, other) : null;
   return { listed, other, last };
 }

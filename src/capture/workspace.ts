@@ -11,7 +11,7 @@ import { atPath, ensureDir, ensureDirIn, isInside, writeCacheFile } from "../fsu
 import { homePaths } from "../home.js";
 import type { SecretFinding } from "../state/secrets/scan.js";
 import { captureProven, workspaceState } from "../state/workspace/workspace.js";
-import { restoreTarget, type CaptureScope } from "./scope.js";
+import type { CaptureScope } from "./scope.js";
 
 /**
  * Captures the workspace into staging (git bundle and patch, without what
@@ -22,7 +22,7 @@ async function captureWorkspaceInto(s: CaptureScope, live: string, repoDir: stri
   const cfg = lc.config.workspace!;
   const wsDir = join(s.staging, "workspace");
   mkdirSync(wsDir);
-  const target = restoreTarget(lc, cfg.path, "workspace");
+  const target = s.targets.workspace!;
   // the repository, when it lies inside the workspace, is never read into its own bundle
   const skipDirs = repoDir && isInside(repoDir, live) && repoDir !== live ? [relative(live, repoDir).split(sep).join("/")] : [];
   const leave = { credentials: s.credentialFiles, exclude: lc.config.secretScan.exclude };

@@ -498,6 +498,11 @@ export class LazyWriter {
     return (this.opened ??= this.store.writer(this.o));
   }
 
+  /** Stores one file as chunks through the writer, opened now if it was not (ChunkWriter.putFile). */
+  async putFile(path: string, o: { statCache?: boolean } = {}): ReturnType<ChunkWriter["putFile"]> {
+    return (await this.get()).putFile(path, o);
+  }
+
   /** Keeps what was uploaded for the next run, when a writer was opened (a cache: its failure costs time, never data). */
   async save(): Promise<void> {
     await this.opened?.then((w) => w.save()).catch(() => undefined);

@@ -230,6 +230,17 @@ export class Repository {
   }
 
   /**
+   * What a write that failed with `e` reports: the repository's own "not found" (10) when it went away meanwhile
+   * (renamed, deleted or unmounted under the run failed it at whatever step came next), else `e`.
+   */
+  async goneOr(e: unknown): Promise<unknown> {
+    return this.recheck().then(
+      () => e,
+      (gone: unknown) => (gone instanceof AgentbakError && gone.code === Exit.notFound ? gone : e),
+    );
+  }
+
+  /**
    * Checks that `a`'s records are still here when this host committed snapshots of it into this very repository
    * (by its id, as this host's trusted state in AGENTBAK_HOME records): an agent's folder moved or deleted out of
    * the repository is "not found", never listed as empty nor begun again in a new folder. An agent this host never
@@ -289,6 +300,24 @@ export class Repository {
   async lock(a: AgentRef, name: "agent" | "restore" | "log" | "generation", waitMs = 0): Promise<Lock> {
     await this.kept(a); // a lease's folder is made under the agent's: never where its records went missing
     return this.leaseOn(keys.lease(a, name), `${name} lock of ${a.tenant}/${a.agent} in ${this.location}`, waitMs);
+  }
+
+  /**
+   * Begins a backup of `a`: takes its agent lock (lock), removes what runs that died left behind (sweep), and reads the
+   * receipt `idempotencyKey` already recorded (idempotent). A failure after the lock releases it.
+   * @returns the lock, and the receipt recorded for the key (then nothing is to be written)
+   * @throws what lock, sweep and idempotent throw (goneOr: "not found" when the repository went away meanwhile)
+   */
+  async beginBackup<T extends { snapshot_id: string }>(a: AgentRef, o: { waitMs: number; idempotencyKey?: string; trust: Trust }): Promise<{ lock: Lock; prior: T | undefined }> {
+    const lock = await this.lock(a, "agent", o.waitMs);
+    try {
+      crashStep("locked");
+      await this.sweep(a);
+      return { lock, prior: o.idempotencyKey ? await this.idempotent<T>(a, o.idempotencyKey, o.trust) : undefined };
+    } catch (e) {
+      await lock.release().catch(() => undefined);
+      throw await this.goneOr(e);
+    }
   }
 
   /** Takes the lease whose grants live in `folder` (see lock). */
@@ -714,6 +743,11 @@ export class Repository {
     if (!s) throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} was committed but is not listed`);
     await this.writeCatalog(a, p.trust, p.signingKey);
     return s;
+  }
+
+  /** Whether snapshot `id` of `a`, published with `sequence`, is still the last one published here, and committed. */
+  async stillNewest(a: AgentRef, sequence: number, id: string): Promise<boolean> {
+    return (await this.recordedSequence(a)) === sequence && (await this.committed(a, id));
   }
 
   /** Whether snapshot `id` of `a` is committed here. */

@@ -55,6 +55,9 @@ export async function openSpool(home: string, remote: string): Promise<Repositor
   return repo;
 }
 
+/** The spool of the repository at `remote` when it is object storage (opened, made if new), else null: a folder never spools. */
+export const spoolFor = async (home: string, remote: string): Promise<Repository | null> => (spools(remote) ? openSpool(home, remote) : null);
+
 /** Every spool in AGENTBAK_HOME, with the remote it stands in for. */
 export async function allSpools(home: string): Promise<{ remote: string; spool: Repository }[]> {
   let names: string[];
@@ -146,6 +149,17 @@ export async function noteCommitted(spool: Repository, a: AgentRef, receipt: { s
   const seen = (await spool.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
   if (receipt.sequence > seen) await spool.writeJson(keys.sequence(a), { sequence: receipt.sequence, snapshot_id: receipt.snapshot_id, committed_remotely: true });
   if (idempotencyKey) await spool.writeJson(keys.idempotency(a, "backup", idempotencyKey), receipt);
+}
+
+/**
+ * After a backup committed to the remote: the spool records it (noteCommitted), then uploads what waited in it
+ * (flushSpool).
+ * @returns the flush, or the error that stopped it: the new snapshot is committed either way
+ * @throws what recording the commit in the spool throws
+ */
+export async function settleSpool(spool: Repository, remote: Repository, trust: Trust, a: AgentRef & { signingKey: SigningKey }, receipt: { snapshot_id: string; sequence: number }, idempotencyKey?: string): Promise<FlushResult | Error> {
+  await noteCommitted(spool, a, receipt, idempotencyKey);
+  return flushSpool(spool, remote, trust, { tenant: a.tenant, agent: a.agent, signingKey: a.signingKey, waitMs: 0 }).catch((e: unknown) => e as Error);
 }
 
 /** The receipt of an idempotency key that the remote committed (and the spool no longer holds), if any. */

@@ -16,7 +16,7 @@ import type { DB } from "../sqlite/open.js";
 import { consecutiveRuns, listedRunPages, readListedPages, readPages, splitPage, withPages, type PageSource } from "../sqlite/pagefile.js";
 import { ChangedPagesScan, changedPagesFindings } from "../secrets/pagescan.js";
 import type { SecretFinding } from "../secrets/scan.js";
-import { changedIn, DeltaWriter, hashesFrom, PageDigest, PageHasher, pagesRoot, setHashes, usableBase, type DeltaBase, type PageIndex, type SumsRef, type TailPart } from "../pages/index.js";
+import { changedIn, DeltaWriter, hashesFrom, indexPages, PageDigest, PageHasher, pagesRoot, setHashes, storedIndex, usableBase, type DeltaBase, type PageIndex, type SumsRef, type TailPart } from "../pages/index.js";
 import { hashTailInWorker, inspectSnapshot, type InspectInput, type InspectResult } from "./inspect.js";
 
 /** A database's pages that changed since its parent, written to `file`, with the new page index. */
@@ -29,10 +29,20 @@ export interface Delta {
   findings: SecretFinding[];
   /** whether the new snapshot's block sums were written (the parent's were at hand: the delta holds changed blocks) */
   sums: boolean;
+  /** the new page index as stored (storedIndex: the changes since the parent's) */
+  stored: Buffer;
+  /** the manifest's record of the delta (deltaMeta) */
+  meta: ReturnType<typeof deltaMeta>;
+}
+
+/** What a delta's page index is stored under: this host's page-index key, and the parent's snapshot id. */
+export interface IndexSeal {
+  key: Buffer;
+  parentId: string;
 }
 
 /** The manifest's record of a delta. */
-export const deltaMeta = (d: Delta) => ({ full_pages_sha256: d.ix.root, full_size: d.ix.size, page_size: d.ix.pageSize, page_count: d.ix.pageCount, changed_pages: d.pages.length });
+export const deltaMeta = (d: Pick<Delta, "ix" | "pages">) => ({ full_pages_sha256: d.ix.root, full_size: d.ix.size, page_size: d.ix.pageSize, page_count: d.ix.pageCount, changed_pages: d.pages.length });
 
 /**
  * The delta of one database against its parent's page index. Read in place,
@@ -51,6 +61,7 @@ class PageDelta {
     base: DeltaBase | null,
     readonly file: string,
     scan: boolean,
+    private readonly seal: IndexSeal,
   ) {
     // only the pages that changed can hold a new secret: scanned as they go into the delta
     this.scanner = scan ? new ChangedPagesScan(snap) : null;
@@ -95,7 +106,9 @@ class PageDelta {
   /** `src`: what the findings name rows through (a copy's path when there is no pinned connection). */
   finish(name: string, ix: Delta["ix"], pinned?: DB, src: string | PageSource = this.snap): Delta {
     const sums = this.writer.finish();
-    return { ix, pages: this.pages, file: this.file, findings: this.scanner ? changedPagesFindings(src, name, this.scanner.finish(), pinned) : [], sums };
+    const stored = storedIndex(ix, this.seal.key, { pages: this.pages, parentId: this.seal.parentId, parentPageSize: this.parent.pageSize });
+    const meta = deltaMeta({ ix, pages: this.pages });
+    return { ix, pages: this.pages, file: this.file, findings: this.scanner ? changedPagesFindings(src, name, this.scanner.finish(), pinned) : [], sums, stored, meta };
   }
 
   abandon(): void {
@@ -103,10 +116,11 @@ class PageDelta {
   }
 }
 
-/** Writes the delta of a copy of a database (its path) against `parent`, given the copy's page index `ix`. */
-export function writeDeltaOf(copy: string, name: string, ix: Delta["ix"], parent: PageIndex, base: DeltaBase | null, file: string, scan: boolean): Delta {
+/** Writes the delta of a copy of a database (its path) against `parent`, with the copy's page index, stored under `seal`. */
+export function writeDeltaOf(copy: string, name: string, parent: PageIndex, base: DeltaBase | null, file: string, o: { scan: boolean; seal: IndexSeal }): Delta {
+  const ix = indexPages(copy);
   return withPages(copy, (from) => {
-    const d = new PageDelta(from, parent, base, file, scan);
+    const d = new PageDelta(from, parent, base, file, o.scan, o.seal);
     try {
       d.rest(1, ix.hashes);
     } catch (e) {
@@ -146,7 +160,7 @@ const SUMS_MAIN_SHARE = 0.28;
  */
 export async function deltasInPlace(
   views: InPlaceViews,
-  o: { parents: Map<string, PageIndex>; bases: Map<string, DeltaBase>; key: Buffer; dir: string; inspect: Omit<InspectInput, "dbs"> },
+  o: { parents: Map<string, PageIndex>; bases: Map<string, DeltaBase>; key: Buffer; parentId: string; dir: string; inspect: Omit<InspectInput, "dbs"> },
 ): Promise<{ deltas: Map<string, Delta>; inspected: InspectResult }> {
   const names = [...views.keys()];
   const bySums = new Set(names.filter((n) => usableBase(o.bases.get(n), views.get(n)!.snap.pageSize)));
@@ -193,7 +207,7 @@ export async function deltasInPlace(
     const censuses = new Map(names.map((n) => [n, new BtreeCensus(views.get(n)!.snap.pageSize, views.get(n)!.snap.pageCount)]));
     for (const n of names) {
       const { snap } = views.get(n)!;
-      const d = each(n, () => new PageDelta(snap, o.parents.get(n)!, o.bases.get(n) ?? null, fileOf(n), o.inspect.scan !== "off"));
+      const d = each(n, () => new PageDelta(snap, o.parents.get(n)!, o.bases.get(n) ?? null, fileOf(n), o.inspect.scan !== "off", { key: o.key, parentId: o.parentId }));
       open.set(n, d);
       const census = censuses.get(n)!;
       if (bySums.has(n)) {

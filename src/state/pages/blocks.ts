@@ -390,3 +390,53 @@ export class BlockSumsStore {
     }
   }
 }
+
+/** A delta's base in the parent's block sums (BlockSumsStore.base). */
+type SumsBase = NonNullable<ReturnType<BlockSumsStore["base"]>>;
+
+/**
+ * A snapshot's block sums of each of an agent's databases (a BlockSumsStore each): the sums this host kept of the
+ * parent's databases, opened as the deltas' bases; where this snapshot's are written (partial), kept once it is
+ * published (commit); close, whatever happened, closes the parent's and removes what was not kept.
+ */
+export class SnapshotSums {
+  private readonly stores: Map<string, BlockSumsStore>;
+  /** the parent's sums of each database that has them (and whose new sums can be written) */
+  readonly bases = new Map<string, SumsBase>();
+  /**
+   * `parent`: the parent's snapshot id and, of each database with a usable page index, its digest and shape; `key`:
+   * this host's page-index key (the sums' seed).
+   */
+  constructor(
+    at: { home: string; repo: string; tenant: string; agent: string },
+    dbs: string[],
+    private readonly snapshotId: string,
+    parent: { snapshotId: string; dbs: Map<string, { sha256: string; pageSize: number; pageCount: number }> } | null,
+    key: Buffer,
+  ) {
+    this.stores = new Map(dbs.map((db) => [db, new BlockSumsStore(at.home, at.repo, at.tenant, at.agent, db)]));
+    for (const [db, p] of parent?.dbs ?? []) {
+      const base = this.stores.get(db)!.base({ snapshotId: parent!.snapshotId, ...p }, snapshotId, key);
+      if (base) this.bases.set(db, base);
+    }
+  }
+
+  /** Where this snapshot's sums of `db` are written (undefined when their folder can not be made). */
+  partial(db: string): string | undefined {
+    return this.stores.get(db)!.partial(this.snapshotId) ?? undefined;
+  }
+
+  /** Keeps this snapshot's sums of `db` (its database's digest and page size) for the next incremental. Best effort. */
+  commit(db: string, sha256: string, pageSize: number): void {
+    this.stores.get(db)!.commit(this.snapshotId, sha256, pageSize);
+  }
+
+  /** Closes the parent's sums and removes this snapshot's that were not kept. */
+  close(): void {
+    try {
+      this.bases.forEach((b) => b.sums.close());
+    } finally {
+      this.stores.forEach((st) => st.discard(this.snapshotId));
+    }
+  }
+}

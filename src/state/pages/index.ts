@@ -4,6 +4,6 @@
  * one way: delta.ts -> blocks.ts, pageindex.ts; blocks.ts and pageindex.ts
  * import neither each other nor delta.ts.
  */
-export { BlockSummer, BlockSumsStore, blockSeed, type SumsRef } from "./blocks.js";
+export { BlockSummer, BlockSumsStore, blockSeed, SnapshotSums, type SumsRef } from "./blocks.js";
 export { applyDelta, DeltaWriter, hashTail, usableBase, type DeltaBase, type RunScan, type TailPart } from "./delta.js";
-export { applyIndexChain, changedIn, decodeIndex, encodeIndex, encodeIndexChanges, filePagesRoot, hashesFrom, indexPages, indexParent, PageDigest, PageHasher, pageIndexKey, pagesRoot, setHashes, type PageIndex } from "./pageindex.js";
+export { applyIndexChain, changedIn, decodeIndex, encodeIndex, encodeIndexChanges, filePagesRoot, hashesFrom, HeadHashed, indexPages, indexParent, PageDigest, PageHasher, pageIndexKey, pagesRoot, sealIndex, setHashes, signedIndex, storedIndex, type PageIndex } from "./pageindex.js";

@@ -78,6 +78,45 @@ export class PageHasher {
 }
 
 /**
+ * A page source whose pages 1..`last` are digested as they are read (a payload streaming pinned pages hashes its
+ * share on the way; another reader digests the rest): sealIndex joins them before the rest's.
+ */
+export class HeadHashed implements PageSource {
+  readonly pageSize: number;
+  readonly pageCount: number;
+  private readonly hasher: PageHasher;
+  constructor(
+    private readonly src: PageSource,
+    private readonly last: number,
+  ) {
+    this.pageSize = src.pageSize;
+    this.pageCount = src.pageCount;
+    this.hasher = new PageHasher(src.pageSize);
+  }
+
+  read(first: number, n: number, buf: Buffer): void {
+    this.src.read(first, n, buf);
+    const mine = Math.min(n, Math.max(0, this.last - first + 1));
+    if (mine) this.hasher.update(buf.subarray(0, mine * this.pageSize));
+  }
+
+  /** The digests of the pages of the share read so far. */
+  index(): PageIndex {
+    return this.hasher.index();
+  }
+}
+
+/**
+ * A snapshot's whole page index as stored (encodeIndex, under `key`) and its pages root; `head`: its first pages,
+ * digested apart (HeadHashed), whose digests come before `ix`'s.
+ */
+export function sealIndex(ix: PageIndex, key: Buffer, head?: HeadHashed | null): { stored: Buffer; root: string } {
+  const h = head?.index();
+  const whole = h ? { ...ix, pageCount: h.pageCount + ix.pageCount, hashes: Buffer.concat([h.hashes, ix.hashes]) } : ix;
+  return { stored: encodeIndex(whole, key), root: pagesRoot(whole) };
+}
+
+/**
  * The digest the manifest records for a database rebuilt from a delta: SHA-256
  * over a label, the page size and page count (32-bit big-endian) and every
  * page's digest in page order.
@@ -168,6 +207,18 @@ export function decodeIndex(b: Buffer, key: Buffer): PageIndex | null {
   return b.subarray(16, WHOLE_HEAD).equals(keyCheck(key)) ? { ...head, hashes: sealDigests(key, b.subarray(WHOLE_HEAD), true) } : null;
 }
 
+/**
+ * A stored whole index read under `key`, checked against the pages root `root` a manifest signed: the index when it
+ * matches, null when it does not; sealed under another key (another host, or this host's key replaced) its digests
+ * can not be read, so it is an index of page size 0, which matches no page (every page counts as changed).
+ * @throws Error when malformed
+ */
+export function signedIndex(stored: Buffer, key: Buffer, root: string): PageIndex | null {
+  const ix = decodeIndex(stored, key);
+  if (!ix) return { pageSize: 0, pageCount: 0, hashes: Buffer.alloc(0) };
+  return pagesRoot(ix) === root ? ix : null;
+}
+
 const CHANGES_MAGIC = Buffer.from("AGBKPXC3");
 
 /**
@@ -195,6 +246,14 @@ export function encodeIndexChanges(ix: PageIndex, pages: number[], parentId: str
     sealed.copy(body, i * (4 + HASH_BYTES) + 4, i * HASH_BYTES, (i + 1) * HASH_BYTES);
   });
   return Buffer.concat([h, body]);
+}
+
+/**
+ * A snapshot's page index as stored: an incremental's as the entries changed since its parent's (`since`: the pages
+ * that changed, the parent's id and page size; whole when the page size changed), else whole.
+ */
+export function storedIndex(ix: PageIndex, key: Buffer, since?: { pages: number[]; parentId: string; parentPageSize: number }): Buffer {
+  return since && since.parentPageSize === ix.pageSize ? encodeIndexChanges(ix, since.pages, since.parentId, key) : encodeIndex(ix, key);
 }
 
 /** The parent snapshot an index's changes apply to; null for a whole index. @throws Error when it is neither. */

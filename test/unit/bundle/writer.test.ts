@@ -49,7 +49,9 @@ async function write(files: Record<string, Buffer>, o: Partial<ManifestDraft> = 
   const bundle = join(dir, "snap.agentbak");
   const plan = planBundle(bundle, key, components);
   const { components: written, payload } = await writePayload(components, [id.recipient], plan);
-  const mbytes = await writeBundleFile({ ...draft(o), components: written, payload } as Manifest, key, plan);
+  const signed = await writeBundleFile({ ...draft(o), components: written, payload } as Manifest, key, plan);
+  const mbytes = signed.bytes;
+  expect(signed.sha256).toBe(createHash("sha256").update(mbytes).digest("hex")); // the digest receipts name is of the bytes signed
   return { bundle, dir, mbytes, plan, manifest: parseManifest(mbytes) };
 }
 

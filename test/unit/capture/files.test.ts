@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { listFiles, readableFiles } from "../../../src/capture/files.js";
+import { listFiles, listReadable, readableFiles } from "../../../src/capture/files.js";
 import { loadConfig } from "../../../src/config/load.js";
 import { AgentbakError } from "../../../src/errors.js";
 
@@ -72,5 +72,11 @@ describe("readableFiles", () => {
   it("drops a credential's file from what the unchanged check reads", () => {
     const lc = config(["secret.key", "prompts/*.md"], { credentials: [{ name: "signer", ref: "file:secret.key" }] });
     expect(readableFiles(lc, listFiles(lc, null)).map((f) => f.slice(dir.length + 1))).toEqual(["prompts/a.md", "prompts/b.md"]);
+  });
+  it("listReadable: the list, credential's file included, and of it what the fingerprint reads", () => {
+    const lc = config(["secret.key", "prompts/*.md"], { credentials: [{ name: "signer", ref: "file:secret.key" }] });
+    const { listed, readable } = listReadable(lc, null);
+    expect(listed.map((l) => l.file.slice(dir.length + 1))).toEqual(["secret.key", "prompts/a.md", "prompts/b.md"]);
+    expect(readable.map((f) => f.slice(dir.length + 1))).toEqual(["prompts/a.md", "prompts/b.md"]);
   });
 });

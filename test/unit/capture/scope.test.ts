@@ -3,7 +3,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { captureScope, credentialFiles, restoreTarget } from "../../../src/capture/scope.js";
+import { captureScope, credentialFiles, restoreTarget, restoreTargets } from "../../../src/capture/scope.js";
 import { applyScanPolicy } from "../../../src/capture/take.js";
 import { loadConfig } from "../../../src/config/load.js";
 import { AgentbakError } from "../../../src/errors.js";
@@ -24,6 +24,20 @@ describe("restoreTarget", () => {
     expect(restoreTarget(c, "../elsewhere/a.db", "db/a.sqlite")).toBe("db/a.sqlite");
     expect(restoreTarget(c, "/etc/a.db", "db/a.sqlite")).toBe("db/a.sqlite");
     expect(restoreTarget(c, ".", "workspace")).toBe("workspace");
+  });
+
+  it("restoreTargets: every database's, source's and the workspace's, once, as the scope carries them", () => {
+    const c = lc({
+      databases: [{ name: "main", path: "state/agent.sqlite" }, { name: "far", path: "../far.db" }],
+      sources: [{ name: "memory", kind: "lancedb", path: "memory/lance" }, { name: "cache", kind: "redis", url: "env:REDIS_URL" }],
+      workspace: { path: "ws" },
+    });
+    const t = restoreTargets(c);
+    expect([...t.databases]).toEqual([["main", "state/agent.sqlite"], ["far", "db/far.sqlite"]]);
+    expect([...t.sources]).toEqual([["memory", "memory/lance"], ["cache", null]]);
+    expect(t.workspace).toBe("ws");
+    expect(restoreTargets(lc()).workspace).toBeNull();
+    expect(captureScope(c, join(tmp, "staging"), tmp, []).targets).toEqual(t);
   });
 });
 

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { restoreTargets } from "../../../src/capture/scope.js";
 import { captureSources } from "../../../src/capture/sources.js";
 import { loadConfig } from "../../../src/config/load.js";
 
@@ -30,12 +31,15 @@ const staging = () => {
   return d;
 };
 
+/** captureSources as the instant calls it: with the config's restore targets (scope.ts). */
+const captureSourcesOf = (lc: ReturnType<typeof loadConfig>, staging: string, warnings: string[]) => captureSources(lc, staging, warnings, restoreTargets(lc).sources);
+
 describe("captureSources", () => {
   it("stages every table with its rows and dimension; the model goes on the vector table only; the instant names the source and its place", async () => {
     const model = { model: "embed-4", dimension: 4 };
     const warnings: string[] = [];
     const dir = staging();
-    const r = await captureSources(config([{ name: "memory", kind: "lancedb", path: "../memory/lance", embedding: model }]), dir, warnings);
+    const r = await captureSourcesOf(config([{ name: "memory", kind: "lancedb", path: "../memory/lance", embedding: model }]), dir, warnings);
     expect(warnings).toEqual([]);
     expect(r.staged.map(({ file: _f, table_version: _v, ...s }) => s)).toEqual([
       { path: "sources/memory/facts.arrows", kind: "lancedb", name: "memory", records: { facts: 5 }, dimension: undefined },
@@ -53,20 +57,20 @@ describe("captureSources", () => {
 
   it("warns when a table's vectors have another dimension than the config's model, naming source, table and model", async () => {
     const warnings: string[] = [];
-    await captureSources(config([{ name: "memory", kind: "lancedb", path: lance, embedding: { model: "embed-3", dimension: 3 } }]), staging(), warnings);
+    await captureSourcesOf(config([{ name: "memory", kind: "lancedb", path: lance, embedding: { model: "embed-3", dimension: 3 } }]), staging(), warnings);
     expect(warnings).toEqual(["source memory: sources/memory/memories.arrows holds vectors of dimension 4, the config's embedding embed-3 has 3"]);
   });
 
   it("a source folder inside the config's folder keeps its place; a missing one fails (exit 10) naming the source", async () => {
     cpSync(lance, join(tmp, "agent", "vec"), { recursive: true });
-    const r = await captureSources(config([{ name: "near", kind: "lancedb", path: "vec" }]), staging(), []);
+    const r = await captureSourcesOf(config([{ name: "near", kind: "lancedb", path: "vec" }]), staging(), []);
     expect(r.instant!.sources[0]!.path).toBe("vec");
     expect(r.staged.map((x) => x.records)).toEqual([{ facts: 5 }, { memories: 30 }]);
-    await expect(captureSources(config([{ name: "far", kind: "lancedb", path: "gone/lance" }]), staging(), [])).rejects.toMatchObject({ code: 10, message: `source far: ${join(tmp, "agent", "gone/lance")} not found` });
+    await expect(captureSourcesOf(config([{ name: "far", kind: "lancedb", path: "gone/lance" }]), staging(), [])).rejects.toMatchObject({ code: 10, message: `source far: ${join(tmp, "agent", "gone/lance")} not found` });
   });
 
   it("no sources: nothing staged, an instant with none", async () => {
-    const r = await captureSources(config([]), staging(), []);
+    const r = await captureSourcesOf(config([]), staging(), []);
     expect(r.staged).toEqual([]);
     expect(r.instant!.sources).toEqual([]);
   });

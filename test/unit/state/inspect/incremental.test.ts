@@ -14,7 +14,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { deltaMeta, deltasInPlace, writeDeltaOf } from "../../../../src/state/inspect/incremental.js";
 import { applyDelta } from "../../../../src/state/pages/delta.js";
 import { BlockSummer, blockSeed, ParentSums } from "../../../../src/state/pages/blocks.js";
-import { indexPages, pagesRoot } from "../../../../src/state/pages/pageindex.js";
+import { encodeIndex, encodeIndexChanges, indexPages, pagesRoot } from "../../../../src/state/pages/pageindex.js";
 import { readPages, withPages } from "../../../../src/state/sqlite/pagefile.js";
 import { openInstant } from "../../../../src/state/sqlite/cut.js";
 
@@ -55,7 +55,7 @@ describe("writeDeltaOf (from a copy)", () => {
     new Database(live).exec(`VACUUM INTO '${copy}'`);
     const ix = indexPages(copy);
     const pix = indexPages(parent);
-    const d = writeDeltaOf(copy, "main", ix, pix, null, f("delta"), true);
+    const d = writeDeltaOf(copy, "main", pix, null, f("delta"), { scan: true, seal: { key: KEY, parentId: "parent" } });
     const expected = [];
     for (let p = 1; p <= ix.pageCount; p++) if (p > pix.pageCount || !ix.hashes.subarray((p - 1) * 16, p * 16).equals(pix.hashes.subarray((p - 1) * 16, p * 16))) expected.push(p);
     expect(d.pages).toEqual(expected);
@@ -66,11 +66,14 @@ describe("writeDeltaOf (from a copy)", () => {
     expect(JSON.stringify(d.findings)).not.toContain(TOKEN);
     expect(d.sums).toBe(false);
     expect(deltaMeta(d)).toEqual({ full_pages_sha256: ix.root, full_size: statSync(copy).size, page_size: 4096, page_count: ix.pageCount, changed_pages: d.pages.length });
+    // the delta carries its manifest record and its index as stored: the changes since the parent's, sealed under the key
+    expect(d.meta).toEqual(deltaMeta(d));
+    expect(d.stored.equals(encodeIndexChanges(ix, d.pages, "parent", KEY))).toBe(true);
     // the token was in the parent already: nothing new to find in the changed pages
     const { live: l2, parent: p2 } = liveAndParent((x) => { x.prepare("UPDATE m SET body = 'plain' WHERE id = 5").run(); });
     const c2 = f("copy");
     new Database(l2).exec(`VACUUM INTO '${c2}'`);
-    expect(writeDeltaOf(c2, "main", indexPages(c2), indexPages(p2), null, f("delta"), true).findings).toEqual([]);
+    expect(writeDeltaOf(c2, "main", indexPages(p2), null, f("delta"), { scan: true, seal: { key: KEY, parentId: "parent" } }).findings).toEqual([]);
   });
 });
 
@@ -90,6 +93,7 @@ describe("deltasInPlace (read in place at the instant)", () => {
           parents: new Map([["main", indexPages(parent)]]),
           bases,
           key: KEY,
+          parentId: "parent",
           dir: out,
           inspect: { cursors: { pos: { database: "main", sql: "SELECT pos FROM cur" } }, scan: "warn" },
         });

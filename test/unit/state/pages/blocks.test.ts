@@ -10,7 +10,7 @@ import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { BlockSummer, BlockSumsStore, blockSeed, blockSize, NextSums, pageSums, ParentSums, SumsDiff, sumBlocks, sumsPerPage } from "../../../../src/state/pages/blocks.js";
+import { BlockSummer, BlockSumsStore, blockSeed, blockSize, NextSums, pageSums, ParentSums, SnapshotSums, SumsDiff, sumBlocks, sumsPerPage } from "../../../../src/state/pages/blocks.js";
 import { readPages, withPages } from "../../../../src/state/sqlite/pagefile.js";
 
 const dir = mkdtempSync(join(tmpdir(), "agentbak-blocks-"));
@@ -176,5 +176,34 @@ describe("BlockSumsStore (AGENTBAK_HOME/cache)", () => {
     const s = new BlockSummer(4096, seed, join(dir, "no-such-folder", "x.sums"));
     s.update(Buffer.alloc(4096));
     expect(s.close()).toBe(false);
+  });
+});
+
+describe("SnapshotSums (a snapshot's block sums of each database)", () => {
+  it("opens the parent's kept sums as bases, keeps this snapshot's on commit, removes the rest on close", () => {
+    const home = join(dir, "snaphome");
+    const at = { home, repo: "/srv/repo", tenant: "acme", agent: "billing-agent" };
+    const key = Buffer.from("a page-index key");
+    const { before } = pair(4096, () => undefined);
+    const pages = statSync(before).size / 4096;
+    // S1, a full snapshot: no parent, no bases; its sums of "main" written to partial and kept by commit
+    const s1 = new SnapshotSums(at, ["main", "other"], "S1", null, key);
+    expect(s1.bases.size).toBe(0);
+    copyFileSync(sumsOf(before), s1.partial("main")!);
+    writeFileSync(s1.partial("other")!, "never kept");
+    s1.commit("main", "ab".repeat(32), 4096);
+    s1.close();
+    const main = new BlockSumsStore(home, at.repo, at.tenant, at.agent, "main");
+    const other = new BlockSumsStore(home, at.repo, at.tenant, at.agent, "other");
+    expect(readdirSync(main.dir)).toEqual([`S1-${"ab".repeat(8)}-4096.sums`]);
+    expect(readdirSync(other.dir)).toEqual([]); // not committed: removed
+    // S2 builds on S1: the base of "main" is S1's sums (same bytes and shape), none for other bytes
+    const s2 = new SnapshotSums(at, ["main", "other"], "S2", { snapshotId: "S1", dbs: new Map([["main", { sha256: "ab".repeat(32), pageSize: 4096, pageCount: pages }], ["other", { sha256: "cd".repeat(32), pageSize: 4096, pageCount: pages }]]) }, key);
+    expect([...s2.bases.keys()]).toEqual(["main"]);
+    expect(s2.bases.get("main")!.sums.pageCount).toBe(pages);
+    expect(s2.bases.get("main")!.seed).toEqual(blockSeed(key));
+    expect(s2.bases.get("main")!.out).toBe(join(main.dir, "S2.partial"));
+    s2.close(); // not published: S1's sums stay, nothing of S2's
+    expect(readdirSync(main.dir)).toEqual([`S1-${"ab".repeat(8)}-4096.sums`]);
   });
 });

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { applyIndexChain, decodeIndex, encodeIndex, encodeIndexChanges } from "../../../../src/state/pages/pageindex.js";
+import { applyIndexChain, decodeIndex, encodeIndex, encodeIndexChanges, indexParent, storedIndex } from "../../../../src/state/pages/pageindex.js";
 
 const KEY = Buffer.alloc(32, 7);
 
@@ -67,5 +67,20 @@ describe("page index chain", () => {
     changed.fill(5, HASH, 2 * HASH);
     const chain = applyIndexChain(Buffer.from(stored), [encodeIndexChanges({ pageSize: 4096, pageCount: 3, hashes: changed }, [2], "p", KEY)]);
     expect(decodeIndex(chain, KEY)!.hashes.equals(changed)).toBe(true);
+  });
+});
+
+describe("storedIndex (a snapshot's page index as stored)", () => {
+  const ix = { pageSize: 4096, pageCount: 3, hashes: Buffer.alloc(3 * 16, 7) };
+  it("an incremental's is the changes since its parent's, naming the parent; a full one's is whole", () => {
+    const since = storedIndex(ix, KEY, { pages: [2], parentId: "p1", parentPageSize: 4096 });
+    expect(since.equals(encodeIndexChanges(ix, [2], "p1", KEY))).toBe(true);
+    expect(indexParent(since)).toBe("p1");
+    expect(storedIndex(ix, KEY).equals(encodeIndex(ix, KEY))).toBe(true);
+  });
+  it("is whole when the page size changed since the parent (its changes could not apply)", () => {
+    const whole = storedIndex(ix, KEY, { pages: [2], parentId: "p1", parentPageSize: 1024 });
+    expect(whole.equals(encodeIndex(ix, KEY))).toBe(true);
+    expect(indexParent(whole)).toBeNull();
   });
 });
