@@ -16,7 +16,7 @@ import * as tar from "tar-stream";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, ioErrno, ioError } from "../errors.js";
-import { encodeManifest, FORMAT_VERSION, MAX_MANIFEST, PLAIN_FORMAT_VERSION, type Component, type Manifest } from "./manifest.js";
+import { CHUNKED_FORMAT_VERSION, encodeManifest, FORMAT_VERSION, MAX_MANIFEST, PLAIN_FORMAT_VERSION, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
 import { pageRuns, type PageSource } from "../state/sqlite/pagefile.js";
@@ -168,8 +168,9 @@ function fitManifest(m: Manifest, room: number): Manifest | null {
  * @returns the manifest bytes that were signed.
  */
 export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: BundlePlan): Promise<Buffer> {
-  // a bundle whose components are all in its payload is the format-4 bundle of before; one that lists chunks is format 5
-  const format_version = draft.components.some((c) => c.chunks) ? FORMAT_VERSION : PLAIN_FORMAT_VERSION;
+  // a bundle whose components are all in its payload is the format-4 bundle of before; one that lists chunks is format 5,
+  // and one with a packed small file (a range of its chunks) format 6
+  const format_version = draft.components.some((c) => c.chunk_skip !== undefined) ? FORMAT_VERSION : draft.components.some((c) => c.chunks) ? CHUNKED_FORMAT_VERSION : PLAIN_FORMAT_VERSION;
   const { layout_padding: _p, ...unpadded } = { ...draft, format_version };
   const fitted = fitManifest(unpadded, plan.manifestRoom);
   const mbytes = encodeManifest(fitted ?? unpadded);

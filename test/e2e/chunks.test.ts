@@ -401,3 +401,128 @@ describe("the secret scan of a large file the stat cache knows", () => {
     }
   });
 });
+
+describe("small files packed into the chunk store (format 6)", () => {
+  // 240 prompt-like files of 8-16 KB (words, so no secret pattern): 2.9 MB together (about three chunks), more than the 512 KiB from which they pack
+  const PACK_CHUNKS = "tenants/acme/agents/pack-agent/chunks";
+  let p: TestAgent;
+  const words = ["agent", "policy", "refund", "ledger", "prompt", "escalate", "customer", "review", "tool", "limit", "invoice", "approve"];
+  const prompt = (seed: number) => {
+    let x = seed * 2654435761;
+    const n = 8000 + (seed % 5) * 2000;
+    const out: string[] = [];
+    for (let len = 0; len < n; ) {
+      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+      const w = `${words[x % words.length]}${x % 97}`;
+      out.push(w);
+      len += w.length + 1;
+    }
+    return `${out.join(" ")}\n`;
+  };
+  const names = Array.from({ length: 240 }, (_, i) => `prompts/p${String(i).padStart(3, "0")}.md`);
+  const chunkBytes = async () => {
+    const store = await p.store();
+    const keys = ((await store.list(`${PACK_CHUNKS}/`)) as string[]).filter((k) => /\/[0-9a-f]{64}$/.test(k));
+    let bytes = 0;
+    for (const k of keys) bytes += (await store.head(k)).size;
+    return { keys: keys.sort(), bytes };
+  };
+  const manifest = async (path: string) => JSON.parse((await execa("tar", ["xOf", await p.file(path), "manifest.json"])).stdout);
+  let first: any;
+  let stored: { keys: string[]; bytes: number };
+
+  beforeAll(async () => {
+    p = await makeAgent({ agentId: "pack-agent" });
+    mkdirSync(join(p.dir, "prompts"));
+    names.forEach((n, i) => writeFileSync(join(p.dir, n), prompt(i + 1)));
+    writeFileSync(join(p.dir, "prompts/empty.md"), "");
+    const cfg = JSON.parse(readFileSync(p.config, "utf8"));
+    writeFileSync(p.config, JSON.stringify({ ...cfg, files: [...cfg.files, "prompts/*.md"] }, null, 2));
+  }, 120_000);
+  afterAll(() => p?.cleanup());
+
+  it("the first backup packs them: each lists the chunks its range touches, none is in the payload but the empty one", async () => {
+    const r = await p.run(["backup", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    first = json(r);
+    const m = await manifest(first.path);
+    expect(m.format_version).toBe(6);
+    const packed = m.components.filter((c: any) => c.target?.startsWith("prompts/") && c.chunks);
+    expect(packed.map((c: any) => c.target).sort()).toEqual(names);
+    const total = names.reduce((n, x) => n + readFileSync(join(p.dir, x)).length, 0);
+    expect(total).toBeGreaterThan(512 * 1024);
+    // path order: each file starts where the one before it ended, across chunk boundaries
+    for (const c of packed) expect(c.chunk_skip + c.size).toBeLessThanOrEqual(c.chunks.reduce((n: number, x: number[]) => n + x[3]!, 0));
+    expect(new Set(packed.flatMap((c: any) => c.chunks.map((x: string[]) => x[0]))).size).toBeGreaterThanOrEqual(2);
+    // a file cut by a chunk boundary lists both chunks
+    expect(packed.some((c: any) => c.chunks.length === 2)).toBe(true);
+    // the payload's tar holds the database, not the 2.9 MB of prompts (nor the two memory files: they are small files too)
+    const inPayload = m.components.filter((c: any) => !c.chunks).reduce((n: number, c: any) => n + c.size, 0);
+    expect(m.payload.tar_size).toBeLessThan(inPayload + total / 2);
+    expect(m.components.find((c: any) => c.target === "memory/rules.json").chunk_skip).toBeGreaterThanOrEqual(0);
+    expect(m.components.find((c: any) => c.target === "prompts/empty.md")).toMatchObject({ size: 0 });
+    expect(m.components.find((c: any) => c.target === "prompts/empty.md").chunks).toBeUndefined();
+    stored = await chunkBytes();
+    expect(stored.keys.length).toBeGreaterThanOrEqual(1);
+  });
+
+  it("a second backup with nothing changed in them writes no chunk byte", async () => {
+    const r = await p.run(["backup", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(await chunkBytes()).toEqual(stored);
+    const [m1, m2] = [await manifest(first.path), await manifest(json(r).path)];
+    const lists = (m: any) => m.components.filter((c: any) => c.chunk_skip !== undefined).map((c: any) => [c.target, c.chunk_skip, c.chunks]);
+    expect(lists(m2)).toEqual(lists(m1));
+  });
+
+  it("one changed file costs at most two new chunks; restore gives every file byte-identical; verify passes with and without keys", async () => {
+    writeFileSync(join(p.dir, names[120]!), `${prompt(9999)}changed\n`);
+    const r = await p.run(["backup", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const now = await chunkBytes();
+    const added = now.keys.filter((k) => !stored.keys.includes(k));
+    expect(added.length).toBeGreaterThanOrEqual(1);
+    expect(added.length).toBeLessThanOrEqual(2);
+    const back = await p.run(["restore", "latest", "--target", join(p.tmp, "restored"), "--yes", "--allow-rollback"]);
+    expect([0, 3], back.stderr).toContain(back.code);
+    for (const n of [...names, "prompts/empty.md"]) expect(readFileSync(join(p.tmp, "restored", n)).equals(readFileSync(join(p.dir, n))), n).toBe(true);
+    const plain = await p.run(["verify", "latest", "--json"]);
+    expect(plain.code, plain.stderr).toBe(0);
+    // every distinct chunk once, however many files share it
+    const m = await manifest(json(r).path);
+    const distinct = new Set(m.components.flatMap((c: any) => c.chunks?.map((x: string[]) => x[0]) ?? []));
+    expect(json(plain).checks.find((c: any) => c.name === "chunks").detail).toMatch(new RegExp(`^${distinct.size} chunk\\(s\\) of ${names.length + 2} chunked component`));
+    const deep = await p.run(["verify", "latest", "--identity", p.identity, "--json"]);
+    expect(deep.code, deep.stderr).toBe(0);
+  });
+
+  it("a missing chunk: restore is 13 naming a packed file and the chunk, nothing placed", async () => {
+    const m = await manifest(json(await p.run(["snapshots", "--json"])).at(-1).path);
+    const victim = m.components.find((c: any) => c.target === names[0]).chunks[0][0];
+    const store = await p.store();
+    const key = `${PACK_CHUNKS}/${victim.slice(0, 2)}/${victim}`;
+    const saved = await store.get(key);
+    await store.delete(key);
+    try {
+      const r = await p.run(["restore", "latest", "--target", join(p.tmp, "broken"), "--yes", "--allow-rollback"]);
+      expect(r.code).toBe(13);
+      expect(r.stderr).toMatch(new RegExp(`component files/(memory|prompts)/.*chunk ${victim}`));
+      expect(existsSync(join(p.tmp, "broken", names[0]!))).toBe(false);
+    } finally {
+      await store.put(key, saved);
+    }
+  });
+
+  it("export writes a format-4 bundle with the packed files back in its payload", async () => {
+    const out = join(p.tmp, "exported.agentbak");
+    const r = await p.run(["export", "latest", "-o", out, "--identity", p.identity, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r)).toMatchObject({ format_version: 4, inlined: names.length + 2 });
+    const open = join(p.tmp, "exported");
+    mkdirSync(open);
+    await execa("bash", ["-c", `tar xf ${out} && age -d -i ${p.identity} payload.age | zstd -d | tar x`], { cwd: open });
+    const em = JSON.parse(readFileSync(join(open, "manifest.json"), "utf8"));
+    expect(em.components.some((c: any) => "chunks" in c || "chunk_skip" in c)).toBe(false);
+    for (const n of names) expect(readFileSync(join(open, "files", n)).equals(readFileSync(join(p.dir, n))), n).toBe(true);
+  });
+});
