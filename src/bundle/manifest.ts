@@ -81,6 +81,11 @@ export const ComponentSchema = z.strictObject({
    * plaintext; its chunks are exactly those that range touches
    */
   chunk_skip: z.optional(int),
+  /**
+   * format 6: a chunked state source's fingerprint at its capture (docs/chunk-store.md): a later capture that reads
+   * the same one reuses this entry instead of dumping again
+   */
+  fingerprint: z.optional(sha),
 });
 
 /** When each state source was captured, and from which credential reference (never its value). */
@@ -468,6 +473,7 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
   for (const c of m.components) {
     if (c.chunks && m.format_version < 5) throw new Error(`manifest.components: chunks in a format version ${m.format_version} manifest (added in version 5; component ${c.path})`);
     if (c.chunk_skip !== undefined && (!c.chunks || m.format_version < 6)) throw new Error(`manifest.components: chunk_skip ${c.chunks ? `in a format version ${m.format_version} manifest (added in version 6;` : "without chunks (component"} ${c.path})`);
+    if (c.fingerprint !== undefined && (!c.chunks || !isSource(c) || m.format_version < 6)) throw new Error(`manifest.components: fingerprint on ${c.path}: only on a chunked state source, from format version 6`);
     const range = c.chunks ? chunkRange(c.chunks.map((x) => x[3]), c.size, c.chunk_skip) : null;
     if (range) throw new Error(`manifest.components: the chunks of ${c.path} ${range}`);
     if (seen.has(c.path)) throw new Error(`manifest lists component ${c.path} twice`);

@@ -169,8 +169,8 @@ function fitManifest(m: Manifest, room: number): Manifest | null {
  */
 export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: BundlePlan): Promise<Buffer> {
   // a bundle whose components are all in its payload is the format-4 bundle of before; one that lists chunks is format 5,
-  // and one with a packed small file (a range of its chunks) format 6
-  const format_version = draft.components.some((c) => c.chunk_skip !== undefined) ? FORMAT_VERSION : draft.components.some((c) => c.chunks) ? CHUNKED_FORMAT_VERSION : PLAIN_FORMAT_VERSION;
+  // and one with a packed small file (a range of its chunks) or a source's fingerprint format 6
+  const format_version = draft.components.some((c) => c.chunk_skip !== undefined || c.fingerprint !== undefined) ? FORMAT_VERSION : draft.components.some((c) => c.chunks) ? CHUNKED_FORMAT_VERSION : PLAIN_FORMAT_VERSION;
   const { layout_padding: _p, ...unpadded } = { ...draft, format_version };
   const fitted = fitManifest(unpadded, plan.manifestRoom);
   const mbytes = encodeManifest(fitted ?? unpadded);

@@ -521,6 +521,17 @@ export class ChunkWriter {
     return ref;
   }
 
+  /**
+   * Whether every chunk of a list is one this host's index holds with the same digest and sizes: checked against the
+   * store's listing after any sweep, so a list it holds names no chunk a sweep removed (a reused entry is safe to sign).
+   */
+  holds(list: ChunkRef[]): boolean {
+    return list.every((r) => {
+      const k = this.known.get(r.id);
+      return k !== undefined && k.sha256 === r.sha256 && k.size === r.size && k.length === r.length;
+    });
+  }
+
   /** Writes the known-chunks index and the stat cache (no fsync: they are caches). */
   save(): void {
     this.known.save();

@@ -4,7 +4,7 @@
 // with nothing left at the target. Runs against a folder and (the "s3" project) a bucket on the test gateway.
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { json, makeAgent, STORE, type TestAgent } from "../helpers.js";
@@ -323,7 +323,7 @@ describe("copy carries the chunks", () => {
 });
 
 describe("a large state source (a LanceDB table) stored as chunks", () => {
-  it("its captured stream goes into the chunk store; unchanged, the next backup adds no chunk; restore re-imports it", async () => {
+  it("its captured stream goes into the chunk store; unchanged (the same table version), the next backup reads no row and adds no chunk; restore re-imports it; a new version is read again", async () => {
     const b = await makeAgent({ agentId: "vector-agent" });
     try {
       const lancedb = await import("@lancedb/lancedb");
@@ -335,22 +335,40 @@ describe("a large state source (a LanceDB table) stored as chunks", () => {
       writeFileSync(b.config, JSON.stringify({ ...cfg, sources: [{ name: "memory", kind: "lancedb", path: "memory/lance" }] }, null, 2));
       const first = json(await b.run(["backup", "--json"]));
       const m = JSON.parse((await execa("tar", ["xOf", await b.file(first.path), "manifest.json"])).stdout);
-      expect(m.format_version).toBe(5);
+      expect(m.format_version).toBe(6);
       const mem = m.components.find((c: any) => c.kind === "lancedb");
       expect(mem.chunks.length).toBeGreaterThanOrEqual(1);
+      expect(mem.fingerprint).toMatch(/^[0-9a-f]{64}$/);
       const prefix = "tenants/acme/agents/vector-agent/chunks/";
       const listed = async () => ((await (await b.store()).list(prefix)) as string[]).filter((k) => /\/[0-9a-f]{64}$/.test(k));
       const keys = await listed();
       expect(keys.length).toBe(new Set(mem.chunks.map((x: string[]) => x[0])).size);
-      const second = json(await b.run(["backup", "--json"]));
+      // the table's data files moved away: a capture that read a row would fail; the same version is not read again
+      const data = join(b.dir, "memory/lance/memories.lance/data");
+      renameSync(data, `${data}.away`);
+      const r2 = await b.run(["backup", "--json"]);
+      renameSync(`${data}.away`, data);
+      expect(r2.code, r2.stderr).toBe(0);
+      const second = json(r2);
       expect(await listed()).toEqual(keys);
       expect(second.size).toBeLessThan(mem.size);
+      const m2 = JSON.parse((await execa("tar", ["xOf", await b.file(second.path), "manifest.json"])).stdout);
+      expect(m2.components.find((c: any) => c.kind === "lancedb")).toEqual(mem);
       const r = await b.run(["restore", "latest", "--target", join(b.tmp, "restored"), "--yes"]);
       expect([0, 3], r.stderr).toContain(r.code);
       const back = await lancedb.connect(join(b.tmp, "restored/memory/lance"));
       const t = await back.openTable("memories");
       expect(await t.countRows()).toBe(3000);
       back.close();
+      // a row added: a new version, read and stored again
+      const w = await lancedb.connect(join(b.dir, "memory/lance"));
+      await (await w.openTable("memories")).add([{ id: 3000, text: "memory 3000", vector: rows[0]!.vector }]);
+      w.close();
+      const third = json(await b.run(["backup", "--json"]));
+      const m3 = JSON.parse((await execa("tar", ["xOf", await b.file(third.path), "manifest.json"])).stdout);
+      const mem3 = m3.components.find((c: any) => c.kind === "lancedb");
+      expect(mem3.fingerprint).not.toBe(mem.fingerprint);
+      expect(mem3.records).toEqual({ memories: 3001 });
     } finally {
       b.cleanup();
     }

@@ -98,6 +98,17 @@ describe("manifest", () => {
     expect(() => parseManifest(Buffer.alloc(8 * 1024 * 1024 + 1, 0x20))).toThrow(/larger than 8 MiB/);
   });
 
+  it("a source's fingerprint (format 6): only on a chunked state source, from version 6", () => {
+    const src = { path: "sources/pg/dump.pgdump", kind: "postgres", name: "pg", sha256: "c".repeat(64), size: 1000, chunks: [["1".repeat(64), "d".repeat(64), 1300, 1000]], fingerprint: "e".repeat(64) };
+    const at = (v: number, c: object) => Buffer.from(canonicalize({ ...base, format_version: v, components: [...base.components, c] })!);
+    expect(parseManifest(at(6, src)).components[1]!.fingerprint).toBe("e".repeat(64));
+    expect(() => parseManifest(at(5, src))).toThrow(/fingerprint on sources\/pg\/dump\.pgdump: only on a chunked state source, from format version 6/);
+    const { chunks: _c, ...inPayload } = src;
+    expect(() => parseManifest(at(6, inPayload))).toThrow(/only on a chunked state source/);
+    expect(() => parseManifest(at(6, { ...src, path: "files/a.bin", kind: "file", name: "a.bin", target: "a.bin" }))).toThrow(/only on a chunked state source/);
+    expect(() => parseManifest(at(6, { ...src, fingerprint: "not hex" }))).toThrow(/manifest invalid/);
+  });
+
   it("a packed file's chunk_skip (format 6): only from version 6, only with chunks, a range that touches every chunk it lists", () => {
     const chunk = (len: number, c: string) => [c.repeat(64), "d".repeat(64), len + 300, len];
     // 500 bytes from 900 into the first of two chunks of 1000 and 2000 bytes: ends 400 bytes into the second
