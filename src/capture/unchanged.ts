@@ -11,10 +11,12 @@
  *     changes its salts); a -journal present (a write in progress) is recorded too;
  *   - the workspace: git status and the working tree's digest;
  *   - every `files` match: its content's sha256;
+ *   - each state source: its fingerprint (a PostgreSQL snapshot and sequences,
+ *     a LanceDB table version's manifest: docs/chunk-store.md);
  *   - the config file's bytes and the signing key.
- * Backups with hooks, state sources, a label or an idempotency key are always
- * taken: their state can not be read this cheaply, or the caller asked for a
- * snapshot of its own.
+ * Backups with hooks, a source without a fingerprint (redis, an old server), a
+ * label or an idempotency key are always taken: their state can not be read
+ * this cheaply, or the caller asked for a snapshot of its own.
  */
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, openSync, readSync, realpathSync, statSync } from "node:fs";
@@ -34,10 +36,15 @@ import type { BackupOptions } from "./receipt.js";
  * backup at its snapshot instant, under every write lock, so that its own
  * opening of them — which creates a -wal file — is part of what it records).
  */
-export async function otherState(lc: LoadedConfig, files: string[], signer: string): Promise<string> {
+export async function otherState(lc: LoadedConfig, files: string[], signer: string): Promise<string | null> {
   const h = createHash("sha256");
   const add = (...parts: (string | number | bigint)[]) => h.update(parts.join("\0") + "\n");
   add("config", lc.path, readFileRegular(lc.path, "utf8"), signer);
+  // the drivers (and execa) load only for an agent with sources: the nothing-changed path stays light
+  const { sourceFingerprint } = lc.config.sources.length ? await import("../state/sources/index.js") : { sourceFingerprint: null };
+  const sources = await Promise.all(lc.config.sources.map((s) => sourceFingerprint!(s, lc.dir)));
+  if (sources.includes(null)) return null; // a source whose state can not be read cheaply: always backed up
+  lc.config.sources.forEach((s, i) => add("source", s.name, s.kind, sources[i]!));
   if (lc.config.workspace) add("workspace", (await workspaceState(lc.resolve(lc.config.workspace.path))).key);
   for (const f of files) add("file", f, createHash("sha256").update(readFileRegular(f)).digest("hex"));
   return h.digest("hex");
@@ -138,7 +145,7 @@ export async function unchangedSince<R extends { snapshot_id: string }>(lc: Load
  */
 export async function unchanged<R extends { snapshot_id: string }>(lc: LoadedConfig, o: Pick<BackupOptions, "skipUnchanged" | "label" | "idempotencyKey" | "repo" | "home" | "signingKey">, a: AgentRef, repoDir: string | null) {
   const cfg = lc.config;
-  const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
+  const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length;
   const listed = skippable ? listFiles(lc, repoDir) : null;
   const other = listed ? await otherState(lc, readableFiles(lc, listed), fingerprint(o.signingKey.publicKey)).catch(() => null) : null;
   const last = other ? await unchangedSince<R>(lc, o.repo, o.home, a, other) : null;

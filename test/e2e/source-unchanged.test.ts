@@ -110,3 +110,18 @@ describe("an unchanged postgres source", () => {
     expect((await sql(url, "SELECT last_value::int AS v FROM tickets"))[0].v).toBe(2);
   });
 });
+
+describe("backup --skip-if-unchanged with a postgres source", () => {
+  it("writes no snapshot while the database is unchanged, and a new one after a write", async () => {
+    const first = await a.run(["backup", "--skip-if-unchanged", "--json"], { AGENT_PG_URL: live.target });
+    expect(first.code, first.stderr).toBe(0);
+    const again = await a.run(["backup", "--skip-if-unchanged", "--json"], { AGENT_PG_URL: live.target });
+    expect(again.code, again.stderr).toBe(0);
+    expect(json(again)).toMatchObject({ status: "unchanged", snapshot_id: json(first).snapshot_id });
+    await sql(live.target, "INSERT INTO notes (body) VALUES ('one more')");
+    const changed = await a.run(["backup", "--skip-if-unchanged", "--json"], { AGENT_PG_URL: live.target });
+    expect(changed.code, changed.stderr).toBe(0);
+    expect(json(changed).status).toBe("committed");
+    expect(json(changed).snapshot_id).not.toBe(json(first).snapshot_id);
+  });
+});

@@ -95,6 +95,11 @@ export interface SourceDriver {
    * path is not captured again (`unchanged`). @throws AgentbakError naming the source.
    */
   capture(spec: SourceSpec, target: string, dir: string, prior?: PriorFingerprints): Promise<SourceCapture>;
+  /**
+   * The whole source's fingerprint now, read without reading its state (`backup --skip-if-unchanged`): equal only
+   * when a capture would store the same. Absent for a kind that has none (redis); null when it can not be read.
+   */
+  fingerprint?(spec: SourceSpec, target: string): Promise<string | null>;
   /** Checks captured files without a server (verify): they parse and hold the recorded counts. @returns a detail line. @throws AgentbakError(13). */
   check(name: string, files: SourceFile[]): Promise<string>;
   /**

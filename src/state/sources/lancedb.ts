@@ -122,6 +122,28 @@ export const lancedbDriver: SourceDriver = {
     }
   },
 
+  async fingerprint(_spec, folder) {
+    try {
+      if (!existsSync(folder)) return null;
+      const db = await (await load()).lancedb.connect(folder);
+      const h = createHash("sha256").update("agentbak lancedb folder 1");
+      try {
+        for (const name of (await db.tableNames()).sort()) {
+          const t = await db.openTable(name);
+          const fp = tableFingerprint(folder, name, await t.version());
+          t.close();
+          if (!fp) return null;
+          h.update(`\0${fp}`);
+        }
+      } finally {
+        db.close();
+      }
+      return h.digest("hex");
+    } catch {
+      return null; // the capture says why
+    }
+  },
+
   async check(name, files) {
     await load();
     for (const f of files) {

@@ -182,6 +182,21 @@ export const postgresDriver: SourceDriver = {
     }
   },
 
+  async fingerprint(spec, url) {
+    let c: pg.Client | undefined;
+    try {
+      c = await connect(url);
+      await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+      const fp = await dumpFingerprint(c, spec.schemas ?? ["public"]);
+      await c.query("COMMIT");
+      return "value" in fp ? fp.value : null;
+    } catch {
+      return null; // the capture says why
+    } finally {
+      await c?.end().catch(() => undefined);
+    }
+  },
+
   async check(name, files) {
     const f = files[0]!;
     // pg_restore --list parses the archive's table of contents without a server
