@@ -10,7 +10,9 @@
  *     -wal file's size, mtime and header (every commit appends frames; a reset
  *     changes its salts); a -journal present (a write in progress) is recorded too;
  *   - the workspace: git status and the working tree's digest;
- *   - every `files` match: its content's sha256;
+ *   - every `files` match: its content's sha256, or for one of 512 KiB or more (a model adapter: reading 500 MB
+ *     would be most of a nothing-changed backup) its device, inode, size, mtime and ctime, as restic and git do,
+ *     unless its mtime or ctime is within 2 s of now (a write in the same tick could go unseen: read then);
  *   - each state source: its fingerprint (a PostgreSQL snapshot and sequences,
  *     a LanceDB table version's manifest: docs/chunk-store.md);
  *   - the config file's bytes and the signing key.
@@ -27,7 +29,7 @@ import { homePaths } from "../home.js";
 import { sidecarOf, type AgentRef } from "../facts.js";
 import type { Repository } from "../repository/repository.js";
 import { fingerprint } from "../crypto/sshsig.js";
-import { listFiles, readableFiles } from "./files.js";
+import { CHUNK_FROM, listFiles, readableFiles } from "./files.js";
 import type { BackupOptions } from "./receipt.js";
 
 /**
@@ -46,8 +48,20 @@ export async function otherState(lc: LoadedConfig, files: string[], signer: stri
   if (sources.includes(null)) return null; // a source whose state can not be read cheaply: always backed up
   lc.config.sources.forEach((s, i) => add("source", s.name, s.kind, sources[i]!));
   if (lc.config.workspace) add("workspace", (await workspaceState(lc.resolve(lc.config.workspace.path))).key);
-  for (const f of files) add("file", f, createHash("sha256").update(readFileRegular(f)).digest("hex"));
+  const now = BigInt(Date.now()) * 1_000_000n;
+  for (const f of files) add("file", f, fileKey(f, now));
   return h.digest("hex");
+}
+
+/** Within this of a file's mtime or ctime, its identity and times do not say it is unchanged (git's racy entries). */
+const RACY_NS = 2_000_000_000n;
+
+/** What a file holds, as the unchanged check compares it: a large file's identity and times, else its sha256. */
+function fileKey(f: string, now: bigint): string {
+  const st = statSync(f, { bigint: true });
+  // ctime can not be set back by a program: a file rewritten with its old mtime still gets a new ctime
+  if (st.size >= BigInt(CHUNK_FROM) && now - st.mtimeNs > RACY_NS && now - st.ctimeNs > RACY_NS) return ["stat", st.dev, st.ino, st.size, st.mtimeNs, st.ctimeNs].join(" ");
+  return `sha256 ${createHash("sha256").update(readFileRegular(f)).digest("hex")}`;
 }
 
 export function databasesState(lc: LoadedConfig): string {

@@ -8,6 +8,7 @@
 import { execa } from "execa";
 import { join } from "node:path";
 import { fmt, measure, root, type Measured } from "./bench-measure.js";
+import { profileText, summarizeDir } from "./bench-profile.js";
 import { cachedShape, duBytes, openShape, SHAPE_BYTES, type ShapeName } from "./bench-shapes.js";
 
 const MiB = 2 ** 20;
@@ -27,7 +28,7 @@ export interface SecondResult {
 }
 
 /** The second-snapshot figures of one shape. */
-export async function secondBench(o: { name: ShapeName; tmp: string; cache: string; scale: number; env: Record<string, string>; recipient: string; bin: string; log: (s: string) => void }): Promise<SecondResult> {
+export async function secondBench(o: { name: ShapeName; tmp: string; cache: string; scale: number; env: Record<string, string>; recipient: string; bin: string; log: (s: string) => void; profile?: string }): Promise<SecondResult> {
   const size = Math.round((o.name === "reference" ? 1024 * MiB : SHAPE_BYTES[o.name]) * o.scale);
   const cached = await cachedShape(o.name, size, o.cache, root, o.log);
   const s = await openShape(o.name, cached.dir, o.tmp, o.recipient, o.scale, root);
@@ -39,9 +40,12 @@ export async function secondBench(o: { name: ShapeName; tmp: string; cache: stri
     await execa("sh", ["-c", `find '${s.dir}' -type f -exec cat {} + > /dev/null`]); // the page cache warm, as in the full bench
     const run = async (label: string, args: string[]): Promise<[Measured, number]> => {
       const before = await duBytes(repo);
-      const m = await measure(["node", o.bin, ...args], { cwd: s.dir, env, okCodes: [0, 3] });
+      // --profile DIR: each command under --cpu-prof, summarised per thread after it (bench-profile.ts)
+      const dir = o.profile ? join(o.profile, `${o.name}-${label}`) : null;
+      const m = await measure(["node", ...(dir ? ["--cpu-prof", "--cpu-prof-dir", dir] : []), o.bin, ...args], { cwd: s.dir, env, okCodes: [0, 3] });
       const bytes = (await duBytes(repo)) - before;
       o.log(`  ${label.padEnd(7)} ${fmt(m.seconds, 3).padStart(8)} s  cpu ${fmt(m.cpuSeconds, 2).padStart(7)} s  ${fmt(bytes / 1e6, 2).padStart(9)} MB  rss ${fmt(m.rssMiB, 0)} MiB`);
+      if (dir) for (const line of profileText(summarizeDir(dir, 8))) o.log(`    ${line}`);
       return [m, bytes];
     };
     const [first, firstBytes] = await run("first", ["backup", "--no-incremental"]);
