@@ -259,7 +259,8 @@ async function storePacked(s: CaptureScope, w: ChunkWriter, small: SmallFile[]):
 async function storeChunked(s: CaptureScope, w: ChunkWriter, f: string, x: { path: string; rel: string; pattern: string; statCache: boolean }): Promise<Component> {
   let r: Awaited<ReturnType<ChunkWriter["putFile"]>>;
   try {
-    r = await w.putFile(f, { statCache: x.statCache });
+    // read (and scanned below) now, under this run's policy: remembered even when the cache could not answer
+    r = await w.putFile(f, { statCache: x.statCache, remember: true });
   } catch (e) {
     throw ioErrno(e) ? ioError(e, f) : wrap(e, `files: ${x.pattern}`);
   }

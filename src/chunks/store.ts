@@ -408,11 +408,14 @@ export class ChunkWriter {
    * Stores a file as chunks. A file whose device, inode, size, mtime and ctime
    * are those of the last time it was stored (and whose chunks the index still
    * knows) is not read: its chunk list is reused.
-   * @param o.statCache false for files made for this run (a dump): nothing to reuse, nothing to remember
+   * @param o.statCache false: the stat cache may not answer (the file is read), as for files made for this run (a dump)
+   * @param o.remember whether a file read is recorded in the stat cache for the next run (default: `statCache`);
+   *   a file read while the cache may not answer (the first backup under a scan policy) is still worth remembering
    * @throws the file's read errors (ENOENT, EISDIR, EIO: with its path), the store's errors
    */
-  async putFile(path: string, o: { statCache?: boolean } = {}): Promise<StoredFile & { stats: PutStats }> {
+  async putFile(path: string, o: { statCache?: boolean; remember?: boolean } = {}): Promise<StoredFile & { stats: PutStats }> {
     const useCache = o.statCache ?? true;
+    const remember = o.remember ?? useCache;
     const fh = await open(path, "r");
     try {
       const statNs = BigInt(Date.now()) * 1_000_000n;
@@ -426,7 +429,7 @@ export class ChunkWriter {
       const r = await this.withBuffer((buf) => this.putChunks(handleChunks(fh, this.params, buf)));
       const after = await fh.stat({ bigint: true });
       const changed = after.size !== st.size || after.mtimeNs !== st.mtimeNs || after.ctimeNs !== st.ctimeNs || BigInt(r.size) !== st.size;
-      if (useCache && !changed)
+      if (remember && !changed)
         this.stat.record(
           path,
           st,
