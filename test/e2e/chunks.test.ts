@@ -536,6 +536,18 @@ describe("small files packed into the chunk store (format 6)", () => {
     }
   });
 
+  it("a drill reads every packed file through the same checks; copy carries their chunks and the copy restores them", async () => {
+    const d = await p.run(["drill", "latest", "--identity", p.identity, "--json"]);
+    expect([0, 3], d.stderr).toContain(d.code);
+    expect(json(d).checks.find((c: any) => c.name === "components")).toMatchObject({ ok: true, detail: expect.stringMatching(new RegExp(`${names.length + 2} from the chunk store`)) });
+    const replica = join(p.tmp, "replica");
+    const c = await p.run(["copy", "--from", p.repo, "--to", replica, "--json"]);
+    expect(c.code, c.stderr).toBe(0);
+    const back = await p.run(["restore", "latest", "--repo", replica, "--target", join(p.tmp, "from-replica"), "--yes", "--allow-rollback"]);
+    expect([0, 3], back.stderr).toContain(back.code);
+    for (const n of names) expect(readFileSync(join(p.tmp, "from-replica", n)).equals(readFileSync(join(p.dir, n))), n).toBe(true);
+  });
+
   it("export writes a format-4 bundle with the packed files back in its payload", async () => {
     const out = join(p.tmp, "exported.agentbak");
     const r = await p.run(["export", "latest", "-o", out, "--identity", p.identity, "--json"]);
