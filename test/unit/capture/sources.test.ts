@@ -35,12 +35,18 @@ describe("captureSources", () => {
     const model = { model: "embed-4", dimension: 4 };
     const warnings: string[] = [];
     const dir = staging();
-    const r = await captureSources(config([{ name: "memory", kind: "lancedb", path: "../memory/lance", embedding: model }]), dir, warnings);
+    const r = await captureSources(config([{ name: "memory", kind: "lancedb", path: "../memory/lance", embedding: model }]), dir, warnings, null);
     expect(warnings).toEqual([]);
     expect(r.staged.map(({ file: _f, table_version: _v, ...s }) => s)).toEqual([
-      { path: "sources/memory/facts.arrows", kind: "lancedb", name: "memory", records: { facts: 5 }, dimension: undefined },
-      { path: "sources/memory/memories.arrows", kind: "lancedb", name: "memory", records: { memories: 30 }, dimension: 4, embedding: model },
+      { path: "sources/memory/facts.arrows", kind: "lancedb", name: "memory", records: { facts: 5 }, dimension: undefined, fingerprint: expect.stringMatching(/^[0-9a-f]{64}$/) },
+      { path: "sources/memory/memories.arrows", kind: "lancedb", name: "memory", records: { memories: 30 }, dimension: 4, embedding: model, fingerprint: expect.stringMatching(/^[0-9a-f]{64}$/) },
     ]);
+    // the same table versions again, with the entries a snapshot stored for them: reused whole, nothing staged or read
+    const stored = r.staged.map(({ file: _f, ...c }) => ({ ...c, sha256: "a".repeat(64), size: 1, chunks: [["b".repeat(64), "c".repeat(64), 300, 1]] as [string, string, number, number][] }));
+    const again = await captureSources(config([{ name: "memory", kind: "lancedb", path: "../memory/lance", embedding: model }]), staging(), [], new Map(stored.map((c) => [c.path, c])));
+    expect(again.staged).toEqual([]);
+    expect(again.reused.map((c) => c.path)).toEqual(stored.map((c) => c.path));
+    expect(again.reused[1]).toMatchObject({ chunks: stored[1]!.chunks, records: { memories: 30 }, embedding: model });
     for (const s of r.staged) {
       expect(s.file.startsWith(join(dir, "sources", "memory"))).toBe(true);
       expect(existsSync(s.file)).toBe(true);
