@@ -192,7 +192,7 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
       .option("--wait <duration>", "wait this long for the repository lock (e.g. 30s)")
       .option("--incremental", "store only the SQLite pages changed since the latest snapshot (default: config incremental.enabled)")
       .option("--no-incremental", "force a full snapshot")
-      .option("--skip-if-unchanged", "write no snapshot when nothing changed since this host's last one (databases, workspace, files, config); the receipt names that one")
+      .option("--skip-if-unchanged", "write no snapshot when nothing changed since this host's last one (databases, workspace, files, PostgreSQL and LanceDB sources, config); the receipt names that one")
       .addOption(progressOpt())
       .addOption(jsonOpt()),
     ["agentbak backup", "agentbak backup --incremental --skip-if-unchanged", "agentbak backup --idempotency-key \"$CI_JOB_ID\" --json"],

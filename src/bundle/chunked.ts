@@ -8,14 +8,14 @@ import { dirname, join } from "node:path";
 import type { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { AgeIdentity } from "../crypto/age.js";
-import { AgentbakError, ioErrno, ioError, notFound } from "../errors.js";
+import { AgentbakError, ioErrno, ioError, notFound, verifyError } from "../errors.js";
 import { ensureDir, FlushBehindFile } from "../fsutil.js";
 import { chunkRefs, type ChunkRef, type Component, type Manifest } from "./manifest.js";
 
 /** Where a bundle's chunks are read from: the agent's chunk store in the repository the bundle came from. */
 export interface ChunkSource {
   /** a component's plaintext, each chunk checked (size and ciphertext sha256) before it is decrypted; the stream fails with 13 or 12 */
-  read(list: ChunkRef[], identities: AgeIdentity[], whole: { sha256: string; size: number; label: string }): Readable;
+  read(list: ChunkRef[], identities: AgeIdentity[], whole: { sha256: string; size: number; label: string; skip?: number }): Readable;
   /** without keys: each chunk there with its size (`read`: and its ciphertext sha256). @throws AgentbakError(13) naming the bad chunks */
   verify(list: ChunkRef[], o: { read: boolean; label?: string }): Promise<{ chunks: number; bytes: number }>;
 }
@@ -49,8 +49,17 @@ export async function verifyChunked(m: Manifest, chunks: ChunkSource | null | un
   let n = 0;
   let bytes = 0;
   const list = chunkedComponents(m);
+  // a chunk several components list (packed small files share theirs) is checked once, under the first one's name
+  const checked = new Map<string, ChunkRef>();
   for (const c of list) {
-    const r = await source.verify(chunkRefs(c)!, { read, label: labelOf(c) });
+    const refs = chunkRefs(c)!.filter((r) => {
+      const seen = checked.get(r.id);
+      if (!seen) return Boolean(checked.set(r.id, r));
+      if (seen.sha256 !== r.sha256 || seen.size !== r.size || seen.length !== r.length) throw verifyError(`${labelOf(c)}: chunk ${r.id} is listed with two different digests`);
+      return false;
+    });
+    if (!refs.length) continue;
+    const r = await source.verify(refs, { read, label: labelOf(c) });
     n += r.chunks;
     bytes += r.bytes;
   }
@@ -70,7 +79,7 @@ export async function extractChunked(m: Manifest, chunks: ChunkSource | null | u
     const dest = join(destDir, c.path);
     ensureDir(dirname(dest));
     try {
-      await pipeline(source.read(chunkRefs(c)!, identities, { sha256: c.sha256, size: c.size, label: labelOf(c) }), new FlushBehindFile(dest, 0o600));
+      await pipeline(source.read(chunkRefs(c)!, identities, { sha256: c.sha256, size: c.size, label: labelOf(c), skip: c.chunk_skip }), new FlushBehindFile(dest, 0o600));
     } catch (e) {
       throw e instanceof AgentbakError ? e : ioErrno(e) ? ioError(e, dest) : e;
     }

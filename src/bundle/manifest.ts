@@ -15,11 +15,14 @@ export const FORMAT = "agentbak-bundle";
 /**
  * The newest version this tool reads and writes. 2 added `payload.chunks`, 3
  * `layout_padding`, 5 a component's `chunks` (its bytes in the agent's chunk
- * store, docs/chunk-store.md): a tool that knows only an older one refuses a
+ * store, docs/chunk-store.md), 6 a component's `chunk_skip` (a small file packed
+ * with others: its bytes are a range of its chunks' plaintext): a tool that knows only an older one refuses a
  * newer bundle as newer (exit 14) rather than as an invalid manifest (13).
  * Versions 1 to 4 are still read.
  */
-export const FORMAT_VERSION = 5;
+export const FORMAT_VERSION = 6;
+/** What a bundle with chunked components but no packed (ranged) one is written as: the format 5 of before. */
+export const CHUNKED_FORMAT_VERSION = 5;
 /** What a bundle without chunked components is written as: exactly the format-4 bundle of before (stock tools, older agentbak). */
 export const PLAIN_FORMAT_VERSION = 4;
 /** A manifest that lists chunks may be this large: about 50,000 chunks (docs/chunk-store.md). */
@@ -73,6 +76,16 @@ export const ComponentSchema = z.strictObject({
    * [id, sha256 of the stored object, object bytes, plaintext bytes] (docs/chunk-store.md)
    */
   chunks: z.optional(z.array(z.tuple([sha, sha, int.check(z.minimum(1)), int.check(z.minimum(1))]))),
+  /**
+   * format 6: a packed small file (docs/chunk-store.md): its `size` bytes start this far into its first chunk's
+   * plaintext; its chunks are exactly those that range touches
+   */
+  chunk_skip: z.optional(int),
+  /**
+   * format 6: a chunked state source's fingerprint at its capture (docs/chunk-store.md): a later capture that reads
+   * the same one reuses this entry instead of dumping again
+   */
+  fingerprint: z.optional(sha),
 });
 
 /** When each state source was captured, and from which credential reference (never its value). */
@@ -195,6 +208,20 @@ export interface ChunkRef {
 
 /** A chunked component's chunks as refs, or null for a component in the payload. */
 export const chunkRefs = (c: Pick<Component, "chunks">): ChunkRef[] | null => c.chunks?.map(([id, sha256, size, length]) => ({ id, sha256, size, length })) ?? null;
+
+/**
+ * Whether chunks of these plaintext lengths hold a component of `size` bytes: all of them exactly, or, from `skip`
+ * bytes into the first, a range that every one of them touches (a packed small file).
+ * @returns null when they do, else what is wrong
+ */
+export function chunkRange(lengths: number[], size: number, skip?: number): string | null {
+  const total = lengths.reduce((n, x) => n + x, 0);
+  if (skip === undefined) return total === size ? null : `hold another number of bytes than its size ${size}`;
+  if (!lengths.length || size < 1) return "are no range: a packed file lists at least one chunk and one byte";
+  if (skip >= lengths[0]! || skip + size > total || total - lengths[lengths.length - 1]! >= skip + size)
+    return `do not hold exactly the range of ${size} bytes from ${skip} (${lengths.length} chunk(s), ${total} bytes)`;
+  return null;
+}
 
 /** A component's chunk list as the manifest writes it. */
 export const chunkTuples = (refs: ChunkRef[]): [string, string, number, number][] => refs.map((r) => [r.id, r.sha256, r.size, r.length]);
@@ -456,7 +483,10 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
   const seen = new Set<string>();
   for (const c of m.components) {
     if (c.chunks && m.format_version < 5) throw new Error(`manifest.components: chunks in a format version ${m.format_version} manifest (added in version 5; component ${c.path})`);
-    if (c.chunks && c.chunks.reduce((n, x) => n + x[3], 0) !== c.size) throw new Error(`manifest.components: the chunks of ${c.path} hold another number of bytes than its size ${c.size}`);
+    if (c.chunk_skip !== undefined && (!c.chunks || m.format_version < 6)) throw new Error(`manifest.components: chunk_skip ${c.chunks ? `in a format version ${m.format_version} manifest (added in version 6;` : "without chunks (component"} ${c.path})`);
+    if (c.fingerprint !== undefined && (!c.chunks || !isSource(c) || m.format_version < 6)) throw new Error(`manifest.components: fingerprint on ${c.path}: only on a chunked state source, from format version 6`);
+    const range = c.chunks ? chunkRange(c.chunks.map((x) => x[3]), c.size, c.chunk_skip) : null;
+    if (range) throw new Error(`manifest.components: the chunks of ${c.path} ${range}`);
     if (seen.has(c.path)) throw new Error(`manifest lists component ${c.path} twice`);
     seen.add(c.path);
     // a delta's rebuilt database is checked against one digest: its pages root from format 4 on, its sha256 before

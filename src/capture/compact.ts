@@ -48,7 +48,7 @@ export async function stageWhole(v: VerifiedBundle, from: { links: LinkSource; c
   const rebuilt = await rebuildDatabases(v, chain, raw, ids, work);
   const inPayload = m.components.filter((c) => x.inline || !c.chunks);
   const staged: StagedComponent[] = inPayload.map((c) => {
-    const { sha256: _s, size: _z, full_sha256: _f, full_pages_sha256: _r, full_size: _fs, page_size: _p, page_count: _c, changed_pages: _n, chunks: _k, ...meta } = c;
+    const { sha256: _s, size: _z, full_sha256: _f, full_pages_sha256: _r, full_size: _fs, page_size: _p, page_count: _c, changed_pages: _n, chunks: _k, chunk_skip: _ks, ...meta } = c;
     return c.kind === "sqlite-delta" ? { ...meta, kind: "sqlite", path: `db/${c.name}.sqlite`, file: rebuilt.get(c.name)! } : { ...meta, file: join(raw, c.path) };
   });
   return { staged, inPayload };

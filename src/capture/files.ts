@@ -151,11 +151,19 @@ export interface ChunkedFiles {
   statCache: boolean;
 }
 
-/** What the `files` stage captured: copies in staging for the payload, and large files stored as chunks. */
+/** What the `files` stage captured: copies in staging for the payload, and files stored as chunks. */
 export interface CapturedFiles {
   staged: StagedFile[];
-  /** manifest entries of files stored as chunks (format 5) */
+  /** manifest entries of files stored as chunks (format 5) or packed (format 6) */
   chunked: Component[];
+}
+
+/** A small file waiting to be packed or copied into staging. */
+interface SmallFile {
+  file: string;
+  path: string;
+  rel: string;
+  pattern: string;
 }
 
 /**
@@ -163,12 +171,15 @@ export interface CapturedFiles {
  * the repository's folder, never listed): what must never be captured stays out (and is recorded), the rest is
  * scanned. With `chunks` (the agent's chunk writer, opened on first use), a file of CHUNK_FROM bytes or more is stored
  * as chunks instead: read in place at this instant, only its new chunks uploaded, and not read at all when the stat
- * cache knows it unchanged (then not scanned again either: it was scanned when it was read).
+ * cache knows it unchanged (then not scanned again either: it was scanned when it was read). The smaller files are
+ * packed (storePacked) when together they hold CHUNK_FROM bytes or more; fewer stay in the payload, so an agent of a
+ * few small files writes the format-4 bundle of before.
  */
 export async function captureFiles(s: CaptureScope, given: ListedFile[] | null, chunks: ChunkedFiles | null, repoDir: string | null): Promise<CapturedFiles> {
   const { lc } = s;
   const listed = given ?? listFiles(lc, repoDir);
-  const out: StagedFile[] = [];
+  const small: SmallFile[] = [];
+  let smallBytes = 0;
   const chunked: Component[] = [];
   for (const { pattern, file: f, problem } of listed) {
     const rel = relative(lc.dir, f).split(sep).join("/");
@@ -183,21 +194,76 @@ export async function captureFiles(s: CaptureScope, given: ListedFile[] | null, 
       s.notCaptured.push({ path: rel, ...why });
       continue;
     }
-    if (chunks && statSync(f).size >= CHUNK_FROM) {
+    const size = chunks ? statSync(f).size : 0;
+    if (chunks && size >= CHUNK_FROM) {
       chunked.push(await storeChunked(s, await chunks.writer.get(), f, { path, rel, pattern, statCache: chunks.statCache }));
       continue;
     }
-    const dest = join(s.staging, path);
-    ensureDirIn(s.staging, join(dest, ".."));
-    try {
-      copyFileSync(f, dest);
-    } catch (e) {
-      throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
-    }
-    scanFile(s, dest, rel);
-    out.push({ path, kind: "file", name: rel, file: dest, target: rel });
+    small.push({ file: f, path, rel, pattern });
+    smallBytes += size;
   }
-  return { staged: out, chunked };
+  if (chunks && smallBytes >= CHUNK_FROM) {
+    const packed = await storePacked(s, await chunks.writer.get(), small);
+    return { staged: packed.empty.map((f) => stageFile(s, f)), chunked: [...chunked, ...packed.components] };
+  }
+  return { staged: small.map((f) => stageFile(s, f)), chunked };
+}
+
+/** Copies one file into staging and scans it. @returns its staged component */
+function stageFile(s: CaptureScope, { file: f, path, rel, pattern }: SmallFile): StagedFile {
+  const dest = join(s.staging, path);
+  ensureDirIn(s.staging, join(dest, ".."));
+  try {
+    copyFileSync(f, dest);
+  } catch (e) {
+    throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
+  }
+  scanFile(s, dest, rel);
+  return { path, kind: "file", name: rel, file: dest, target: rel };
+}
+
+/**
+ * Packs small files (docs/chunk-store.md): each read once (and scanned), concatenated in path order into one stream
+ * cut and stored like a large file, so an unchanged run of files gives the same chunks and a changed one costs one
+ * or two. Each file's manifest entry lists the chunks its bytes touch and where they start in the first
+ * (`chunk_skip`). An empty file touches no chunk: it goes into the payload (`empty`).
+ * @throws the files' read errors (named), the store's errors
+ */
+async function storePacked(s: CaptureScope, w: ChunkWriter, small: SmallFile[]): Promise<{ components: Component[]; empty: SmallFile[] }> {
+  const order = [...small].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  const read: { f: SmallFile; sha256: string; offset: number; size: number }[] = [];
+  const empty: SmallFile[] = [];
+  const scan = s.lc.config.secretScan.files !== "off";
+  async function* stream(): AsyncGenerator<Buffer> {
+    let offset = 0;
+    for (const f of order) {
+      let b: Buffer;
+      try {
+        b = readFileSync(f.file);
+      } catch (e) {
+        throw ioErrno(e) ? ioError(e, f.file) : wrap(e, `files: ${f.pattern}`);
+      }
+      if (!b.length) {
+        empty.push(f);
+        continue;
+      }
+      if (scan) s.findings.files.push(...scanText(b, `files: ${f.rel}`));
+      read.push({ f, sha256: createHash("sha256").update(b).digest("hex"), offset, size: b.length });
+      offset += b.length;
+      yield b;
+    }
+  }
+  const pack = await w.putStream(stream());
+  const ends: number[] = [];
+  pack.chunks.reduce((end, c) => (ends.push(end + c.length), end + c.length), 0);
+  const components = read.map(({ f, sha256, offset, size }) => {
+    // the chunks this file's range [offset, offset + size) touches: from the one it starts in to the one it ends in
+    const first = ends.findIndex((end) => end > offset);
+    const last = ends.findIndex((end) => end >= offset + size);
+    const skip = offset - (first > 0 ? ends[first - 1]! : 0);
+    return { path: f.path, kind: "file" as const, name: f.rel, sha256, size, target: f.rel, chunks: chunkTuples(pack.chunks.slice(first, last + 1)), chunk_skip: skip };
+  });
+  return { components, empty };
 }
 
 /** Scans the file at `file` (a `files` file, `rel` in messages) into the scope's findings, unless the policy is off. */
@@ -209,7 +275,8 @@ function scanFile(s: CaptureScope, file: string, rel: string): void {
 async function storeChunked(s: CaptureScope, w: ChunkWriter, f: string, x: { path: string; rel: string; pattern: string; statCache: boolean }): Promise<Component> {
   let r: Awaited<ReturnType<ChunkWriter["putFile"]>>;
   try {
-    r = await w.putFile(f, { statCache: x.statCache });
+    // read (and scanned below) now, under this run's policy: remembered even when the cache could not answer
+    r = await w.putFile(f, { statCache: x.statCache, remember: true });
   } catch (e) {
     throw ioErrno(e) ? ioError(e, f) : wrap(e, `files: ${x.pattern}`);
   }

@@ -15,7 +15,7 @@ import { captureFiles, type ChunkedFiles, type ListedFile } from "./files.js";
 import type { DbPlan } from "./plan.js";
 import type { Progress } from "../progress.js";
 import type { CaptureScope } from "./scope.js";
-import { captureSources } from "./sources.js";
+import { captureSources, type CapturedSources, type PriorSources } from "./sources.js";
 import { captureWs, type WorkspaceCaptured } from "./workspace.js";
 
 /** What the instant took, staged; `taken` says how the databases were read (a "pinned" one must be released). */
@@ -23,7 +23,7 @@ export interface Captured {
   dbs: DbRecord[];
   taken: Taken;
   cut: Cut | undefined;
-  sources: { staged: StagedFile[]; instant: Manifest["capture_instant"] };
+  sources: CapturedSources;
   files: StagedFile[];
   /** large files stored as chunks: their manifest entries */
   chunked: Component[];
@@ -44,6 +44,8 @@ export interface InstantOptions {
   progress?: Progress;
   /** the agent's chunk writer, opened on first use: large files are stored as chunks (null: every file in the payload) */
   chunks: ChunkedFiles | null;
+  /** the newest snapshot's chunked source entries a source whose fingerprint did not change reuses (priorSources) */
+  priorSources: PriorSources | null;
 }
 
 /**
@@ -54,7 +56,7 @@ export interface InstantOptions {
 export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: CaptureScope, o: InstantOptions): Promise<Captured> {
   const cfg = lc.config;
   const { staging, warnings } = scope;
-  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined }, files: [], chunked: [], ws: { staged: [], manifest: null }, dbState: null };
+  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined, reused: [] }, files: [], chunked: [], ws: { staged: [], manifest: null }, dbState: null };
   const live = cfg.workspace ? lc.resolve(cfg.workspace.path) : null;
   let failure: unknown;
   let wsCapture: Promise<WorkspaceCaptured> | null = null;
@@ -72,7 +74,7 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
     }
     if (cfg.sources.length) {
       o.progress?.stage("capturing state sources");
-      got.sources = await captureSources(lc, staging, warnings, scope.targets.sources);
+      got.sources = await captureSources(lc, staging, warnings, scope.targets.sources, o.priorSources);
     }
     const files = await captureFiles(scope, o.listed, o.chunks, o.repoDir);
     got.files = files.staged;

@@ -14,24 +14,35 @@ import { captureSource } from "../state/sources/index.js";
  * into `staging/sources/<name>/`; connections come from credential references
  * resolved only now; `targets`: where each source with a path lands in a restored root (scope.ts: restoreTargets).
  */
-export async function captureSources(lc: LoadedConfig, staging: string, warnings: string[], targets: Map<string, string | null>): Promise<{ staged: StagedFile[]; instant: Manifest["capture_instant"] }> {
+export async function captureSources(lc: LoadedConfig, staging: string, warnings: string[], targets: Map<string, string | null>, prior: PriorSources | null): Promise<CapturedSources> {
   const started = new Date();
   const caps = await Promise.all(
     lc.config.sources.map(async (s) => {
       const dir = join(staging, "sources", s.name);
       ensureDirIn(staging, dir);
-      return { s, cap: await captureSource(s, lc.dir, dir) };
+      const fingerprints = new Map([...(prior?.values() ?? [])].filter((c) => c.name === s.name && c.kind === s.kind).map((c) => [c.path, c.fingerprint!]));
+      return { s, cap: await captureSource(s, lc.dir, dir, fingerprints) };
     }),
   );
   const staged: StagedFile[] = [];
-  for (const { s, cap } of caps)
+  const reused: Component[] = [];
+  for (const { s, cap } of caps) {
+    if (cap.noFingerprint) warnings.push(`source ${s.name}: ${cap.noFingerprint}`);
     for (const f of cap.files) {
+      // unchanged since the snapshot that stored it: that snapshot's entry (chunks, digest, counts), at this instant
+      const before = f.unchanged ? prior?.get(f.path) : undefined;
+      if (before) {
+        const { embedding: _e, ...entry } = before;
+        reused.push({ ...entry, ...(s.embedding && entry.dimension !== undefined ? { embedding: s.embedding } : {}) });
+        continue;
+      }
       if (s.embedding && f.dimension !== undefined && f.dimension !== s.embedding.dimension)
         warnings.push(`source ${s.name}: ${f.path} holds vectors of dimension ${f.dimension}, the config's embedding ${s.embedding.model} has ${s.embedding.dimension}`);
-      const { file, path, records, table_version, dimension } = f;
+      const { file, path, records, table_version, dimension, fingerprint } = f;
       // the model is recorded on the tables that hold vectors
-      staged.push({ path, kind: s.kind, name: s.name, file, records, table_version, dimension, ...(s.embedding && dimension !== undefined ? { embedding: s.embedding } : {}) });
+      staged.push({ path, kind: s.kind, name: s.name, file, records, table_version, dimension, fingerprint, ...(s.embedding && dimension !== undefined ? { embedding: s.embedding } : {}) });
     }
+  }
   const instant = {
     started_at: started.toISOString(),
     finished_at: new Date().toISOString(),
@@ -44,7 +55,27 @@ export async function captureSources(lc: LoadedConfig, staging: string, warnings
       server_version: cap.serverVersion,
     })),
   };
-  return { staged, instant };
+  return { staged, instant, reused };
+}
+
+/** What the sources stage captured: files for the payload or the chunk store, the instant, and entries reused whole. */
+export interface CapturedSources {
+  staged: StagedFile[];
+  instant: Manifest["capture_instant"];
+  /** entries of the prior snapshot whose fingerprint the source still had: not captured again */
+  reused: Component[];
+}
+
+/** A prior snapshot's chunked source entries that carry a fingerprint, by payload path: what a capture may reuse. */
+export type PriorSources = ReadonlyMap<string, Component>;
+
+/**
+ * The source entries of `m` (the agent's newest snapshot) that a capture may reuse: chunked, fingerprinted, and every
+ * chunk still known to this host's chunk writer (which forgets what a sweep removed), so a reused entry never names a
+ * chunk that is gone.
+ */
+export function priorSources(m: Manifest | null, holds: (c: Component) => boolean): PriorSources {
+  return new Map((m?.components ?? []).filter((c) => c.fingerprint && c.chunks && holds(c)).map((c) => [c.path, c]));
 }
 
 /**
@@ -56,7 +87,9 @@ export async function chunkSources(staged: StagedFile[], writer: LazyWriter): Pr
   const out: { staged: StagedFile[]; chunked: Component[] } = { staged: [], chunked: [] };
   for (const s of staged) {
     if (statSync(s.file).size < LARGE_STATE.min) {
-      out.staged.push(s);
+      // in the payload: nothing to reuse, so no fingerprint (it is written only beside chunks, format 6)
+      const { fingerprint: _fp, ...inPayload } = s;
+      out.staged.push(inPayload);
       continue;
     }
     const r = await writer.putFile(s.file, { statCache: false });

@@ -8,13 +8,13 @@ import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname, join } from "node:path";
-import { checkedManifest, type Manifest, type ManifestInput, type NotCaptured } from "../bundle/manifest.js";
+import { checkedManifest, chunkRefs, type Manifest, type ManifestInput, type NotCaptured } from "../bundle/manifest.js";
 import { checkedPayloads } from "../bundle/chain.js";
 import { writeBundleFile, type BundlePlan } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
 import { crashStep } from "../crashpoint.js";
-import { policyError, usageError } from "../errors.js";
+import { AgentbakError, policyError, usageError } from "../errors.js";
 import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { type AgentRef, newSnapshotId } from "../facts.js";
 import { warmInspection, type InspectResult } from "../state/inspect/inspect.js";
@@ -22,8 +22,9 @@ import { scanValue, type SecretFinding } from "../state/secrets/scan.js";
 import { commitSums, releasePinned, writeBesideInspection, type DbRecord, type Taken } from "./databases.js";
 import type { ListedFile } from "./files.js";
 import { captureInstant, type Captured } from "./instant.js";
-import { chunkSources } from "./sources.js";
+import { chunkSources, priorSources, type PriorSources } from "./sources.js";
 import { planDatabases, type DbPlan, type ParentChoice } from "./plan.js";
+import type { LazyWriter } from "../chunks/store.js";
 import { paramsDigest, type BackupOptions, type BackupReceipt } from "./receipt.js";
 import { captureScope } from "./scope.js";
 import { rememberState } from "./unchanged.js";
@@ -62,7 +63,8 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     const plan = await planDatabases(lc, o, a, { snapshotId, staging, closers, warnings });
     if (plan.mode === "pinned") await warmed;
     const scope = captureScope(lc, staging, o.home, warnings);
-    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks });
+    const prior = chunks && cfg.sources.length ? await reusableSources(o, a, plan.chosen, chunks.writer) : null;
+    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks, priorSources: prior });
     taken = got.taken;
     // large source files (a dump, a table) go into the chunk store as well
     if (chunks && got.sources.staged.length) {
@@ -70,6 +72,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
       got.sources.staged = c.staged;
       got.chunked.push(...c.chunked);
     }
+    got.chunked.push(...got.sources.reused);
     const { dbs, sources, files, ws } = got;
     // an empty snapshot would become "latest" and restore nothing: refused, nothing written (restic: "nothing to backup")
     if (!dbs.length && !sources.staged.length && !files.length && !got.chunked.length && !ws.manifest)
@@ -118,6 +121,24 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
         /* the block sums are a cache: nothing of theirs may keep the staging folder or the lock */
       }
   }
+}
+
+/**
+ * The newest snapshot's chunked source entries a source may reuse when its fingerprint did not change: the
+ * incremental's parent, else the agent's latest verified snapshot (its header was read with the listing); only those
+ * whose chunks this host's writer still holds (priorSources).
+ */
+async function reusableSources(o: BackupOptions, a: AgentRef, chosen: ParentChoice, writer: LazyWriter): Promise<PriorSources> {
+  let m = chosen.parent?.header.manifest ?? null;
+  if (!m)
+    try {
+      m = (await o.repo.resolve("latest", o.trust, a)).header?.manifest ?? null;
+    } catch (e) {
+      if (!(e instanceof AgentbakError)) throw e; // none yet, or none that verifies: every source is captured
+    }
+  if (!m?.components.some((c) => c.fingerprint)) return new Map();
+  const w = await writer.get();
+  return priorSources(m, (c) => w.holds(chunkRefs(c)!));
 }
 
 /**

@@ -10,11 +10,15 @@
  *     -wal file's size, mtime and header (every commit appends frames; a reset
  *     changes its salts); a -journal present (a write in progress) is recorded too;
  *   - the workspace: git status and the working tree's digest;
- *   - every `files` match: its content's sha256;
+ *   - every `files` match: its content's sha256, or for one of 512 KiB or more (a model adapter: reading 500 MB
+ *     would be most of a nothing-changed backup) its device, inode, size, mtime and ctime, as restic and git do,
+ *     unless its mtime or ctime is within 2 s of now (a write in the same tick could go unseen: read then);
+ *   - each state source: its fingerprint (a PostgreSQL snapshot and sequences,
+ *     a LanceDB table version's manifest: docs/chunk-store.md);
  *   - the config file's bytes and the signing key.
- * Backups with hooks, state sources, a label or an idempotency key are always
- * taken: their state can not be read this cheaply, or the caller asked for a
- * snapshot of its own.
+ * Backups with hooks, a source without a fingerprint (redis, an old server), a
+ * label or an idempotency key are always taken: their state can not be read
+ * this cheaply, or the caller asked for a snapshot of its own.
  */
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, openSync, readSync, realpathSync, statSync } from "node:fs";
@@ -24,7 +28,7 @@ import { workspaceState } from "../state/workspace/workspace.js";
 import { homePaths } from "../home.js";
 import { sidecarOf, type AgentRef } from "../facts.js";
 import type { Repository } from "../repository/repository.js";
-import { listReadable } from "./files.js";
+import { CHUNK_FROM, listReadable } from "./files.js";
 import type { BackupOptions } from "./receipt.js";
 
 /**
@@ -33,13 +37,30 @@ import type { BackupOptions } from "./receipt.js";
  * backup at its snapshot instant, under every write lock, so that its own
  * opening of them — which creates a -wal file — is part of what it records).
  */
-export async function otherState(lc: LoadedConfig, files: string[], signer: string): Promise<string> {
+export async function otherState(lc: LoadedConfig, files: string[], signer: string): Promise<string | null> {
   const h = createHash("sha256");
   const add = (...parts: (string | number | bigint)[]) => h.update(parts.join("\0") + "\n");
   add("config", lc.path, readFileRegular(lc.path, "utf8"), signer);
+  // the drivers (and execa) load only for an agent with sources: the nothing-changed path stays light
+  const { sourceFingerprint } = lc.config.sources.length ? await import("../state/sources/index.js") : { sourceFingerprint: null };
+  const sources = await Promise.all(lc.config.sources.map((s) => sourceFingerprint!(s, lc.dir)));
+  if (sources.includes(null)) return null; // a source whose state can not be read cheaply: always backed up
+  lc.config.sources.forEach((s, i) => add("source", s.name, s.kind, sources[i]!));
   if (lc.config.workspace) add("workspace", (await workspaceState(lc.resolve(lc.config.workspace.path))).key);
-  for (const f of files) add("file", f, createHash("sha256").update(readFileRegular(f)).digest("hex"));
+  const now = BigInt(Date.now()) * 1_000_000n;
+  for (const f of files) add("file", f, fileKey(f, now));
   return h.digest("hex");
+}
+
+/** Within this of a file's mtime or ctime, its identity and times do not say it is unchanged (git's racy entries). */
+const RACY_NS = 2_000_000_000n;
+
+/** What a file holds, as the unchanged check compares it: a large file's identity and times, else its sha256. */
+function fileKey(f: string, now: bigint): string {
+  const st = statSync(f, { bigint: true });
+  // ctime can not be set back by a program: a file rewritten with its old mtime still gets a new ctime
+  if (st.size >= BigInt(CHUNK_FROM) && now - st.mtimeNs > RACY_NS && now - st.ctimeNs > RACY_NS) return ["stat", st.dev, st.ino, st.size, st.mtimeNs, st.ctimeNs].join(" ");
+  return `sha256 ${createHash("sha256").update(readFileRegular(f)).digest("hex")}`;
 }
 
 export function databasesState(lc: LoadedConfig): string {
@@ -138,7 +159,7 @@ export async function unchangedSince<R extends { snapshot_id: string }>(lc: Load
  */
 export async function unchanged<R extends { snapshot_id: string }>(lc: LoadedConfig, o: Pick<BackupOptions, "skipUnchanged" | "label" | "idempotencyKey" | "repo" | "home">, a: AgentRef, x: { repoDir: string | null; signer: string }) {
   const cfg = lc.config;
-  const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length && !cfg.sources.length;
+  const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length;
   const files = skippable ? listReadable(lc, x.repoDir) : null;
   const listed = files?.listed ?? null;
   const other = files ? await otherState(lc, files.readable, x.signer).catch(() => null) : null;

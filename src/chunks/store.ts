@@ -81,6 +81,15 @@ export interface SweepResult {
   retained: number;
 }
 
+/** What a read must give: the component's sha256 and size, its name for errors, and for a packed file its start in the first chunk. */
+export interface Whole {
+  sha256: string;
+  size: number;
+  label: string;
+  /** a packed small file: its bytes start this far into the first chunk's plaintext, and end within the last chunk */
+  skip?: number;
+}
+
 /** What a backup host needs to write an agent's chunks. */
 export interface WriterOptions {
   /** AGENTBAK_HOME: the chunk key and the caches live there */
@@ -96,17 +105,25 @@ export interface WriterOptions {
 }
 
 /**
- * Checks a chunk list as a manifest gives it.
+ * Checks a chunk list as a manifest gives it: with `size`, that its chunks hold exactly that many bytes, or with
+ * `skip` too (a packed small file), that the range of `size` bytes from `skip` into the first chunk touches every chunk.
  * @throws AgentbakError(13) naming `label` and the bad entry
  */
-function checkList(list: ChunkRef[], label: string, size?: number): void {
+function checkList(list: ChunkRef[], label: string, size?: number, skip?: number): void {
   let total = 0;
   list.forEach((r, i) => {
     const ok = HEX64.test(r.id) && HEX64.test(r.sha256) && Number.isSafeInteger(r.length) && r.length > 0 && r.length <= MAX_LENGTH && Number.isSafeInteger(r.size) && r.size > 0 && r.size <= r.length + MAX_OVERHEAD + r.length / 100;
     if (!ok) throw verifyError(`${label}: chunk ${i} is not a valid chunk reference`);
     total += r.length;
   });
-  if (size !== undefined && total !== size) throw verifyError(`${label}: its chunks hold ${total} bytes, manifest says ${size}`);
+  if (size === undefined) return;
+  if (skip === undefined) {
+    if (total !== size) throw verifyError(`${label}: its chunks hold ${total} bytes, manifest says ${size}`);
+    return;
+  }
+  const last = list[list.length - 1];
+  if (!last || !Number.isSafeInteger(skip) || skip < 0 || size < 1 || skip >= list[0]!.length || skip + size > total || total - last.length >= skip + size)
+    throw verifyError(`${label}: its ${list.length} chunk(s) do not hold exactly the range of ${size} bytes from ${skip}`);
 }
 
 const sha256hex = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
@@ -198,43 +215,67 @@ export class ChunkStore {
    * @returns a stream that fails with AgentbakError(13) for damage, (12) when no identity is a recipient
    * @throws AgentbakError(13) at once for a list that is not valid chunk refs, or does not add up to `whole.size`
    */
-  read(list: ChunkRef[], identities: AgeIdentity[], whole: { sha256: string; size: number; label: string }): Readable {
-    checkList(list, whole.label, whole.size);
+  read(list: ChunkRef[], identities: AgeIdentity[], whole: Whole): Readable {
+    checkList(list, whole.label, whole.size, whole.skip);
     return Readable.from(this.plaintext(list, identities, whole), { objectMode: false, highWaterMark: 1 });
   }
 
-  private async *plaintext(list: ChunkRef[], identities: AgeIdentity[], whole: { sha256: string; size: number; label: string }): AsyncGenerator<Buffer> {
+  /**
+   * The last chunks read, decrypted with which identities: packed small files are read one after another from the
+   * same chunk, which is then downloaded and decrypted once, not once per file.
+   */
+  private recent: { ref: ChunkRef; identities: AgeIdentity[]; plain: Buffer }[] = [];
+
+  private cached(r: ChunkRef, identities: AgeIdentity[]): Buffer | null {
+    const hit = this.recent.find((x) => x.identities === identities && x.ref.id === r.id && x.ref.sha256 === r.sha256 && x.ref.size === r.size && x.ref.length === r.length);
+    return hit?.plain ?? null;
+  }
+
+  private async *plaintext(list: ChunkRef[], identities: AgeIdentity[], whole: Whole): AsyncGenerator<Buffer> {
     const h = createHash("sha256");
-    const ahead: Promise<Buffer>[] = [];
+    // each chunk: its plaintext when it was just read (a packed file's neighbour), else its download
+    const ahead: Promise<{ plain?: Buffer; sealed?: Buffer }>[] = [];
     const queue = (i: number) => {
       if (i >= list.length) return;
-      const p = this.fetch(list[i]!, whole.label);
+      const plain = this.cached(list[i]!, identities);
+      const p = plain ? Promise.resolve({ plain }) : this.fetch(list[i]!, whole.label).then((sealed) => ({ sealed }));
       p.catch(() => undefined); // awaited in order below
       ahead.push(p);
     };
     queue(0);
     queue(1);
+    let skip = whole.skip ?? 0;
+    let want = whole.size;
     for (let i = 0; i < list.length; i++) {
       const r = list[i]!;
-      const sealed = await ahead.shift()!;
+      const got = await ahead.shift()!;
       queue(i + 2);
-      let compressed: Buffer;
-      try {
-        compressed = await decryptChunk(sealed, identities);
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code === "NO_IDENTITY") throw noKey(`${whole.label}: chunk ${r.id}: no identity matched any of its recipients`);
-        throw verifyError(`${whole.label}: chunk ${r.id} does not decrypt: ${(e as Error).message}`);
-      }
-      let plain: Buffer;
-      try {
-        plain = decompressChunk(compressed, r.length);
-      } catch (e) {
-        throw verifyError(`${whole.label}: chunk ${r.id}: ${(e as Error).message}`);
-      }
+      let plain = got.plain ?? (await this.open(r, got.sealed!, identities, whole.label));
+      if (got.sealed && whole.skip !== undefined) this.recent = [...this.recent.slice(-1), { ref: r, identities, plain }];
+      // a packed file: its range of the chunks' plaintext (the list was checked to touch every chunk)
+      plain = plain.subarray(skip, skip + want);
+      skip = 0;
+      want -= plain.length;
       h.update(plain);
       yield plain;
     }
     if (h.digest("hex") !== whole.sha256) throw verifyError(`${whole.label}: sha256 of its chunks' plaintext does not match the manifest`);
+  }
+
+  /** Decrypts and decompresses a checked chunk into exactly its length. @throws AgentbakError(13), (12) when no identity is a recipient */
+  private async open(r: ChunkRef, sealed: Buffer, identities: AgeIdentity[], label: string): Promise<Buffer> {
+    let compressed: Buffer;
+    try {
+      compressed = await decryptChunk(sealed, identities);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "NO_IDENTITY") throw noKey(`${label}: chunk ${r.id}: no identity matched any of its recipients`);
+      throw verifyError(`${label}: chunk ${r.id} does not decrypt: ${(e as Error).message}`);
+    }
+    try {
+      return decompressChunk(compressed, r.length);
+    } catch (e) {
+      throw verifyError(`${label}: chunk ${r.id}: ${(e as Error).message}`);
+    }
   }
 
   /**
@@ -365,11 +406,14 @@ export class ChunkWriter {
    * Stores a file as chunks. A file whose device, inode, size, mtime and ctime
    * are those of the last time it was stored (and whose chunks the index still
    * knows) is not read: its chunk list is reused.
-   * @param o.statCache false for files made for this run (a dump): nothing to reuse, nothing to remember
+   * @param o.statCache false: the stat cache may not answer (the file is read), as for files made for this run (a dump)
+   * @param o.remember whether a file read is recorded in the stat cache for the next run (default: `statCache`);
+   *   a file read while the cache may not answer (the first backup under a scan policy) is still worth remembering
    * @throws the file's read errors (ENOENT, EISDIR, EIO: with its path), the store's errors
    */
-  async putFile(path: string, o: { statCache?: boolean } = {}): Promise<StoredFile & { stats: PutStats }> {
+  async putFile(path: string, o: { statCache?: boolean; remember?: boolean } = {}): Promise<StoredFile & { stats: PutStats }> {
     const useCache = o.statCache ?? true;
+    const remember = o.remember ?? useCache;
     const fh = await open(path, "r");
     try {
       const statNs = BigInt(Date.now()) * 1_000_000n;
@@ -383,7 +427,7 @@ export class ChunkWriter {
       const r = await this.withBuffer((buf) => this.putChunks(handleChunks(fh, this.params, buf)));
       const after = await fh.stat({ bigint: true });
       const changed = after.size !== st.size || after.mtimeNs !== st.mtimeNs || after.ctimeNs !== st.ctimeNs || BigInt(r.size) !== st.size;
-      if (useCache && !changed)
+      if (remember && !changed)
         this.stat.record(
           path,
           st,
@@ -476,6 +520,17 @@ export class ChunkWriter {
     const ref: ChunkRef = { id, sha256: sha256hex(b), size: b.length, length };
     this.known.add(ref);
     return ref;
+  }
+
+  /**
+   * Whether every chunk of a list is one this host's index holds with the same digest and sizes: checked against the
+   * store's listing after any sweep, so a list it holds names no chunk a sweep removed (a reused entry is safe to sign).
+   */
+  holds(list: ChunkRef[]): boolean {
+    return list.every((r) => {
+      const k = this.known.get(r.id);
+      return k !== undefined && k.sha256 === r.sha256 && k.size === r.size && k.length === r.length;
+    });
   }
 
   /** Writes the known-chunks index and the stat cache (no fsync: they are caches). */

@@ -307,7 +307,7 @@ async function main(): Promise<void> {
       const out: SecondResult[] = [];
       for (const name of arg("shapes", "mixed").split(",") as ShapeName[]) {
         if (!SHAPES.includes(name)) throw new Error(`--shapes: unknown shape ${name} (${SHAPES.join(", ")})`);
-        out.push(await secondBench({ name, tmp, cache: arg("cache", join(tmpdir(), "agentbak-bench-cache")), scale: Number(arg("scale", "1")), env, recipient, bin, log }));
+        out.push(await secondBench({ name, tmp, cache: arg("cache", join(tmpdir(), "agentbak-bench-cache")), scale: Number(arg("scale", "1")), env, recipient, bin, log, profile: process.argv.includes("--profile") ? arg("profile", "") : undefined }));
       }
       process.stdout.write(out.flatMap(secondRows).join("\n") + "\n");
       const jsonFile = arg("json", "");

@@ -4,7 +4,7 @@
 // with nothing left at the target. Runs against a folder and (the "s3" project) a bucket on the test gateway.
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { json, makeAgent, STORE, type TestAgent } from "../helpers.js";
@@ -52,6 +52,11 @@ describe("a large file stored as chunks", () => {
     expect(keys.map((k) => k.split("/").pop()).sort()).toEqual(c.chunks.map((x: string[]) => x[0]).sort());
     // the random 3 MiB are not in the bundle
     expect(first.size).toBeLessThan(adapter.length / 2);
+    // the first backup remembers what it read, though its stat cache could not answer yet (no run had finished under
+    // this scan policy): the second is then answered without a read
+    const cache = join(a.home, "cache", "chunks");
+    const stat = readdirSync(cache).find((f) => f.endsWith(".stat"))!;
+    expect(Object.keys(JSON.parse(readFileSync(join(cache, stat), "utf8")).entries)).toEqual([join(a.dir, "models/adapter.bin")]);
   });
 
   it("a second backup of the unchanged file stores no new chunk, and its bundle is as small", async () => {
@@ -323,7 +328,7 @@ describe("copy carries the chunks", () => {
 });
 
 describe("a large state source (a LanceDB table) stored as chunks", () => {
-  it("its captured stream goes into the chunk store; unchanged, the next backup adds no chunk; restore re-imports it", async () => {
+  it("its captured stream goes into the chunk store; unchanged (the same table version), the next backup reads no row and adds no chunk; restore re-imports it; a new version is read again", async () => {
     const b = await makeAgent({ agentId: "vector-agent" });
     try {
       const lancedb = await import("@lancedb/lancedb");
@@ -335,22 +340,40 @@ describe("a large state source (a LanceDB table) stored as chunks", () => {
       writeFileSync(b.config, JSON.stringify({ ...cfg, sources: [{ name: "memory", kind: "lancedb", path: "memory/lance" }] }, null, 2));
       const first = json(await b.run(["backup", "--json"]));
       const m = JSON.parse((await execa("tar", ["xOf", await b.file(first.path), "manifest.json"])).stdout);
-      expect(m.format_version).toBe(5);
+      expect(m.format_version).toBe(6);
       const mem = m.components.find((c: any) => c.kind === "lancedb");
       expect(mem.chunks.length).toBeGreaterThanOrEqual(1);
+      expect(mem.fingerprint).toMatch(/^[0-9a-f]{64}$/);
       const prefix = "tenants/acme/agents/vector-agent/chunks/";
       const listed = async () => ((await (await b.store()).list(prefix)) as string[]).filter((k) => /\/[0-9a-f]{64}$/.test(k));
       const keys = await listed();
       expect(keys.length).toBe(new Set(mem.chunks.map((x: string[]) => x[0])).size);
-      const second = json(await b.run(["backup", "--json"]));
+      // the table's data files moved away: a capture that read a row would fail; the same version is not read again
+      const data = join(b.dir, "memory/lance/memories.lance/data");
+      renameSync(data, `${data}.away`);
+      const r2 = await b.run(["backup", "--json"]);
+      renameSync(`${data}.away`, data);
+      expect(r2.code, r2.stderr).toBe(0);
+      const second = json(r2);
       expect(await listed()).toEqual(keys);
       expect(second.size).toBeLessThan(mem.size);
+      const m2 = JSON.parse((await execa("tar", ["xOf", await b.file(second.path), "manifest.json"])).stdout);
+      expect(m2.components.find((c: any) => c.kind === "lancedb")).toEqual(mem);
       const r = await b.run(["restore", "latest", "--target", join(b.tmp, "restored"), "--yes"]);
       expect([0, 3], r.stderr).toContain(r.code);
       const back = await lancedb.connect(join(b.tmp, "restored/memory/lance"));
       const t = await back.openTable("memories");
       expect(await t.countRows()).toBe(3000);
       back.close();
+      // a row added: a new version, read and stored again
+      const w = await lancedb.connect(join(b.dir, "memory/lance"));
+      await (await w.openTable("memories")).add([{ id: 3000, text: "memory 3000", vector: rows[0]!.vector }]);
+      w.close();
+      const third = json(await b.run(["backup", "--json"]));
+      const m3 = JSON.parse((await execa("tar", ["xOf", await b.file(third.path), "manifest.json"])).stdout);
+      const mem3 = m3.components.find((c: any) => c.kind === "lancedb");
+      expect(mem3.fingerprint).not.toBe(mem.fingerprint);
+      expect(mem3.records).toEqual({ memories: 3001 });
     } finally {
       b.cleanup();
     }
@@ -399,5 +422,142 @@ describe("the secret scan of a large file the stat cache knows", () => {
     } finally {
       c.cleanup();
     }
+  });
+});
+
+describe("small files packed into the chunk store (format 6)", () => {
+  // 240 prompt-like files of 8-16 KB (words, so no secret pattern): 2.9 MB together (about three chunks), more than the 512 KiB from which they pack
+  const PACK_CHUNKS = "tenants/acme/agents/pack-agent/chunks";
+  let p: TestAgent;
+  const words = ["agent", "policy", "refund", "ledger", "prompt", "escalate", "customer", "review", "tool", "limit", "invoice", "approve"];
+  const prompt = (seed: number) => {
+    let x = seed * 2654435761;
+    const n = 8000 + (seed % 5) * 2000;
+    const out: string[] = [];
+    for (let len = 0; len < n; ) {
+      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+      const w = `${words[x % words.length]}${x % 97}`;
+      out.push(w);
+      len += w.length + 1;
+    }
+    return `${out.join(" ")}\n`;
+  };
+  const names = Array.from({ length: 240 }, (_, i) => `prompts/p${String(i).padStart(3, "0")}.md`);
+  const chunkBytes = async () => {
+    const store = await p.store();
+    const keys = ((await store.list(`${PACK_CHUNKS}/`)) as string[]).filter((k) => /\/[0-9a-f]{64}$/.test(k));
+    let bytes = 0;
+    for (const k of keys) bytes += (await store.head(k)).size;
+    return { keys: keys.sort(), bytes };
+  };
+  const manifest = async (path: string) => JSON.parse((await execa("tar", ["xOf", await p.file(path), "manifest.json"])).stdout);
+  let first: any;
+  let stored: { keys: string[]; bytes: number };
+
+  beforeAll(async () => {
+    p = await makeAgent({ agentId: "pack-agent" });
+    mkdirSync(join(p.dir, "prompts"));
+    names.forEach((n, i) => writeFileSync(join(p.dir, n), prompt(i + 1)));
+    writeFileSync(join(p.dir, "prompts/empty.md"), "");
+    const cfg = JSON.parse(readFileSync(p.config, "utf8"));
+    writeFileSync(p.config, JSON.stringify({ ...cfg, files: [...cfg.files, "prompts/*.md"] }, null, 2));
+  }, 120_000);
+  afterAll(() => p?.cleanup());
+
+  it("the first backup packs them: each lists the chunks its range touches, none is in the payload but the empty one", async () => {
+    const r = await p.run(["backup", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    first = json(r);
+    const m = await manifest(first.path);
+    expect(m.format_version).toBe(6);
+    const packed = m.components.filter((c: any) => c.target?.startsWith("prompts/") && c.chunks);
+    expect(packed.map((c: any) => c.target).sort()).toEqual(names);
+    const total = names.reduce((n, x) => n + readFileSync(join(p.dir, x)).length, 0);
+    expect(total).toBeGreaterThan(512 * 1024);
+    // path order: each file starts where the one before it ended, across chunk boundaries
+    for (const c of packed) expect(c.chunk_skip + c.size).toBeLessThanOrEqual(c.chunks.reduce((n: number, x: number[]) => n + x[3]!, 0));
+    expect(new Set(packed.flatMap((c: any) => c.chunks.map((x: string[]) => x[0]))).size).toBeGreaterThanOrEqual(2);
+    // a file cut by a chunk boundary lists both chunks
+    expect(packed.some((c: any) => c.chunks.length === 2)).toBe(true);
+    // the payload's tar holds the database, not the 2.9 MB of prompts (nor the two memory files: they are small files too)
+    const inPayload = m.components.filter((c: any) => !c.chunks).reduce((n: number, c: any) => n + c.size, 0);
+    expect(m.payload.tar_size).toBeLessThan(inPayload + total / 2);
+    expect(m.components.find((c: any) => c.target === "memory/rules.json").chunk_skip).toBeGreaterThanOrEqual(0);
+    expect(m.components.find((c: any) => c.target === "prompts/empty.md")).toMatchObject({ size: 0 });
+    expect(m.components.find((c: any) => c.target === "prompts/empty.md").chunks).toBeUndefined();
+    stored = await chunkBytes();
+    expect(stored.keys.length).toBeGreaterThanOrEqual(1);
+  });
+
+  it("a second backup with nothing changed in them writes no chunk byte", async () => {
+    const r = await p.run(["backup", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(await chunkBytes()).toEqual(stored);
+    const [m1, m2] = [await manifest(first.path), await manifest(json(r).path)];
+    const lists = (m: any) => m.components.filter((c: any) => c.chunk_skip !== undefined).map((c: any) => [c.target, c.chunk_skip, c.chunks]);
+    expect(lists(m2)).toEqual(lists(m1));
+  });
+
+  it("one changed file costs at most two new chunks; restore gives every file byte-identical; verify passes with and without keys", async () => {
+    writeFileSync(join(p.dir, names[120]!), `${prompt(9999)}changed\n`);
+    const r = await p.run(["backup", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const now = await chunkBytes();
+    const added = now.keys.filter((k) => !stored.keys.includes(k));
+    expect(added.length).toBeGreaterThanOrEqual(1);
+    expect(added.length).toBeLessThanOrEqual(2);
+    const back = await p.run(["restore", "latest", "--target", join(p.tmp, "restored"), "--yes", "--allow-rollback"]);
+    expect([0, 3], back.stderr).toContain(back.code);
+    for (const n of [...names, "prompts/empty.md"]) expect(readFileSync(join(p.tmp, "restored", n)).equals(readFileSync(join(p.dir, n))), n).toBe(true);
+    const plain = await p.run(["verify", "latest", "--json"]);
+    expect(plain.code, plain.stderr).toBe(0);
+    // every distinct chunk once, however many files share it
+    const m = await manifest(json(r).path);
+    const distinct = new Set(m.components.flatMap((c: any) => c.chunks?.map((x: string[]) => x[0]) ?? []));
+    expect(json(plain).checks.find((c: any) => c.name === "chunks").detail).toMatch(new RegExp(`^${distinct.size} chunk\\(s\\) of ${names.length + 2} chunked component`));
+    const deep = await p.run(["verify", "latest", "--identity", p.identity, "--json"]);
+    expect(deep.code, deep.stderr).toBe(0);
+  });
+
+  it("a missing chunk: restore is 13 naming a packed file and the chunk, nothing placed", async () => {
+    const m = await manifest(json(await p.run(["snapshots", "--json"])).at(-1).path);
+    const victim = m.components.find((c: any) => c.target === names[0]).chunks[0][0];
+    const store = await p.store();
+    const key = `${PACK_CHUNKS}/${victim.slice(0, 2)}/${victim}`;
+    const saved = await store.get(key);
+    await store.delete(key);
+    try {
+      const r = await p.run(["restore", "latest", "--target", join(p.tmp, "broken"), "--yes", "--allow-rollback"]);
+      expect(r.code).toBe(13);
+      expect(r.stderr).toMatch(new RegExp(`component files/(memory|prompts)/.*chunk ${victim}`));
+      expect(existsSync(join(p.tmp, "broken", names[0]!))).toBe(false);
+    } finally {
+      await store.put(key, saved);
+    }
+  });
+
+  it("a drill reads every packed file through the same checks; copy carries their chunks and the copy restores them", async () => {
+    const d = await p.run(["drill", "latest", "--identity", p.identity, "--json"]);
+    expect([0, 3], d.stderr).toContain(d.code);
+    expect(json(d).checks.find((c: any) => c.name === "components")).toMatchObject({ ok: true, detail: expect.stringMatching(new RegExp(`${names.length + 2} from the chunk store`)) });
+    const replica = join(p.tmp, "replica");
+    const c = await p.run(["copy", "--from", p.repo, "--to", replica, "--json"]);
+    expect(c.code, c.stderr).toBe(0);
+    const back = await p.run(["restore", "latest", "--repo", replica, "--target", join(p.tmp, "from-replica"), "--yes", "--allow-rollback"]);
+    expect([0, 3], back.stderr).toContain(back.code);
+    for (const n of names) expect(readFileSync(join(p.tmp, "from-replica", n)).equals(readFileSync(join(p.dir, n))), n).toBe(true);
+  });
+
+  it("export writes a format-4 bundle with the packed files back in its payload", async () => {
+    const out = join(p.tmp, "exported.agentbak");
+    const r = await p.run(["export", "latest", "-o", out, "--identity", p.identity, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r)).toMatchObject({ format_version: 4, inlined: names.length + 2 });
+    const open = join(p.tmp, "exported");
+    mkdirSync(open);
+    await execa("bash", ["-c", `tar xf ${out} && age -d -i ${p.identity} payload.age | zstd -d | tar x`], { cwd: open });
+    const em = JSON.parse(readFileSync(join(open, "manifest.json"), "utf8"));
+    expect(em.components.some((c: any) => "chunks" in c || "chunk_skip" in c)).toBe(false);
+    for (const n of names) expect(readFileSync(join(open, "files", n)).equals(readFileSync(join(p.dir, n))), n).toBe(true);
   });
 });

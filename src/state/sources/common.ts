@@ -39,6 +39,13 @@ export interface CapturedFile {
   /** lancedb: the table version read and its vector column's dimension */
   table_version?: number;
   dimension?: number;
+  /**
+   * a cheap digest of what the file holds, read at the capture's instant without reading the state (a PostgreSQL
+   * snapshot, a LanceDB table version): equal fingerprints, equal content. Absent when it could not be read.
+   */
+  fingerprint?: string;
+  /** the fingerprint is the one `prior` gave for this path: nothing was captured (`file` is ""); the caller reuses what it stored */
+  unchanged?: boolean;
 }
 
 /** A source captured at one instant. */
@@ -46,7 +53,12 @@ export interface SourceCapture {
   snapshotAt: Date;
   serverVersion: string | null;
   files: CapturedFile[];
+  /** why no fingerprint could be read (an old server, no permission): captured in full, said once in the backup's warnings */
+  noFingerprint?: string;
 }
+
+/** The fingerprints of what a parent snapshot stored (and the chunk store still holds), by payload path. */
+export type PriorFingerprints = ReadonlyMap<string, string>;
 
 /** A captured file as a bundle lists it, once extracted and digest-checked. */
 export interface SourceFile {
@@ -78,8 +90,16 @@ export interface Throwaway {
  * absolute folder (lancedb); URLs are never logged or put in an error.
  */
 export interface SourceDriver {
-  /** Captures `spec` at one instant into files under `dir`. @throws AgentbakError naming the source. */
-  capture(spec: SourceSpec, target: string, dir: string): Promise<SourceCapture>;
+  /**
+   * Captures `spec` at one instant into files under `dir`; a file whose fingerprint is the one `prior` holds for its
+   * path is not captured again (`unchanged`). @throws AgentbakError naming the source.
+   */
+  capture(spec: SourceSpec, target: string, dir: string, prior?: PriorFingerprints): Promise<SourceCapture>;
+  /**
+   * The whole source's fingerprint now, read without reading its state (`backup --skip-if-unchanged`): equal only
+   * when a capture would store the same. Absent for a kind that has none (redis); null when it can not be read.
+   */
+  fingerprint?(spec: SourceSpec, target: string): Promise<string | null>;
   /** Checks captured files without a server (verify): they parse and hold the recorded counts. @returns a detail line. @throws AgentbakError(13). */
   check(name: string, files: SourceFile[]): Promise<string>;
   /**

@@ -4,11 +4,13 @@
  * (row count and vector dimension recorded); restored by writing the tables
  * into an empty folder and counting them there.
  */
+import { createHash } from "node:crypto";
 import { createReadStream, createWriteStream, existsSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { AgentbakError, Exit, verifyError } from "../../errors.js";
+import { readFileRegular } from "../../fsutil.js";
 import { loadOptional } from "../../optional.js";
 import { sourceError, type SourceDriver, type SourceFile } from "./common.js";
 
@@ -51,19 +53,52 @@ async function openStream(file: string) {
   return reader;
 }
 
+/**
+ * A table version's fingerprint: its name, version and the sha256 of that version's manifest file (Lance never
+ * rewrites one: a version's files are fixed; a table dropped and made again reaches the same number with another
+ * manifest, which holds its own time and fragments). Both of Lance's manifest names are tried (`<version>.manifest`,
+ * and `<u64 max - version>.manifest` of its V2 naming). null when neither is there (another layout): captured in full.
+ */
+function tableFingerprint(folder: string, name: string, version: number): string | null {
+  const dir = join(folder, `${name}.lance`, "_versions");
+  for (const file of [`${version}.manifest`, `${(2n ** 64n - 1n - BigInt(version)).toString()}.manifest`]) {
+    const bytes = readFileRegularOrNull(join(dir, file));
+    if (bytes) return createHash("sha256").update(`agentbak lancedb fingerprint 1\0${name}\0${version}\0`).update(createHash("sha256").update(bytes).digest()).digest("hex");
+  }
+  return null;
+}
+
+function readFileRegularOrNull(path: string): Buffer | null {
+  try {
+    return readFileRegular(path);
+  } catch {
+    return null;
+  }
+}
+
 export const lancedbDriver: SourceDriver = {
-  async capture(spec, folder, dir) {
+  async capture(spec, folder, dir, prior) {
     try {
       if (!existsSync(folder)) throw new AgentbakError(Exit.notFound, `${folder} not found`);
       const db = await (await load()).lancedb.connect(folder);
       const names = (await db.tableNames()).sort();
       const at = new Date();
       const files = [];
+      const unknown: string[] = [];
       for (const name of names) {
         const t = await db.openTable(name);
         // pinned: rows a writer adds from now on belong to a later version and are not read
         const version = await t.version();
         await t.checkout(version);
+        const path = `sources/${spec.name}/${name}.arrows`;
+        const fingerprint = tableFingerprint(folder, name, version) ?? undefined;
+        if (!fingerprint) unknown.push(name);
+        // the very version the stored stream holds: not read again
+        if (fingerprint && prior?.get(path) === fingerprint) {
+          t.close();
+          files.push({ path, file: "", records: {}, table_version: version, fingerprint, unchanged: true });
+          continue;
+        }
         const schema = await t.schema();
         const file = join(dir, `${spec.name}.${name}.arrows`);
         const writer = new (A().RecordBatchStreamWriter)();
@@ -78,12 +113,34 @@ export const lancedbDriver: SourceDriver = {
         await done;
         t.close();
         const dimension = vectorDimension(schema);
-        files.push({ path: `sources/${spec.name}/${name}.arrows`, file, records: { [name]: rows }, table_version: version, ...(dimension ? { dimension } : {}) });
+        files.push({ path, file, records: { [name]: rows }, table_version: version, ...(dimension ? { dimension } : {}), ...(fingerprint ? { fingerprint } : {}) });
       }
       db.close();
-      return { snapshotAt: at, serverVersion: null, files };
+      return { snapshotAt: at, serverVersion: null, files, ...(unknown.length ? { noFingerprint: `no version manifest found for table(s) ${unknown.join(", ")}: read in full` } : {}) };
     } catch (e) {
       throw sourceError(spec.name, e);
+    }
+  },
+
+  async fingerprint(_spec, folder) {
+    try {
+      if (!existsSync(folder)) return null;
+      const db = await (await load()).lancedb.connect(folder);
+      const h = createHash("sha256").update("agentbak lancedb folder 1");
+      try {
+        for (const name of (await db.tableNames()).sort()) {
+          const t = await db.openTable(name);
+          const fp = tableFingerprint(folder, name, await t.version());
+          t.close();
+          if (!fp) return null;
+          h.update(`\0${fp}`);
+        }
+      } finally {
+        db.close();
+      }
+      return h.digest("hex");
+    } catch {
+      return null; // the capture says why
     }
   },
 

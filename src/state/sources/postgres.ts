@@ -9,6 +9,7 @@
  * lock (and its quiesced runtime) for as long as that session likes.
  */
 import { execa } from "execa";
+import { createHash } from "node:crypto";
 import { once } from "node:events";
 import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -114,8 +115,33 @@ function dumpError(r: { exitCode?: number; signal?: string; stderr: unknown }, l
   return new AgentbakError(Exit.failure, `pg_dump exited ${r.exitCode ?? r.signal}: ${text.split("\n")[0]}`);
 }
 
+/**
+ * What a dump of `schemas` would hold, as one digest, read in the capture's own transaction (docs/chunk-store.md):
+ * its snapshot (xmin:xmax:in-progress ids; two equal snapshots see exactly the same committed transactions, so the
+ * same rows and the same catalog, whatever the tables' sizes: no table is read), the value of every sequence in the
+ * schemas (nextval changes it outside any transaction), the database's oid, the server's version and start time (a
+ * restarted or another server is never taken for this one), and the schemas. Any transaction in the whole cluster that
+ * took an id changes it: a false "changed" costs a dump, never a false "unchanged". Read under a savepoint, so a
+ * server without pg_current_snapshot (before 13) or a role that may not read it leaves the dump as it was.
+ * @returns the digest, or why it could not be read
+ */
+async function dumpFingerprint(c: pg.Client, schemas: string[]): Promise<{ value: string } | { why: string }> {
+  await c.query("SAVEPOINT agentbak_fingerprint");
+  try {
+    const head = (await c.query(`SELECT pg_current_snapshot()::text AS snap, d.oid::text AS db, current_setting('server_version_num') AS v, pg_postmaster_start_time()::text AS started
+      FROM pg_database d WHERE d.datname = current_database()`)).rows[0];
+    const seqs = (await c.query(`SELECT schemaname, sequencename, last_value::text AS v FROM pg_sequences WHERE schemaname = ANY($1) ORDER BY 1, 2`, [schemas])).rows;
+    await c.query("RELEASE SAVEPOINT agentbak_fingerprint");
+    const parts = ["agentbak pg fingerprint 1", head.snap, head.db, head.v, head.started, JSON.stringify(schemas), JSON.stringify(seqs.map((q) => [q.schemaname, q.sequencename, q.v]))];
+    return { value: createHash("sha256").update(parts.join("\0")).digest("hex") };
+  } catch (e) {
+    await c.query("ROLLBACK TO SAVEPOINT agentbak_fingerprint");
+    return { why: (e as Error).message.split("\n")[0]! };
+  }
+}
+
 export const postgresDriver: SourceDriver = {
-  async capture(spec, url, dir) {
+  async capture(spec, url, dir, prior) {
     const schemas = spec.schemas ?? ["public"];
     const ms = lockTimeoutMs(spec.lockTimeoutSeconds);
     const lockTimeout = `${ms / 1000} s`;
@@ -126,6 +152,15 @@ export const postgresDriver: SourceDriver = {
       await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY");
       await c.query(`SET LOCAL lock_timeout = ${ms}`);
       const head = (await c.query("SELECT pg_export_snapshot() AS snap, clock_timestamp() AS at, current_setting('server_version') AS v")).rows[0];
+      const path = `sources/${spec.name}/dump.pgdump`;
+      const fp = await dumpFingerprint(c, schemas);
+      const fingerprint = "value" in fp ? fp.value : undefined;
+      const at = { snapshotAt: new Date(head.at), serverVersion: String(head.v), ...("why" in fp ? { noFingerprint: `no fingerprint (${fp.why}): dumped in full` } : {}) };
+      // the same snapshot as the stored dump's: it sees exactly what that dump holds, so it is not dumped (nor counted) again
+      if (fingerprint && prior?.get(path) === fingerprint) {
+        await c.query("COMMIT");
+        return { ...at, files: [{ path, file: "", records: {}, fingerprint, unchanged: true }] };
+      }
       const records = await countRows(c, schemas, lockTimeout);
       const file = join(dir, `${spec.name}.pgdump`);
       // --schema takes a pattern: quoted, a name is matched exactly (case, dots, stars and all)
@@ -139,9 +174,24 @@ export const postgresDriver: SourceDriver = {
       );
       if (r.exitCode !== 0) throw dumpError(r, lockTimeout);
       await c.query("COMMIT");
-      return { snapshotAt: new Date(head.at), serverVersion: String(head.v), files: [{ path: `sources/${spec.name}/dump.pgdump`, file, records }] };
+      return { ...at, files: [{ path, file, records, ...(fingerprint ? { fingerprint } : {}) }] };
     } catch (e) {
       throw sourceError(spec.name, e, url);
+    } finally {
+      await c?.end().catch(() => undefined);
+    }
+  },
+
+  async fingerprint(spec, url) {
+    let c: pg.Client | undefined;
+    try {
+      c = await connect(url);
+      await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+      const fp = await dumpFingerprint(c, spec.schemas ?? ["public"]);
+      await c.query("COMMIT");
+      return "value" in fp ? fp.value : null;
+    } catch {
+      return null; // the capture says why
     } finally {
       await c?.end().catch(() => undefined);
     }

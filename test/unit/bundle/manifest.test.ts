@@ -55,7 +55,7 @@ describe("manifest", () => {
   });
 
   it("refuses a newer format version with a policy error naming both versions", () => {
-    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 6 })!))).toThrow(/version 6 .*\(5\)/);
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 7 })!))).toThrow(/version 7 .*\(6\)/);
   });
 
   it("reads format versions 1 and 2; payload.chunks only in 2, where it was added", () => {
@@ -68,9 +68,9 @@ describe("manifest", () => {
   });
 
   it("a newer format version is refused even when its bytes were remembered as valid (a header cache another version wrote)", () => {
-    const newer = Buffer.from(canonicalize({ ...base, format_version: 6 })!);
+    const newer = Buffer.from(canonicalize({ ...base, format_version: 7 })!);
     rememberValidManifest(createHash("sha256").update(newer).digest("hex"));
-    expect(() => parseManifest(newer)).toThrow(/version 6 .*\(5\)/);
+    expect(() => parseManifest(newer)).toThrow(/version 7 .*\(6\)/);
   });
 
   it("a delta records its rebuilt database's pages root from format version 4 on, its sha256 before; never both, never neither", () => {
@@ -96,6 +96,32 @@ describe("manifest", () => {
     expect(parseManifest(at(5, { ...file, path: "sources/pg/dump", kind: "postgres", name: "pg", target: undefined })).components[1]!.kind).toBe("postgres");
     expect(() => parseManifest(at(5, { ...file, path: "db/x.sqlite", kind: "sqlite", name: "x", target: "x.sqlite" }))).toThrow(/only files and state sources are chunked/);
     expect(() => parseManifest(Buffer.alloc(8 * 1024 * 1024 + 1, 0x20))).toThrow(/larger than 8 MiB/);
+  });
+
+  it("a source's fingerprint (format 6): only on a chunked state source, from version 6", () => {
+    const src = { path: "sources/pg/dump.pgdump", kind: "postgres", name: "pg", sha256: "c".repeat(64), size: 1000, chunks: [["1".repeat(64), "d".repeat(64), 1300, 1000]], fingerprint: "e".repeat(64) };
+    const at = (v: number, c: object) => Buffer.from(canonicalize({ ...base, format_version: v, components: [...base.components, c] })!);
+    expect(parseManifest(at(6, src)).components[1]!.fingerprint).toBe("e".repeat(64));
+    expect(() => parseManifest(at(5, src))).toThrow(/fingerprint on sources\/pg\/dump\.pgdump: only on a chunked state source, from format version 6/);
+    const { chunks: _c, ...inPayload } = src;
+    expect(() => parseManifest(at(6, inPayload))).toThrow(/only on a chunked state source/);
+    expect(() => parseManifest(at(6, { ...src, path: "files/a.bin", kind: "file", name: "a.bin", target: "a.bin" }))).toThrow(/only on a chunked state source/);
+    expect(() => parseManifest(at(6, { ...src, fingerprint: "not hex" }))).toThrow(/manifest invalid/);
+  });
+
+  it("a packed file's chunk_skip (format 6): only from version 6, only with chunks, a range that touches every chunk it lists", () => {
+    const chunk = (len: number, c: string) => [c.repeat(64), "d".repeat(64), len + 300, len];
+    // 500 bytes from 900 into the first of two chunks of 1000 and 2000 bytes: ends 400 bytes into the second
+    const packed = { path: "files/p/a.md", kind: "file", name: "p/a.md", sha256: "c".repeat(64), size: 500, target: "p/a.md", chunks: [chunk(1000, "1"), chunk(2000, "2")], chunk_skip: 900 };
+    const at = (v: number, c: object) => Buffer.from(canonicalize({ ...base, format_version: v, components: [...base.components, c] })!);
+    expect(parseManifest(at(6, packed)).components[1]!.chunk_skip).toBe(900);
+    expect(parseManifest(at(6, { ...packed, chunks: [chunk(1000, "1")], chunk_skip: 0, size: 1000 })).components[1]!.size).toBe(1000);
+    expect(() => parseManifest(at(5, packed))).toThrow(/chunk_skip in a format version 5 manifest \(added in version 6/);
+    const { chunks: _c, ...bare } = packed;
+    expect(() => parseManifest(at(6, bare))).toThrow(/chunk_skip without chunks/);
+    // a range inside the first chunk that still lists the second; one past the end; a skip beyond the first chunk; no byte
+    for (const bad of [{ size: 50 }, { size: 2101 }, { chunk_skip: 1000, size: 100 }, { size: 0, chunk_skip: 0, chunks: [chunk(1000, "1")] }])
+      expect(() => parseManifest(at(6, { ...packed, ...bad })), JSON.stringify(bad)).toThrow(/the chunks of files\/p\/a\.md/);
   });
 
   it("reads layout_padding (spaces only) in format version 3, where it was added", () => {

@@ -32,7 +32,8 @@ const staging = () => {
 };
 
 /** captureSources as the instant calls it: with the config's restore targets (scope.ts). */
-const captureSourcesOf = (lc: ReturnType<typeof loadConfig>, staging: string, warnings: string[]) => captureSources(lc, staging, warnings, restoreTargets(lc).sources);
+const captureSourcesOf = (lc: ReturnType<typeof loadConfig>, staging: string, warnings: string[], prior: Parameters<typeof captureSources>[4] = null) =>
+  captureSources(lc, staging, warnings, restoreTargets(lc).sources, prior);
 
 describe("captureSources", () => {
   it("stages every table with its rows and dimension; the model goes on the vector table only; the instant names the source and its place", async () => {
@@ -42,9 +43,15 @@ describe("captureSources", () => {
     const r = await captureSourcesOf(config([{ name: "memory", kind: "lancedb", path: "../memory/lance", embedding: model }]), dir, warnings);
     expect(warnings).toEqual([]);
     expect(r.staged.map(({ file: _f, table_version: _v, ...s }) => s)).toEqual([
-      { path: "sources/memory/facts.arrows", kind: "lancedb", name: "memory", records: { facts: 5 }, dimension: undefined },
-      { path: "sources/memory/memories.arrows", kind: "lancedb", name: "memory", records: { memories: 30 }, dimension: 4, embedding: model },
+      { path: "sources/memory/facts.arrows", kind: "lancedb", name: "memory", records: { facts: 5 }, dimension: undefined, fingerprint: expect.stringMatching(/^[0-9a-f]{64}$/) },
+      { path: "sources/memory/memories.arrows", kind: "lancedb", name: "memory", records: { memories: 30 }, dimension: 4, embedding: model, fingerprint: expect.stringMatching(/^[0-9a-f]{64}$/) },
     ]);
+    // the same table versions again, with the entries a snapshot stored for them: reused whole, nothing staged or read
+    const stored = r.staged.map(({ file: _f, ...c }) => ({ ...c, sha256: "a".repeat(64), size: 1, chunks: [["b".repeat(64), "c".repeat(64), 300, 1]] as [string, string, number, number][] }));
+    const again = await captureSourcesOf(config([{ name: "memory", kind: "lancedb", path: "../memory/lance", embedding: model }]), staging(), [], new Map(stored.map((c) => [c.path, c])));
+    expect(again.staged).toEqual([]);
+    expect(again.reused.map((c) => c.path)).toEqual(stored.map((c) => c.path));
+    expect(again.reused[1]).toMatchObject({ chunks: stored[1]!.chunks, records: { memories: 30 }, embedding: model });
     for (const s of r.staged) {
       expect(s.file.startsWith(join(dir, "sources", "memory"))).toBe(true);
       expect(existsSync(s.file)).toBe(true);
