@@ -8,7 +8,7 @@ import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname, join } from "node:path";
-import { checkedManifest, chunkRefs, type Manifest, type ManifestInput, type NotCaptured } from "../bundle/manifest.js";
+import { checkedManifest, type Manifest, type ManifestInput, type NotCaptured } from "../bundle/manifest.js";
 import { checkedPayloads } from "../bundle/chain.js";
 import { writeBundleFile, type BundlePlan } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
@@ -137,8 +137,7 @@ async function reusableSources(o: BackupOptions, a: AgentRef, chosen: ParentChoi
       if (!(e instanceof AgentbakError)) throw e; // none yet, or none that verifies: every source is captured
     }
   if (!m?.components.some((c) => c.fingerprint)) return new Map();
-  const w = await writer.get();
-  return priorSources(m, (c) => w.holds(chunkRefs(c)!));
+  return priorSources(m, await writer.get());
 }
 
 /**
