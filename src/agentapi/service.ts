@@ -61,7 +61,7 @@ const snapshotRef = z
   .describe("latest, a snapshot id, or a unique prefix of one");
 const key = z.string().min(1).max(200).regex(/^[\x21-\x7e]+$/, "printable ASCII without spaces");
 /** Text a person reads later (in a listing, at an approval prompt) is refused when it holds a character that could steer a terminal. */
-const readable = [(s: string) => !hasUnsafeText(s), "no control characters, escape sequences or Unicode bidi/format controls"] as const;
+const readable = [(s: string) => !hasUnsafeText(s), "no control characters, escape sequences, Unicode bidi/format controls or noncharacters"] as const;
 /** A folder the agent names on the operator's host: absolute, since a relative one would mean wherever the operator happens to run approve. */
 const absolute = [(s: string) => isAbsolute(s), "an absolute path (a relative one would be resolved in the operator's working folder)"] as const;
 
