@@ -5,9 +5,14 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { execFileSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
 import { join } from "node:path";
-import { makeAgent, type TestAgent } from "../helpers.js";
+import { makeToken, startServer } from "../agentapi-helpers.js";
+import { closedPort, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
+
+const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 
 describe("[E2] noncharacters (U+FFFE, U+FFFF, U+FDD0) from the agent's database are escaped like controls", () => {
   let a: TestAgent;
@@ -41,4 +46,105 @@ describe("[E2] noncharacters (U+FFFE, U+FFFF, U+FDD0) from the agent's database 
     expect(b.code).toBe(2);
     expect(b.stderr.trim()).toMatch(/^agentbak: --label: .*noncharacters$/);
   }, 60_000);
+});
+
+describe.skipIf(!endpoint)("[E10] a spool is flushed only into the repository its snapshots were made for", () => {
+  let a: TestAgent;
+  let repo: string;
+  const up = () => ({ AGENTBAK_S3_ENDPOINT: endpoint! });
+  const spoolFolder = () => join(a.home, "spool", readdirSync(join(a.home, "spool"))[0]!);
+  const spooled = () => {
+    const dir = join(spoolFolder(), SNAPS);
+    return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith(".commit")).map((f) => f.slice(0, -".commit".length)) : [];
+  };
+  const remote = async () => ((await (await storeAt(repo)).list(`${SNAPS}/`)) as string[]).filter((k) => k.endsWith(".commit")).map((k) => k.slice(SNAPS.length + 1, -".commit".length));
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    const bucket = `a5-${randomBytes(4).toString("hex")}`;
+    await makeBucket(bucket);
+    repo = `s3://${bucket}/repo`;
+    writeFileSync(a.config, JSON.stringify({ ...JSON.parse(readFileSync(a.config, "utf8")), repository: repo }, null, 2));
+    expect((await a.run(["init"], up())).code).toBe(0);
+    expect((await a.run(["backup"], up())).code).toBe(0);
+  }, 180_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E10] the bucket emptied and initialised again while a bundle waited: flush is 10 naming both ids, uploads nothing, keeps the bundle; a backup warns (3)", async () => {
+    const s = json(await a.run(["backup", "--json", "--label", "waiting"], { AGENTBAK_S3_ENDPOINT: await closedPort() }));
+    expect(s.status).toBe("spooled");
+    const oldId = JSON.parse(readFileSync(join(spoolFolder(), "spool.json"), "utf8")).remote_id;
+    expect(oldId).toMatch(/^[0-9a-f]{32}$/);
+    // the repository replaced at the same location: every object removed, a new one initialised there
+    const store = await storeAt(repo);
+    for (const k of (await store.list("")) as string[]) await store.delete(k);
+    expect((await a.run(["init"], up())).code).toBe(0);
+    const f = await a.run(["flush"], up());
+    expect(f.code, f.stderr).toBe(10);
+    expect(f.stderr).toMatch(new RegExp(`repository ${repo} was replaced: 1 spooled snapshot\\(s\\) in .* were made for repository ${oldId}, and the one there now is [0-9a-f]{32}; they are not uploaded into it`));
+    expect(spooled()).toEqual([s.snapshot_id]);
+    expect(await remote()).toEqual([]);
+    // a backup into the new repository is its own business (committed); what waited for the old one stays, said
+    const b = await a.run(["backup", "--json"], up());
+    expect(b.code, b.stderr).toBe(3);
+    expect(json(b).status).toBe("committed");
+    expect(json(b).warnings.join("\n")).toMatch(/not uploaded yet: repository .* was replaced/);
+    expect(await remote()).toEqual([json(b).snapshot_id]);
+    expect(spooled()).toEqual([s.snapshot_id]);
+    // the operator's way to upload them there anyway, as the message says
+    const rec = join(spoolFolder(), "spool.json");
+    const { remote_id: _, ...rest } = JSON.parse(readFileSync(rec, "utf8"));
+    writeFileSync(rec, JSON.stringify(rest));
+    const again = await a.run(["flush", "--json"], up());
+    expect(again.code, again.stderr).toBe(0);
+    expect(json(again)[0].flushed).toEqual([s.snapshot_id]);
+    expect(spooled()).toEqual([]);
+  }, 240_000);
+});
+
+/** One request by node:http (its Host header is ours to set): status and JSON body. */
+function raw(url: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; body: any }> {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ host: u.hostname, port: u.port, method, path, headers: { ...(body !== undefined ? { "content-length": String(Buffer.byteLength(body)) } : {}), ...headers } }, (res) => {
+      let text = "";
+      res.on("data", (d) => (text += d));
+      res.on("end", () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+describe("[E11] statuses the server answers that openapi.json did not list", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E11] POST /v1/backups and /v1/restores with a body that is not JSON (415), GET /healthz from another Origin (403) or Host (421): each answered, each listed with the error body", async () => {
+    const t = await makeToken(a, "acme", "billing-agent", "restore-request");
+    const srv = await startServer(a);
+    try {
+      const host = new URL(srv.url).host;
+      const doc = (await raw(srv.url, "GET", "/v1/openapi.json", { host })).body;
+      const listed = (path: string, method: string, status: number) => doc.paths[path][method].responses[String(status)]?.content?.["application/json"]?.schema;
+      for (const [path, type] of [["/v1/backups", "text/plain"], ["/v1/restores", "application/x-www-form-urlencoded"]] as const) {
+        const r = await raw(srv.url, "POST", path, { host, authorization: `Bearer ${t.token}`, "content-type": type }, '{"reason":"x"}');
+        expect(r.status, JSON.stringify(r.body)).toBe(415);
+        expect(r.body).toEqual({ error: { code: 2, message: expect.any(String) } });
+        expect(listed(path, "post", 415), `POST ${path} 415`).toEqual({ $ref: "#/components/schemas/Error" });
+      }
+      const fromElsewhere = await raw(srv.url, "GET", "/healthz", { host, origin: "http://evil.example" });
+      expect(fromElsewhere.status).toBe(403);
+      expect(fromElsewhere.body.error.code).toBe(14);
+      expect(listed("/healthz", "get", 403)).toEqual({ $ref: "#/components/schemas/Error" });
+      const rebound = await raw(srv.url, "GET", "/healthz", { host: "evil.example" });
+      expect(rebound.status).toBe(421);
+      expect(listed("/healthz", "get", 421)).toEqual({ $ref: "#/components/schemas/Error" });
+    } finally {
+      await srv.stop();
+    }
+  }, 120_000);
 });
