@@ -271,16 +271,16 @@ export class AgentService {
             identities: () => [],
             signingKey: () => null,
             dryRun: true,
+            // nor what exists on that host: a credential check at a target the agent named would tell it whether any file
+            // there is readable, or an environment variable set (in the plan or its warnings), and run check commands there
+            uncheckedCredentials: "not checked for an agent's plan: the operator's restore checks it where it restores",
             approve: async () => false,
             expectAgent: a.agent,
             expectTenant: a.tenant,
           });
           // the agent learns its snapshot by id: where the bundle lies on the server's host is not its business
           const { bundle: _onServer, ...plan } = r.plan;
-          // nor what exists on that host: a credential check at a target the agent named would tell it whether any file
-          // there is readable (or an environment variable set); the operator's restore checks them where it restores
-          const credentials = plan.credentials.map((c) => ({ ...c, status: "unchecked" as const, detail: "not checked for an agent's plan: the operator's restore checks it where it restores" }));
-          return { plan: { ...plan, credentials }, warnings: r.warnings };
+          return { plan, warnings: r.warnings };
         } finally {
           bundle.release();
         }

@@ -6,10 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { join } from "node:path";
-import { makeToken, startServer } from "../agentapi-helpers.js";
+import { makeToken, mcpHttp, startServer, tool } from "../agentapi-helpers.js";
 import { closedPort, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
@@ -146,5 +146,39 @@ describe("[E11] statuses the server answers that openapi.json did not list", () 
     } finally {
       await srv.stop();
     }
+  }, 120_000);
+});
+
+describe("[E1] an agent's plan_restore tells nothing of what exists on the server's host", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    expect((await a.run(["backup"])).code).toBe(0);
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E1] its warnings do not check credentials: the same answer whether the server's environment holds OPENAI_API_KEY and whether <target>/secrets/smtp-password is a readable file", async () => {
+    const t = await makeToken(a, "acme", "billing-agent", "read");
+    const holds = join(a.tmp, "holds");
+    mkdirSync(join(holds, "secrets"), { recursive: true });
+    writeFileSync(join(holds, "secrets", "smtp-password"), "x");
+    const answers: string[] = [];
+    for (const env of [{ OPENAI_API_KEY: "sk-test" }, {}]) {
+      const srv = await startServer(a, [], env);
+      try {
+        const c = await mcpHttp(srv.url, t.token);
+        for (const target of [holds, join(a.tmp, "empty")]) {
+          const p = await tool(c, "plan_restore", { snapshot: "latest", target });
+          expect(p.isError, p.text).toBe(false);
+          expect(p.data.plan.credentials.map((x: any) => x.status)).toEqual(["unchecked", "unchecked"]);
+          expect(p.data.warnings.join("\n")).not.toMatch(/credential/);
+          answers.push(JSON.stringify(p.data.warnings));
+        }
+        await c.close();
+      } finally {
+        await srv.stop();
+      }
+    }
+    expect(new Set(answers).size).toBe(1);
   }, 120_000);
 });
