@@ -105,6 +105,16 @@ export const NEEDS: Record<Operation, Tier> = {
   get_restore_request: "read",
 };
 
+/**
+ * Text for the agent with the server's folders named, not spelled: AGENTBAK_HOME (where the keys and the spool
+ * are) and a folder repository's path. The agent knows its checkpoints by snapshot id; where they lie on the
+ * server's host is not its business (an object-storage location is the agent's own config's, and stays).
+ */
+const unspelled = (h: AgentHandle, text: string): string => {
+  const t = text.split(h.home).join("AGENTBAK_HOME");
+  return spools(h.location) ? t : t.split(h.location).join("the repository's folder");
+};
+
 /** Whether `tier` includes `need`. */
 export const allows = (tier: Tier, need: Tier) => TIERS.indexOf(tier) >= TIERS.indexOf(need);
 /** The lower of two tiers. */
@@ -200,9 +210,12 @@ export class AgentService {
       const parsed = INPUTS[op].safeParse(raw ?? {});
       if (!parsed.success) throw usageError(`${op}: ${formatIssues(parsed.error.issues)}`);
       result = (await this.run(h, a, caller, op, parsed.data)) as Results[K];
+      const w = (result as { warnings?: unknown }).warnings;
+      if (Array.isArray(w)) (result as { warnings: string[] }).warnings = w.map((x: string) => unspelled(h, x));
       return result;
     } catch (e) {
       failure = e;
+      if (h && e instanceof Error) e.message = unspelled(h, e.message);
       throw e;
     } finally {
       if (h) await this.audit(h, a, caller, op, result, failure);

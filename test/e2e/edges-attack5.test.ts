@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { join } from "node:path";
-import { makeToken, mcpHttp, startServer, tool } from "../agentapi-helpers.js";
+import { api, makeToken, mcpHttp, startServer, tool } from "../agentapi-helpers.js";
 import { closedPort, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
@@ -180,5 +180,42 @@ describe("[E1] an agent's plan_restore tells nothing of what exists on the serve
       }
     }
     expect(new Set(answers).size).toBe(1);
+  }, 120_000);
+});
+
+describe("[E1] what an agent reads names no folder of the server's host", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    expect((await a.run(["backup"])).code).toBe(0);
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E1] not-found answers (REST and MCP) say 'the repository's folder', never its path, nor AGENTBAK_HOME's", async () => {
+    const t = await makeToken(a, "acme", "billing-agent", "restore-request");
+    const srv = await startServer(a);
+    try {
+      const texts: string[] = [];
+      const r1 = await api(srv.url, t.token, "POST", "/v1/restores", { body: { reason: "x", snapshot: "20200101T000000000Z-00000000" } });
+      expect(r1.status).toBe(404);
+      const r2 = await api(srv.url, t.token, "GET", "/v1/restores/req-20200101T000000000Z-00000000");
+      expect(r2.status).toBe(404);
+      texts.push(r1.body.error.message, r2.body.error.message);
+      const c = await mcpHttp(srv.url, t.token);
+      for (const [name, args] of [["verify_snapshot", { snapshot: "20200101T000000000Z-00000000" }], ["plan_restore", { snapshot: "20200101T000000000Z-00000000" }], ["get_restore_request", { request_id: "req-20200101T000000000Z-00000000" }]] as const) {
+        const m = await tool(c, name, args);
+        expect(m.isError, m.text).toBe(true);
+        texts.push(m.text);
+      }
+      await c.close();
+      for (const x of texts) {
+        expect(x).toMatch(/not found/);
+        expect(x).not.toContain(a.repo);
+        expect(x).not.toContain(a.home);
+      }
+      expect(texts.join("\n")).toContain("the repository's folder");
+    } finally {
+      await srv.stop();
+    }
   }, 120_000);
 });
