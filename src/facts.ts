@@ -9,11 +9,13 @@ import { randomBytes } from "node:crypto";
 /**
  * Characters that can steer a terminal or reorder what a person reads: C0/C1
  * controls, DEL, Unicode format controls (bidi overrides and isolates,
- * zero-width characters), line and paragraph separators, lone surrogates.
- * `ui/escape.ts` shows them escaped; labels and restore-request fields holding
- * one are refused at input.
+ * zero-width characters), line and paragraph separators, lone surrogates,
+ * and noncharacters (U+FFFE, U+FFFF, U+FDD0..U+FDEF ...: no text holds them,
+ * and an XML file, the drill's JUnit report, can not). `ui/escape.ts` shows
+ * them escaped; labels and restore-request fields holding one are refused at
+ * input.
  */
-export const UNSAFE_TEXT = /[\x00-\x1f\x7f-\x9f\p{Cf}\p{Zl}\p{Zp}\p{Cs}]/u;
+export const UNSAFE_TEXT = /[\x00-\x1f\x7f-\x9f\p{Cf}\p{Zl}\p{Zp}\p{Cs}\p{NChar}]/u;
 
 /** Whether `s` holds a character `UNSAFE_TEXT` matches. */
 export const hasUnsafeText = (s: string): boolean => UNSAFE_TEXT.test(s);

@@ -51,7 +51,7 @@ export function httpStatus(e: unknown): (typeof SERVICE_STATUSES)[number] {
 }
 
 const ErrorBody = z.strictObject({ error: z.strictObject({ code: z.number().int().describe("agentbak's exit status for this error"), message: z.string() }) }).openapi("Error");
-/** The error answers of a route that writes: those it lists (413 from the body limit), every status of the service's error mapping, and those of the token and Host checks. */
+/** The error answers of a route that writes: those it lists (413 from the body limit, 415 from its content type), every status of the service's error mapping, and those of the token and Host checks. */
 const errors = (...statuses: number[]) =>
   Object.fromEntries([...new Set([...statuses, ...SERVICE_STATUSES, 401, 421])].sort().map((s) => [s, { description: STATUS_TEXT[s]!, content: { "application/json": { schema: ErrorBody } } }]));
 /** `answers` less `codes`: a checkpoint and the listing are never 503 (an unreachable repository spools it / lists the spooled ones). */
@@ -69,6 +69,7 @@ const STATUS_TEXT: Record<number, string> = {
   404: "not found for this agent, or the repository itself is not found: moved, deleted, unmounted or replaced (code 10)",
   409: "idempotency key reused with other parameters (code 2)",
   413: "request body too large (code 2)",
+  415: "the body is not application/json (code 2)",
   421: "the Host is not this server's address (a loopback server answers only to its address and localhost, with its port)",
   422: "the snapshot, or a repository record it needs (the repository's own record too), does not verify or is damaged (code 13)",
   423: "the agent (or its audit log) is locked by another process (code 11)",
@@ -145,7 +146,7 @@ const routes = {
     summary: "Take a checkpoint (201 with the receipt; the same Idempotency-Key returns the first receipt)",
     security: [{ bearer: [] }],
     request: { headers: idemHeader, body: { content: { "application/json": { schema: INPUTS.create_backup.omit({ idempotency_key: true }) } }, required: false } },
-    responses: { 201: json(Receipt, "committed, or spooled when the repository is unreachable"), ...without(errors(413), 503) },
+    responses: { 201: json(Receipt, "committed, or spooled when the repository is unreachable"), ...without(errors(413, 415), 503) },
   }),
   getBackup: createRoute({
     method: "get",
@@ -168,7 +169,7 @@ const routes = {
     summary: "Ask for a restore (202: pending an operator's approval; nothing is restored until then)",
     security: [{ bearer: [] }],
     request: { headers: idemHeader, body: { content: { "application/json": { schema: INPUTS.request_restore.omit({ idempotency_key: true }) } }, required: true } },
-    responses: { 202: json(Request, "recorded, pending approval"), ...errors(413) },
+    responses: { 202: json(Request, "recorded, pending approval"), ...errors(413, 415) },
   }),
   getRestore: createRoute({
     method: "get",
@@ -334,7 +335,12 @@ function statusRoutes(app: OpenAPIHono<Env>, service: AgentService, render: Stat
     method: "get",
     path: "/healthz",
     summary: "Liveness: the process is up and every repository it serves is reachable and the same one (no token)",
-    responses: { 200: json(z.strictObject({ status: z.literal("ok") }), "up"), 503: json(z.strictObject({ status: z.literal("unavailable") }), "a repository can not be reached, or was replaced (the server's log says which)") },
+    responses: {
+      200: json(z.strictObject({ status: z.literal("ok") }), "up"),
+      503: json(z.strictObject({ status: z.literal("unavailable") }), "a repository can not be reached, or was replaced (the server's log says which)"),
+      // the Host and Origin checks come before every route, this one too
+      ...Object.fromEntries([403, 421].map((st) => [st, json(ErrorBody, STATUS_TEXT[st]!)])),
+    },
   });
   app.openAPIRegistry.registerPath({
     method: "get",

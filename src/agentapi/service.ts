@@ -61,7 +61,7 @@ const snapshotRef = z
   .describe("latest, a snapshot id, or a unique prefix of one");
 const key = z.string().min(1).max(200).regex(/^[\x21-\x7e]+$/, "printable ASCII without spaces");
 /** Text a person reads later (in a listing, at an approval prompt) is refused when it holds a character that could steer a terminal. */
-const readable = [(s: string) => !hasUnsafeText(s), "no control characters, escape sequences or Unicode bidi/format controls"] as const;
+const readable = [(s: string) => !hasUnsafeText(s), "no control characters, escape sequences, Unicode bidi/format controls or noncharacters"] as const;
 /** A folder the agent names on the operator's host: absolute, since a relative one would mean wherever the operator happens to run approve. */
 const absolute = [(s: string) => isAbsolute(s), "an absolute path (a relative one would be resolved in the operator's working folder)"] as const;
 
@@ -103,6 +103,16 @@ export const NEEDS: Record<Operation, Tier> = {
   plan_restore: "read",
   request_restore: "restore-request",
   get_restore_request: "read",
+};
+
+/**
+ * Text for the agent with the server's folders named, not spelled: AGENTBAK_HOME (where the keys and the spool
+ * are) and a folder repository's path. The agent knows its checkpoints by snapshot id; where they lie on the
+ * server's host is not its business (an object-storage location is the agent's own config's, and stays).
+ */
+const unspelled = (h: AgentHandle, text: string): string => {
+  const t = text.split(h.home).join("AGENTBAK_HOME");
+  return spools(h.location) ? t : t.split(h.location).join("the repository's folder");
 };
 
 /** Whether `tier` includes `need`. */
@@ -200,9 +210,12 @@ export class AgentService {
       const parsed = INPUTS[op].safeParse(raw ?? {});
       if (!parsed.success) throw usageError(`${op}: ${formatIssues(parsed.error.issues)}`);
       result = (await this.run(h, a, caller, op, parsed.data)) as Results[K];
+      const w = (result as { warnings?: unknown }).warnings;
+      if (Array.isArray(w)) (result as { warnings: string[] }).warnings = w.map((x: string) => unspelled(h, x));
       return result;
     } catch (e) {
       failure = e;
+      if (h && e instanceof Error) e.message = unspelled(h, e.message);
       throw e;
     } finally {
       if (h) await this.audit(h, a, caller, op, result, failure);
@@ -271,16 +284,16 @@ export class AgentService {
             identities: () => [],
             signingKey: () => null,
             dryRun: true,
+            // nor what exists on that host: a credential check at a target the agent named would tell it whether any file
+            // there is readable, or an environment variable set (in the plan or its warnings), and run check commands there
+            uncheckedCredentials: "not checked for an agent's plan: the operator's restore checks it where it restores",
             approve: async () => false,
             expectAgent: a.agent,
             expectTenant: a.tenant,
           });
           // the agent learns its snapshot by id: where the bundle lies on the server's host is not its business
           const { bundle: _onServer, ...plan } = r.plan;
-          // nor what exists on that host: a credential check at a target the agent named would tell it whether any file
-          // there is readable (or an environment variable set); the operator's restore checks them where it restores
-          const credentials = plan.credentials.map((c) => ({ ...c, status: "unchecked" as const, detail: "not checked for an agent's plan: the operator's restore checks it where it restores" }));
-          return { plan: { ...plan, credentials }, warnings: r.warnings };
+          return { plan, warnings: r.warnings };
         } finally {
           bundle.release();
         }

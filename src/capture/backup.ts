@@ -25,7 +25,7 @@ export { replay, type BackupOptions, type BackupReceipt, type Landed } from "./r
 export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<BackupReceipt> {
   // a label is shown in listings and logs: a line break, escape sequence or bidi control there could forge a row
   if (o.label !== undefined && (hasUnsafeText(o.label) || o.label.length > 200))
-    throw usageError("--label: at most 200 characters, none of them control characters, escape sequences or Unicode bidi/format controls");
+    throw usageError("--label: at most 200 characters, none of them control characters, escape sequences, Unicode bidi/format controls or noncharacters");
   const cfg = lc.config;
   const a: AgentRef = { tenant: cfg.agent.tenant, agent: cfg.agent.id };
   const repoDir = o.repo.store.inPlace ? o.repo.location : null;

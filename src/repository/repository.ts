@@ -149,6 +149,11 @@ export class Repository {
     return this.store.url;
   }
 
+  /** The id its marker had when opened (null: a repository of agentbak 0.1): another repository at the same location has another. */
+  get repositoryId(): string | null {
+    return this.id;
+  }
+
   /**
    * Opens an existing repository.
    * @throws AgentbakError(10) when there is none at `location`.

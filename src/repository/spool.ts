@@ -27,6 +27,7 @@ import { keys, SPOOL_RECORD } from "./layout.js";
 import { Repository, type Snapshot } from "./repository.js";
 import { removeTree } from "../cleanup.js";
 import { homePaths } from "../home.js";
+import { notFound } from "../errors.js";
 import { type AgentRef } from "../facts.js";
 
 export interface FlushResult {
@@ -85,8 +86,10 @@ export async function allSpools(home: string): Promise<{ remote: string; spool: 
 export async function flushSpool(spool: Repository, remote: Repository, trust: Trust, o: { tenant?: string; agent?: string; signingKey: SigningKey | null; waitMs?: number }): Promise<FlushResult> {
   spool.refresh();
   const res: FlushResult = { remote: remote.location, spool: spool.location, flushed: [], already: [], quarantined: [] };
+  const waiting = await spool.list(trust, {});
+  await bindRemote(spool, remote, waiting.length);
   const agents = new Map<string, AgentRef>();
-  for (const s of await spool.list(trust, { tenant: o.tenant, agent: o.agent })) if (s.tenant) agents.set(`${s.tenant}/${s.agent_id}`, { tenant: s.tenant, agent: s.agent_id });
+  for (const s of waiting) if (s.tenant && (!o.tenant || s.tenant === o.tenant) && (!o.agent || s.agent_id === o.agent)) agents.set(`${s.tenant}/${s.agent_id}`, { tenant: s.tenant, agent: s.agent_id });
   // the copier (and the bundle reader it verifies with) loads only when a spool is flushed: a backup to a local
   // repository imports this module and never flushes
   const { replicate } = await import("./replicate.js");
@@ -112,6 +115,26 @@ export async function flushSpool(spool: Repository, remote: Repository, trust: T
     }
   }
   return res;
+}
+
+/**
+ * Binds the spool to the repository it stands in for, by the id of its marker (`remote_id` in spool.json,
+ * recorded the first time the remote answers): bundles spooled for one repository are never uploaded into
+ * another that replaced it at the same location (a bucket emptied and initialised again). An empty spool
+ * follows the new repository silently: nothing of the old one waits in it.
+ * @throws AgentbakError(10) naming both ids, the spool and what to do, when snapshots wait for a replaced repository
+ */
+async function bindRemote(spool: Repository, remote: Repository, waiting: number): Promise<void> {
+  const id = remote.repositoryId;
+  if (!id) return; // a repository of agentbak 0.1: no id to bind to
+  const rec = (await spool.readJson<{ remote: string; remote_id?: string }>(SPOOL_RECORD)) ?? { remote: remote.location };
+  if (rec.remote_id === id) return;
+  if (rec.remote_id !== undefined && waiting > 0)
+    throw notFound(
+      `repository ${remote.location} was replaced: ${waiting} spooled snapshot(s) in ${spool.location} were made for repository ${rec.remote_id}, and the one there now is ${id}; ` +
+        `they are not uploaded into it and stay in the spool (to upload them there anyway, remove "remote_id" from ${spool.location}/${SPOOL_RECORD} and run agentbak flush)`,
+    );
+  await spool.writeJson(SPOOL_RECORD, { ...rec, remote_id: id });
 }
 
 /**

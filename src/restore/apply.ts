@@ -48,6 +48,11 @@ export interface RestoreOptions {
   identities: () => AgeIdentity[];
   signingKey: () => SigningKey | null;
   dryRun?: boolean;
+  /**
+   * a plan for someone who may not learn what exists on this host (an agent's plan_restore): no credential is checked
+   * (no file read, no variable looked up, no check command run at a target it named), each is `unchecked` with this reason
+   */
+  uncheckedCredentials?: string;
   /** asks the operator; resolves true to go ahead (the command supplies --yes or a TTY prompt) */
   approve: (plan: RestorePlan) => Promise<boolean>;
   allowRollback?: boolean;
@@ -330,7 +335,9 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   };
   // a dry run shows the plan with its refusals (the command exits 14); anything else stops here
   if (policy.refusals.length && !o.dryRun) throw await refuse(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
-  const credentials = await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
+  const credentials = o.uncheckedCredentials
+    ? m.credentials.map((c) => ({ name: c.name, ref: c.ref, status: "unchecked" as const, detail: o.uncheckedCredentials! }))
+    : await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
   // the agent's generation: the repository's record, the replicas copy linked it with, and this host's trusted state
   const gens = repo ? await repo.generations(a, o.trust) : null;
   const nextGen = Math.max(gens?.highest ?? 0, seen.generation) + 1;

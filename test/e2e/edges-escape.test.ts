@@ -205,7 +205,7 @@ describe("[E2] labels and restore-request fields with control, escape or bidi ch
     for (const label of hostile) {
       const r = await a.run(["backup", "--label", label]);
       expect(r.code, `${JSON.stringify(label)}: ${r.stderr}`).toBe(2);
-      expect(r.stderr.trim()).toMatch(/^agentbak: --label: .*control characters, escape sequences or Unicode bidi\/format controls$/);
+      expect(r.stderr.trim()).toMatch(/^agentbak: --label: .*control characters, escape sequences, Unicode bidi\/format controls or noncharacters$/);
       noRaw(r, "backup --label");
     }
     expect(json<any[]>(await a.run(["snapshots", "--json"])).length).toBe(before);
@@ -218,7 +218,7 @@ describe("[E2] labels and restore-request fields with control, escape or bidi ch
       for (const s of hostile) {
         const b = await api(srv.url, cp.token, "POST", "/v1/backups", { body: { label: s } });
         expect(b.status, JSON.stringify(b.body)).toBe(400);
-        expect(b.body.error).toMatchObject({ code: 2, message: expect.stringMatching(/^label: .*escape sequences or Unicode bidi\/format controls/) });
+        expect(b.body.error).toMatchObject({ code: 2, message: expect.stringMatching(/^label: .*escape sequences, Unicode bidi\/format controls or noncharacters/) });
         const q = await api(srv.url, cp.token, "POST", "/v1/restores", { body: { snapshot: "latest", reason: s } });
         expect(q.status, JSON.stringify(q.body)).toBe(400);
         expect(q.body.error.message).toMatch(/^reason: /);
@@ -242,7 +242,7 @@ describe("[E2] labels and restore-request fields with control, escape or bidi ch
         const b = await tool(c, "create_backup", { label: s });
         expect(b.isError, b.text).toBe(true);
         expect(b.text).toMatch(/label/);
-        expect(b.text).toMatch(/escape sequences or Unicode bidi\/format controls/);
+        expect(b.text).toMatch(/escape sequences, Unicode bidi\/format controls or noncharacters/);
         const q = await tool(c, "request_restore", { snapshot: "latest", reason: s });
         expect(q.isError, q.text).toBe(true);
         expect(q.text).toMatch(/reason/);

@@ -716,6 +716,10 @@ describe("[E11] openapi.json lists every status and field the server answers", (
       await call(u, R, 409, "/v1/restores", { token: tok["restore-request"]!.token, headers: { "idempotency-key": "r1" }, body: JSON.stringify({ reason: "other", snapshot: id }) });
       await call(u, B, 413, "/v1/backups", { token: tok.checkpoint!.token, body: JSON.stringify({ label: "x".repeat(100_000) }) });
       await call(u, R, 413, "/v1/restores", { token: tok["restore-request"]!.token, body: JSON.stringify({ reason: "x".repeat(100_000) }) });
+      await call(u, B, 415, "/v1/backups", { token: tok.checkpoint!.token, headers: { "content-type": "text/plain" }, body: "{}" });
+      await call(u, R, 415, "/v1/restores", { token: tok["restore-request"]!.token, headers: { "content-type": "text/plain" }, body: JSON.stringify({ reason: "x" }) });
+      await call(u, H, 403, "/healthz", { headers: { origin: "http://evil.example" } });
+      await call(u, H, 421, "/healthz", { headers: { host: "evil.example" } });
       for (const r of every) await call(u, r, 421, r[1].replace("{id}", r === Q ? req.request_id : id), { token: tok["restore-request"]!.token, headers: { host: "evil.example" }, ...(r[0] === "POST" ? { body: "{}" } : {}) });
       // a repository record that does not verify, a snapshot that does not
       const seq = join(agentDir(), "sequence.json");

@@ -86,7 +86,7 @@ describe("routes", () => {
     expect(r.status).toBe(200);
     expect(Object.keys(r.body.paths).sort()).toEqual(["/", "/healthz", "/metrics", "/v1/backups", "/v1/backups/{id}", "/v1/restores", "/v1/restores/{id}", "/v1/snapshots"]);
     // a checkpoint is never 503: an unreachable repository spools it (201, status spooled)
-    expect(Object.keys(r.body.paths["/v1/backups"].post.responses)).toEqual(["201", "400", "401", "403", "404", "409", "413", "421", "422", "423", "500"]);
+    expect(Object.keys(r.body.paths["/v1/backups"].post.responses)).toEqual(["201", "400", "401", "403", "404", "409", "413", "415", "421", "422", "423", "500"]);
     expect(r.body.paths["/v1/backups"].post.parameters.map((p: any) => p.name)).toContain("idempotency-key");
     expect(r.body.paths["/v1/restores"].post.requestBody.content["application/json"].schema.required).toEqual(["reason"]);
     expect(r.body.components.securitySchemes.bearer).toMatchObject({ type: "http", scheme: "bearer" });

@@ -78,7 +78,7 @@ describe("runBackup", () => {
   it("refuses a label with a line break, escape or bidi control, or over 200 characters (exit 2), before taking the lock", async () => {
     const a = await agent();
     for (const label of ["a\nb", "x\x1b[31m", "a\u202eb", "x".repeat(201)])
-      expect(await failure(runBackup(a.lc, { ...a.o, label }))).toEqual([2, "--label: at most 200 characters, none of them control characters, escape sequences or Unicode bidi/format controls"]);
+      expect(await failure(runBackup(a.lc, { ...a.o, label }))).toEqual([2, "--label: at most 200 characters, none of them control characters, escape sequences, Unicode bidi/format controls or noncharacters"]);
     expect(await a.snapshots()).toEqual([]);
     // no lock was left behind: a backup runs at once
     expect((await runBackup(a.lc, { ...a.o, label: "fine" })).status).toBe("committed");
