@@ -64,7 +64,7 @@ export interface RestoreOptions {
   /** redis sources that may be restored into a keyspace holding other keys */
   allowNonEmptySource?: string[];
   allowEmbeddingChange?: boolean;
-  /** how much of each database is checked beyond its signed digest (default full) */
+  /** how much of each database is checked beyond its signed digest (default attested: full where the backup's check does not cover the image) */
   integrity?: IntegrityPolicy;
   /** where long work reports how far it has got (src/progress.ts) */
   progress?: Progress;
@@ -364,7 +364,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     unregister = removeOnInterrupt(staging);
     const ids = o.identities();
     const root = join(staging, "root");
-    const x = await extractAndCheck(v, ids, root, o.trust, o.bundle, o.integrity ?? "full", o.progress);
+    const x = await extractAndCheck(v, ids, root, o.trust, o.bundle, o.integrity ?? "attested", o.progress);
     o.progress?.stage("placing restored state");
     const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
     const { moves: timers, warnings: timerWarnings } = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
@@ -422,6 +422,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       generation,
       schema: { version: m.schema_version, max_supported: cfg?.runtime.maxSchemaVersion ?? null, migration: "none" },
       checks: checks.map((c) => ({ name: c.name, ok: c.ok })),
+      // which check established each database's integrity: integrity_check (or quick_check) re-run here, or attested at backup for these bytes
+      integrity: Object.fromEntries(x.databases.map((d) => [d.name, d.integrity ?? null])),
       credentials: credentials.map((c) => ({ name: c.name, ref: c.ref, status: c.status })),
       open_operations: operations,
       record_sha256: recordSha256,
