@@ -201,14 +201,14 @@ function fileIdentity(p: string): string {
 }
 
 /** Writes a restore's markers into the staged root: its signed record, its generation, and SUSPENDED (a restored agent starts suspended). @returns the record's sha256. */
-function writeMarkers(root: string, target: string, record: Omit<TargetRecord, "kind">, key: SigningKey | null): string {
+async function writeMarkers(root: string, target: string, record: Omit<TargetRecord, "kind">, key: SigningKey | null): Promise<string> {
   const sha = writeTargetRecord(root, record, key);
   writeFileAtomic(join(root, MARKER_DIR, "generation"), `${record.generation}\n`);
   writeFileAtomic(
     join(root, MARKER_DIR, SUSPENDED),
     `suspended by agentbak restore of ${record.snapshot_id} at generation ${record.generation}; run "agentbak activate --target ${target}" once the original runtime is stopped\n`,
   );
-  fsyncTree(root);
+  await fsyncTree(root);
   return sha;
 }
 
@@ -396,7 +396,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       config: o.lc?.path ?? null,
     };
     // signed: reconcile and activate act only on a record agentbak wrote (an edited list of open operations, or config, is refused)
-    const recordSha256 = writeMarkers(root, target, record, key);
+    const recordSha256 = await writeMarkers(root, target, record, key);
     crashStep("markers-written");
     await letInterruptsIn(); // a Ctrl-C that came during extraction ends the run here, with nothing placed
     const quarantined = place(root, target, checked);
