@@ -189,6 +189,15 @@ describe("restore's default: integrity_check attested at backup for these bytes,
     expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
   });
 
+  it("the human output names the check that established each database, one line each", async () => {
+    const run = (target: string, ...more: string[]) => a.run(["restore", good, "--target", join(a.tmp, target), "--yes", "--allow-rollback", ...more]);
+    const def = await run("human-default");
+    expect([0, 3], def.stderr).toContain(def.code);
+    expect((def.stdout + def.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual([expect.stringMatching(/^✓ integrity:state: attested at backup: integrity_check passed on these exact bytes/)]);
+    const full = await run("human-full", "--integrity", "full");
+    expect((full.stdout + full.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual(["✓ integrity:state: integrity_check ok; row counts and user_version match the manifest"]);
+  });
+
   it("the attestation is what the default relies on: an index broken under a signed attestation for the broken bytes restores by default, and --integrity full refuses it (13)", async () => {
     // only the signer can make this bundle (it is re-signed with the agent's key): the attestation is as trusted as the signer
     const forged = await rebundle(a, good, breakIndex, "forged-attestation", (x) => {
