@@ -290,7 +290,7 @@ function addRestoreCommands(program: Command, result: { code: ExitCode }): void 
       .option("--allow-nonempty-source <name>", "restore redis source NAME into a keyspace holding other keys (never over them; repeatable)", collect, [])
       .option("--allow-embedding-change", "allow vectors from another embedding model than the config's (still needs approval)")
       .option("--wait <duration>", "wait this long for another restore of the same agent to finish (e.g. 30s)")
-      .addOption(new Option("--integrity <policy>", "check each database: full (integrity_check + row counts), quick (quick_check + row counts), digest (its signed sha256 only)").choices(["full", "quick", "digest"]).default("full"))
+      .addOption(new Option("--integrity <policy>", "check each database: attested (full, except where the signed manifest attests integrity_check passed at backup on these exact bytes), full (integrity_check + row counts, always), quick (quick_check + row counts), digest (its signed sha256 only)").choices(["full", "quick", "digest", "attested"]).default("attested"))
       .addOption(progressOpt())
       .addOption(jsonOpt()),
     ["agentbak restore latest --target /srv/agents/billing-restored --dry-run", "agentbak restore latest --target ./restored --source conversations=\"$SCRATCH_PG_URL\" --yes", "agentbak restore 20261129T120000000Z-1a2b3c4d --target ./restored --yes --request-id INC-1234 --json"],

@@ -4,6 +4,7 @@
  */
 import { closeSync, constants, existsSync, fstatSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { close, fdatasync, open, writev } from "node:fs";
+import { open as openAsync } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 import { basename, dirname, join, sep } from "node:path";
 import { Writable } from "node:stream";
@@ -231,9 +232,27 @@ export function sweepDead(parent: string, tag: string): number {
   return n;
 }
 
-/** fsyncs every file and folder under `dir`, then `dir` itself. */
-export function fsyncTree(dir: string): void {
-  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) if (e.isFile() || e.isDirectory()) fsyncPath(join(e.parentPath, e.name));
+/**
+ * fsyncs every file and folder under `dir`, then `dir` itself. `parallel` fsyncs at once (on libuv's threads): the
+ * journal commits one fsync waits for take the others' with them. 1578 small files: 3.4 s one after the other,
+ * 0.4 s sixteen at a time (the restore of the bench's mixed agent spent 5.4 s here).
+ */
+export async function fsyncTree(dir: string, parallel = 16): Promise<void> {
+  const paths = readdirSync(dir, { withFileTypes: true, recursive: true }).filter((e) => e.isFile() || e.isDirectory()).map((e) => join(e.parentPath, e.name));
+  let next = 0;
+  const one = async () => {
+    while (next < paths.length) {
+      const fh = await openAsync(paths[next++]!, "r");
+      try {
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+    }
+  };
+  // every fsync settles before the first failure is thrown: nothing is left in flight on a descriptor
+  const settled = await Promise.allSettled(Array.from({ length: Math.min(parallel, paths.length) }, one));
+  for (const s of settled) if (s.status === "rejected") throw s.reason;
   fsyncPath(dir);
 }
 

@@ -15,7 +15,7 @@ import { integrityCheckInWorker, warmInspection } from "../state/inspect/inspect
 import { openDefensive, sqliteError, tableCounts, userVersion, type DB } from "../state/sqlite/open.js";
 import { rebuildWorkspace, treeDigest } from "../state/workspace/workspace.js";
 import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
-import { isDatabase, isSource, type Component } from "./manifest.js";
+import { imageDigest, integrityAttested, isDatabase, isSource, type Component } from "./manifest.js";
 import { driverFor, type SourceFile, type SourceKind } from "../state/sources/index.js";
 import { readPayload, type VerifiedBundle } from "./reader.js";
 import { extractChunked, type ChunkSource } from "./chunked.js";
@@ -38,8 +38,8 @@ export interface ExtractedSource {
 /** Where each restored piece landed, relative to the staging root. */
 export interface Extracted {
   root: string;
-  /** each database where it landed */
-  databases: { name: string; path: string; schemaVersion: number | null }[];
+  /** each database where it landed, and which check established its integrity */
+  databases: { name: string; path: string; schemaVersion: number | null; integrity?: Established }[];
   /** source files sit beside the root (`<root>.sources/`), not inside it: they go into servers, not the agent's folder */
   sources: ExtractedSource[];
   checks: Check[];
@@ -51,9 +51,16 @@ export interface Extracted {
  * integrity_check and counts every table's rows against the manifest;
  * `quick` runs quick_check (no index cross-checks) and the counts; `digest`
  * trusts the digest alone — the file is then the same bytes as the database
- * that passed integrity_check at backup. Drills and verify always run `full`.
+ * the backup read. `attested` (restore's default) is `full` except where the
+ * signed manifest attests that integrity_check passed at backup on exactly
+ * this image (`integrity_checked` equal to its digest): that check's result
+ * is already known for these bytes, and so are the row counts, which were
+ * read off the same image. Drills and verify always run `full`.
  */
-export type IntegrityPolicy = "full" | "quick" | "digest";
+export type IntegrityPolicy = "attested" | "full" | "quick" | "digest";
+
+/** Which check established a database's integrity: re-run here, attested at backup for these bytes, or the digest alone. */
+export type Established = "integrity_check" | "quick_check" | "attested" | "digest";
 
 /**
  * Checks a database file against its manifest entry: one self-contained file
@@ -63,7 +70,8 @@ export type IntegrityPolicy = "full" | "quick" | "digest";
  * its own work until it awaits); its failure is reported before a count's.
  * @throws AgentbakError(13) naming the database and what differs.
  */
-export async function checkDatabase(file: string, c: Component, policy: IntegrityPolicy = "full"): Promise<void> {
+export async function checkDatabase(file: string, c: Component, asked: IntegrityPolicy = "full"): Promise<Established> {
+  const policy = asked === "attested" ? (integrityAttested(c) ? "digest" : "full") : asked;
   // a header still in WAL mode (bytes 18-19 = 2) means frames may be missing
   const head = Buffer.alloc(20);
   const fd = openSync(file, "r");
@@ -88,7 +96,7 @@ export async function checkDatabase(file: string, c: Component, policy: Integrit
   let checking: Promise<string[]> | undefined;
   try {
     if (c.schema_version !== undefined && uv !== c.schema_version) throw verifyError(`database ${c.name}: user_version ${uv}, manifest says ${c.schema_version}`);
-    if (policy === "digest") return;
+    if (policy === "digest") return asked === "attested" ? "attested" : "digest";
     checking = integrityCheckInWorker(file, policy === "quick" ? "quick_check" : "integrity_check");
     try {
       counts = tableCounts(db).counts;
@@ -104,6 +112,7 @@ export async function checkDatabase(file: string, c: Component, policy: Integrit
   if (counting) throw counting;
   for (const [t, n] of Object.entries(c.records ?? {}))
     if (counts[t] !== n) throw verifyError(`database ${c.name}: table ${t} has ${counts[t] ?? 0} rows, manifest says ${n}`);
+  return policy === "quick" ? "quick_check" : "integrity_check";
 }
 
 /**
@@ -120,7 +129,8 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   const raw = join(root, ".agentbak-raw");
   ensureDir(raw, 0o700);
   // the worker that will run a large database's integrity_check starts beside the payload's read (nothing for small ones)
-  if (integrity !== "digest") warmInspection(m.components.reduce((n, c) => n + (isDatabase(c) ? (c.full_size ?? c.size) : 0), 0)).catch(() => undefined);
+  const unattested = m.components.filter((c) => isDatabase(c) && (integrity !== "attested" || !integrityAttested(c)));
+  if (integrity !== "digest") warmInspection(unattested.reduce((n, c) => n + (c.full_size ?? c.size), 0)).catch(() => undefined);
   await readPayload(v, identities, raw, undefined, progress);
   const chunked = await extractChunked(m, from.chunks, identities, raw);
   const checks: Check[] = [{ name: "components", ok: true, detail: `${m.components.length} components match their sha256 and size${chunked ? ` (${chunked} from the chunk store, each chunk's digest checked before it was decrypted)` : ""}` }];
@@ -156,7 +166,12 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   // Each database is checked where it lies (the staging root, removed if anything fails); a large one's integrity_check
   // runs on a worker thread beside the workspace's rebuild and the sources' checks
   const settled = await Promise.allSettled([
-    ...placed.map(([dest, c]) => checkDatabase(dest, c, integrity).then((): Check => ({ name: `integrity:${c.name}`, ok: true, detail: checked[integrity] }))),
+    ...placed.map(([dest, c], i) =>
+      checkDatabase(dest, c, integrity).then((how): Check => {
+        databases[i]!.integrity = how;
+        return { name: `integrity:${c.name}`, ok: true, detail: checkedDetail(how, integrity, c) };
+      }),
+    ),
     workspaceAndSources(m, raw, root, sources),
   ]);
   // the first failure in the order they were started: a database's before the workspace's
@@ -166,11 +181,13 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
   return { root, databases, sources, checks };
 }
 
-const checked: Record<IntegrityPolicy, string> = {
-  full: "integrity_check ok; row counts and user_version match the manifest",
-  quick: "quick_check ok; row counts and user_version match the manifest",
-  digest: "sha256 matches the signed digest (--integrity digest); user_version matches the manifest",
-};
+/** What a database's check established, for people: under the default, why integrity_check was or was not re-run. */
+function checkedDetail(how: Established, asked: IntegrityPolicy, c: Component): string {
+  if (how === "attested") return `attested at backup: integrity_check passed on these exact bytes (${c.kind === "sqlite-delta" ? "pages root" : "sha256"} ${imageDigest(c).slice(0, 12)}, signed in the manifest), not re-run; row counts are those of the same bytes; user_version matches the manifest`;
+  if (how === "digest") return "sha256 matches the signed digest (--integrity digest); user_version matches the manifest";
+  const why = asked !== "attested" ? "" : c.integrity_checked === undefined ? " (re-run: no integrity_check at backup is attested for this image)" : " (re-run: the manifest's integrity_checked names other bytes than this image)";
+  return `${how} ok${why}; row counts and user_version match the manifest`;
+}
 
 /** The workspace rebuilt and its tree checked, then each state source's files checked offline. */
 async function workspaceAndSources(m: VerifiedBundle["manifest"], raw: string, root: string, sources: ExtractedSource[]): Promise<Check[]> {

@@ -59,6 +59,12 @@ export const ComponentSchema = z.strictObject({
   full_pages_sha256: z.optional(sha),
   full_sha256: z.optional(sha),
   full_size: z.optional(int),
+  /**
+   * a database (sqlite, sqlite-delta): the digest of the image on which `PRAGMA integrity_check` returned ok at
+   * backup — `sha256`, or a delta's `full_pages_sha256` — absent when the backup ran none (an incremental between
+   * checks) and in bundles made before it was recorded. A restore whose image has that digest knows the check's result
+   */
+  integrity_checked: z.optional(sha),
   page_size: z.optional(int),
   page_count: z.optional(int),
   changed_pages: z.optional(int),
@@ -198,6 +204,12 @@ export type Manifest = z.infer<typeof ManifestSchema>;
 export type NotCaptured = z.infer<typeof NotCapturedSchema>;
 export type Component = z.infer<typeof ComponentSchema>;
 
+/** The digest of the database image a component restores: a delta's rebuilt database's, else its own sha256. */
+export const imageDigest = (c: Component): string => (c.kind === "sqlite-delta" ? (c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256) : c.sha256);
+
+/** Whether the backup's integrity_check is attested, in the signed manifest, for exactly the image `c` restores. */
+export const integrityAttested = (c: Component): boolean => c.integrity_checked !== undefined && c.integrity_checked === imageDigest(c);
+
 /** A chunk as the restoring side needs it (the store's ChunkRef). */
 export interface ChunkRef {
   id: string;
@@ -330,6 +342,8 @@ export interface CapturedDatabase {
   records: Record<string, number>;
   schemaVersion: number;
   pageIndexSha256: string;
+  /** the digest of the image integrity_check passed on (written sha256, or the delta's full_pages_sha256), if it ran */
+  integrityChecked?: string;
   /** virtual tables not counted (their module is not loaded here) */
   virtualTables?: string[];
   embedding?: { model: string; dimension: number };
@@ -380,6 +394,7 @@ export function buildManifest(i: ManifestInput): Manifest {
     schema_version: d.schemaVersion,
     page_index_sha256: d.pageIndexSha256,
     ...(d.delta ?? {}),
+    ...(d.integrityChecked ? { integrity_checked: d.integrityChecked } : {}),
     ...(d.virtualTables?.length ? { virtual_tables: d.virtualTables } : {}),
     ...(d.embedding ? { embedding: d.embedding } : {}),
   }));
@@ -493,6 +508,7 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
     const [want, other] = m.format_version >= 4 ? (["full_pages_sha256", "full_sha256"] as const) : (["full_sha256", "full_pages_sha256"] as const);
     if (c[other] !== undefined) throw new Error(`manifest.components: ${other} in a format version ${m.format_version} manifest (component ${c.path})`);
     if (c.kind === "sqlite-delta" && c[want] === undefined) throw new Error(`manifest.components: sqlite-delta component ${c.path} has no ${want}`);
+    if (c.integrity_checked !== undefined && !isDatabase(c)) throw new Error(`manifest.components: integrity_checked on ${c.kind} component ${c.path} (databases only)`);
   }
   checkPlacement(m);
   valid.add(digest);

@@ -17,7 +17,7 @@ import { AgentbakError, ioErrno, ioError, noKey, verifyError } from "../errors.j
 import { clipName } from "./manifest.js";
 import { plaintext } from "./plaintext.js";
 import { fileChunksSha256 } from "./chunks.js";
-import { ByteCounter, HashTap } from "./streams.js";
+import { ByteCounter, HashTap, youngCollector } from "./streams.js";
 import { ensureDir, FlushBehindFile } from "../fsutil.js";
 
 export type { Trust };
@@ -83,7 +83,10 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
   const seen = new Set<string>();
   const found: PayloadCheck["components"] = [];
   // the decompressed tar is only counted: each component in it is hashed on its own below
-  const tarTap = new ByteCounter(v.manifest.payload.tar_size, "decompressed payload", progress.stage("decrypting payload", v.manifest.payload.tar_size));
+  const counted = progress.stage("decrypting payload", v.manifest.payload.tar_size);
+  // the plaintext arrives in fresh buffers, spent once written: collected every 4 MiB, not after ~64 MiB of them (youngCollector)
+  const collect = youngCollector(4 << 20);
+  const tarTap = new ByteCounter(v.manifest.payload.tar_size, "decompressed payload", (n) => (counted(n), collect(n)));
   let payloadDigest = () => "";
   const extract = tar.extract();
   extract.on("entry", (header, stream, next) => {

@@ -69,7 +69,7 @@ export interface RestoreOptions {
   /** redis sources that may be restored into a keyspace holding other keys */
   allowNonEmptySource?: string[];
   allowEmbeddingChange?: boolean;
-  /** how much of each database is checked beyond its signed digest (default full) */
+  /** how much of each database is checked beyond its signed digest (default attested: full where the backup's check does not cover the image) */
   integrity?: IntegrityPolicy;
   /** where long work reports how far it has got (src/progress.ts) */
   progress?: Progress;
@@ -206,14 +206,14 @@ function fileIdentity(p: string): string {
 }
 
 /** Writes a restore's markers into the staged root: its signed record, its generation, and SUSPENDED (a restored agent starts suspended). @returns the record's sha256. */
-function writeMarkers(root: string, target: string, record: Omit<TargetRecord, "kind">, key: SigningKey | null): string {
+async function writeMarkers(root: string, target: string, record: Omit<TargetRecord, "kind">, key: SigningKey | null): Promise<string> {
   const sha = writeTargetRecord(root, record, key);
   writeFileAtomic(join(root, MARKER_DIR, "generation"), `${record.generation}\n`);
   writeFileAtomic(
     join(root, MARKER_DIR, SUSPENDED),
     `suspended by agentbak restore of ${record.snapshot_id} at generation ${record.generation}; run "agentbak activate --target ${target}" once the original runtime is stopped\n`,
   );
-  fsyncTree(root);
+  await fsyncTree(root);
   return sha;
 }
 
@@ -371,7 +371,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     unregister = removeOnInterrupt(staging);
     const ids = o.identities();
     const root = join(staging, "root");
-    const x = await extractAndCheck(v, ids, root, o.trust, o.bundle, o.integrity ?? "full", o.progress);
+    const x = await extractAndCheck(v, ids, root, o.trust, o.bundle, o.integrity ?? "attested", o.progress);
     o.progress?.stage("placing restored state");
     const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
     const { moves: timers, warnings: timerWarnings } = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
@@ -403,7 +403,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       config: o.lc?.path ?? null,
     };
     // signed: reconcile and activate act only on a record agentbak wrote (an edited list of open operations, or config, is refused)
-    const recordSha256 = writeMarkers(root, target, record, key);
+    const recordSha256 = await writeMarkers(root, target, record, key);
     crashStep("markers-written");
     await letInterruptsIn(); // a Ctrl-C that came during extraction ends the run here, with nothing placed
     const quarantined = place(root, target, checked);
@@ -429,6 +429,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       generation,
       schema: { version: m.schema_version, max_supported: cfg?.runtime.maxSchemaVersion ?? null, migration: "none" },
       checks: checks.map((c) => ({ name: c.name, ok: c.ok })),
+      // which check established each database's integrity: integrity_check (or quick_check) re-run here, or attested at backup for these bytes
+      integrity: Object.fromEntries(x.databases.map((d) => [d.name, d.integrity ?? null])),
       credentials: credentials.map((c) => ({ name: c.name, ref: c.ref, status: c.status })),
       open_operations: operations,
       record_sha256: recordSha256,

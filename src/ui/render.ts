@@ -123,6 +123,8 @@ export function verify(r: { snapshot_id: string; deep: boolean; checks: Check[] 
 export function restore(r: RestoreResult): void {
   if (!r.restored) renderPlan(r.plan, (line) => out(line + "\n"), false); // a dry run's plan is its result; its warnings follow
   else ok(`${r.repeated ? "already restored" : "restored"} ${r.plan.snapshot_id} into ${r.plan.target} at generation ${r.generation}; the agent is suspended until "agentbak activate --target ${r.plan.target}"`);
+  // which check established each database's integrity: re-run here, or attested at backup for these bytes
+  for (const c of r.checks) if (c.name.startsWith("integrity:")) ok(`${c.name}: ${c.detail}`);
   for (const x of r.sources ?? []) ok(`source ${x.name} (${x.kind}): ${x.detail}`);
   for (const w of r.warnings) warn(w);
 }

@@ -70,7 +70,7 @@ describe("completion", () => {
     expect(await bashComplete(["agentbak", "restore", "latest", "--ta"])).toEqual(["--target"]);
     // an option's value is skipped when finding the command: --config's file is not taken for a command
     expect(await bashComplete(["agentbak", "--no-color", "drill", "-c", "backup", "latest", "--no-cr"])).toEqual(["--no-credential-warnings"]);
-    expect(await bashComplete(["agentbak", "restore", "latest", "--integrity", ""])).toEqual(["full", "quick", "digest"]);
+    expect(await bashComplete(["agentbak", "restore", "latest", "--integrity", ""])).toEqual(["full", "quick", "digest", "attested"]);
     expect(await bashComplete(["agentbak", "completion", ""])).toEqual(["bash", "zsh", "fish", "--help"]);
   });
 
@@ -95,6 +95,6 @@ describe("completion", () => {
     const c = (line: string) => execa("fish", ["-c", `agentbak completion fish | source; complete -C '${line}'`], { env }).then((r) => r.stdout.split("\n").map((l) => l.split("\t")[0]));
     expect(await c("agentbak ba")).toEqual(["backup"]);
     expect(await c("agentbak token cr")).toEqual(["create"]);
-    expect((await c("agentbak restore --integrity=")).sort()).toEqual(["--integrity=digest", "--integrity=full", "--integrity=quick"]);
+    expect((await c("agentbak restore --integrity=")).sort()).toEqual(["--integrity=attested", "--integrity=digest", "--integrity=full", "--integrity=quick"]);
   });
 });

@@ -2,7 +2,9 @@
 // beyond its signed sha256. A bundle signed over a database whose rows do not
 // match the manifest's counts (re-signed with the agent's own key, so only the
 // checks can notice) is refused by full and quick and let through by digest;
-// a good bundle restores the same bytes under every policy.
+// a good bundle restores the same bytes under every policy. The default
+// (attested) re-runs integrity_check only where the signed manifest does not
+// attest it passed at backup on exactly the restored image.
 import { execa } from "execa";
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -156,11 +158,101 @@ describe("restore --integrity", () => {
       expect(() => statSync(join(big.tmp, "long-name"))).toThrow();
       expect(big.leftovers()).toEqual([]);
       // the good bundle of the same agent passes the worker's full check
-      const ok = await big.run(["restore", b.snapshot_id, "--target", join(big.tmp, "good-full"), "--yes", "--allow-rollback", "--json"]);
+      const ok = await big.run(["restore", b.snapshot_id, "--target", join(big.tmp, "good-full"), "--yes", "--allow-rollback", "--json", "--integrity", "full"]);
       expect([0, 3], ok.stderr).toContain(ok.code);
       expect(json(ok).checks.find((c: any) => c.name === "integrity:state").detail).toMatch(/^integrity_check ok/);
     } finally {
       big.cleanup();
     }
   }, 180_000);
+});
+
+describe("restore's default: integrity_check attested at backup for these bytes, or re-run", () => {
+  const restore = (bundle: string, target: string, ...more: string[]) => a.run(["restore", bundle, "--target", join(a.tmp, target), "--yes", "--allow-rollback", "--json", ...more]);
+  const detail = (r: { stdout: string }) => json(r).checks.find((c: any) => c.name === "integrity:state").detail as string;
+  /** the integrity record of the newest restore receipt in the agent's audit log */
+  const receipt = async () => {
+    const lines = String(await (await a.store()).get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
+    return lines.filter((l) => l.event === "restore").at(-1).receipt;
+  };
+  const breakIndex = "PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql='CREATE INDEX tasks_status ON tasks(kind)' WHERE name='tasks_status';";
+
+  it("a full snapshot's manifest attests its integrity_check for its sha256; the default restore does not re-run it and says so in its output and signed receipt", async () => {
+    const db = manifestOf(good).components.find((c: any) => c.kind === "sqlite");
+    expect(db.integrity_checked).toBe(db.sha256);
+    const r = await restore(good, "attested");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(detail(r)).toMatch(/^attested at backup: integrity_check passed on these exact bytes \(sha256 [0-9a-f]{12}, signed in the manifest\), not re-run/);
+    expect((await receipt()).integrity).toEqual({ state: "attested" });
+    expect(sha(readFileSync(join(a.tmp, "attested", db.target)))).toBe(db.sha256);
+    await restore(good, "attested-full", "--integrity", "full");
+    expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
+  });
+
+  it("the human output names the check that established each database, one line each", async () => {
+    const run = (target: string, ...more: string[]) => a.run(["restore", good, "--target", join(a.tmp, target), "--yes", "--allow-rollback", ...more]);
+    const def = await run("human-default");
+    expect([0, 3], def.stderr).toContain(def.code);
+    expect((def.stdout + def.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual([expect.stringMatching(/^✓ integrity:state: attested at backup: integrity_check passed on these exact bytes/)]);
+    const full = await run("human-full", "--integrity", "full");
+    expect((full.stdout + full.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual(["✓ integrity:state: integrity_check ok; row counts and user_version match the manifest"]);
+  });
+
+  it("the attestation is what the default relies on: an index broken under a signed attestation for the broken bytes restores by default, and --integrity full refuses it (13)", async () => {
+    // only the signer can make this bundle (it is re-signed with the agent's key): the attestation is as trusted as the signer
+    const forged = await rebundle(a, good, breakIndex, "forged-attestation", (x) => {
+      const c = x.components.find((y: any) => y.kind === "sqlite");
+      c.integrity_checked = c.sha256;
+    });
+    const def = await restore(forged, "forged-default");
+    expect([0, 3], def.stderr).toContain(def.code);
+    expect(detail(def)).toMatch(/^attested at backup/);
+    const full = await restore(forged, "forged-full", "--integrity", "full");
+    expect(full.code, full.stderr).toBe(13);
+    expect(full.stderr.split("\n")[0]).toMatch(/database state: integrity_check: row \d+ missing from index tasks_status/);
+  });
+
+  it("an attestation for other bytes, or none, falls back to integrity_check: a broken index is refused (13), a sound change restores and says why the check ran", async () => {
+    // the attestation still names the backup's bytes, not these
+    const stale = await rebundle(a, good, breakIndex, "stale-attestation");
+    const refused = await restore(stale, "stale");
+    expect(refused.code, refused.stderr).toBe(13);
+    expect(refused.stderr.split("\n")[0]).toMatch(/integrity_check: row \d+ missing from index tasks_status/);
+    expect(() => statSync(join(a.tmp, "stale"))).toThrow();
+    const sound = await rebundle(a, good, "UPDATE messages SET content = content || '!' WHERE rowid = 1;", "sound-change");
+    const r = await restore(sound, "sound");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: the manifest's integrity_checked names other bytes than this image\)/);
+    expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
+    const none = await rebundle(a, good, "UPDATE messages SET content = content || '?' WHERE rowid = 1;", "no-attestation", (x) => delete x.components.find((y: any) => y.kind === "sqlite").integrity_checked);
+    const n = await restore(none, "none");
+    expect([0, 3], n.stderr).toContain(n.code);
+    expect(detail(n)).toMatch(/^integrity_check ok \(re-run: no integrity_check at backup is attested for this image\)/);
+  });
+
+  it("an incremental between integrity checks attests nothing and its default restore runs integrity_check; a checked incremental is attested by its rebuilt pages root", async () => {
+    const change = () => execa("sqlite3", [join(a.dir, "state/agent.sqlite"), "UPDATE messages SET content = content || ' (edited)' WHERE rowid % 50 = 0;"]);
+    await change();
+    const inc = json(await a.run(["backup", "--incremental", "--json"]));
+    expect(inc.databases_read).toBe("in-place"); // link 1 of integrityEvery 5: no integrity_check at backup
+    const c = manifestOf(await a.file(inc.path)).components.find((x: any) => x.name === "state");
+    expect(c.kind).toBe("sqlite-delta");
+    expect(c.integrity_checked).toBeUndefined();
+    const r = await restore(inc.snapshot_id, "between-checks");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: no integrity_check at backup is attested for this image\)/);
+    expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    writeFileSync(a.config, JSON.stringify({ ...cfg, incremental: { ...cfg.incremental, integrityEvery: 1 } }));
+    await change();
+    const checked = json(await a.run(["backup", "--incremental", "--json"]));
+    expect(checked.databases_read).toBe("copy");
+    const d = manifestOf(await a.file(checked.path)).components.find((x: any) => x.name === "state");
+    expect(d.kind).toBe("sqlite-delta");
+    expect(d.integrity_checked).toBe(d.full_pages_sha256);
+    const r2 = await restore(checked.snapshot_id, "checked-link");
+    expect([0, 3], r2.stderr).toContain(r2.code);
+    expect(detail(r2)).toMatch(/^attested at backup: integrity_check passed on these exact bytes \(pages root [0-9a-f]{12}/);
+    expect((await receipt()).integrity).toEqual({ state: "attested" });
+  });
 });

@@ -17,6 +17,7 @@ import {
   ensureDir,
   ensureDirIn,
   FlushBehindFile,
+  fsyncTree,
   isInside,
   openRegular,
   pidAlive,
@@ -244,3 +245,34 @@ describe("isInside", () => {
     expect(isInside("/a", "/a/b")).toBe(false);
   });
 });
+
+describe("fsyncTree", () => {
+  const strace = spawnSync("strace", ["-V"]).status === 0;
+  // strace sees the fsync calls themselves: one per file and folder and the root, from more than one thread at once
+  it.skipIf(!strace)("fsyncs every file and folder under the root, then the root, many at once on libuv's threads", () => {
+    const dir = mkdtempSync(join(tmpdir(), "agentbak-fsynctree-"));
+    try {
+      for (let i = 0; i < 200; i++) {
+        ensureDir(join(dir, `d${i % 10}`));
+        writeFileSync(join(dir, `d${i % 10}`, `f${i}`), `file ${i}\n`);
+      }
+      const log = join(dir, "..", `${dir.split("/").pop()}.strace`);
+      const mod = join(import.meta.dirname, "../../dist/fsutil.js");
+      execFileSync("strace", ["-f", "-qq", "-e", "trace=fsync", "-o", log, process.execPath, "--input-type=module", "-e", `await (await import(${JSON.stringify(mod)})).fsyncTree(${JSON.stringify(dir)})`]);
+      // a call another thread's interrupts is logged as "fsync(N <unfinished ...>" and "<... fsync resumed>) = 0"
+      const raw = readFileSync(log, "utf8");
+      rmSync(log);
+      const calls = raw.split("\n").filter((l) => /^\d+\s+fsync\(\d+/.test(l));
+      expect(calls.length).toBe(200 + 10 + 1);
+      // one fsync still running when another starts: only calls made at once are logged unfinished
+      expect(raw).toMatch(/fsync\(\d+ <unfinished \.\.\.>/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("a folder that cannot be listed is an error, not a silent success", async () => {
+    await expect(fsyncTree(join(tmpdir(), "agentbak-no-such-folder-" + process.pid))).rejects.toMatchObject({ code: "ENOENT" });
+  });
+});
+

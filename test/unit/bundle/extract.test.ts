@@ -58,14 +58,15 @@ const failure = async (p: Promise<unknown>) => {
 
 describe("checkDatabase", () => {
   it("passes a sound database whose counts and user_version match, under every policy", async () => {
-    for (const p of ["full", "quick", "digest"] as IntegrityPolicy[]) await expect(checkDatabase(db, entry(), p)).resolves.toBeUndefined();
+    const established = { full: "integrity_check", quick: "quick_check", digest: "digest", attested: "integrity_check" };
+    for (const p of ["full", "quick", "digest", "attested"] as IntegrityPolicy[]) await expect(checkDatabase(db, entry(), p)).resolves.toBe(established[p]);
   });
 
   it("a row count or user_version other than the manifest's is 13 naming both; digest checks only user_version", async () => {
     expect(await failure(checkDatabase(db, entry({ records: { events: 51, notes: 1 } })))).toEqual([13, "database state: table events has 50 rows, manifest says 51"]);
     expect(await failure(checkDatabase(db, entry({ records: { gone: 3 } }), "quick"))).toEqual([13, "database state: table gone has 0 rows, manifest says 3"]);
     expect(await failure(checkDatabase(db, entry({ schema_version: 8 }), "digest"))).toEqual([13, "database state: user_version 7, manifest says 8"]);
-    await expect(checkDatabase(db, entry({ records: { events: 51 } }), "digest")).resolves.toBeUndefined();
+    await expect(checkDatabase(db, entry({ records: { events: 51 } }), "digest")).resolves.toBe("digest");
   });
 
   it("an index that disagrees with its table: integrity_check finds it (13), quick_check does not look", async () => {
@@ -74,7 +75,19 @@ describe("checkDatabase", () => {
     const [code, message] = await failure(checkDatabase(bad, entry()));
     expect(code).toBe(13);
     expect(message).toMatch(/^database state: integrity_check: .*missing from index by_body/);
-    await expect(checkDatabase(bad, entry(), "quick")).resolves.toBeUndefined();
+    await expect(checkDatabase(bad, entry(), "quick")).resolves.toBe("quick_check");
+  });
+
+  it("attested (restore's default): the check is not re-run when the manifest attests it for exactly this image's digest; re-run for other digests or none", async () => {
+    const bad = copy();
+    execFileSync("sqlite3", [bad, "PRAGMA writable_schema=ON; UPDATE sqlite_master SET sql='CREATE INDEX by_body ON events(body DESC)' WHERE name='by_body';"]);
+    // the broken index passes only because the attestation names these bytes: integrity_check did not run
+    await expect(checkDatabase(bad, entry({ integrity_checked: "a".repeat(64) }), "attested")).resolves.toBe("attested");
+    expect((await failure(checkDatabase(bad, entry({ integrity_checked: "b".repeat(64) }), "attested")))[1]).toMatch(/^database state: integrity_check: .*missing from index by_body/);
+    expect((await failure(checkDatabase(bad, entry(), "attested")))[1]).toMatch(/integrity_check: .*missing from index by_body/);
+    // full re-runs it whatever the manifest attests; user_version is checked under every policy
+    expect((await failure(checkDatabase(bad, entry({ integrity_checked: "a".repeat(64) }), "full")))[1]).toMatch(/integrity_check: .*missing from index by_body/);
+    expect((await failure(checkDatabase(db, entry({ integrity_checked: "a".repeat(64), schema_version: 8 }), "attested")))[1]).toBe("database state: user_version 7, manifest says 8");
   });
 
   it("a file still in WAL mode, or not a database at all, is 13", async () => {
@@ -126,7 +139,7 @@ describe("extractAndCheck", () => {
     expect(readFileSync(join(root, "state/agent.sqlite")).equals(readFileSync(db))).toBe(true);
     expect(statSync(join(root, "state/agent.sqlite")).mode & 0o777).toBe(0o600);
     expect(readFileSync(join(root, "notes/notes.md"), "utf8")).toBe("the agent's notes\n");
-    expect(x.databases).toEqual([{ name: "state", path: join(root, "state/agent.sqlite"), schemaVersion: 7 }]);
+    expect(x.databases).toEqual([{ name: "state", path: join(root, "state/agent.sqlite"), schemaVersion: 7, integrity: "integrity_check" }]);
     expect(x.checks.map((c) => [c.name, c.ok])).toEqual([["components", true], ["integrity:state", true]]);
     expect(x.sources).toEqual([]);
     expect(readdirSync(root).sort()).toEqual(["notes", "state"]);

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import canonicalize from "canonicalize";
-import { encodeManifest, parseManifest, rememberValidManifest } from "../../../src/bundle/manifest.js";
+import { encodeManifest, integrityAttested, parseManifest, rememberValidManifest } from "../../../src/bundle/manifest.js";
 import { createHash } from "node:crypto";
 
 const base = {
@@ -82,6 +82,20 @@ describe("manifest", () => {
     expect(() => parseManifest(delta(3, { full_pages_sha256: "c".repeat(64) }))).toThrow(/full_pages_sha256 in a format version 3 manifest/);
     expect(() => parseManifest(delta(4, {}))).toThrow(/has no full_pages_sha256/);
     expect(() => parseManifest(delta(2, {}))).toThrow(/has no full_sha256/);
+  });
+
+  it("integrity_checked: a database's attested image digest, refused on other kinds; integrityAttested compares it with the image restored", () => {
+    const db = { ...base.components[0]!, integrity_checked: "a".repeat(64) };
+    const at = (c: object) => Buffer.from(canonicalize({ ...base, format_version: 4, components: [c] })!);
+    const m = parseManifest(at(db));
+    expect(integrityAttested(m.components[0]!)).toBe(true);
+    expect(integrityAttested(parseManifest(at({ ...db, integrity_checked: "b".repeat(64) })).components[0]!)).toBe(false);
+    expect(integrityAttested(parseManifest(at(base.components[0]!)).components[0]!)).toBe(false);
+    const delta = { path: "db/state.delta", kind: "sqlite-delta", name: "state", sha256: "a".repeat(64), size: 10, target: "state/agent.sqlite", full_pages_sha256: "c".repeat(64), full_size: 4096, page_size: 4096, page_count: 1, changed_pages: 1 };
+    // a delta attests its rebuilt database (the pages root), never the delta file's sha256
+    expect(integrityAttested(parseManifest(at({ ...delta, integrity_checked: "c".repeat(64) })).components[0]!)).toBe(true);
+    expect(integrityAttested(parseManifest(at({ ...delta, integrity_checked: "a".repeat(64) })).components[0]!)).toBe(false);
+    expect(() => parseManifest(at({ path: "files/a.json", kind: "file", name: "a.json", sha256: "a".repeat(64), size: 10, target: "a.json", integrity_checked: "a".repeat(64) }))).toThrow(/integrity_checked on file component files\/a.json \(databases only\)/);
   });
 
   it("a component's chunks (format 5): only from version 5, only on files and sources, adding up to its size; an 8 MiB cap", () => {
