@@ -81,6 +81,11 @@ export function committedObjects(listed: string[], dir: string): Map<string, boo
   return new Map([...commits].sort().map((id) => [id, bundles.has(id)]));
 }
 
+/** The committed snapshots a record names, and whether each one's bundle was there: committedObjects as the record saw them. */
+export function recordedObjects(rec: CatalogRecord): Map<string, boolean> {
+  return new Map(Array.isArray(rec.snapshots) ? rec.snapshots.map((s) => [s.snapshot_id, s.bundle]) : []);
+}
+
 /**
  * The record of an agent's snapshots in `dir` as its own listing (from the objects) found them.
  * @param objects committedObjects of the folder, read with the listing
