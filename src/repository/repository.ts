@@ -21,7 +21,7 @@ import { signRecord, verifyRecord, verifySigned } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
 import { trusts, type Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { doneBeforeInterrupt, letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
+import { doneBeforeInterrupt, interrupting, letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, Exit, notFound, usageError, verifyError } from "../errors.js";
 import { mapLimit } from "../limit.js";
 import { openStore } from "../storage/open.js";
@@ -285,7 +285,7 @@ export class Repository {
       ? openStore(this.leasesAt, { create: true }).then((store) => ({ store, root: `repositories/${this.id}/` }))
       : Promise.resolve({ store: this.store, root: "" }));
     const lease = await acquireLease(home.store, home.root + folder, { waitMs, what });
-    const unregister = onInterrupt(() => void lease.release().catch(() => undefined));
+    const unregister = onInterrupt(() => lease.release()); // waited for by main before it exits
     this.held.set(folder, lease);
     return {
       get token() {
@@ -303,12 +303,14 @@ export class Repository {
   /**
    * The fence before a delete or a commit of `a`'s snapshots: the agent lease
    * this process holds must still be its own.
-   * @throws AgentbakError(11) when it was taken over; (1) when this process holds none (a bug).
+   * @throws AgentbakError(11) when it was taken over; (130) once an interrupt is being handled; (1) when this process holds none (a bug).
    */
   private async fence(a: AgentRef, what: string): Promise<void> {
     const lease = this.held.get(keys.lease(a, "agent"));
     if (!lease) throw new AgentbakError(Exit.failure, `internal error: ${what} of ${a.tenant}/${a.agent} in ${this.location} without holding its agent lock`);
     await lease.check();
+    // an interrupt while the lease was checked: its release may be under way, and nothing is committed or deleted after it
+    if (interrupting()) throw new AgentbakError(Exit.interrupted, "interrupted");
   }
 
   // ---- catalog ----
