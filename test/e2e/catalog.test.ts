@@ -6,7 +6,7 @@
 // record's back is named missing by --fresh (and from then on); a backup killed between its commit and its
 // record leaves no record, so its snapshot is listed; a record where earlier builds kept it is read and moved;
 // forget rewrites it.
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -159,6 +159,21 @@ describe("the per-agent catalog record", () => {
     expect(entries.filter((e: any) => e.agent_id === "billing-agent").map((e: any) => e.snapshot_id)).toEqual(kept);
     expect(counts.head ?? 0).toBe(entries.filter((e: any) => e.agent_id !== "billing-agent" && !/bundle object is missing/.test(e.problem ?? "")).length);
     expect(entries).toEqual(await fromObjects());
+  }, 60_000);
+
+  it("the host's cache of checked records is trusted only under its HMAC: an entry edited in it is not listed, and every record is read again", async () => {
+    const { entries } = await listAll(); // the cache written (or already there)
+    const dir = join(a.home, "cache");
+    const file = readdirSync(dir).find((f) => f.startsWith("catalogs-"))!;
+    const text = readFileSync(join(dir, file), "utf8");
+    const nl = text.indexOf("\n");
+    const body = JSON.parse(text.slice(nl + 1));
+    for (const [, e] of body.entries) for (const x of e.record.snapshots) x.label = "forged";
+    writeFileSync(join(dir, file), `${text.slice(0, nl)}\n${JSON.stringify(body)}`);
+    const after = await listAll();
+    expect(after.entries).toEqual(entries);
+    expect(after.entries.some((e: any) => e.label === "forged")).toBe(false);
+    expect(after.counts.get).toBeGreaterThanOrEqual(1 + AGENTS.length); // every record read again (and any agent listed from its objects)
   }, 60_000);
 
   it("--all with --agent is refused (2)", async () => {
