@@ -8,7 +8,7 @@
 import { rmSync } from "node:fs";
 import { AgentbakError, Exit } from "./errors.js";
 
-const tasks = new Set<() => void>();
+const tasks = new Set<() => unknown>();
 
 /** What stopOnInterrupt needs of a child process (execa's subprocess is one). */
 interface Child {
@@ -78,8 +78,11 @@ export function onTerminate(fn: (() => void) | null): void {
 /** What SIGTERM should do instead of interrupting, or null. */
 export const terminateHandler = (): (() => void) | null => terminate;
 
-/** Registers `fn`; returns a function that unregisters it. */
-export function onInterrupt(fn: () => void): () => void {
+/**
+ * Registers `fn`; returns a function that unregisters it. A cleanup that returns a promise (a lease's release:
+ * one write marking its grant released) is waited for, a short while, before the process exits.
+ */
+export function onInterrupt(fn: () => unknown): () => void {
   tasks.add(fn);
   return () => tasks.delete(fn);
 }
@@ -140,14 +143,33 @@ export async function letInterruptsIn(): Promise<void> {
 /** The line of an interrupted exit: "interrupted", and what was done before it. */
 export const interruptedMessage = (): string => (done ? `interrupted after ${done}` : "interrupted");
 
-/** Runs every registered cleanup, ignoring individual failures. */
-export function runInterruptCleanups(): void {
+/** How long an interrupted process waits for its asynchronous cleanups (the leases' releases) before it exits. */
+export const CLEANUP_WAIT_MS = 2000;
+
+/**
+ * Runs every registered cleanup, ignoring individual failures. When some are asynchronous the process is
+ * stopping from here on: the command's own awaits may still resume while they settle, but every commit point
+ * (letInterruptsIn, the repository's fence before a commit or a delete) throws, and nothing is printed.
+ * @returns null when every cleanup is done; else a promise that settles when the asynchronous ones have, or after `ms`
+ */
+export function runInterruptCleanups(ms = CLEANUP_WAIT_MS): Promise<void> | null {
+  const pending: Promise<unknown>[] = [];
   for (const fn of tasks) {
     try {
-      fn();
+      const r = fn();
+      if (r instanceof Promise) pending.push(r.catch(() => undefined));
     } catch {
       /* best effort while exiting */
     }
   }
   tasks.clear();
+  if (!pending.length) return null; // the process exits now: nothing else runs
+  stopping = true; // the command's awaits may resume while these settle: none of them commits, nor prints
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    void Promise.all(pending).then(() => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
 }

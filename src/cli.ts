@@ -212,6 +212,7 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--all", "every agent of the repository (of --tenant's, with it), whatever the config's agent; read from each agent's catalog record")
+      .option("--fresh", "with --all: check every agent's catalog record against its snapshots folder, not only the records changed since this host last checked them")
       .option("--agent <id>", "only this agent (default: the config's)")
       .option("--tenant <t>", "only this tenant (default: the config's)")
       .option("--label <label>", "only snapshots with this label")
@@ -236,6 +237,7 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
       .addOption(cfgOpt())
       .addOption(repoOpt())
       .option("--all", "every agent in the repository")
+      .option("--fresh", "with --all: check every agent's catalog record against its snapshots folder, not only the records changed since this host last checked them")
       .option("--agent <id>", "agent (default: the config's)")
       .option("--tenant <t>", "tenant (default: the config's)")
       .addOption(jsonOpt()),

@@ -51,7 +51,9 @@ export function homePaths(home: string = agentbakHome()) {
       dir: cache,
       /** a repository's verified manifests, per repository and listing scope (repository/headercache.ts) */
       headers: (key: string) => join(cache, `headers-${key}.bin`),
-      /** the key of the header caches' HMAC */
+      /** a repository's catalog records this host checked against the objects (repository/catalogcache.ts) */
+      catalogs: (key: string) => join(cache, `catalogs-${key}.json`),
+      /** the key of the header caches' (and the catalog cache's) HMAC */
       headersKey: join(cache, "headers.key"),
       /** payload digests verified by this host, by file identity (bundle/chain.ts) */
       checkedPayloads: join(cache, "checked-payloads.json"),

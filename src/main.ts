@@ -83,15 +83,18 @@ async function main(argv: string[]): Promise<ExitCode> {
 /**
  * Ends the process on an interrupt or a failure nothing awaited: stops the
  * child processes (they may be writing into a folder about to be removed),
- * then runs the registered cleanups (staging, temp folders, locks), then exits.
+ * then runs the registered cleanups (staging, temp folders, locks) and waits
+ * for those that write (a lease's release; at most CLEANUP_WAIT_MS), then exits.
  */
 let ending = false;
 function end(say: () => ExitCode): void {
   if (ending) return;
   ending = true;
   const exit = () => {
-    runInterruptCleanups();
-    process.exit(say());
+    // a lease's release is a write: waited for (a bounded while), so its grant is marked released, not left to be taken over
+    const settling = runInterruptCleanups();
+    if (settling) void settling.then(() => process.exit(say()));
+    else process.exit(say());
   };
   // with no child running, nothing else runs before the exit (as a signal handler's exit)
   if (liveChildren() === 0) exit();

@@ -186,8 +186,9 @@ export async function drillFleet(opts: FleetDrillOptions): Promise<FleetDrillRes
  */
 async function repositoryFleet(opts: FleetDrillOptions): Promise<{ members: Member[]; entries: CatalogEntry[]; fleetCtx: Context }> {
   const ctx = context({ repo: context({ repo: opts.repo }).repoLocation }, { configless: true });
-  // the fleet's snapshots from each agent's catalog record (repository/catalog.ts): a drilled one is read whole
-  const entries = await (await ctx.repository()).entries(ctx.trust);
+  // the fleet's snapshots from each agent's catalog record checked against its snapshots folder (repository/catalog.ts,
+  // fresh: the sample is drawn from what the objects hold, not from what this host checked before); a drilled one is read whole
+  const entries = await (await ctx.repository()).entries(ctx.trust, {}, new Date(), { fresh: true });
   const members = [...new Map(entries.filter((e) => e.tenant).map((e) => [`${e.tenant}/${e.agent_id}`, { tenant: e.tenant!, agent: e.agent_id, ctx: () => ctx }])).values()];
   return { members, entries, fleetCtx: ctx };
 }

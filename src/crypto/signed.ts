@@ -25,6 +25,11 @@ export function signRecord<T extends { kind: string }>(body: T, key: SigningKey,
  * @throws AgentbakError(13) "<what>: <why>" when it is not a JSON object, is unsigned, of another kind, edited, or signed by a key not trusted.
  */
 export function verifyRecord(record: unknown, trust: Trust, namespace: string, kind: string, what: string, now = new Date()): Record<string, unknown> & { kind: string } {
+  return verifySigned(record, trust, namespace, kind, what, now).body;
+}
+
+/** verifyRecord, and the public key (SSH wire form) the record verified with. @throws as verifyRecord. */
+export function verifySigned(record: unknown, trust: Trust, namespace: string, kind: string, what: string, now = new Date()): { body: Record<string, unknown> & { kind: string }; signer: Buffer } {
   const bad = (why: string) => verifyError(`${what}: ${why}`);
   if (!record || typeof record !== "object" || Array.isArray(record)) throw bad("not a JSON object");
   const { signature, ...body } = record as Record<string, unknown>;
@@ -38,7 +43,7 @@ export function verifyRecord(record: unknown, trust: Trust, namespace: string, k
   const t = trusts(trust, pub, namespace, now);
   if (!t.trusted) throw bad(t.reason);
   if (body.kind !== kind) throw bad(`a ${String(body.kind).slice(0, 40)} record, not a ${kind} record`);
-  return body as Record<string, unknown> & { kind: string };
+  return { body: body as Record<string, unknown> & { kind: string }, signer: pub };
 }
 
 /**

@@ -15,7 +15,7 @@
  */
 import { Exit } from "../errors.js";
 import { NS } from "../crypto/sshsig.js";
-import { trusts, type Trust } from "../crypto/trust.js";
+import { trusts, type Trust, type TrustResult } from "../crypto/trust.js";
 import { parseSnapshotKey } from "./layout.js";
 import type { VerifiedBundle } from "../bundle/header.js";
 
@@ -81,6 +81,11 @@ export function committedObjects(listed: string[], dir: string): Map<string, boo
   return new Map([...commits].sort().map((id) => [id, bundles.has(id)]));
 }
 
+/** The committed snapshots a record names, and whether each one's bundle was there: committedObjects as the record saw them. */
+export function recordedObjects(rec: CatalogRecord): Map<string, boolean> {
+  return new Map(Array.isArray(rec.snapshots) ? rec.snapshots.map((s) => [s.snapshot_id, s.bundle]) : []);
+}
+
 /**
  * The record of an agent's snapshots in `dir` as its own listing (from the objects) found them.
  * @param objects committedObjects of the folder, read with the listing
@@ -122,16 +127,19 @@ export function summarize(a: { tenant: string; agent: string }, list: Listed[], 
 export function fromRecord(rec: CatalogRecord, a: { tenant: string; agent: string }, objects: Map<string, boolean>, trust: Trust, now: Date, bundlePath: (id: string) => string): CatalogEntry[] | null {
   if (rec.tenant !== a.tenant || rec.agent_id !== a.agent || !Array.isArray(rec.snapshots) || rec.snapshots.length !== objects.size) return null;
   for (const s of rec.snapshots) if (typeof s?.snapshot_id !== "string" || objects.get(s.snapshot_id) !== s.bundle) return null;
-  const out = rec.snapshots.map((s) => entryOf(s, a, trust, now, bundlePath(s.snapshot_id)));
+  // one judgement per signer: a record's snapshots are nearly always all signed by one key
+  const judged = new Map<string, TrustResult>();
+  const judge = (key: string) => judged.get(key) ?? judged.set(key, trusts(trust, Buffer.from(key, "base64"), NS.manifest, now)).get(key)!;
+  const out = rec.snapshots.map((s) => entryOf(s, a, judge, now, bundlePath(s.snapshot_id)));
   chainLinks(rec.snapshots, out);
   return out.sort((x, y) => (x.snapshot_id < y.snapshot_id ? -1 : x.snapshot_id > y.snapshot_id ? 1 : 0));
 }
 
 /** One item as a listing entry: its own problem, or its signer trusted now and its expiry against now. */
-function entryOf(s: CatalogItem, a: { tenant: string; agent: string }, trust: Trust, now: Date, path: string): CatalogEntry {
+function entryOf(s: CatalogItem, a: { tenant: string; agent: string }, judge: (signerKey: string) => TrustResult, now: Date, path: string): CatalogEntry {
   const base = { tenant: a.tenant, agent_id: a.agent, snapshot_id: s.snapshot_id, kind: s.kind, parent: s.parent, sequence: s.sequence, created_at: s.created_at, expires_at: s.expires_at, label: s.label, size: s.size, schema_version: s.schema_version, path };
   if (!s.verified) return { ...base, status: "invalid", problem: s.problem ?? "does not verify", problem_code: s.problem_code ?? Exit.verify, signer: null };
-  const t = trusts(trust, Buffer.from(s.verified.signer_key, "base64"), NS.manifest, now);
+  const t = judge(s.verified.signer_key);
   // as verifyLayout words and codes it
   if (!t.trusted) return { ...base, status: "invalid", problem: `manifest.sig: ${t.reason}`, problem_code: t.kind === "unknown" || t.kind === "namespace" ? Exit.verify : Exit.policy, signer: null };
   const expired = s.expires_at !== null && new Date(s.expires_at) <= now;

@@ -120,7 +120,7 @@ export function decodeCacheFile(file: Buffer, key: Buffer): { url: string; scope
  * process made one first, that one is used. An unusable key file (not 32
  * bytes) is replaced.
  */
-function makeKey(file: string): Buffer {
+export function makeKey(file: string): Buffer {
   const key = randomBytes(KEY_BYTES);
   try {
     createFileExclusive(file, key, 0o600);

@@ -9,7 +9,9 @@
  *   tenants/<tenant>/agents/<agent>/chunks/<id[0:2]>/<id>             one chunk of large state (docs/chunk-store.md)
  *   tenants/<tenant>/agents/<agent>/{sequence,generation}.json        generation.json also lists the replicas copy linked
  *   tenants/<tenant>/agents/<agent>/generations/<n, 16 digits>.json  the generation log: one entry per generation issued, never rewritten
- *   tenants/<tenant>/agents/<agent>/catalog.json                      signed: what a listing prints of its snapshots (repository/catalog.ts)
+ *   tenants/<tenant>/catalog/<agent>.json                             signed: what a listing prints of its snapshots (repository/catalog.ts);
+ *                                                                     one LIST of tenants/<tenant>/catalog/ names every agent's with its ETag
+ *   tenants/<tenant>/agents/<agent>/catalog.json                      where earlier builds kept the record: still read, deleted by the next write
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
  *   tenants/<tenant>/agents/<agent>/locks/<name>/<token>.lease        a lease's grants (agentbak < 0.2 wrote locks/<name>.lock)
  *   tenants/<tenant>/agents/<agent>/audit.jsonl, drills/report.jsonl
@@ -62,7 +64,14 @@ export const keys = {
   /** the agent's generation log: one create-only object per issued generation (repository/genlog.ts), as a listing prefix */
   generationLog: (a: AgentRef) => `${agentDir(a)}/generations/`,
   generationEntry: (a: AgentRef, n: number) => `${agentDir(a)}/generations/${String(n).padStart(16, "0")}.json`,
-  catalog: (a: AgentRef) => `${agentDir(a)}/catalog.json`,
+  catalog: (a: AgentRef) => {
+    agentDir(a); // the ids checked
+    return `${keys.catalogs(a.tenant)}${a.agent}.json`;
+  },
+  /** the folder of a tenant's catalog records, as a listing prefix */
+  catalogs: (tenant: string) => `tenants/${tenant}/catalog/`,
+  /** where earlier builds kept an agent's catalog record (still read; the next write deletes it) */
+  oldCatalog: (a: AgentRef) => `${agentDir(a)}/catalog.json`,
   idempotency: (a: AgentRef, kind: "backup" | "restore" | "request", key: string) => `${agentDir(a)}/idempotency/${kind}-${sha(key)}.json`,
   /** the folder of an agent's idempotency records of one kind, as a listing prefix */
   idempotencyRecords: (a: AgentRef, kind: "backup" | "restore" | "request") => `${agentDir(a)}/idempotency/${kind}-`,

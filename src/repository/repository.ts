@@ -17,17 +17,18 @@ import type { LinkSource } from "../bundle/chain.js";
 import type { ChunkSource } from "../bundle/chunked.js";
 import { ChunkStore, type SweepResult } from "../chunks/store.js";
 import { holdsCheckpoint, lineSha256, nextLine, verifyChainText, type ChainCheckpoint, type ChainVerifyResult } from "../crypto/chainlog.js";
-import { signRecord, verifyRecord } from "../crypto/signed.js";
+import { signRecord, verifyRecord, verifySigned } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
-import type { Trust } from "../crypto/trust.js";
+import { trusts, type Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
-import { doneBeforeInterrupt, letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
+import { doneBeforeInterrupt, interrupting, letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, Exit, notFound, usageError, verifyError } from "../errors.js";
 import { mapLimit } from "../limit.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
-import { CATALOG_KIND, committedObjects, fromRecord, summarize, type CatalogEntry, type CatalogRecord } from "./catalog.js";
+import { CATALOG_KIND, committedObjects, fromRecord, recordedObjects, summarize, type CatalogEntry, type CatalogRecord } from "./catalog.js";
+import { CatalogCache } from "./catalogcache.js";
 import { acquireLease, hostId, probeConditionalWrites, type Lease } from "./lease.js";
 import { readGenerations, reserveGeneration, type GenerationView, type Signing } from "./generation.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir } from "./layout.js";
@@ -129,6 +130,8 @@ export class Repository {
    * one whose identity (etag) and trust are unchanged is not verified twice.
    */
   private headers = new Map<string, { etag: string; trust: Trust; v: VerifiedBundle }>();
+  /** catalog records this process deleted before changing their agents' snapshots, not written again since */
+  private dropped = new Set<string>();
   /** the agent leases this process holds here, by lease folder: deletes and commits check them (fencing) */
   private held = new Map<string, Lease>();
   /** where the leases are: this store, or the one the marker names (`leases`) under this repository's id */
@@ -331,7 +334,7 @@ export class Repository {
       ? openStore(this.leasesAt, { create: true }).then((store) => ({ store, root: `repositories/${this.id}/` }))
       : Promise.resolve({ store: this.store, root: "" }));
     const lease = await acquireLease(home.store, home.root + folder, { waitMs, what });
-    const unregister = onInterrupt(() => void lease.release().catch(() => undefined));
+    const unregister = onInterrupt(() => lease.release()); // waited for by main before it exits
     this.held.set(folder, lease);
     return {
       get token() {
@@ -349,12 +352,14 @@ export class Repository {
   /**
    * The fence before a delete or a commit of `a`'s snapshots: the agent lease
    * this process holds must still be its own.
-   * @throws AgentbakError(11) when it was taken over; (1) when this process holds none (a bug).
+   * @throws AgentbakError(11) when it was taken over; (130) once an interrupt is being handled; (1) when this process holds none (a bug).
    */
   private async fence(a: AgentRef, what: string): Promise<void> {
     const lease = this.held.get(keys.lease(a, "agent"));
     if (!lease) throw new AgentbakError(Exit.failure, `internal error: ${what} of ${a.tenant}/${a.agent} in ${this.location} without holding its agent lock`);
     await lease.check();
+    // an interrupt while the lease was checked: its release may be under way, and nothing is committed or deleted after it
+    if (interrupting()) throw new AgentbakError(Exit.interrupted, "interrupted");
   }
 
   // ---- catalog ----
@@ -386,30 +391,58 @@ export class Repository {
   }
 
   /**
-   * What a listing prints (filtered), oldest first per agent: one agent's from its objects (list); every
-   * agent's (or a tenant's) from each agent's catalog record where it agrees with the objects, so a
-   * fleet costs one LIST and one GET per agent, 64 agents at once, not a HEAD and a header per snapshot.
+   * What a listing prints (filtered), oldest first per agent: one agent's from its objects (list); every agent's
+   * (or a tenant's) from the catalog records (catalog.ts). One LIST of each tenant's catalog folder names every
+   * record with its identity: a record this host checked before and unchanged since is used as it is (its signer
+   * and expiries judged now); a new or changed one is read, verified and checked against a LIST of its agent's
+   * snapshots folder; an agent with none, or whose record does not agree, is listed from its objects. `fresh`:
+   * every record is checked against its agent's folder again (a LIST and a GET per agent, 64 at once).
    */
-  async entries(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date()): Promise<CatalogEntry[]> {
+  async entries(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date(), o: { fresh?: boolean } = {}): Promise<CatalogEntry[]> {
     if (f.agent || (await this.store.folders("agents/")).length) return (await this.list(trust, f, now)).map(catalogEntry); // layout v1 folders: listed whole
+    const tenants = (f.tenant ? [f.tenant] : await this.store.folders("tenants/")).filter((t) => ID_PATTERN.test(t));
     const agents: AgentRef[] = [];
-    for (const tenant of f.tenant ? [f.tenant] : await this.store.folders("tenants/"))
-      if (ID_PATTERN.test(tenant)) for (const agent of await this.store.folders(`tenants/${tenant}/agents/`)) if (isAgentRef({ tenant, agent })) agents.push({ tenant, agent });
-    return (await mapLimit(agents, 64, (a) => this.agentEntries(a, trust, now))).flat();
+    const tags = new Map<string, string>();
+    for (const tenant of tenants) {
+      const [folders, tagged] = await Promise.all([this.store.folders(`tenants/${tenant}/agents/`), this.store.tagged(keys.catalogs(tenant))]);
+      for (const [k, t] of tagged) tags.set(k, t);
+      for (const agent of folders) if (isAgentRef({ tenant, agent })) agents.push({ tenant, agent });
+    }
+    const cache = new CatalogCache(this.home, this.store.url);
+    const out = await mapLimit(agents, 64, (a) => this.agentEntries(a, trust, now, cache, tags.get(keys.catalog(a)) ?? null, Boolean(o.fresh)));
+    cache.save(new Set(tags.keys()), (k) => tenants.some((t) => k.startsWith(keys.catalogs(t))));
+    return out.flat();
   }
 
-  /** One agent's listing from its catalog record when that agrees with a LIST of its snapshots folder, else from its objects. */
-  private async agentEntries(a: AgentRef, trust: Trust, now: Date): Promise<CatalogEntry[]> {
+  /**
+   * One agent's listing: from its record as this host checked it, when the record is unchanged since (`tag`);
+   * else from its record (or, with none, the one earlier builds kept in its folder) when that agrees with a LIST
+   * of its snapshots folder; else from its objects.
+   * @param fresh the record is checked against the folder whatever this host checked before (--fresh)
+   */
+  private async agentEntries(a: AgentRef, trust: Trust, now: Date, cache: CatalogCache, tag: string | null, fresh: boolean): Promise<CatalogEntry[]> {
     const dir = snapshotsDir(a);
-    const [listed, raw] = await Promise.all([this.store.list(`${dir}/`), this.store.get(keys.catalog(a))]);
+    const key = keys.catalog(a);
+    const path = (id: string) => `${this.location}/${keys.bundle(dir, id)}`;
+    const hit = tag && !fresh ? cache.get(key, tag) : null;
+    if (hit && trusts(trust, Buffer.from(hit.signer, "base64"), NS.receipt, now).trusted) {
+      const listed = fromRecord(hit.record, a, recordedObjects(hit.record), trust, now, path);
+      if (listed) return listed;
+    }
+    const [listed, raw] = await Promise.all([this.store.list(`${dir}/`), this.store.get(tag ? key : keys.oldCatalog(a))]);
     const objects = committedObjects(listed, dir);
     let rec: CatalogRecord | null = null;
+    let signer = "";
     try {
-      rec = raw && (verifyRecord(JSON.parse(String(raw)), trust, NS.receipt, CATALOG_KIND, keys.catalog(a), now) as unknown as CatalogRecord);
+      const v = raw && verifySigned(JSON.parse(String(raw)), trust, NS.receipt, CATALOG_KIND, tag ? key : keys.oldCatalog(a), now);
+      if (v) [rec, signer] = [v.body as unknown as CatalogRecord, v.signer.toString("base64")];
     } catch {
       /* unparsable, unsigned, edited or signed by a key not trusted now: listed from the objects */
     }
-    return (rec && fromRecord(rec, a, objects, trust, now, (id) => `${this.location}/${keys.bundle(dir, id)}`)) ?? (await this.list(trust, a, now)).map(catalogEntry);
+    const fromRec = rec && fromRecord(rec, a, objects, trust, now, path);
+    if (fromRec && tag) cache.set(key, { tag, record: rec!, signer });
+    else cache.drop(key);
+    return fromRec ?? (await this.list(trust, a, now)).map(catalogEntry);
   }
 
   /**
@@ -417,14 +450,27 @@ export class Repository {
    * the agent lease. A record that could not be written only costs the next listing time.
    */
   async writeCatalog(a: AgentRef, trust: Trust, key: SigningKey | null): Promise<void> {
+    this.dropped.delete(keys.catalog(a)); // whether or not this write lands, the next change deletes the record first
     if (!key) return;
     const dir = snapshotsDir(a);
     try {
       const objects = committedObjects(await this.store.list(`${dir}/`), dir);
       await this.writeJson(keys.catalog(a), signRecord(summarize(a, await this.list(trust, a), objects, new Date()), key, NS.receipt));
+      await this.store.delete(keys.oldCatalog(a)); // where earlier builds kept it
     } catch (e) {
       if (!(e instanceof AgentbakError)) throw e;
     }
+  }
+
+  /**
+   * Deletes `a`'s catalog record before a commit or a removal of its snapshots changes them (the caller holds the
+   * agent lease): one that dies before writeCatalog leaves no record, and a listing reads that agent from its objects.
+   * @throws AgentbakError when the delete fails: the change must not happen under a record that no longer agrees.
+   */
+  async dropCatalog(a: AgentRef): Promise<void> {
+    if (this.dropped.has(keys.catalog(a))) return;
+    await this.store.delete(keys.catalog(a));
+    this.dropped.add(keys.catalog(a));
   }
 
   private async readCatalog(trust: Trust, now: Date, scope: string[] | null): Promise<Snapshot[]> {
@@ -732,6 +778,7 @@ export class Repository {
     }
     await letInterruptsIn(); // a Ctrl-C that came during the upload ends the run here, with nothing committed
     await this.recheck(); // the repository renamed or unmounted during the upload: the snapshot is not reported committed
+    await this.dropCatalog(a); // a run that dies between the commit and the record leaves none, never a stale one
     await this.fence(a, "committing"); // a lock lost meanwhile: another process may have removed this snapshot's parent
     if (!(await this.store.put(keys.commit(dir, p.snapshotId), JSON.stringify({ snapshot_id: p.snapshotId, committed_at: new Date().toISOString() }), { ifNoneMatch: true })))
       throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} is already committed in ${this.location}; refusing to overwrite`);
@@ -810,6 +857,7 @@ export class Repository {
   async remove(s: Snapshot): Promise<boolean> {
     // one check per snapshot: its three deletes follow at once
     await this.fence({ tenant: s.tenant!, agent: s.agent_id }, "removing a snapshot");
+    if (s.tenant && isAgentRef({ tenant: s.tenant, agent: s.agent_id })) await this.dropCatalog({ tenant: s.tenant, agent: s.agent_id });
     if (!(await this.store.delete(s.key))) return false;
     for (const k of await this.store.list(`${s.dir}/${s.snapshot_id}.`)) if (k.endsWith(".pageindex")) await this.store.delete(k);
     await this.store.delete(keys.commit(s.dir, s.snapshot_id));

@@ -104,6 +104,8 @@ export interface GatherInput {
   targets: StatusTarget[];
   /** every agent the repository holds too (those not in `targets` without objectives) */
   all?: boolean;
+  /** with `all`: every agent's catalog record checked against its snapshots folder (Repository.entries) */
+  fresh?: boolean;
   /** a caller of one tenant (a token's): the fleet figure only when every agent it drilled is of this tenant */
   tenant?: string;
   now?: Date;
@@ -128,7 +130,7 @@ export function mergeReports(reports: StatusReport[], now = new Date()): StatusR
 export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
   const now = i.now ?? new Date();
   // every agent's from the catalog records; named agents' alone from their own folders
-  const listed = i.all ? await i.repo.entries(i.trust, {}, now) : (await mapLimit(i.targets, 8, (t) => i.repo.entries(i.trust, { tenant: t.tenant, agent: t.agent }, now))).flat();
+  const listed = i.all ? await i.repo.entries(i.trust, {}, now, { fresh: i.fresh }) : (await mapLimit(i.targets, 8, (t) => i.repo.entries(i.trust, { tenant: t.tenant, agent: t.agent }, now))).flat();
   const targets = [...i.targets];
   if (i.all)
     for (const e of listed)

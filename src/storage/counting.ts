@@ -48,6 +48,7 @@ export function counting(store: ObjectStore, file: string): ObjectStore {
     localPath: (k, d) => (store.inPlace ? store.localPath(k, d) : count("get", store.localPath(k, d))),
     head: (k) => count("head", store.head(k)),
     list: (p) => count("list", store.list(p)),
+    tagged: (p) => count("list", store.tagged(p)),
     folders: (p) => count("list", store.folders(p)),
     hidden: (p) => count("list", store.hidden(p)),
     strays: (p) => store.strays(p), // no request: a bucket has none, a folder reads its own

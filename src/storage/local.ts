@@ -217,6 +217,15 @@ export class LocalStore implements ObjectStore {
     return out.sort();
   }
 
+  async tagged(prefix: string): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    for (const k of await this.list(prefix)) {
+      const h = await this.head(k);
+      if (h) out.set(k, h.etag); // one gone since the listing is not listed
+    }
+    return out;
+  }
+
   async strays(prefix: string): Promise<string[]> {
     const dirKey = prefix.replace(/\/$/, "");
     try {

@@ -173,7 +173,11 @@ export class S3Store implements ObjectStore {
   }
 
   async list(prefix: string): Promise<string[]> {
-    const out: string[] = [];
+    return [...(await this.tagged(prefix)).keys()];
+  }
+
+  async tagged(prefix: string): Promise<Map<string, string>> {
+    const out: [string, string][] = [];
     let token: string | undefined;
     do {
       let r;
@@ -182,10 +186,11 @@ export class S3Store implements ObjectStore {
       } catch (e) {
         throw this.fail("list", prefix, e);
       }
-      for (const o of r.Contents ?? []) if (o.Key) out.push(o.Key.slice(this.prefix.length));
+      // the time too: the same bytes put back (an ETag is their MD5) are another write
+      for (const o of r.Contents ?? []) if (o.Key) out.push([o.Key.slice(this.prefix.length), `${o.ETag ?? ""}:${o.LastModified?.getTime() ?? 0}`]);
       token = r.IsTruncated ? r.NextContinuationToken : undefined;
     } while (token);
-    return out.sort();
+    return new Map(out.sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0)));
   }
 
   /** Every key of a bucket names an object. */

@@ -42,6 +42,12 @@ export interface ObjectStore {
   /** Every key under the prefix, sorted. */
   list(prefix: string): Promise<string[]>;
   /**
+   * Every key under the prefix with an identity that changes whenever the object is written again, as the
+   * same listing gives it (S3: ETag and LastModified of ListObjectsV2, 1,000 keys a page; a folder: device,
+   * inode, size and time), so a caller can tell which objects changed without a request per object.
+   */
+  tagged(prefix: string): Promise<Map<string, string>>;
+  /**
    * Objects under the prefix that a delete without a version id hid in a versioned bucket (a delete marker is
    * their newest version) while an older version is still kept, as Object Lock retention keeps it: each key with
    * the bytes of its newest kept version. A store without versions has none.

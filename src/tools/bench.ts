@@ -30,6 +30,8 @@
  *   --only startup     the start-up figures alone (bench-startup.ts): --version, snapshots, nothing changed,
  *                      medians beside node -e 0's; a full run measures them first too
  *   --startup-runs N   runs of each start-up figure (default 21)
+ *   --fleet --only list  the fleet's listing alone (bench-listing.ts): `snapshots --all`/`status --all` over
+ *                      --agents (1000) x --snapshots (20), cold and warm host cache, requests counted
  *   --fleet            issue 36's fleet figures alone (bench-fleet.ts): N agents over H `serve --host`
  *                      processes, a round of all and one of 10% changed, `snapshots --all`, `status --all`
  *                      (--agents N, --hosts H, --changed F, --db-kib K, --before BIN; a bucket on
@@ -42,6 +44,7 @@ import { join } from "node:path";
 import { checkpointBench, checkpointRows } from "./bench-checkpoint.js";
 import { chunkBench } from "./bench-chunks.js";
 import { fleetBench } from "./bench-fleet.js";
+import { listingBench } from "./bench-listing.js";
 import { secondBench, secondRows, type SecondResult } from "./bench-second.js";
 import { bin, fmt, measure, root, type Measured } from "./bench-measure.js";
 import { profileText, summarizeDir, type ThreadSummary } from "./bench-profile.js";
@@ -289,6 +292,14 @@ async function main(): Promise<void> {
     const env = { ...process.env, AGENTBAK_HOME: home, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true" } as Record<string, string>;
     await execa("node", [bin, "keygen", "--out", home], { env });
     const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
+    if (flag("fleet") && arg("only", "") === "list") {
+      const r = await listingBench({ tmp, env, home, recipient, agents: Number(arg("agents", "1000")), snapshots: Number(arg("snapshots", "20")), dbKiB: Number(arg("db-kib", "16")), log });
+      const uptime = (await execa("uptime")).stdout.trim();
+      process.stdout.write([`${new Date().toISOString()}, commit ${(await machine()).commit}, ${uptime}`, "", ...r.lines].join("\n") + "\n");
+      const jsonFile = arg("json", "");
+      if (jsonFile) writeFileSync(jsonFile, JSON.stringify({ date: new Date().toISOString(), machine: await machine(), uptime, listing: r.json }, null, 2) + "\n");
+      return;
+    }
     if (flag("fleet")) {
       const r = await fleetBench({ tmp, env, home, recipient, agents: Number(arg("agents", "1000")), hosts: Number(arg("hosts", "3")), changed: Number(arg("changed", "0.1")), dbKiB: Number(arg("db-kib", "256")), before: arg("before", "") || null, log });
       const uptime = (await execa("uptime")).stdout.trim();

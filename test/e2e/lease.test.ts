@@ -345,3 +345,31 @@ describe.skipIf(!endpoint)("a versioned bucket on Ceph RGW without a lease store
     }
   });
 });
+
+describe("SIGTERM while a backup holds its agent lease", () => {
+  it("the process marks its grant released before it exits 130, and writes no commit marker after the signal", async () => {
+    const t = await makeAgent({ sizeMb: 0.2 });
+    try {
+      const store = await t.store();
+      const commits = async () => (await store.list("tenants/")).filter((k: string) => k.endsWith(".commit"));
+      expect(json(await t.run(["backup", "--json"])).snapshot_id).toBeTruthy(); // a first snapshot: the second is an upload, then a commit
+      const before = await commits();
+      // stopped after the bundle's upload, before its commit marker: the signal is handled as the run resumes
+      const child = execa("node", [BIN, "backup", "--json", "--no-incremental"], { cwd: t.dir, env: { ...t.env, NO_COLOR: "1", AGENTBAK_PAUSE_STEP: "uploaded" }, reject: false });
+      const stopped = () => readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]!.startsWith("T");
+      for (const end = Date.now() + 60_000; !stopped() && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
+      expect(stopped()).toBe(true);
+      process.kill(child.pid!, "SIGTERM");
+      process.kill(child.pid!, "SIGCONT");
+      const r = await child;
+      expect(r.exitCode, String(r.stderr)).toBe(130);
+      expect(String(r.stderr)).toMatch(/^agentbak: interrupted$/m);
+      const grants = await store.list("tenants/acme/agents/billing-agent/locks/agent/");
+      expect(grants.length).toBe(2);
+      for (const g of grants) expect(JSON.parse(String(await store.get(g))), g).toMatchObject({ format: "agentbak-lease", released: true });
+      expect(await commits()).toEqual(before);
+    } finally {
+      t.cleanup();
+    }
+  });
+});

@@ -7,7 +7,7 @@
  * on (130). The module's state is per process and stopping never ends, so the
  * tests run in order and the stop comes last.
  */
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -129,5 +129,25 @@ describe("children stopped before folders are removed", () => {
     const e = await letInterruptsIn().then(() => null, (x: unknown) => x);
     expect(e).toBeInstanceOf(AgentbakError);
     expect((e as AgentbakError).code).toBe(130);
+  });
+});
+
+describe("asynchronous cleanups (a lease's release), in a module of their own", () => {
+  it("are waited for, at most the bound; meanwhile the process is stopping: letInterruptsIn (before every commit point) is 130", async () => {
+    vi.resetModules();
+    const c = await import("../../src/cleanup.js");
+    expect(c.runInterruptCleanups()).toBeNull(); // none registered: the caller exits at once
+    let marked = false;
+    c.onInterrupt(() => new Promise<void>((r) => setTimeout(() => ((marked = true), r()), 50)));
+    c.onInterrupt(() => new Promise(() => undefined)); // one that never settles: the bound ends the wait
+    const t0 = Date.now();
+    const settling = c.runInterruptCleanups(400);
+    expect(settling).not.toBeNull();
+    expect(c.interrupting()).toBe(true);
+    await expect(c.letInterruptsIn()).rejects.toMatchObject({ code: 130 });
+    await settling;
+    expect(marked).toBe(true);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(390);
+    expect(Date.now() - t0).toBeLessThan(2000);
   });
 });

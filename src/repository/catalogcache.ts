@@ -1,0 +1,91 @@
+/**
+ * The catalog records this host has checked, kept in AGENTBAK_HOME per
+ * repository and keyed by each record's key and identity (the ETag and time
+ * one LIST of a tenant's catalog folder gives): a fleet's listing reads and
+ * checks again only the records whose identity changed since (catalog.ts).
+ *
+ * An entry is a record whose signature verified and which agreed with a LIST
+ * of its agent's snapshots folder when it was read; the signer's trust is
+ * judged again at every use (trusts), so a revocation applies at once. The
+ * file carries an HMAC-SHA256 under the header cache's key (headercache.ts):
+ * a file this host's agentbak did not write is ignored whole, and every record
+ * read and checked afresh. Whoever can read that key can read AGENTBAK_HOME's
+ * signing key too.
+ */
+import { createHash, createHmac, timingSafeEqual } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { writeCacheFile } from "../fsutil.js";
+import { homePaths } from "../home.js";
+import { makeKey } from "./headercache.js";
+import type { CatalogRecord } from "./catalog.js";
+
+/** One checked record: its identity when checked, its signed body (without the signature), and its signer's key (base64 SSH wire form). */
+export interface CheckedRecord {
+  tag: string;
+  record: CatalogRecord;
+  signer: string;
+}
+
+const MAC_PREFIX = "agentbak catalog cache 1\0";
+const mac = (key: Buffer, body: string) => createHmac("sha256", key).update(MAC_PREFIX).update(body).digest("hex");
+
+export class CatalogCache {
+  private entries = new Map<string, CheckedRecord>();
+  private changed = false;
+  private readonly file: string | null;
+  private readonly keyFile: string | null;
+  private key: Buffer | null = null;
+
+  constructor(home: string | undefined, private readonly url: string) {
+    const name = createHash("sha256").update(url).digest("hex").slice(0, 16);
+    this.file = home ? homePaths(home).cache.catalogs(name) : null;
+    this.keyFile = home ? homePaths(home).cache.headersKey : null;
+    if (!this.file) return;
+    try {
+      const key = readFileSync(this.keyFile!);
+      if (key.length !== 32) return;
+      this.key = key;
+      const text = readFileSync(this.file, "utf8");
+      const nl = text.indexOf("\n");
+      const got = Buffer.from(text.slice(0, Math.max(0, nl)));
+      const want = Buffer.from(mac(key, text.slice(nl + 1)));
+      if (got.length !== want.length || !timingSafeEqual(got, want)) return;
+      const body = text.slice(nl + 1);
+      const c = JSON.parse(body) as { url: string; entries: [string, CheckedRecord][] };
+      if (c.url === url) this.entries = new Map(c.entries);
+    } catch {
+      /* no cache yet, or unreadable: every record is read and checked */
+    }
+  }
+
+  /** The checked record at `key` when its identity is still `tag`. */
+  get(key: string, tag: string): CheckedRecord | null {
+    const e = this.entries.get(key);
+    return e && e.tag === tag ? e : null;
+  }
+
+  /** Remembers a record that verified and agreed with its agent's objects. */
+  set(key: string, e: CheckedRecord): void {
+    this.entries.set(key, e);
+    this.changed = true;
+  }
+
+  /** Forgets a record: it did not agree with the objects (or is gone). */
+  drop(key: string): void {
+    this.changed = this.entries.delete(key) || this.changed;
+  }
+
+  /** Drops the entries of the tenants listed (`listed`) whose keys are not in `live`, and writes the cache if anything changed. */
+  save(live: Set<string>, listed: (key: string) => boolean): void {
+    for (const k of this.entries.keys()) if (listed(k) && !live.has(k)) this.drop(k);
+    if (!this.file || !this.changed) return;
+    try {
+      this.key ??= makeKey(this.keyFile!);
+      const body = JSON.stringify({ url: this.url, entries: [...this.entries] });
+      writeCacheFile(this.file, `${mac(this.key, body)}\n${body}`);
+    } catch {
+      /* a cache that can not be written only costs time */
+    }
+    this.changed = false;
+  }
+}
