@@ -295,6 +295,16 @@ function stagingBeside(target: string): string {
   }
 }
 
+/** The snapshot's credential references as checked at `target`, or all "unchecked" (`unchecked`: why, e.g. an agent's plan). */
+async function credentialsAt(refs: Manifest["credentials"], target: string, unchecked: string | undefined, how: Parameters<typeof checkCredentials>[2]) {
+  return unchecked ? refs.map((c) => ({ name: c.name, ref: c.ref, status: "unchecked" as const, detail: unchecked })) : await checkCredentials(refs, target, how);
+}
+
+/** The warning for a source's keys that expired since the snapshot (not restored). */
+function expiredKeys(r: { name: string; skipped: string[] }): string {
+  return `source ${r.name}: ${r.skipped.length} key(s) expired since the snapshot and were not restored: ${r.skipped.slice(0, 10).join(", ")}${r.skipped.length > 10 ? " ..." : ""}`;
+}
+
 /**
  * Restores a snapshot into `target`.
  * State sources go into their targets (each must be empty) before the folder is placed.
@@ -335,17 +345,15 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   };
   // a dry run shows the plan with its refusals (the command exits 14); anything else stops here
   if (policy.refusals.length && !o.dryRun) throw await refuse(`restore of ${m.snapshot_id} refused: ${policy.refusals.join("; ")}`);
-  const credentials = o.uncheckedCredentials
-    ? m.credentials.map((c) => ({ name: c.name, ref: c.ref, status: "unchecked" as const, detail: o.uncheckedCredentials! }))
-    : await checkCredentials(m.credentials, target, cfg?.restore.credentialCheck);
+  const credentials = await credentialsAt(m.credentials, target, o.uncheckedCredentials, cfg?.restore.credentialCheck);
   // the agent's generation: the repository's record, the replicas copy linked it with, and this host's trusted state
   const gens = repo ? await repo.generations(a, o.trust) : null;
   const nextGen = Math.max(gens?.highest ?? 0, seen.generation) + 1;
   const sources = sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
   const operations = settleOperations(m.open_operations, cfg?.openOperations);
   const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, { operations, timers: planTimers(cfg?.timers ?? [], new Date(m.created_at), now), sources: sources.planned });
-  const warnings = [...policy.warnings, ...policy.needs_approval, ...credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`)];
-  warnings.push(...(gens?.unreachable ?? []).map(unreachableWarning), ...(gens?.warnings ?? []));
+  const missing = credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`);
+  const warnings = [...policy.warnings, ...policy.needs_approval, ...missing, ...(gens?.unreachable ?? []).map(unreachableWarning), ...(gens?.warnings ?? [])];
   const result = (x: Partial<RestoreResult>): RestoreResult => ({ plan, restored: false, repeated: false, generation: null, checks: [], warnings, receipt_signed: false, sources: [], ...x });
   if (o.dryRun) return result({});
   const unresolved = sources.planned.find((p) => !p.resolved);
@@ -382,8 +390,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     crashStep("extracted");
     // servers first, then the folder: a source that can not be restored stops the restore before anything is placed
     const restoredSources = await restoreSources(m, x.sources, sources.targets(root), o.allowNonEmptySource);
-    for (const r of restoredSources)
-      if (r.skipped.length) warnings.push(`source ${r.name}: ${r.skipped.length} key(s) expired since the snapshot and were not restored: ${r.skipped.slice(0, 10).join(", ")}${r.skipped.length > 10 ? " ..." : ""}`);
+    warnings.push(...restoredSources.filter((r) => r.skipped.length).map(expiredKeys));
     const key = o.signingKey();
     // its log entry is signed with the key the receipt is, and entries already there are checked against the signers
     const info = { snapshot_id: m.snapshot_id, target, at: now.toISOString() };
