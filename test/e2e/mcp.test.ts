@@ -125,7 +125,11 @@ describe("checkpoints through MCP", () => {
 
   it("plan_restore shows what would be written and writes nothing", async () => {
     const target = join(a.tmp, "plan-target");
-    const r = await tool(clients.read!, "plan_restore", { target });
+    // the newest snapshot this host committed was removed above: "latest" would be a rollback (14), so name one
+    const latest = await tool(clients.read!, "plan_restore", { target });
+    expect(latest.isError).toBe(true);
+    expect(latest.text).toMatch(/rollback: latest of acme\/billing-agent .* is sequence 2, but this host committed sequence 3 there.*exit status 14/);
+    const r = await tool(clients.read!, "plan_restore", { snapshot: first.snapshot_id, target });
     expect(r.isError, r.text).toBe(false);
     expect(r.data.plan).toMatchObject({ agent_id: "billing-agent", tenant: "acme", target });
     expect(r.data.plan.writes.map((w: any) => w.path)).toContain("state/agent.sqlite");
