@@ -2,6 +2,7 @@
 // throwaway-server code, and config edits.
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import pg from "pg";
 import type { TestAgent } from "./helpers.js";
 
 export interface Server {
@@ -30,4 +31,15 @@ export function drillSpec(a: TestAgent, name: string, checks: Record<string, str
   const p = join(a.tmp, `${name}.json`);
   writeFileSync(p, JSON.stringify({ name, invariants: [join(dir, "*.sql")] }));
   return p;
+}
+
+/** Runs one query on a fresh connection to `url` (closed after); @returns its rows. */
+export async function sql<T = any>(url: string, q: string, params: unknown[] = []): Promise<T[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query(q, params)).rows as T[];
+  } finally {
+    await c.end();
+  }
 }

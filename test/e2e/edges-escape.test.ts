@@ -14,7 +14,7 @@ import { json, makeAgent, type TestAgent } from "../helpers.js";
 import { api, makeToken, mcpStdio, startServer, tool } from "../agentapi-helpers.js";
 import { craft, manifestOf } from "../craft.js";
 import { plain, Term } from "../pty.js";
-import { patchConfig, server, type Server } from "../sourcekit.js";
+import { patchConfig, server, sql, type Server } from "../sourcekit.js";
 
 // what an agent would plant: clear the screen and turn red; reverse the rest of the line; return to column 0
 const ESC = "\x1b[2J\x1b[31m";
@@ -349,15 +349,6 @@ describe("[E9] state sources: identifiers, locks, connection errors, passwords",
   const TABLES = [`public."100%"`, `public."say ""hi"""`, `public."x$agentbak$y"`, `public."it's"`, `"Mixed".t`];
   const PW = "s3cret-pw-Z9";
 
-  async function sql<T = any>(url: string, q: string): Promise<T[]> {
-    const c = new pg.Client({ connectionString: url });
-    await c.connect();
-    try {
-      return (await c.query(q)).rows as T[];
-    } finally {
-      await c.end();
-    }
-  }
   /** A session of its own (a migration, an operator's psql) that holds what it takes until released. */
   async function session(url: string) {
     const c = new pg.Client({ connectionString: url });

@@ -7,7 +7,7 @@ import pg from "pg";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
-import { drillSpec, patchConfig, server, type Server } from "../sourcekit.js";
+import { drillSpec, patchConfig, server, sql, type Server } from "../sourcekit.js";
 import { manifestOf } from "../craft.js";
 
 let a: TestAgent;
@@ -16,16 +16,6 @@ let spare: Server;
 let backup: any;
 let writes = { before: 0, after: 0 };
 const ACCOUNTS = 50;
-
-async function sql<T = any>(url: string, q: string, params: unknown[] = []): Promise<T[]> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return (await c.query(q, params)).rows as T[];
-  } finally {
-    await c.end();
-  }
-}
 
 /** The agent's ledger: every transfer moves money between two accounts and bumps a counter, in one transaction. */
 async function transfers(url: string, stop: () => boolean): Promise<number> {

@@ -4,25 +4,14 @@
 // nothing changed reuses that entry (same chunks and digest, and no table is read: the server's own seq_scan
 // counters do not move) and restores to the same rows; a changed row, or only a nextval, is dumped again.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import pg from "pg";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
-import { patchConfig, server, type Server } from "../sourcekit.js";
+import { patchConfig, server, sql, type Server } from "../sourcekit.js";
 import { manifestOf } from "../craft.js";
 
 let a: TestAgent;
 let live: Server;
 let spare: Server;
 const ROWS = 20_000;
-
-async function sql<T = any>(url: string, q: string): Promise<T[]> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return (await c.query(q)).rows as T[];
-  } finally {
-    await c.end();
-  }
-}
 
 /** Sequential scans of the agent's tables so far, as the server counts them (a dump or a count reads each once). */
 async function scans(): Promise<number> {
