@@ -214,3 +214,13 @@ export function secondHome(a: TestAgent, name: string): Record<string, string> {
   for (const f of ["age-identity.txt", "age-recipient.txt", "signing-key", "signing-key.pub", "allowed_signers"]) cpSync(join(a.home, f), join(home, f));
   return { AGENTBAK_HOME: home };
 }
+
+/**
+ * Waits (up to a minute) until process `pid` is stopped, as AGENTBAK_PAUSE_STEP stops it at its step (SIGSTOP:
+ * state "T" in /proc). @returns whether it stopped
+ */
+export async function pausedAtStep(pid: number): Promise<boolean> {
+  const stopped = () => readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.startsWith("T");
+  for (const end = Date.now() + 60_000; !stopped() && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
+  return stopped();
+}

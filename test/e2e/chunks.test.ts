@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { json, makeAgent, STORE, type TestAgent } from "../helpers.js";
+import { json, makeAgent, pausedAtStep, STORE, type TestAgent } from "../helpers.js";
 
 const CHUNKS = "tenants/acme/agents/billing-agent/chunks";
 let a: TestAgent;
@@ -268,9 +268,7 @@ describe("a sweep whose lease is lost", () => {
       env: { ...a.env, NO_COLOR: "1", AGENTBAK_LEASE_SECONDS: "3", AGENTBAK_PAUSE_STEP: "chunks-marked" },
       reject: false,
     });
-    const stopped = () => readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]!.startsWith("T");
-    for (const end = Date.now() + 60_000; !stopped() && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
-    expect(stopped()).toBe(true);
+    expect(await pausedAtStep(child.pid!)).toBe(true);
     try {
       await new Promise((r) => setTimeout(r, 3500)); // past its lease
       const other = await a.run(["backup", "--json"]);

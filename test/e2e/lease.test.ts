@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BIN, json, makeAgent, makeBucket, run, storeAt, type RunResult, type TestAgent } from "../helpers.js";
+import { BIN, json, makeAgent, makeBucket, pausedAtStep, run, storeAt, type RunResult, type TestAgent } from "../helpers.js";
 import { LocalStore } from "../../dist/storage/local.js";
 import { S3Store } from "../../dist/storage/s3.js";
 import { acquireLease, probeConditionalWrites } from "../../dist/repository/lease.js";
@@ -266,9 +266,7 @@ describe.each(backends)("three hosts at once on %s", (_name, where, skip) => {
       env: { NO_COLOR: "1", ...f.host(1, { AGENTBAK_LEASE_SECONDS: "3", AGENTBAK_PAUSE_STEP: "forget-planned" }) },
       reject: false,
     });
-    const stopped = () => readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]!.startsWith("T");
-    for (const end = Date.now() + 60_000; !stopped() && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
-    expect(stopped()).toBe(true);
+    expect(await pausedAtStep(child.pid!)).toBe(true);
     try {
       await new Promise((r) => setTimeout(r, 3500)); // past its lease
       const other = await f.bin(["backup", "-c", f.cfg[id]!, "--json"], f.host(2));
@@ -356,9 +354,7 @@ describe("SIGTERM while a backup holds its agent lease", () => {
       const before = await commits();
       // stopped after the bundle's upload, before its commit marker: the signal is handled as the run resumes
       const child = execa("node", [BIN, "backup", "--json", "--no-incremental"], { cwd: t.dir, env: { ...t.env, NO_COLOR: "1", AGENTBAK_PAUSE_STEP: "uploaded" }, reject: false });
-      const stopped = () => readFileSync(`/proc/${child.pid}/stat`, "utf8").split(") ")[1]!.startsWith("T");
-      for (const end = Date.now() + 60_000; !stopped() && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
-      expect(stopped()).toBe(true);
+      expect(await pausedAtStep(child.pid!)).toBe(true);
       process.kill(child.pid!, "SIGTERM");
       process.kill(child.pid!, "SIGCONT");
       const r = await child;
