@@ -118,8 +118,9 @@ function dumpError(r: { exitCode?: number; signal?: string; stderr: unknown }, l
 /**
  * What a dump of `schemas` would hold, as one digest, read in the capture's own transaction (docs/chunk-store.md):
  * its snapshot (xmin:xmax:in-progress ids; two equal snapshots see exactly the same committed transactions, so the
- * same rows and the same catalog, whatever the tables' sizes: no table is read), the value of every sequence in the
- * schemas (nextval changes it outside any transaction), the database's oid, the server's version and start time (a
+ * same rows and the same catalog, whatever the tables' sizes: no table is read), the last value and is_called of every
+ * sequence in the schemas, read from the sequence (nextval changes it outside any transaction; setval on an UNLOGGED one
+ * takes no transaction id), the database's oid, the server's version and start time (a
  * restarted or another server is never taken for this one), and the schemas. Any transaction in the whole cluster that
  * took an id changes it: a false "changed" costs a dump, never a false "unchanged". Read under a savepoint, so a
  * server without pg_current_snapshot (before 13) or a role that may not read it leaves the dump as it was.
@@ -130,9 +131,14 @@ async function dumpFingerprint(c: pg.Client, schemas: string[]): Promise<{ value
   try {
     const head = (await c.query(`SELECT pg_current_snapshot()::text AS snap, d.oid::text AS db, current_setting('server_version_num') AS v, pg_postmaster_start_time()::text AS started
       FROM pg_database d WHERE d.datname = current_database()`)).rows[0];
-    const seqs = (await c.query(`SELECT schemaname, sequencename, last_value::text AS v FROM pg_sequences WHERE schemaname = ANY($1) ORDER BY 1, 2`, [schemas])).rows;
+    const names = (await c.query(`SELECT schemaname, sequencename FROM pg_sequences WHERE schemaname = ANY($1) ORDER BY 1, 2`, [schemas])).rows;
+    // read from each sequence itself: pg_sequences shows no last_value once setval(..., false) ran, and on an
+    // UNLOGGED sequence that setval takes no transaction id, so neither the snapshot nor that view would move
+    const seqs = names.length
+      ? (await c.query(names.map((q, i) => `SELECT ${i} AS i, last_value::text AS v, is_called FROM ${ident(q.schemaname)}.${ident(q.sequencename)}`).join(" UNION ALL ") + " ORDER BY 1")).rows
+      : [];
     await c.query("RELEASE SAVEPOINT agentbak_fingerprint");
-    const parts = ["agentbak pg fingerprint 1", head.snap, head.db, head.v, head.started, JSON.stringify(schemas), JSON.stringify(seqs.map((q) => [q.schemaname, q.sequencename, q.v]))];
+    const parts = ["agentbak pg fingerprint 2", head.snap, head.db, head.v, head.started, JSON.stringify(schemas), JSON.stringify(seqs.map((q) => [names[q.i].schemaname, names[q.i].sequencename, q.v, q.is_called]))];
     return { value: createHash("sha256").update(parts.join("\0")).digest("hex") };
   } catch (e) {
     await c.query("ROLLBACK TO SAVEPOINT agentbak_fingerprint");

@@ -1,0 +1,52 @@
+// Issue 32, the sixth attack (agent side): cases the earlier attacks did not try, each through the real binary
+// against a real agent: a PostgreSQL source whose state changed without moving its fingerprint (E9), a SQLite file
+// changed in place with its size and mtime kept (E9), restore-request targets that name another folder than they
+// spell (E6). See docs/security-edges.md, "Sixth attack (agent side)".
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { json, makeAgent, type TestAgent } from "../helpers.js";
+import { patchConfig, server, sql, type Server } from "../sourcekit.js";
+import { manifestOf } from "../craft.js";
+
+describe("[E9] a PostgreSQL source changed by setval(..., false) on an UNLOGGED sequence is not taken for unchanged", () => {
+  let a: TestAgent;
+  let live: Server;
+  const backup = async (...args: string[]) => {
+    const r = await a.run(["backup", "--json", ...args], { AGENT_PG_URL: live.target });
+    expect(r.code, r.stderr).toBe(0);
+    return json(r);
+  };
+  const pgOf = async (r: any) => manifestOf(await a.file(r.path)).components.find((c: any) => c.kind === "postgres");
+
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    live = await server("postgres", a.tmp);
+    // over 512 KiB of dump, so that it is chunked and its fingerprint recorded (a reused entry needs one)
+    await sql(live.target, `CREATE TABLE notes (id bigserial PRIMARY KEY, body text NOT NULL) WITH (autovacuum_enabled = false);
+      INSERT INTO notes (body) SELECT md5(g::text) || md5((g * 7)::text) FROM generate_series(1, 20000) g;
+      CREATE UNLOGGED SEQUENCE tickets; SELECT setval('tickets', 5, false);`);
+    await sql(live.target, "VACUUM ANALYZE");
+    patchConfig(a, (c) => (c.sources = [{ name: "conversations", kind: "postgres", url: "env:AGENT_PG_URL" }]));
+  }, 180_000);
+  afterAll(async () => {
+    await live?.stop();
+    a?.cleanup();
+  });
+
+  it("[E9] --skip-if-unchanged takes a snapshot, and a plain backup dumps the source again (the stored dump held the old value)", async () => {
+    const first = await backup("--skip-if-unchanged");
+    expect(first.status).toBe("committed");
+    expect((await backup("--skip-if-unchanged")).status).toBe("unchanged"); // nothing changed: the check still works
+    const before = (await sql(live.target, "SELECT pg_current_snapshot()::text AS s"))[0].s;
+    await sql(live.target, "SELECT setval('tickets', 777, false)");
+    // the attack's premise: no transaction id was taken, the snapshot is the one the fingerprint read
+    expect((await sql(live.target, "SELECT pg_current_snapshot()::text AS s"))[0].s).toBe(before);
+    const second = await backup("--skip-if-unchanged");
+    expect(second.status).toBe("committed");
+    expect(second.snapshot_id).not.toBe(first.snapshot_id);
+    await sql(live.target, "SELECT setval('tickets', 778, false)");
+    const third = await backup();
+    const [p2, p3] = [await pgOf(second), await pgOf(third)];
+    expect(p3.fingerprint).not.toBe(p2.fingerprint);
+    expect(p3.sha256).not.toBe(p2.sha256); // dumped again: the new value is in it
+  }, 180_000);
+});
