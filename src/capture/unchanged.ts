@@ -5,7 +5,7 @@
  * --skip-if-unchanged. The state's fingerprint is taken before each capture
  * and kept in AGENTBAK_HOME/cache beside the receipt, so a later change
  * (even one made while that capture ran) always gives a new fingerprint:
- *   - each database: its file's identity, size and mtime, its 100-byte header (the
+ *   - each database: its file's identity, size, mtime and ctime, its 100-byte header (the
  *     change counter moves on every commit in rollback-journal mode), and the
  *     -wal file's size, mtime and header (every commit appends frames; a reset
  *     changes its salts); a -journal present (a write in progress) is recorded too;
@@ -69,7 +69,8 @@ export function databasesState(lc: LoadedConfig): string {
   for (const d of lc.config.databases) {
     // SQLite keeps the -wal and -journal beside the real file when the configured path is a symbolic link
     const p = real(lc.resolve(d.path));
-    add("db", d.name, ...identity(p, 100));
+    // its ctime too: bytes written in place with the old mtime put back (size and header kept) still move it
+    add("db", d.name, ...identity(p, 100), ctimeOf(p));
     add("wal", ...identity(sidecarOf(p, "wal"), 32));
     add("journal", ...identity(sidecarOf(p, "journal"), 0));
   }
@@ -86,6 +87,11 @@ function real(p: string): string {
   }
 }
 
+/** A file's ctime in ns (a program can not set it back), or "absent". */
+function ctimeOf(path: string): string {
+  return existsSync(path) ? String(statSync(path, { bigint: true }).ctimeNs) : "absent";
+}
+
 /** A file's identity, size, modification time and first `head` bytes (or "absent"). */
 function identity(path: string, head: number): (string | bigint)[] {
   if (!existsSync(path)) return ["absent"];
@@ -99,7 +105,7 @@ function identity(path: string, head: number): (string | bigint)[] {
       closeSync(fd);
     }
   }
-  // not ctime: SQLite opened as root chowns the -wal file on every open, which changes it and nothing else
+  // not the -wal's ctime: SQLite opened as root chowns the -wal file on every open, which changes it and nothing else
   return [st.dev, st.ino, st.size, st.mtimeNs, buf.toString("hex")];
 }
 

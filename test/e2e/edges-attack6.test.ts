@@ -3,6 +3,9 @@
 // changed in place with its size and mtime kept (E9), restore-request targets that name another folder than they
 // spell (E6). See docs/security-edges.md, "Sixth attack (agent side)".
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execFileSync } from "node:child_process";
+import { closeSync, openSync, readFileSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
 import { patchConfig, server, sql, type Server } from "../sourcekit.js";
 import { manifestOf } from "../craft.js";
@@ -48,5 +51,44 @@ describe("[E9] a PostgreSQL source changed by setval(..., false) on an UNLOGGED 
     const [p2, p3] = [await pgOf(second), await pgOf(third)];
     expect(p3.fingerprint).not.toBe(p2.fingerprint);
     expect(p3.sha256).not.toBe(p2.sha256); // dumped again: the new value is in it
+  }, 180_000);
+});
+
+describe("[E9] a SQLite file changed in place, its size, header and mtime kept, is not taken for unchanged", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E9] bytes of a row rewritten with the old mtime put back: --skip-if-unchanged takes a snapshot holding them", async () => {
+    const db = join(a.dir, "state/agent.sqlite");
+    // one connection that checkpoints and closes: everything in the main file, no -wal left to move
+    execFileSync("sqlite3", [db, "PRAGMA wal_checkpoint(TRUNCATE);"]);
+    const first = json(await a.run(["backup", "--json", "--skip-if-unchanged"]));
+    expect(first.status).toBe("committed");
+    await new Promise((r) => setTimeout(r, 2100));
+    expect(json(await a.run(["backup", "--json", "--skip-if-unchanged"])).status).toBe("unchanged");
+    // the agent rewrites a value in place, same length, and puts the file's times back
+    const st = statSync(db, { bigint: true });
+    const ref = join(a.tmp, "times");
+    writeFileSync(ref, "");
+    execFileSync("touch", ["-r", db, ref]); // the times to the nanosecond
+    const bytes = readFileSync(db);
+    const at = bytes.indexOf("refund");
+    expect(at).toBeGreaterThan(100); // not in the header: its change counter stays
+    const fd = openSync(db, "r+");
+    writeSync(fd, Buffer.from("REFUND"), 0, 6, at);
+    closeSync(fd);
+    execFileSync("touch", ["-r", ref, db]);
+    expect(statSync(db, { bigint: true }).mtimeNs).toBe(st.mtimeNs);
+    expect(statSync(db, { bigint: true }).size).toBe(st.size);
+    const second = json(await a.run(["backup", "--json", "--skip-if-unchanged"]));
+    expect(second.status).toBe("committed");
+    expect(second.snapshot_id).not.toBe(first.snapshot_id);
+    const target = join(a.tmp, "restored");
+    const r = await a.run(["restore", second.snapshot_id, "--target", target, "--yes", "--identity", a.identity]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(readFileSync(join(target, "state/agent.sqlite")).includes("REFUND")).toBe(true);
   }, 180_000);
 });
