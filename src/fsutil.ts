@@ -2,7 +2,7 @@
  * Durable file-system primitives: write to a temp name, fsync, rename, fsync
  * the directory. Shared by keys, repository and restore.
  */
-import { closeSync, constants, existsSync, fstatSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants, existsSync, fstatSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { close, fdatasync, open, writev } from "node:fs";
 import { open as openAsync } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
@@ -342,6 +342,22 @@ export class FlushBehindFile extends Writable {
           res();
         }),
       );
+    }
+  }
+}
+
+/**
+ * Where `path` (absolute) leads: the real path of its deepest part that exists (every symbolic link on the way
+ * followed, /proc/self's included) joined with the rest, which does not exist yet.
+ */
+export function realTarget(path: string): string {
+  const rest: string[] = [];
+  for (let p = path; ; p = dirname(p)) {
+    try {
+      return join(realpathSync(p), ...rest.reverse());
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT" || dirname(p) === p) return path; // unreadable: the restore says why
+      rest.push(basename(p));
     }
   }
 }

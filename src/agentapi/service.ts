@@ -5,7 +5,7 @@
  * and agent, and written to that agent's audit log. The MCP tools and the
  * HTTP routes are thin adapters over it. No operation deletes or restores.
  */
-import { basename, dirname, isAbsolute, join } from "node:path";
+import { basename, dirname, isAbsolute, join, posix } from "node:path";
 import * as z from "zod";
 import { verifyChain } from "../bundle/chain.js";
 import { verifyChunked } from "../bundle/chunked.js";
@@ -64,6 +64,8 @@ const key = z.string().min(1).max(200).regex(/^[\x21-\x7e]+$/, "printable ASCII 
 const readable = [(s: string) => !hasUnsafeText(s), "no control characters, escape sequences, Unicode bidi/format controls or noncharacters"] as const;
 /** A folder the agent names on the operator's host: absolute, since a relative one would mean wherever the operator happens to run approve. */
 const absolute = [(s: string) => isAbsolute(s), "an absolute path (a relative one would be resolved in the operator's working folder)"] as const;
+/** ...spelled as the folder it is: no `.` or `..` segment, no `//` (`/srv/agent/../../etc` reads as under /srv/agent). */
+const normal = [(s: string) => !isAbsolute(s) || posix.normalize(s) === s, "a path without . or .. segments or //"] as const;
 
 /**
  * Input schemas of the operations (MCP input schemas and HTTP bodies are built from these). Strict: a field
@@ -86,7 +88,7 @@ export const INPUTS = {
   request_restore: z.strictObject({
     snapshot: snapshotRef,
     reason: z.string().min(1).max(1000).refine(...readable).describe("why the agent asks; the operator reads it"),
-    target: z.string().min(1).max(4096).refine(...readable).refine(...absolute).optional().describe("folder proposed for the restore, absolute; the operator may choose another"),
+    target: z.string().min(1).max(4096).refine(...readable).refine(...absolute).refine(...normal).optional().describe("folder proposed for the restore, absolute; the operator may choose another"),
     idempotency_key: key.optional().describe("the same key again returns the first request"),
   }),
   get_restore_request: z.strictObject({ request_id: z.string().regex(REQUEST_ID, "a restore request id (req-...)") }),

@@ -24,6 +24,7 @@ import { signRecord, verifyRecord } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, ConflictError, Exit, notFound, policyError, usageError, verifyError } from "../errors.js";
+import { realTarget } from "../fsutil.js";
 import { keys } from "../repository/layout.js";
 import type { Repository, Snapshot } from "../repository/repository.js";
 import { runRestore, type RestoreResult } from "./apply.js";
@@ -252,6 +253,9 @@ export async function approveRequest(repo: Repository, a: AgentRef, id: string, 
   if (!o.target && !r.target) throw usageError(`restore request ${id} names no target folder: pass --target DIR`);
   // the signed decision and outcome name the folder itself, never a path relative to where approve ran
   const target = resolve((o.target ?? r.target)!);
+  // a folder the agent proposed is restored only where it says: not through a link it may have made (or /proc/self)
+  const real = o.target ? target : realTarget(target);
+  if (real !== target) throw usageError(`restore request ${id} proposes ${target}, which leads to ${real} through a symbolic link: pass --target with the folder to restore into`);
   const s: Snapshot | undefined = (await repo.list(o.trust, a)).find((e) => e.snapshot_id === r.snapshot_id);
   if (!s) throw notFound(`snapshot ${r.snapshot_id} of restore request ${id} is no longer in ${repo.location}`);
   const bundle = await repo.open(s, o.trust);

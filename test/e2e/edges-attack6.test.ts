@@ -4,9 +4,11 @@
 // spell (E6). See docs/security-edges.md, "Sixth attack (agent side)".
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
-import { closeSync, openSync, readFileSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, type TestAgent } from "../helpers.js";
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { mcpStdio, tool } from "../agentapi-helpers.js";
+import { json, makeAgent, run, type TestAgent } from "../helpers.js";
 import { patchConfig, server, sql, type Server } from "../sourcekit.js";
 import { manifestOf } from "../craft.js";
 
@@ -91,4 +93,54 @@ describe("[E9] a SQLite file changed in place, its size, header and mtime kept, 
     expect([0, 3], r.stderr).toContain(r.code);
     expect(readFileSync(join(target, "state/agent.sqlite")).includes("REFUND")).toBe(true);
   }, 180_000);
+});
+
+describe("[E6] a restore request's target is restored only where it says", () => {
+  let a: TestAgent;
+  let agent: Client;
+  const ask = async (target: string) => tool(agent, "request_restore", { snapshot: "latest", reason: "attack6", target });
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    expect((await a.run(["backup"])).code).toBe(0);
+    agent = await mcpStdio(a, ["--tier", "restore-request"]);
+  }, 120_000);
+  afterAll(async () => {
+    await agent?.close();
+    a?.cleanup();
+  });
+
+  it("[E6] a target with . or .. segments or // is refused at input (it reads as one folder and is another)", async () => {
+    for (const target of [`${a.dir}/../../../etc/x`, `${a.dir}/./x`, `/${a.dir}/x`, `${a.tmp}/x/..`]) {
+      const r = await ask(target);
+      expect(r.isError, target).toBe(true);
+      expect(r.text).toContain("a path without . or .. segments or // at target");
+    }
+    expect(json(await a.run(["requests", "--all", "--json"]))).toEqual([]);
+  });
+
+  it("[E6] a target reached through a symbolic link (/proc/self/cwd, or a link the agent made): approve --yes refuses (2) naming where it leads, restores nothing, issues no generation", async () => {
+    const ops = join(a.tmp, "ops");
+    mkdirSync(ops);
+    const outside = join(a.tmp, "outside");
+    mkdirSync(outside);
+    symlinkSync(outside, join(a.dir, "link"));
+    for (const [target, leads] of [
+      ["/proc/self/cwd/restored-here", join(ops, "restored-here")],
+      [join(a.dir, "link", "new"), join(outside, "new")],
+    ]) {
+      const r = await ask(target!);
+      expect(r.isError, r.text).toBe(false);
+      const id = JSON.parse(r.text).request_id;
+      const ap = await run(["approve", id, "--yes", "--identity", a.identity, "-c", a.config], { cwd: ops, env: a.env });
+      expect(ap.code, ap.stderr).toBe(2);
+      expect(ap.stderr.trim()).toBe(`agentbak: restore request ${id} proposes ${target}, which leads to ${leads} through a symbolic link: pass --target with the folder to restore into`);
+      expect(readdirSync(ops)).toEqual([]);
+      expect(readdirSync(outside)).toEqual([]);
+      // the operator may still restore there by naming the folder (the decision is theirs, and signed as named)
+    }
+    // no generation was issued by the refused attempts: the next restore is the first
+    const r = await a.run(["restore", "latest", "--target", join(a.tmp, "first"), "--yes", "--identity", a.identity, "--json"]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(json(r).generation).toBe(1);
+  });
 });
