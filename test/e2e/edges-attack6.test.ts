@@ -1,10 +1,10 @@
 // Issue 32, the sixth attack (agent side): cases the earlier attacks did not try, each through the real binary
 // against a real agent: a PostgreSQL source whose state changed without moving its fingerprint (E9), a SQLite file
-// changed in place with its size and mtime kept (E9), restore-request targets that name another folder than they
+// or LanceDB data file changed in place with its size and mtime kept (E9), restore-request targets that name another folder than they
 // spell (E6). See docs/security-edges.md, "Sixth attack (agent side)".
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
-import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, symlinkSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { mcpStdio, tool } from "../agentapi-helpers.js";
@@ -143,4 +143,42 @@ describe("[E6] a restore request's target is restored only where it says", () =>
     expect([0, 3], r.stderr).toContain(r.code);
     expect(json(r).generation).toBe(1);
   });
+});
+
+describe("[E9] a LanceDB data file changed in place under the same version is read again, not reused", () => {
+  let a: TestAgent;
+  const lanceOf = async (r: any) => manifestOf(await a.file(r.path)).components.find((c: any) => c.kind === "lancedb");
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    const lancedb = await import("@lancedb/lancedb");
+    const db = await lancedb.connect(join(a.dir, "memory/lance"));
+    // an Arrow stream over 512 KiB: chunked, and its fingerprint recorded
+    await db.createTable("memories", Array.from({ length: 3000 }, (_, i) => ({ id: i, text: `memory number ${i} `.repeat(8), vector: Array.from({ length: 16 }, (_, j) => ((i * j) % 7) / 7) })));
+    db.close();
+    patchConfig(a, (c) => (c.sources = [{ name: "mem", kind: "lancedb", path: "memory/lance" }]));
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E9] a byte of the table's data file flipped, its times put back: the next backup stores what the table now holds", async () => {
+    const first = json(await a.run(["backup", "--json"]));
+    await new Promise((r) => setTimeout(r, 2100));
+    const again = json(await a.run(["backup", "--json"]));
+    expect((await lanceOf(again)).sha256).toBe((await lanceOf(first)).sha256); // unchanged: reused, as before
+    const data = join(a.dir, "memory/lance/memories.lance/data");
+    const file = join(data, readdirSync(data).find((f) => f.endsWith(".lance"))!);
+    const ref = join(a.tmp, "times");
+    writeFileSync(ref, "");
+    execFileSync("touch", ["-r", file, ref]);
+    const fd = openSync(file, "r+");
+    const b = Buffer.alloc(1);
+    readSync(fd, b, 0, 1, 1000);
+    writeSync(fd, Buffer.from([b[0]! ^ 1]), 0, 1, 1000);
+    closeSync(fd);
+    execFileSync("touch", ["-r", ref, file]);
+    await new Promise((r) => setTimeout(r, 2100));
+    const r = await a.run(["backup", "--json"]);
+    // read again: stored as it is now (or, were the file unreadable, a failure naming the source), never the old stream
+    if (r.code === 0) expect((await lanceOf(json(r))).sha256).not.toBe((await lanceOf(first)).sha256);
+    else expect(r.stderr).toMatch(/source mem/);
+  }, 180_000);
 });

@@ -5,7 +5,7 @@
  * into an empty folder and counting them there.
  */
 import { createHash } from "node:crypto";
-import { createReadStream, createWriteStream, existsSync, readdirSync } from "node:fs";
+import { createReadStream, createWriteStream, existsSync, lstatSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
@@ -54,8 +54,8 @@ async function openStream(file: string) {
 }
 
 /**
- * A table version's fingerprint: its name, version and the sha256 of that version's manifest file (Lance never
- * rewrites one: a version's files are fixed; a table dropped and made again reaches the same number with another
+ * A table version's fingerprint: its name, version, the sha256 of that version's manifest file, and its files'
+ * identities and times (filesOf) (Lance never rewrites one: a version's files are fixed; a table dropped and made again reaches the same number with another
  * manifest, which holds its own time and fragments). Both of Lance's manifest names are tried (`<version>.manifest`,
  * and `<u64 max - version>.manifest` of its V2 naming). null when neither is there (another layout): captured in full.
  */
@@ -63,9 +63,28 @@ function tableFingerprint(folder: string, name: string, version: number): string
   const dir = join(folder, `${name}.lance`, "_versions");
   for (const file of [`${version}.manifest`, `${(2n ** 64n - 1n - BigInt(version)).toString()}.manifest`]) {
     const bytes = readFileRegularOrNull(join(dir, file));
-    if (bytes) return createHash("sha256").update(`agentbak lancedb fingerprint 1\0${name}\0${version}\0`).update(createHash("sha256").update(bytes).digest()).digest("hex");
+    if (bytes)
+      return createHash("sha256")
+        .update(`agentbak lancedb fingerprint 2\0${name}\0${version}\0`)
+        .update(createHash("sha256").update(bytes).digest())
+        .update(filesOf(join(folder, `${name}.lance`)))
+        .digest("hex");
   }
   return null;
+}
+
+/**
+ * Every file of a table's folder as its path, inode, size, mtime and ctime: Lance never rewrites a file, but a program
+ * writing one in place under the same manifest (its mtime put back) still moves its ctime, and is then read again.
+ * Files Lance adds or its cleanup removes read as a change too (a read, never a false "unchanged").
+ */
+function filesOf(table: string): string {
+  const out: string[] = [];
+  for (const rel of (readdirSync(table, { recursive: true }) as string[]).sort()) {
+    const st = lstatSync(join(table, rel), { bigint: true });
+    if (!st.isDirectory()) out.push([rel, st.mode, st.ino, st.size, st.mtimeNs, st.ctimeNs].join(" "));
+  }
+  return out.join("\n");
 }
 
 function readFileRegularOrNull(path: string): Buffer | null {
