@@ -24,6 +24,7 @@ import type { Throwaway } from "../state/sources/index.js";
 import { CheckLog, type DrillCheck, type UnresolvedDifference } from "./checklog.js";
 import { credentialChecks, cursorChecks, databaseChecks, drillSources, extractInto, objectiveChecks, runtimeChecks, unreconciledOperations, vectorDimensions, type CredentialResolution } from "./checks.js";
 import { loadInvariants, runInvariants, type SourceQuery } from "./invariants.js";
+import { recallChecks, type StoreRecall } from "./recall.js";
 import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
@@ -63,6 +64,8 @@ export interface DrillResult {
   /** restore and checks, plus the first reconciliation: the time to a recovered, reconciled agent (RTO) */
   rto_seconds: number;
   objectives: { rpoMinutes?: number; rtoSeconds?: number } | null;
+  /** recall parity per vector store (the spec's recall section; empty without one) */
+  recall: StoreRecall[];
 }
 
 export interface DrillOptions {
@@ -132,9 +135,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     const x = await extractInto(v, o.identities, restored, o.trust, o.bundle, log, o.progress);
     if (!x) return finish({});
     let sourceQueries = new Map<string, SourceQuery>();
+    const sourceTargets = new Map<string, string>();
     if (x.sources.length) {
       o.progress?.stage("restoring state sources into throwaway servers");
-      sourceQueries = await drillSources(m, x.sources, admitted.sourceFlags, join(tmp, "servers"), servers, log);
+      sourceQueries = await drillSources(m, x.sources, admitted.sourceFlags, join(tmp, "servers"), servers, log, sourceTargets);
     }
     o.progress?.stage("checking the restored agent");
     vectorDimensions(m, x.databases, log);
@@ -142,6 +146,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     const { integrity, restored: schemas } = databaseChecks(x, log);
     const dbMap = new Map(x.databases.map((d) => [d.name, d.path]));
     const cursors = cursorChecks(m, dbMap, log);
+    const recall = spec.recall ? await recallChecks(m, spec.recall, dbMap, sourceTargets, log) : [];
     const credentials = await credentialChecks(m, o.credentials, log);
     log.invariants("restore", await runInvariants(invariants, dbMap, sourceQueries));
     runtimeChecks(admitted.runtime, log);
@@ -158,7 +163,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         progress: o.progress,
       },
     );
-    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, ...scenarios });
+    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, ...scenarios });
   } finally {
     await Promise.allSettled(servers.map((x) => x.stop()));
     removeTemp();
@@ -192,6 +197,7 @@ interface Findings extends ScenarioOutcome {
   cursors: DrillResult["cursors"];
   /** the time to a restored, checked agent */
   recoverySeconds: number;
+  recall: StoreRecall[];
 }
 
 const nothingFound = (operations: OpenOperation[]): Findings => ({
@@ -200,6 +206,7 @@ const nothingFound = (operations: OpenOperation[]): Findings => ({
   credentials: [],
   cursors: [],
   recoverySeconds: 0,
+  recall: [],
   scenarios: [],
   receipts: {},
   operations: operations.map((op) => ({ ...op, outcomes: [] })),
@@ -242,5 +249,6 @@ function drillResult(d: { o: DrillOptions; v: VerifiedBundle; t0: number; runtim
     rpo_seconds: rpo,
     rto_seconds: rto,
     objectives: o.config?.objectives ?? null,
+    recall: f.recall,
   };
 }
