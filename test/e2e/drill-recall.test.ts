@@ -184,3 +184,20 @@ describe("the drill", () => {
     expect(json(r).recall.find((x: any) => x.store === "memory.notes").mean_recall).toBeLessThan(0.99);
   });
 });
+
+describe("false alarms", () => {
+  it("none across 20 runs of the passing drill, each with other probes (20 seeds: a backup and a drill each)", async () => {
+    const failures: string[] = [];
+    const means: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      patchConfig(a, (c) => c.recall.forEach((r: any) => (r.seed = `run-${i}`)));
+      const b = await backup();
+      const r = await drill(b.id);
+      if (![0, 3].includes(r.code)) failures.push(`seed run-${i}: exit ${r.code}: ${JSON.stringify(json(r).checks.filter((c: any) => !c.ok))}`);
+      means.push(...json(r).recall.map((s: any) => s.mean_recall));
+    }
+    expect(failures).toEqual([]);
+    expect(means).toHaveLength(40);
+    expect(means.every((m) => m === 1)).toBe(true);
+  }, 300_000);
+});
