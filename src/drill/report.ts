@@ -49,6 +49,7 @@ export function reportBody(r: DrillResult): Record<string, unknown> {
     rto_seconds: r.rto_seconds,
     objectives: r.objectives,
     ...(r.recall?.length ? { recall: r.recall } : {}),
+    ...(r.network ? { network: r.network } : {}),
   };
 }
 

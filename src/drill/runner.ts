@@ -18,13 +18,14 @@ import type { Trust } from "../crypto/trust.js";
 import { onInterrupt, removeTree } from "../cleanup.js";
 import type { Config } from "../config/schema.js";
 import { policyError, usageError } from "../errors.js";
-import { pidDir, sweepDead } from "../fsutil.js";
+import { ensureDir, pidDir, sweepDead } from "../fsutil.js";
 import { settleOperations, type OpenOperation } from "../reconcile/operations.js";
 import type { Throwaway } from "../state/sources/index.js";
 import { CheckLog, type DrillCheck, type UnresolvedDifference } from "./checklog.js";
 import { credentialChecks, cursorChecks, databaseChecks, drillSources, extractInto, objectiveChecks, runtimeChecks, unreconciledOperations, vectorDimensions, type CredentialResolution } from "./checks.js";
 import { loadInvariants, runInvariants, type SourceQuery } from "./invariants.js";
 import { recallChecks, type StoreRecall } from "./recall.js";
+import { networkChecks, Seal, sealUnavailable, type NetworkReport } from "./seal.js";
 import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
@@ -66,6 +67,8 @@ export interface DrillResult {
   objectives: { rpoMinutes?: number; rtoSeconds?: number } | null;
   /** recall parity per vector store (the spec's recall section; empty without one) */
   recall: StoreRecall[];
+  /** whether the worker ran sealed in its own network namespace, and the connections it tried; null without a worker */
+  network: NetworkReport | null;
 }
 
 export interface DrillOptions {
@@ -91,6 +94,8 @@ export interface DrillOptions {
   /** the embedding models configured for the agent (by database or source name), when a config is known */
   embeddings?: Map<string, Embedding | undefined>;
   allowEmbeddingChange?: boolean;
+  /** refuse (2) to run the worker unsealed */
+  requireSealed?: boolean;
 }
 
 const DRILL_PREFIX = "agentbak-drill";
@@ -117,6 +122,8 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const protocol = o.config?.reconcile;
   const reconciled = spec.reconcile || spec.reconcileFaults.length > 0;
   if (reconciled && !protocol) throw usageError(`drill spec ${o.spec.path} asks for reconciliation, but no config with a reconcile section was given (pass -c)`);
+  const unsealed = spec.worker ? await sealUnavailable() : null;
+  if (unsealed && o.requireSealed) throw usageError(`drill --require-sealed: the worker can not be sealed here (${unsealed}); nothing was run`);
   sweepDrillTemps();
   const v = await verifyBundle(o.bundle.path, o.trust, undefined, o.progress);
   const m = v.manifest;
@@ -152,8 +159,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     runtimeChecks(admitted.runtime, log);
     unreconciledOperations(operations.length, reconciled, Boolean(spec.worker), log);
     const recoverySeconds = Math.round((Date.now() - t0) / 10) / 100;
+    // a short folder name: a unix socket's path has room for 107 bytes
+    const seal = spec.worker && !unsealed ? (ensureDir(join(tmp, "s"), 0o700), new Seal(join(tmp, "s"))) : undefined;
     const scenarios = await runScenarios(
-      { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log },
+      { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log, seal },
       {
         operations,
         // a config with a reconcile section has openOperations (the schema says so)
@@ -163,7 +172,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         progress: o.progress,
       },
     );
-    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, ...scenarios });
+    seal?.close();
+    const network = spec.worker ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
+    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, network, ...scenarios });
   } finally {
     await Promise.allSettled(servers.map((x) => x.stop()));
     removeTemp();
@@ -198,6 +209,7 @@ interface Findings extends ScenarioOutcome {
   /** the time to a restored, checked agent */
   recoverySeconds: number;
   recall: StoreRecall[];
+  network: NetworkReport | null;
 }
 
 const nothingFound = (operations: OpenOperation[]): Findings => ({
@@ -207,6 +219,7 @@ const nothingFound = (operations: OpenOperation[]): Findings => ({
   cursors: [],
   recoverySeconds: 0,
   recall: [],
+  network: null,
   scenarios: [],
   receipts: {},
   operations: operations.map((op) => ({ ...op, outcomes: [] })),
@@ -250,5 +263,6 @@ function drillResult(d: { o: DrillOptions; v: VerifiedBundle; t0: number; runtim
     rto_seconds: rto,
     objectives: o.config?.objectives ?? null,
     recall: f.recall,
+    network: f.network,
   };
 }
