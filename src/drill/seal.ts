@@ -26,7 +26,7 @@ const [sock, port, trace, ...cmd] = process.argv.slice(1);
 cp.execFileSync("ip", ["link", "set", "lo", "up"]);
 const srv = net.createServer((c) => { const u = net.connect(sock); c.pipe(u); u.pipe(c); c.on("error", () => u.destroy()); u.on("error", () => c.destroy()); });
 srv.listen(Number(port), "127.0.0.1", () => {
-  const ch = cp.spawn("setpriv", ["--pdeathsig", "KILL", "--", "strace", "-f", "-qq", "-e", "trace=connect", "-o", trace, "--", "setpriv", "--pdeathsig", "KILL", "--", ...cmd], { stdio: "inherit" });
+  const ch = cp.spawn("setpriv", ["--pdeathsig", "KILL", "--", "strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=connect", "-o", trace, "--", "setpriv", "--pdeathsig", "KILL", "--", ...cmd], { stdio: "inherit" });
   for (const s of ["SIGTERM", "SIGINT"]) process.on(s, () => ch.kill(s));
   ch.on("exit", (code, sig) => { srv.close(); if (sig) process.kill(process.pid, sig); else process.exit(code ?? 1); });
 });`;
