@@ -70,12 +70,32 @@ export function distance(a: Float32Array, b: Float32Array, metric: Metric): numb
 
 const byId = (a: VectorId, b: VectorId) => (typeof a === "number" && typeof b === "number" ? a - b : String(a) < String(b) ? -1 : String(a) > String(b) ? 1 : 0);
 
-/** The k nearest of `vectors` to `probe` by exact search, nearest first, ties broken by id (numbers before strings compare as text). */
-export function exactTopK(probe: Float32Array, ids: VectorId[], vectors: Float32Array[], k: number, metric: Metric): { id: VectorId; distance: number }[] {
-  const all = ids.map((id, i) => ({ id, distance: distance(probe, vectors[i]!, metric) }));
-  all.sort((a, b) => a.distance - b.distance || byId(a.id, b.id));
-  return all.slice(0, k);
+/** Orders (distance, id) pairs: nearer first, ties by id. */
+const nearer = (a: { id: VectorId; distance: number }, b: { id: VectorId; distance: number }) => a.distance - b.distance || byId(a.id, b.id);
+
+/**
+ * The k nearest to each probe of the vectors `scan` visits, by exact search, nearest first, ties broken by id
+ * (numbers before strings compare as text). One pass; only k candidates per probe are kept, never the vectors.
+ */
+export function exactTopKs(probes: Float32Array[], k: number, metric: Metric, scan: (visit: (id: VectorId, v: Float32Array) => void) => void): { id: VectorId; distance: number }[][] {
+  const best = probes.map(() => [] as { id: VectorId; distance: number }[]);
+  scan((id, v) => {
+    for (let i = 0; i < probes.length; i++) {
+      const b = best[i]!;
+      const c = { id, distance: distance(probes[i]!, v, metric) };
+      if (b.length === k && nearer(c, b[k - 1]!) >= 0) continue;
+      let at = b.length;
+      while (at > 0 && nearer(c, b[at - 1]!) < 0) at--;
+      b.splice(at, 0, c);
+      if (b.length > k) b.pop();
+    }
+  });
+  return best;
 }
+
+/** The k nearest of `vectors` to `probe` (exactTopKs over arrays). */
+export const exactTopK = (probe: Float32Array, ids: VectorId[], vectors: Float32Array[], k: number, metric: Metric) =>
+  exactTopKs([probe], k, metric, (visit) => ids.forEach((id, i) => visit(id, vectors[i]!)))[0]!;
 
 /**
  * A seeded sample of `k` ids (all of them when fewer): the same seed and ids give the same sample.
@@ -118,18 +138,34 @@ export interface ProbeSpec {
   metric: Metric;
 }
 
+/** A store's vectors as recall reads them: every id, the vector of one id, and a pass over all of them. */
+export interface VectorSource {
+  ids: VectorId[];
+  vectorOf(id: VectorId): Float32Array;
+  scan(visit: (id: VectorId, v: Float32Array) => void): void;
+  dimension: number;
+}
+
+/** Vectors held in memory as a VectorSource. */
+export function inMemory(ids: VectorId[], vectors: Float32Array[], dimension: number): VectorSource {
+  const at = new Map(ids.map((id, i) => [String(id), i]));
+  return { ids, dimension, vectorOf: (id) => vectors[at.get(String(id))!]!, scan: (visit) => ids.forEach((id, i) => visit(id, vectors[i]!)) };
+}
+
 /**
- * The probes of one store, each with its exact top-k over `ids`/`vectors`.
+ * The probes of one store, each with its exact top-k over the store's vectors (one pass for all probes).
  * @throws Error when a given probe's width is not the store's
  */
-export function probeRecords(spec: ProbeSpec, ids: VectorId[], vectors: Float32Array[], dimension: number): RecallProbe[] {
-  const byKey = new Map(ids.map((id, i) => [String(id), i]));
+export function probeRecords(spec: ProbeSpec, src: VectorSource): RecallProbe[] {
   const probes: { id: VectorId | null; v: Float32Array; given: boolean }[] = spec.vectors
     ? spec.vectors.map((v) => ({ id: null, v: Float32Array.from(v), given: true }))
-    : sampleIds(ids, spec.probes, spec.seed).map((id) => ({ id, v: vectors[byKey.get(String(id))!]!, given: false }));
+    : sampleIds(src.ids, spec.probes, spec.seed).map((id) => ({ id, v: src.vectorOf(id), given: false }));
+  probes.forEach((p, i) => {
+    if (p.v.length !== src.dimension) throw new Error(`probe ${i + 1} has ${p.v.length} values, the store's vectors ${src.dimension}`);
+  });
+  const tops = exactTopKs(probes.map((p) => p.v), RECALL_K, spec.metric, (visit) => src.scan(visit));
   return probes.map((p, i) => {
-    if (p.v.length !== dimension) throw new Error(`probe ${i + 1} has ${p.v.length} values, the store's vectors ${dimension}`);
-    const top = exactTopK(p.v, ids, vectors, RECALL_K, spec.metric);
+    const top = tops[i]!;
     return { id: p.id, vector_sha256: vectorDigest(p.v), ...(p.given ? { vector: vectorToBase64(p.v) } : {}), neighbours: top.map((t) => t.id), kth_distance: top.at(-1)?.distance ?? 0 };
   });
 }
@@ -138,28 +174,32 @@ const q = (s: string) => `"${s.replace(/"/g, '""')}"`;
 
 /**
  * The live vectors of a `vec0` table's float column, read from its shadow tables (`<t>_rowids`, `<t>_vector_chunksNN`)
- * as plain SQLite: a row's id is its text primary key, else its rowid.
- * @throws Error when the table or column is not a vec0 float column
+ * as plain SQLite, row by row (never all at once): a row's id is its text primary key, else its rowid.
+ * @throws Error when the table or column is not a vec0 float column (a vector of another width: when it is read)
  */
-export function vec0Vectors(db: DB, table: string, column: string): { ids: VectorId[]; vectors: Float32Array[]; dimension: number } {
+export function vec0Vectors(db: DB, table: string, column: string): VectorSource {
   const cols = vec0Dimensions(db).filter((c) => c.table === table);
   if (!cols.length) throw new Error(`no sqlite-vec vec0 table ${table}`);
   const i = cols.findIndex((c) => c.column === column);
   const col = cols[i];
   if (!col) throw new Error(`vec0 table ${table} has no vector column ${column} (it has ${cols.map((c) => c.column).join(", ")})`);
   const bytes = col.dimension * 4;
-  const chunks = q(`${table}_vector_chunks${String(i).padStart(2, "0")}`);
-  const rows = db
-    .prepare(`SELECT coalesce(r.id, r.rowid) AS id, substr(v.vectors, r.chunk_offset * ? + 1, ?) AS vec FROM ${q(`${table}_rowids`)} r JOIN ${chunks} v ON v.rowid = r.chunk_id`)
-    .all(bytes, bytes) as { id: VectorId; vec: Buffer }[];
-  const ids: VectorId[] = [];
-  const vectors: Float32Array[] = [];
-  for (const r of rows) {
-    if (r.vec.length !== bytes) throw new Error(`vec0 table ${table}: the vector of ${r.id} has ${r.vec.length} bytes, float[${col.dimension}] takes ${bytes}`);
-    ids.push(typeof r.id === "bigint" ? String(r.id) : r.id);
-    vectors.push(new Float32Array(r.vec.buffer.slice(r.vec.byteOffset, r.vec.byteOffset + bytes)));
-  }
-  return { ids, vectors, dimension: col.dimension };
+  const rows = `${q(`${table}_rowids`)} r JOIN ${q(`${table}_vector_chunks${String(i).padStart(2, "0")}`)} v ON v.rowid = r.chunk_id`;
+  const select = `SELECT coalesce(r.id, r.rowid) AS id, substr(v.vectors, r.chunk_offset * ? + 1, ?) AS vec FROM ${rows}`;
+  const asId = (x: unknown): VectorId => (typeof x === "bigint" ? String(x) : (x as VectorId));
+  const asVector = (id: VectorId, b: Buffer) => {
+    if (b.length !== bytes) throw new Error(`vec0 table ${table}: the vector of ${id} has ${b.length} bytes, float[${col.dimension}] takes ${bytes}`);
+    return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + bytes));
+  };
+  const one = db.prepare(`${select} WHERE coalesce(r.id, r.rowid) = ?`);
+  return {
+    ids: (db.prepare(`SELECT coalesce(id, rowid) FROM ${q(`${table}_rowids`)}`).pluck().all() as unknown[]).map(asId),
+    dimension: col.dimension,
+    vectorOf: (id) => asVector(id, (one.get(bytes, bytes, id) as { vec: Buffer }).vec),
+    scan(visit) {
+      for (const r of db.prepare(select).iterate(bytes, bytes) as Iterable<{ id: unknown; vec: Buffer }>) visit(asId(r.id), asVector(asId(r.id), r.vec));
+    },
+  };
 }
 
 /**
@@ -188,7 +228,7 @@ export interface RecallSpec extends ProbeSpec {
  * @throws Error naming what is missing (table, column, row table) or a probe of another width
  */
 export function vec0Recall(db: DB, spec: RecallSpec): RecallRecord {
-  const { ids, vectors, dimension } = vec0Vectors(db, spec.table, spec.column);
+  const src = vec0Vectors(db, spec.table, spec.column);
   const gaps = spec.rows ? vec0RowGaps(db, spec.table, spec.rows) : null;
   return {
     store: `${spec.store}.${spec.table}`,
@@ -198,11 +238,11 @@ export function vec0Recall(db: DB, spec: RecallSpec): RecallRecord {
     column: spec.column,
     id_column: spec.id,
     metric: spec.metric,
-    dimension,
-    vectors: ids.length,
+    dimension: src.dimension,
+    vectors: src.ids.length,
     rows_without_vector: gaps?.without ?? null,
     vectors_without_row: gaps?.orphans ?? null,
     ...(spec.rows ? { rows: spec.rows } : {}),
-    probes: probeRecords(spec, ids, vectors, dimension),
+    probes: probeRecords(spec, src),
   };
 }

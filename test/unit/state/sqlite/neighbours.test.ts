@@ -3,7 +3,7 @@
 import { describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import * as sqliteVec from "sqlite-vec";
-import { distance, exactTopK, probeRecords, sampleIds, vec0Vectors, vectorDigest } from "../../../../src/state/sqlite/neighbours.js";
+import { distance, exactTopK, inMemory, probeRecords, sampleIds, vec0Vectors, vectorDigest, type VectorSource } from "../../../../src/state/sqlite/neighbours.js";
 
 const f = (...x: number[]) => Float32Array.from(x);
 
@@ -28,8 +28,19 @@ describe("exact neighbours", () => {
     expect(new Set(a).size).toBe(10);
   });
 
+  it("keeps the k nearest per probe in one pass, as a sort of all of them would", () => {
+    const ids = Array.from({ length: 200 }, (_, i) => i);
+    const vs = ids.map((i) => f(Math.sin(i), Math.cos(i * 3)));
+    const p = f(0.1, 0.2);
+    const sorted = ids.map((id) => ({ id, distance: distance(p, vs[id]!, "l2") })).sort((a, b) => a.distance - b.distance || a.id - b.id).slice(0, 10);
+    expect(exactTopK(p, ids, vs, 10, "l2")).toEqual(sorted);
+    const recs = probeRecords({ probes: 3, seed: "x", metric: "l2" }, inMemory(ids, vs, 2));
+    expect(recs).toHaveLength(3);
+    for (const r of recs) expect(r.neighbours[0]).toBe(r.id); // a sampled probe is its own nearest
+  });
+
   it("refuses a given probe of another width", () => {
-    expect(() => probeRecords({ probes: 1, seed: "", metric: "l2", vectors: [[1, 2, 3]] }, [1], [f(1, 2)], 2)).toThrow("probe 1 has 3 values, the store's vectors 2");
+    expect(() => probeRecords({ probes: 1, seed: "", metric: "l2", vectors: [[1, 2, 3]] }, inMemory([1], [f(1, 2)], 2))).toThrow("probe 1 has 3 values, the store's vectors 2");
   });
 });
 
@@ -43,12 +54,19 @@ describe("vec0Vectors", () => {
       db.prepare("INSERT INTO b(mid, embedding) VALUES (?, ?)").run(`m${i}`, f(i, -i));
     }
     db.prepare("DELETE FROM a WHERE rowid = 20").run();
+    const all = (s: VectorSource) => {
+      const out: [unknown, number[]][] = [];
+      s.scan((id, v) => out.push([id, Array.from(v)]));
+      return out;
+    };
     const a = vec0Vectors(db, "a", "embedding");
     expect(a.ids).toEqual([10, 30, 40, 50]);
-    expect(a.vectors.map(vectorDigest)).toEqual([1, 3, 4, 5].map((i) => vectorDigest(f(i, 0, 1))));
+    expect(all(a).map(([id, v]) => [id, vectorDigest(f(...v))])).toEqual([1, 3, 4, 5].map((i) => [i * 10, vectorDigest(f(i, 0, 1))]));
+    expect(Array.from(a.vectorOf(40))).toEqual([4, 0, 1]);
     const b = vec0Vectors(db, "b", "embedding");
     expect(b).toMatchObject({ ids: ["m1", "m2", "m3", "m4", "m5"], dimension: 2 });
-    expect(Array.from(b.vectors[2]!)).toEqual([3, -3]);
+    expect(all(b)[2]).toEqual(["m3", [3, -3]]);
+    expect(Array.from(b.vectorOf("m3"))).toEqual([3, -3]);
     expect(() => vec0Vectors(db, "a", "nope")).toThrow("vec0 table a has no vector column nope (it has embedding)");
     expect(() => vec0Vectors(db, "c", "embedding")).toThrow("no sqlite-vec vec0 table c");
     db.close();
