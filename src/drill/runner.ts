@@ -136,6 +136,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const log = new CheckLog(t0, { ...(o.config?.owners ?? {}), ...spec.owners });
   for (const c of admitted.embeddingNotes) log.add({ scenario: "restore", name: "embedding", ok: false, severity: "warning", detail: c });
   const servers: Throwaway[] = [];
+  let seal: Seal | undefined;
   const finish = (f: Partial<Findings>) => drillResult({ o, v, t0, runtime: admitted.runtime, log }, { ...nothingFound(operations), ...f });
   try {
     const restored = join(tmp, "restored");
@@ -160,7 +161,8 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     unreconciledOperations(operations.length, reconciled, Boolean(spec.worker), log);
     const recoverySeconds = Math.round((Date.now() - t0) / 10) / 100;
     // a short folder name: a unix socket's path has room for 107 bytes
-    const seal = spec.worker && !unsealed ? (ensureDir(join(tmp, "s"), 0o700), new Seal(join(tmp, "s"))) : undefined;
+    if (spec.worker && !unsealed) ensureDir(join(tmp, "s"), 0o700);
+    seal = spec.worker && !unsealed ? new Seal(join(tmp, "s")) : undefined;
     const scenarios = await runScenarios(
       { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log, seal },
       {
@@ -172,10 +174,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         progress: o.progress,
       },
     );
-    seal?.close();
     const network = spec.worker ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
     return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, network, ...scenarios });
   } finally {
+    seal?.close();
     await Promise.allSettled(servers.map((x) => x.stop()));
     removeTemp();
     unregister();

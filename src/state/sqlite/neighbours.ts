@@ -229,6 +229,10 @@ export interface RecallSpec extends ProbeSpec {
  */
 export function vec0Recall(db: DB, spec: RecallSpec): RecallRecord {
   const src = vec0Vectors(db, spec.table, spec.column);
+  // a vec0 table with a text primary key answers with it (the ids read are its values), else with rowid (or its alias)
+  const sql = (db.prepare("SELECT sql FROM sqlite_schema WHERE name = ?").pluck().get(spec.table) as string | undefined) ?? "";
+  const textKey = /([A-Za-z_][A-Za-z0-9_]*)\s+text\s+primary\s+key/i.exec(sql)?.[1];
+  if (textKey && spec.id !== textKey) throw new Error(`vec0 table ${spec.table} answers with its text primary key ${textKey}: set "id": "${textKey}"`);
   const gaps = spec.rows ? vec0RowGaps(db, spec.table, spec.rows) : null;
   return {
     store: `${spec.store}.${spec.table}`,

@@ -3,7 +3,7 @@
 import { describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import * as sqliteVec from "sqlite-vec";
-import { distance, exactTopK, inMemory, probeRecords, sampleIds, vec0Vectors, vectorDigest, type VectorSource } from "../../../../src/state/sqlite/neighbours.js";
+import { distance, exactTopK, inMemory, probeRecords, sampleIds, vec0Recall, vec0Vectors, vectorDigest, type VectorSource } from "../../../../src/state/sqlite/neighbours.js";
 
 const f = (...x: number[]) => Float32Array.from(x);
 
@@ -67,6 +67,12 @@ describe("vec0Vectors", () => {
     expect(b).toMatchObject({ ids: ["m1", "m2", "m3", "m4", "m5"], dimension: 2 });
     expect(all(b)[2]).toEqual(["m3", [3, -3]]);
     expect(Array.from(b.vectorOf("m3"))).toEqual([3, -3]);
+    const spec = { store: "state", table: "b", column: "embedding", probes: 2, seed: "s", metric: "l2" as const };
+    expect(() => vec0Recall(db, { ...spec, id: "rowid" })).toThrow('vec0 table b answers with its text primary key mid: set "id": "mid"');
+    const rec = vec0Recall(db, { ...spec, id: "mid" });
+    expect(rec).toMatchObject({ store: "state.b", kind: "sqlite-vec", id_column: "mid", dimension: 2, vectors: 5 });
+    expect(rec.probes.map((p) => p.neighbours[0])).toEqual(rec.probes.map((p) => p.id));
+    expect(rec.probes[0]!.neighbours.every((n) => typeof n === "string")).toBe(true);
     expect(() => vec0Vectors(db, "a", "nope")).toThrow("vec0 table a has no vector column nope (it has embedding)");
     expect(() => vec0Vectors(db, "c", "embedding")).toThrow("no sqlite-vec vec0 table c");
     db.close();
