@@ -2,7 +2,7 @@
  * Packages only some agents need are optional peer dependencies in
  * package.json (and dev dependencies, so a checkout has them): LanceDB (with
  * the Apache Arrow it brings, ~165 MB installed) for a lancedb source, the AWS
- * SDK (~25 MB) for an S3 repository. An install of agentbak leaves them out
+ * SDK (~25 MB) for an S3 repository, sqlite-vec (~0.2 MB) for a drill's recall check of a vec0 table. An install of agentbak leaves them out
  * (npm installs no optional peer, and --omit=optional is not honoured by a
  * global install of a tarball: npm/cli#8284); they load here when a config
  * uses them, from agentbak's own node_modules or from beside agentbak (Node's

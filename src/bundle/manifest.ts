@@ -116,6 +116,30 @@ export const CaptureInstantSchema = z.strictObject({
 /** Why something was deliberately left out of a bundle. */
 export const NOT_CAPTURED_REASONS = ["credential", "exclude", "repository", "nested-git"] as const;
 
+const vectorId = z.union([z.string().check(z.maxLength(1024)), z.int()]);
+/** A vector store's recall record (state/sqlite/neighbours.ts RecallRecord): each probe's exact top-10 at the snapshot instant. */
+export const RecallSchema = z.strictObject({
+  store: z.string(),
+  kind: z.enum(["sqlite-vec", "lancedb"]),
+  name: z.string(),
+  table: z.string(),
+  column: z.string(),
+  id_column: z.string(),
+  metric: z.enum(["l2", "cosine"]),
+  dimension: int,
+  vectors: int,
+  rows_without_vector: z.nullable(int),
+  vectors_without_row: z.nullable(int),
+  rows: z.optional(z.strictObject({ table: z.string(), id: z.string() })),
+  probes: z.array(z.strictObject({
+    id: z.nullable(vectorId),
+    vector_sha256: sha,
+    vector: z.optional(z.string().check(z.regex(/^[A-Za-z0-9+/]*={0,2}$/))),
+    neighbours: z.array(vectorId).check(z.maxLength(10)),
+    kth_distance: z.number(),
+  })),
+});
+
 export const NotCapturedSchema = z.strictObject({
   path: z.string().check(z.maxLength(1024)),
   reason: z.enum(NOT_CAPTURED_REASONS),
@@ -192,6 +216,8 @@ export const ManifestSchema = z.strictObject({
   capture_instant: z.optional(CaptureInstantSchema),
   /** what was deliberately left out (a credential's file, an excluded name, a nested repository's history); never values */
   not_captured: z.optional(z.array(NotCapturedSchema)),
+  /** recall parity: per probe set of the config, each probe's exact neighbours (absent without probe sets) */
+  recall: z.optional(z.array(RecallSchema)),
   /**
    * Spaces, and nothing else: they make manifest.json fill the room the
    * writer reserved before payload.age, which it wrote first, in place
@@ -376,6 +402,7 @@ export interface ManifestInput {
   /** when each state source was captured; omitted when the config has none */
   captureInstant?: Manifest["capture_instant"];
   notCaptured?: NotCaptured[];
+  recall?: Manifest["recall"];
 }
 
 /**
@@ -426,6 +453,7 @@ export function buildManifest(i: ManifestInput): Manifest {
     ...(i.captureInstant ? { capture_instant: i.captureInstant } : {}),
     // absent when empty: bundles stay readable by tools that predate the field
     ...(i.notCaptured?.length ? { not_captured: i.notCaptured } : {}),
+    ...(i.recall?.length ? { recall: i.recall } : {}),
   };
 }
 

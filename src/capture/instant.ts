@@ -56,7 +56,7 @@ export interface InstantOptions {
 export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: CaptureScope, o: InstantOptions): Promise<Captured> {
   const cfg = lc.config;
   const { staging, warnings } = scope;
-  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined, reused: [] }, files: [], chunked: [], ws: { staged: [], manifest: null }, dbState: null };
+  const got: Captured = { dbs: [], taken: { kind: "copy" }, cut: undefined, sources: { staged: [], instant: undefined, reused: [], recall: [] }, files: [], chunked: [], ws: { staged: [], manifest: null }, dbState: null };
   const live = cfg.workspace ? lc.resolve(cfg.workspace.path) : null;
   let failure: unknown;
   let wsCapture: Promise<WorkspaceCaptured> | null = null;

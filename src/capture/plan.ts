@@ -184,7 +184,7 @@ export async function planDatabases(
     bases: sums.bases,
     sums,
     dir: join(staging, "db"),
-    inspect: { cursors: cfg.cursors, openOperations: cfg.openOperations, timers: cfg.timers, scan: cfg.secretScan.databases },
+    inspect: { cursors: cfg.cursors, openOperations: cfg.openOperations, timers: cfg.timers, scan: cfg.secretScan.databases, recall: cfg.recall.filter((r) => cfg.databases.some((d) => d.name === r.store)) },
     unindexed,
     incremental,
     chosen,

@@ -7,7 +7,10 @@ import type { ChunkWriter, LazyWriter } from "../chunks/store.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ensureDirIn } from "../fsutil.js";
+import { usageError } from "../errors.js";
 import { captureSource } from "../state/sources/index.js";
+import { arrowVectors } from "../state/sources/lancedb.js";
+import { inMemory, probeRecords, type RecallRecord } from "../state/sqlite/neighbours.js";
 
 /**
  * Captures every state source (side by side, each at its own single instant)
@@ -55,7 +58,34 @@ export async function captureSources(lc: LoadedConfig, staging: string, warnings
       server_version: cap.serverVersion,
     })),
   };
-  return { staged, instant, reused };
+  return { staged, instant, reused, recall: await lanceRecall(lc, staged, reused, warnings) };
+}
+
+/**
+ * The recall records of the config's lancedb probe sets, by exact search over each table's captured Arrow stream.
+ * A table reused unchanged from an earlier snapshot was not read again: its probes are not recomputed (a warning).
+ * @throws AgentbakError(2) naming the probe set whose table or columns the capture does not hold
+ */
+async function lanceRecall(lc: LoadedConfig, staged: StagedFile[], reused: Component[], warnings: string[]): Promise<RecallRecord[]> {
+  const out: RecallRecord[] = [];
+  for (const [i, r] of lc.config.recall.entries()) {
+    const src = lc.config.sources.find((s) => s.name === r.store && s.kind === "lancedb");
+    if (!src) continue;
+    const path = `sources/${r.store}/${r.table}.arrows`;
+    const f = staged.find((x) => x.path === path);
+    if (!f) {
+      if (reused.some((x) => x.path === path)) warnings.push(`recall[${i}] (${r.store}.${r.table}): the table is unchanged since an earlier snapshot and was not read again; no recall record this time`);
+      else throw usageError(`recall[${i}] (${r.store}.${r.table}): source ${r.store} has no table ${r.table}`);
+      continue;
+    }
+    try {
+      const v = await arrowVectors(f.file, r.column, r.id);
+      out.push({ store: `${r.store}.${r.table}`, kind: "lancedb", name: r.store, table: r.table, column: r.column, id_column: r.id, metric: r.metric, dimension: v.dimension, vectors: v.ids.length, rows_without_vector: v.nulls, vectors_without_row: null, probes: probeRecords(r, inMemory(v.ids, v.vectors, v.dimension)) });
+    } catch (e) {
+      throw usageError(`recall[${i}] (${r.store}.${r.table}): ${(e as Error).message}`);
+    }
+  }
+  return out;
 }
 
 /** What the sources stage captured: files for the payload or the chunk store, the instant, and entries reused whole. */
@@ -64,6 +94,8 @@ export interface CapturedSources {
   instant: Manifest["capture_instant"];
   /** entries of the prior snapshot whose fingerprint the source still had: not captured again */
   reused: Component[];
+  /** the recall records of lancedb probe sets (recall parity) */
+  recall: RecallRecord[];
 }
 
 /** A prior snapshot's chunked source entries that carry a fingerprint, by payload path: what a capture may reuse. */

@@ -218,6 +218,7 @@ async function manifestFor(
     cut,
     captureInstant: sources.instant,
     notCaptured: x.notCaptured,
+    recall: [...x.ins.recall, ...sources.recall],
   };
   // the reader's own checks (placement, sizes) before anything is signed
   try {

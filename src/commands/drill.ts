@@ -31,6 +31,8 @@ export interface DrillCmdOptions extends GlobalOpts {
   tenant?: string;
   source?: string[];
   allowEmbeddingChange?: boolean;
+  /** refuse (2) to run the worker unsealed (no network namespace here) */
+  requireSealed?: boolean;
   /** false: a credential reference that does not resolve here is recorded, not a warning (cron, timers) */
   credentialWarnings?: boolean;
   progress?: Progress;
@@ -95,6 +97,7 @@ async function run(ctx: Context, ref: string, opts: DrillCmdOptions): Promise<Re
       sources: opts.source,
       embeddings: ctx.lc ? configuredEmbeddings(ctx.lc.config) : undefined,
       allowEmbeddingChange: opts.allowEmbeddingChange,
+      requireSealed: opts.requireSealed,
       // as restore resolves them, against the agent's folder (the config's), not the temp restore
       credentials: { root: ctx.lc?.dir ?? process.cwd(), checkers: ctx.lc?.config.restore.credentialCheck, warn: opts.credentialWarnings !== false },
       config: ctx.lc?.config,

@@ -35,6 +35,26 @@ const source = z.strictObject({
   lockTimeoutSeconds: z.optional(z.number().check(z.positive()).check(z.maximum(3600))),
 });
 
+/**
+ * A probe set for recall parity (docs/drills.md): a sqlite-vec `vec0` table of a database, or a table of a lancedb
+ * source; K probes sampled from its vectors with `seed`, or the `vectors` given. Backup records each probe's exact
+ * top-10 neighbours in the manifest; a drill whose spec has a `recall` section asks the restored store again.
+ */
+const recall = z.strictObject({
+  /** a database (its vec0 table) or a lancedb source, by name */
+  store: stateName,
+  table: z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "a table name")),
+  column: z._default(z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "a column name")), "embedding"),
+  /** the id the store's query answers with: vec0's `rowid` or its text primary key; a lancedb column */
+  id: z._default(z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "a column name")), "rowid"),
+  /** sqlite: the table the vectors belong to, for rows without a vector and vectors whose row is gone */
+  rows: z.optional(z.strictObject({ table: z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "a table name")), id: z.string().check(z.regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "a column name")) })),
+  metric: z._default(z.enum(["l2", "cosine"]), "l2"),
+  probes: z._default(z.int().check(z.minimum(1)).check(z.maximum(1000)), 20),
+  seed: z._default(z.string(), "agentbak"),
+  vectors: z.optional(z.array(z.array(z.number()).check(z.minLength(1))).check(z.minLength(1)).check(z.maxLength(1000))),
+});
+
 /** Access tiers of the agent interface (MCP and HTTP), each including the ones before it; no tier deletes or restores. */
 export const TIERS = ["read", "checkpoint", "restore-request"] as const;
 export type Tier = (typeof TIERS)[number];
@@ -72,6 +92,8 @@ const ConfigObject = z.strictObject({
   recipients: z.array(recipient).check(z.minLength(1)),
   databases: z._default(z.array(z.strictObject({ name: stateName, path, embedding: z.optional(embedding) })), []),
   sources: z._default(z.array(source), []),
+  /** recall parity: probe sets whose exact neighbours backup records for the drill */
+  recall: z._default(z.array(recall), []),
   files: z._default(z.array(path), []),
   workspace: z.optional(z.strictObject({ path, uncommitted: z._default(z.enum(["include", "refuse", "ignore"]), "include") })),
   credentials: z._default(z.array(z.strictObject({ name: z.string().check(z.minLength(1)), ref: z.string().check(z.regex(/^[a-z][a-z0-9+.-]*:.+/, "a reference like env:NAME or file:PATH")) })), []),
@@ -146,6 +168,16 @@ export const ConfigSchema = ConfigObject.check(z.superRefine((c, ctx) => {
       const allowed = { postgres: ["url", "schemas", "lockTimeoutSeconds"], redis: ["url", "patterns"], lancedb: ["path", "embedding"] }[s.kind];
       if (s[k] !== undefined && !allowed.includes(k)) ctx.addIssue({ code: "custom", path: ["sources", i, k], message: `not a key of a ${s.kind} source` });
     }
+  });
+  const stores = new Set<string>();
+  c.recall.forEach((r, i) => {
+    const src = c.sources.find((s) => s.name === r.store);
+    if (!names.has(r.store) && src?.kind !== "lancedb")
+      ctx.addIssue({ code: "custom", path: ["recall", i, "store"], message: src ? `a ${src.kind} source has no recall probes here (databases with a vec0 table and lancedb sources do)` : `no database or lancedb source named "${r.store}"` });
+    if (src && r.rows) ctx.addIssue({ code: "custom", path: ["recall", i, "rows"], message: "rows is for a vec0 table in a database" });
+    const key = `${r.store}.${r.table}`;
+    if (stores.has(key)) ctx.addIssue({ code: "custom", path: ["recall", i, "table"], message: `${key} has two probe sets` });
+    stores.add(key);
   });
   for (const [k, q] of Object.entries(c.cursors))
     if (!names.has(q.database)) ctx.addIssue({ code: "custom", path: ["cursors", k, "database"], message: `no database named "${q.database}"` });

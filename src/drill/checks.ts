@@ -47,13 +47,12 @@ export async function extractInto(v: VerifiedBundle, identities: () => AgeIdenti
 /**
  * Restores each source into an empty server (a `--source` one, or a
  * throwaway one started here and pushed onto `servers`, which the caller
- * always stops) and records what it found: the restore, and the dimension of
+ * always stops; `targets` gets where each went) and records what it found: the restore, and the dimension of
  * its vectors when the bundle records an embedding model.
  * @returns a query into each restored source that has a query language (postgres), for invariants naming it
  */
-export async function drillSources(m: Manifest, extracted: ExtractedSource[], given: Map<string, string>, serversDir: string, servers: Throwaway[], log: CheckLog): Promise<Map<string, SourceQuery>> {
+export async function drillSources(m: Manifest, extracted: ExtractedSource[], given: Map<string, string>, serversDir: string, servers: Throwaway[], log: CheckLog, targets = new Map<string, string>()): Promise<Map<string, SourceQuery>> {
   const queries = new Map<string, SourceQuery>();
-  const targets = new Map<string, string>();
   try {
     for (const x of extracted) {
       const url = given.get(x.name);

@@ -48,6 +48,8 @@ export function reportBody(r: DrillResult): Record<string, unknown> {
     rpo_seconds: r.rpo_seconds,
     rto_seconds: r.rto_seconds,
     objectives: r.objectives,
+    ...(r.recall?.length ? { recall: r.recall } : {}),
+    ...(r.network ? { network: r.network } : {}),
   };
 }
 

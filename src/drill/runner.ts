@@ -18,12 +18,14 @@ import type { Trust } from "../crypto/trust.js";
 import { onInterrupt, removeTree } from "../cleanup.js";
 import type { Config } from "../config/schema.js";
 import { policyError, usageError } from "../errors.js";
-import { pidDir, sweepDead } from "../fsutil.js";
+import { ensureDir, pidDir, sweepDead } from "../fsutil.js";
 import { settleOperations, type OpenOperation } from "../reconcile/operations.js";
 import type { Throwaway } from "../state/sources/index.js";
 import { CheckLog, type DrillCheck, type UnresolvedDifference } from "./checklog.js";
 import { credentialChecks, cursorChecks, databaseChecks, drillSources, extractInto, objectiveChecks, runtimeChecks, unreconciledOperations, vectorDimensions, type CredentialResolution } from "./checks.js";
 import { loadInvariants, runInvariants, type SourceQuery } from "./invariants.js";
+import { recallChecks, type StoreRecall } from "./recall.js";
+import { networkChecks, Seal, sealUnavailable, type NetworkReport } from "./seal.js";
 import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
@@ -63,6 +65,10 @@ export interface DrillResult {
   /** restore and checks, plus the first reconciliation: the time to a recovered, reconciled agent (RTO) */
   rto_seconds: number;
   objectives: { rpoMinutes?: number; rtoSeconds?: number } | null;
+  /** recall parity per vector store (the spec's recall section; empty without one) */
+  recall: StoreRecall[];
+  /** whether the worker ran sealed in its own network namespace, and the connections it tried; null without a worker */
+  network: NetworkReport | null;
 }
 
 export interface DrillOptions {
@@ -88,6 +94,8 @@ export interface DrillOptions {
   /** the embedding models configured for the agent (by database or source name), when a config is known */
   embeddings?: Map<string, Embedding | undefined>;
   allowEmbeddingChange?: boolean;
+  /** refuse (2) to run the worker unsealed */
+  requireSealed?: boolean;
 }
 
 const DRILL_PREFIX = "agentbak-drill";
@@ -114,6 +122,8 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const protocol = o.config?.reconcile;
   const reconciled = spec.reconcile || spec.reconcileFaults.length > 0;
   if (reconciled && !protocol) throw usageError(`drill spec ${o.spec.path} asks for reconciliation, but no config with a reconcile section was given (pass -c)`);
+  const unsealed = spec.worker ? await sealUnavailable() : null;
+  if (unsealed && o.requireSealed) throw usageError(`drill --require-sealed: the worker can not be sealed here (${unsealed}); nothing was run`);
   sweepDrillTemps();
   const v = await verifyBundle(o.bundle.path, o.trust, undefined, o.progress);
   const m = v.manifest;
@@ -126,15 +136,17 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
   const log = new CheckLog(t0, { ...(o.config?.owners ?? {}), ...spec.owners });
   for (const c of admitted.embeddingNotes) log.add({ scenario: "restore", name: "embedding", ok: false, severity: "warning", detail: c });
   const servers: Throwaway[] = [];
+  let seal: Seal | undefined;
   const finish = (f: Partial<Findings>) => drillResult({ o, v, t0, runtime: admitted.runtime, log }, { ...nothingFound(operations), ...f });
   try {
     const restored = join(tmp, "restored");
     const x = await extractInto(v, o.identities, restored, o.trust, o.bundle, log, o.progress);
     if (!x) return finish({});
     let sourceQueries = new Map<string, SourceQuery>();
+    const sourceTargets = new Map<string, string>();
     if (x.sources.length) {
       o.progress?.stage("restoring state sources into throwaway servers");
-      sourceQueries = await drillSources(m, x.sources, admitted.sourceFlags, join(tmp, "servers"), servers, log);
+      sourceQueries = await drillSources(m, x.sources, admitted.sourceFlags, join(tmp, "servers"), servers, log, sourceTargets);
     }
     o.progress?.stage("checking the restored agent");
     vectorDimensions(m, x.databases, log);
@@ -142,13 +154,17 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     const { integrity, restored: schemas } = databaseChecks(x, log);
     const dbMap = new Map(x.databases.map((d) => [d.name, d.path]));
     const cursors = cursorChecks(m, dbMap, log);
+    const recall = spec.recall ? await recallChecks(m, spec.recall, dbMap, sourceTargets, log) : [];
     const credentials = await credentialChecks(m, o.credentials, log);
     log.invariants("restore", await runInvariants(invariants, dbMap, sourceQueries));
     runtimeChecks(admitted.runtime, log);
     unreconciledOperations(operations.length, reconciled, Boolean(spec.worker), log);
     const recoverySeconds = Math.round((Date.now() - t0) / 10) / 100;
+    // a short folder name: a unix socket's path has room for 107 bytes
+    if (spec.worker && !unsealed) ensureDir(join(tmp, "s"), 0o700);
+    seal = spec.worker && !unsealed ? new Seal(join(tmp, "s")) : undefined;
     const scenarios = await runScenarios(
-      { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log },
+      { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log, seal },
       {
         operations,
         // a config with a reconcile section has openOperations (the schema says so)
@@ -158,8 +174,10 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
         progress: o.progress,
       },
     );
-    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, ...scenarios });
+    const network = spec.worker ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
+    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, network, ...scenarios });
   } finally {
+    seal?.close();
     await Promise.allSettled(servers.map((x) => x.stop()));
     removeTemp();
     unregister();
@@ -192,6 +210,8 @@ interface Findings extends ScenarioOutcome {
   cursors: DrillResult["cursors"];
   /** the time to a restored, checked agent */
   recoverySeconds: number;
+  recall: StoreRecall[];
+  network: NetworkReport | null;
 }
 
 const nothingFound = (operations: OpenOperation[]): Findings => ({
@@ -200,6 +220,8 @@ const nothingFound = (operations: OpenOperation[]): Findings => ({
   credentials: [],
   cursors: [],
   recoverySeconds: 0,
+  recall: [],
+  network: null,
   scenarios: [],
   receipts: {},
   operations: operations.map((op) => ({ ...op, outcomes: [] })),
@@ -242,5 +264,7 @@ function drillResult(d: { o: DrillOptions; v: VerifiedBundle; t0: number; runtim
     rpo_seconds: rpo,
     rto_seconds: rto,
     objectives: o.config?.objectives ?? null,
+    recall: f.recall,
+    network: f.network,
   };
 }

@@ -94,7 +94,7 @@ async function crashScenario(b: Bench, sc: CrashPoint | "sink_kill", dir: string
     return stopped;
   }
   const sink = new TestSink();
-  const start = workerStarter(b.spec, copy, { sinkUrl: await sink.start(), upgrade });
+  const start = workerStarter(b.spec, copy, { sinkUrl: await sink.start(), upgrade, seal: b.seal });
   const completed = () => taskCompleted(inject, copy);
   try {
     // 1. run until the worker dies at the point

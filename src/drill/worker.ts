@@ -11,6 +11,7 @@ import { openDefensive } from "../state/sqlite/open.js";
 import { stopOnInterrupt } from "../cleanup.js";
 import type { CheckLog } from "./checklog.js";
 import type { Invariant } from "./invariants.js";
+import type { Seal } from "./seal.js";
 import type { LoadedSpec } from "./spec.js";
 
 /** What a scenario needs from the drill that runs it. */
@@ -22,6 +23,8 @@ export interface Bench {
   dbs: { name: string; path: string }[];
   invariants: Invariant[];
   log: CheckLog;
+  /** the workers run sealed in their own network namespace (seal.ts); absent: unsealed */
+  seal?: Seal;
 }
 
 /** One scenario's outcome, as the report lists it. */
@@ -91,10 +94,13 @@ export function taskCompleted(inject: Inject, copy: Copy): boolean {
 export type StartWorker = (crashPoint: string | null) => ResultPromise<{ reject: false; stdin: "ignore" }>;
 
 /** Starts the spec's worker (or its upgrade) in the copy; the environment holds nothing of the drill host's but PATH. */
-export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string }): StartWorker {
+export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string; seal?: Seal }): StartWorker {
   const { spec } = s;
   const worker = spec.worker!;
-  const command = o.upgrade && spec.upgrade?.command ? spec.upgrade.command : worker.command;
+  const given = o.upgrade && spec.upgrade?.command ? spec.upgrade.command : worker.command;
+  const resolved = [given[0]!, ...given.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x))];
+  // sealed, each start gets its own trace of connection attempts
+  const command = () => (o.seal ? o.seal.wrap(resolved, o.sinkUrl) : resolved);
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     HOME: copy.dir,
@@ -108,9 +114,10 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
     ...worker.env,
     ...(o.upgrade ? spec.upgrade?.env ?? {} : {}),
   };
-  return (crashPoint) =>
-    stopOnInterrupt(
-      execa(command[0]!, command.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x)), {
+  return (crashPoint) => {
+    const [cmd, ...args] = command();
+    return stopOnInterrupt(
+      execa(cmd!, args, {
         cwd: copy.dir,
         env: { ...env, ...(crashPoint ? { AGENTBAK_CRASH_POINT: crashPoint } : {}) },
         extendEnv: false,
@@ -119,6 +126,7 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
         stdin: "ignore",
       }),
     );
+  };
 }
 
 /** Starts the worker until it exits 0, at most `restarts` times. */

@@ -56,7 +56,7 @@ const { metafile } = await build({
   target: "node20",
   logLevel: "warning",
   // native addons, and packages only a source or S3 repository loads (large, and loaded lazily anyway)
-  external: ["better-sqlite3", "zstd-napi", "@lancedb/lancedb", "apache-arrow", "node-pty", "@aws-sdk/*", "@smithy/*", "pg", "ioredis"],
+  external: ["better-sqlite3", "zstd-napi", "@lancedb/lancedb", "apache-arrow", "sqlite-vec", "node-pty", "@aws-sdk/*", "@smithy/*", "pg", "ioredis"],
   plugins: [zodWithoutLocales, classicZodOutside],
   // CommonJS packages inside an ES module bundle call require() for Node's own modules
   banner: { js: "import { createRequire as __agentbakRequire } from 'node:module'; const require = __agentbakRequire(import.meta.url);" },

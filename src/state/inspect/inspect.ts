@@ -18,6 +18,7 @@ import { readPages, withPages } from "../sqlite/pagefile.js";
 import { nameSuspicious, PageScanner, scanFilePages } from "../secrets/pagescan.js";
 import type { SecretFinding } from "../secrets/scan.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "../sqlite/open.js";
+import { vec0Recall, type RecallRecord, type RecallSpec } from "../sqlite/neighbours.js";
 import { describeOtherFormat, otherFormat, type TimerFormat } from "../sqlite/timestamps.js";
 
 export interface InspectInput {
@@ -37,6 +38,8 @@ export interface InspectInput {
   /** the config's timer columns: each is checked to hold timestamps of its declared format */
   timers?: { database: string; table: string; column: string; format: TimerFormat }[];
   scan: "refuse" | "warn" | "off";
+  /** the config's recall probe sets of vec0 tables (a lancedb source's are the capture's) */
+  recall?: RecallSpec[];
 }
 
 export interface InspectResult {
@@ -46,6 +49,8 @@ export interface InspectResult {
   /** timer columns a restore with this config would not move as declared (values of another format, a missing column) */
   timerWarnings: string[];
   findings: SecretFinding[];
+  /** each vec0 probe set's exact neighbours at the snapshot instant */
+  recall: RecallRecord[];
 }
 
 function scalar(v: unknown): string | number | null {
@@ -79,7 +84,7 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, c
     if (!f) throw new AgentbakError(Exit.usage, `${where}: no database named "${name}"`);
     return connect(name, f);
   };
-  const out: InspectResult = { dbs: [], cursors: {}, openOperations: [], timerWarnings: [], findings: [] };
+  const out: InspectResult = { dbs: [], cursors: {}, openOperations: [], timerWarnings: [], findings: [], recall: [] };
   for (const d of input.dbs) {
     // one read of the file for the page index and the page-level secret scan
     const scan = input.scan !== "off" && d.scan !== false;
@@ -142,6 +147,16 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, c
       close();
     }
   }
+  (input.recall ?? []).forEach((r, i) => {
+    const { db, close } = open(r.store, `recall[${i}]`);
+    try {
+      out.recall.push(vec0Recall(db, r));
+    } catch (e) {
+      throw new AgentbakError(Exit.usage, `recall[${i}] (${r.store}.${r.table}): ${(e as Error).message}`);
+    } finally {
+      close();
+    }
+  });
   // a timer is applied at restore from the config there: what is wrong with it now is a warning, not a lost backup
   (input.timers ?? []).forEach((t, i) => {
     const { db, close } = open(t.database, `timers[${i}]`);

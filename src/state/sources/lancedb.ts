@@ -216,3 +216,77 @@ export const lancedbDriver: SourceDriver = {
     return { target: join(dir, "lancedb"), stop: async () => undefined };
   },
 };
+
+/**
+ * The vectors of a captured table's Arrow stream (`file`, as capture staged it): each row's id and its `column`
+ * vector, for recall parity's exact search over the captured image; rows whose vector is null are counted.
+ * @throws Error naming a missing column, or a column that is not a fixed-size list
+ */
+export async function arrowVectors(file: string, column: string, id: string): Promise<{ ids: (string | number)[]; vectors: Float32Array[]; dimension: number; nulls: number }> {
+  await load();
+  const reader = await openStream(file);
+  const f = reader.schema.fields.find((x) => x.name === column);
+  if (!f) throw new Error(`no column ${column}`);
+  if (!A().DataType.isFixedSizeList(f.type)) throw new Error(`column ${column} is not a vector (fixed-size list)`);
+  if (!reader.schema.fields.some((x) => x.name === id)) throw new Error(`no id column ${id}`);
+  const dimension = (f.type as import("apache-arrow").FixedSizeList).listSize;
+  const ids: (string | number)[] = [];
+  const vectors: Float32Array[] = [];
+  let nulls = 0;
+  for await (const b of reader) {
+    const vc = b.getChild(column)!;
+    const ic = b.getChild(id)!;
+    for (let r = 0; r < b.numRows; r++) {
+      const v = vc.get(r) as { toArray(): ArrayLike<number> } | null;
+      if (v === null) {
+        nulls++;
+        continue;
+      }
+      const key = ic.get(r) as unknown;
+      ids.push(typeof key === "bigint" ? Number(key) : typeof key === "number" ? key : String(key));
+      vectors.push(Float32Array.from(v.toArray()));
+    }
+  }
+  return { ids, vectors, dimension, nulls };
+}
+
+/** A restored LanceDB table asked through LanceDB's own query path (recall parity's drill side). */
+export interface LanceTable {
+  /** the vector of the row whose `id` column is `key`, or null when no such row (or it has none) */
+  vectorOf(key: string | number): Promise<Float32Array | null>;
+  /** LanceDB's `vectorSearch(v).distanceType(metric).limit(k)`: ids and vectors, nearest first */
+  search(v: Float32Array, k: number, metric: "l2" | "cosine"): Promise<{ id: string | number; vector: Float32Array | null }[]>;
+  /** rows whose vector column is null */
+  nulls(): Promise<number>;
+  close(): void;
+}
+
+/** Opens `table` of the LanceDB folder `folder` for recall queries. @throws Error (LanceDB's) when it is not there */
+export async function openLanceTable(folder: string, table: string, column: string, id: string): Promise<LanceTable> {
+  const db = await (await load()).lancedb.connect(folder);
+  const t = await db.openTable(table).catch((e) => {
+    db.close();
+    throw e;
+  });
+  const lit = (k: string | number) => (typeof k === "number" ? String(k) : `'${k.replace(/'/g, "''")}'`);
+  const row = (r: Record<string, unknown>) => {
+    const k = r[id];
+    const v = r[column] as { toArray?(): ArrayLike<number> } | ArrayLike<number> | null | undefined;
+    return { id: typeof k === "bigint" ? Number(k) : typeof k === "number" ? k : String(k), vector: v ? Float32Array.from("toArray" in v && v.toArray ? v.toArray() : (v as ArrayLike<number>)) : null };
+  };
+  return {
+    async vectorOf(key) {
+      const rows = (await t.query().where(`\`${id}\` = ${lit(key)}`).select([id, column]).limit(1).toArray()) as Record<string, unknown>[];
+      return rows[0] ? row(rows[0]).vector : null;
+    },
+    async search(v, k, metric) {
+      const rows = (await t.vectorSearch(Array.from(v)).column(column).distanceType(metric).limit(k).toArray()) as Record<string, unknown>[];
+      return rows.map(row);
+    },
+    nulls: () => t.countRows(`\`${column}\` IS NULL`),
+    close() {
+      t.close();
+      db.close();
+    },
+  };
+}
