@@ -44,7 +44,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   /** run at the end whatever happened: open block sums closed, and those of a snapshot not published removed */
   const closers: (() => void)[] = [];
   /** how the instant read the databases: snapshots kept open (pinned) are released at the end whatever happened */
-  let taken: Taken = { kind: "copy" };
+  const held: { taken: Taken } = { taken: { kind: "copy" } };
   // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it). Not
   // with Object Lock: a reused chunk's retention is not extended yet, so a locked snapshot keeps its bytes in its own
   // locked bundle (docs/chunk-store.md)
@@ -64,8 +64,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     if (plan.mode === "pinned") await warmed;
     const scope = captureScope(lc, staging, o.home, warnings);
     const prior = chunks && cfg.sources.length ? await reusableSources(o, a, plan.chosen, chunks.writer) : null;
-    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks, priorSources: prior });
-    taken = got.taken;
+    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks, priorSources: prior, held });
     // large source files (a dump, a table) go into the chunk store as well
     if (chunks && got.sources.staged.length) {
       const c = await chunkSources(got.sources.staged, chunks.writer);
@@ -99,7 +98,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     crashStep("bundle-written");
     const receipt: Omit<BackupReceipt, "path"> = {
       ...receiptOf(manifest, signed.sha256, bundle.path),
-      databases_read: dbs.length ? (taken.kind === "copy" ? "copy" : "in-place") : null,
+      databases_read: dbs.length ? (held.taken.kind === "copy" ? "copy" : "in-place") : null,
       full_reason: plan.incremental && !manifest.parent ? plan.chosen.reason || plan.unindexed?.reason || null : null,
       params_sha256: paramsDigest(o),
       not_captured: scope.notCaptured,
@@ -112,7 +111,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   } finally {
     // what was uploaded is known to the next run, published or not (a cache: its failure costs time, never data)
     await writer?.save();
-    await releasePinned(taken);
+    await releasePinned(held.taken);
     await Promise.allSettled(removals);
     for (const c of closers)
       try {
