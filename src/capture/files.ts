@@ -202,11 +202,10 @@ export async function captureFiles(s: CaptureScope, given: ListedFile[] | null, 
   const pack = smallBytes >= CHUNK_FROM;
   // the writer opens (listing the chunk store) only when a file goes into it: an agent of a few small files never opens it
   if (!chunks || (!large.length && !pack)) return { staged: small.map((f) => stageFile(s, f)), chunked: [] };
-  const w = await chunks.writer.get();
   const chunked: Component[] = [];
-  for (const f of large) chunked.push(await storeChunked(s, w, f, chunks.statCache));
+  for (const f of large) chunked.push(await storeChunked(s, chunks.writer, f, chunks.statCache));
   if (!pack) return { staged: small.map((f) => stageFile(s, f)), chunked };
-  const packed = await storePacked(s, w, small);
+  const packed = await storePacked(s, chunks.writer, small);
   return { staged: packed.empty.map((f) => stageFile(s, f)), chunked: [...chunked, ...packed.components] };
 }
 
@@ -230,7 +229,7 @@ function stageFile(s: CaptureScope, { file: f, path, rel, pattern }: SmallFile):
  * (`chunk_skip`). An empty file touches no chunk: it goes into the payload (`empty`).
  * @throws the files' read errors (named), the store's errors
  */
-async function storePacked(s: CaptureScope, w: ChunkWriter, small: SmallFile[]): Promise<{ components: Component[]; empty: SmallFile[] }> {
+async function storePacked(s: CaptureScope, w: LazyWriter, small: SmallFile[]): Promise<{ components: Component[]; empty: SmallFile[] }> {
   const order = [...small].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const read: { f: SmallFile; sha256: string; offset: number; size: number }[] = [];
   const empty: SmallFile[] = [];
@@ -279,7 +278,7 @@ function fileEntry(f: Pick<SmallFile, "path" | "rel">, r: { sha256: string; size
 }
 
 /** Stores one large file as chunks; @returns its manifest entry. @throws its read errors (named), the store's errors */
-async function storeChunked(s: CaptureScope, w: ChunkWriter, f: SmallFile, statCache: boolean): Promise<Component> {
+async function storeChunked(s: CaptureScope, w: LazyWriter, f: SmallFile, statCache: boolean): Promise<Component> {
   let r: Awaited<ReturnType<ChunkWriter["putFile"]>>;
   try {
     // read (and scanned below) now, under this run's policy: remembered even when the cache could not answer
