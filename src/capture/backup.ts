@@ -34,8 +34,9 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
   // before the lease: an agent whose state did not change costs reads only, no lease grant written (docs/fleet.md)
   const { listed, other, last } = await unchanged<BackupReceipt>(lc, o, a, { repoDir, signer });
   if (last) return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
-  // the agent's lock, what dead runs left swept, and the receipt an idempotency key already recorded
-  const { lock, prior } = await o.repo.beginBackup<BackupReceipt>(a, { waitMs: o.waitMs ?? 0, idempotencyKey: o.idempotencyKey, trust: o.trust });
+  // the agent's lock, what dead runs left swept, and the receipt an idempotency key already recorded, else the
+  // sequence and the agent's newest manifest
+  const { lock, prior, sequence, newest } = await o.repo.beginBackup<BackupReceipt>(a, { waitMs: o.waitMs ?? 0, idempotencyKey: o.idempotencyKey, trust: o.trust, sequenceFloor: o.sequenceFloor });
   const staging = o.repo.store.tempDir(`backup-${a.agent}`);
   const unregister = removeOnInterrupt(staging);
   try {
@@ -43,7 +44,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // the capture's modules (SQLite, the bundle writer, the inspection, git's capture) load only now: a backup that
     // finds nothing changed never compiles them
     const { takeSnapshot } = await import("./take.js");
-    return await takeSnapshot(lc, o, a, { staging, repoDir, listed, other, signer });
+    return await takeSnapshot(lc, o, a, { staging, repoDir, listed, other, signer, sequence, newest });
   } catch (e) {
     // a repository renamed, deleted or unmounted under the run failed it at whatever step came next: say that (10)
     throw await o.repo.goneOr(e);

@@ -3,13 +3,10 @@
  * each flows through the parent's index, the new index, the delta and the inspection (integrity_check, counts,
  * cursors, open operations, the secret scan), which runs in a worker while the payload is written.
  */
-import type { CapturedDatabase, Component } from "../bundle/manifest.js";
+import type { CapturedDatabase, Component, Manifest } from "../bundle/manifest.js";
 import { writeComponents, type StagedComponent, type StagedFile } from "../bundle/writer.js";
 import type { SigningKey } from "../crypto/sshsig.js";
-import type { Trust } from "../crypto/trust.js";
-import type { AgentRef } from "../facts.js";
 import type { Progress } from "../progress.js";
-import type { Repository } from "../repository/repository.js";
 import { verifyError } from "../errors.js";
 import { deltasInPlace, writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
 import { inspectInWorker, inspectPinned, type InspectResult } from "../state/inspect/inspect.js";
@@ -164,7 +161,7 @@ export function finishDatabases(plan: DbPlan, dbs: DbRecord[], ins: InspectResul
 /**
  * Writes the payload (the databases, staged here, then `others`) while the inspection (integrity_check, counts,
  * cursors, open operations, the secret scan) reads the databases at their instant in a worker thread, then takes its
- * results into the records; the agent's newest manifest in the repository sizes the room kept for this one's.
+ * results into the records; the agent's newest manifest (`o.prior`) sizes the room kept for this one's.
  * @returns what was staged and written, the bundle's plan, the inspection, and every possible secret it and the
  *   deltas found in the databases (the caller applies the policy)
  * @throws AgentbakError(13) for a database whose snapshot failed integrity_check
@@ -174,16 +171,15 @@ export async function writeBesideInspection(
   dbs: DbRecord[],
   taken: Taken,
   others: StagedFile[],
-  o: { repo: Repository; trust: Trust; a: AgentRef; signingKey: SigningKey; recipients: string[]; scan: boolean; progress?: Progress; chunked: Component[] },
+  o: { prior: Manifest | undefined; signingKey: SigningKey; recipients: string[]; scan: boolean; progress?: Progress; chunked: Component[] },
 ) {
   const st = stageDatabases(plan, dbs, taken, o.scan);
   const staged = [...st.staged, ...others];
-  // the agent's newest manifest sizes the room kept for this one's (the listing is read once per process)
-  const prior = (await o.repo.list(o.trust, o.a)).filter((e) => e.header).at(-1)?.header?.manifest;
-  // the manifest lists the chunked components too (their bytes are in the chunk store, not the payload)
+  // the manifest lists the chunked components too (their bytes are in the chunk store, not the payload); the agent's
+  // newest manifest (`prior`, read when the backup began) sizes the room kept for this one's
   let out: Awaited<ReturnType<typeof writeComponents>>;
   try {
-    out = await writeComponents(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, o.recipients, { stored: o.chunked, prior, progress: o.progress });
+    out = await writeComponents(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, o.recipients, { stored: o.chunked, prior: o.prior, progress: o.progress });
   } finally {
     await st.inspection.catch(() => undefined);
   }

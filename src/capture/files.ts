@@ -8,7 +8,7 @@ import { join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
 import { chunkTuples, componentPath, type Component } from "../bundle/manifest.js";
 import { LARGE_STATE } from "../chunks/fastcdc.js";
-import type { ChunkWriter, LazyWriter } from "../chunks/store.js";
+import type { ChunkRef, ChunkWriter, LazyWriter } from "../chunks/store.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ioErrno, ioError, usageError, wrap } from "../errors.js";
@@ -179,8 +179,8 @@ export async function captureFiles(s: CaptureScope, given: ListedFile[] | null, 
   const { lc } = s;
   const listed = given ?? listFiles(lc, repoDir);
   const small: SmallFile[] = [];
+  const large: SmallFile[] = [];
   let smallBytes = 0;
-  const chunked: Component[] = [];
   for (const { pattern, file: f, problem } of listed) {
     const rel = relative(lc.dir, f).split(sep).join("/");
     if (rel.startsWith("..")) throw usageError(`files: ${rel} is outside the config folder`);
@@ -195,18 +195,18 @@ export async function captureFiles(s: CaptureScope, given: ListedFile[] | null, 
       continue;
     }
     const size = chunks ? statSync(f).size : 0;
-    if (chunks && size >= CHUNK_FROM) {
-      chunked.push(await storeChunked(s, await chunks.writer.get(), f, { path, rel, pattern, statCache: chunks.statCache }));
-      continue;
-    }
-    small.push({ file: f, path, rel, pattern });
-    smallBytes += size;
+    if (chunks && size >= CHUNK_FROM) large.push({ file: f, path, rel, pattern });
+    else small.push({ file: f, path, rel, pattern });
+    if (size < CHUNK_FROM) smallBytes += size;
   }
-  if (chunks && smallBytes >= CHUNK_FROM) {
-    const packed = await storePacked(s, await chunks.writer.get(), small);
-    return { staged: packed.empty.map((f) => stageFile(s, f)), chunked: [...chunked, ...packed.components] };
-  }
-  return { staged: small.map((f) => stageFile(s, f)), chunked };
+  const pack = smallBytes >= CHUNK_FROM;
+  // the writer opens (listing the chunk store) only when a file goes into it: an agent of a few small files never opens it
+  if (!chunks || (!large.length && !pack)) return { staged: small.map((f) => stageFile(s, f)), chunked: [] };
+  const chunked: Component[] = [];
+  for (const f of large) chunked.push(await storeChunked(s, chunks.writer, f, chunks.statCache));
+  if (!pack) return { staged: small.map((f) => stageFile(s, f)), chunked };
+  const packed = await storePacked(s, chunks.writer, small);
+  return { staged: packed.empty.map((f) => stageFile(s, f)), chunked: [...chunked, ...packed.components] };
 }
 
 /** Copies one file into staging and scans it. @returns its staged component */
@@ -218,7 +218,7 @@ function stageFile(s: CaptureScope, { file: f, path, rel, pattern }: SmallFile):
   } catch (e) {
     throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
   }
-  scanFile(s, dest, rel);
+  scanFile(s, rel, () => atPath(dest, () => readFileSync(dest)));
   return { path, kind: "file", name: rel, file: dest, target: rel };
 }
 
@@ -229,11 +229,10 @@ function stageFile(s: CaptureScope, { file: f, path, rel, pattern }: SmallFile):
  * (`chunk_skip`). An empty file touches no chunk: it goes into the payload (`empty`).
  * @throws the files' read errors (named), the store's errors
  */
-async function storePacked(s: CaptureScope, w: ChunkWriter, small: SmallFile[]): Promise<{ components: Component[]; empty: SmallFile[] }> {
+async function storePacked(s: CaptureScope, w: LazyWriter, small: SmallFile[]): Promise<{ components: Component[]; empty: SmallFile[] }> {
   const order = [...small].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const read: { f: SmallFile; sha256: string; offset: number; size: number }[] = [];
   const empty: SmallFile[] = [];
-  const scan = s.lc.config.secretScan.files !== "off";
   async function* stream(): AsyncGenerator<Buffer> {
     let offset = 0;
     for (const f of order) {
@@ -247,7 +246,7 @@ async function storePacked(s: CaptureScope, w: ChunkWriter, small: SmallFile[]):
         empty.push(f);
         continue;
       }
-      if (scan) s.findings.files.push(...scanText(b, `files: ${f.rel}`));
+      scanFile(s, f.rel, () => b);
       read.push({ f, sha256: createHash("sha256").update(b).digest("hex"), offset, size: b.length });
       offset += b.length;
       yield b;
@@ -260,27 +259,34 @@ async function storePacked(s: CaptureScope, w: ChunkWriter, small: SmallFile[]):
     // the chunks this file's range [offset, offset + size) touches: from the one it starts in to the one it ends in
     const first = ends.findIndex((end) => end > offset);
     const last = ends.findIndex((end) => end >= offset + size);
-    const skip = offset - (first > 0 ? ends[first - 1]! : 0);
-    return { path: f.path, kind: "file" as const, name: f.rel, sha256, size, target: f.rel, chunks: chunkTuples(pack.chunks.slice(first, last + 1)), chunk_skip: skip };
+    return fileEntry(f, { sha256, size }, pack.chunks.slice(first, last + 1), offset - (first > 0 ? ends[first - 1]! : 0));
   });
   return { components, empty };
 }
 
-/** Scans the file at `file` (a `files` file, `rel` in messages) into the scope's findings, unless the policy is off. */
-function scanFile(s: CaptureScope, file: string, rel: string): void {
-  if (s.lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(atPath(file, () => readFileSync(file)), `files: ${rel}`));
+/**
+ * Scans a `files` file (`rel` in messages) into the scope's findings, unless the policy is off (then `bytes`, what
+ * reads it, is not called): the one place the files stage applies its scan policy.
+ */
+function scanFile(s: CaptureScope, rel: string, bytes: () => Buffer): void {
+  if (s.lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(bytes(), `files: ${rel}`));
+}
+
+/** The manifest entry of a file stored as chunks (`skip`: where a packed file starts in its first chunk). */
+function fileEntry(f: Pick<SmallFile, "path" | "rel">, r: { sha256: string; size: number }, chunks: ChunkRef[], skip?: number): Component {
+  return { path: f.path, kind: "file", name: f.rel, sha256: r.sha256, size: r.size, target: f.rel, chunks: chunkTuples(chunks), ...(skip === undefined ? {} : { chunk_skip: skip }) };
 }
 
 /** Stores one large file as chunks; @returns its manifest entry. @throws its read errors (named), the store's errors */
-async function storeChunked(s: CaptureScope, w: ChunkWriter, f: string, x: { path: string; rel: string; pattern: string; statCache: boolean }): Promise<Component> {
+async function storeChunked(s: CaptureScope, w: LazyWriter, f: SmallFile, statCache: boolean): Promise<Component> {
   let r: Awaited<ReturnType<ChunkWriter["putFile"]>>;
   try {
     // read (and scanned below) now, under this run's policy: remembered even when the cache could not answer
-    r = await w.putFile(f, { statCache: x.statCache, remember: true });
+    r = await w.putFile(f.file, { statCache, remember: true });
   } catch (e) {
-    throw ioErrno(e) ? ioError(e, f) : wrap(e, `files: ${x.pattern}`);
+    throw ioErrno(e) ? ioError(e, f.file) : wrap(e, `files: ${f.pattern}`);
   }
-  if (r.stats.changedWhileRead) s.warnings.push(`files: ${x.rel} changed while it was read; stored as read`);
-  if (!r.stats.fromStatCache) scanFile(s, f, x.rel);
-  return { path: x.path, kind: "file", name: x.rel, sha256: r.sha256, size: r.size, target: x.rel, chunks: chunkTuples(r.chunks) };
+  if (r.stats.changedWhileRead) s.warnings.push(`files: ${f.rel} changed while it was read; stored as read`);
+  if (!r.stats.fromStatCache) scanFile(s, f.rel, () => atPath(f.file, () => readFileSync(f.file)));
+  return fileEntry(f, r, r.chunks);
 }

@@ -10,7 +10,7 @@ import type { LoadedConfig } from "../config/load.js";
 import { AgentbakError, Exit } from "../errors.js";
 import { ensureDirIn } from "../fsutil.js";
 import type { Cut } from "../state/sqlite/cut.js";
-import { readAtInstant, releasePinned, type DbRecord, type Taken } from "./databases.js";
+import { readAtInstant, type DbRecord, type Taken } from "./databases.js";
 import { captureFiles, type ChunkedFiles, type ListedFile } from "./files.js";
 import type { DbPlan } from "./plan.js";
 import type { Progress } from "../progress.js";
@@ -46,12 +46,17 @@ export interface InstantOptions {
   chunks: ChunkedFiles | null;
   /** the newest snapshot's chunked source entries a source whose fingerprint did not change reuses (priorSources) */
   priorSources: PriorSources | null;
+  /**
+   * how the databases were read, filled in the moment they are: the caller releases a "pinned" read (releasePinned)
+   * whatever happens, this stage's failure included
+   */
+  held: { taken: Taken };
 }
 
 /**
  * Captures databases (at one instant), state sources, files and workspace between the pre and post hooks; the post
  * hook runs whatever failed (its own failure is then a warning).
- * @throws the first failure, after the post hook ran
+ * @throws the first failure, after the post hook ran (the databases' read, if any, is in `o.held`)
  */
 export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: CaptureScope, o: InstantOptions): Promise<Captured> {
   const cfg = lc.config;
@@ -71,6 +76,7 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
     if (cfg.databases.length) {
       const jobs = cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`), target: scope.targets.databases.get(d.name)! }));
       Object.assign(got, await readAtInstant(plan, jobs, o.waitMs || cfg.cut.waitSeconds * 1000, o.fingerprint ? lc : null));
+      o.held.taken = got.taken;
     }
     if (cfg.sources.length) {
       o.progress?.stage("capturing state sources");
@@ -97,10 +103,7 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
       else failure = e;
     }
   }
-  if (failure) {
-    await releasePinned(got.taken).catch(() => undefined);
-    throw failure;
-  }
+  if (failure) throw failure; // a pinned read is released by the caller (held)
   return got;
 }
 

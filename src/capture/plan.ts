@@ -21,10 +21,11 @@ interface ParentContext {
   home: string;
 }
 
-/** The snapshot an incremental builds on, verified. */
+/** The snapshot an incremental builds on, verified, and its stored page index of each database that has one. */
 export interface Parent {
   snapshot: Snapshot;
   header: VerifiedBundle;
+  indexes: Map<string, Buffer | null>;
 }
 
 /** The parent, or null and why not (`routine`: expected, the first snapshot or fullEvery; else a warning); `link`: the new snapshot's place in its chain. */
@@ -45,14 +46,14 @@ export interface Unindexed {
 const NO_PARENT: ParentChoice = { parent: null, reason: "", link: 0, routine: true };
 
 /** The parent for an incremental: the latest snapshot, if its whole chain verifies and is short enough; or why not. */
-async function chooseParent(o: ParentContext, a: AgentRef, fullEvery: number): Promise<ParentChoice> {
+async function chooseParent(o: ParentContext, a: AgentRef, fullEvery: number, dbs: string[]): Promise<ParentChoice> {
   // a full snapshot starts a sound chain and the warning names the link that does not verify
-  const head = await o.repo.chainHead(a, o.trust, o.home);
+  const head = await o.repo.chainHead(a, o.trust, o.home, dbs);
   if (!head) return { parent: null, reason: "no verified snapshot to build on", link: 0, routine: true };
   if ("unusable" in head) return { parent: null, reason: head.unusable, link: 0 };
   if (head.links + 1 > fullEvery) return { parent: null, reason: `a full snapshot is due after ${fullEvery} incrementals`, link: 0, routine: true };
   // the new snapshot's place in its chain: 1 for the first incremental after a full one
-  return { parent: { snapshot: head.snapshot, header: head.header }, reason: "", link: head.links + 1 };
+  return { parent: { snapshot: head.snapshot, header: head.header, indexes: head.indexes }, reason: "", link: head.links + 1 };
 }
 
 /** The database component `db` of a manifest, if it has one. */
@@ -84,14 +85,11 @@ export function judgeParentIndex(m: Manifest, db: string, stored: Buffer | null,
 /**
  * The parent's usable page indexes of `dbs`, and the reason one is not usable (a warning's before a routine one).
  */
-async function parentIndexes(repo: Repository, parent: Parent | null, dbs: string[], key: Buffer): Promise<{ parents: Map<string, PageIndex>; unindexed: Unindexed | null }> {
+function parentIndexes(parent: Parent | null, dbs: string[], key: Buffer): { parents: Map<string, PageIndex>; unindexed: Unindexed | null } {
   const parents = new Map<string, PageIndex>();
   let unindexed: Unindexed | null = null;
   for (const db of parent ? dbs : []) {
-    const m = parent!.header.manifest;
-    const c = databaseOf(m, db);
-    const stored = m.format_version >= 4 && c?.page_index_sha256 ? await repo.pageIndex(parent!.snapshot, db) : null;
-    const ix = judgeParentIndex(m, db, stored, key);
+    const ix = judgeParentIndex(parent!.header.manifest, db, parent!.indexes.get(db) ?? null, key);
     if ("hashes" in ix) parents.set(db, ix);
     else if (!unindexed || (unindexed.routine && !ix.routine)) unindexed = ix;
   }
@@ -158,11 +156,12 @@ export async function planDatabases(
   const { snapshotId, staging, closers } = x;
   const cfg = lc.config;
   const incremental = o.incremental ?? cfg.incremental.enabled;
-  const chosen = incremental ? await chooseParent(o, a, cfg.incremental.fullEvery) : NO_PARENT;
+  const names = cfg.databases.map((d) => d.name);
+  const chosen = incremental ? await chooseParent(o, a, cfg.incremental.fullEvery, names) : NO_PARENT;
   // a full snapshot that fullEvery asks for, or the first one, is routine (in the receipt); one forced by a chain that does not verify is a warning
   if (incremental && !chosen.parent && !chosen.routine) x.warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
   const key = pageIndexKey(o.home);
-  const { parents, unindexed } = await parentIndexes(o.repo, chosen.parent, cfg.databases.map((d) => d.name), key);
+  const { parents, unindexed } = parentIndexes(chosen.parent, names, key);
   // the parent's digest and shape of each database with a usable index: its block sums, when this host kept them
   const of = new Map<string, { sha256: string; pageSize: number; pageCount: number }>();
   for (const [name, ix] of parents) {
@@ -170,7 +169,7 @@ export async function planDatabases(
     of.set(name, { sha256: c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256, pageSize: ix.pageSize, pageCount: ix.pageCount });
   }
   const at = { home: o.home, repo: o.repo.location, tenant: a.tenant, agent: a.agent };
-  const sums = new SnapshotSums(at, cfg.databases.map((d) => d.name), snapshotId, chosen.parent ? { snapshotId: chosen.parent.snapshot.snapshot_id, dbs: of } : null, key);
+  const sums = new SnapshotSums(at, names, snapshotId, chosen.parent ? { snapshotId: chosen.parent.snapshot.snapshot_id, dbs: of } : null, key);
   closers.push(() => sums.close());
   // a database stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning
   if (unindexed && !unindexed.routine) x.warnings.push(`${unindexed.reason}: stored whole`);

@@ -3,7 +3,7 @@ import { statSync } from "node:fs";
 import { join } from "node:path";
 import { chunkRefs, chunkTuples, type Component, type Manifest } from "../bundle/manifest.js";
 import { LARGE_STATE } from "../chunks/fastcdc.js";
-import type { ChunkWriter, LazyWriter } from "../chunks/store.js";
+import type { LazyWriter } from "../chunks/store.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ensureDirIn } from "../fsutil.js";
@@ -106,8 +106,10 @@ export type PriorSources = ReadonlyMap<string, Component>;
  * chunk still known to this host's chunk writer (which forgets what a sweep removed), so a reused entry never names a
  * chunk that is gone.
  */
-export function priorSources(m: Manifest | null, w: Pick<ChunkWriter, "holds">): PriorSources {
-  return new Map((m?.components ?? []).filter((c) => c.fingerprint && c.chunks && w.holds(chunkRefs(c)!)).map((c) => [c.path, c]));
+export async function priorSources(m: Manifest | null, w: Pick<LazyWriter, "holds">): Promise<PriorSources> {
+  const out = new Map<string, Component>();
+  for (const c of m?.components ?? []) if (c.fingerprint && c.chunks && (await w.holds(chunkRefs(c)!))) out.set(c.path, c);
+  return out;
 }
 
 /**

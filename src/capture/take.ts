@@ -37,14 +37,14 @@ type WrittenPayload = Awaited<ReturnType<typeof writeBesideInspection>>["written
  * fingerprint (`other`, from the unchanged check) for the next --skip-if-unchanged.
  * @throws AgentbakError: 10 database missing, 13 snapshot failed integrity_check, 14 secrets or refused dirty workspace, 1 hook failures
  */
-export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentRef, x: { staging: string; repoDir: string | null; listed: ListedFile[] | null; other: string | null; signer: string }): Promise<BackupReceipt> {
+export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentRef, x: { staging: string; repoDir: string | null; listed: ListedFile[] | null; other: string | null; signer: string; sequence: number; newest: Manifest | undefined }): Promise<BackupReceipt> {
   const { staging, repoDir, listed, other } = x;
   const cfg = lc.config;
   const removals: Promise<void>[] = [];
   /** run at the end whatever happened: open block sums closed, and those of a snapshot not published removed */
   const closers: (() => void)[] = [];
   /** how the instant read the databases: snapshots kept open (pinned) are released at the end whatever happened */
-  let taken: Taken = { kind: "copy" };
+  const held: { taken: Taken } = { taken: { kind: "copy" } };
   // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it). Not
   // with Object Lock: a reused chunk's retention is not extended yet, so a locked snapshot keeps its bytes in its own
   // locked bundle (docs/chunk-store.md)
@@ -64,8 +64,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     if (plan.mode === "pinned") await warmed;
     const scope = captureScope(lc, staging, o.home, warnings);
     const prior = chunks && cfg.sources.length ? await reusableSources(o, a, plan.chosen, chunks.writer) : null;
-    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks, priorSources: prior });
-    taken = got.taken;
+    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks, priorSources: prior, held });
     // large source files (a dump, a table) go into the chunk store as well
     if (chunks && got.sources.staged.length) {
       const c = await chunkSources(got.sources.staged, chunks.writer);
@@ -83,13 +82,13 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
 
     o.progress?.stage("checking snapshot and writing bundle");
     const others = [...got.sources.staged, ...got.files, ...got.ws.staged];
-    const { staged, bundle, written, ins, findings } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, a, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off", chunked: got.chunked });
+    const { staged, bundle, written, ins, findings } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, prior: x.newest, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off", chunked: got.chunked });
     applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
     applyScanPolicy(cfg.secretScan.databases, findings, warnings);
     warnings.push(...ins.timerWarnings);
     crashStep("payload-written");
 
-    const manifest = await manifestFor(lc, o, a, { signer: x.signer, snapshotId, created, chosen: plan.chosen, got, written, ins, notCaptured: scope.notCaptured });
+    const manifest = manifestFor(lc, o, a, { signer: x.signer, sequence: x.sequence, snapshotId, created, chosen: plan.chosen, got, written, ins, notCaptured: scope.notCaptured });
     applyScanPolicy("refuse", scanValue(manifest, "manifest"), warnings);
     o.progress?.stage("signing and writing bundle");
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
@@ -99,7 +98,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     crashStep("bundle-written");
     const receipt: Omit<BackupReceipt, "path"> = {
       ...receiptOf(manifest, signed.sha256, bundle.path),
-      databases_read: dbs.length ? (taken.kind === "copy" ? "copy" : "in-place") : null,
+      databases_read: dbs.length ? (held.taken.kind === "copy" ? "copy" : "in-place") : null,
       full_reason: plan.incremental && !manifest.parent ? plan.chosen.reason || plan.unindexed?.reason || null : null,
       params_sha256: paramsDigest(o),
       not_captured: scope.notCaptured,
@@ -112,7 +111,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   } finally {
     // what was uploaded is known to the next run, published or not (a cache: its failure costs time, never data)
     await writer?.save();
-    await releasePinned(taken);
+    await releasePinned(held.taken);
     await Promise.allSettled(removals);
     for (const c of closers)
       try {
@@ -137,7 +136,7 @@ async function reusableSources(o: BackupOptions, a: AgentRef, chosen: ParentChoi
       if (!(e instanceof AgentbakError)) throw e; // none yet, or none that verifies: every source is captured
     }
   if (!m?.components.some((c) => c.fingerprint)) return new Map();
-  return priorSources(m, await writer.get());
+  return priorSources(m, writer);
 }
 
 /**
@@ -174,12 +173,12 @@ function receiptOf(manifest: Manifest, manifestSha256: string, file: string) {
  * The manifest of this snapshot (one pure function), checked as the reader will check it.
  * @throws AgentbakError(2) when the reader would refuse it: a bundle that can never be restored is not published
  */
-async function manifestFor(
+function manifestFor(
   lc: LoadedConfig,
   o: BackupOptions,
   a: AgentRef,
-  x: { signer: string; snapshotId: string; created: Date; chosen: ParentChoice; got: Captured; written: WrittenPayload; ins: InspectResult; notCaptured: NotCaptured[] },
-): Promise<Manifest> {
+  x: { signer: string; sequence: number; snapshotId: string; created: Date; chosen: ParentChoice; got: Captured; written: WrittenPayload; ins: InspectResult; notCaptured: NotCaptured[] },
+): Manifest {
   const cfg = lc.config;
   const { dbs, ws, cut, sources } = x.got;
   const input: ManifestInput = {
@@ -187,7 +186,7 @@ async function manifestFor(
     snapshotId: x.snapshotId,
     created: x.created,
     expireDays: cfg.retention.expireDays,
-    sequence: await o.repo.nextSequence(a, o.trust, o.sequenceFloor),
+    sequence: x.sequence,
     parent: dbs.some((d) => d.delta) && x.chosen.parent ? { snapshot_id: x.chosen.parent.snapshot.snapshot_id, manifest_sha256: x.chosen.parent.header.manifestSha256 } : null,
     label: o.label ?? null,
     idempotencyKey: o.idempotencyKey ?? null,

@@ -540,7 +540,10 @@ export class ChunkWriter {
   }
 }
 
-/** An agent's chunk writer, opened when the first large file is met: the capture's stages get it as data. */
+/**
+ * An agent's chunk writer, opened when the first large file is met: the capture's stages get it as data and store
+ * through it (putFile, putStream, holds), never opening it themselves.
+ */
 export class LazyWriter {
   private opened: Promise<ChunkWriter> | null = null;
   constructor(
@@ -554,8 +557,18 @@ export class LazyWriter {
   }
 
   /** Stores one file as chunks through the writer, opened now if it was not (ChunkWriter.putFile). */
-  async putFile(path: string, o: { statCache?: boolean } = {}): ReturnType<ChunkWriter["putFile"]> {
+  async putFile(path: string, o: { statCache?: boolean; remember?: boolean } = {}): ReturnType<ChunkWriter["putFile"]> {
     return (await this.get()).putFile(path, o);
+  }
+
+  /** Stores a stream as chunks through the writer, opened now if it was not (ChunkWriter.putStream). */
+  async putStream(source: AsyncIterable<Uint8Array>): ReturnType<ChunkWriter["putStream"]> {
+    return (await this.get()).putStream(source);
+  }
+
+  /** Whether this host's index holds every chunk of a list (ChunkWriter.holds), the writer opened now if it was not. */
+  async holds(list: ChunkRef[]): Promise<boolean> {
+    return (await this.get()).holds(list);
   }
 
   /** Keeps what was uploaded for the next run, when a writer was opened (a cache: its failure costs time, never data). */

@@ -23,9 +23,10 @@
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { readFileSync, rmSync } from "node:fs";
+import { dirname } from "node:path";
 import type { BundleLayout } from "../bundle/outer.js";
 import { FORMAT_VERSION, rememberValidManifest, sha256hex } from "../bundle/manifest.js";
-import { createFileExclusive, writeCacheFile, writeFileAtomic } from "../fsutil.js";
+import { createFileExclusive, ensureDir, writeCacheFile, writeFileAtomic } from "../fsutil.js";
 import { homePaths } from "../home.js";
 
 /** One cached header. */
@@ -185,6 +186,8 @@ export class HeaderCache {
       }
     if (!this.file || !this.changed) return;
     try {
+      // the cache folder is the owner's alone, as the rest of AGENTBAK_HOME, whichever cache makes it first
+      ensureDir(dirname(this.file), 0o700);
       // the first cache of this home (or its key was unusable)
       this.key ??= makeKey(this.keyFile!);
       writeCacheFile(this.file, encodeCacheFile(this.key, this.url, this.scope, this.entries));

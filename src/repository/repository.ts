@@ -12,7 +12,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { userInfo } from "node:os";
 import { verifyLayout, type VerifiedBundle } from "../bundle/header.js";
 import { readLayoutRanges } from "../bundle/outer.js";
-import { snapshotKind } from "../bundle/manifest.js";
+import { snapshotKind, type Manifest } from "../bundle/manifest.js";
 import type { LinkSource } from "../bundle/chain.js";
 import type { ChunkSource } from "../bundle/chunked.js";
 import { ChunkStore, type SweepResult } from "../chunks/store.js";
@@ -312,16 +312,25 @@ export class Repository {
 
   /**
    * Begins a backup of `a`: takes its agent lock (lock), removes what runs that died left behind (sweep), and reads the
-   * receipt `idempotencyKey` already recorded (idempotent). A failure after the lock releases it.
-   * @returns the lock, and the receipt recorded for the key (then nothing is to be written)
-   * @throws what lock, sweep and idempotent throw (goneOr: "not found" when the repository went away meanwhile)
+   * receipt `idempotencyKey` already recorded (idempotent), else the sequence the new snapshot takes (nextSequence:
+   * under the lock, nothing else of `a` is published meanwhile) and the agent's newest verified manifest (of the listing
+   * nextSequence read: it sizes the room kept for the new one's). A failure after the lock releases it.
+   * @returns the lock, and the receipt recorded for the key (then nothing is to be written, `sequence` is 0 and no
+   *   manifest is read)
+   * @throws what lock, sweep, idempotent and nextSequence throw (goneOr: "not found" when the repository went away meanwhile)
    */
-  async beginBackup<T extends { snapshot_id: string }>(a: AgentRef, o: { waitMs: number; idempotencyKey?: string; trust: Trust }): Promise<{ lock: Lock; prior: T | undefined }> {
+  async beginBackup<T extends { snapshot_id: string }>(
+    a: AgentRef,
+    o: { waitMs: number; idempotencyKey?: string; trust: Trust; sequenceFloor?: number },
+  ): Promise<{ lock: Lock; prior: T | undefined; sequence: number; newest: Manifest | undefined }> {
     const lock = await this.lock(a, "agent", o.waitMs);
     try {
       crashStep("locked");
       await this.sweep(a);
-      return { lock, prior: o.idempotencyKey ? await this.idempotent<T>(a, o.idempotencyKey, o.trust) : undefined };
+      const prior = o.idempotencyKey ? await this.idempotent<T>(a, o.idempotencyKey, o.trust) : undefined;
+      if (prior) return { lock, prior, sequence: 0, newest: undefined };
+      const sequence = await this.nextSequence(a, o.trust, o.sequenceFloor);
+      return { lock, prior, sequence, newest: (await this.list(o.trust, a)).filter((e) => e.header).at(-1)?.header?.manifest };
     } catch (e) {
       await lock.release().catch(() => undefined);
       throw await this.goneOr(e);
@@ -591,9 +600,11 @@ export class Repository {
    * chain holds, every link verified (each link's payload digest read once on this host, by file identity: a large
    * full snapshot is not read again at every incremental built on it). The newest snapshot is the chain's head: one
    * that does not verify (itself, or a link below it) is not skipped for an older one; then `unusable` says why.
+   * With it, the head's stored page index of each database of `dbs` its manifest signs one for (pageIndex: null when
+   * missing or malformed), for the caller to judge against that digest.
    * @returns the head, why it is unusable, or null when no snapshot verifies
    */
-  async chainHead(a: AgentRef, trust: Trust, home: string): Promise<{ snapshot: Snapshot; header: VerifiedBundle; links: number } | { unusable: string } | null> {
+  async chainHead(a: AgentRef, trust: Trust, home: string, dbs: string[]): Promise<{ snapshot: Snapshot; header: VerifiedBundle; links: number; indexes: Map<string, Buffer | null> } | { unusable: string } | null> {
     const newest = (await this.list(trust, a)).at(-1);
     if (newest?.status === "invalid") return { unusable: `chain of ${newest.snapshot_id} is not usable (${newest.problem})` };
     let latest: Snapshot;
@@ -607,7 +618,11 @@ export class Repository {
     try {
       // the whole reader (tar, age, the worker threads) loads only when a chain is read
       const chain = await (await import("../bundle/chain.js")).verifyChainRemembered(opened.path, opened.links, trust, home);
-      return { snapshot: latest, header: chain.head, links: chain.links.length };
+      const m = chain.head.manifest;
+      const indexes = new Map<string, Buffer | null>();
+      // only a database's component carries a page index digest; before format 4 an index is of no use to build on
+      for (const db of m.format_version >= 4 ? dbs : []) if (m.components.some((c) => c.name === db && c.page_index_sha256)) indexes.set(db, await this.pageIndex(latest, db));
+      return { snapshot: latest, header: chain.head, links: chain.links.length, indexes };
     } catch (e) {
       if (!(e instanceof AgentbakError)) throw e;
       return { unusable: `chain of ${latest.snapshot_id} is not usable (${e.message})` };

@@ -24,7 +24,7 @@ function agent(extra: Record<string, unknown>) {
 }
 // the copy read: no parent, nothing in place (the only part of the plan a copy reads)
 const copyPlan = { mode: "copy", parents: new Map(), bases: new Map() } as unknown as DbPlan;
-const opts = { repoDir: null, listed: null, waitMs: 2000, fingerprint: false };
+const opts = { repoDir: null, listed: null, waitMs: 2000, fingerprint: false, held: { taken: { kind: "copy" as const } } };
 
 describe("captureInstant", () => {
   it("runs the pre hook, lists and captures `files` after it, then the post hook", async () => {
