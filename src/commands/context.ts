@@ -19,6 +19,7 @@ import { notFound, usageError, wrap } from "../errors.js";
 import { Repository, type ResolveFilter, type Snapshot } from "../repository/repository.js";
 import { agentbakHome, homePaths } from "../home.js";
 import { type AgentRef } from "../facts.js";
+import { writeStatusRecord } from "../status/gather.js";
 
 export interface GlobalOpts {
   config?: string;
@@ -105,7 +106,10 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
     repository() {
       if (!repoLocation) throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
       // a failed open is not kept: a long-running server tries again once the repository is back
-      return Repository.shared(repositories, repoLocation, { home });
+      return Repository.shared(repositories, repoLocation, { home }).then((repo) => {
+        repo.statusWriter ??= (r, a, key) => writeStatusRecord(r, ctx.trust, a, key); // what status --all reads (status/gather.ts)
+        return repo;
+      });
     },
     async maybeRepository() {
       return repoLocation ? ctx.repository() : undefined;

@@ -11,6 +11,7 @@
  *   tenants/<tenant>/agents/<agent>/generations/<n, 16 digits>.json  the generation log: one entry per generation issued, never rewritten
  *   tenants/<tenant>/catalog/<agent>.json                             signed: what a listing prints of its snapshots (repository/catalog.ts);
  *                                                                     one LIST of tenants/<tenant>/catalog/ names every agent's with its ETag
+ *   tenants/<tenant>/catalog/<agent>.status                           signed: what status shows of its drills, restore requests, restores and generation
  *   tenants/<tenant>/agents/<agent>/catalog.json                      where earlier builds kept the record: still read, deleted by the next write
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
  *   tenants/<tenant>/agents/<agent>/locks/<name>/<token>.lease        a lease's grants (agentbak < 0.2 wrote locks/<name>.lock)
@@ -67,6 +68,11 @@ export const keys = {
   catalog: (a: AgentRef) => {
     agentDir(a); // the ids checked
     return `${keys.catalogs(a.tenant)}${a.agent}.json`;
+  },
+  /** the agent's status record: its drill, request, restore and generation facts, signed (status/gather.ts); ".status", so no agent's ".json" record is ever this key */
+  statusRecord: (a: AgentRef) => {
+    agentDir(a); // the ids checked
+    return `${keys.catalogs(a.tenant)}${a.agent}.status`;
   },
   /** the folder of a tenant's catalog records, as a listing prefix */
   catalogs: (tenant: string) => `tenants/${tenant}/catalog/`,

@@ -91,6 +91,11 @@ interface LogKind {
   bound: boolean;
 }
 
+/** the kind of an agent's status record (keys.statusRecord) */
+export const STATUS_KIND = "agent-status";
+/** audit events after which what status shows of an agent may differ: restore requests, decisions, restores, reconciles, activations */
+const STATUS_EVENTS = /^(restore|reconcile|activate)/;
+
 const LOGS = {
   audit: { name: "audit log", key: keys.audit, head: keys.auditHead, ns: NS.receipt, headKind: "audit-head", bound: true },
   report: { name: "drill report", key: keys.drillReport, head: keys.drillReportHead, ns: NS.report, headKind: "report-head", bound: false },
@@ -130,6 +135,11 @@ export class Repository {
    * one whose identity (etag) and trust are unchanged is not verified twice.
    */
   private headers = new Map<string, { etag: string; trust: Trust; v: VerifiedBundle }>();
+  /**
+   * Reads an agent's status facts from its objects and writes its status record (status/gather.ts sets it: this
+   * layer does not judge drill reports or requests); unset, an entry that changes them leaves no record.
+   */
+  statusWriter: ((repo: Repository, a: AgentRef, key: SigningKey) => Promise<void>) | null = null;
   /** catalog records this process deleted before changing their agents' snapshots, not written again since */
   private dropped = new Set<string>();
   /** the agent leases this process holds here, by lease folder: deletes and commits check them (fencing) */
@@ -399,7 +409,18 @@ export class Repository {
    * every record is checked against its agent's folder again (a LIST and a GET per agent, 64 at once).
    */
   async entries(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date(), o: { fresh?: boolean } = {}): Promise<CatalogEntry[]> {
-    if (f.agent || (await this.store.folders("agents/")).length) return (await this.list(trust, f, now)).map(catalogEntry); // layout v1 folders: listed whole
+    return (await this.listing(trust, f, now, o)).entries;
+  }
+
+  /**
+   * entries(), and with `status` each listed agent's status record (keys.statusRecord) from the same LIST: the
+   * signed body of one this host checked before and unchanged since, else read and verified (a GET); an agent
+   * with none, or one that is not JSON, unsigned, edited, another agent's or signed by a key not trusted now,
+   * is missing from `status` (the caller reads that agent's facts from its objects). None with `fresh`.
+   */
+  async listing(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date(), o: { fresh?: boolean; status?: boolean } = {}): Promise<{ entries: CatalogEntry[]; status: Map<string, Record<string, unknown>> }> {
+    const status = new Map<string, Record<string, unknown>>();
+    if (f.agent || (await this.store.folders("agents/")).length) return { entries: (await this.list(trust, f, now)).map(catalogEntry), status }; // layout v1 folders: listed whole
     const tenants = (f.tenant ? [f.tenant] : await this.store.folders("tenants/")).filter((t) => ID_PATTERN.test(t));
     const agents: AgentRef[] = [];
     const tags = new Map<string, string>();
@@ -410,8 +431,39 @@ export class Repository {
     }
     const cache = new CatalogCache(this.home, this.store.url);
     const out = await mapLimit(agents, 64, (a) => this.agentEntries(a, trust, now, cache, tags.get(keys.catalog(a)) ?? null, Boolean(o.fresh)));
+    if (o.status && !o.fresh)
+      await mapLimit(agents, 64, async (a) => {
+        const body = await this.statusRecord(a, trust, now, cache, tags.get(keys.statusRecord(a)) ?? null);
+        if (body) status.set(`${a.tenant}/${a.agent}`, body);
+      });
     cache.save(new Set(tags.keys()), (k) => tenants.some((t) => k.startsWith(keys.catalogs(t))));
-    return out.flat();
+    return { entries: out.flat(), status };
+  }
+
+  /** `a`'s status record, verified: as this host checked it when unchanged since (`tag`), else read (null: none, or not to be used). */
+  private async statusRecord(a: AgentRef, trust: Trust, now: Date, cache: CatalogCache, tag: string | null): Promise<Record<string, unknown> | null> {
+    if (!tag) return null;
+    const key = keys.statusRecord(a);
+    const hit = cache.get(key, tag);
+    if (hit) return trusts(trust, Buffer.from(hit.signer, "base64"), NS.receipt, now).trusted ? (hit.record as unknown as Record<string, unknown>) : null;
+    try {
+      const v = verifySigned(JSON.parse(String(await this.store.get(key))), trust, NS.receipt, STATUS_KIND, key, now);
+      if (v.body.tenant !== a.tenant || v.body.agent_id !== a.agent) throw verifyError(`${key}: another agent's status record`);
+      cache.set(key, { tag, record: v.body as unknown as CatalogRecord, signer: v.signer.toString("base64") });
+      return v.body;
+    } catch (e) {
+      if (!(e instanceof AgentbakError) && !(e instanceof SyntaxError)) throw e;
+      cache.drop(key);
+      return null;
+    }
+  }
+
+  /**
+   * Writes `a`'s status record: `facts` as the caller (status/gather.ts) read them from the objects, signed.
+   * Called by appendChained's statusWriter under the agent's log lock.
+   */
+  async writeStatusRecord(a: AgentRef, facts: Record<string, unknown>, key: SigningKey): Promise<void> {
+    await this.writeJson(keys.statusRecord(a), signRecord({ kind: STATUS_KIND, tenant: a.tenant, agent_id: a.agent, at: new Date().toISOString(), ...facts }, key, NS.receipt));
   }
 
   /**
@@ -986,7 +1038,16 @@ export class Repository {
   private async appendChained(a: AgentRef, log: LogKind, body: Record<string, unknown>, signingKey: SigningKey | null): Promise<Record<string, unknown>> {
     const lock = await this.lock(a, "log", 30_000);
     try {
-      return await this.appendLine({ key: log.key(a), head: log.head(a), ns: log.ns, headRecord: { kind: log.headKind, tenant: a.tenant, agent_id: a.agent } }, body, signingKey);
+      // an entry that changes what status shows: the status record goes first (a run that dies leaves none, never a
+      // stale one) and is written again after; any other entry (a backup's) writes one only where there is none
+      const changes = log === LOGS.report || STATUS_EVENTS.test(String(body.event));
+      if (changes) await this.store.delete(keys.statusRecord(a));
+      const entry = await this.appendLine({ key: log.key(a), head: log.head(a), ns: log.ns, headRecord: { kind: log.headKind, tenant: a.tenant, agent_id: a.agent } }, body, signingKey);
+      if (signingKey && this.statusWriter && (changes || !(await this.store.get(keys.statusRecord(a)))))
+        await this.statusWriter(this, a, signingKey).catch((e: unknown) => {
+          if (!(e instanceof AgentbakError)) throw e; // a record not written only costs the next status --all time
+        });
+      return entry;
     } finally {
       await lock.release();
     }
