@@ -106,10 +106,7 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
     repository() {
       if (!repoLocation) throw usageError("no repository: pass --repo, set AGENTBAK_REPOSITORY, or use a config (-c)");
       // a failed open is not kept: a long-running server tries again once the repository is back
-      return Repository.shared(repositories, repoLocation, { home }).then((repo) => {
-        repo.statusWriter ??= (r, a, key) => writeStatusRecord(r, ctx.trust, a, key); // what status --all reads (status/gather.ts)
-        return repo;
-      });
+      return Repository.shared(repositories, repoLocation, { home });
     },
     async maybeRepository() {
       return repoLocation ? ctx.repository() : undefined;
@@ -152,6 +149,8 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
       return { ...opened, snapshot: s };
     },
   };
+  // every repository this process writes an audit or drill entry to rewrites the agent's status record (status --all reads it)
+  Repository.statusWriter = (r, a, signer) => writeStatusRecord(r, ctx.trust, a, signer);
   return ctx;
 }
 

@@ -106,6 +106,8 @@ export interface GatherInput {
   all?: boolean;
   /** with `all`: every agent's catalog record checked against its snapshots folder (Repository.entries) */
   fresh?: boolean;
+  /** this host's signing key, with `all`: a listing that read records itself writes each tenant's summary */
+  signer?: SigningKey | null;
   /** a caller of one tenant (a token's): the fleet figure only when every agent it drilled is of this tenant */
   tenant?: string;
   now?: Date;
@@ -131,7 +133,7 @@ export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
   const now = i.now ?? new Date();
   // every agent's from the catalog records; named agents' alone from their own folders
   const { entries: listed, status: records } = i.all
-    ? await i.repo.listing(i.trust, {}, now, { fresh: i.fresh, status: true })
+    ? await i.repo.listing(i.trust, {}, now, { fresh: i.fresh, status: true, signer: i.signer })
     : { entries: (await mapLimit(i.targets, 8, (t) => i.repo.entries(i.trust, { tenant: t.tenant, agent: t.agent }, now))).flat(), status: new Map<string, Record<string, unknown>>() };
   const targets = [...i.targets];
   if (i.all)
