@@ -4,7 +4,8 @@
  * history from the signed drill report, pending restore requests, unresolved
  * operations of the last restore (from the signed audit log), the spool
  * backlog and the bytes held; each judged into named checks and one exit
- * code. Read-only: it writes nothing, not even a spool folder.
+ * code. Read-only: it writes nothing, not even a spool folder (with `all` and a
+ * signing key, a listing that read many records itself writes the tenant's summary: Repository.listing).
  */
 import { existsSync } from "node:fs";
 import type { Config } from "../config/schema.js";
@@ -143,10 +144,12 @@ export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
   const byAgent = new Map<string, CatalogEntry[]>();
   for (const e of listed) byAgent.set(key(e), [...(byAgent.get(key(e)) ?? []), e]);
   // each agent's records (drill report, requests, audit log) are a few reads of its own: 64 agents at once
+  const spooled = await spoolOf(i);
   // an agent without a status record (none written yet, or by a build before them) has its facts read from its objects
   const agents = await mapLimit(targets, 64, async (t) => {
     const k = key({ tenant: t.tenant, agent_id: t.agent });
-    return agentStatus(i, t, byAgent.get(k) ?? [], factsOf(records.get(k)) ?? (await agentFacts(i.repo, i.trust, t)), now);
+    const spool = spooled && (spooled.get(k) ?? { bundles: 0, bytes: 0 });
+    return agentStatus(i, t, byAgent.get(k) ?? [], factsOf(records.get(k)) ?? (await agentFacts(i.repo, i.trust, t)), spool, now);
   });
   const states = agents.map((a) => a.state);
   return {
@@ -203,7 +206,7 @@ function factsOf(r: Record<string, unknown> | undefined): AgentFacts | null {
   return { drills: r.drills as DrillPoint[], checks: r.checks as StatusCheck[], pending_requests: r.pending_requests as AgentFacts["pending_requests"], unresolved_operations: r.unresolved_operations as AgentFacts["unresolved_operations"] };
 }
 
-async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[], facts: AgentFacts, now: Date): Promise<AgentStatus> {
+async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[], facts: AgentFacts, spool: AgentStatus["spool"], now: Date): Promise<AgentStatus> {
   const checks: StatusCheck[] = [];
   const check = (name: string, state: CheckState, detail: string) => checks.push({ name, state, detail });
   // a snapshot dated beyond the allowed clock skew (a host's clock far ahead) is never the newest: restore refuses it
@@ -242,7 +245,6 @@ async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[]
   const unresolved = facts.unresolved_operations;
   if (unresolved?.unresolved) check("operations", "warn", `${unresolved.unresolved} of ${unresolved.operations} open operation(s) unresolved in ${unresolved.target}`);
   for (const c of facts.checks.filter((c) => c.name !== "drill-report" && c.name !== "audit")) checks.push(c);
-  const spool = await spoolOf(i, t);
   if (spool?.bundles) check("spool", "warn", `${spool.bundles} bundle(s) wait in the spool for the repository`);
 
   const states = checks.map((c) => c.state);
@@ -370,12 +372,19 @@ async function generationCheck(repo: Repository, trust: Trust, t: AgentRef, chec
   }
 }
 
-/** The agent's bundles waiting in this host's spool (null: the repository is a folder, which never spools). */
-async function spoolOf(i: GatherInput, t: AgentRef): Promise<AgentStatus["spool"]> {
+/**
+ * The bundles waiting in this host's spool, by agent (`tenant/agent`), read once for every agent (null: the
+ * repository is a folder, which never spools).
+ */
+async function spoolOf(i: GatherInput): Promise<Map<string, { bundles: number; bytes: number }> | null> {
   if (!spools(i.location)) return null;
-  if (!existsSync(spoolDir(i.home, i.location))) return { bundles: 0, bytes: 0 };
-  const list = await (await openSpool(i.home, i.location)).list(i.trust, t);
-  return { bundles: list.length, bytes: list.reduce((n, e) => n + e.size, 0) };
+  const out = new Map<string, { bundles: number; bytes: number }>();
+  if (!existsSync(spoolDir(i.home, i.location))) return out;
+  for (const e of await (await openSpool(i.home, i.location)).list(i.trust)) {
+    const n = out.get(key(e)) ?? { bundles: 0, bytes: 0 };
+    out.set(key(e), { bundles: n.bundles + 1, bytes: n.bytes + e.size });
+  }
+  return out;
 }
 
 /** A duration for people: 45 s, 12 min, 3.5 h, 2.0 d. */

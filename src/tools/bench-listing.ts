@@ -136,8 +136,12 @@ export async function listingBench(o: ListingOptions): Promise<{ lines: string[]
     const run = async (args: string[]) => {
       const countsFile = join(o.tmp, `counts-${n++}.jsonl`);
       const m = await measure(["node", bin, ...args, "--repo", repo, "--json"], { cwd: o.tmp, env: { ...o.env, AGENTBAK_HOME: lister, AGENTBAK_STORE_COUNTS: countsFile }, okCodes: [0, 3] });
+      // the repository's requests (a bucket's are over the network); a host's own spool folder's are not counted
       const counts: Record<string, number> = {};
-      for (const line of readFileSync(countsFile, "utf8").split("\n").filter(Boolean)) for (const [op, c] of Object.entries(JSON.parse(line).counts as Record<string, number>)) counts[op] = (counts[op] ?? 0) + c;
+      for (const line of readFileSync(countsFile, "utf8").split("\n").filter(Boolean)) {
+        const t = JSON.parse(line) as { url: string; counts: Record<string, number> };
+        if (t.url.startsWith(repo)) for (const [op, c] of Object.entries(t.counts)) counts[op] = (counts[op] ?? 0) + c;
+      }
       const out = JSON.parse(m.stdout) as unknown[] | { agents: unknown[] };
       return { seconds: m.seconds, cpuSeconds: m.cpuSeconds, rssMiB: m.rssMiB, counts, n: Array.isArray(out) ? out.length : out.agents.length };
     };
