@@ -31,8 +31,11 @@ async function counted(args: string[], home = a.home): Promise<{ out: any; count
   const r = await run([...args, "--repo", a.repo, "--json"], { cwd: a.tmp, env: { ...a.env, AGENTBAK_HOME: home, AGENTBAK_STORE_COUNTS: file } });
   expect([0, 3, 15], r.stderr).toContain(r.code);
   const counts: Record<string, number> = {};
-  for (const line of readFileSync(file, "utf8").split("\n").filter(Boolean))
-    for (const [op, n] of Object.entries(JSON.parse(line).counts as Record<string, number>)) counts[op] = (counts[op] ?? 0) + n;
+  // the repository's requests only (on S3 the host's spool folder is a store of its own)
+  for (const line of readFileSync(file, "utf8").split("\n").filter(Boolean)) {
+    const t = JSON.parse(line) as { url: string; counts: Record<string, number> };
+    if (t.url.startsWith(a.repo)) for (const [op, n] of Object.entries(t.counts)) counts[op] = (counts[op] ?? 0) + n;
+  }
   return { out: json(r), counts, code: r.code };
 }
 
