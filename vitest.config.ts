@@ -6,7 +6,7 @@ import { defineConfig } from "vitest/config";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 /** the test files whose subject is a repository: they run against every store */
-const REPOSITORY_TESTS = ["backup", "restore", "incremental", "crash", "drill", "repository", "catalog", "fleet-drill", "serve-host", "chunks"].map((n) => `test/e2e/${n}.test.ts`);
+const REPOSITORY_TESTS = ["backup", "restore", "incremental", "crash", "drill", "repository", "catalog", "catalog-status", "fleet-drill", "serve-host", "chunks"].map((n) => `test/e2e/${n}.test.ts`);
 /** the file that kills the RADOS Gateway in the middle of an upload */
 const OUTAGE_TEST = "test/e2e/s3.test.ts";
 if (!endpoint) console.warn("repository tests against S3 skipped: AGENTBAK_TEST_S3_ENDPOINT is not set (.ci/run starts a Ceph RADOS Gateway and sets it)");

@@ -19,6 +19,7 @@ import { notFound, usageError, wrap } from "../errors.js";
 import { Repository, type ResolveFilter, type Snapshot } from "../repository/repository.js";
 import { agentbakHome, homePaths } from "../home.js";
 import { type AgentRef } from "../facts.js";
+import { writeStatusRecord } from "../status/gather.js";
 
 export interface GlobalOpts {
   config?: string;
@@ -148,6 +149,8 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
       return { ...opened, snapshot: s };
     },
   };
+  // every repository this process writes an audit or drill entry to rewrites the agent's status record (status --all reads it)
+  Repository.statusWriter = (r, a, signer) => writeStatusRecord(r, ctx.trust, a, signer);
   return ctx;
 }
 

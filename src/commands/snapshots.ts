@@ -24,7 +24,7 @@ export async function snapshots(opts: SnapshotsOptions): Promise<{ entries: Cata
   if (opts.all && opts.agent) throw usageError("--all lists every agent: pass --all or --agent, not both");
   const ctx = context(opts);
   const f = opts.all ? { tenant: opts.tenant } : ctx.agentFilter(opts);
-  const all = await (await ctx.repository()).entries(ctx.trust, f, new Date(), { fresh: opts.fresh });
+  const all = await (await ctx.repository()).entries(ctx.trust, f, new Date(), { fresh: opts.fresh, signer: ctx.maybeSigningKey() });
   const cfg = ctx.lc?.config;
   const rpo = cfg?.objectives?.rpoMinutes;
   // the objective is the config's agent's, judged on all its snapshots whatever the filters show

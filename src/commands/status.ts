@@ -24,5 +24,5 @@ export async function status(opts: StatusOptions): Promise<StatusReport> {
     if (!f.agent || !f.tenant) throw usageError("which agent? pass --all, --agent and --tenant, or a config");
     mine.push({ tenant: f.tenant, agent: f.agent, fullEvery: null });
   }
-  return gatherStatus({ repo, location: ctx.repoLocation!, trust: ctx.trust, home: ctx.home, targets: mine, all: opts.all, fresh: opts.fresh });
+  return gatherStatus({ repo, location: ctx.repoLocation!, trust: ctx.trust, home: ctx.home, targets: mine, all: opts.all, fresh: opts.fresh, signer: opts.all ? ctx.maybeSigningKey() : null });
 }

@@ -64,10 +64,19 @@ export class CatalogCache {
     return e && e.tag === tag ? e : null;
   }
 
-  /** Remembers a record that verified and agreed with its agent's objects. */
-  set(key: string, e: CheckedRecord): void {
+  /** records this process read and checked itself (not from a summary) */
+  reads = 0;
+
+  /** Remembers a record that verified and agreed with its agent's objects (`read`: checked by this process, not taken from a summary). */
+  set(key: string, e: CheckedRecord, read = true): void {
     this.entries.set(key, e);
     this.changed = true;
+    if (read) this.reads++;
+  }
+
+  /** The checked records under `prefix` whose identity is the one `tags` gives now. */
+  checked(prefix: string, tags: Map<string, string>): [string, CheckedRecord][] {
+    return [...this.entries].filter(([k, e]) => k.startsWith(prefix) && tags.get(k) === e.tag);
   }
 
   /** Forgets a record: it did not agree with the objects (or is gone). */

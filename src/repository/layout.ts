@@ -11,6 +11,8 @@
  *   tenants/<tenant>/agents/<agent>/generations/<n, 16 digits>.json  the generation log: one entry per generation issued, never rewritten
  *   tenants/<tenant>/catalog/<agent>.json                             signed: what a listing prints of its snapshots (repository/catalog.ts);
  *                                                                     one LIST of tenants/<tenant>/catalog/ names every agent's with its ETag
+ *   tenants/<tenant>/catalog/<agent>.status                           signed: what status shows of its drills, restore requests, restores and generation
+ *   tenants/<tenant>/catalog/_summary                                 signed: the records a listing host checked, each with its ETag (no agent id starts with _)
  *   tenants/<tenant>/agents/<agent>/catalog.json                      where earlier builds kept the record: still read, deleted by the next write
  *   tenants/<tenant>/agents/<agent>/idempotency/<kind>-<sha256 of key>.json
  *   tenants/<tenant>/agents/<agent>/locks/<name>/<token>.lease        a lease's grants (agentbak < 0.2 wrote locks/<name>.lock)
@@ -68,6 +70,13 @@ export const keys = {
     agentDir(a); // the ids checked
     return `${keys.catalogs(a.tenant)}${a.agent}.json`;
   },
+  /** the agent's status record: its drill, request, restore and generation facts, signed (status/gather.ts); ".status", so no agent's ".json" record is ever this key */
+  statusRecord: (a: AgentRef) => {
+    agentDir(a); // the ids checked
+    return `${keys.catalogs(a.tenant)}${a.agent}.status`;
+  },
+  /** a tenant's catalog summary: the records a listing host checked, with their ETags, signed (repository.ts listing) */
+  catalogSummary: (tenant: string) => `${keys.catalogs(tenant)}_summary`,
   /** the folder of a tenant's catalog records, as a listing prefix */
   catalogs: (tenant: string) => `tenants/${tenant}/catalog/`,
   /** where earlier builds kept an agent's catalog record (still read; the next write deletes it) */

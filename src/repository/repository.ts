@@ -28,7 +28,7 @@ import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
 import { CATALOG_KIND, committedObjects, fromRecord, recordedObjects, summarize, type CatalogEntry, type CatalogRecord } from "./catalog.js";
-import { CatalogCache } from "./catalogcache.js";
+import { CatalogCache, type CheckedRecord } from "./catalogcache.js";
 import { acquireLease, hostId, probeConditionalWrites, type Lease } from "./lease.js";
 import { readGenerations, reserveGeneration, type GenerationView, type Signing } from "./generation.js";
 import { isAgentRef, keys, LAYOUT_VERSION, legacy, ownerOf, parseSnapshotKey, REPO_CONFIG, snapshotFolders, snapshotsDir } from "./layout.js";
@@ -91,6 +91,24 @@ interface LogKind {
   bound: boolean;
 }
 
+/** What a fleet's listing may do beyond reading: `fresh` checks every record against its agent's folder; `signer` writes the tenant's summary. */
+export interface ListingOptions {
+  fresh?: boolean;
+  /** this host's signing key: a listing that read records itself writes the tenant's summary (none: it writes nothing) */
+  signer?: SigningKey | null;
+}
+/** the kind of a tenant's catalog summary (keys.catalogSummary) */
+const SUMMARY_KIND = "catalog-summary";
+/**
+ * Whether `n` records of `live` are worth a tenant's summary: missed by this host (read it), or read by this
+ * listing itself (write it again): 32 of them, or a quarter of the tenant's.
+ */
+const worthSummary = (n: number, live: number) => n > 0 && (n >= 32 || n * 4 >= live);
+/** the kind of an agent's status record (keys.statusRecord) */
+export const STATUS_KIND = "agent-status";
+/** audit events after which what status shows of an agent may differ: restore requests, decisions, restores, reconciles, activations */
+const STATUS_EVENTS = /^(restore|reconcile|activate)/;
+
 const LOGS = {
   audit: { name: "audit log", key: keys.audit, head: keys.auditHead, ns: NS.receipt, headKind: "audit-head", bound: true },
   report: { name: "drill report", key: keys.drillReport, head: keys.drillReportHead, ns: NS.report, headKind: "report-head", bound: false },
@@ -130,6 +148,12 @@ export class Repository {
    * one whose identity (etag) and trust are unchanged is not verified twice.
    */
   private headers = new Map<string, { etag: string; trust: Trust; v: VerifiedBundle }>();
+  /**
+   * Reads an agent's status facts from its objects and writes its status record (the command context sets it, with
+   * status/gather.ts's reader and its trust: this layer does not judge drill reports or requests); unset, an entry
+   * that changes them leaves no record.
+   */
+  static statusWriter: ((repo: Repository, a: AgentRef, key: SigningKey) => Promise<void>) | null = null;
   /** catalog records this process deleted before changing their agents' snapshots, not written again since */
   private dropped = new Set<string>();
   /** the agent leases this process holds here, by lease folder: deletes and commits check them (fencing) */
@@ -407,8 +431,19 @@ export class Repository {
    * snapshots folder; an agent with none, or whose record does not agree, is listed from its objects. `fresh`:
    * every record is checked against its agent's folder again (a LIST and a GET per agent, 64 at once).
    */
-  async entries(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date(), o: { fresh?: boolean } = {}): Promise<CatalogEntry[]> {
-    if (f.agent || (await this.store.folders("agents/")).length) return (await this.list(trust, f, now)).map(catalogEntry); // layout v1 folders: listed whole
+  async entries(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date(), o: ListingOptions = {}): Promise<CatalogEntry[]> {
+    return (await this.listing(trust, f, now, o)).entries;
+  }
+
+  /**
+   * entries(), and with `status` each listed agent's status record (keys.statusRecord) from the same LIST: the
+   * signed body of one this host checked before and unchanged since, else read and verified (a GET); an agent
+   * with none, or one that is not JSON, unsigned, edited, another agent's or signed by a key not trusted now,
+   * is missing from `status` (the caller reads that agent's facts from its objects). None with `fresh`.
+   */
+  async listing(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date(), o: ListingOptions & { status?: boolean } = {}): Promise<{ entries: CatalogEntry[]; status: Map<string, Record<string, unknown>> }> {
+    const status = new Map<string, Record<string, unknown>>();
+    if (f.agent || (await this.store.folders("agents/")).length) return { entries: (await this.list(trust, f, now)).map(catalogEntry), status }; // layout v1 folders: listed whole
     const tenants = (f.tenant ? [f.tenant] : await this.store.folders("tenants/")).filter((t) => ID_PATTERN.test(t));
     const agents: AgentRef[] = [];
     const tags = new Map<string, string>();
@@ -418,9 +453,83 @@ export class Repository {
       for (const agent of folders) if (isAgentRef({ tenant, agent })) agents.push({ tenant, agent });
     }
     const cache = new CatalogCache(this.home, this.store.url);
+    // a host that has not checked most of a tenant's records takes them from its summary, where their ETags still match
+    const used = (k: string) => k.endsWith(".json") || (Boolean(o.status) && k.endsWith(".status")); // the records this listing reads
+    if (!o.fresh) for (const t of tenants) await this.readSummary(t, trust, now, cache, tags, used);
+    const read = cache.reads;
     const out = await mapLimit(agents, 64, (a) => this.agentEntries(a, trust, now, cache, tags.get(keys.catalog(a)) ?? null, Boolean(o.fresh)));
+    if (o.status && !o.fresh)
+      await mapLimit(agents, 64, async (a) => {
+        const body = await this.statusRecord(a, trust, now, cache, tags.get(keys.statusRecord(a)) ?? null);
+        if (body) status.set(`${a.tenant}/${a.agent}`, body);
+      });
     cache.save(new Set(tags.keys()), (k) => tenants.some((t) => k.startsWith(keys.catalogs(t))));
-    return out.flat();
+    if (o.signer && cache.reads - read > 0) for (const t of tenants) await this.writeSummary(t, cache, tags, o.signer, cache.reads - read);
+    return { entries: out.flat(), status };
+  }
+
+  /**
+   * Takes into `cache` the records of `tenant`'s summary (keys.catalogSummary) whose ETags the LIST (`tags`) still
+   * gives, when this host misses enough of those this listing reads (`used`; worthSummary) and the summary verifies (signed by a key trusted now
+   * for agentbak-receipt). What it binds: per record its key, ETag, signed body and its signer's key, as the host
+   * that wrote it had checked each against its agent's snapshots folder (or took it from a summary in turn).
+   */
+  private async readSummary(tenant: string, trust: Trust, now: Date, cache: CatalogCache, tags: Map<string, string>, used: (key: string) => boolean): Promise<void> {
+    const key = keys.catalogSummary(tenant);
+    const prefix = keys.catalogs(tenant);
+    let [missing, live] = [0, 0];
+    for (const [k, tag] of tags) if (k.startsWith(prefix) && used(k)) [missing, live] = [missing + Number(!cache.get(k, tag)), live + 1];
+    if (!tags.has(key) || !worthSummary(missing, live)) return;
+    try {
+      const v = verifySigned(JSON.parse(String(await this.store.get(key))), trust, NS.receipt, SUMMARY_KIND, key, now);
+      if (v.body.tenant !== tenant || !Array.isArray(v.body.records)) return;
+      for (const [k, e] of v.body.records as [string, CheckedRecord][]) if (typeof k === "string" && k !== key && k.startsWith(prefix) && e && tags.get(k) === e.tag && !cache.get(k, e.tag)) cache.set(k, e, false);
+    } catch (e) {
+      if (!(e instanceof AgentbakError) && !(e instanceof SyntaxError)) throw e; // a summary that does not verify is not used
+    }
+  }
+
+  /**
+   * Writes `tenant`'s summary: every record of its catalog folder this host holds checked at the ETag the LIST gave,
+   * signed with this host's key; when this listing read `read` records itself, enough of them (worthSummary), or there
+   * was no summary. Any listing host may write it and none waits for another: a reader uses an entry only while its
+   * record's ETag is unchanged, so an older summary written last costs readers requests, never a wrong listing.
+   */
+  private async writeSummary(tenant: string, cache: CatalogCache, tags: Map<string, string>, signer: SigningKey, read: number): Promise<void> {
+    const key = keys.catalogSummary(tenant);
+    const records = cache.checked(keys.catalogs(tenant), tags).filter(([k]) => k !== key);
+    if (!records.length || (tags.has(key) && !worthSummary(read, records.length))) return;
+    try {
+      await this.writeJson(key, signRecord({ kind: SUMMARY_KIND, tenant, at: new Date().toISOString(), records }, signer, NS.receipt));
+    } catch (e) {
+      if (!(e instanceof AgentbakError)) throw e; // a summary not written only costs the next new host time
+    }
+  }
+
+  /** `a`'s status record, verified: as this host checked it when unchanged since (`tag`), else read (null: none, or not to be used). */
+  private async statusRecord(a: AgentRef, trust: Trust, now: Date, cache: CatalogCache, tag: string | null): Promise<Record<string, unknown> | null> {
+    if (!tag) return null;
+    const key = keys.statusRecord(a);
+    const hit = cache.get(key, tag);
+    if (hit) return trusts(trust, Buffer.from(hit.signer, "base64"), NS.receipt, now).trusted ? (hit.record as unknown as Record<string, unknown>) : null;
+    try {
+      const v = verifySigned(JSON.parse(String(await this.store.get(key))), trust, NS.receipt, STATUS_KIND, key, now);
+      if (v.body.tenant !== a.tenant || v.body.agent_id !== a.agent) throw verifyError(`${key}: another agent's status record`);
+      cache.set(key, { tag, record: v.body as unknown as CatalogRecord, signer: v.signer.toString("base64") });
+      return v.body;
+    } catch (e) {
+      if (!(e instanceof AgentbakError) && !(e instanceof SyntaxError)) throw e;
+      cache.drop(key);
+      return null;
+    }
+  }
+
+  /**
+   * Writes `a`'s status record: `facts` as the caller (status/gather.ts) read them from the objects, signed.
+   * Called by appendChained's statusWriter under the agent's log lock.
+   */
+  async writeStatusRecord(a: AgentRef, facts: Record<string, unknown>, key: SigningKey): Promise<void> {
+    await this.writeJson(keys.statusRecord(a), signRecord({ kind: STATUS_KIND, tenant: a.tenant, agent_id: a.agent, at: new Date().toISOString(), ...facts }, key, NS.receipt));
   }
 
   /**
@@ -1001,7 +1110,16 @@ export class Repository {
   private async appendChained(a: AgentRef, log: LogKind, body: Record<string, unknown>, signingKey: SigningKey | null): Promise<Record<string, unknown>> {
     const lock = await this.lock(a, "log", 30_000);
     try {
-      return await this.appendLine({ key: log.key(a), head: log.head(a), ns: log.ns, headRecord: { kind: log.headKind, tenant: a.tenant, agent_id: a.agent } }, body, signingKey);
+      // an entry that changes what status shows: the status record goes first (a run that dies leaves none, never a
+      // stale one) and is written again after; any other entry (a backup's) writes one only where there is none
+      const changes = log === LOGS.report || STATUS_EVENTS.test(String(body.event));
+      if (changes) await this.store.delete(keys.statusRecord(a));
+      const entry = await this.appendLine({ key: log.key(a), head: log.head(a), ns: log.ns, headRecord: { kind: log.headKind, tenant: a.tenant, agent_id: a.agent } }, body, signingKey);
+      if (signingKey && Repository.statusWriter && (changes || !(await this.store.get(keys.statusRecord(a)))))
+        await Repository.statusWriter(this, a, signingKey).catch((e: unknown) => {
+          if (!(e instanceof AgentbakError)) throw e; // a record not written only costs the next status --all time
+        });
+      return entry;
     } finally {
       await lock.release();
     }

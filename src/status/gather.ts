@@ -4,12 +4,13 @@
  * history from the signed drill report, pending restore requests, unresolved
  * operations of the last restore (from the signed audit log), the spool
  * backlog and the bytes held; each judged into named checks and one exit
- * code. Read-only: it writes nothing, not even a spool folder.
+ * code. Read-only: it writes nothing, not even a spool folder (with `all` and a
+ * signing key, a listing that read many records itself writes the tenant's summary: Repository.listing).
  */
 import { existsSync } from "node:fs";
 import type { Config } from "../config/schema.js";
 import { verifyChainText } from "../crypto/chainlog.js";
-import { NS } from "../crypto/sshsig.js";
+import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { parseDuration } from "../duration.js";
 import { mapLimit } from "../limit.js";
@@ -106,6 +107,8 @@ export interface GatherInput {
   all?: boolean;
   /** with `all`: every agent's catalog record checked against its snapshots folder (Repository.entries) */
   fresh?: boolean;
+  /** this host's signing key, with `all`: a listing that read records itself writes each tenant's summary */
+  signer?: SigningKey | null;
   /** a caller of one tenant (a token's): the fleet figure only when every agent it drilled is of this tenant */
   tenant?: string;
   now?: Date;
@@ -130,7 +133,9 @@ export function mergeReports(reports: StatusReport[], now = new Date()): StatusR
 export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
   const now = i.now ?? new Date();
   // every agent's from the catalog records; named agents' alone from their own folders
-  const listed = i.all ? await i.repo.entries(i.trust, {}, now, { fresh: i.fresh }) : (await mapLimit(i.targets, 8, (t) => i.repo.entries(i.trust, { tenant: t.tenant, agent: t.agent }, now))).flat();
+  const { entries: listed, status: records } = i.all
+    ? await i.repo.listing(i.trust, {}, now, { fresh: i.fresh, status: true, signer: i.signer })
+    : { entries: (await mapLimit(i.targets, 8, (t) => i.repo.entries(i.trust, { tenant: t.tenant, agent: t.agent }, now))).flat(), status: new Map<string, Record<string, unknown>>() };
   const targets = [...i.targets];
   if (i.all)
     for (const e of listed)
@@ -139,7 +144,13 @@ export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
   const byAgent = new Map<string, CatalogEntry[]>();
   for (const e of listed) byAgent.set(key(e), [...(byAgent.get(key(e)) ?? []), e]);
   // each agent's records (drill report, requests, audit log) are a few reads of its own: 64 agents at once
-  const agents = await mapLimit(targets, 64, (t) => agentStatus(i, t, byAgent.get(key({ tenant: t.tenant, agent_id: t.agent })) ?? [], now));
+  const spooled = await spoolOf(i);
+  // an agent without a status record (none written yet, or by a build before them) has its facts read from its objects
+  const agents = await mapLimit(targets, 64, async (t) => {
+    const k = key({ tenant: t.tenant, agent_id: t.agent });
+    const spool = spooled && (spooled.get(k) ?? { bundles: 0, bytes: 0 });
+    return agentStatus(i, t, byAgent.get(k) ?? [], factsOf(records.get(k)) ?? (await agentFacts(i.repo, i.trust, t)), spool, now);
+  });
   const states = agents.map((a) => a.state);
   return {
     at: now.toISOString(),
@@ -150,7 +161,52 @@ export async function gatherStatus(i: GatherInput): Promise<StatusReport> {
   };
 }
 
-async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[], now: Date): Promise<AgentStatus> {
+/**
+ * What status shows of an agent beyond its snapshots, as its drill report, restore requests, audit log and
+ * generation say now: what its status record (Repository.writeStatusRecord) keeps, so that status --all reads
+ * one small record per agent, and only those changed since this host read them.
+ */
+export interface AgentFacts {
+  /** the newest drills of its report (at most FACT_DRILLS), oldest first */
+  drills: DrillPoint[];
+  /** the warnings reading them gave: drill-report, audit, generation */
+  checks: StatusCheck[];
+  pending_requests: AgentStatus["pending_requests"];
+  unresolved_operations: AgentStatus["unresolved_operations"];
+}
+
+/** how many drills a status record keeps (status of one agent shows its whole report) */
+const FACT_DRILLS = 100;
+
+/** An agent's facts read from its objects (each verified). @throws AgentbakError as its reads do (10, 13 for a request record). */
+export async function agentFacts(repo: Repository, trust: Trust, a: AgentRef): Promise<AgentFacts> {
+  const checks: StatusCheck[] = [];
+  const check = (name: string, state: CheckState, detail: string) => checks.push({ name, state, detail });
+  const drills = await drillHistory(repo, trust, a, check);
+  const pending = (await listRequests(repo, trust, a)).filter((r) => r.status === "pending");
+  const unresolved = await lastRestore(repo, trust, a, check);
+  await generationCheck(repo, trust, a, check);
+  return {
+    drills,
+    checks,
+    pending_requests: pending,
+    unresolved_operations: unresolved,
+  };
+}
+
+/** Reads `a`'s facts from its objects and writes its status record signed with `key` (the Repository's statusWriter). */
+export async function writeStatusRecord(repo: Repository, trust: Trust, a: AgentRef, key: SigningKey): Promise<void> {
+  const f = await agentFacts(repo, trust, a);
+  await repo.writeStatusRecord(a, { ...f, drills: f.drills.slice(-FACT_DRILLS) }, key);
+}
+
+/** The facts a verified status record holds; null when it is not of this shape (the agent's are read from its objects). */
+function factsOf(r: Record<string, unknown> | undefined): AgentFacts | null {
+  if (!r || !Array.isArray(r.drills) || !Array.isArray(r.checks) || !Array.isArray(r.pending_requests) || typeof r.unresolved_operations !== "object") return null;
+  return { drills: r.drills as DrillPoint[], checks: r.checks as StatusCheck[], pending_requests: r.pending_requests as AgentFacts["pending_requests"], unresolved_operations: r.unresolved_operations as AgentFacts["unresolved_operations"] };
+}
+
+async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[], facts: AgentFacts, spool: AgentStatus["spool"], now: Date): Promise<AgentStatus> {
   const checks: StatusCheck[] = [];
   const check = (name: string, state: CheckState, detail: string) => checks.push({ name, state, detail });
   // a snapshot dated beyond the allowed clock skew (a host's clock far ahead) is never the newest: restore refuses it
@@ -173,7 +229,8 @@ async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[]
   if (head && head.status === "invalid") check("chain", "warn", `newest snapshot ${head.snapshot_id} does not verify: ${head.problem}`);
   else if (chain) check("chain", "ok", `${chain.verified} of ${chain.links} links verified`);
 
-  const drills = await drillHistory(i, t, check);
+  for (const c of facts.checks.filter((c) => c.name === "drill-report")) checks.push(c);
+  const drills = facts.drills;
   const last = drills.at(-1) ?? null;
   const every = t.objectives?.drillEvery ? parseDuration(t.objectives.drillEvery) / 1000 : null;
   const rtoObjective = t.objectives?.rtoSeconds ?? null;
@@ -182,12 +239,12 @@ async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[]
   else if (every !== null && secondsSince(last.at, now) > every) check("drill", "warn", `overdue: last drill ${human(secondsSince(last.at, now))} ago, objective every ${human(every)}`);
   else check("drill", "ok", `last drill passed ${human(secondsSince(last.at, now))} ago${last.rto_seconds !== null ? `, RTO ${last.rto_seconds} s` : ""}`);
 
-  const pending = (await listRequests(i.repo, i.trust, t)).filter((r) => r.status === "pending");
+  const pending = facts.pending_requests;
   if (pending.length) check("requests", "warn", `${pending.length} restore request(s) wait for a decision`);
-  const unresolved = await lastRestore(i, t, check);
+  for (const c of facts.checks.filter((c) => c.name === "audit")) checks.push(c);
+  const unresolved = facts.unresolved_operations;
   if (unresolved?.unresolved) check("operations", "warn", `${unresolved.unresolved} of ${unresolved.operations} open operation(s) unresolved in ${unresolved.target}`);
-  await generationCheck(i, t, check);
-  const spool = await spoolOf(i, t);
+  for (const c of facts.checks.filter((c) => c.name !== "drill-report" && c.name !== "audit")) checks.push(c);
   if (spool?.bundles) check("spool", "warn", `${spool.bundles} bundle(s) wait in the spool for the repository`);
 
   const states = checks.map((c) => c.state);
@@ -203,7 +260,7 @@ async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[]
     last_drill: last && { ...last, age_seconds: secondsSince(last.at, now), rto_objective_seconds: rtoObjective },
     drill_every_seconds: every,
     drills,
-    pending_requests: pending.map((r) => ({ request_id: r.request_id, snapshot_id: r.snapshot_id, reason: r.reason, requested_at: r.requested_at, requested_by: r.requested_by })),
+    pending_requests: pending,
     unresolved_operations: unresolved,
     spool,
     bytes: mine.reduce((n, e) => n + e.size, 0),
@@ -226,11 +283,11 @@ export function chainOf(mine: CatalogEntry[], fullEvery: number | null): AgentSt
 }
 
 /** The agent's drills from its signed report in the repository; a report that does not verify is a warning and shows no drill. */
-async function drillHistory(i: GatherInput, t: AgentRef, check: (n: string, s: CheckState, d: string) => void): Promise<DrillPoint[]> {
-  const text = await i.repo.drillReport(t);
+async function drillHistory(repo: Repository, trust: Trust, t: AgentRef, check: (n: string, s: CheckState, d: string) => void): Promise<DrillPoint[]> {
+  const text = await repo.drillReport(t);
   if (!text) return [];
   try {
-    verifyReportText(text, i.trust);
+    verifyReportText(text, trust);
   } catch (e) {
     if (!(e instanceof AgentbakError)) throw e;
     check("drill-report", "warn", `the drill report does not verify: ${e.message}`);
@@ -276,11 +333,11 @@ async function lastFleetDrill(i: GatherInput): Promise<FleetStatus[]> {
  * its open operations are still unresolved: all of them until a reconcile
  * records otherwise, none once the target is activated.
  */
-async function lastRestore(i: GatherInput, t: AgentRef, check: (n: string, s: CheckState, d: string) => void): Promise<AgentStatus["unresolved_operations"]> {
-  const text = await i.repo.auditLog(t);
+async function lastRestore(repo: Repository, trust: Trust, t: AgentRef, check: (n: string, s: CheckState, d: string) => void): Promise<AgentStatus["unresolved_operations"]> {
+  const text = await repo.auditLog(t);
   if (!text) return null;
   try {
-    verifyChainText(text, i.trust, NS.receipt, "audit log entry", { expect: { tenant: t.tenant, agent_id: t.agent } });
+    verifyChainText(text, trust, NS.receipt, "audit log entry", { expect: { tenant: t.tenant, agent_id: t.agent } });
   } catch (e) {
     if (!(e instanceof AgentbakError)) throw e;
     check("audit", "warn", `the audit log does not verify: ${e.message}`);
@@ -304,9 +361,9 @@ async function lastRestore(i: GatherInput, t: AgentRef, check: (n: string, s: Ch
  * generation log or record, an entry it rests on that no trusted key signed or a delete marker hides, and a
  * linked replica not reached are each a warning.
  */
-async function generationCheck(i: GatherInput, t: AgentRef, check: (n: string, s: CheckState, d: string) => void): Promise<void> {
+async function generationCheck(repo: Repository, trust: Trust, t: AgentRef, check: (n: string, s: CheckState, d: string) => void): Promise<void> {
   try {
-    const v = await i.repo.generations(t, i.trust);
+    const v = await repo.generations(t, trust);
     const problems = [...v.unreachable.map(unreachableWarning), ...v.warnings];
     if (problems.length) check("generation", "warn", problems.join("; "));
   } catch (e) {
@@ -315,12 +372,19 @@ async function generationCheck(i: GatherInput, t: AgentRef, check: (n: string, s
   }
 }
 
-/** The agent's bundles waiting in this host's spool (null: the repository is a folder, which never spools). */
-async function spoolOf(i: GatherInput, t: AgentRef): Promise<AgentStatus["spool"]> {
+/**
+ * The bundles waiting in this host's spool, by agent (`tenant/agent`), read once for every agent (null: the
+ * repository is a folder, which never spools).
+ */
+async function spoolOf(i: GatherInput): Promise<Map<string, { bundles: number; bytes: number }> | null> {
   if (!spools(i.location)) return null;
-  if (!existsSync(spoolDir(i.home, i.location))) return { bundles: 0, bytes: 0 };
-  const list = await (await openSpool(i.home, i.location)).list(i.trust, t);
-  return { bundles: list.length, bytes: list.reduce((n, e) => n + e.size, 0) };
+  const out = new Map<string, { bundles: number; bytes: number }>();
+  if (!existsSync(spoolDir(i.home, i.location))) return out;
+  for (const e of await (await openSpool(i.home, i.location)).list(i.trust)) {
+    const n = out.get(key(e)) ?? { bundles: 0, bytes: 0 };
+    out.set(key(e), { bundles: n.bundles + 1, bytes: n.bytes + e.size });
+  }
+  return out;
 }
 
 /** A duration for people: 45 s, 12 min, 3.5 h, 2.0 d. */
