@@ -358,7 +358,9 @@ export class Repository {
     const lease = this.held.get(keys.lease(a, "agent"));
     if (!lease) throw new AgentbakError(Exit.failure, `internal error: ${what} of ${a.tenant}/${a.agent} in ${this.location} without holding its agent lock`);
     await lease.check();
-    // an interrupt while the lease was checked: its release may be under way, and nothing is committed or deleted after it
+    // an interrupt while the lease was checked, or before (a folder's deletes never yield to the signal's
+    // handler on their own): its release may be under way, and nothing is committed or deleted after it
+    await letInterruptsIn();
     if (interrupting()) throw new AgentbakError(Exit.interrupted, "interrupted");
   }
 
@@ -669,7 +671,9 @@ export class Repository {
     // an agent that never stored a chunk gets no sweep record (nor a chunks folder)
     if (!(await store.listIds()).size) return { listed: 0, referenced: 0, deleted: 0, deletedBytes: 0, young: 0, retained: 0 };
     crashStep("chunks-marked");
-    return store.sweep(referenced, { token: String(lease.token), assertHeld: () => lease.check() }, o);
+    // the fence (the lease still this process's, and no interrupt being handled) before each delete: a SIGTERM
+    // during the sweep ends it there, never a chunk deleted while the lease's release is under way or after it
+    return store.sweep(referenced, { token: String(lease.token), assertHeld: () => this.fence(a, "sweeping chunks") }, o);
   }
 
   /**
@@ -833,6 +837,7 @@ export class Repository {
    */
   async sweep(a: AgentRef): Promise<string[]> {
     const removed: string[] = [];
+    await this.fence(a, "sweeping");
     const n = await this.store.sweep(3_600_000);
     if (n) removed.push(`${n} temp file(s), folder(s) or incomplete upload(s)`);
     for (const dir of snapshotFolders(a)) {

@@ -1,0 +1,135 @@
+// Issue 32, the sixth attack (repository side): what a damaged or hostile repository, its gateway or a signal can make
+// agentbak say or do, each case through the real binary on a real agent: an S3 gateway whose listing never ends or
+// ends without saying where (a proxy in front of the test gateway rewrites its ListObjectsV2 answers), a SIGTERM
+// during `forget --prune`'s chunk sweep. See docs/security-edges.md, "Sixth attack (repository side)".
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execa } from "execa";
+import { randomBytes } from "node:crypto";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer, request, type Server } from "node:http";
+import { join } from "node:path";
+import { json, makeAgent, makeBucket, pausedAtStep, type TestAgent } from "../helpers.js";
+
+const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
+const AGENT_DIR = "tenants/acme/agents/billing-agent";
+
+/** An agent whose `models/adapter.bin` (3 MiB) is stored as chunks. */
+async function chunkedAgent(): Promise<TestAgent> {
+  const a = await makeAgent({ sizeMb: 1 });
+  mkdirSync(join(a.dir, "models"));
+  writeFileSync(join(a.dir, "models/adapter.bin"), randomBytes(3 * 1024 * 1024));
+  const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+  writeFileSync(a.config, JSON.stringify({ ...cfg, files: [...cfg.files, "models/*.bin"] }, null, 2));
+  return a;
+}
+
+const chunkFiles = (a: TestAgent) =>
+  readdirSync(join(a.repo, AGENT_DIR, "chunks"), { recursive: true })
+    .map(String)
+    .filter((f) => /^[0-9a-f]{2}\/[0-9a-f]{64}$/.test(f))
+    .sort();
+
+/**
+ * A proxy in front of the test gateway that passes every request through and rewrites each ListObjectsV2 answer's
+ * last page by `rewrite` (the request is signed for the proxy's Host header, which it keeps).
+ */
+function listingProxy(rewrite: (xml: string) => string): Promise<{ url: string; server: Server }> {
+  const up = new URL(endpoint!);
+  const server = createServer((req, res) => {
+    const body: Buffer[] = [];
+    req.on("data", (c: Buffer) => body.push(c));
+    req.on("end", () => {
+      const fwd = request({ host: up.hostname, port: up.port, method: req.method, path: req.url, headers: req.headers }, (r) => {
+        if (req.method !== "GET" || !/[?&]list-type=2/.test(req.url ?? "")) {
+          res.writeHead(r.statusCode!, r.headers);
+          r.pipe(res);
+          return;
+        }
+        const got: Buffer[] = [];
+        r.on("data", (c: Buffer) => got.push(c));
+        r.on("end", () => {
+          const x = rewrite(Buffer.concat(got).toString());
+          const { "content-length": _l, "transfer-encoding": _t, ...h } = r.headers;
+          res.writeHead(r.statusCode!, { ...h, "content-length": Buffer.byteLength(x) });
+          res.end(x);
+        });
+      });
+      fwd.end(Buffer.concat(body));
+    });
+  });
+  return new Promise((ok) => server.listen(0, "127.0.0.1", () => ok({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, server })));
+}
+
+describe.skipIf(!endpoint)("[E1] an S3 gateway whose listing never ends, or ends without saying where", () => {
+  let a: TestAgent;
+  const proxies: Server[] = [];
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    const bucket = `a6-${randomBytes(4).toString("hex")}`;
+    await makeBucket(bucket);
+    writeFileSync(a.config, JSON.stringify({ ...JSON.parse(readFileSync(a.config, "utf8")), repository: `s3://${bucket}/repo` }, null, 2));
+    expect((await a.run(["init"], { AGENTBAK_S3_ENDPOINT: endpoint })).code).toBe(0);
+    expect((await a.run(["backup"], { AGENTBAK_S3_ENDPOINT: endpoint })).code).toBe(0);
+  }, 180_000);
+  afterAll(() => {
+    for (const s of proxies) s.close();
+    a?.cleanup();
+  });
+  const through = async (rewrite: (xml: string) => string) => {
+    const p = await listingProxy(rewrite);
+    proxies.push(p.server);
+    return { AGENTBAK_S3_ENDPOINT: p.url, AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true" };
+  };
+  const truncated = (extra: string) => (x: string) => x.replace(/<IsTruncated>false<\/IsTruncated>/, `<IsTruncated>true</IsTruncated>${extra}`);
+
+  it("[E1] a continuation token handed out again: snapshots and backup are 1 naming it within seconds (they listed for ever)", async () => {
+    const env = await through(truncated("<NextContinuationToken>SAME</NextContinuationToken>"));
+    for (const args of [["snapshots"], ["backup"]]) {
+      const r = await a.run(args, env, { timeout: 60_000 });
+      expect(r.code, r.stderr).toBe(1);
+      expect(r.stderr).toMatch(/handed out a continuation token it gave before \(a listing that never ends\)/);
+    }
+  });
+
+  it("[E1] a listing said to go on with no token: 1 naming it (the keys after the first page were taken as gone)", async () => {
+    const r = await a.run(["snapshots"], await through(truncated("")), { timeout: 60_000 });
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/says the listing goes on but gives no continuation token/);
+    // straight to the gateway, the same listing is whole
+    expect((await a.run(["snapshots"], { AGENTBAK_S3_ENDPOINT: endpoint })).code).toBe(0);
+  });
+});
+
+describe("[E1] SIGTERM during forget --prune's chunk sweep", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await chunkedAgent();
+    expect((await a.run(["backup"])).code).toBe(0);
+    // a second backup of another 3 MiB: the first one's chunks are unreferenced once it is forgotten
+    writeFileSync(join(a.dir, "models/adapter.bin"), randomBytes(3 * 1024 * 1024));
+    expect((await a.run(["backup"])).code).toBe(0);
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E1] nothing is deleted after the signal (the sweep went on to the end, on a folder), the grant is marked released, exit 130; a forget after it sweeps them", async () => {
+    const before = chunkFiles(a);
+    const child = execa("node", [join(import.meta.dirname, "../../bin/agentbak.js"), "forget", "--keep-last", "1", "--prune", "--prune-grace", "0s"], {
+      cwd: a.dir,
+      env: { ...a.env, NO_COLOR: "1", AGENTBAK_PAUSE_STEP: "chunks-marked" },
+      reject: false,
+    });
+    expect(await pausedAtStep(child.pid!)).toBe(true);
+    process.kill(child.pid!, "SIGTERM");
+    process.kill(child.pid!, "SIGCONT");
+    const r = await child;
+    expect(r.exitCode, String(r.stderr)).toBe(130);
+    expect(chunkFiles(a)).toEqual(before);
+    const locks = join(a.repo, AGENT_DIR, "locks/agent");
+    const newest = readdirSync(locks).sort().at(-1)!;
+    expect(JSON.parse(readFileSync(join(locks, newest), "utf8")).released).toBe(true);
+    const f = await a.run(["forget", "--keep-last", "1", "--prune", "--prune-grace", "0s", "--json"]);
+    expect(f.code, f.stderr).toBe(0);
+    expect(json(f).chunks.deleted).toBeGreaterThan(0);
+    expect(chunkFiles(a).length).toBeLessThan(before.length);
+  });
+});
