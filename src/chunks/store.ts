@@ -102,6 +102,11 @@ export interface WriterOptions {
   params?: ChunkParams;
   /** uploads in flight at once (default 4) */
   concurrency?: number;
+  /**
+   * The object digests the agent's verified manifests sign for each chunk id: a chunk already there that this
+   * host's index does not hold is adopted only when its bytes are the ones a manifest names (default: none is).
+   */
+  signed?: () => Promise<ReadonlyMap<string, ReadonlySet<string>>>;
 }
 
 /**
@@ -195,7 +200,7 @@ export class ChunkStore {
     // stored again, never named by a new snapshot while it is missing
     const present = await this.listIds();
     known.retain((id) => present.has(id), await this.epoch());
-    return new ChunkWriter(this, key, known, StatCache.load(paths.stat), o.recipients, params, o.concurrency ?? 4, present);
+    return new ChunkWriter(this, key, known, StatCache.load(paths.stat), o.recipients, params, o.concurrency ?? 4, present, o.signed ?? (async () => new Map()));
   }
 
   /** Downloads a chunk and checks its size and digest against its ref. @throws AgentbakError(13) naming `label` */
@@ -392,6 +397,8 @@ export class ChunkWriter {
     private readonly concurrency: number,
     /** the store's ids as listed when the writer opened */
     private readonly present: Set<string>,
+    /** WriterOptions.signed */
+    private readonly signed: () => Promise<ReadonlyMap<string, ReadonlySet<string>>>,
   ) {}
 
   /**
@@ -487,16 +494,21 @@ export class ChunkWriter {
     }
   }
 
-  /** Encrypts and uploads a new chunk; one that is there already (uploaded by a run whose index was lost) is adopted. */
+  /**
+   * Encrypts and uploads a new chunk. One that is there already is adopted when a verified manifest names its bytes
+   * (stored by a host whose index was lost); else (a dead run's, or damaged in place: without the identity its
+   * bytes can not be told apart) it is written over, never named by a new snapshot as it is.
+   */
   private async upload(id: string, length: number, compressed: Buffer, stats: PutStats): Promise<ChunkRef> {
     const key = this.cs.key(id);
-    if (this.present.has(id)) {
+    const there = this.present.has(id);
+    if (there) {
       const adopted = await this.adopt(id, length);
       if (adopted) return (stats.reusedChunks++, adopted);
     }
     const sealed = await encryptChunk(compressed, this.recipients);
     const ref: ChunkRef = { id, sha256: sha256hex(sealed), size: sealed.length, length };
-    if (!(await this.cs.store.put(key, sealed, { ifNoneMatch: true }))) {
+    if (!(await this.cs.store.put(key, sealed, { ifNoneMatch: !there }))) {
       const adopted = await this.adopt(id, length);
       if (!adopted) throw new Error(`chunk ${key} exists and vanished at once`);
       return (stats.reusedChunks++, adopted);
@@ -518,6 +530,7 @@ export class ChunkWriter {
     const b = await this.cs.store.get(this.cs.key(id));
     if (!b) return null;
     const ref: ChunkRef = { id, sha256: sha256hex(b), size: b.length, length };
+    if (!(await this.signed()).get(id)?.has(ref.sha256)) return null;
     this.known.add(ref);
     return ref;
   }

@@ -1,11 +1,11 @@
 // Issue 32, the sixth attack (repository side): what a damaged or hostile repository, its gateway or a signal can make
 // agentbak say or do, each case through the real binary on a real agent: an S3 gateway whose listing never ends or
 // ends without saying where (a proxy in front of the test gateway rewrites its ListObjectsV2 answers), a SIGTERM
-// during `forget --prune`'s chunk sweep. See docs/security-edges.md, "Sixth attack (repository side)".
+// during `forget --prune`'s chunk sweep, a chunk overwritten in place met by a host whose chunk index was lost. See docs/security-edges.md, "Sixth attack (repository side)".
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer, request, type Server } from "node:http";
 import { join } from "node:path";
 import { json, makeAgent, makeBucket, pausedAtStep, type TestAgent } from "../helpers.js";
@@ -131,5 +131,32 @@ describe("[E1] SIGTERM during forget --prune's chunk sweep", () => {
     expect(f.code, f.stderr).toBe(0);
     expect(json(f).chunks.deleted).toBeGreaterThan(0);
     expect(chunkFiles(a).length).toBeLessThan(before.length);
+  });
+});
+
+describe("[E1] a chunk overwritten in place, met by a host whose known-chunks index was lost", () => {
+  let a: TestAgent;
+  let first: string;
+  beforeAll(async () => {
+    a = await chunkedAgent();
+    first = json(await a.run(["backup", "--json"])).snapshot_id;
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E1] the next backup writes it again (it adopted the bytes there: the new snapshot's verify said verified, and only decrypting found it); the new snapshot verifies with the identity", async () => {
+    const chunks = join(a.repo, AGENT_DIR, "chunks");
+    const victim = join(chunks, chunkFiles(a).find((f) => statSync(join(chunks, f)).size > 100_000)!);
+    writeFileSync(victim, randomBytes(statSync(victim).size)); // same size, other bytes
+    rmSync(join(a.home, "cache", "chunks"), { recursive: true, force: true }); // a host whose index was lost (or a new one)
+    const memory = join(a.dir, "memory", readdirSync(join(a.dir, "memory"))[0]!);
+    appendFileSync(memory, " ");
+    const b = await a.run(["backup", "--json"]);
+    expect(b.code, b.stderr).toBe(0);
+    const v = await a.run(["verify", json(b).snapshot_id, "--identity", a.identity]);
+    expect(v.code, v.stderr).toBe(0);
+    // the snapshot that named the damaged bytes stays refused, naming the chunk (its digest is signed)
+    const old = await a.run(["verify", first, "--identity", a.identity]);
+    expect(old.code).toBe(13);
+    expect(old.stderr).toMatch(/does not match its digest/);
   });
 });
