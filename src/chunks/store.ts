@@ -166,10 +166,26 @@ export class ChunkStore {
   async listIds(): Promise<Set<string>> {
     const ids = new Set<string>();
     for (const k of await this.store.list(`${this.prefix}/`)) {
-      const m = k.slice(this.prefix.length + 1).match(/^([0-9a-f]{2})\/([0-9a-f]{64})$/);
-      if (m && m[2]!.startsWith(m[1]!)) ids.add(m[2]!);
+      const id = this.idOf(k);
+      if (id) ids.add(id);
     }
     return ids;
+  }
+
+  /** Every chunk id the store holds, with its object's size as the listing gives it (a folder: a stat each). */
+  async listSizes(): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    for (const [k, { size }] of await this.store.tagged(`${this.prefix}/`)) {
+      const id = this.idOf(k);
+      if (id) out.set(id, size);
+    }
+    return out;
+  }
+
+  /** The chunk id a key names, or null for any other key. */
+  private idOf(key: string): string | null {
+    const m = key.slice(this.prefix.length + 1).match(/^([0-9a-f]{2})\/([0-9a-f]{64})$/);
+    return m && m[2]!.startsWith(m[1]!) ? m[2]! : null;
   }
 
   /** A writer opened on first use (an agent without large state never opens one), given to the capture as data. */
@@ -197,9 +213,10 @@ export class ChunkStore {
     const known = KnownChunks.load(paths.known);
     // what the store holds is listed at every backup (one LIST per 1,000 chunks), not only after a sweep: a chunk
     // deleted behind the index's back (by hand, a lifecycle rule, a delete marker, a sweep record put back) is
-    // stored again, never named by a new snapshot while it is missing
-    const present = await this.listIds();
-    known.retain((id) => present.has(id), await this.epoch());
+    // stored again, never named by a new snapshot while it is missing; nor one whose size is not the one the index
+    // holds (cut or grown in place): it is written again (a chunk damaged with its size kept is found by verify)
+    const present = await this.listSizes();
+    known.retain((id) => present.get(id) === known.get(id)?.size, await this.epoch());
     return new ChunkWriter(this, key, known, StatCache.load(paths.stat), o.recipients, params, o.concurrency ?? 4, present, o.signed ?? (async () => new Map()));
   }
 
@@ -395,8 +412,8 @@ export class ChunkWriter {
     private readonly recipients: string[],
     private readonly params: ChunkParams,
     private readonly concurrency: number,
-    /** the store's ids as listed when the writer opened */
-    private readonly present: Set<string>,
+    /** the store's ids as listed when the writer opened, with their objects' sizes */
+    private readonly present: ReadonlyMap<string, number>,
     /** WriterOptions.signed */
     private readonly signed: () => Promise<ReadonlyMap<string, ReadonlySet<string>>>,
   ) {}
@@ -406,7 +423,7 @@ export class ChunkWriter {
    * index, so that a host whose index was lost does not upload them again.
    */
   learn(list: ChunkRef[]): void {
-    for (const r of list) if (this.present.has(r.id)) this.known.add(r);
+    for (const r of list) if (this.present.get(r.id) === r.size) this.known.add(r);
   }
 
   /**

@@ -407,7 +407,7 @@ export class Repository {
     const tags = new Map<string, string>();
     for (const tenant of tenants) {
       const [folders, tagged] = await Promise.all([this.store.folders(`tenants/${tenant}/agents/`), this.store.tagged(keys.catalogs(tenant))]);
-      for (const [k, t] of tagged) tags.set(k, t);
+      for (const [k, t] of tagged) tags.set(k, t.tag);
       for (const agent of folders) if (isAgentRef({ tenant, agent })) agents.push({ tenant, agent });
     }
     const cache = new CatalogCache(this.home, this.store.url);

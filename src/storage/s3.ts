@@ -177,8 +177,8 @@ export class S3Store implements ObjectStore {
     return [...(await this.tagged(prefix)).keys()];
   }
 
-  async tagged(prefix: string): Promise<Map<string, string>> {
-    const out: [string, string][] = [];
+  async tagged(prefix: string): Promise<Map<string, { tag: string; size: number }>> {
+    const out: [string, { tag: string; size: number }][] = [];
     const seen = new Set<string>();
     let token: string | undefined;
     do {
@@ -189,7 +189,7 @@ export class S3Store implements ObjectStore {
         throw this.fail("list", prefix, e);
       }
       // the time too: the same bytes put back (an ETag is their MD5) are another write
-      for (const o of r.Contents ?? []) if (o.Key) out.push([o.Key.slice(this.prefix.length), `${o.ETag ?? ""}:${o.LastModified?.getTime() ?? 0}`]);
+      for (const o of r.Contents ?? []) if (o.Key) out.push([o.Key.slice(this.prefix.length), { tag: `${o.ETag ?? ""}:${o.LastModified?.getTime() ?? 0}`, size: Number(o.Size ?? 0) }]);
       token = this.nextPage(seen, r.IsTruncated, r.NextContinuationToken, prefix);
     } while (token);
     return new Map(out.sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0)));

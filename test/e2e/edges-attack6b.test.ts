@@ -1,11 +1,12 @@
 // Issue 32, the sixth attack (repository side): what a damaged or hostile repository, its gateway or a signal can make
 // agentbak say or do, each case through the real binary on a real agent: an S3 gateway whose listing never ends or
 // ends without saying where (a proxy in front of the test gateway rewrites its ListObjectsV2 answers), a SIGTERM
-// during `forget --prune`'s chunk sweep, a chunk overwritten in place met by a host whose chunk index was lost. See docs/security-edges.md, "Sixth attack (repository side)".
+// during `forget --prune`'s chunk sweep, a chunk overwritten in place met by a host whose chunk index was lost, a chunk
+// cut or grown in place met by the host that stored it. See docs/security-edges.md, "Sixth attack (repository side)".
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { appendFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { createServer, request, type Server } from "node:http";
 import { join } from "node:path";
 import { json, makeAgent, makeBucket, pausedAtStep, type TestAgent } from "../helpers.js";
@@ -158,5 +159,29 @@ describe("[E1] a chunk overwritten in place, met by a host whose known-chunks in
     const old = await a.run(["verify", first, "--identity", a.identity]);
     expect(old.code).toBe(13);
     expect(old.stderr).toMatch(/does not match its digest/);
+  });
+});
+
+describe("[E1] a chunk cut or grown in place, met by the host that stored it (its index holds it)", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await chunkedAgent();
+    expect((await a.run(["backup"])).code).toBe(0);
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+  const chunks = () => join(a.repo, AGENT_DIR, "chunks");
+  const large = () => chunkFiles(a).filter((f) => statSync(join(chunks(), f)).size > 100_000);
+
+  it("[E1] the next backup stores it again (the index handed it out: a new snapshot committed whose verify was 13); the new snapshot verifies, with and without the identity", async () => {
+    const [cut, grown] = large();
+    truncateSync(join(chunks(), cut!), 1000);
+    appendFileSync(join(chunks(), grown!), "five!");
+    appendFileSync(join(a.dir, "memory", readdirSync(join(a.dir, "memory"))[0]!), " ");
+    const b = await a.run(["backup", "--json"]);
+    expect(b.code, b.stderr).toBe(0);
+    const id = json(b).snapshot_id;
+    const v = await a.run(["verify", id]);
+    expect(v.code, v.stderr).toBe(0);
+    expect((await a.run(["verify", id, "--identity", a.identity])).code).toBe(0);
   });
 });
