@@ -27,7 +27,7 @@ import { mapLimit } from "../limit.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
-import { CATALOG_KIND, committedObjects, fromRecord, recordedObjects, summarize, type CatalogEntry, type CatalogRecord } from "./catalog.js";
+import { bundleTags, CATALOG_KIND, committedObjects, fromRecord, recordedObjects, summarize, type CatalogEntry, type CatalogRecord } from "./catalog.js";
 import { CatalogCache } from "./catalogcache.js";
 import { acquireLease, hostId, probeConditionalWrites, type Lease } from "./lease.js";
 import { readGenerations, reserveGeneration, type GenerationView, type Signing } from "./generation.js";
@@ -431,8 +431,8 @@ export class Repository {
       const listed = fromRecord(hit.record, a, recordedObjects(hit.record), trust, now, path);
       if (listed) return listed;
     }
-    const [listed, raw] = await Promise.all([this.store.list(`${dir}/`), this.store.get(tag ? key : keys.oldCatalog(a))]);
-    const objects = committedObjects(listed, dir);
+    const [tagged, raw] = await Promise.all([this.store.tagged(`${dir}/`), this.store.get(tag ? key : keys.oldCatalog(a))]);
+    const objects = committedObjects([...tagged.keys()], dir);
     let rec: CatalogRecord | null = null;
     let signer = "";
     try {
@@ -441,7 +441,7 @@ export class Repository {
     } catch {
       /* unparsable, unsigned, edited or signed by a key not trusted now: listed from the objects */
     }
-    const fromRec = rec && fromRecord(rec, a, objects, trust, now, path);
+    const fromRec = rec && fromRecord(rec, a, objects, trust, now, path, bundleTags(tagged, dir));
     if (fromRec && tag) cache.set(key, { tag, record: rec!, signer });
     else cache.drop(key);
     return fromRec ?? (await this.list(trust, a, now)).map(catalogEntry);
@@ -456,8 +456,9 @@ export class Repository {
     if (!key) return;
     const dir = snapshotsDir(a);
     try {
-      const objects = committedObjects(await this.store.list(`${dir}/`), dir);
-      await this.writeJson(keys.catalog(a), signRecord(summarize(a, await this.list(trust, a), objects, new Date()), key, NS.receipt));
+      const tagged = await this.store.tagged(`${dir}/`);
+      const objects = committedObjects([...tagged.keys()], dir);
+      await this.writeJson(keys.catalog(a), signRecord(summarize(a, await this.list(trust, a), objects, new Date(), bundleTags(tagged, dir)), key, NS.receipt));
       await this.store.delete(keys.oldCatalog(a)); // where earlier builds kept it
     } catch (e) {
       if (!(e instanceof AgentbakError)) throw e;

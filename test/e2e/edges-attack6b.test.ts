@@ -2,14 +2,14 @@
 // agentbak say or do, each case through the real binary on a real agent: an S3 gateway whose listing never ends or
 // ends without saying where (a proxy in front of the test gateway rewrites its ListObjectsV2 answers), a SIGTERM
 // during `forget --prune`'s chunk sweep, a chunk overwritten in place met by a host whose chunk index was lost, a chunk
-// cut or grown in place met by the host that stored it. See docs/security-edges.md, "Sixth attack (repository side)".
+// cut or grown in place met by the host that stored it, a bundle written over in place under its catalog record. See docs/security-edges.md, "Sixth attack (repository side)".
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { appendFileSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { appendFileSync, copyFileSync, cpSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { createServer, request, type Server } from "node:http";
 import { join } from "node:path";
-import { json, makeAgent, makeBucket, pausedAtStep, type TestAgent } from "../helpers.js";
+import { json, makeAgent, makeBucket, pausedAtStep, run, type TestAgent } from "../helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 const AGENT_DIR = "tenants/acme/agents/billing-agent";
@@ -183,5 +183,36 @@ describe("[E1] a chunk cut or grown in place, met by the host that stored it (it
     const v = await a.run(["verify", id]);
     expect(v.code, v.stderr).toBe(0);
     expect((await a.run(["verify", id, "--identity", a.identity])).code).toBe(0);
+  });
+});
+
+describe("[E1] a bundle written over in place by another agent's, under its catalog record", () => {
+  let a: TestAgent;
+  let other: string;
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    // a second agent in the same repository, backed up by the same host
+    other = join(a.tmp, "ops");
+    cpSync(a.dir, other, { recursive: true, filter: (f) => !f.startsWith(a.repo) });
+    const cfg = JSON.parse(readFileSync(join(other, "agentbak.json"), "utf8"));
+    writeFileSync(join(other, "agentbak.json"), JSON.stringify({ ...cfg, agent: { ...cfg.agent, id: "ops-agent" }, repository: a.repo }, null, 2));
+    expect((await a.run(["backup"])).code).toBe(0);
+    expect((await run(["backup"], { cwd: other, env: a.env })).code).toBe(0);
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E1] snapshots --all --fresh and a host that never checked the record list it from the bundle: invalid, status --all --fresh 3 (both said ok from the record)", async () => {
+    const snaps = (agent: string) => join(a.repo, "tenants/acme/agents", agent, "snapshots");
+    const mine = readdirSync(snaps("billing-agent")).find((f) => f.endsWith(".agentbak"))!;
+    const theirs = readdirSync(snaps("ops-agent")).find((f) => f.endsWith(".agentbak"))!;
+    copyFileSync(join(snaps("ops-agent"), theirs), join(snaps("billing-agent"), mine));
+    const l = await a.run(["snapshots", "--all", "--fresh", "--json"]);
+    const entry = json(l).find((e: any) => e.snapshot_id === mine.replace(/\.agentbak$/, ""));
+    expect(entry.status).toBe("invalid");
+    expect((await a.run(["status", "--all", "--fresh"])).code).toBe(3);
+    // a host with the same keys that never listed this repository (no cache of checked records)
+    rmSync(join(a.home, "cache"), { recursive: true, force: true });
+    const fresh = json(await a.run(["snapshots", "--all", "--json"])).find((e: any) => e.snapshot_id === entry.snapshot_id);
+    expect(fresh.status).toBe("invalid");
   });
 });
