@@ -2,7 +2,8 @@
 // agentbak say or do, each case through the real binary on a real agent: an S3 gateway whose listing never ends or
 // ends without saying where (a proxy in front of the test gateway rewrites its ListObjectsV2 answers), a SIGTERM
 // during `forget --prune`'s chunk sweep, a chunk overwritten in place met by a host whose chunk index was lost, a chunk
-// cut or grown in place met by the host that stored it, a bundle written over in place under its catalog record. See docs/security-edges.md, "Sixth attack (repository side)".
+// cut or grown in place met by the host that stored it, a bundle written over in place under its catalog record, a
+// restore target that appears while the bundle is extracted. See docs/security-edges.md, "Sixth attack (repository side)".
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
@@ -214,5 +215,36 @@ describe("[E1] a bundle written over in place by another agent's, under its cata
     rmSync(join(a.home, "cache"), { recursive: true, force: true });
     const fresh = json(await a.run(["snapshots", "--all", "--json"])).find((e: any) => e.snapshot_id === entry.snapshot_id);
     expect(fresh.status).toBe("invalid");
+  });
+});
+
+describe("[E5] a restore whose target appears while the bundle is extracted", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+    expect((await a.run(["backup"])).code).toBe(0);
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E5] is refused (2) before it issues a generation: the agent restored before it stays current (it was fenced, 14, by a restore that wrote nothing)", async () => {
+    const first = join(a.tmp, "first");
+    const r = await a.run(["restore", "latest", "--target", first, "--yes", "--json"]);
+    expect([0, 3]).toContain(r.code);
+    const generation = String(JSON.parse(readFileSync(join(first, ".agentbak/restore.json"), "utf8")).generation);
+    const second = join(a.tmp, "second");
+    const child = execa("node", [join(import.meta.dirname, "../../bin/agentbak.js"), "restore", "latest", "--target", second, "--yes"], {
+      cwd: a.dir,
+      env: { ...a.env, NO_COLOR: "1", AGENTBAK_PAUSE_STEP: "extracted" },
+      reject: false,
+    });
+    expect(await pausedAtStep(child.pid!)).toBe(true);
+    mkdirSync(second);
+    writeFileSync(join(second, "notes.txt"), "someone else's");
+    process.kill(child.pid!, "SIGCONT");
+    const failed = await child;
+    expect(failed.exitCode, String(failed.stderr)).toBe(2);
+    expect(String(failed.stderr)).toMatch(/is not empty/);
+    const f = await a.run(["fence", "check", "--generation", generation, "--target", first]);
+    expect(f.code, f.stderr).toBe(0);
   });
 });
