@@ -48,7 +48,8 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it). Not
   // with Object Lock: a reused chunk's retention is not extended yet, so a locked snapshot keeps its bytes in its own
   // locked bundle (docs/chunk-store.md)
-  const writer = o.chunks === false || cfg.objectLock ? null : o.repo.chunks(a).lazyWriter({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients });
+  let signed: Promise<Map<string, Set<string>>> | null = null;
+  const writer = o.chunks === false || cfg.objectLock ? null : o.repo.chunks(a).lazyWriter({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients, signed: () => (signed ??= signedChunks(o, a)) });
   // the stat cache answers (a large file not read, so not scanned) only after a backup that finished under this scan policy
   const scanned = scanRecord(o.home, o.repo.location, a);
   const chunks = writer ? { writer, statCache: scanned.trusted(cfg.secretScan.files) } : null;
@@ -127,6 +128,14 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
  * incremental's parent, else the agent's latest verified snapshot (its header was read with the listing); only those
  * whose chunks this host's writer still holds (priorSources).
  */
+/** The object digests the agent's verified manifests sign, per chunk id: what a chunk already there must be to be adopted. */
+async function signedChunks(o: BackupOptions, a: AgentRef): Promise<Map<string, Set<string>>> {
+  const out = new Map<string, Set<string>>();
+  for (const s of await o.repo.list(o.trust, a))
+    for (const c of s.header?.manifest.components ?? []) for (const [id, sha256] of c.chunks ?? []) (out.get(id) ?? out.set(id, new Set()).get(id)!).add(sha256);
+  return out;
+}
+
 async function reusableSources(o: BackupOptions, a: AgentRef, chosen: ParentChoice, writer: LazyWriter): Promise<PriorSources> {
   let m = chosen.parent?.header.manifest ?? null;
   if (!m)

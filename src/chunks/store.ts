@@ -102,6 +102,11 @@ export interface WriterOptions {
   params?: ChunkParams;
   /** uploads in flight at once (default 4) */
   concurrency?: number;
+  /**
+   * The object digests the agent's verified manifests sign for each chunk id: a chunk already there that this
+   * host's index does not hold is adopted only when its bytes are the ones a manifest names (default: none is).
+   */
+  signed?: () => Promise<ReadonlyMap<string, ReadonlySet<string>>>;
 }
 
 /**
@@ -161,10 +166,26 @@ export class ChunkStore {
   async listIds(): Promise<Set<string>> {
     const ids = new Set<string>();
     for (const k of await this.store.list(`${this.prefix}/`)) {
-      const m = k.slice(this.prefix.length + 1).match(/^([0-9a-f]{2})\/([0-9a-f]{64})$/);
-      if (m && m[2]!.startsWith(m[1]!)) ids.add(m[2]!);
+      const id = this.idOf(k);
+      if (id) ids.add(id);
     }
     return ids;
+  }
+
+  /** Every chunk id the store holds, with its object's size as the listing gives it (a folder: a stat each). */
+  async listSizes(): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    for (const [k, { size }] of await this.store.tagged(`${this.prefix}/`)) {
+      const id = this.idOf(k);
+      if (id) out.set(id, size);
+    }
+    return out;
+  }
+
+  /** The chunk id a key names, or null for any other key. */
+  private idOf(key: string): string | null {
+    const m = key.slice(this.prefix.length + 1).match(/^([0-9a-f]{2})\/([0-9a-f]{64})$/);
+    return m && m[2]!.startsWith(m[1]!) ? m[2]! : null;
   }
 
   /** A writer opened on first use (an agent without large state never opens one), given to the capture as data. */
@@ -192,10 +213,11 @@ export class ChunkStore {
     const known = KnownChunks.load(paths.known);
     // what the store holds is listed at every backup (one LIST per 1,000 chunks), not only after a sweep: a chunk
     // deleted behind the index's back (by hand, a lifecycle rule, a delete marker, a sweep record put back) is
-    // stored again, never named by a new snapshot while it is missing
-    const present = await this.listIds();
-    known.retain((id) => present.has(id), await this.epoch());
-    return new ChunkWriter(this, key, known, StatCache.load(paths.stat), o.recipients, params, o.concurrency ?? 4, present);
+    // stored again, never named by a new snapshot while it is missing; nor one whose size is not the one the index
+    // holds (cut or grown in place): it is written again (a chunk damaged with its size kept is found by verify)
+    const present = await this.listSizes();
+    known.retain((id) => present.get(id) === known.get(id)?.size, await this.epoch());
+    return new ChunkWriter(this, key, known, StatCache.load(paths.stat), o.recipients, params, o.concurrency ?? 4, present, o.signed ?? (async () => new Map()));
   }
 
   /** Downloads a chunk and checks its size and digest against its ref. @throws AgentbakError(13) naming `label` */
@@ -390,8 +412,10 @@ export class ChunkWriter {
     private readonly recipients: string[],
     private readonly params: ChunkParams,
     private readonly concurrency: number,
-    /** the store's ids as listed when the writer opened */
-    private readonly present: Set<string>,
+    /** the store's ids as listed when the writer opened, with their objects' sizes */
+    private readonly present: ReadonlyMap<string, number>,
+    /** WriterOptions.signed */
+    private readonly signed: () => Promise<ReadonlyMap<string, ReadonlySet<string>>>,
   ) {}
 
   /**
@@ -399,7 +423,7 @@ export class ChunkWriter {
    * index, so that a host whose index was lost does not upload them again.
    */
   learn(list: ChunkRef[]): void {
-    for (const r of list) if (this.present.has(r.id)) this.known.add(r);
+    for (const r of list) if (this.present.get(r.id) === r.size) this.known.add(r);
   }
 
   /**
@@ -487,16 +511,21 @@ export class ChunkWriter {
     }
   }
 
-  /** Encrypts and uploads a new chunk; one that is there already (uploaded by a run whose index was lost) is adopted. */
+  /**
+   * Encrypts and uploads a new chunk. One that is there already is adopted when a verified manifest names its bytes
+   * (stored by a host whose index was lost); else (a dead run's, or damaged in place: without the identity its
+   * bytes can not be told apart) it is written over, never named by a new snapshot as it is.
+   */
   private async upload(id: string, length: number, compressed: Buffer, stats: PutStats): Promise<ChunkRef> {
     const key = this.cs.key(id);
-    if (this.present.has(id)) {
+    const there = this.present.has(id);
+    if (there) {
       const adopted = await this.adopt(id, length);
       if (adopted) return (stats.reusedChunks++, adopted);
     }
     const sealed = await encryptChunk(compressed, this.recipients);
     const ref: ChunkRef = { id, sha256: sha256hex(sealed), size: sealed.length, length };
-    if (!(await this.cs.store.put(key, sealed, { ifNoneMatch: true }))) {
+    if (!(await this.cs.store.put(key, sealed, { ifNoneMatch: !there }))) {
       const adopted = await this.adopt(id, length);
       if (!adopted) throw new Error(`chunk ${key} exists and vanished at once`);
       return (stats.reusedChunks++, adopted);
@@ -518,6 +547,7 @@ export class ChunkWriter {
     const b = await this.cs.store.get(this.cs.key(id));
     if (!b) return null;
     const ref: ChunkRef = { id, sha256: sha256hex(b), size: b.length, length };
+    if (!(await this.signed()).get(id)?.has(ref.sha256)) return null;
     this.known.add(ref);
     return ref;
   }

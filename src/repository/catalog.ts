@@ -50,6 +50,8 @@ type Listed = CatalogEntry & { header: VerifiedBundle | null };
 export type CatalogItem = Pick<CatalogEntry, "snapshot_id" | "kind" | "parent" | "sequence" | "created_at" | "expires_at" | "label" | "size" | "schema_version" | "problem" | "problem_code"> & {
   /** whether its bundle object was there when the record was written */
   bundle: boolean;
+  /** its bundle object's identity when the record was written (ObjectStore.tagged; absent in records of earlier builds) */
+  bundle_tag?: string;
   /** a bundle whose own signature and manifest verified: its manifest's digest, the one it records of its parent, its signer's key (base64 SSH wire form) */
   verified: { manifest_sha256: string; parent_manifest_sha256: string | null; signer_key: string } | null;
 };
@@ -81,6 +83,16 @@ export function committedObjects(listed: string[], dir: string): Map<string, boo
   return new Map([...commits].sort().map((id) => [id, bundles.has(id)]));
 }
 
+/** The identity of each bundle object in a snapshots folder's tagged listing, by snapshot id. */
+export function bundleTags(tagged: ReadonlyMap<string, { tag: string }>, dir: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const [k, { tag }] of tagged) {
+    const p = parseSnapshotKey(k);
+    if (p?.dir === dir && p.ext === "agentbak") out.set(p.id, tag);
+  }
+  return out;
+}
+
 /** The committed snapshots a record names, and whether each one's bundle was there: committedObjects as the record saw them. */
 export function recordedObjects(rec: CatalogRecord): Map<string, boolean> {
   return new Map(Array.isArray(rec.snapshots) ? rec.snapshots.map((s) => [s.snapshot_id, s.bundle]) : []);
@@ -89,13 +101,15 @@ export function recordedObjects(rec: CatalogRecord): Map<string, boolean> {
 /**
  * The record of an agent's snapshots in `dir` as its own listing (from the objects) found them.
  * @param objects committedObjects of the folder, read with the listing
+ * @param tags bundleTags of the same listing: bound into the record, so a bundle written over in place makes it disagree
  */
-export function summarize(a: { tenant: string; agent: string }, list: Listed[], objects: Map<string, boolean>, at: Date): CatalogRecord {
+export function summarize(a: { tenant: string; agent: string }, list: Listed[], objects: Map<string, boolean>, at: Date, tags: ReadonlyMap<string, string> = new Map()): CatalogRecord {
   const mine = list.filter((e) => objects.has(e.snapshot_id));
   const snapshots = mine.map(
     (e): CatalogItem => ({
       snapshot_id: e.snapshot_id,
       bundle: objects.get(e.snapshot_id)!,
+      ...(tags.has(e.snapshot_id) ? { bundle_tag: tags.get(e.snapshot_id)! } : {}),
       kind: e.kind,
       parent: e.parent,
       sequence: e.sequence,
@@ -123,10 +137,13 @@ export function summarize(a: { tenant: string; agent: string }, list: Listed[], 
  * does not know): the caller lists the agent from its objects.
  * @param objects committedObjects of the agent's snapshots folder, listed now
  * @param bundlePath where a snapshot's bundle is, for people
+ * @param tags bundleTags of that listing: a bundle whose identity is not the one recorded was written over since
+ *   (null: a record this host checked before, used without a listing)
  */
-export function fromRecord(rec: CatalogRecord, a: { tenant: string; agent: string }, objects: Map<string, boolean>, trust: Trust, now: Date, bundlePath: (id: string) => string): CatalogEntry[] | null {
+export function fromRecord(rec: CatalogRecord, a: { tenant: string; agent: string }, objects: Map<string, boolean>, trust: Trust, now: Date, bundlePath: (id: string) => string, tags: ReadonlyMap<string, string> | null = null): CatalogEntry[] | null {
   if (rec.tenant !== a.tenant || rec.agent_id !== a.agent || !Array.isArray(rec.snapshots) || rec.snapshots.length !== objects.size) return null;
   for (const s of rec.snapshots) if (typeof s?.snapshot_id !== "string" || objects.get(s.snapshot_id) !== s.bundle) return null;
+  if (tags) for (const s of rec.snapshots) if (s.bundle_tag !== undefined && tags.get(s.snapshot_id) !== s.bundle_tag) return null;
   // one judgement per signer: a record's snapshots are nearly always all signed by one key
   const judged = new Map<string, TrustResult>();
   const judge = (key: string) => judged.get(key) ?? judged.set(key, trusts(trust, Buffer.from(key, "base64"), NS.manifest, now)).get(key)!;

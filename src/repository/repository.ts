@@ -27,7 +27,7 @@ import { mapLimit } from "../limit.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
-import { CATALOG_KIND, committedObjects, fromRecord, recordedObjects, summarize, type CatalogEntry, type CatalogRecord } from "./catalog.js";
+import { bundleTags, CATALOG_KIND, committedObjects, fromRecord, recordedObjects, summarize, type CatalogEntry, type CatalogRecord } from "./catalog.js";
 import { CatalogCache, type CheckedRecord } from "./catalogcache.js";
 import { acquireLease, hostId, probeConditionalWrites, type Lease } from "./lease.js";
 import { readGenerations, reserveGeneration, type GenerationView, type Signing } from "./generation.js";
@@ -391,7 +391,9 @@ export class Repository {
     const lease = this.held.get(keys.lease(a, "agent"));
     if (!lease) throw new AgentbakError(Exit.failure, `internal error: ${what} of ${a.tenant}/${a.agent} in ${this.location} without holding its agent lock`);
     await lease.check();
-    // an interrupt while the lease was checked: its release may be under way, and nothing is committed or deleted after it
+    // an interrupt while the lease was checked, or before (a folder's deletes never yield to the signal's
+    // handler on their own): its release may be under way, and nothing is committed or deleted after it
+    await letInterruptsIn();
     if (interrupting()) throw new AgentbakError(Exit.interrupted, "interrupted");
   }
 
@@ -449,7 +451,7 @@ export class Repository {
     const tags = new Map<string, string>();
     for (const tenant of tenants) {
       const [folders, tagged] = await Promise.all([this.store.folders(`tenants/${tenant}/agents/`), this.store.tagged(keys.catalogs(tenant))]);
-      for (const [k, t] of tagged) tags.set(k, t);
+      for (const [k, t] of tagged) tags.set(k, t.tag);
       for (const agent of folders) if (isAgentRef({ tenant, agent })) agents.push({ tenant, agent });
     }
     const cache = new CatalogCache(this.home, this.store.url);
@@ -547,8 +549,8 @@ export class Repository {
       const listed = fromRecord(hit.record, a, recordedObjects(hit.record), trust, now, path);
       if (listed) return listed;
     }
-    const [listed, raw] = await Promise.all([this.store.list(`${dir}/`), this.store.get(tag ? key : keys.oldCatalog(a))]);
-    const objects = committedObjects(listed, dir);
+    const [tagged, raw] = await Promise.all([this.store.tagged(`${dir}/`), this.store.get(tag ? key : keys.oldCatalog(a))]);
+    const objects = committedObjects([...tagged.keys()], dir);
     let rec: CatalogRecord | null = null;
     let signer = "";
     try {
@@ -557,7 +559,7 @@ export class Repository {
     } catch {
       /* unparsable, unsigned, edited or signed by a key not trusted now: listed from the objects */
     }
-    const fromRec = rec && fromRecord(rec, a, objects, trust, now, path);
+    const fromRec = rec && fromRecord(rec, a, objects, trust, now, path, bundleTags(tagged, dir));
     if (fromRec && tag) cache.set(key, { tag, record: rec!, signer });
     else cache.drop(key);
     return fromRec ?? (await this.list(trust, a, now)).map(catalogEntry);
@@ -572,8 +574,9 @@ export class Repository {
     if (!key) return;
     const dir = snapshotsDir(a);
     try {
-      const objects = committedObjects(await this.store.list(`${dir}/`), dir);
-      await this.writeJson(keys.catalog(a), signRecord(summarize(a, await this.list(trust, a), objects, new Date()), key, NS.receipt));
+      const tagged = await this.store.tagged(`${dir}/`);
+      const objects = committedObjects([...tagged.keys()], dir);
+      await this.writeJson(keys.catalog(a), signRecord(summarize(a, await this.list(trust, a), objects, new Date(), bundleTags(tagged, dir)), key, NS.receipt));
       await this.store.delete(keys.oldCatalog(a)); // where earlier builds kept it
     } catch (e) {
       if (!(e instanceof AgentbakError)) throw e;
@@ -793,7 +796,9 @@ export class Repository {
     // an agent that never stored a chunk gets no sweep record (nor a chunks folder)
     if (!(await store.listIds()).size) return { listed: 0, referenced: 0, deleted: 0, deletedBytes: 0, young: 0, retained: 0 };
     crashStep("chunks-marked");
-    return store.sweep(referenced, { token: String(lease.token), assertHeld: () => lease.check() }, o);
+    // the fence (the lease still this process's, and no interrupt being handled) before each delete: a SIGTERM
+    // during the sweep ends it there, never a chunk deleted while the lease's release is under way or after it
+    return store.sweep(referenced, { token: String(lease.token), assertHeld: () => this.fence(a, "sweeping chunks") }, o);
   }
 
   /**
@@ -957,6 +962,7 @@ export class Repository {
    */
   async sweep(a: AgentRef): Promise<string[]> {
     const removed: string[] = [];
+    await this.fence(a, "sweeping");
     const n = await this.store.sweep(3_600_000);
     if (n) removed.push(`${n} temp file(s), folder(s) or incomplete upload(s)`);
     for (const dir of snapshotFolders(a)) {

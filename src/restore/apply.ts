@@ -393,6 +393,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     warnings.push(...restoredSources.filter((r) => r.skipped.length).map(expiredKeys));
     const key = o.signingKey();
     // its log entry is signed with the key the receipt is, and entries already there are checked against the signers
+    checkTarget(target); // one that appeared meanwhile: refused before a generation (which only rises) is issued for it
     const info = { snapshot_id: m.snapshot_id, target, at: now.toISOString() };
     const { generation, unreachable } = repo ? await repo.reserveGeneration(a, seen.generation, info, { trust: o.trust, key }) : { generation: nextGen, unreachable: [] };
     warnings.push(...unreachable.map(unreachableWarning).filter((w) => !warnings.includes(w)));

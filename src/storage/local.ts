@@ -217,11 +217,11 @@ export class LocalStore implements ObjectStore {
     return out.sort();
   }
 
-  async tagged(prefix: string): Promise<Map<string, string>> {
-    const out = new Map<string, string>();
+  async tagged(prefix: string): Promise<Map<string, { tag: string; size: number }>> {
+    const out = new Map<string, { tag: string; size: number }>();
     for (const k of await this.list(prefix)) {
       const h = await this.head(k);
-      if (h) out.set(k, h.etag); // one gone since the listing is not listed
+      if (h) out.set(k, { tag: h.etag, size: h.size }); // one gone since the listing is not listed
     }
     return out;
   }

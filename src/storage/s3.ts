@@ -81,6 +81,7 @@ export class S3Store implements ObjectStore {
 
   /** Maps SDK errors to exit codes; names bucket and operation, never credentials. */
   private fail(op: string, key: string, e: unknown): AgentbakError {
+    if (e instanceof AgentbakError) return e; // said already (nextPage)
     const err = e as { name?: string; $metadata?: { httpStatusCode?: number }; code?: string; message?: string };
     const status = err.$metadata?.httpStatusCode;
     const where = `s3://${this.bucket}/${this.k(key)}`;
@@ -176,8 +177,9 @@ export class S3Store implements ObjectStore {
     return [...(await this.tagged(prefix)).keys()];
   }
 
-  async tagged(prefix: string): Promise<Map<string, string>> {
-    const out: [string, string][] = [];
+  async tagged(prefix: string): Promise<Map<string, { tag: string; size: number }>> {
+    const out: [string, { tag: string; size: number }][] = [];
+    const seen = new Set<string>();
     let token: string | undefined;
     do {
       let r;
@@ -187,10 +189,25 @@ export class S3Store implements ObjectStore {
         throw this.fail("list", prefix, e);
       }
       // the time too: the same bytes put back (an ETag is their MD5) are another write
-      for (const o of r.Contents ?? []) if (o.Key) out.push([o.Key.slice(this.prefix.length), `${o.ETag ?? ""}:${o.LastModified?.getTime() ?? 0}`]);
-      token = r.IsTruncated ? r.NextContinuationToken : undefined;
+      for (const o of r.Contents ?? []) if (o.Key) out.push([o.Key.slice(this.prefix.length), { tag: `${o.ETag ?? ""}:${o.LastModified?.getTime() ?? 0}`, size: Number(o.Size ?? 0) }]);
+      token = this.nextPage(seen, r.IsTruncated, r.NextContinuationToken, prefix);
     } while (token);
     return new Map(out.sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0)));
+  }
+
+  /**
+   * The next page's token of a listing, undefined after the last page. A gateway that says a listing goes on
+   * without saying where, or hands out a token it gave before, would have it end early (keys missed, taken as
+   * gone) or never (requests and memory without bound): the listing is refused instead.
+   * @throws AgentbakError(1) naming the store's answer
+   */
+  private nextPage(seen: Set<string>, truncated: boolean | undefined, token: string | undefined, prefix: string): string | undefined {
+    if (!truncated) return undefined;
+    const where = `s3://${this.bucket}/${this.k(prefix)}`;
+    if (!token) throw new AgentbakError(Exit.failure, `list ${where}: the store says the listing goes on but gives no continuation token; refusing a listing that may miss keys`);
+    if (seen.has(token)) throw new AgentbakError(Exit.failure, `list ${where}: the store handed out a continuation token it gave before (a listing that never ends); refusing it`);
+    seen.add(token);
+    return token;
   }
 
   /** Every key of a bucket names an object. */
@@ -201,6 +218,7 @@ export class S3Store implements ObjectStore {
   async hidden(prefix: string): Promise<Map<string, Buffer>> {
     const marked = new Set<string>();
     const kept = new Map<string, { id: string; at: number }>();
+    const seen = new Set<string>();
     let next: { KeyMarker?: string; VersionIdMarker?: string } = {};
     try {
       for (;;) {
@@ -210,8 +228,8 @@ export class S3Store implements ObjectStore {
           const at = v.LastModified?.getTime() ?? 0;
           if (v.Key && v.VersionId && at >= (kept.get(v.Key)?.at ?? -1)) kept.set(v.Key, { id: v.VersionId, at });
         }
-        if (!r.IsTruncated) break;
         next = { KeyMarker: r.NextKeyMarker, VersionIdMarker: r.NextVersionIdMarker };
+        if (!this.nextPage(seen, r.IsTruncated, next.KeyMarker === undefined ? undefined : JSON.stringify(next), prefix)) break;
       }
     } catch (e) {
       throw this.fail("list versions", prefix, e);
@@ -230,6 +248,7 @@ export class S3Store implements ObjectStore {
 
   async folders(prefix: string): Promise<string[]> {
     const out: string[] = [];
+    const seen = new Set<string>();
     let token: string | undefined;
     do {
       let r;
@@ -239,7 +258,7 @@ export class S3Store implements ObjectStore {
         throw this.fail("list", prefix, e);
       }
       for (const p of r.CommonPrefixes ?? []) if (p.Prefix) out.push(p.Prefix.slice(this.k(prefix).length).replace(/\/$/, ""));
-      token = r.IsTruncated ? r.NextContinuationToken : undefined;
+      token = this.nextPage(seen, r.IsTruncated, r.NextContinuationToken, prefix);
     } while (token);
     return out.sort();
   }

@@ -44,9 +44,10 @@ export interface ObjectStore {
   /**
    * Every key under the prefix with an identity that changes whenever the object is written again, as the
    * same listing gives it (S3: ETag and LastModified of ListObjectsV2, 1,000 keys a page; a folder: device,
-   * inode, size and time), so a caller can tell which objects changed without a request per object.
+   * inode, size and time), so a caller can tell which objects changed without a request per object; and each
+   * object's size as the same listing gives it.
    */
-  tagged(prefix: string): Promise<Map<string, string>>;
+  tagged(prefix: string): Promise<Map<string, { tag: string; size: number }>>;
   /**
    * Objects under the prefix that a delete without a version id hid in a versioned bucket (a delete marker is
    * their newest version) while an older version is still kept, as Object Lock retention keeps it: each key with

@@ -33,8 +33,14 @@ let id: AgeIdentity;
 let home: string;
 let data: string;
 const lease: Lease = { token: "test-token", assertHeld: async () => undefined };
-const writer = (o: { recipients?: string[]; home?: string; params?: ChunkParams } = {}) =>
-  cs.writer({ home: o.home ?? home, location: repo.root, scope: SCOPE, recipients: o.recipients ?? [id.recipient], params: o.params ?? P });
+/** every chunk object there now, by id: what the manifests of this agent sign, as WriterOptions.signed gives them */
+const signedNow = async () => {
+  const out = new Map<string, Set<string>>();
+  for (const f of readdirSync(join(repo.root, PREFIX), { recursive: true }).map(String).filter((f) => /\/[0-9a-f]{64}$/.test(f))) out.set(f.slice(3), new Set([sha(readFileSync(join(repo.root, PREFIX, f)))]));
+  return out;
+};
+const writer = (o: { recipients?: string[]; home?: string; params?: ChunkParams; signed?: () => Promise<Map<string, Set<string>>> } = {}) =>
+  cs.writer({ home: o.home ?? home, location: repo.root, scope: SCOPE, recipients: o.recipients ?? [id.recipient], params: o.params ?? P, signed: o.signed ?? signedNow });
 const stored = () => readdirSync(join(repo.root, PREFIX), { recursive: true }).filter((f) => /\/[0-9a-f]{64}$/.test(String(f))).length;
 const readBack = async (list: ChunkRef[], whole: { sha256: string; size: number }) => buffer(cs.read(list, [id], { ...whole, label: "files/x" }));
 const code = async (p: Promise<unknown>) => p.then(() => 0, (e) => (e instanceof AgentbakError ? e.code : -1));
@@ -206,6 +212,17 @@ describe("the known-chunks index and the stat cache", () => {
     expect(r.stats.newChunks).toBe(0);
     expect(stored()).toBe(before);
     // and the refs are what the objects are
+    for (const c of r.chunks) expect(sha(readFileSync(join(repo.root, PREFIX, c.id.slice(0, 2), c.id)))).toBe(c.sha256);
+  });
+
+  it("with the index lost, a chunk there whose bytes no manifest signs (a dead run's, or damaged in place) is written again, never adopted", async () => {
+    rmSync(join(home, "cache"), { recursive: true, force: true });
+    const before = stored();
+    const w = await writer({ signed: async () => new Map() });
+    const r = await w.putFile(join(data, "a.bin"));
+    w.save();
+    expect(r.stats.newChunks).toBe(r.chunks.length);
+    expect(stored()).toBe(before);
     for (const c of r.chunks) expect(sha(readFileSync(join(repo.root, PREFIX, c.id.slice(0, 2), c.id)))).toBe(c.sha256);
   });
 

@@ -1,7 +1,7 @@
 // The catalog record's rule: trusted only where the objects agree (the same committed ids, each bundle there or not
 // as recorded), its signers' trust, expiry and the chain judged again at every read.
 import { describe, expect, it } from "vitest";
-import { committedObjects, fromRecord, summarize } from "../../../src/repository/catalog.js";
+import { bundleTags, committedObjects, fromRecord, summarize } from "../../../src/repository/catalog.js";
 import { generateSigningKey, publicKeyBlob } from "../../../src/crypto/sshsig.js";
 import type { Trust } from "../../../src/crypto/trust.js";
 
@@ -62,6 +62,18 @@ describe("summarize, then fromRecord", () => {
     expect(fromRecord(rec, a, committedObjects(keysOf([[1, false], [2, true], [3, true]]), dir), trust, now, path)).toBeNull();
     expect(fromRecord(rec, { tenant: "acme", agent: "other" }, objects, trust, now, path)).toBeNull();
     expect(fromRecord({ ...rec, snapshots: "x" } as any, a, objects, trust, now, path)).toBeNull();
+  });
+
+  it("binds each bundle's identity: a bundle written over since (another tag) is not listed from the record; a record of earlier builds (no tag) is, as before", () => {
+    const tagged = new Map(keysOf([[1, true], [2, true], [3, true]]).map((k, i) => [k, { tag: `t${i}`, size: 1 }]));
+    const tags = bundleTags(tagged, dir);
+    const bound = summarize(a, list as any, objects, now, tags);
+    expect(bound.snapshots.map((s) => s.bundle_tag)).toEqual([...tags.values()]);
+    expect(fromRecord(bound, a, objects, trust, now, path, tags)).toEqual(list.map(strip));
+    const over = new Map(tags).set(id(2), "written over");
+    expect(fromRecord(bound, a, objects, trust, now, path, over)).toBeNull();
+    expect(fromRecord(bound, a, objects, trust, now, path, null)).toEqual(list.map(strip)); // a record this host checked: no listing
+    expect(fromRecord(rec, a, objects, trust, now, path, over)).toEqual(list.map(strip));
   });
 
   it("judges trust and expiry now: a signer revoked since is invalid (14), one no longer allowed (13); an expiry passed is expired", () => {
