@@ -5,7 +5,7 @@ import { execFileSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 
 describe("node dist/tools/walk.js", () => {
-  it("the backup's path: at most 80 calls between files, 0 climbs, every call returns; the whole house climbs at most 9 times", () => {
+  it("the backup's path: at most 83 calls between files, 0 climbs, every call returns; the whole house climbs at most 9 times", () => {
     const out = execFileSync(process.execPath, ["dist/tools/walk.js", "."], { encoding: "utf8" });
     const figures = (what: string) => {
       const m = out.match(new RegExp(`^walk of a backup, ${what}: (\\d+) calls between files, of them (\\d+) climbs; (\\d+) returns$`, "m"));
@@ -19,8 +19,9 @@ describe("node dist/tools/walk.js", () => {
     // sources (issue 35) added their stages: 89; the files stage opening the chunk writer once, with one scan and
     // one manifest entry builder: 86; one owner releasing a pinned read: 85; the
     // repository's beginBackup giving the sequence and newest manifest, its chainHead the parent's page indexes, the
-    // chunk writer storing and answering holds itself: 80 (docs/architecture.md)
-    expect(path.calls).toBeLessThanOrEqual(80);
+    // chunk writer storing and answering holds itself: 80; recall parity's records at backup (issue 37: a LanceDB
+    // table's vectors, then its probes' exact neighbours) added 3: 83 (docs/architecture.md)
+    expect(path.calls).toBeLessThanOrEqual(83);
     expect(path.returns).toBe(path.calls);
     // the whole house grows with every feature (the generation log, the catalog): only its climbs are held
     expect(figures("the whole house").climbs).toBeLessThanOrEqual(9);
