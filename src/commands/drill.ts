@@ -33,6 +33,8 @@ export interface DrillCmdOptions extends GlobalOpts {
   allowEmbeddingChange?: boolean;
   /** false: a credential reference that does not resolve here is recorded, not a warning (cron, timers) */
   credentialWarnings?: boolean;
+  /** the next version's worker command (split on spaces; ./ and ../ resolve against the current folder) */
+  upgradeTo?: string;
   progress?: Progress;
 }
 
@@ -60,6 +62,14 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<Reporte
   }
   publish(opts, junitXml(r), markdownSummary(r));
   return r;
+}
+
+/** `--upgrade-to CMD` as an argv: split on spaces, ./ and ../ against the current folder. @throws AgentbakError(2) when empty. */
+function upgradeArgv(cmd: string | undefined): string[] | undefined {
+  if (cmd === undefined) return undefined;
+  const argv = cmd.split(/\s+/).filter(Boolean);
+  if (!argv.length) throw usageError("--upgrade-to: which command? it is empty");
+  return argv.map((x) => (x.startsWith("./") || x.startsWith("../") ? resolve(x) : x));
 }
 
 /** Where the JUnit file goes is checked before a drill runs, not after. @throws AgentbakError naming the place. */
@@ -99,6 +109,7 @@ async function run(ctx: Context, ref: string, opts: DrillCmdOptions): Promise<Re
       credentials: { root: ctx.lc?.dir ?? process.cwd(), checkers: ctx.lc?.config.restore.credentialCheck, warn: opts.credentialWarnings !== false },
       config: ctx.lc?.config,
       allowRuntimeChange: opts.allowRuntimeChange,
+      upgradeTo: upgradeArgv(opts.upgradeTo),
       progress: opts.progress,
     });
   } finally {

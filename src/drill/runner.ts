@@ -27,6 +27,8 @@ import { loadInvariants, runInvariants, type SourceQuery } from "./invariants.js
 import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
+import { nemesisScenarios, type NemesisCell } from "./nemesis.js";
+import { upgradeScenarios, type UpgradeReport } from "./upgrade.js";
 import { makeReadOnly, type ScenarioResult } from "./worker.js";
 import type { Progress } from "../progress.js";
 
@@ -58,6 +60,10 @@ export interface DrillResult {
   open_operations: OperationReport[];
   /** how the snapshot's runtime differs from the config's (approved with --allow-runtime-change) */
   runtime_differences: RuntimeDifference[];
+  /** the upgrade drill: both versions, and whether the snapshot of N recovers under N+1; null when none ran */
+  upgrade: UpgradeReport | null;
+  /** the nemesis matrix: a result per scenario × nemesis the spec asks for */
+  nemeses: NemesisCell[];
   /** the snapshot's age when the drill started (the data it would lose: RPO) */
   rpo_seconds: number;
   /** restore and checks, plus the first reconciliation: the time to a recovered, reconciled agent (RTO) */
@@ -85,6 +91,8 @@ export interface DrillOptions {
   progress?: Progress;
   /** `--source NAME=URL`: an empty server for a source instead of a throwaway one */
   sources?: string[];
+  /** `--upgrade-to`: the next version's command (argv), run after the restore (upgrade.ts) */
+  upgradeTo?: string[];
   /** the embedding models configured for the agent (by database or source name), when a config is known */
   embeddings?: Map<string, Embedding | undefined>;
   allowEmbeddingChange?: boolean;
@@ -108,8 +116,9 @@ export const sweepDrillTemps = () => {
  * model than the config's without --allow-embedding-change, or a runtime
  * other than the config's without approval.
  */
-export async function runDrill(o: DrillOptions): Promise<DrillResult> {
+export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
   const t0 = Date.now();
+  const o = withUpgrade(opts);
   const { spec } = o.spec;
   const protocol = o.config?.reconcile;
   const reconciled = spec.reconcile || spec.reconcileFaults.length > 0;
@@ -147,23 +156,37 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     runtimeChecks(admitted.runtime, log);
     unreconciledOperations(operations.length, reconciled, Boolean(spec.worker), log);
     const recoverySeconds = Math.round((Date.now() - t0) / 10) / 100;
-    const scenarios = await runScenarios(
-      { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log },
-      {
-        operations,
-        // a config with a reconcile section has openOperations (the schema says so)
-        reconcile: reconciled ? { protocol: protocol!, openOps: o.config!.openOperations! } : null,
-        sourceQueries,
-        schemaVersion: m.schema_version,
-        progress: o.progress,
-      },
-    );
-    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, ...scenarios });
+    const bench = { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log };
+    const plan = {
+      operations,
+      // a config with a reconcile section has openOperations (the schema says so)
+      reconcile: reconciled ? { protocol: protocol!, openOps: o.config!.openOperations! } : null,
+      sourceQueries,
+      schemaVersion: m.schema_version,
+      progress: o.progress,
+    };
+    const scenarios = await runScenarios(bench, plan);
+    const up = spec.upgrade?.version !== undefined || o.upgradeTo ? await upgradeScenarios(bench, { ...plan, agentVersion: m.runtime.agent_version }) : null;
+    if (up) scenarios.scenarios.push(...up.scenarios);
+    const nemeses = Object.keys(spec.nemeses).length ? await nemesisScenarios(bench, plan) : { scenarios: [], cells: [] };
+    scenarios.scenarios.push(...nemeses.scenarios);
+    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, ...scenarios, upgrade: up?.upgrade ?? null, nemeses: nemeses.cells });
   } finally {
     await Promise.allSettled(servers.map((x) => x.stop()));
     removeTemp();
     unregister();
   }
+}
+
+/**
+ * The options with `--upgrade-to` folded into the spec: its command is the upgrade's worker.
+ * @throws AgentbakError(2) when the spec has no worker and test task to run it with
+ */
+function withUpgrade(o: DrillOptions): DrillOptions {
+  if (!o.upgradeTo) return o;
+  const { spec } = o.spec;
+  if (!spec.worker || !spec.inject) throw usageError(`drill --upgrade-to needs a spec with worker and inject (${o.spec.path} has ${spec.worker ? "no inject" : "no worker"})`);
+  return { ...o, spec: { ...o.spec, spec: { ...spec, upgrade: { ...(spec.upgrade ?? { env: {} }), command: o.upgradeTo } } } };
 }
 
 /**
@@ -192,6 +215,8 @@ interface Findings extends ScenarioOutcome {
   cursors: DrillResult["cursors"];
   /** the time to a restored, checked agent */
   recoverySeconds: number;
+  upgrade: UpgradeReport | null;
+  nemeses: NemesisCell[];
 }
 
 const nothingFound = (operations: OpenOperation[]): Findings => ({
@@ -204,6 +229,8 @@ const nothingFound = (operations: OpenOperation[]): Findings => ({
   receipts: {},
   operations: operations.map((op) => ({ ...op, outcomes: [] })),
   reconcileSeconds: null,
+  upgrade: null,
+  nemeses: [],
 });
 
 /** The drill's result: the objectives checked against what it measured, then the log's verdict. */
@@ -239,6 +266,8 @@ function drillResult(d: { o: DrillOptions; v: VerifiedBundle; t0: number; runtim
     unresolved_owners: log.unresolvedOwners,
     open_operations: f.operations,
     runtime_differences: d.runtime,
+    upgrade: f.upgrade,
+    nemeses: f.nemeses,
     rpo_seconds: rpo,
     rto_seconds: rto,
     objectives: o.config?.objectives ?? null,

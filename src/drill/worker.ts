@@ -35,6 +35,17 @@ export interface ScenarioResult {
   seconds: number;
 }
 
+/** A fault a nemesis puts on a crash scenario's worker (nemesis.ts). */
+export interface WorkerFault {
+  name: string;
+  /**
+   * Sets the fault up for one scenario's copy.
+   * @returns the environment of the run that dies at the crash point and of every restart, and what to do right
+   * after the crash (its detail for the log, "error: ..." when it could not be done, null when nothing)
+   */
+  arm(copy: Copy): { crashEnv: Record<string, string>; restartEnv: Record<string, string>; afterCrash(): string | null };
+}
+
 /** Generations in a drill: the agent before the restore, and the restored one (sent as AGENTBAK_GENERATION). */
 export const GENERATION = { stale: 1, restored: 2 } as const;
 
@@ -88,7 +99,8 @@ export function taskCompleted(inject: Inject, copy: Copy): boolean {
   }
 }
 
-export type StartWorker = (crashPoint: string | null) => ResultPromise<{ reject: false; stdin: "ignore" }>;
+/** Starts the worker, dying at `crashPoint` when given; `extraEnv` adds to its environment (a nemesis's LD_PRELOAD). */
+export type StartWorker = (crashPoint: string | null, extraEnv?: Record<string, string>) => ResultPromise<{ reject: false; stdin: "ignore" }>;
 
 /** Starts the spec's worker (or its upgrade) in the copy; the environment holds nothing of the drill host's but PATH. */
 export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string }): StartWorker {
@@ -108,11 +120,11 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
     ...worker.env,
     ...(o.upgrade ? spec.upgrade?.env ?? {} : {}),
   };
-  return (crashPoint) =>
+  return (crashPoint, extraEnv = {}) =>
     stopOnInterrupt(
       execa(command[0]!, command.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x)), {
         cwd: copy.dir,
-        env: { ...env, ...(crashPoint ? { AGENTBAK_CRASH_POINT: crashPoint } : {}) },
+        env: { ...env, ...extraEnv, ...(crashPoint ? { AGENTBAK_CRASH_POINT: crashPoint } : {}) },
         extendEnv: false,
         reject: false,
         timeout: worker.timeoutSeconds * 1000,
@@ -122,10 +134,10 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
 }
 
 /** Starts the worker until it exits 0, at most `restarts` times. */
-export async function runUntilDone(start: StartWorker, restarts: number): Promise<{ finished: boolean; runs: number; last: string }> {
+export async function runUntilDone(start: StartWorker, restarts: number, extraEnv?: Record<string, string>): Promise<{ finished: boolean; runs: number; last: string }> {
   let last = "";
   for (let i = 1; i <= restarts; i++) {
-    const r = await start(null);
+    const r = await start(null, extraEnv);
     last = `exit ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n").at(-1)?.slice(0, 200) ?? ""}`;
     if (r.exitCode === 0) return { finished: true, runs: i, last };
   }
