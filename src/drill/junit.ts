@@ -62,7 +62,7 @@ function document(groups: { suite: string; classname: string; cases: Case[] }[],
 export function junitXml(r: DrillResult): string {
   const scenarios = [...new Set(r.checks.map((c) => c.scenario))];
   // the nemesis matrix: one case per cell, failed naming the nemesis and the check
-  const matrix = r.nemeses.map((c): Case => ({ name: `${c.scenario} × ${c.nemesis}`, seconds: 0, ...(c.result === "recovered" ? { outcome: "pass" as const } : { outcome: "failure" as const, message: c.detail, type: "nemesis" }) }));
+  const matrix = r.nemeses.map((c): Case => ({ name: `${c.scenario} × ${c.nemesis}`, seconds: 0, ...(c.result !== "failed" ? { outcome: "pass" as const } : { outcome: "failure" as const, message: c.detail, type: "nemesis" }) }));
   return document(
     [
       ...scenarios.map((sc) => ({ suite: `${r.spec} ${sc}`, classname: `drill.${r.spec}.${sc}`, cases: r.checks.filter((c) => c.scenario === sc).map(caseOf) })),

@@ -9,14 +9,18 @@
  *   every file under the copy becomes its content at its last fsync, else at
  *   the run's start, and one created and never fsynced is removed: what a
  *   power cut would have left.
- * A cell ends recovered (every check of the scenario held) or failed, naming
- * the nemesis and the first failed check.
+ * and the drill's restore repeated under a fault (key `restore`):
+ * - `enospc`: the bundle placed again into a tmpfs half the restored tree's size.
+ * A cell ends recovered (every check of the scenario held), contained (a
+ * restore fault stopped the restore with an error naming it: no silent,
+ * partial success) or failed, naming the nemesis and the first failed check.
  */
 import Database from "better-sqlite3";
 import { execa } from "execa";
-import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { crashScenario, type ScenarioPlan } from "./scenarios.js";
+import { CheckLog } from "./checklog.js";
 import type { CrashPoint, WORKER_NEMESES } from "./spec.js";
 import type { Bench, Copy, ScenarioResult, WorkerFault } from "./worker.js";
 
@@ -26,7 +30,7 @@ type WorkerNemesis = (typeof WORKER_NEMESES)[number];
 export interface NemesisCell {
   scenario: string;
   nemesis: string;
-  result: "recovered" | "failed";
+  result: "recovered" | "contained" | "failed";
   /** the first failed check, when failed */
   check: string | null;
   detail: string;
@@ -177,7 +181,8 @@ export async function nemesisScenarios(b: Bench, p: ScenarioPlan): Promise<{ sce
   const cells: NemesisCell[] = [];
   const faults = new Map<WorkerNemesis, WorkerFault>();
   for (const [sc, list] of Object.entries(b.spec.spec.nemeses)) {
-    for (const nemesis of list ?? []) {
+    if (sc === "restore") continue;
+    for (const nemesis of (list ?? []) as WorkerNemesis[]) {
       const name = `${sc}~${nemesis}`;
       p.progress?.stage(`scenario ${name}`);
       if (!faults.has(nemesis)) faults.set(nemesis, await workerFault(nemesis, join(b.tmp, "nemesis-tools")));
@@ -187,9 +192,50 @@ export async function nemesisScenarios(b: Bench, p: ScenarioPlan): Promise<{ sce
       cells.push(
         failed
           ? { scenario: sc, nemesis, result: "failed", check: failed.name, detail: `${nemesis}: ${failed.name}: ${failed.detail}` }
-          : { scenario: sc, nemesis, result: "recovered", check: null, detail: `recovered: task complete, ${r.result.effects} effect(s), after ${r.result.restarts} restart(s)` },
+          : { scenario: sc, nemesis, result: "recovered", check: null, detail: `task complete, ${r.result.effects} effect(s), after ${r.result.restarts} restart(s)` },
       );
     }
   }
   return { scenarios, cells };
+}
+
+/** Places the bundle again into `root`, recording its checks in `log`. @returns whether it landed */
+export type Placement = (root: string, log: CheckLog) => Promise<boolean>;
+
+const treeBytes = (dir: string): number => filesUnder(dir).reduce((t, f) => t + statSync(join(dir, f)).size, 0);
+
+/**
+ * The restore nemeses the spec asks for (`nemeses.restore`), each recorded as the check `nemesis <name>` of scenario
+ * `restore~<name>`. Never throws for a failed check. @returns their cells
+ */
+export async function restoreNemeses(b: Bench, place: Placement): Promise<NemesisCell[]> {
+  const cells: NemesisCell[] = [];
+  for (const nemesis of b.spec.spec.nemeses.restore ?? []) {
+    const cell = await enospc(b, place);
+    cells.push(cell);
+    b.log.add({ scenario: `restore~${nemesis}`, phase: "placement", name: `nemesis ${nemesis}`, ok: cell.result !== "failed", severity: "error", detail: cell.detail });
+  }
+  return cells;
+}
+
+/** The bundle placed again into a tmpfs half the size of the restored tree (root only: mount). */
+async function enospc(b: Bench, place: Placement): Promise<NemesisCell> {
+  const cell = (result: NemesisCell["result"], check: string | null, detail: string): NemesisCell => ({ scenario: "restore", nemesis: "enospc", result, check, detail });
+  if (process.getuid?.() !== 0) return cell("failed", "nemesis enospc", "enospc: needs root to mount a small tmpfs; not run");
+  const size = Math.max(64 * 1024, Math.floor(treeBytes(b.restored) / 2));
+  const dir = join(b.tmp, "nemesis-enospc");
+  mkdirSync(dir);
+  const mounted = await execa("mount", ["-t", "tmpfs", "-o", `size=${size},mode=0700`, "tmpfs", dir], { reject: false });
+  if (mounted.exitCode !== 0) return cell("failed", "nemesis enospc", `enospc: could not mount a tmpfs: ${String(mounted.stderr).trim().slice(0, 200)}`);
+  try {
+    const log = new CheckLog(Date.now(), {});
+    const landed = await place(join(dir, "root"), log);
+    const failed = log.checks.find((c) => !c.ok && c.severity === "error");
+    if (landed && !failed) return cell("recovered", null, `the restore fitted in ${size} bytes and every check held`);
+    if (failed?.name === "extract" && /ENOSPC|no space left|disk is full/i.test(failed.detail)) return cell("contained", null, `the restore stopped in ${size} bytes naming it: ${failed.detail.slice(0, 300)}`);
+    return cell("failed", failed?.name ?? "extract", `enospc: ${failed?.name ?? "extract"}: ${failed?.detail.slice(0, 300) ?? "the restore neither landed nor said why"}`);
+  } finally {
+    await execa("umount", ["-l", dir], { reject: false });
+    rmSync(dir, { recursive: true, force: true });
+  }
 }

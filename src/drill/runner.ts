@@ -27,7 +27,7 @@ import { loadInvariants, runInvariants, type SourceQuery } from "./invariants.js
 import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
-import { nemesisScenarios, type NemesisCell } from "./nemesis.js";
+import { nemesisScenarios, restoreNemeses, type NemesisCell } from "./nemesis.js";
 import { upgradeScenarios, type UpgradeReport } from "./upgrade.js";
 import { makeReadOnly, type ScenarioResult } from "./worker.js";
 import type { Progress } from "../progress.js";
@@ -170,6 +170,8 @@ export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
     if (up) scenarios.scenarios.push(...up.scenarios);
     const nemeses = Object.keys(spec.nemeses).length ? await nemesisScenarios(bench, plan) : { scenarios: [], cells: [] };
     scenarios.scenarios.push(...nemeses.scenarios);
+    o.progress?.stage("restore nemeses");
+    nemeses.cells.push(...(await restoreNemeses(bench, async (root, l) => (await extractInto(v, o.identities, root, o.trust, o.bundle, l)) !== null)));
     return finish({ integrity, schemas, cursors, credentials, recoverySeconds, ...scenarios, upgrade: up?.upgrade ?? null, nemeses: nemeses.cells });
   } finally {
     await Promise.allSettled(servers.map((x) => x.stop()));

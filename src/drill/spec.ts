@@ -42,6 +42,8 @@ export const CRASH_POINTS = ["after_commit_before_delivery", "after_send_before_
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 /** faults a crash scenario can be replayed under (nemesis.ts) */
 export const WORKER_NEMESES = ["clock_ahead_1h", "clock_behind_1h", "lost_write"] as const;
+/** faults the drill's restore is repeated under (key `restore` of nemeses) */
+export const RESTORE_NEMESES = ["enospc"] as const;
 
 const workerSchema = z.strictObject({
   command: z.array(z.string()).check(z.minLength(1)),
@@ -70,7 +72,7 @@ export const DrillSpecSchema = z.strictObject({
   inject: z.optional(z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)), taskId: z.string().check(z.minLength(1)), completedSql: z.string().check(z.minLength(1)) })),
   crashPoints: z._default(z.array(z.enum(CRASH_POINTS)), []),
   /** per crash scenario (a crash point of crashPoints, or sink_kill), the nemeses it is replayed under: one matrix cell each */
-  nemeses: z._default(z.partialRecord(z.enum([...CRASH_POINTS, "sink_kill"]), z.array(z.enum(WORKER_NEMESES))), {}),
+  nemeses: z._default(z.partialRecord(z.enum([...CRASH_POINTS, "sink_kill", "restore"]), z.array(z.enum([...WORKER_NEMESES, ...RESTORE_NEMESES]))), {}),
   sinkKill: z._default(z.boolean(), false),
   restarts: z._default(z.int().check(z.minimum(1)).check(z.maximum(10)), 3),
   /** reconcile the snapshot's open operations against the sink (seeded already delivered, then never arrived), then run the worker */
@@ -107,9 +109,12 @@ export function loadSpec(path: string | undefined): LoadedSpec {
   if (!r.success) throw usageError(`drill spec ${abs}: ${formatIssues(r.error.issues)}`);
   if ((r.data.crashPoints.length || r.data.sinkKill || r.data.splitBrain) && (!r.data.worker || !r.data.inject)) throw usageError(`drill spec ${abs}: crashPoints, sinkKill and splitBrain need worker and inject`);
   if (r.data.upgrade?.version !== undefined && (!r.data.worker || !r.data.inject)) throw usageError(`drill spec ${abs}: upgrade.version (the upgrade drill) needs worker and inject`);
-  for (const [sc, list] of Object.entries(r.data.nemeses)) {
+  for (const [sc, list = []] of Object.entries(r.data.nemeses)) {
+    const wrong = list.find((n) => (sc === "restore") !== (RESTORE_NEMESES as readonly string[]).includes(n));
+    if (wrong) throw usageError(`drill spec ${abs}: nemeses.${sc}: ${wrong} is a fault of ${sc === "restore" ? "a worker (key it by a crash scenario)" : "the restore (key it by restore)"}`);
+    if (sc === "restore") continue;
     if (sc === "sink_kill" ? !r.data.sinkKill : !r.data.crashPoints.includes(sc as CrashPoint)) throw usageError(`drill spec ${abs}: nemeses.${sc}: not a scenario of this spec (crashPoints${r.data.sinkKill ? ", sink_kill" : ""})`);
-    if (sc === "old_backup_new_worker" && list?.includes("lost_write")) throw usageError(`drill spec ${abs}: nemeses.old_backup_new_worker: lost_write needs a crash, and this scenario has none`);
+    if (sc === "old_backup_new_worker" && list.includes("lost_write")) throw usageError(`drill spec ${abs}: nemeses.old_backup_new_worker: lost_write needs a crash, and this scenario has none`);
   }
   if ((r.data.reconcile || r.data.reconcileFaults.length) && !r.data.worker) throw usageError(`drill spec ${abs}: reconcile and reconcileFaults need worker (it runs after reconciliation)`);
   const dir = dirname(abs);

@@ -40,7 +40,7 @@ export function renderDrill(r: ReportedDrill): void {
     (u.recovers ? ok : bad)(line);
   }
   if (r.nemeses.length) say(bold("  nemesis matrix"));
-  for (const c of r.nemeses) (c.result === "recovered" ? ok : bad)(`  ${c.scenario} × ${c.nemesis}: ${c.result === "recovered" ? c.detail : `FAILED ${c.detail}`}`);
+  for (const c of r.nemeses) (c.result === "failed" ? bad : ok)(`  ${c.scenario} × ${c.nemesis}: ${c.result === "failed" ? `FAILED ${c.detail}` : `${c.result}: ${c.detail}`}`);
   r.unresolved_owners.forEach((u) => say(dim(`  unresolved (owner ${safe(u.owner)}): ${safe(u.difference)}`)));
   say(`RPO ${(r.rpo_seconds / 60).toFixed(1)} min (snapshot age), RTO ${r.rto_seconds}s (restore, checks${r.open_operations.some((op) => op.outcomes.length) ? ", reconciliation" : ""}); recovery time ${r.recovery_seconds}s, total ${r.total_seconds}s${r.report_file ? `; report entry ${r.report_index} in ${safe(r.report_file)}` : ""}`);
   const failed = r.checks.filter((c) => !c.ok && c.severity === "error").length;

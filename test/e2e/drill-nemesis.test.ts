@@ -40,7 +40,7 @@ describe("drill nemeses", () => {
       ["after_commit_before_delivery", "lost_write", "recovered"],
       ["sink_kill", "lost_write", "recovered"],
     ]);
-    for (const c of d.nemeses) expect(c.detail).toMatch(/^recovered: task complete, 1 effect\(s\)/);
+    for (const c of d.nemeses) expect(c.detail).toMatch(/^task complete, 1 effect\(s\), after [1-9]\d* restart\(s\)$/);
     // the fault was really applied: the clock shifted in the restarts, the shim copied what the worker fsynced and the rest was dropped
     const nem = (sc: string) => d.checks.find((c: any) => c.scenario === sc && c.name.startsWith("nemesis "));
     expect(nem("after_send_before_receipt~clock_ahead_1h").detail).toBe("restarts ran with the clock +1h (libfaketime)");
@@ -71,7 +71,30 @@ describe("drill nemeses", () => {
     expect(xml).toMatch(/name="after_send_before_receipt × lost_write" time="[\d.]+">\s*<failure message="lost_write: exactly one effect: 2 effect/);
   });
 
-  it("a nemesis on a scenario the spec does not run is refused (2)", async () => {
+  it("enospc: the restore placed again on a tmpfs half the restored size stops naming the fault (contained), and the tmpfs is unmounted", async () => {
+    const spec = writeSpec(a.tmp, "enospc", SPEC, (s) => {
+      s.crashPoints = [];
+      s.sinkKill = false;
+      s.nemeses = { restore: ["enospc"] };
+    });
+    const r = await drill(spec, ["--junit", join(a.tmp, "enospc.xml")]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    const d = json(r);
+    expect(d.nemeses).toHaveLength(1);
+    expect(d.nemeses[0]).toMatchObject({ scenario: "restore", nemesis: "enospc", result: "contained", check: null });
+    expect(d.nemeses[0].detail).toMatch(/^the restore stopped in \d+ bytes naming it: .*(ENOSPC|no space left|disk is full)/i);
+    expect(d.checks).toContainEqual(expect.objectContaining({ scenario: "restore~enospc", name: "nemesis enospc", ok: true }));
+    expect(readFileSync("/proc/mounts", "utf8")).not.toContain(a.tmp);
+    expect(readFileSync(join(a.tmp, "enospc.xml"), "utf8")).toContain('name="restore × enospc"');
+  });
+
+  it("a nemesis on a scenario the spec does not run, or a restore fault keyed by a crash point, is refused (2)", async () => {
+    const wrong = writeSpec(a.tmp, "wrong", SPEC, (s) => {
+      s.nemeses = { after_send_before_receipt: ["enospc"] };
+    });
+    const w = await drill(wrong);
+    expect(w.code).toBe(2);
+    expect(w.stderr).toMatch(/nemeses\.after_send_before_receipt: enospc is a fault of the restore/);
     const spec = writeSpec(a.tmp, "bad", SPEC, (s) => {
       s.crashPoints = ["after_send_before_receipt"];
       s.nemeses = { after_commit_before_delivery: ["lost_write"] };
