@@ -10,7 +10,9 @@
  *   the run's start, and one created and never fsynced is removed: what a
  *   power cut would have left.
  * and the drill's restore repeated under a fault (key `restore`):
- * - `enospc`: the bundle placed again into a tmpfs half the restored tree's size.
+ * - `enospc`: the bundle placed again into a tmpfs half the restored tree's size;
+ * - `s3_503`, `s3_reset`, `s3_drop_part`: the bundle read again from the S3
+ *   repository through a fault proxy (faultproxy.ts), verified and placed.
  * A cell ends recovered (every check of the scenario held), contained (a
  * restore fault stopped the restore with an error naming it: no silent,
  * partial success) or failed, naming the nemesis and the first failed check.
@@ -21,6 +23,7 @@ import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, statS
 import { join, relative } from "node:path";
 import { crashScenario, type ScenarioPlan } from "./scenarios.js";
 import { CheckLog } from "./checklog.js";
+import { startFaultProxy, type StoreNemesis } from "./faultproxy.js";
 import type { CrashPoint, WORKER_NEMESES } from "./spec.js";
 import type { Bench, Copy, ScenarioResult, WorkerFault } from "./worker.js";
 
@@ -202,16 +205,54 @@ export async function nemesisScenarios(b: Bench, p: ScenarioPlan): Promise<{ sce
 /** Places the bundle again into `root`, recording its checks in `log`. @returns whether it landed */
 export type Placement = (root: string, log: CheckLog) => Promise<boolean>;
 
+/** The bundle read again from its S3 repository through `endpoint` into `dir`, verified and placed; throws what the read or verification throws. */
+export interface StoreReads {
+  /** the repository's own endpoint (AGENTBAK_S3_ENDPOINT) */
+  endpoint: string;
+  place(endpoint: string, dir: string, log: CheckLog): Promise<boolean>;
+}
+
+/** What an error must name for a store fault to count as contained. */
+const NAMES: Record<StoreNemesis, RegExp> = {
+  s3_503: /\b503\b|SlowDown|unreachable/i,
+  s3_reset: /ECONNRESET|reset|aborted|premature|socket hang up|unreachable/i,
+  s3_drop_part: /hash|sha-?256|digest|checksum|verif|truncat|corrupt|mismatch/i,
+};
+
+/** The bundle read again through a fault proxy in front of the repository's endpoint. */
+async function storeFault(b: Bench, nemesis: StoreNemesis, reads: StoreReads | null): Promise<NemesisCell> {
+  const cell = (result: NemesisCell["result"], check: string | null, detail: string): NemesisCell => ({ scenario: "restore", nemesis, result, check, detail });
+  if (!reads) return cell("failed", `nemesis ${nemesis}`, `${nemesis}: needs a snapshot in an S3 repository with AGENTBAK_S3_ENDPOINT (plain http); not run`);
+  const dir = join(b.tmp, `nemesis-${nemesis}`);
+  mkdirSync(dir);
+  const proxy = await startFaultProxy(reads.endpoint, nemesis);
+  const log = new CheckLog(Date.now(), {});
+  try {
+    const landed = await reads.place(proxy.url, dir, log);
+    const failed = log.checks.find((c) => !c.ok && c.severity === "error");
+    const seen = `${proxy.faulted} of ${proxy.seen} request(s) faulted`;
+    if (landed && !failed) return proxy.faulted ? cell("recovered", null, `read, verified and placed through the fault (${seen})`) : cell("failed", `nemesis ${nemesis}`, `${nemesis}: the proxy saw no read to fault (${seen})`);
+    if (failed && NAMES[nemesis].test(failed.detail)) return cell("contained", null, `the restore stopped naming it (${seen}): ${failed.detail.slice(0, 300)}`);
+    return cell("failed", failed?.name ?? "extract", `${nemesis}: ${failed?.name ?? "extract"}: ${failed?.detail.slice(0, 300) ?? "the restore neither landed nor said why"}`);
+  } catch (e) {
+    const msg = (e as Error).message ?? String(e);
+    if (NAMES[nemesis].test(msg)) return cell("contained", null, `the restore stopped naming it (${proxy.faulted} of ${proxy.seen} request(s) faulted): ${msg.slice(0, 300)}`);
+    return cell("failed", "read", `${nemesis}: read: ${msg.slice(0, 300)}`);
+  } finally {
+    await proxy.stop();
+  }
+}
+
 const treeBytes = (dir: string): number => filesUnder(dir).reduce((t, f) => t + statSync(join(dir, f)).size, 0);
 
 /**
  * The restore nemeses the spec asks for (`nemeses.restore`), each recorded as the check `nemesis <name>` of scenario
  * `restore~<name>`. Never throws for a failed check. @returns their cells
  */
-export async function restoreNemeses(b: Bench, place: Placement): Promise<NemesisCell[]> {
+export async function restoreNemeses(b: Bench, place: Placement, reads: StoreReads | null): Promise<NemesisCell[]> {
   const cells: NemesisCell[] = [];
   for (const nemesis of b.spec.spec.nemeses.restore ?? []) {
-    const cell = await enospc(b, place);
+    const cell = nemesis === "enospc" ? await enospc(b, place) : await storeFault(b, nemesis as StoreNemesis, reads);
     cells.push(cell);
     b.log.add({ scenario: `restore~${nemesis}`, phase: "placement", name: `nemesis ${nemesis}`, ok: cell.result !== "failed", severity: "error", detail: cell.detail });
   }

@@ -91,6 +91,8 @@ export interface DrillOptions {
   progress?: Progress;
   /** `--source NAME=URL`: an empty server for a source instead of a throwaway one */
   sources?: string[];
+  /** the bundle read again from its S3 repository through another endpoint (the object-store nemeses' fault proxy); absent for a folder or a file */
+  storeReads?: { endpoint: string; fetch(endpoint: string, file: string): Promise<void> };
   /** `--upgrade-to`: the next version's command (argv), run after the restore (upgrade.ts) */
   upgradeTo?: string[];
   /** the embedding models configured for the agent (by database or source name), when a config is known */
@@ -171,7 +173,15 @@ export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
     const nemeses = Object.keys(spec.nemeses).length ? await nemesisScenarios(bench, plan) : { scenarios: [], cells: [] };
     scenarios.scenarios.push(...nemeses.scenarios);
     o.progress?.stage("restore nemeses");
-    nemeses.cells.push(...(await restoreNemeses(bench, async (root, l) => (await extractInto(v, o.identities, root, o.trust, o.bundle, l)) !== null)));
+    const reads = o.storeReads;
+    const viaStore = reads && {
+      endpoint: reads.endpoint,
+      async place(endpoint: string, dir: string, l: CheckLog) {
+        await reads.fetch(endpoint, join(dir, "bundle.agentbak"));
+        return (await extractInto(await verifyBundle(join(dir, "bundle.agentbak"), o.trust), o.identities, join(dir, "root"), o.trust, o.bundle, l)) !== null;
+      },
+    };
+    nemeses.cells.push(...(await restoreNemeses(bench, async (root, l) => (await extractInto(v, o.identities, root, o.trust, o.bundle, l)) !== null, viaStore ?? null)));
     return finish({ integrity, schemas, cursors, credentials, recoverySeconds, ...scenarios, upgrade: up?.upgrade ?? null, nemeses: nemeses.cells });
   } finally {
     await Promise.allSettled(servers.map((x) => x.stop()));

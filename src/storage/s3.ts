@@ -43,7 +43,11 @@ export class S3Store implements ObjectStore {
   private storage!: typeof import("@aws-sdk/lib-storage");
   private client!: import("@aws-sdk/client-s3").S3Client;
 
-  constructor(readonly url: string) {
+  /** @param opts.endpoint another endpoint than AGENTBAK_S3_ENDPOINT's (a drill's fault proxy in front of it) */
+  constructor(
+    readonly url: string,
+    private readonly opts: { endpoint?: string } = {},
+  ) {
     const p = parseS3Url(url);
     this.bucket = p.bucket;
     this.prefix = p.prefix;
@@ -57,7 +61,7 @@ export class S3Store implements ObjectStore {
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
     // both SDK packages now, so a missing one stops the command before it writes anything
     [this.sdk, this.storage] = await loadOptional("an S3 repository", ["@aws-sdk/client-s3", "@aws-sdk/lib-storage"], () => Promise.all([import("@aws-sdk/client-s3"), import("@aws-sdk/lib-storage")]));
-    const endpoint = process.env.AGENTBAK_S3_ENDPOINT;
+    const endpoint = this.opts.endpoint ?? process.env.AGENTBAK_S3_ENDPOINT;
     this.client = new this.sdk.S3Client({
       endpoint,
       region: process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? "us-east-1",

@@ -5,9 +5,10 @@
 // that sends before its claim is on disk (WORKER_FAULT=unsynced_key) passes the
 // plain crash point and is caught by the lost-write cell.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, ROOT, writeSpec, type TestAgent } from "../helpers.js";
+import { randomBytes } from "node:crypto";
+import { json, makeAgent, makeBucket, ROOT, writeSpec, type TestAgent } from "../helpers.js";
 
 let a: TestAgent;
 const SPEC = join(ROOT, "drills", "reference-agent.json");
@@ -102,5 +103,36 @@ describe("drill nemeses", () => {
     const r = await drill(spec);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/nemeses\.after_commit_before_delivery: not a scenario of this spec/);
+  });
+});
+
+// the object-store nemeses read the snapshot again from an S3 repository on the shared test gateway, through a fault proxy
+describe.skipIf(!process.env.AGENTBAK_TEST_S3_ENDPOINT)("drill nemeses on the restore's reads from S3", () => {
+  const s3 = { AGENTBAK_S3_ENDPOINT: process.env.AGENTBAK_TEST_S3_ENDPOINT, OPENAI_API_KEY: "x" };
+  it("503 SlowDown is retried through (recovered); a reset mid-GET and a dropped part stop the restore naming the fault (contained); nothing passes silently", async () => {
+    const bucket = `t-${randomBytes(5).toString("hex")}`;
+    await makeBucket(bucket);
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    writeFileSync(a.config, JSON.stringify({ ...cfg, repository: `s3://${bucket}/repo` }, null, 2));
+    try {
+      expect((await a.run(["init"], s3)).code).toBe(0);
+      const b = await a.run(["backup", "--json"], s3);
+      expect(b.code, b.stderr).toBe(0);
+      const spec = writeSpec(a.tmp, "s3nem", SPEC, (s) => {
+        s.crashPoints = [];
+        s.sinkKill = false;
+        s.nemeses = { restore: ["s3_503", "s3_reset", "s3_drop_part"] };
+      });
+      const r = await a.run(["drill", "latest", "--spec", spec, "--identity", a.identity, "--json", "--no-report"], s3);
+      expect([0, 3], r.stderr).toContain(r.code);
+      const d = json(r);
+      const by = Object.fromEntries(d.nemeses.map((c: any) => [c.nemesis, c]));
+      expect(by.s3_503).toMatchObject({ result: "recovered" });
+      expect(by.s3_503.detail).toMatch(/^read, verified and placed through the fault \(2 of [3-9]\d* request\(s\) faulted\)/);
+      for (const n of ["s3_reset", "s3_drop_part"]) expect([n, by[n].result], by[n].detail).toEqual([n, "contained"]);
+      expect(by.s3_drop_part.detail).toMatch(/1 of \d+ request\(s\) faulted/);
+    } finally {
+      writeFileSync(a.config, JSON.stringify(cfg, null, 2));
+    }
   });
 });
