@@ -11,9 +11,11 @@
 import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
+/** The object-store faults the proxy can put on the restore's reads. */
 export const STORE_NEMESES = ["s3_503", "s3_reset", "s3_drop_part"] as const;
 export type StoreNemesis = (typeof STORE_NEMESES)[number];
 
+/** A running proxy: where to send requests, what it did, and how to stop it. */
 export interface FaultProxy {
   url: string;
   /** how many requests it faulted, and how many it saw */

@@ -9,6 +9,7 @@ import { formatIssues, notFound, usageError } from "../errors.js";
 import { readFileRegular } from "../fsutil.js";
 import { refuseProtoKey } from "../facts.js";
 import { ROOT } from "../version.js";
+import { STORE_NEMESES } from "./faultproxy.js";
 
 /** The specs shipped in the package's drills/ folder, by name. */
 const SHIPPED = join(ROOT, "drills");
@@ -43,7 +44,7 @@ export type CrashPoint = (typeof CRASH_POINTS)[number];
 /** faults a crash scenario can be replayed under (nemesis.ts) */
 export const WORKER_NEMESES = ["clock_ahead_1h", "clock_behind_1h", "lost_write"] as const;
 /** faults the drill's restore is repeated under (key `restore` of nemeses) */
-export const RESTORE_NEMESES = ["enospc", "s3_503", "s3_reset", "s3_drop_part"] as const;
+export const RESTORE_NEMESES = ["enospc", ...STORE_NEMESES] as const;
 
 const workerSchema = z.strictObject({
   command: z.array(z.string()).check(z.minLength(1)),
