@@ -34,7 +34,9 @@ async function versionOf(b: Bench, command: string[], cwd: string): Promise<stri
   const given = b.spec.spec.upgrade?.version;
   if (given) return given;
   const [cmd, ...args] = command.map((x) => (x.startsWith(".") ? b.spec.resolve(x) : x));
-  const r = await execa(cmd!, [...args, "--version"], { cwd, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: cwd }, extendEnv: false, reject: false, timeout: 10_000, stdin: "ignore" });
+  // with the environment the new version runs with (its spec env may be what makes it the new version)
+  const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: cwd, ...b.spec.spec.worker?.env, ...b.spec.spec.upgrade?.env };
+  const r = await execa(cmd!, [...args, "--version"], { cwd, env, extendEnv: false, reject: false, timeout: 10_000, stdin: "ignore" });
   const line = String(r.stdout).trim().split("\n")[0]?.trim().slice(0, 80);
   return r.exitCode === 0 && line ? line : "unknown";
 }

@@ -72,6 +72,17 @@ describe("drill --upgrade-to", () => {
     expect(h.stderr).toMatch(/upgrade: snapshot of 1\.4\.2 \(schema 3\) under 1\.5\.0-broken \(schema 3\): does not recover \(migration: 1\.5\.0-broken exited 1: worker: no such table: main\.task_priorities/);
   });
 
+  it("the new version's name, when the spec gives none, is what its command prints for --version with the upgrade's environment", async () => {
+    const spec = writeSpec(a.tmp, "byenv", SPEC, (s) => {
+      s.crashPoints = [];
+      s.sinkKill = false;
+      s.upgrade = { env: { WORKER_SCHEMA: "4" }, schemaVersion: 4 };
+    });
+    const r = await drill(spec, ["--upgrade-to", `node ${join(ROOT, "fixtures", "agent", "worker.js")}`]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(json(r).upgrade).toEqual({ from: { version: "1.4.2", schema: 3 }, to: { version: "reference-agent 1.5.0", schema: 4 }, recovers: true, failure: null });
+  });
+
   it("--upgrade-to with a spec that runs no worker is refused (2) before anything is restored", async () => {
     const r = await a.run(["drill", "latest", "--spec", "checks-only", "--identity", a.identity, "--no-report", "--upgrade-to", `node ${NEXT}`]);
     expect(r.code).toBe(2);
