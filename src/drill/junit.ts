@@ -137,6 +137,8 @@ export function markdownSummary(r: DrillResult): string {
     "",
     `snapshot \`${r.snapshot_id}\` of ${r.agent_id} (sequence ${r.sequence}), recovery ${r.recovery_seconds}s, total ${r.total_seconds}s`,
     "",
+    ...(r.upgrade ? [`upgrade: snapshot of ${md(r.upgrade.from.version ?? "unknown")} under ${md(r.upgrade.to.version)}: ${r.upgrade.recovers ? "recovers" : `**does not recover** (${md(r.upgrade.failure ?? "")})`}`, ""] : []),
+    ...(r.nemeses.length ? ["| scenario | nemesis | result | detail |", "|---|---|---|---|", ...r.nemeses.map((c) => `| ${md(c.scenario)} | ${md(c.nemesis)} | ${c.result === "failed" ? "**FAIL**" : c.result} | ${md(c.detail)} |`), ""] : []),
     "| scenario | phase | check | result | detail |",
     "|---|---|---|---|---|",
     ...rows,

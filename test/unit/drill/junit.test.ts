@@ -52,6 +52,14 @@ describe("junitXml: the upgrade and the nemesis matrix", () => {
     expect(xml).toContain('name="after_send_before_receipt~lost_write / after_recovery / exactly one effect"');
   });
 
+  it("the job summary has the upgrade line and the matrix, a failed cell in bold", () => {
+    const md = markdownSummary(r);
+    expect(md).toContain("upgrade: snapshot of 1.4.2 under 1.5.0: recovers");
+    expect(md).toContain("| after\\_send\\_before\\_receipt | lost\\_write | **FAIL** | lost\\_write: exactly one effect: 2 effect\\(s\\) |");
+    expect(md).toContain("| restore | enospc | contained | ENOSPC |");
+    expect(markdownSummary(result([check({})]))).not.toContain("| nemesis |");
+  });
+
   it("both versions as properties", () => {
     expect(xml).toContain('<property name="upgrade_from" value="1.4.2"/>');
     expect(xml).toContain('<property name="upgrade_to" value="1.5.0"/>');
