@@ -405,6 +405,7 @@ function addDrillCommands(program: Command, result: { code: ExitCode }): void {
       .option("--source <name=url>", "restore state source NAME into this empty server instead of a throwaway one the drill starts (repeatable)", collect, [])
       .option("--allow-embedding-change", "drill a snapshot whose vectors come from another embedding model than the config's")
       .option("--require-sealed", "refuse (2) to run the agent's worker unless it can be sealed in its own network namespace")
+      .option("--upgrade-to <command>", "the agent's next version (its worker command, split on spaces): it migrates the restored state, then every crash point runs under it")
       .option("--fleet", "drill a seeded random sample of the repository's agents (or --host FILE's), each at a random recovery point, and report the fleet figure")
       .option("--sample <k>", "with --fleet: how many agents to drill")
       .option("--seed <seed>", "with --fleet: the seed of the sample (default: a fresh one, reported)")

@@ -13,7 +13,8 @@ import { fleetReportBody, fleetResult, pickTargets, type FleetDrillResult, type 
 import { agentIdentities, loadHostFile } from "../fleet/hostfile.js";
 import type { CatalogEntry } from "../repository/repository.js";
 import { appendReportFile, reportBody, type ReportedDrill } from "../drill/report.js";
-import { runDrill, type DrillResult } from "../drill/runner.js";
+import { runDrill, type DrillOptions, type DrillResult } from "../drill/runner.js";
+import { openStore } from "../storage/open.js";
 import { BUILTIN_SPEC, loadSpec } from "../drill/spec.js";
 import { parseDuration } from "./duration.js";
 import { context, type Context, type GlobalOpts } from "./context.js";
@@ -35,6 +36,8 @@ export interface DrillCmdOptions extends GlobalOpts {
   requireSealed?: boolean;
   /** false: a credential reference that does not resolve here is recorded, not a warning (cron, timers) */
   credentialWarnings?: boolean;
+  /** the next version's worker command (split on spaces; ./ and ../ resolve against the current folder) */
+  upgradeTo?: string;
   progress?: Progress;
 }
 
@@ -62,6 +65,22 @@ export async function drill(ref: string, opts: DrillCmdOptions): Promise<Reporte
   }
   publish(opts, junitXml(r), markdownSummary(r));
   return r;
+}
+
+/** How the object-store nemeses read the snapshot again through their fault proxy: an S3 repository with a plain-http AGENTBAK_S3_ENDPOINT only. */
+function storeReads(ctx: Context, snapshot: { key: string } | null): DrillOptions["storeReads"] {
+  const location = ctx.repoLocation;
+  const endpoint = process.env.AGENTBAK_S3_ENDPOINT;
+  if (!snapshot || !location?.startsWith("s3://") || !endpoint?.startsWith("http://")) return undefined;
+  return { endpoint, fetch: async (through, file) => (await openStore(location, { endpoint: through })).download(snapshot.key, file) };
+}
+
+/** `--upgrade-to CMD` as an argv: split on spaces, ./ and ../ against the current folder. @throws AgentbakError(2) when empty. */
+function upgradeArgv(cmd: string | undefined): string[] | undefined {
+  if (cmd === undefined) return undefined;
+  const argv = cmd.split(/\s+/).filter(Boolean);
+  if (!argv.length) throw usageError("--upgrade-to: which command? it is empty");
+  return argv.map((x) => (x.startsWith("./") || x.startsWith("../") ? resolve(x) : x));
 }
 
 /** Where the JUnit file goes is checked before a drill runs, not after. @throws AgentbakError naming the place. */
@@ -102,6 +121,8 @@ async function run(ctx: Context, ref: string, opts: DrillCmdOptions): Promise<Re
       credentials: { root: ctx.lc?.dir ?? process.cwd(), checkers: ctx.lc?.config.restore.credentialCheck, warn: opts.credentialWarnings !== false },
       config: ctx.lc?.config,
       allowRuntimeChange: opts.allowRuntimeChange,
+      upgradeTo: upgradeArgv(opts.upgradeTo),
+      storeReads: storeReads(ctx, bundle.snapshot),
       progress: opts.progress,
     });
   } finally {

@@ -61,10 +61,22 @@ function document(groups: { suite: string; classname: string; cases: Case[] }[],
 /** One testsuite per scenario, one testcase per check, named scenario / phase / check. */
 export function junitXml(r: DrillResult): string {
   const scenarios = [...new Set(r.checks.map((c) => c.scenario))];
+  // the nemesis matrix: one case per cell, failed naming the nemesis and the check
+  const matrix = r.nemeses.map((c): Case => ({ name: `${c.scenario} × ${c.nemesis}`, seconds: 0, ...(c.result !== "failed" ? { outcome: "pass" as const } : { outcome: "failure" as const, message: c.detail, type: "nemesis" }) }));
   return document(
-    scenarios.map((sc) => ({ suite: `${r.spec} ${sc}`, classname: `drill.${r.spec}.${sc}`, cases: r.checks.filter((c) => c.scenario === sc).map(caseOf) })),
+    [
+      ...scenarios.map((sc) => ({ suite: `${r.spec} ${sc}`, classname: `drill.${r.spec}.${sc}`, cases: r.checks.filter((c) => c.scenario === sc).map(caseOf) })),
+      ...(matrix.length ? [{ suite: `${r.spec} nemesis matrix`, classname: `drill.${r.spec}.nemeses`, cases: matrix }] : []),
+    ],
     r.total_seconds,
-    { snapshot_id: r.snapshot_id, agent_id: r.agent_id, tenant: r.tenant, sequence: String(r.sequence), result: r.ok ? "pass" : "fail" },
+    {
+      snapshot_id: r.snapshot_id,
+      agent_id: r.agent_id,
+      tenant: r.tenant,
+      sequence: String(r.sequence),
+      result: r.ok ? "pass" : "fail",
+      ...(r.upgrade ? { upgrade_from: r.upgrade.from.version ?? "unknown", upgrade_to: r.upgrade.to.version, upgrade_recovers: String(r.upgrade.recovers) } : {}),
+    },
   );
 }
 
@@ -125,6 +137,8 @@ export function markdownSummary(r: DrillResult): string {
     "",
     `snapshot \`${r.snapshot_id}\` of ${r.agent_id} (sequence ${r.sequence}), recovery ${r.recovery_seconds}s, total ${r.total_seconds}s`,
     "",
+    ...(r.upgrade ? [`upgrade: snapshot of ${md(r.upgrade.from.version ?? "unknown")} under ${md(r.upgrade.to.version)}: ${r.upgrade.recovers ? "recovers" : `**does not recover** (${md(r.upgrade.failure ?? "")})`}`, ""] : []),
+    ...(r.nemeses.length ? ["| scenario | nemesis | result | detail |", "|---|---|---|---|", ...r.nemeses.map((c) => `| ${md(c.scenario)} | ${md(c.nemesis)} | ${c.result === "failed" ? "**FAIL**" : c.result} | ${md(c.detail)} |`), ""] : []),
     "| scenario | phase | check | result | detail |",
     "|---|---|---|---|---|",
     ...rows,

@@ -45,6 +45,8 @@ export function reportBody(r: DrillResult): Record<string, unknown> {
     unresolved_owners: r.unresolved_owners,
     open_operations: r.open_operations,
     runtime_differences: r.runtime_differences,
+    upgrade: r.upgrade,
+    nemeses: r.nemeses,
     rpo_seconds: r.rpo_seconds,
     rto_seconds: r.rto_seconds,
     objectives: r.objectives,

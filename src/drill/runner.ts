@@ -29,6 +29,8 @@ import { networkChecks, Seal, sealUnavailable, type NetworkReport } from "./seal
 import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
+import { nemesisScenarios, restoreNemeses, type NemesisCell } from "./nemesis.js";
+import { upgradeScenarios, type UpgradeReport } from "./upgrade.js";
 import { makeReadOnly, type ScenarioResult } from "./worker.js";
 import type { Progress } from "../progress.js";
 
@@ -60,6 +62,10 @@ export interface DrillResult {
   open_operations: OperationReport[];
   /** how the snapshot's runtime differs from the config's (approved with --allow-runtime-change) */
   runtime_differences: RuntimeDifference[];
+  /** the upgrade drill: both versions, and whether the snapshot of N recovers under N+1; null when none ran */
+  upgrade: UpgradeReport | null;
+  /** the nemesis matrix: a result per scenario × nemesis the spec asks for */
+  nemeses: NemesisCell[];
   /** the snapshot's age when the drill started (the data it would lose: RPO) */
   rpo_seconds: number;
   /** restore and checks, plus the first reconciliation: the time to a recovered, reconciled agent (RTO) */
@@ -91,6 +97,10 @@ export interface DrillOptions {
   progress?: Progress;
   /** `--source NAME=URL`: an empty server for a source instead of a throwaway one */
   sources?: string[];
+  /** the bundle read again from its S3 repository through another endpoint (the object-store nemeses' fault proxy); absent for a folder or a file */
+  storeReads?: { endpoint: string; fetch(endpoint: string, file: string): Promise<void> };
+  /** `--upgrade-to`: the next version's command (argv), run after the restore (upgrade.ts) */
+  upgradeTo?: string[];
   /** the embedding models configured for the agent (by database or source name), when a config is known */
   embeddings?: Map<string, Embedding | undefined>;
   allowEmbeddingChange?: boolean;
@@ -116,8 +126,9 @@ export const sweepDrillTemps = () => {
  * model than the config's without --allow-embedding-change, or a runtime
  * other than the config's without approval.
  */
-export async function runDrill(o: DrillOptions): Promise<DrillResult> {
+export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
   const t0 = Date.now();
+  const o = withUpgrade(opts);
   const { spec } = o.spec;
   const protocol = o.config?.reconcile;
   const reconciled = spec.reconcile || spec.reconcileFaults.length > 0;
@@ -163,25 +174,49 @@ export async function runDrill(o: DrillOptions): Promise<DrillResult> {
     // a short folder name: a unix socket's path has room for 107 bytes
     if (spec.worker && !unsealed) ensureDir(join(tmp, "s"), 0o700);
     seal = spec.worker && !unsealed ? new Seal(join(tmp, "s")) : undefined;
-    const scenarios = await runScenarios(
-      { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log, seal },
-      {
-        operations,
-        // a config with a reconcile section has openOperations (the schema says so)
-        reconcile: reconciled ? { protocol: protocol!, openOps: o.config!.openOperations! } : null,
-        sourceQueries,
-        schemaVersion: m.schema_version,
-        progress: o.progress,
+    const bench = { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log, seal };
+    const plan = {
+      operations,
+      // a config with a reconcile section has openOperations (the schema says so)
+      reconcile: reconciled ? { protocol: protocol!, openOps: o.config!.openOperations! } : null,
+      sourceQueries,
+      schemaVersion: m.schema_version,
+      progress: o.progress,
+    };
+    const scenarios = await runScenarios(bench, plan);
+    const up = spec.upgrade?.version !== undefined || o.upgradeTo ? await upgradeScenarios(bench, { ...plan, agentVersion: m.runtime.agent_version }) : null;
+    if (up) scenarios.scenarios.push(...up.scenarios);
+    const nemeses = Object.keys(spec.nemeses).length ? await nemesisScenarios(bench, plan) : { scenarios: [], cells: [] };
+    scenarios.scenarios.push(...nemeses.scenarios);
+    o.progress?.stage("restore nemeses");
+    const reads = o.storeReads;
+    const viaStore = reads && {
+      endpoint: reads.endpoint,
+      async place(endpoint: string, dir: string, l: CheckLog) {
+        await reads.fetch(endpoint, join(dir, "bundle.agentbak"));
+        return (await extractInto(await verifyBundle(join(dir, "bundle.agentbak"), o.trust), o.identities, join(dir, "root"), o.trust, o.bundle, l)) !== null;
       },
-    );
+    };
+    nemeses.cells.push(...(await restoreNemeses(bench, async (root, l) => (await extractInto(v, o.identities, root, o.trust, o.bundle, l)) !== null, viaStore ?? null)));
     const network = spec.worker ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
-    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, network, ...scenarios });
+    return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, network, ...scenarios, upgrade: up?.upgrade ?? null, nemeses: nemeses.cells });
   } finally {
     seal?.close();
     await Promise.allSettled(servers.map((x) => x.stop()));
     removeTemp();
     unregister();
   }
+}
+
+/**
+ * The options with `--upgrade-to` folded into the spec: its command is the upgrade's worker.
+ * @throws AgentbakError(2) when the spec has no worker and test task to run it with
+ */
+function withUpgrade(o: DrillOptions): DrillOptions {
+  if (!o.upgradeTo) return o;
+  const { spec } = o.spec;
+  if (!spec.worker || !spec.inject) throw usageError(`drill --upgrade-to needs a spec with worker and inject (${o.spec.path} has ${spec.worker ? "no inject" : "no worker"})`);
+  return { ...o, spec: { ...o.spec, spec: { ...spec, upgrade: { ...(spec.upgrade ?? { env: {} }), command: o.upgradeTo } } } };
 }
 
 /**
@@ -212,6 +247,8 @@ interface Findings extends ScenarioOutcome {
   recoverySeconds: number;
   recall: StoreRecall[];
   network: NetworkReport | null;
+  upgrade: UpgradeReport | null;
+  nemeses: NemesisCell[];
 }
 
 const nothingFound = (operations: OpenOperation[]): Findings => ({
@@ -226,6 +263,8 @@ const nothingFound = (operations: OpenOperation[]): Findings => ({
   receipts: {},
   operations: operations.map((op) => ({ ...op, outcomes: [] })),
   reconcileSeconds: null,
+  upgrade: null,
+  nemeses: [],
 });
 
 /** The drill's result: the objectives checked against what it measured, then the log's verdict. */
@@ -261,6 +300,8 @@ function drillResult(d: { o: DrillOptions; v: VerifiedBundle; t0: number; runtim
     unresolved_owners: log.unresolvedOwners,
     open_operations: f.operations,
     runtime_differences: d.runtime,
+    upgrade: f.upgrade,
+    nemeses: f.nemeses,
     rpo_seconds: rpo,
     rto_seconds: rto,
     objectives: o.config?.objectives ?? null,

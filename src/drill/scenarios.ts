@@ -12,7 +12,7 @@ import { runInvariants, type SourceQuery } from "./invariants.js";
 import { reconciliationScenarios, splitBrainScenario, type OperationReport } from "./recovery.js";
 import { TestSink } from "./sink.js";
 import type { CrashPoint } from "./spec.js";
-import { injectTask, runUntilDone, taskCompleted, workerStarter, writableCopy, type Bench, type ScenarioResult } from "./worker.js";
+import { injectTask, runUntilDone, taskCompleted, workerStarter, writableCopy, type Bench, type ScenarioResult, type WorkerFault } from "./worker.js";
 import type { Progress } from "../progress.js";
 
 /** What the scenarios add to the drill's result. */
@@ -67,6 +67,14 @@ export async function runScenarios(b: Bench, p: ScenarioPlan): Promise<ScenarioO
   return out;
 }
 
+/** How a crash scenario differs from the plain one: its name in the log, the worker it runs, a fault put on it. */
+export interface CrashOptions {
+  name?: string;
+  /** run the upgraded worker (default: for during_migration and old_backup_new_worker) */
+  upgrade?: boolean;
+  fault?: WorkerFault;
+}
+
 /**
  * One crash point: the worker dies at it (or the sink kills it after
  * committing a delivery), invariants hold right after, restarts finish the
@@ -74,18 +82,19 @@ export async function runScenarios(b: Bench, p: ScenarioPlan): Promise<ScenarioO
  * nothing. `old_backup_new_worker` and `during_migration` run the upgraded worker.
  * @returns the scenario's result, and whether it ran to its end (its receipt then goes in the report)
  */
-async function crashScenario(b: Bench, sc: CrashPoint | "sink_kill", dir: string, p: ScenarioPlan): Promise<{ result: ScenarioResult; ranToEnd: boolean }> {
+export async function crashScenario(b: Bench, sc: CrashPoint | "sink_kill", dir: string, p: ScenarioPlan, o: CrashOptions = {}): Promise<{ result: ScenarioResult; ranToEnd: boolean }> {
   const s0 = Date.now();
   const { spec } = b.spec;
   const inject = spec.inject!;
-  const upgrade = sc === "during_migration" || sc === "old_backup_new_worker";
+  const name = o.name ?? sc;
+  const upgrade = o.upgrade ?? (sc === "during_migration" || sc === "old_backup_new_worker");
   const copy = writableCopy(b.restored, dir, b.dbs);
   const dbMap = copy.dbs;
-  const res: ScenarioResult = { scenario: sc, ok: false, died_at_point: false, restarts: 0, effects: 0, receipt: null, seconds: 0 };
+  const res: ScenarioResult = { scenario: name, ok: false, died_at_point: false, restarts: 0, effects: 0, receipt: null, seconds: 0 };
   const stopped = { result: res, ranToEnd: false };
   let phase = "setup";
-  const check = (name: string, ok: boolean, detail: string) => {
-    b.log.add({ scenario: sc, phase, name, ok, severity: "error", detail });
+  const check = (check: string, ok: boolean, detail: string) => {
+    b.log.add({ scenario: name, phase, name: check, ok, severity: "error", detail });
     return ok;
   };
   const injected = injectTask(inject, copy);
@@ -96,27 +105,34 @@ async function crashScenario(b: Bench, sc: CrashPoint | "sink_kill", dir: string
   const sink = new TestSink();
   const start = workerStarter(b.spec, copy, { sinkUrl: await sink.start(), upgrade, seal: b.seal });
   const completed = () => taskCompleted(inject, copy);
+  const armed = o.fault?.arm(copy) ?? { crashEnv: {}, restartEnv: {}, afterCrash: () => null };
   try {
     // 1. run until the worker dies at the point
     phase = "after_crash";
+    const applyFault = () => {
+      const faulted = armed.afterCrash();
+      return faulted === null || check(`nemesis ${o.fault!.name}`, !faulted.startsWith("error: "), faulted);
+    };
     if (sc === "old_backup_new_worker") {
       res.died_at_point = true;
+      if (!applyFault()) return stopped;
     } else {
       let r;
       if (sc === "sink_kill") {
         // the sink commits the delivery, then kills the worker before answering
-        const child = start(null);
+        const child = start(null, armed.crashEnv);
         sink.onNextPost = () => child.kill("SIGKILL");
         r = await child;
-      } else r = await start(sc);
+      } else r = await start(sc, armed.crashEnv);
       res.died_at_point = r.signal === "SIGKILL" && !r.timedOut;
       if (!check("died at crash point", res.died_at_point, res.died_at_point ? `worker killed with SIGKILL at ${sc}` : `worker exited ${r.exitCode ?? r.signal}${r.timedOut ? " (timed out)" : ""} without reaching ${sc}: ${String(r.stderr).trim().slice(0, 200)}`)) return stopped;
+      if (!applyFault()) return stopped;
       // 2. invariants right after the crash
-      b.log.invariants(sc, await runInvariants(b.invariants, dbMap, p.sourceQueries), phase);
+      b.log.invariants(name, await runInvariants(b.invariants, dbMap, p.sourceQueries), phase);
     }
     // 3. restart until it finishes
     phase = "after_recovery";
-    const { finished, runs, last } = await runUntilDone(start, spec.restarts);
+    const { finished, runs, last } = await runUntilDone(start, spec.restarts, armed.restartEnv);
     res.restarts = runs;
     check("worker recovers", finished, finished ? `finished after ${res.restarts} restart(s)` : `did not finish after ${res.restarts} restart(s); last ${last}`);
     if (upgrade) {
@@ -132,13 +148,13 @@ async function crashScenario(b: Bench, sc: CrashPoint | "sink_kill", dir: string
     res.effects = effects.length;
     res.receipt = effects[0]?.receipt ?? null;
     check("exactly one effect", effects.length === 1, `${effects.length} effect(s) at the sink for ${inject.taskId}${effects.length > 1 ? ` (keys ${effects.map((e) => e.key).join(", ")})` : ""}`);
-    b.log.invariants(sc, await runInvariants(b.invariants, dbMap, p.sourceQueries), phase);
+    b.log.invariants(name, await runInvariants(b.invariants, dbMap, p.sourceQueries), phase);
     // 4. one more restart: still complete, still one effect
     phase = "after_restart";
-    const again = await start(null);
+    const again = await start(null, armed.restartEnv);
     effects = sink.effectsFor(inject.taskId);
     check("stable after restart", again.exitCode === 0 && completed() && effects.length === res.effects, `restart exit ${again.exitCode ?? again.signal}; complete ${completed()}; effects ${effects.length}`);
-    res.ok = b.log.passed(sc);
+    res.ok = b.log.passed(name);
     return { result: res, ranToEnd: true };
   } finally {
     res.seconds = Math.round((Date.now() - s0) / 10) / 100;

@@ -9,6 +9,7 @@ import { formatIssues, notFound, usageError } from "../errors.js";
 import { readFileRegular } from "../fsutil.js";
 import { refuseProtoKey } from "../facts.js";
 import { ROOT } from "../version.js";
+import { STORE_NEMESES } from "./faultproxy.js";
 
 /** The specs shipped in the package's drills/ folder, by name. */
 const SHIPPED = join(ROOT, "drills");
@@ -40,6 +41,10 @@ export function specPath(spec: string | undefined): string {
 
 export const CRASH_POINTS = ["after_commit_before_delivery", "after_send_before_receipt", "after_receipt_before_complete", "during_migration", "old_backup_new_worker"] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
+/** faults a crash scenario can be replayed under (nemesis.ts) */
+export const WORKER_NEMESES = ["clock_ahead_1h", "clock_behind_1h", "lost_write"] as const;
+/** faults the drill's restore is repeated under (key `restore` of nemeses) */
+export const RESTORE_NEMESES = ["enospc", ...STORE_NEMESES] as const;
 
 const workerSchema = z.strictObject({
   command: z.array(z.string()).check(z.minLength(1)),
@@ -53,10 +58,22 @@ export const DrillSpecSchema = z.strictObject({
   /** globs of invariant .sql files; empty: the restore checks (integrity, row counts, chain, credentials) alone */
   invariants: z.array(z.string()),
   worker: z.optional(workerSchema),
-  /** the newer worker for during_migration and old_backup_new_worker (default: worker with upgrade env) */
-  upgrade: z.optional(z.strictObject({ command: z.optional(z.array(z.string())), env: z._default(z.record(z.string(), z.string()), {}), schemaVersion: z.optional(z.int()) })),
+  /**
+   * the newer worker for during_migration and old_backup_new_worker (default: worker with upgrade env); with
+   * `version` (or `drill --upgrade-to`) the upgrade drill runs too: its start migrates the restored state, then every crash point under it
+   */
+  upgrade: z.optional(
+    z.strictObject({
+      command: z.optional(z.array(z.string()).check(z.minLength(1))),
+      env: z._default(z.record(z.string(), z.string()), {}),
+      schemaVersion: z.optional(z.int()),
+      version: z.optional(z.string().check(z.minLength(1))),
+    }),
+  ),
   inject: z.optional(z.strictObject({ database: z.string(), sql: z.string().check(z.minLength(1)), taskId: z.string().check(z.minLength(1)), completedSql: z.string().check(z.minLength(1)) })),
   crashPoints: z._default(z.array(z.enum(CRASH_POINTS)), []),
+  /** per crash scenario (a crash point of crashPoints, or sink_kill), the nemeses it is replayed under: one matrix cell each */
+  nemeses: z._default(z.partialRecord(z.enum([...CRASH_POINTS, "sink_kill", "restore"]), z.array(z.enum([...WORKER_NEMESES, ...RESTORE_NEMESES]))), {}),
   sinkKill: z._default(z.boolean(), false),
   restarts: z._default(z.int().check(z.minimum(1)).check(z.maximum(10)), 3),
   /** reconcile the snapshot's open operations against the sink (seeded already delivered, then never arrived), then run the worker */
@@ -96,6 +113,14 @@ export function loadSpec(path: string | undefined): LoadedSpec {
   const r = DrillSpecSchema.safeParse(raw);
   if (!r.success) throw usageError(`drill spec ${abs}: ${formatIssues(r.error.issues)}`);
   if ((r.data.crashPoints.length || r.data.sinkKill || r.data.splitBrain) && (!r.data.worker || !r.data.inject)) throw usageError(`drill spec ${abs}: crashPoints, sinkKill and splitBrain need worker and inject`);
+  if (r.data.upgrade?.version !== undefined && (!r.data.worker || !r.data.inject)) throw usageError(`drill spec ${abs}: upgrade.version (the upgrade drill) needs worker and inject`);
+  for (const [sc, list = []] of Object.entries(r.data.nemeses)) {
+    const wrong = list.find((n) => (sc === "restore") !== (RESTORE_NEMESES as readonly string[]).includes(n));
+    if (wrong) throw usageError(`drill spec ${abs}: nemeses.${sc}: ${wrong} is a fault of ${sc === "restore" ? "a worker (key it by a crash scenario)" : "the restore (key it by restore)"}`);
+    if (sc === "restore") continue;
+    if (sc === "sink_kill" ? !r.data.sinkKill : !r.data.crashPoints.includes(sc as CrashPoint)) throw usageError(`drill spec ${abs}: nemeses.${sc}: not a scenario of this spec (crashPoints${r.data.sinkKill ? ", sink_kill" : ""})`);
+    if (sc === "old_backup_new_worker" && list.includes("lost_write")) throw usageError(`drill spec ${abs}: nemeses.old_backup_new_worker: lost_write needs a crash, and this scenario has none`);
+  }
   if ((r.data.reconcile || r.data.reconcileFaults.length) && !r.data.worker) throw usageError(`drill spec ${abs}: reconcile and reconcileFaults need worker (it runs after reconciliation)`);
   const dir = dirname(abs);
   return { spec: r.data, path: abs, dir, resolve: (p) => (isAbsolute(p) ? p : resolve(dir, p)) };

@@ -38,6 +38,17 @@ export interface ScenarioResult {
   seconds: number;
 }
 
+/** A fault a nemesis puts on a crash scenario's worker (nemesis.ts). */
+export interface WorkerFault {
+  name: string;
+  /**
+   * Sets the fault up for one scenario's copy.
+   * @returns the environment of the run that dies at the crash point and of every restart, and what to do right
+   * after the crash (its detail for the log, "error: ..." when it could not be done, null when nothing)
+   */
+  arm(copy: Copy): { crashEnv: Record<string, string>; restartEnv: Record<string, string>; afterCrash(): string | null };
+}
+
 /** Generations in a drill: the agent before the restore, and the restored one (sent as AGENTBAK_GENERATION). */
 export const GENERATION = { stale: 1, restored: 2 } as const;
 
@@ -91,7 +102,8 @@ export function taskCompleted(inject: Inject, copy: Copy): boolean {
   }
 }
 
-export type StartWorker = (crashPoint: string | null) => ResultPromise<{ reject: false; stdin: "ignore" }>;
+/** Starts the worker, dying at `crashPoint` when given; `extraEnv` adds to its environment (a nemesis's LD_PRELOAD). */
+export type StartWorker = (crashPoint: string | null, extraEnv?: Record<string, string>) => ResultPromise<{ reject: false; stdin: "ignore" }>;
 
 /** Starts the spec's worker (or its upgrade) in the copy; the environment holds nothing of the drill host's but PATH. */
 export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string; seal?: Seal }): StartWorker {
@@ -99,8 +111,6 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
   const worker = spec.worker!;
   const given = o.upgrade && spec.upgrade?.command ? spec.upgrade.command : worker.command;
   const resolved = [given[0]!, ...given.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x))];
-  // sealed, each start gets its own trace of connection attempts
-  const command = () => (o.seal ? o.seal.wrap(resolved, o.sinkUrl) : resolved);
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     HOME: copy.dir,
@@ -114,8 +124,11 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
     ...worker.env,
     ...(o.upgrade ? spec.upgrade?.env ?? {} : {}),
   };
-  return (crashPoint) => {
-    const [cmd, ...args] = command();
+  return (crashPoint, extraEnv = {}) => {
+    // a nemesis's variables (LD_PRELOAD, FAKETIME) reach the worker alone, never the seal's relay and tracer before it
+    const set = Object.entries(extraEnv).map(([k, v]) => `${k}=${v}`);
+    const own = set.length ? ["env", ...set, ...resolved] : resolved;
+    const [cmd, ...args] = o.seal ? o.seal.wrap(own, o.sinkUrl) : own;
     return stopOnInterrupt(
       execa(cmd!, args, {
         cwd: copy.dir,
@@ -130,10 +143,10 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
 }
 
 /** Starts the worker until it exits 0, at most `restarts` times. */
-export async function runUntilDone(start: StartWorker, restarts: number): Promise<{ finished: boolean; runs: number; last: string }> {
+export async function runUntilDone(start: StartWorker, restarts: number, extraEnv?: Record<string, string>): Promise<{ finished: boolean; runs: number; last: string }> {
   let last = "";
   for (let i = 1; i <= restarts; i++) {
-    const r = await start(null);
+    const r = await start(null, extraEnv);
     last = `exit ${r.exitCode ?? r.signal}: ${String(r.stderr).trim().split("\n").at(-1)?.slice(0, 200) ?? ""}`;
     if (r.exitCode === 0) return { finished: true, runs: i, last };
   }

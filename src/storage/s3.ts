@@ -8,7 +8,6 @@ import { createReadStream, createWriteStream, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
-import type { Readable } from "node:stream";
 import { AgentbakError, Exit, notFound, UnreachableError, usageError } from "../errors.js";
 import { pidDir, sweepDead } from "../fsutil.js";
 import { loadOptional } from "../optional.js";
@@ -43,7 +42,11 @@ export class S3Store implements ObjectStore {
   private storage!: typeof import("@aws-sdk/lib-storage");
   private client!: import("@aws-sdk/client-s3").S3Client;
 
-  constructor(readonly url: string) {
+  /** @param opts.endpoint another endpoint than AGENTBAK_S3_ENDPOINT's (a drill's fault proxy in front of it) */
+  constructor(
+    readonly url: string,
+    private readonly opts: { endpoint?: string } = {},
+  ) {
     const p = parseS3Url(url);
     this.bucket = p.bucket;
     this.prefix = p.prefix;
@@ -57,7 +60,7 @@ export class S3Store implements ObjectStore {
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
     // both SDK packages now, so a missing one stops the command before it writes anything
     [this.sdk, this.storage] = await loadOptional("an S3 repository", ["@aws-sdk/client-s3", "@aws-sdk/lib-storage"], () => Promise.all([import("@aws-sdk/client-s3"), import("@aws-sdk/lib-storage")]));
-    const endpoint = process.env.AGENTBAK_S3_ENDPOINT;
+    const endpoint = this.opts.endpoint ?? process.env.AGENTBAK_S3_ENDPOINT;
     this.client = new this.sdk.S3Client({
       endpoint,
       region: process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? "us-east-1",
@@ -124,10 +127,16 @@ export class S3Store implements ObjectStore {
     }
   }
 
-  private async getStream(key: string, range?: string): Promise<Readable | null> {
+  /** One GET of the object, from byte `from` (to `end` inclusive) when given, only while its ETag is `etag` when given. */
+  private open(key: string, from?: number, end?: number, etag?: string) {
+    const range = from === undefined ? {} : { Range: `bytes=${from}-${end ?? ""}` };
+    return this.client.send(new this.sdk.GetObjectCommand({ Bucket: this.bucket, Key: this.k(key), ...range, ...(etag ? { IfMatch: etag } : {}) }));
+  }
+
+  /** The object's bytes (from `start` to `end` inclusive when given), streamed; null when it is missing. */
+  private async getStream(key: string, start?: number, end?: number): Promise<AsyncIterable<Buffer> | null> {
     try {
-      const r = await this.client.send(new this.sdk.GetObjectCommand({ Bucket: this.bucket, Key: this.k(key), ...(range ? { Range: range } : {}) }));
-      return r.Body as Readable;
+      return this.resumed(key, await this.open(key, start, end), start ?? 0, end);
     } catch (e) {
       const err = this.fail("get", key, e);
       if (err.code === Exit.notFound && !/bucket/.test(err.message)) return null;
@@ -135,20 +144,65 @@ export class S3Store implements ObjectStore {
     }
   }
 
-  async get(key: string): Promise<Buffer | null> {
-    const s = await this.getStream(key);
-    if (!s) return null;
+  /**
+   * The body of `first` (the answer for bytes `start`..`end`), read on where it broke off (a reset, a timeout, an end
+   * before its Content-Length) with `Range: bytes=<next>-` and `If-Match` the first answer's ETag, so a replaced
+   * object's bytes are never stitched onto the old one's: at most MAX_ATTEMPTS reads, with the client's backoff between.
+   * @throws AgentbakError(13) when the object changed between two reads; UnreachableError when the reads ran out.
+   */
+  private async *resumed(key: string, first: { Body?: unknown; ETag?: string; ContentLength?: number }, start: number, end?: number): AsyncGenerator<Buffer> {
+    const etag = first.ETag;
+    const stop = first.ContentLength === undefined ? Infinity : start + first.ContentLength; // one past the last byte wanted
+    const retry = (await this.client.config.retryStrategy()) as import("@smithy/types").RetryStrategyV2;
+    let token = await retry.acquireInitialRetryToken("get");
+    let body = first.Body as AsyncIterable<Buffer>;
+    let at = start;
+    for (;;) {
+      try {
+        for await (const c of body) {
+          at += c.length;
+          yield c;
+        }
+        if (at >= stop || stop === Infinity) return;
+        throw Object.assign(new Error(`premature end of the body after ${at - start} of ${stop - start} bytes`), { code: "ECONNRESET" });
+      } catch (e) {
+        token = await retry.refreshRetryTokenForRetry(token, { errorType: "TRANSIENT" }).catch(() => {
+          throw this.fail("get", key, e);
+        });
+      }
+      const changed = (how: string) => new AgentbakError(Exit.verify, `get s3://${this.bucket}/${this.k(key)}: the object changed while it was read (${how}); nothing was stitched, run the command again`);
+      try {
+        const r = await this.open(key, at, end, etag);
+        if (etag && r.ETag !== etag) throw changed(`ETag ${r.ETag} after ${etag}`);
+        if (!r.ContentRange?.startsWith(`bytes ${at}-`)) throw changed(`asked for bytes ${at}-, answered ${r.ContentRange ?? "the whole object"}`);
+        body = r.Body as AsyncIterable<Buffer>;
+      } catch (e) {
+        if (e instanceof AgentbakError) throw e;
+        if ((e as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 412) throw changed("HTTP 412 on If-Match");
+        throw this.fail("get", key, e);
+      }
+    }
+  }
+
+  private async readAll(key: string, s: AsyncIterable<Buffer>): Promise<Buffer> {
     const parts: Buffer[] = [];
-    for await (const c of s) parts.push(c as Buffer);
+    try {
+      for await (const c of s) parts.push(c);
+    } catch (e) {
+      throw e instanceof AgentbakError ? e : this.fail("get", key, e);
+    }
     return Buffer.concat(parts);
   }
 
+  async get(key: string): Promise<Buffer | null> {
+    const s = await this.getStream(key);
+    return s && this.readAll(key, s);
+  }
+
   async getRange(key: string, start: number, end: number): Promise<Buffer> {
-    const s = await this.getStream(key, `bytes=${start}-${end}`);
+    const s = await this.getStream(key, start, end);
     if (!s) throw notFound(`object s3://${this.bucket}/${this.k(key)} not found`);
-    const parts: Buffer[] = [];
-    for await (const c of s) parts.push(c as Buffer);
-    return Buffer.concat(parts);
+    return this.readAll(key, s);
   }
 
   async download(key: string, file: string): Promise<void> {
@@ -158,7 +212,7 @@ export class S3Store implements ObjectStore {
       await pipeline(s, createWriteStream(file, { flags: "wx" }));
     } catch (e) {
       rmSync(file, { force: true });
-      throw this.fail("download", key, e);
+      throw e instanceof AgentbakError ? e : this.fail("download", key, e);
     }
   }
 

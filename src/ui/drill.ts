@@ -34,6 +34,13 @@ export function renderDrill(r: ReportedDrill): void {
     const seen = op.outcomes.map((x) => `${x.scenario}: ${x.fault ? `lookups ${x.fault}` : x.seeded === "delivered" ? "delivered" : "never arrived"} -> ${x.resolution}, ${x.new_effects} new effect(s)`).join("; ");
     say(`  open operation ${safe(op.idempotency_key)}${op.kind ? ` (${safe(op.kind)})` : ""} [${safe(op.strategy)}]${seen ? `: ${safe(seen)}` : dim(": not reconciled in this drill")}`);
   }
+  if (r.upgrade) {
+    const u = r.upgrade;
+    const line = `  upgrade: snapshot of ${u.from.version ?? "unknown version"} (schema ${u.from.schema}) under ${u.to.version} (schema ${u.to.schema}): ${u.recovers ? "recovers" : `does not recover (${u.failure})`}`;
+    (u.recovers ? ok : bad)(line);
+  }
+  if (r.nemeses.length) say(bold("  nemesis matrix"));
+  for (const c of r.nemeses) (c.result === "failed" ? bad : ok)(`  ${c.scenario} × ${c.nemesis}: ${c.result === "failed" ? `FAILED ${c.detail}` : `${c.result}: ${c.detail}`}`);
   r.unresolved_owners.forEach((u) => say(dim(`  unresolved (owner ${safe(u.owner)}): ${safe(u.difference)}`)));
   say(`RPO ${(r.rpo_seconds / 60).toFixed(1)} min (snapshot age), RTO ${r.rto_seconds}s (restore, checks${r.open_operations.some((op) => op.outcomes.length) ? ", reconciliation" : ""}); recovery time ${r.recovery_seconds}s, total ${r.total_seconds}s${r.report_file ? `; report entry ${r.report_index} in ${safe(r.report_file)}` : ""}`);
   const failed = r.checks.filter((c) => !c.ok && c.severity === "error").length;

@@ -5,7 +5,7 @@ import type { DrillCheck } from "../../../src/drill/checklog.js";
 
 const check = (o: Partial<DrillCheck>): DrillCheck => ({ scenario: "restore", phase: "checks", name: "integrity", ok: true, severity: "error", detail: "ok", seconds: 0.25, ...o });
 const result = (checks: DrillCheck[], ok = false) =>
-  ({ ok, warnings: [], spec: "reference-agent", snapshot_id: "20260301T100000000Z-0a1b2c3d", agent_id: "billing-agent", tenant: "acme", sequence: 7, recovery_seconds: 4.2, total_seconds: 12.5, checks }) as any;
+  ({ ok, warnings: [], spec: "reference-agent", snapshot_id: "20260301T100000000Z-0a1b2c3d", agent_id: "billing-agent", tenant: "acme", sequence: 7, recovery_seconds: 4.2, total_seconds: 12.5, checks, upgrade: null, nemeses: [] }) as any;
 
 describe("junitXml", () => {
   const xml = junitXml(result([
@@ -29,6 +29,42 @@ describe("junitXml", () => {
     // a control character becomes a visible escape (XML 1.0 can not hold it raw)
     expect(xml).toContain('<skipped message="not resolved here: bell\\x07 &lt;b&gt;"/>');
     expect(xml).not.toMatch(/[\x00-\x08\x0b\x0c\x0e-\x1f]/);
+  });
+});
+
+describe("junitXml: the upgrade and the nemesis matrix", () => {
+  const r = {
+    ...result([check({ scenario: "after_send_before_receipt~lost_write", phase: "after_recovery", name: "exactly one effect", ok: false, detail: "2 effect(s)" })]),
+    upgrade: { from: { version: "1.4.2", schema: 3 }, to: { version: "1.5.0", schema: 4 }, recovers: true, failure: null },
+    nemeses: [
+      { scenario: "after_send_before_receipt", nemesis: "clock_ahead_1h", result: "recovered", check: null, detail: "task complete" },
+      { scenario: "after_send_before_receipt", nemesis: "lost_write", result: "failed", check: "exactly one effect", detail: "lost_write: exactly one effect: 2 effect(s)" },
+      { scenario: "restore", nemesis: "enospc", result: "contained", check: null, detail: "ENOSPC" },
+    ],
+  };
+  const xml = junitXml(r);
+
+  it("a suite for the matrix with a case per cell: recovered and contained pass, failed fails naming the nemesis and the check", () => {
+    expect(xml).toMatch(/<testsuite name="reference-agent nemesis matrix" tests="3" failures="1" /);
+    expect(xml).toContain('name="after_send_before_receipt × clock_ahead_1h" time="0.000"/>');
+    expect(xml).toContain('name="restore × enospc" time="0.000"/>');
+    expect(xml).toContain('<failure message="lost_write: exactly one effect: 2 effect(s)" type="nemesis">');
+    expect(xml).toContain('name="after_send_before_receipt~lost_write / after_recovery / exactly one effect"');
+  });
+
+  it("the job summary has the upgrade line and the matrix, a failed cell in bold", () => {
+    const md = markdownSummary(r);
+    expect(md).toContain("upgrade: snapshot of 1.4.2 under 1.5.0: recovers");
+    expect(md).toContain("| after\\_send\\_before\\_receipt | lost\\_write | **FAIL** | lost\\_write: exactly one effect: 2 effect\\(s\\) |");
+    expect(md).toContain("| restore | enospc | contained | ENOSPC |");
+    expect(markdownSummary(result([check({})]))).not.toContain("| nemesis |");
+  });
+
+  it("both versions as properties", () => {
+    expect(xml).toContain('<property name="upgrade_from" value="1.4.2"/>');
+    expect(xml).toContain('<property name="upgrade_to" value="1.5.0"/>');
+    expect(xml).toContain('<property name="upgrade_recovers" value="true"/>');
+    expect(junitXml(result([check({})]))).not.toContain("upgrade_from");
   });
 });
 

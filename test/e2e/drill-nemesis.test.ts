@@ -1,0 +1,140 @@
+// Fault nemeses through the real binary: each crash scenario the spec names is
+// replayed under libfaketime (±1 h) and under a lost un-fsynced write (an
+// LD_PRELOAD shim copies each file the worker fsyncs; after the crash the rest
+// is dropped). The correct reference worker recovers in every cell; a worker
+// that sends before its claim is on disk (WORKER_FAULT=unsynced_key) passes the
+// plain crash point and is caught by the lost-write cell.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { randomBytes } from "node:crypto";
+import { json, makeAgent, makeBucket, ROOT, writeSpec, type TestAgent } from "../helpers.js";
+
+let a: TestAgent;
+const SPEC = join(ROOT, "drills", "reference-agent.json");
+
+beforeAll(async () => {
+  a = await makeAgent({ sizeMb: 1 });
+  const b = await a.run(["backup", "--json"]);
+  expect(b.code, b.stderr).toBe(0);
+});
+afterAll(() => a.cleanup());
+
+const drill = (spec: string, extra: string[] = []) => a.run(["drill", "latest", "--spec", spec, "--identity", a.identity, "--json", "--no-report", ...extra], { OPENAI_API_KEY: "x" });
+const cell = (d: any, scenario: string, nemesis: string) => d.nemeses.find((c: any) => c.scenario === scenario && c.nemesis === nemesis);
+
+describe("drill nemeses", () => {
+  it("the correct worker recovers in every cell of the matrix (clock ±1 h, lost un-fsynced write), each listed with its checks", async () => {
+    const spec = writeSpec(a.tmp, "nem", SPEC, (s) => {
+      s.crashPoints = ["after_commit_before_delivery", "after_send_before_receipt"];
+      s.sinkKill = true;
+      s.nemeses = { after_send_before_receipt: ["clock_ahead_1h", "clock_behind_1h", "lost_write"], after_commit_before_delivery: ["lost_write"], sink_kill: ["lost_write"] };
+    });
+    const junit = join(a.tmp, "nem.xml");
+    const r = await drill(spec, ["--junit", junit]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    const d = json(r);
+    expect(d.nemeses.map((c: any) => [c.scenario, c.nemesis, c.result])).toEqual([
+      ["after_send_before_receipt", "clock_ahead_1h", "recovered"],
+      ["after_send_before_receipt", "clock_behind_1h", "recovered"],
+      ["after_send_before_receipt", "lost_write", "recovered"],
+      ["after_commit_before_delivery", "lost_write", "recovered"],
+      ["sink_kill", "lost_write", "recovered"],
+    ]);
+    for (const c of d.nemeses) expect(c.detail).toMatch(/^task complete, 1 effect\(s\), after [1-9]\d* restart\(s\)$/);
+    // the fault was really applied: the clock shifted in the restarts, the shim copied what the worker fsynced and the rest was dropped
+    const nem = (sc: string) => d.checks.find((c: any) => c.scenario === sc && c.name.startsWith("nemesis "));
+    expect(nem("after_send_before_receipt~clock_ahead_1h").detail).toBe("restarts ran with the clock +1h (libfaketime)");
+    expect(nem("after_send_before_receipt~clock_behind_1h").detail).toBe("restarts ran with the clock -1h (libfaketime)");
+    expect(nem("after_send_before_receipt~lost_write").detail).toMatch(/^un-fsynced writes dropped: \d+ file\(s\) at their last fsync, \d+ back to the run's start, [1-9]\d* never fsynced removed$/);
+    const xml = readFileSync(junit, "utf8");
+    expect(xml).toContain('name="after_send_before_receipt × lost_write"');
+    expect(xml).toMatch(/name="after_send_before_receipt~lost_write \/ after_recovery \/ exactly one effect"/);
+  });
+
+  it("a worker that sends before its claim is fsynced passes the plain crash point and is caught by lost_write, naming the nemesis and the check (15)", async () => {
+    const spec = writeSpec(a.tmp, "unsynced", SPEC, (s) => {
+      s.crashPoints = ["after_send_before_receipt"];
+      s.sinkKill = false;
+      s.worker.env = { WORKER_FAULT: "unsynced_key" };
+      s.nemeses = { after_send_before_receipt: ["clock_ahead_1h", "lost_write"] };
+    });
+    const r = await drill(spec, ["--junit", join(a.tmp, "unsynced.xml")]);
+    expect(r.code, r.stderr).toBe(15);
+    const d = json(r);
+    expect(d.scenarios.find((s: any) => s.scenario === "after_send_before_receipt")).toMatchObject({ ok: true, effects: 1 });
+    expect(cell(d, "after_send_before_receipt", "clock_ahead_1h").result).toBe("recovered");
+    const lost = cell(d, "after_send_before_receipt", "lost_write");
+    expect(lost).toMatchObject({ result: "failed", check: "exactly one effect" });
+    expect(lost.detail).toMatch(/^lost_write: exactly one effect: 2 effect\(s\) at the sink for drill-task-1/);
+    expect(d.unresolved.join("\n")).toContain("after_send_before_receipt~lost_write: exactly one effect");
+    const xml = readFileSync(join(a.tmp, "unsynced.xml"), "utf8");
+    expect(xml).toMatch(/name="after_send_before_receipt × lost_write" time="[\d.]+">\s*<failure message="lost_write: exactly one effect: 2 effect/);
+  });
+
+  it("enospc: the restore placed again on a tmpfs half the restored size stops naming the fault (contained), and the tmpfs is unmounted", async () => {
+    const spec = writeSpec(a.tmp, "enospc", SPEC, (s) => {
+      s.crashPoints = [];
+      s.sinkKill = false;
+      s.nemeses = { restore: ["enospc"] };
+    });
+    const r = await drill(spec, ["--junit", join(a.tmp, "enospc.xml")]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    const d = json(r);
+    expect(d.nemeses).toHaveLength(1);
+    expect(d.nemeses[0]).toMatchObject({ scenario: "restore", nemesis: "enospc", result: "contained", check: null });
+    expect(d.nemeses[0].detail).toMatch(/^the restore stopped in \d+ bytes naming it: .*(ENOSPC|no space left|disk is full)/i);
+    expect(d.checks).toContainEqual(expect.objectContaining({ scenario: "restore~enospc", name: "nemesis enospc", ok: true }));
+    expect(readFileSync("/proc/mounts", "utf8")).not.toContain(a.tmp);
+    expect(readFileSync(join(a.tmp, "enospc.xml"), "utf8")).toContain('name="restore × enospc"');
+  });
+
+  it("a nemesis on a scenario the spec does not run, or a restore fault keyed by a crash point, is refused (2)", async () => {
+    const wrong = writeSpec(a.tmp, "wrong", SPEC, (s) => {
+      s.nemeses = { after_send_before_receipt: ["enospc"] };
+    });
+    const w = await drill(wrong);
+    expect(w.code).toBe(2);
+    expect(w.stderr).toMatch(/nemeses\.after_send_before_receipt: enospc is a fault of the restore/);
+    const spec = writeSpec(a.tmp, "bad", SPEC, (s) => {
+      s.crashPoints = ["after_send_before_receipt"];
+      s.nemeses = { after_commit_before_delivery: ["lost_write"] };
+    });
+    const r = await drill(spec);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/nemeses\.after_commit_before_delivery: not a scenario of this spec/);
+  });
+});
+
+// the object-store nemeses read the snapshot again from an S3 repository on the shared test gateway, through a fault proxy
+describe.skipIf(!process.env.AGENTBAK_TEST_S3_ENDPOINT)("drill nemeses on the restore's reads from S3", () => {
+  const s3 = { AGENTBAK_S3_ENDPOINT: process.env.AGENTBAK_TEST_S3_ENDPOINT, OPENAI_API_KEY: "x" };
+  it("503 SlowDown is retried through and a reset mid-GET is resumed (recovered); a dropped part stops the restore naming the fault (contained); nothing passes silently", async () => {
+    const bucket = `t-${randomBytes(5).toString("hex")}`;
+    await makeBucket(bucket);
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    writeFileSync(a.config, JSON.stringify({ ...cfg, repository: `s3://${bucket}/repo` }, null, 2));
+    try {
+      expect((await a.run(["init"], s3)).code).toBe(0);
+      const b = await a.run(["backup", "--json"], s3);
+      expect(b.code, b.stderr).toBe(0);
+      const spec = writeSpec(a.tmp, "s3nem", SPEC, (s) => {
+        s.crashPoints = [];
+        s.sinkKill = false;
+        s.nemeses = { restore: ["s3_503", "s3_reset", "s3_drop_part"] };
+      });
+      const r = await a.run(["drill", "latest", "--spec", spec, "--identity", a.identity, "--json", "--no-report"], s3);
+      expect([0, 3], r.stderr).toContain(r.code);
+      const d = json(r);
+      const by = Object.fromEntries(d.nemeses.map((c: any) => [c.nemesis, c]));
+      expect(by.s3_503).toMatchObject({ result: "recovered" });
+      expect(by.s3_503.detail).toMatch(/^read, verified and placed through the fault \(2 of [3-9]\d* request\(s\) faulted\)/);
+      expect(by.s3_reset, by.s3_reset.detail).toMatchObject({ result: "recovered" });
+      expect(by.s3_reset.detail).toMatch(/^read, verified and placed through the fault \(1 of [2-9]\d* request\(s\) faulted\)/);
+      expect(by.s3_drop_part, by.s3_drop_part.detail).toMatchObject({ result: "contained" });
+      expect(by.s3_drop_part.detail).toMatch(/1 of \d+ request\(s\) faulted/);
+    } finally {
+      writeFileSync(a.config, JSON.stringify(cfg, null, 2));
+    }
+  });
+});
