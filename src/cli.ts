@@ -193,6 +193,7 @@ function addBackupCommands(program: Command, result: { code: ExitCode }): void {
       .option("--incremental", "store only the SQLite pages changed since the latest snapshot (default: config incremental.enabled)")
       .option("--no-incremental", "force a full snapshot")
       .option("--skip-if-unchanged", "write no snapshot when nothing changed since this host's last one (databases, workspace, files, PostgreSQL and LanceDB sources, config); the receipt names that one")
+      .option("--no-stat-cache", "with --skip-if-unchanged: read every file's content instead of trusting the stat cache (device, inode, size, mtime, ctime)")
       .addOption(progressOpt())
       .addOption(jsonOpt()),
     ["agentbak backup", "agentbak backup --incremental --skip-if-unchanged", "agentbak backup --idempotency-key \"$CI_JOB_ID\" --json"],

@@ -61,6 +61,8 @@ export function homePaths(home: string = agentbakHome()) {
       blockSums: (key: string) => join(cache, `blocks-${key}`),
       /** the last backup of an agent to a repository, to tell an unchanged agent (capture/unchanged.ts) */
       lastBackup: (key: string) => join(cache, `last-backup-${key}.json`),
+      /** the unchanged check's stat cache of an agent's `files`: identity and times → sha256 (capture/unchanged.ts) */
+      statCache: (key: string) => join(cache, `stat-cache-${key}.json`),
       /** the last proven capture of a workspace (capture/backup.ts) */
       workspaceCapture: (key: string) => join(cache, `workspace-${key}.json`),
     },

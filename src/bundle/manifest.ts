@@ -16,11 +16,14 @@ export const FORMAT = "agentbak-bundle";
  * The newest version this tool reads and writes. 2 added `payload.chunks`, 3
  * `layout_padding`, 5 a component's `chunks` (its bytes in the agent's chunk
  * store, docs/chunk-store.md), 6 a component's `chunk_skip` (a small file packed
- * with others: its bytes are a range of its chunks' plaintext): a tool that knows only an older one refuses a
+ * with others: its bytes are a range of its chunks' plaintext), 7 `payload.chunks.digests` (each 4 MiB chunk's
+ * digest, so a reader checks each chunk before decrypting it, in the same read): a tool that knows only an older one refuses a
  * newer bundle as newer (exit 14) rather than as an invalid manifest (13).
  * Versions 1 to 4 are still read.
  */
-export const FORMAT_VERSION = 6;
+export const FORMAT_VERSION = 7;
+/** What a bundle with a packed small file or a source's fingerprint (and no payload chunk list) is written as: the format 6 of before. */
+export const PACKED_FORMAT_VERSION = 6;
 /** What a bundle with chunked components but no packed (ranged) one is written as: the format 5 of before. */
 export const CHUNKED_FORMAT_VERSION = 5;
 /** What a bundle without chunked components is written as: exactly the format-4 bundle of before (stock tools, older agentbak). */
@@ -178,8 +181,12 @@ export const ManifestSchema = z.strictObject({
     tar_size: int,
     compression: z.literal("zstd"),
     encryption: z.literal("age-x25519"),
-    /** the sha256 of each `size` bytes of payload.age and their root (streams.ts ChunkDigests), which verify hashes in parallel */
-    chunks: z.optional(z.strictObject({ size: z.int().check(z.minimum(1 << 20)).check(z.maximum(1 << 26)), sha256: sha })),
+    /**
+     * the sha256 of each `size` bytes of payload.age and their root (streams.ts ChunkDigests), which verify hashes in
+     * parallel; from format 7 (payloads of LIST_FROM bytes and more) each chunk's digest too, in order, whose root
+     * `sha256` must be: restore checks each chunk against it before decrypting it, in one read of the payload
+     */
+    chunks: z.optional(z.strictObject({ size: z.int().check(z.minimum(1 << 20)).check(z.maximum(1 << 26)), sha256: sha, digests: z.optional(z.array(sha)) })),
   }),
   workspace: z.nullable(z.strictObject({
     path: z.string().check(z.refine((p) => !p.startsWith("/") && !p.split("/").some((s) => s === ".." || s === ""), "a relative path")),
@@ -489,6 +496,16 @@ export const rememberValidManifest = (sha256: string) => void valid.add(sha256);
 
 const newerFormat = (v: number) => policyError(`bundle format version ${v} is newer than this tool supports (${FORMAT_VERSION})`);
 
+/** `payload.chunks.digests`: from format 7, one per chunk of the payload's size, their root the signed `sha256`. */
+function checkChunkList(version: number, size: number, c: { size: number; sha256: string; digests?: string[] }): void {
+  const list = c.digests!;
+  if (version < 7) throw new Error(`payload.chunks.digests in a format version ${version} manifest (added in version 7)`);
+  if (list.length !== Math.ceil(size / c.size)) throw new Error(`payload.chunks.digests lists ${list.length} chunks; a payload of ${size} bytes has ${Math.ceil(size / c.size)}`);
+  const root = createHash("sha256");
+  for (const d of list) root.update(Buffer.from(d, "hex"));
+  if (root.digest("hex") !== c.sha256) throw new Error("payload.chunks.digests: their root is not payload.chunks.sha256");
+}
+
 /**
  * Parses manifest bytes strictly. `digest`: their sha256, when the caller has it.
  * @throws Error naming the problem: `not canonical JSON`, `manifest.<path>: ...`.
@@ -522,6 +539,7 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
   const m = parsed.data;
   if (m.format_version < 1 || m.format_version > FORMAT_VERSION) throw new Error(`unsupported bundle format version ${m.format_version}`);
   if (m.format_version < 2 && m.payload.chunks) throw new Error("payload.chunks in a format version 1 manifest (added in version 2)");
+  if (m.payload.chunks?.digests) checkChunkList(m.format_version, m.payload.size, m.payload.chunks);
   if (m.format_version < 3 && m.layout_padding !== undefined) throw new Error(`layout_padding in a format version ${m.format_version} manifest (added in version 3)`);
   const seen = new Set<string>();
   for (const c of m.components) {

@@ -7,8 +7,9 @@
  * while the stock pipeline spreads the same work over three processes. Errors
  * come out the same either way (message, code, errno, syscall, path).
  */
-import { createReadStream } from "node:fs";
+import { closeSync, createReadStream, openSync, readSync } from "node:fs";
 import { join } from "node:path";
+import { createHash } from "node:crypto";
 import { Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { Worker } from "node:worker_threads";
@@ -26,6 +27,8 @@ const BATCH = 1 << 20;
 const CREDITS = 2;
 /** The payload is read in pieces of this size. */
 const READ = 256 << 10;
+/** A checked chunk is handed on in copies of this size (one age chunk and its tag), each spent soon after. */
+const PIECE = (64 << 10) + 16;
 
 /** Where the payload is and what it must come to. */
 export interface PayloadSource {
@@ -34,6 +37,11 @@ export interface PayloadSource {
   size: number;
   /** the decompressed size the manifest declares: decompression stops past it */
   tarSize: number;
+  /**
+   * format 7: each `size` bytes' listed digest (the signed manifest's `payload.chunks.digests`) and the payload's
+   * signed sha256: each chunk is held back until its digest is checked, and the whole is not hashed again
+   */
+  chunks?: { size: number; digests: string[]; signed: string };
 }
 
 /** The plaintext stream, and the sha256 of the payload bytes it came from once it has ended. */
@@ -43,18 +51,82 @@ export interface Plaintext {
 }
 
 /** The chain of stages, on whichever thread runs it; `stop` ends it early (the reader went away). */
-function stages(s: PayloadSource, identities: AgeIdentity[], sink: Writable): { done: Promise<void>; tap: HashTap; stop: () => void } {
+function stages(s: PayloadSource, identities: AgeIdentity[], sink: Writable): { done: Promise<void>; digest: () => string; stop: () => void } {
+  // a format-7 payload is read and checked chunk by chunk (CheckedPayload); an older one hashed whole as it is read
+  const checked = s.chunks ? new CheckedPayload({ ...s, chunks: s.chunks }) : null;
   const tap = new HashTap(s.size, "payload.age");
   // reads of 256 KiB, not 1 MiB: a read buffer lives on while any slice of it does (age keeps the tail of one read to
   // complete its next chunk), and with 1 MiB reads the worker's array buffers climbed to 60-80 MiB between
   // collections, forced full ones included. Restore of the bench's 1194 MiB database: peak RSS 160-175 MiB with
   // 1 MiB reads (190-200 MiB before the young collections below), 104-109 MiB with these; CPU the same
-  const read = createReadStream(s.path, { start: s.offset, end: s.offset + s.size - 1, highWaterMark: READ });
-  const done = pipeline(read, tap, new AgeDecryptStream(identities), boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload"), sink);
+  const read = checked ?? createReadStream(s.path, { start: s.offset, end: s.offset + s.size - 1, highWaterMark: READ });
+  const rest = [new AgeDecryptStream(identities), boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload"), sink] as const;
+  const done = checked ? pipeline(checked, ...rest) : pipeline(read, tap, ...rest);
   done.catch(() => undefined); // the callers look at `done`; a stopped chain's rejection is not news
   // closing the source (no error: nothing emits one) makes the pipeline tear every stage down
-  return { done, tap, stop: () => read.destroy() };
+  return { done, digest: () => (checked ? checked.digest() : tap.digest()), stop: () => read.destroy() };
 }
+
+/**
+ * The payload read chunk by chunk, each passed on only once its sha256 is the
+ * one the signed manifest lists for it: nothing reaches age before its bytes
+ * are checked, and the payload is read once. The chunk is read into one
+ * buffer kept for the whole payload and handed on in fresh 256 KiB copies as
+ * the next stage asks (pushing a whole chunk's pieces at once kept them alive
+ * across young collections: a 192 MiB restore peaked ~16 MiB higher,
+ * test/e2e/restore-memory). A chunk that differs, or a payload cut short,
+ * fails (code PAYLOAD_DIGEST: exit 13). Reads are synchronous, 4 MiB at most:
+ * on the payload worker, or on the calling thread for a payload under 32 MiB.
+ */
+export class CheckedPayload extends Readable {
+  private readonly hold: Buffer;
+  private fd: number | null = null;
+  private index = 0;
+  private filled = 0;
+  private at = 0;
+  constructor(private readonly s: PayloadSource & { chunks: NonNullable<PayloadSource["chunks"]> }) {
+    super({ highWaterMark: READ });
+    this.hold = Buffer.allocUnsafeSlow(Math.min(s.chunks.size, s.size));
+  }
+  override _read(): void {
+    try {
+      if (this.at === this.filled && !this.next()) return;
+      const end = Math.min(this.filled, this.at + PIECE);
+      this.push(Buffer.from(this.hold.subarray(this.at, end)));
+      this.at = end;
+    } catch (e) {
+      this.destroy(e as Error);
+    }
+  }
+  /** Reads and checks the next chunk; false when the payload has ended (pushed null). */
+  private next(): boolean {
+    const { chunks: c, size, offset } = this.s;
+    if (this.index === c.digests.length) return (this.push(null), false);
+    this.fd ??= openSync(this.s.path, "r");
+    const start = this.index * c.size;
+    const len = Math.min(c.size, size - start);
+    let got = 0;
+    for (let n = 1; got < len && n > 0; got += n) n = readSync(this.fd, this.hold, got, len - got, offset + start + got);
+    if (got < len) throw mismatch(`payload.age: ends inside chunk ${this.index + 1} of ${c.digests.length} (truncated)`);
+    if (createHash("sha256").update(this.hold.subarray(0, len)).digest("hex") !== c.digests[this.index])
+      throw mismatch(`payload.age: digest mismatch in chunk ${this.index + 1} of ${c.digests.length} (not the payload the manifest signed)`);
+    this.index++;
+    this.filled = len;
+    this.at = 0;
+    return true;
+  }
+  override _destroy(err: Error | null, cb: (e: Error | null) => void): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+    cb(err);
+  }
+  /** the signed sha256 once every chunk was read and checked, else "" */
+  digest(): string {
+    return this.index === this.s.chunks.digests.length && this.at === this.filled ? this.s.chunks.signed : "";
+  }
+}
+
+const mismatch = (m: string) => Object.assign(new Error(m), { code: "PAYLOAD_DIGEST" });
 
 /**
  * The payload's plaintext, decrypted on this thread or (large payloads) a
@@ -92,8 +164,7 @@ function onThisThread(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
     () => out.push(null),
     (e: Error) => out.destroy(e),
   );
-  const tap = chain.tap;
-  return { stream: out, digest: () => tap.digest() };
+  return { stream: out, digest: chain.digest };
 }
 
 /** What the worker says. */
@@ -197,13 +268,13 @@ export function serveWorker(port: { on(e: "message", f: (m: unknown) => void): u
         else cb();
       },
     });
-    const { done, tap } = stages(
+    const { done, digest } = stages(
       source,
       identities.map((i) => ({ secret: Buffer.from(i.secret), recipient: i.recipient })),
       sink,
     );
     done.then(
-      () => port.postMessage({ end: true, digest: tap.digest() }),
+      () => port.postMessage({ end: true, digest: digest() }),
       (e: NodeJS.ErrnoException) => port.postMessage({ error: { message: e.message, code: e.code, errno: e.errno, syscall: e.syscall, path: e.path } }),
     );
   });

@@ -52,8 +52,11 @@ export async function fileRangeSha256(path: string, start: number, size: number)
  * Full header check plus the payload digest (one read of the payload).
  * @throws AgentbakError(13) `payload.age: digest mismatch` when the payload is not the signed one.
  */
-export async function verifyBundle(path: string, trust: Trust, now = new Date(), progress: Progress = noProgress): Promise<VerifiedBundle> {
+export async function verifyBundle(path: string, trust: Trust, now = new Date(), progress: Progress = noProgress, o: { decrypting?: boolean } = {}): Promise<VerifiedBundle> {
   const v = verifyHeader(path, trust, now);
+  // `decrypting`: the caller goes on to readPayload, which checks a format-7 payload chunk by chunk as it reads it
+  // (each before it is decrypted): that one read is the check
+  if (o.decrypting && v.manifest.payload.chunks?.digests) return v;
   const { payloadOffset: at, payloadSize: size } = v.layout;
   // hashed off this thread (or in one stream): counted when done, one step of the payload's size
   const counted = progress.stage("checking payload digest", size);
@@ -125,12 +128,15 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
   });
   try {
     // read, payload digest, age and zstd: on a worker thread for a large payload (bundle/plaintext.ts)
-    const p = plaintext({ path: v.layout.path, offset: v.layout.payloadOffset, size: v.layout.payloadSize, tarSize: v.manifest.payload.tar_size }, identities);
+    const { chunks, sha256: signed } = v.manifest.payload;
+    const listed = chunks?.digests ? { chunks: { size: chunks.size, digests: chunks.digests, signed } } : {};
+    const p = plaintext({ path: v.layout.path, offset: v.layout.payloadOffset, size: v.layout.payloadSize, tarSize: v.manifest.payload.tar_size, ...listed }, identities);
     payloadDigest = p.digest;
     await pipeline(p.stream, tarTap, extract);
   } catch (e) {
     if (e instanceof AgentbakError) throw e;
     const err = e as NodeJS.ErrnoException;
+    if (err.code === "PAYLOAD_DIGEST") throw verifyError(err.message);
     if (err.code === "NO_IDENTITY") throw noKey(`payload.age: ${err.message} (recipients: ${v.manifest.recipients.join(", ")})`);
     // a failed read is the bundle's file; a failed write (or mkdir) is where components were going
     if (ioErrno(err)) throw ioError(err, err.path ?? (err.syscall === "read" || !destDir ? v.layout.path : destDir));

@@ -18,6 +18,15 @@ import type * as Binding from "zstd-napi/binding.js";
 export const PAYLOAD_CHUNK = 4 << 20;
 
 /**
+ * A payload of this size or more lists each chunk's digest in its manifest
+ * (`payload.chunks.digests`, format 7): restore then checks each chunk before
+ * decrypting it as it reads, instead of hashing the whole payload in a pass of
+ * its own first. A smaller payload keeps the format of before (its separate
+ * pass costs a few milliseconds).
+ */
+export const LIST_FROM = 16 << 20;
+
+/**
  * sha256 of each `size` bytes of a stream (the last chunk may be shorter), and
  * their root: sha256 of the chunks' 32-byte digests in order. With stock tools:
  * `split -b 4M --filter 'sha256sum' payload.age`, then the sha256 of those
@@ -27,6 +36,8 @@ export class ChunkDigests {
   private chunk: Hash = createHash("sha256");
   private filled = 0;
   private readonly root: Hash = createHash("sha256");
+  /** each chunk's digest, in order */
+  readonly list: string[] = [];
   constructor(readonly size: number) {}
   update(b: Buffer): void {
     for (let off = 0; off < b.length; ) {
@@ -34,15 +45,18 @@ export class ChunkDigests {
       this.chunk.update(n === b.length ? b : b.subarray(off, off + n));
       this.filled += n;
       off += n;
-      if (this.filled === this.size) {
-        this.root.update(this.chunk.digest());
-        this.chunk = createHash("sha256");
-        this.filled = 0;
-      }
+      if (this.filled === this.size) this.close();
     }
   }
+  private close(): void {
+    const d = this.chunk.digest();
+    this.list.push(d.toString("hex"));
+    this.root.update(d);
+    this.chunk = createHash("sha256");
+    this.filled = 0;
+  }
   digest(): string {
-    if (this.filled > 0) this.root.update(this.chunk.digest());
+    if (this.filled > 0) this.close();
     return this.root.digest("hex");
   }
 }

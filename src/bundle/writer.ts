@@ -16,9 +16,9 @@ import * as tar from "tar-stream";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, ioErrno, ioError } from "../errors.js";
-import { CHUNKED_FORMAT_VERSION, encodeManifest, FORMAT_VERSION, MAX_MANIFEST, PLAIN_FORMAT_VERSION, sha256hex, type Component, type Manifest } from "./manifest.js";
+import { CHUNKED_FORMAT_VERSION, encodeManifest, FORMAT_VERSION, MAX_MANIFEST, PACKED_FORMAT_VERSION, PLAIN_FORMAT_VERSION, sha256hex, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
-import { BufferPool, ByteCounter, HashTap, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
+import { BufferPool, ByteCounter, HashTap, LIST_FROM, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
 import { pageRuns, type PageSource } from "../state/sqlite/pagefile.js";
 
 /**
@@ -31,6 +31,8 @@ export interface BundlePlan {
   manifestRoom: number;
   sigSize: number;
   payloadAt: number;
+  /** a payload of LIST_FROM bytes or more lists its chunks' digests (format 7); export writes format 4, without */
+  listChunks: boolean;
 }
 
 /**
@@ -43,12 +45,15 @@ export interface BundlePlan {
  * A manifest that does not fit is written without padding and the payload
  * moved after it (writeBundleFile).
  */
-export function planBundle(path: string, key: SigningKey, components: Pick<Component, "path" | "chunks">[], prior?: Manifest): BundlePlan {
-  const guess = Math.max(3072 + components.reduce((n, c) => n + 2 * c.path.length + 256 + 160 * (c.chunks?.length ?? 0), 0), prior ? unpadded(prior).length + 1024 : 0);
+export function planBundle(path: string, key: SigningKey, components: Pick<Component, "path" | "chunks">[], prior?: Manifest, payloadBound = 0, listChunks = true): BundlePlan {
+  // a payload's chunk list: 67 bytes a digest; the payload is at most about the components' bytes (zstd and age add
+  // a little to incompressible ones)
+  const list = listChunks && payloadBound * 1.01 + 65536 >= LIST_FROM ? 67 * Math.ceil((payloadBound * 1.01 + 65536) / PAYLOAD_CHUNK) + 16 : 0;
+  const guess = list + Math.max(3072 + components.reduce((n, c) => n + 2 * c.path.length + 256 + 160 * (c.chunks?.length ?? 0), 0), prior ? unpadded(prior).length + 1024 : 0);
   const manifestRoom = Math.min(MAX_MANIFEST, tarBlocks(guess));
   // an Ed25519 SSHSIG of one key in one namespace has the same size whatever it signs
   const sigSize = signMessage(key, NS.manifest, Buffer.alloc(0)).length;
-  return { path, manifestRoom, sigSize, payloadAt: BLOCK + manifestRoom + BLOCK + tarBlocks(sigSize) + BLOCK };
+  return { path, manifestRoom, sigSize, payloadAt: BLOCK + manifestRoom + BLOCK + tarBlocks(sigSize) + BLOCK, listChunks };
 }
 
 /** A manifest's bytes without its padding. */
@@ -118,7 +123,6 @@ export async function writePayload(components: StagedComponent[], recipients: st
   // below, and neither promise may go unhandled meanwhile
   done.catch(() => undefined);
   const result: Component[] = [];
-  const sizeOf = (c: StagedComponent) => (c.pages ? c.pages.pageCount * c.pages.pageSize : statSync(c.file).size);
   try {
     // counted as the components are read into the tar (every byte of them once)
     const counted = progress.stage("writing payload", components.reduce((n, c) => n + sizeOf(c), 0));
@@ -149,8 +153,14 @@ export async function writePayload(components: StagedComponent[], recipients: st
   // no fsync here: writeBundleFile fsyncs the finished bundle
   return {
     components: result,
-    payload: { sha256: outTap.digest(), size: outTap.bytes, tar_size: tarTap.bytes, compression: "zstd", encryption: "age-x25519", chunks: { size: PAYLOAD_CHUNK, sha256: outTap.chunks!.digest() } },
+    payload: { sha256: outTap.digest(), size: outTap.bytes, tar_size: tarTap.bytes, compression: "zstd", encryption: "age-x25519", chunks: payloadChunks(outTap, plan.listChunks) },
   };
+}
+
+/** The payload's chunk digests' root, and from LIST_FROM bytes on each digest (format 7: restore checks each chunk as it reads). */
+function payloadChunks(tap: HashTap, list: boolean): NonNullable<Manifest["payload"]["chunks"]> {
+  const sha256 = tap.chunks!.digest();
+  return list && tap.bytes >= LIST_FROM ? { size: PAYLOAD_CHUNK, sha256, digests: tap.chunks!.list } : { size: PAYLOAD_CHUNK, sha256 };
 }
 
 /** The manifest with `layout_padding` that makes it exactly `room` bytes, or null when it is larger. */
@@ -159,14 +169,17 @@ function fitManifest(m: Manifest, room: number): Manifest | null {
   return bare <= room ? { ...m, layout_padding: " ".repeat(room - bare) } : null;
 }
 
+/** A staged component's bytes. */
+const sizeOf = (c: StagedComponent) => (c.pages ? c.pages.pageCount * c.pages.pageSize : statSync(c.file).size);
+
 /**
  * Plans the bundle at `path` and writes its payload (writePayload): the `staged` components; the manifest will also
  * list `stored` (components whose bytes are elsewhere: the chunk store), and `prior`, the agent's newest manifest,
  * sizes the room kept for it.
  * @returns the bundle's plan (for writeBundleFile) and what was written
  */
-export async function writeComponents(path: string, key: SigningKey, staged: StagedComponent[], recipients: string[], o: { stored?: Pick<Component, "path" | "chunks">[]; prior?: Manifest; progress?: Progress } = {}) {
-  const bundle = planBundle(path, key, [...staged, ...(o.stored ?? [])], o.prior);
+export async function writeComponents(path: string, key: SigningKey, staged: StagedComponent[], recipients: string[], o: { stored?: Pick<Component, "path" | "chunks">[]; prior?: Manifest; progress?: Progress; listChunks?: boolean } = {}) {
+  const bundle = planBundle(path, key, [...staged, ...(o.stored ?? [])], o.prior, staged.reduce((n, c) => n + sizeOf(c), 0), o.listChunks ?? true);
   return { bundle, written: await writePayload(staged, recipients, bundle, o.progress) };
 }
 
@@ -181,7 +194,8 @@ export async function writeComponents(path: string, key: SigningKey, staged: Sta
 export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: BundlePlan): Promise<{ bytes: Buffer; sha256: string }> {
   // a bundle whose components are all in its payload is the format-4 bundle of before; one that lists chunks is format 5,
   // and one with a packed small file (a range of its chunks) or a source's fingerprint format 6
-  const format_version = draft.components.some((c) => c.chunk_skip !== undefined || c.fingerprint !== undefined) ? FORMAT_VERSION : draft.components.some((c) => c.chunks) ? CHUNKED_FORMAT_VERSION : PLAIN_FORMAT_VERSION;
+  // and one whose payload lists its chunks' digests (LIST_FROM bytes and more) format 7
+  const format_version = draft.payload.chunks?.digests ? FORMAT_VERSION : draft.components.some((c) => c.chunk_skip !== undefined || c.fingerprint !== undefined) ? PACKED_FORMAT_VERSION : draft.components.some((c) => c.chunks) ? CHUNKED_FORMAT_VERSION : PLAIN_FORMAT_VERSION;
   const { layout_padding: _p, ...unpadded } = { ...draft, format_version };
   const fitted = fitManifest(unpadded, plan.manifestRoom);
   const mbytes = encodeManifest(fitted ?? unpadded);

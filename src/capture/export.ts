@@ -78,7 +78,7 @@ export async function exportBundle(
     const v = await verifyBundle(bundle.path, o.trust, undefined, o.progress);
     const m = v.manifest;
     const { staged, inPayload } = await stageWhole(v, bundle, o.identities, { staging, trust: o.trust, inline: true, progress: o.progress });
-    const { bundle: plan, written } = await writeComponents(join(staging, "bundle.agentbak"), o.key, staged, m.recipients, { prior: m, progress: o.progress });
+    const { bundle: plan, written } = await writeComponents(join(staging, "bundle.agentbak"), o.key, staged, m.recipients, { prior: m, progress: o.progress, listChunks: false }); // format 4: no payload chunk list (format 7)
     // each component as the snapshot signed it (a rebuilt database: checked against its pages root as it was rebuilt)
     for (const [i, c] of inPayload.entries())
       if (c.kind !== "sqlite-delta" && written.components[i]!.sha256 !== c.sha256) throw verifyError(`export: component ${c.path} does not match its signed sha256`);

@@ -64,6 +64,8 @@ export interface BackupOptions {
   sequenceFloor?: number;
   /** no new snapshot when nothing changed since this host's last one (capture/unchanged.ts), as restic's --skip-if-unchanged */
   skipUnchanged?: boolean;
+  /** false: the unchanged check reads and hashes every file instead of trusting its identity and times (--no-stat-cache) */
+  statCache?: boolean;
   /** where long work reports how far it has got (src/progress.ts) */
   progress?: Progress;
   /**

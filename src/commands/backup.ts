@@ -12,6 +12,8 @@ export interface BackupCmdOptions extends GlobalOpts {
   wait?: string;
   incremental?: boolean;
   skipIfUnchanged?: boolean;
+  /** false (--no-stat-cache): the unchanged check hashes every file */
+  statCache?: boolean;
   principal?: string;
   progress?: Progress;
 }
@@ -32,6 +34,7 @@ export async function backup(opts: BackupCmdOptions): Promise<BackupReceipt> {
     waitMs: opts.wait ? parseDuration(opts.wait) : 0,
     incremental: opts.incremental,
     skipUnchanged: opts.skipIfUnchanged,
+    statCache: opts.statCache,
     progress: opts.progress,
   });
 }

@@ -318,7 +318,8 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   refuseSymlink(target);
   const cfg = o.lc?.config;
   const expectAgent = o.expectAgent ?? cfg?.agent.id;
-  const v = await verifyBundle(o.bundle.path, o.trust, now, o.progress);
+  // a restore decrypts the payload (a dry run does not): a format-7 payload is checked chunk by chunk as it is read
+  const v = await verifyBundle(o.bundle.path, o.trust, now, o.progress, { decrypting: !o.dryRun });
   const m = v.manifest;
   const a = { tenant: m.tenant, agent: m.agent_id };
   const seen = readTrustedState(agentbakHome(), a);

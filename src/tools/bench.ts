@@ -27,6 +27,8 @@
  *   --only checkpoint  the agent interface's checkpoint bench alone (bench-checkpoint.ts)
  *   --only chunks      the chunk engine on the mixed shape (bench-chunks.ts): throughput, stat cache, dedupe
  *   --only second      the second-snapshot row alone (bench-second.ts; --shapes, default mixed): no restic needed
+ *   --only restore     the restore rows alone (bench-restore.ts; --shapes, --runs): stock restore with and
+ *                      without `sync`, restore, restore --integrity digest, by wall and CPU
  *   --only startup     the start-up figures alone (bench-startup.ts): --version, snapshots, nothing changed,
  *                      medians beside node -e 0's; a full run measures them first too
  *   --startup-runs N   runs of each start-up figure (default 21)
@@ -45,6 +47,7 @@ import { checkpointBench, checkpointRows } from "./bench-checkpoint.js";
 import { chunkBench } from "./bench-chunks.js";
 import { fleetBench } from "./bench-fleet.js";
 import { listingBench } from "./bench-listing.js";
+import { restoreBench, restoreRows, type RestoreResult } from "./bench-restore.js";
 import { secondBench, secondRows, type SecondResult } from "./bench-second.js";
 import { bin, fmt, measure, root, type Measured } from "./bench-measure.js";
 import { profileText, summarizeDir, type ThreadSummary } from "./bench-profile.js";
@@ -330,6 +333,21 @@ async function main(): Promise<void> {
       process.stdout.write(r.lines.join("\n") + "\n");
       const jsonFile = arg("json", "");
       if (jsonFile) writeFileSync(jsonFile, JSON.stringify({ date: new Date().toISOString(), machine: await machine(), chunks: r.json }, null, 2) + "\n");
+      return;
+    }
+    if (arg("only", "") === "restore") {
+      const out: RestoreResult[] = [];
+      for (const name of arg("shapes", SHAPES.join(",")).split(",") as ShapeName[]) {
+        if (!SHAPES.includes(name)) throw new Error(`--shapes: unknown shape ${name} (${SHAPES.join(", ")})`);
+        const scale = Number(arg("scale", "1"));
+        const size = Math.round((name === "reference" ? Number(arg("size-mb", "1024")) * MiB : SHAPE_BYTES[name]) * scale);
+        const cached = await cachedShape(name, size, arg("cache", join(tmpdir(), "agentbak-bench-cache")), root, log);
+        out.push(await restoreBench({ name, dir: cached.dir, tmp, home, recipient, scale, root, env, runs: Number(arg("runs", "1")), log }));
+      }
+      const uptime = (await execa("uptime")).stdout.trim();
+      process.stdout.write([`${new Date().toISOString()}, commit ${(await machine()).commit}, ${uptime}`, "", ...restoreRows(out)].join("\n") + "\n");
+      const jsonFile = arg("json", "");
+      if (jsonFile) writeFileSync(jsonFile, JSON.stringify({ date: new Date().toISOString(), machine: await machine(), uptime, restore: out }, null, 2) + "\n");
       return;
     }
     const startup = await startupBench(tmp, env, recipient, Number(arg("startup-runs", "21")));

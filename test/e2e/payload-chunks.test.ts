@@ -4,14 +4,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { execa } from "execa";
 import { createHash } from "node:crypto";
-import { mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
 import { fileChunksSha256 } from "../../src/bundle/chunks.js";
 import { readChunk, readChunkSync, Truncated, type ChunkJob } from "../../src/bundle/chunk-table.js";
 import { closeSync, openSync, readSync } from "node:fs";
 import { open } from "node:fs/promises";
-import { manifestOf } from "../craft.js";
+import { craft, manifestOf } from "../craft.js";
 
 const CHUNK = 4 << 20;
 let a: TestAgent;
@@ -68,6 +68,58 @@ describe("payload chunk digests", () => {
       expect(r.stderr).toMatch(/payload\.age: digest mismatch/);
     }
   });
+
+  it("a payload of 16 MiB or more lists each chunk's digest (format 7), the same as coreutils' per chunk", async () => {
+    expect(m.format_version).toBe(7);
+    const x = join(a.tmp, "x7");
+    mkdirSync(x);
+    await execa("tar", ["xf", file], { cwd: x });
+    const per = (await execa("sh", ["-c", `split -b ${CHUNK} --filter=sha256sum payload.age`], { cwd: x })).stdout.split("\n").map((l) => l.slice(0, 64));
+    expect(m.payload.chunks.digests).toEqual(per);
+  });
+
+  it("restore reads the payload once, each chunk checked before it is decrypted: a flipped byte in a middle or the last chunk is 13 naming the chunk, and nothing is placed", async () => {
+    const b = readFileSync(file);
+    const n = Math.ceil(m.payload.size / CHUNK);
+    const payloadAt = b.length - 1024 - Math.ceil(m.payload.size / 512) * 512;
+    for (const c of [5, n - 1]) {
+      const p = join(a.tmp, `restore-flipped-${c}.agentbak`);
+      const x = Buffer.from(b);
+      x[payloadAt + c * CHUNK + 100]! ^= 0x40;
+      writeFileSync(p, x);
+      const target = join(a.tmp, `restore-flipped-${c}`);
+      const r = await a.run(["restore", p, "--target", target, "--yes", "--allow-rollback"]);
+      expect(r.code, r.stderr).toBe(13);
+      // the message of the check made while reading (the separate pass before decrypting says "digest mismatch (not ...")
+      expect(r.stderr.trim()).toBe(`agentbak: payload.age: digest mismatch in chunk ${c + 1} of ${n} (not the payload the manifest signed)`);
+      expect(existsSync(target)).toBe(false);
+    }
+    // the bundle as written restores, its database whole
+    const target = join(a.tmp, "restored-once");
+    const r = await a.run(["restore", file, "--target", target, "--yes", "--allow-rollback"]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    const db = new Database(join(target, "state/agent.sqlite"), { readonly: true });
+    expect((db.prepare("SELECT count(*) AS n, sum(length(body)) AS bytes FROM attachments").get() as any)).toEqual({ n: 48, bytes: 48 << 20 });
+    db.close();
+  }, 120_000);
+
+  it("a signed list that does not add up to the signed root, or one in a format-6 manifest, is refused (13) before any chunk is read", async () => {
+    const bad = [
+      ["list", (x: any) => (x.payload.chunks.digests = [...x.payload.chunks.digests].reverse()), /payload\.chunks\.digests: their root is not payload\.chunks\.sha256/],
+      ["short", (x: any) => (x.payload.chunks.digests = x.payload.chunks.digests.slice(1)), /payload\.chunks\.digests lists \d+ chunks; a payload of \d+ bytes has \d+/],
+      ["v6", (x: any) => (x.format_version = 6), /payload\.chunks\.digests in a format version 6 manifest \(added in version 7\)/],
+    ] as const;
+    const { readLayout } = await import("../../dist/bundle/outer.js");
+    const l = readLayout(file);
+    const payload = readFileSync(file).subarray(l.payloadOffset, l.payloadOffset + l.payloadSize);
+    for (const [name, patch, msg] of bad) {
+      const out = join(a.tmp, `list-${name}.agentbak`);
+      await craft({ baseManifest: m, payloadAge: payload, keyFile: join(a.home, "signing-key"), out, patch: (x) => ((x.payload.chunks.digests = m.payload.chunks.digests), patch(x)) });
+      const r = await a.run(["restore", out, "--target", join(a.tmp, `list-${name}`), "--yes", "--allow-rollback"]);
+      expect(r.code, r.stderr).toBe(13);
+      expect(r.stderr).toMatch(msg);
+    }
+  }, 120_000);
 
   it("a bundle cut short inside its payload is refused (13) when its layout is read, before any chunk is hashed", async () => {
     const p = join(a.tmp, "short.agentbak");

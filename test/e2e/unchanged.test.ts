@@ -3,6 +3,7 @@
 // mode), the workspace, a captured file or the config takes a new one.
 import Database from "better-sqlite3";
 import { execa } from "execa";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -146,6 +147,53 @@ describe("backup --skip-if-unchanged", () => {
     writeFileSync(big, Buffer.alloc(1024 * 1024, 2));
     utimesSync(big, atime, mtime);
     await new Promise((r) => setTimeout(r, 2100));
+    expect((await skip()).status).toBe("committed");
+    expect((await skip()).status).toBe("unchanged");
+  });
+
+  it("the stat cache: a small file rewritten to its old size and mtime (touch -d) is read again (its ctime moved); a cached digest answers for a file whose identity and times match; --no-stat-cache reads every file; a damaged cache is ignored and rebuilt", async () => {
+    const mem = join(a.dir, "memory", readdirSync(join(a.dir, "memory")).find((f) => f.endsWith(".json"))!);
+    const text = readFileSync(mem, "utf8");
+    expect(statSync(mem).size).toBeLessThan(512 * 1024);
+    const settle = () => new Promise((r) => setTimeout(r, 2100)); // past the 2 s within which times do not count
+    const cacheFile = () => join(a.home, "cache", readdirSync(join(a.home, "cache")).find((f) => f.startsWith("stat-cache-"))!);
+    await settle();
+    await skip();
+    expect((await skip()).status).toBe("unchanged");
+    expect(JSON.parse(readFileSync(cacheFile(), "utf8"))[mem]?.[1]).toBe(createHash("sha256").update(text).digest("hex"));
+    // same size, another byte, mtime set back by the real touch: only ctime tells
+    const mtime = (await execa("stat", ["-c", "%y", mem])).stdout.trim();
+    writeFileSync(mem, text.replace(/[a-z]/, (c) => (c === "a" ? "b" : "a")));
+    await execa("touch", ["-m", "-d", mtime, mem]);
+    expect((await execa("stat", ["-c", "%y", mem])).stdout.trim()).toBe(mtime);
+    await settle();
+    expect((await skip()).status).toBe("committed");
+    expect((await skip()).status).toBe("unchanged");
+    // the cache answers for the file while its identity and times are the recorded ones: a wrong digest put there is
+    // believed (the file is not read) ...
+    const c = JSON.parse(readFileSync(cacheFile(), "utf8"));
+    c[mem][1] = "0".repeat(64);
+    writeFileSync(cacheFile(), JSON.stringify(c));
+    expect((await skip()).status).toBe("committed");
+    // ... --no-stat-cache reads it (the real content differs from that digest) and records what it read
+    const paranoid = async () => json(await a.run(["backup", "--skip-if-unchanged", "--no-stat-cache", "--json"]));
+    expect((await paranoid()).status).toBe("committed");
+    expect((await paranoid()).status).toBe("unchanged");
+    expect((await skip()).status).toBe("unchanged");
+    // a damaged cache file is ignored (every file read: the same state) and written anew
+    writeFileSync(cacheFile(), '{"broken": ');
+    expect((await skip()).status).toBe("unchanged");
+    expect(JSON.parse(readFileSync(cacheFile(), "utf8"))[mem]?.[0]).toMatch(/^\d+ \d+ \d+ \d+ \d+$/);
+    writeFileSync(mem, text);
+    expect((await skip()).status).toBe("committed");
+  }, 90_000);
+
+  it("a damaged last-backup record is ignored (a snapshot is taken) and written anew", async () => {
+    await skip();
+    expect((await skip()).status).toBe("unchanged");
+    const rec = readdirSync(join(a.home, "cache")).filter((f) => f.startsWith("last-backup-"));
+    expect(rec.length).toBeGreaterThan(0);
+    for (const f of rec) writeFileSync(join(a.home, "cache", f), '{"fingerprint": "0');
     expect((await skip()).status).toBe("committed");
     expect((await skip()).status).toBe("unchanged");
   });

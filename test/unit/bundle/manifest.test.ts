@@ -55,7 +55,7 @@ describe("manifest", () => {
   });
 
   it("refuses a newer format version with a policy error naming both versions", () => {
-    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 7 })!))).toThrow(/version 7 .*\(6\)/);
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 8 })!))).toThrow(/version 8 .*\(7\)/);
   });
 
   it("reads format versions 1 and 2; payload.chunks only in 2, where it was added", () => {
@@ -68,9 +68,9 @@ describe("manifest", () => {
   });
 
   it("a newer format version is refused even when its bytes were remembered as valid (a header cache another version wrote)", () => {
-    const newer = Buffer.from(canonicalize({ ...base, format_version: 7 })!);
+    const newer = Buffer.from(canonicalize({ ...base, format_version: 8 })!);
     rememberValidManifest(createHash("sha256").update(newer).digest("hex"));
-    expect(() => parseManifest(newer)).toThrow(/version 7 .*\(6\)/);
+    expect(() => parseManifest(newer)).toThrow(/version 8 .*\(7\)/);
   });
 
   it("a delta records its rebuilt database's pages root from format version 4 on, its sha256 before; never both, never neither", () => {
