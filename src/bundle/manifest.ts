@@ -540,6 +540,7 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
   if (m.format_version < 1 || m.format_version > FORMAT_VERSION) throw new Error(`unsupported bundle format version ${m.format_version}`);
   if (m.format_version < 2 && m.payload.chunks) throw new Error("payload.chunks in a format version 1 manifest (added in version 2)");
   if (m.payload.chunks?.digests) checkChunkList(m.format_version, m.payload.size, m.payload.chunks);
+  if (m.recall && m.format_version < 7) throw new Error(`recall in a format version ${m.format_version} manifest (added in version 7)`);
   if (m.format_version < 3 && m.layout_padding !== undefined) throw new Error(`layout_padding in a format version ${m.format_version} manifest (added in version 3)`);
   const seen = new Set<string>();
   for (const c of m.components) {

@@ -195,7 +195,7 @@ export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: Bu
   // a bundle whose components are all in its payload is the format-4 bundle of before; one that lists chunks is format 5,
   // and one with a packed small file (a range of its chunks) or a source's fingerprint format 6
   // and one whose payload lists its chunks' digests (LIST_FROM bytes and more) format 7
-  const format_version = draft.payload.chunks?.digests ? FORMAT_VERSION : draft.components.some((c) => c.chunk_skip !== undefined || c.fingerprint !== undefined) ? PACKED_FORMAT_VERSION : draft.components.some((c) => c.chunks) ? CHUNKED_FORMAT_VERSION : PLAIN_FORMAT_VERSION;
+  const format_version = draft.payload.chunks?.digests || draft.recall ? FORMAT_VERSION : draft.components.some((c) => c.chunk_skip !== undefined || c.fingerprint !== undefined) ? PACKED_FORMAT_VERSION : draft.components.some((c) => c.chunks) ? CHUNKED_FORMAT_VERSION : PLAIN_FORMAT_VERSION;
   const { layout_padding: _p, ...unpadded } = { ...draft, format_version };
   const fitted = fitManifest(unpadded, plan.manifestRoom);
   const mbytes = encodeManifest(fitted ?? unpadded);

@@ -382,7 +382,6 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
     const root = join(staging, "root");
     const x = await extractAndCheck(v, ids, root, o.trust, o.bundle, o.integrity ?? "attested", o.progress);
     o.progress?.stage("placing restored state");
-    const databases = x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) }));
     const { moves: timers, warnings: timerWarnings } = applyTimers(plan.timers, new Map(x.databases.map((d) => [d.name, d.path])));
     warnings.push(...timerWarnings);
     // what the post-placement check expects: the very file whose bytes were checked (the signed sha256, and
@@ -408,7 +407,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
       repository: repo?.location ?? "",
       restored_at: now.toISOString(),
       open_operations: operations,
-      databases,
+      databases: x.databases.map((d) => ({ name: d.name, path: relative(root, d.path) })),
       config: o.lc?.path ?? null,
     };
     // signed: reconcile and activate act only on a record agentbak wrote (an edited list of open operations, or config, is refused)

@@ -46,7 +46,7 @@ async function planted(name: string): Promise<string> {
   const bad = await backup();
   const { stdout } = await execa("tar", ["xOf", bad.path, "payload.age"], { encoding: "buffer" });
   const out = join(a.tmp, `${name}.agentbak`);
-  await craft({ baseManifest: bad.manifest, payloadAge: Buffer.from(stdout), keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.recall = good.manifest.recall) });
+  await craft({ baseManifest: bad.manifest, payloadAge: Buffer.from(stdout), keyFile: join(a.home, "signing-key"), out, patch: (m) => { m.recall = good.manifest.recall; m.format_version = Math.max(m.format_version, 7); } });
   return out;
 }
 
