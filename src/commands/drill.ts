@@ -123,6 +123,7 @@ async function run(ctx: Context, ref: string, opts: DrillCmdOptions): Promise<Re
       allowRuntimeChange: opts.allowRuntimeChange,
       upgradeTo: upgradeArgv(opts.upgradeTo),
       storeReads: storeReads(ctx, bundle.snapshot),
+      restoreChild: { identity: opts.identity && resolve(opts.identity), config: ctx.lc?.path },
       progress: opts.progress,
     });
   } finally {

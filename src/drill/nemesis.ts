@@ -11,6 +11,7 @@
  *   power cut would have left.
  * and the drill's restore repeated under a fault (key `restore`):
  * - `enospc`: the bundle placed again into a tmpfs half the restored tree's size;
+ * - `eio`: `agentbak restore` run again in a child whose writes under its target fail with EIO halfway (eio.ts);
  * - `s3_503`, `s3_reset`, `s3_drop_part`: the bundle read again from the S3
  *   repository through a fault proxy (faultproxy.ts), verified and placed.
  * A cell ends recovered (every check of the scenario held), contained (a
@@ -23,6 +24,7 @@ import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, statS
 import { join, relative } from "node:path";
 import { crashScenario, type ScenarioPlan } from "./scenarios.js";
 import { CheckLog } from "./checklog.js";
+import { eioCell, type RestoreChild } from "./eio.js";
 import { startFaultProxy, type StoreNemesis } from "./faultproxy.js";
 import type { CrashPoint, WORKER_NEMESES } from "./spec.js";
 import type { Bench, Copy, ScenarioResult, WorkerFault } from "./worker.js";
@@ -249,10 +251,15 @@ const treeBytes = (dir: string): number => filesUnder(dir).reduce((t, f) => t + 
  * The restore nemeses the spec asks for (`nemeses.restore`), each recorded as the check `nemesis <name>` of scenario
  * `restore~<name>`. Never throws for a failed check. @returns their cells
  */
-export async function restoreNemeses(b: Bench, place: Placement, reads: StoreReads | null): Promise<NemesisCell[]> {
+export async function restoreNemeses(b: Bench, place: Placement, reads: StoreReads | null, child: RestoreChild | null): Promise<NemesisCell[]> {
   const cells: NemesisCell[] = [];
   for (const nemesis of b.spec.spec.nemeses.restore ?? []) {
-    const cell = nemesis === "enospc" ? await enospc(b, place) : await storeFault(b, nemesis as StoreNemesis, reads);
+    const cell =
+      nemesis === "enospc"
+        ? await enospc(b, place)
+        : nemesis === "eio"
+          ? await eioCell(child, join(b.tmp, "nemesis-tools"), join(b.tmp, "nemesis-eio"), treeBytes(b.restored))
+          : await storeFault(b, nemesis as StoreNemesis, reads);
     cells.push(cell);
     b.log.add({ scenario: `restore~${nemesis}`, phase: "placement", name: `nemesis ${nemesis}`, ok: cell.result !== "failed", severity: "error", detail: cell.detail });
   }

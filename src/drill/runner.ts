@@ -99,6 +99,8 @@ export interface DrillOptions {
   sources?: string[];
   /** the bundle read again from its S3 repository through another endpoint (the object-store nemeses' fault proxy); absent for a folder or a file */
   storeReads?: { endpoint: string; fetch(endpoint: string, file: string): Promise<void> };
+  /** how the `eio` nemesis runs `agentbak restore` of this bundle in a child: the identity file and config the drill was given */
+  restoreChild?: { identity?: string; config?: string };
   /** `--upgrade-to`: the next version's command (argv), run after the restore (upgrade.ts) */
   upgradeTo?: string[];
   /** the embedding models configured for the agent (by database or source name), when a config is known */
@@ -197,7 +199,7 @@ export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
         return (await extractInto(await verifyBundle(join(dir, "bundle.agentbak"), o.trust), o.identities, join(dir, "root"), o.trust, o.bundle, l)) !== null;
       },
     };
-    nemeses.cells.push(...(await restoreNemeses(bench, async (root, l) => (await extractInto(v, o.identities, root, o.trust, o.bundle, l)) !== null, viaStore ?? null)));
+    nemeses.cells.push(...(await restoreNemeses(bench, async (root, l) => (await extractInto(v, o.identities, root, o.trust, o.bundle, l)) !== null, viaStore ?? null, o.restoreChild ? { bundle: o.bundle.path, ...o.restoreChild } : null)));
     const network = spec.worker ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
     return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, network, ...scenarios, upgrade: up?.upgrade ?? null, nemeses: nemeses.cells });
   } finally {

@@ -44,7 +44,7 @@ export type CrashPoint = (typeof CRASH_POINTS)[number];
 /** faults a crash scenario can be replayed under (nemesis.ts) */
 export const WORKER_NEMESES = ["clock_ahead_1h", "clock_behind_1h", "lost_write"] as const;
 /** faults the drill's restore is repeated under (key `restore` of nemeses) */
-export const RESTORE_NEMESES = ["enospc", ...STORE_NEMESES] as const;
+export const RESTORE_NEMESES = ["enospc", "eio", ...STORE_NEMESES] as const;
 
 const workerSchema = z.strictObject({
   command: z.array(z.string()).check(z.minLength(1)),

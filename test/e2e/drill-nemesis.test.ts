@@ -5,7 +5,7 @@
 // that sends before its claim is on disk (WORKER_FAULT=unsynced_key) passes the
 // plain crash point and is caught by the lost-write cell.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { json, makeAgent, makeBucket, ROOT, writeSpec, type TestAgent } from "../helpers.js";
@@ -87,6 +87,25 @@ describe("drill nemeses", () => {
     expect(d.checks).toContainEqual(expect.objectContaining({ scenario: "restore~enospc", name: "nemesis enospc", ok: true }));
     expect(readFileSync("/proc/mounts", "utf8")).not.toContain(a.tmp);
     expect(readFileSync(join(a.tmp, "enospc.xml"), "utf8")).toContain('name="restore × enospc"');
+  });
+
+  it("eio: agentbak restore run again with its target's writes failing with EIO halfway (LD_PRELOAD) stops naming EIO, nothing half-placed, the agent's repository untouched (contained)", async () => {
+    const spec = writeSpec(a.tmp, "eio", SPEC, (s) => {
+      s.crashPoints = [];
+      s.sinkKill = false;
+      s.nemeses = { restore: ["eio"] };
+    });
+    const repoBefore = readdirSync(a.repo, { recursive: true }).sort();
+    const r = await drill(spec, ["--junit", join(a.tmp, "eio.xml")]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    const d = json(r);
+    expect(d.nemeses).toHaveLength(1);
+    expect(d.nemeses[0], d.nemeses[0].detail).toMatchObject({ scenario: "restore", nemesis: "eio", result: "contained", check: null });
+    expect(d.nemeses[0].detail).toMatch(/^the restore stopped after [1-9]\d* bytes naming it \(exit [1-9]\d*\), nothing left in the placement folder: .*EIO: i\/o error/);
+    expect(d.checks).toContainEqual(expect.objectContaining({ scenario: "restore~eio", name: "nemesis eio", ok: true }));
+    expect(readFileSync(join(a.tmp, "eio.xml"), "utf8")).toContain('name="restore × eio"');
+    // the child restored into a throwaway repository: no generation, lock or receipt in the agent's
+    expect(readdirSync(a.repo, { recursive: true }).sort()).toEqual(repoBefore);
   });
 
   it("a nemesis on a scenario the spec does not run, or a restore fault keyed by a crash point, is refused (2)", async () => {
