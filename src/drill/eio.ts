@@ -4,14 +4,16 @@
  * every write (write, pwrite, writev, pwritev: what node's fs and SQLite use)
  * to a file under the placement folder with EIO once half the restored tree's
  * bytes are written there. No device-mapper is needed (no dm-error here). The
- * child restores into a throwaway repository of its own (`init --repo`), so the
- * agent's repository gets no generation, lock or receipt from a drill.
+ * child restores into a throwaway repository of its own (`init --repo`) with a
+ * copy of AGENTBAK_HOME, so neither the agent's repository (generation, lock,
+ * receipt) nor this host's trusted state is touched by a drill.
  * Contained: the restore exits non-zero naming EIO and the placement folder
  * holds nothing (no half-placed tree); anything else fails the cell.
  */
 import { execa } from "execa";
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { agentbakHome } from "../home.js";
 
 /** Its cell of the nemesis matrix (nemesis.ts's NemesisCell). */
 interface NemesisCell {
@@ -89,7 +91,13 @@ export async function eioCell(child: RestoreChild | null, tools: string, dir: st
   mkdirSync(place, { recursive: true });
   // the same binary, as capture-child.ts runs it; a debugger port would clash
   const cli = [...process.execArgv.filter((a) => !a.startsWith("--inspect")), process.argv[1]!];
-  const env = { NO_COLOR: "1" };
+  const home = join(dir, "home");
+  try {
+    cpSync(agentbakHome(), home, { recursive: true });
+  } catch (e) {
+    return cell("failed", "nemesis eio", `eio: could not copy AGENTBAK_HOME for the child: ${(e as Error).message}`);
+  }
+  const env = { NO_COLOR: "1", AGENTBAK_HOME: home };
   const config = child.config ? ["-c", child.config] : [];
   const init = await execa(process.execPath, [...cli, "init", "--repo", join(dir, "repo"), ...config], { reject: false, env });
   if (init.exitCode !== 0) return cell("failed", "nemesis eio", `eio: could not make the throwaway repository: ${lastLine(init.stderr)}`);

@@ -89,13 +89,15 @@ describe("drill nemeses", () => {
     expect(readFileSync(join(a.tmp, "enospc.xml"), "utf8")).toContain('name="restore × enospc"');
   });
 
-  it("eio: agentbak restore run again with its target's writes failing with EIO halfway (LD_PRELOAD) stops naming EIO, nothing half-placed, the agent's repository untouched (contained)", async () => {
+  it("eio: agentbak restore run again with its target's writes failing with EIO halfway (LD_PRELOAD) stops naming EIO, nothing half-placed, the agent's repository and this host's state untouched (contained)", async () => {
     const spec = writeSpec(a.tmp, "eio", SPEC, (s) => {
       s.crashPoints = [];
       s.sinkKill = false;
       s.nemeses = { restore: ["eio"] };
     });
     const repoBefore = readdirSync(a.repo, { recursive: true }).sort();
+    const homeState = () => readdirSync(a.home, { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => [join(e.parentPath, e.name), readFileSync(join(e.parentPath, e.name), "utf8")]).sort();
+    const homeBefore = homeState();
     const r = await drill(spec, ["--junit", join(a.tmp, "eio.xml")]);
     expect([0, 3], r.stderr).toContain(r.code);
     const d = json(r);
@@ -104,8 +106,10 @@ describe("drill nemeses", () => {
     expect(d.nemeses[0].detail).toMatch(/^the restore stopped after [1-9]\d* bytes naming it \(exit [1-9]\d*\), nothing left in the placement folder: .*EIO: i\/o error/);
     expect(d.checks).toContainEqual(expect.objectContaining({ scenario: "restore~eio", name: "nemesis eio", ok: true }));
     expect(readFileSync(join(a.tmp, "eio.xml"), "utf8")).toContain('name="restore × eio"');
-    // the child restored into a throwaway repository: no generation, lock or receipt in the agent's
+    // the child restored into a throwaway repository with a copy of AGENTBAK_HOME: no generation, lock or receipt in the
+    // agent's repository, and this host's trusted state as it was
     expect(readdirSync(a.repo, { recursive: true }).sort()).toEqual(repoBefore);
+    expect(homeState()).toEqual(homeBefore);
   });
 
   it("a nemesis on a scenario the spec does not run, or a restore fault keyed by a crash point, is refused (2)", async () => {
