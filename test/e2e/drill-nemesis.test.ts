@@ -5,7 +5,8 @@
 // that sends before its claim is on disk (WORKER_FAULT=unsynced_key) passes the
 // plain crash point and is caught by the lost-write cell.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { execaSync } from "execa";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { json, makeAgent, makeBucket, ROOT, writeSpec, type TestAgent } from "../helpers.js";
@@ -110,6 +111,24 @@ describe("drill nemeses", () => {
     // agent's repository, and this host's trusted state as it was
     expect(readdirSync(a.repo, { recursive: true }).sort()).toEqual(repoBefore);
     expect(homeState()).toEqual(homeBefore);
+  });
+
+  it("eio where the fault can not be made (no cc on the PATH) fails the drill (15) naming the nemesis, never a silent pass", async () => {
+    const bin = join(a.tmp, "bin-without-cc");
+    mkdirSync(bin, { recursive: true });
+    symlinkSync(process.execPath, join(bin, "node"));
+    for (const tool of ["git"]) symlinkSync(execaSync("sh", ["-c", `command -v ${tool}`]).stdout, join(bin, tool));
+    const spec = writeSpec(a.tmp, "eio-nocc", SPEC, (s) => {
+      s.crashPoints = [];
+      s.sinkKill = false;
+      s.nemeses = { restore: ["eio"] };
+    });
+    const r = await a.run(["drill", "latest", "--spec", spec, "--identity", a.identity, "--json", "--no-report"], { OPENAI_API_KEY: "x", PATH: bin });
+    expect(r.code, r.stderr).toBe(15);
+    const d = json(r);
+    expect(d.nemeses[0]).toMatchObject({ scenario: "restore", nemesis: "eio", result: "failed", check: "nemesis eio" });
+    expect(d.nemeses[0].detail).toMatch(/^eio: the EIO shim needs a C compiler \(cc\)/);
+    expect(d.unresolved.join("\n")).toContain("nemesis eio");
   });
 
   it("a nemesis on a scenario the spec does not run, or a restore fault keyed by a crash point, is refused (2)", async () => {
