@@ -76,6 +76,7 @@ const nearer = (a: { id: VectorId; distance: number }, b: { id: VectorId; distan
 /**
  * The k nearest to each probe of the vectors `scan` visits, by exact search, nearest first, ties broken by id
  * (numbers before strings compare as text). One pass; only k candidates per probe are kept, never the vectors.
+ * A vector at a distance that is not finite (a NaN or an infinity in either) is left out.
  */
 export function exactTopKs(probes: Float32Array[], k: number, metric: Metric, scan: (visit: (id: VectorId, v: Float32Array) => void) => void): { id: VectorId; distance: number }[][] {
   const best = probes.map(() => [] as { id: VectorId; distance: number }[]);
@@ -83,6 +84,8 @@ export function exactTopKs(probes: Float32Array[], k: number, metric: Metric, sc
     for (let i = 0; i < probes.length; i++) {
       const b = best[i]!;
       const c = { id, distance: distance(probes[i]!, v, metric) };
+      // a vector with a NaN or an infinity is no one's neighbour: its distance orders nothing (and JSON has no NaN)
+      if (!Number.isFinite(c.distance)) continue;
       if (b.length === k && nearer(c, b[k - 1]!) >= 0) continue;
       let at = b.length;
       while (at > 0 && nearer(c, b[at - 1]!) < 0) at--;
