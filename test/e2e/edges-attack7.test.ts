@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import * as sqliteVec from "sqlite-vec";
 import { execa } from "execa";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { BIN, json, makeAgent, ROOT, writeSpec, type TestAgent } from "../helpers.js";
 import { patchConfig } from "../sourcekit.js";
@@ -81,4 +81,28 @@ describe("the enospc nemesis", () => {
     expect(mountsUnder(a.tmp)).toEqual([]);
     expect(readdirSync(join(a.tmp, "tmp"))).toEqual([]);
   }, 180_000);
+});
+
+describe("status --all and the status records", () => {
+  it("[E3] a genuine older status record put back (a drill that passed) does not hide the failed drill after it, nor after the newer record was deleted first (was: status --all 0, 'last drill passed')", async () => {
+    expect((await a.run(["backup", "--json"])).code).toBe(0);
+    const spec = (name: string, invariants: string[]) => (writeFileSync(join(a.tmp, `${name}.json`), JSON.stringify({ name, invariants })), join(a.tmp, `${name}.json`));
+    writeFileSync(join(a.tmp, "fail.sql"), "SELECT 1 AS always_fails;");
+    const drill = (s: string) => a.run(["drill", "latest", "--spec", s, "--identity", a.identity, "--json"]);
+    expect([0, 3]).toContain((await drill(spec("plain", []))).code);
+    const record = join(a.dir, "backups/tenants/acme/catalog/billing-agent.status");
+    const passed = readFileSync(record);
+    expect((await drill(spec("failing", ["fail.sql"]))).code).toBe(15);
+    const status = async () => {
+      const r = await a.run(["status", "--all", "--json"]);
+      return { code: r.code, drill: json(r).agents[0].checks.find((c: any) => c.name === "drill") };
+    };
+    expect(await status()).toMatchObject({ code: 15, drill: { state: "fail" } });
+    writeFileSync(record, passed);
+    expect(await status()).toMatchObject({ code: 15, drill: { state: "fail", detail: expect.stringContaining("last drill failed: restore/invariant:fail") } });
+    rmSync(record);
+    expect(await status()).toMatchObject({ code: 15, drill: { state: "fail" } });
+    writeFileSync(record, passed);
+    expect(await status()).toMatchObject({ code: 15, drill: { state: "fail" } });
+  }, 120_000);
 });
