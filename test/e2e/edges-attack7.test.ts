@@ -6,6 +6,7 @@ import Database from "better-sqlite3";
 import * as sqliteVec from "sqlite-vec";
 import { execa } from "execa";
 import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import { BIN, json, makeAgent, ROOT, writeSpec, type TestAgent } from "../helpers.js";
 import { patchConfig } from "../sourcekit.js";
@@ -104,5 +105,45 @@ describe("status --all and the status records", () => {
     expect(await status()).toMatchObject({ code: 15, drill: { state: "fail" } });
     writeFileSync(record, passed);
     expect(await status()).toMatchObject({ code: 15, drill: { state: "fail" } });
+  }, 120_000);
+});
+
+describe("the sealed drill", () => {
+  it("[E4] a worker that reaches a unix socket of the host's file system (a host service, outside any network namespace) is not reported sealed, the socket named; a spec with a seal allowance fails (15) (was: sealed, 0 attempts)", async () => {
+    expect((await a.run(["backup", "--json"])).code).toBe(0);
+    let reached = 0;
+    const sock = join(a.tmp, "host-service.sock");
+    const host = createServer((c) => {
+      reached++;
+      c.end("hello from the host\n");
+    });
+    await new Promise<void>((ok) => host.listen(sock, ok));
+    const worker = join(a.tmp, "unix-worker.mjs");
+    writeFileSync(
+      worker,
+      `import net from "node:net";
+import { spawnSync } from "node:child_process";
+await new Promise((ok) => { const s = net.connect(${JSON.stringify(sock)}); s.on("data", () => { s.destroy(); ok(); }); s.on("error", ok); });
+const r = spawnSync(process.execPath, [${JSON.stringify(join(ROOT, "fixtures/agent/worker.js"))}], { stdio: "inherit" });
+if (r.signal) process.kill(process.pid, r.signal);
+process.exit(r.status ?? 1);
+`,
+    );
+    const spec = writeSpec(a.tmp, "unix", join(ROOT, "drills", "reference-agent.json"), (s) => {
+      s.worker.command = ["node", worker];
+      s.crashPoints = ["after_send_before_receipt"];
+      s.sinkKill = false;
+      s.seal = { maxEgressBlocked: 0 };
+    });
+    try {
+      const r = await a.run(["drill", "latest", "--spec", spec, "--identity", a.identity, "--no-report", "--json"], { OPENAI_API_KEY: "x" });
+      expect(reached, r.stderr).toBeGreaterThan(0);
+      const j = json(r);
+      expect(r.code, JSON.stringify(j.checks.filter((c: any) => !c.ok))).toBe(15);
+      expect(j.network).toMatchObject({ sealed: false, unix_connected: [sock] });
+      expect(j.checks.find((c: any) => c.name === "sealed")).toMatchObject({ ok: false, severity: "error", detail: expect.stringContaining(`unix socket(s) of the host's file system: ${sock}`) });
+    } finally {
+      host.close();
+    }
   }, 120_000);
 });
