@@ -8,6 +8,7 @@ import { open as openAsync } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 import { basename, dirname, join, sep } from "node:path";
 import { Writable } from "node:stream";
+import { execFileSync } from "node:child_process";
 
 /** Whether path `p` is folder `dir` or inside it (never a sibling sharing its prefix). */
 export const isInside = (p: string, dir: string) => p === dir || p.startsWith(dir + sep);
@@ -210,6 +211,36 @@ export function pidDir(parent: string, tag: string): string {
 }
 
 /**
+ * Unmounts (lazily) every mount at or under `dir`: a folder that is about to be removed may hold a tmpfs a stage
+ * mounted (the drill's enospc nemesis) and was interrupted or killed before its own unmount; removing it would stop
+ * at the mount point (EBUSY) and leave the mount. Never throws.
+ * @returns the mount points it unmounted
+ */
+export function unmountUnder(dir: string): string[] {
+  let mounts: string;
+  try {
+    mounts = readFileSync("/proc/mounts", "utf8");
+  } catch {
+    return [];
+  }
+  // /proc/mounts escapes space, tab, newline and backslash in its fields as octal
+  const unescape = (f: string) => f.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+  const under = mounts
+    .split("\n")
+    .map((l) => unescape(l.split(" ")[1] ?? ""))
+    .filter((m) => m === dir || m.startsWith(dir + sep))
+    .sort((x, y) => y.length - x.length);
+  return under.filter((m) => {
+    try {
+      execFileSync("umount", ["-l", m], { stdio: "ignore" });
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/**
  * Removes entries of `parent` named `<tag>-<pid>-<hex>` (or `.tmp-<name>-<pid>-<hex>`
  * files) whose process is gone. @returns how many were removed.
  */
@@ -225,6 +256,7 @@ export function sweepDead(parent: string, tag: string): number {
     if (!e.startsWith(tag)) continue;
     const pid = Number(e.match(/-(\d+)-[0-9a-f]{8}$/)?.[1]);
     if (pid && pid !== process.pid && !pidAlive(pid)) {
+      unmountUnder(join(parent, e));
       rmSync(join(parent, e), { recursive: true, force: true });
       n++;
     }

@@ -93,6 +93,21 @@ async function lanceAsker(folder: string, r: RecallRecord): Promise<Asker> {
 }
 
 /**
+ * The store's k nearest with a finite vector: a vector holding a NaN or an infinity (left out of the neighbours backup
+ * recorded, neighbours.ts) may come back among the store's answers and push a real neighbour out, so the store is
+ * asked again for as many more as it returned of them (up to sqlite-vec's k limit, 4096).
+ */
+async function finiteNearest(ask: Asker, v: Float32Array): Promise<{ id: VectorId; vector: Float32Array | null }[]> {
+  const finite = (g: { vector: Float32Array | null }) => !g.vector || g.vector.every(Number.isFinite);
+  for (let k = RECALL_K; ; ) {
+    const got = await ask.nearest(v, k);
+    const kept = got.filter(finite);
+    if (kept.length >= RECALL_K || got.length < k || k >= 4096) return kept.slice(0, RECALL_K);
+    k = Math.min(4096, k + got.length - kept.length);
+  }
+}
+
+/**
  * One probe's recall@10 on the restored store: the share of its recorded neighbours the store returned. A returned
  * id not recorded but as near as the recorded 10th (recomputed here) is a tie and counts.
  */
@@ -103,7 +118,7 @@ async function probeRecall(ask: Asker, r: RecallRecord, p: RecallRecord["probes"
   if (vectorDigest(v) !== p.vector_sha256) return { probe: name, recall: 0, note: `its vector differs from the snapshot's (${v.length} values)` };
   if (!p.neighbours.length) return { probe: name, recall: 1 };
   const want = new Set(p.neighbours.map(String));
-  const got = await ask.nearest(v, RECALL_K);
+  const got = await finiteNearest(ask, v);
   const tie = p.kth_distance * (1 + 1e-5) + 1e-6;
   const hits = got.filter((g) => want.has(String(g.id)) || (g.vector?.length === v.length && distance(v, g.vector, r.metric) <= tie)).length;
   const recall = Math.min(hits, want.size) / want.size;

@@ -18,7 +18,7 @@ import type { Trust } from "../crypto/trust.js";
 import { onInterrupt, removeTree } from "../cleanup.js";
 import type { Config } from "../config/schema.js";
 import { policyError, usageError } from "../errors.js";
-import { ensureDir, pidDir, sweepDead } from "../fsutil.js";
+import { ensureDir, pidDir, sweepDead, unmountUnder } from "../fsutil.js";
 import { settleOperations, type OpenOperation } from "../reconcile/operations.js";
 import type { Throwaway } from "../state/sources/index.js";
 import { CheckLog, type DrillCheck, type UnresolvedDifference } from "./checklog.js";
@@ -144,7 +144,8 @@ export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
   const operations = settleOperations(m.open_operations, o.config?.openOperations);
   const invariants = loadInvariants(o.spec.dir, spec.invariants);
   const tmp = pidDir(tmpdir(), DRILL_PREFIX);
-  const removeTemp = () => removeTree(tmp);
+  // a tmpfs the enospc nemesis mounted in it is unmounted first (an interrupt mid-cell skips the cell's own unmount)
+  const removeTemp = () => (unmountUnder(tmp), removeTree(tmp));
   const unregister = onInterrupt(removeTemp);
   const log = new CheckLog(t0, { ...(o.config?.owners ?? {}), ...spec.owners });
   for (const c of admitted.embeddingNotes) log.add({ scenario: "restore", name: "embedding", ok: false, severity: "warning", detail: c });

@@ -41,6 +41,15 @@ export interface NetworkReport {
   egress_blocked: number;
   /** each destination tried, how often, and what the worker got (ENETUNREACH, ECONNREFUSED, ...) */
   attempts: { to: string; count: number; result: string }[];
+  /** unix sockets of the file system the worker connected to: the namespace seals the network, not those (then not sealed) */
+  unix_connected: string[];
+}
+
+/** The file-system unix sockets a trace's connect() calls reached (abstract ones, `@…`, belong to the namespace). */
+export function unixConnects(trace: string): string[] {
+  const out: string[] = [];
+  for (const m of trace.matchAll(/connect\(\d+, \{sa_family=AF_UNIX, sun_path="((?:[^"\\]|\\.)*)"\}, \d+\) = 0/g)) out.push(m[1]!);
+  return out;
 }
 
 /**
@@ -114,17 +123,26 @@ export class Seal {
   report(): NetworkReport {
     const sinks = new Set([...this.bridges.keys()].map((p) => `127.0.0.1:${p}`));
     const counts = new Map<string, { to: string; count: number; result: string }>();
-    for (const f of readdirSync(this.dir).filter((x) => x.endsWith(".trace")))
-      for (const a of connectAttempts(readFileSync(join(this.dir, f), "utf8"))) {
+    const unix = new Set<string>();
+    for (const f of readdirSync(this.dir).filter((x) => x.endsWith(".trace"))) {
+      const trace = readFileSync(join(this.dir, f), "utf8");
+      for (const u of unixConnects(trace)) unix.add(u);
+      for (const a of connectAttempts(trace)) {
         if (sinks.has(a.to)) continue;
         const key = `${a.to} ${a.result}`;
         const c = counts.get(key) ?? { to: a.to, count: 0, result: a.result };
         c.count++;
         counts.set(key, c);
       }
+    }
     const attempts = [...counts.values()].sort((x, y) => y.count - x.count || x.to.localeCompare(y.to));
     const n = attempts.reduce((s, a) => s + a.count, 0);
-    return { sealed: true, detail: `the worker ran in its own network namespace (${this.runs} run(s)); only the test sink was reachable`, egress_blocked: n, attempts };
+    const unix_connected = [...unix].sort();
+    if (unix_connected.length) {
+      const named = unix_connected.slice(0, 5).join(", ") + (unix_connected.length > 5 ? ", …" : "");
+      return { sealed: false, detail: `the worker ran in its own network namespace (${this.runs} run(s)) but connected to ${unix_connected.length} unix socket(s) of the host's file system: ${named}`, egress_blocked: n, attempts, unix_connected };
+    }
+    return { sealed: true, detail: `the worker ran in its own network namespace (${this.runs} run(s)); only the test sink was reachable`, egress_blocked: n, attempts, unix_connected };
   }
 
   close(): void {
@@ -139,11 +157,11 @@ export class Seal {
  */
 export function networkChecks(report: NetworkReport | null, unsealed: string | null, max: number | undefined, log: CheckLog): NetworkReport {
   if (!report) {
-    const r = { sealed: false, detail: `unsealed: ${unsealed}`, egress_blocked: 0, attempts: [] };
+    const r = { sealed: false, detail: `unsealed: ${unsealed}`, egress_blocked: 0, attempts: [], unix_connected: [] };
     log.add({ scenario: "network", name: "sealed", ok: false, severity: max === undefined ? "info" : "error", detail: `the worker ran unsealed, its connections neither blocked nor counted (${unsealed})` });
     return r;
   }
-  log.add({ scenario: "network", name: "sealed", ok: true, severity: "info", detail: report.detail });
+  log.add({ scenario: "network", name: "sealed", ok: report.sealed, severity: report.sealed || max === undefined ? "info" : "error", detail: report.detail });
   const tried = report.attempts.map((a) => `${a.to} ×${a.count} (${a.result})`).slice(0, 10).join(", ");
   const ok = max === undefined ? report.egress_blocked === 0 : report.egress_blocked <= max;
   log.add({ scenario: "network", name: "egress_blocked", ok, severity: max === undefined ? "info" : "error", detail: `${report.egress_blocked} connection attempt(s) blocked${tried ? `: ${tried}` : ""}${max === undefined ? "" : `; the spec allows ${max}`}` });

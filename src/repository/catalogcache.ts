@@ -31,6 +31,8 @@ const mac = (key: Buffer, body: string) => createHmac("sha256", key).update(MAC_
 
 export class CatalogCache {
   private entries = new Map<string, CheckedRecord>();
+  /** per status record key, the newest signing time (`at`) this host has read of it: kept when the key is gone */
+  private marks = new Map<string, string>();
   private changed = false;
   private readonly file: string | null;
   private readonly keyFile: string | null;
@@ -51,8 +53,8 @@ export class CatalogCache {
       const want = Buffer.from(mac(key, text.slice(nl + 1)));
       if (got.length !== want.length || !timingSafeEqual(got, want)) return;
       const body = text.slice(nl + 1);
-      const c = JSON.parse(body) as { url: string; entries: [string, CheckedRecord][] };
-      if (c.url === url) this.entries = new Map(c.entries);
+      const c = JSON.parse(body) as { url: string; entries: [string, CheckedRecord][]; marks?: [string, string][] };
+      if (c.url === url) [this.entries, this.marks] = [new Map(c.entries), new Map(c.marks ?? [])];
     } catch {
       /* no cache yet, or unreadable: every record is read and checked */
     }
@@ -79,6 +81,21 @@ export class CatalogCache {
     return [...this.entries].filter(([k, e]) => k.startsWith(prefix) && tags.get(k) === e.tag);
   }
 
+  /**
+   * Whether a record of `key` signed at `at` is older than one this host read before (a genuine older record put
+   * back in place of the newer one, or of its deletion); when not, `at` becomes the newest seen. A record with no
+   * time is older.
+   */
+  older(key: string, at: unknown): boolean {
+    const m = this.marks.get(key);
+    if (typeof at !== "string" || (m !== undefined && at < m)) return true;
+    if (at !== m) {
+      this.marks.set(key, at);
+      this.changed = true;
+    }
+    return false;
+  }
+
   /** Forgets a record: it did not agree with the objects (or is gone). */
   drop(key: string): void {
     this.changed = this.entries.delete(key) || this.changed;
@@ -90,7 +107,7 @@ export class CatalogCache {
     if (!this.file || !this.changed) return;
     try {
       this.key ??= makeKey(this.keyFile!);
-      const body = JSON.stringify({ url: this.url, entries: [...this.entries] });
+      const body = JSON.stringify({ url: this.url, entries: [...this.entries], marks: [...this.marks] });
       writeCacheFile(this.file, `${mac(this.key, body)}\n${body}`);
     } catch {
       /* a cache that can not be written only costs time */

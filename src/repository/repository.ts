@@ -513,10 +513,12 @@ export class Repository {
     if (!tag) return null;
     const key = keys.statusRecord(a);
     const hit = cache.get(key, tag);
-    if (hit) return trusts(trust, Buffer.from(hit.signer, "base64"), NS.receipt, now).trusted ? (hit.record as unknown as Record<string, unknown>) : null;
+    // an older record than one this host read (put back by whoever can write the repository) would hide what came since
+    if (hit) return trusts(trust, Buffer.from(hit.signer, "base64"), NS.receipt, now).trusted && !cache.older(key, (hit.record as { at?: unknown }).at) ? (hit.record as unknown as Record<string, unknown>) : null;
     try {
       const v = verifySigned(JSON.parse(String(await this.store.get(key))), trust, NS.receipt, STATUS_KIND, key, now);
       if (v.body.tenant !== a.tenant || v.body.agent_id !== a.agent) throw verifyError(`${key}: another agent's status record`);
+      if (cache.older(key, v.body.at)) throw verifyError(`${key}: older than the status record this host read before`);
       cache.set(key, { tag, record: v.body as unknown as CatalogRecord, signer: v.signer.toString("base64") });
       return v.body;
     } catch (e) {

@@ -76,6 +76,7 @@ const nearer = (a: { id: VectorId; distance: number }, b: { id: VectorId; distan
 /**
  * The k nearest to each probe of the vectors `scan` visits, by exact search, nearest first, ties broken by id
  * (numbers before strings compare as text). One pass; only k candidates per probe are kept, never the vectors.
+ * A vector at a distance that is not finite (a NaN or an infinity in either) is left out.
  */
 export function exactTopKs(probes: Float32Array[], k: number, metric: Metric, scan: (visit: (id: VectorId, v: Float32Array) => void) => void): { id: VectorId; distance: number }[][] {
   const best = probes.map(() => [] as { id: VectorId; distance: number }[]);
@@ -83,6 +84,8 @@ export function exactTopKs(probes: Float32Array[], k: number, metric: Metric, sc
     for (let i = 0; i < probes.length; i++) {
       const b = best[i]!;
       const c = { id, distance: distance(probes[i]!, v, metric) };
+      // a vector with a NaN or an infinity is no one's neighbour: its distance orders nothing (and JSON has no NaN)
+      if (!Number.isFinite(c.distance)) continue;
       if (b.length === k && nearer(c, b[k - 1]!) >= 0) continue;
       let at = b.length;
       while (at > 0 && nearer(c, b[at - 1]!) < 0) at--;
@@ -184,7 +187,8 @@ export function vec0Vectors(db: DB, table: string, column: string): VectorSource
   const col = cols[i];
   if (!col) throw new Error(`vec0 table ${table} has no vector column ${column} (it has ${cols.map((c) => c.column).join(", ")})`);
   const bytes = col.dimension * 4;
-  const rows = `${q(`${table}_rowids`)} r JOIN ${q(`${table}_vector_chunks${String(i).padStart(2, "0")}`)} v ON v.rowid = r.chunk_id`;
+  const chunks = `${table}_vector_chunks${String(i).padStart(2, "0")}`;
+  const rows = `${q(`${table}_rowids`)} r JOIN ${q(chunks)} v ON v.rowid = r.chunk_id`;
   const select = `SELECT coalesce(r.id, r.rowid) AS id, substr(v.vectors, r.chunk_offset * ? + 1, ?) AS vec FROM ${rows}`;
   const asId = (x: unknown): VectorId => (typeof x === "bigint" ? String(x) : (x as VectorId));
   const asVector = (id: VectorId, b: Buffer) => {
@@ -196,8 +200,19 @@ export function vec0Vectors(db: DB, table: string, column: string): VectorSource
     ids: (db.prepare(`SELECT coalesce(id, rowid) FROM ${q(`${table}_rowids`)}`).pluck().all() as unknown[]).map(asId),
     dimension: col.dimension,
     vectorOf: (id) => asVector(id, (one.get(bytes, bytes, id) as { vec: Buffer }).vec),
+    // each chunk's blob read once, the rows in chunk order: the join read it again per row (the rows of a crafted table
+    // all in one large chunk made backup read rows × chunk bytes: 4,000 rows of a 16 MiB chunk, 33 s)
     scan(visit) {
-      for (const r of db.prepare(select).iterate(bytes, bytes) as Iterable<{ id: unknown; vec: Buffer }>) visit(asId(r.id), asVector(asId(r.id), r.vec));
+      const blob = db.prepare(`SELECT vectors FROM ${q(chunks)} WHERE rowid = ?`).pluck();
+      let at: unknown = undefined;
+      let buf: Buffer | null | undefined;
+      for (const r of db.prepare(`SELECT coalesce(id, rowid) AS id, chunk_id AS c, chunk_offset AS o FROM ${q(`${table}_rowids`)} ORDER BY chunk_id`).iterate() as Iterable<{ id: unknown; c: unknown; o: unknown }>) {
+        if (r.c !== at) [at, buf] = [r.c, blob.get(r.c) as Buffer | null | undefined];
+        if (!buf) continue; // no such chunk: not a vector (as the join left it out)
+        const id = asId(r.id);
+        const from = Number(r.o) * bytes;
+        visit(id, asVector(id, Buffer.isBuffer(buf) && from >= 0 && Number.isSafeInteger(from) ? buf.subarray(from, from + bytes) : Buffer.alloc(0)));
+      }
     },
   };
 }
