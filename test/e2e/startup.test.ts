@@ -7,6 +7,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { json, makeAgent, STORE, type TestAgent } from "../helpers.js";
+import { patchConfig } from "../sourcekit.js";
 
 let a: TestAgent;
 let hook: string;
@@ -72,4 +73,28 @@ describe.skipIf(STORE !== "local")("what a command loads", () => {
     expect(json(changed.r).status).toBe("committed");
     expect(matching(changed.modules, /^dist\/capture\/take\.js$/)).not.toEqual([]);
   });
+
+  it("backup --skip-if-unchanged with a LanceDB source and nothing changed: LanceDB (native) and Arrow are not loaded; a new row is still seen", async () => {
+    const lancedb = await import("@lancedb/lancedb");
+    const folder = join(a.dir, "memory/lance");
+    const db = await lancedb.connect(folder);
+    await db.createTable("memories", Array.from({ length: 200 }, (_, i) => ({ id: i, text: `memory ${i}`, vector: [i % 7, i % 5] })));
+    db.close();
+    patchConfig(a, (c) => (c.sources = [{ name: "mem", kind: "lancedb", path: "memory/lance" }]));
+    const first = json(await a.run(["backup", "--skip-if-unchanged", "--json"]));
+    expect(first.status).toBe("committed");
+    const { r, modules } = await loaded(["backup", "--skip-if-unchanged", "--json"], "lance-unchanged");
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r)).toMatchObject({ status: "unchanged", snapshot_id: first.snapshot_id });
+    expect(matching(modules, /^dist\/state\/sources\/lancedb\.js$/)).not.toEqual([]); // the driver's fingerprint ran
+    expect(matching(modules, /node_modules\/(@lancedb|apache-arrow)\/|node_modules\/pg\//)).toEqual([]);
+    // a row added through LanceDB (a new version: a new manifest and data file) is a change: captured, with LanceDB loaded
+    const db2 = await lancedb.connect(folder);
+    await (await db2.openTable("memories")).add([{ id: 999, text: "a new memory", vector: [1, 1] }]);
+    db2.close();
+    const changed = await loaded(["backup", "--skip-if-unchanged", "--json"], "lance-changed");
+    expect(changed.r.code, changed.r.stderr).toBe(0);
+    expect(json(changed.r).status).toBe("committed");
+    expect(matching(changed.modules, /node_modules\/@lancedb\/lancedb\//)).not.toEqual([]);
+  }, 180_000);
 });
