@@ -19,7 +19,6 @@ import { notFound, usageError, wrap } from "../errors.js";
 import { Repository, type ResolveFilter, type Snapshot } from "../repository/repository.js";
 import { agentbakHome, homePaths } from "../home.js";
 import { type AgentRef } from "../facts.js";
-import { writeStatusRecord } from "../status/gather.js";
 
 export interface GlobalOpts {
   config?: string;
@@ -150,7 +149,9 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
     },
   };
   // every repository this process writes an audit or drill entry to rewrites the agent's status record (status --all reads it)
-  Repository.statusWriter = (r, a, signer) => writeStatusRecord(r, ctx.trust, a, signer);
+  // loaded when a record is written: its module graph (restore requests, the bundle reader, the source drivers) is
+  // most of what a command loads, and listings and a nothing-changed backup never write one (test/e2e/startup.test.ts)
+  Repository.statusWriter = async (r, a, signer) => (await import("../status/gather.js")).writeStatusRecord(r, ctx.trust, a, signer);
   return ctx;
 }
 

@@ -7,6 +7,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { json, makeAgent, STORE, type TestAgent } from "../helpers.js";
+import { patchConfig, server, sql } from "../sourcekit.js";
 
 let a: TestAgent;
 let hook: string;
@@ -26,15 +27,20 @@ export async function load(url, context, next) {
 `,
   );
   hook = join(a.tmp, "register.mjs");
-  writeFileSync(hook, `import { register } from "node:module"; register(${JSON.stringify(`file://${join(a.tmp, "hooks.mjs")}`)});\n`);
+  // and, at exit, Node's own modules loaded (process.moduleLoadList: "NativeModule internal/deps/undici/undici", ...)
+  writeFileSync(
+    hook,
+    `import { register } from "node:module"; import { appendFileSync } from "node:fs"; register(${JSON.stringify(`file://${join(a.tmp, "hooks.mjs")}`)});
+process.on("exit", () => appendFileSync(process.env.LOADED, process.moduleLoadList.join("\\n") + "\\n"));\n`,
+  );
 }, 120_000);
 afterAll(() => a?.cleanup());
 
 /** Runs agentbak under the hook. @returns its result and what it loaded (URLs and bundled sources). */
-async function loaded(args: string[], name: string) {
+async function loaded(args: string[], name: string, env: Record<string, string> = {}) {
   const file = join(a.tmp, `loaded-${name}.txt`);
   writeFileSync(file, "");
-  const r = await a.run(args, { LOADED: file }, { nodeArgs: ["--import", hook] });
+  const r = await a.run(args, { LOADED: file, ...env }, { nodeArgs: ["--import", hook] });
   return { r, modules: readFileSync(file, "utf8").split("\n").filter(Boolean) };
 }
 const matching = (modules: string[], re: RegExp) => modules.filter((m) => re.test(m));
@@ -72,4 +78,51 @@ describe.skipIf(STORE !== "local")("what a command loads", () => {
     expect(json(changed.r).status).toBe("committed");
     expect(matching(changed.modules, /^dist\/capture\/take\.js$/)).not.toEqual([]);
   });
+
+  it("backup --skip-if-unchanged with a LanceDB source and nothing changed: LanceDB (native) and Arrow are not loaded; a new row is still seen", async () => {
+    const lancedb = await import("@lancedb/lancedb");
+    const folder = join(a.dir, "memory/lance");
+    const db = await lancedb.connect(folder);
+    await db.createTable("memories", Array.from({ length: 200 }, (_, i) => ({ id: i, text: `memory ${i}`, vector: [i % 7, i % 5] })));
+    db.close();
+    patchConfig(a, (c) => (c.sources = [{ name: "mem", kind: "lancedb", path: "memory/lance" }]));
+    const first = json(await a.run(["backup", "--skip-if-unchanged", "--json"]));
+    expect(first.status).toBe("committed");
+    const { r, modules } = await loaded(["backup", "--skip-if-unchanged", "--json"], "lance-unchanged");
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r)).toMatchObject({ status: "unchanged", snapshot_id: first.snapshot_id });
+    expect(matching(modules, /^dist\/state\/sources\/lancedb\.js$/)).not.toEqual([]); // the driver's fingerprint ran
+    expect(matching(modules, /node_modules\/(@lancedb|apache-arrow)\/|node_modules\/pg\//)).toEqual([]);
+    // a row added through LanceDB (a new version: a new manifest and data file) is a change: captured, with LanceDB loaded
+    const db2 = await lancedb.connect(folder);
+    await (await db2.openTable("memories")).add([{ id: 999, text: "a new memory", vector: [1, 1] }]);
+    db2.close();
+    const changed = await loaded(["backup", "--skip-if-unchanged", "--json"], "lance-changed");
+    expect(changed.r.code, changed.r.stderr).toBe(0);
+    expect(json(changed.r).status).toBe("committed");
+    expect(matching(changed.modules, /node_modules\/@lancedb\/lancedb\//)).not.toEqual([]);
+  }, 180_000);
+
+  it("backup --skip-if-unchanged with a PostgreSQL source and nothing changed: pg loads for the fingerprint, Node's fetch (undici, pg's Cloudflare probe) does not", async () => {
+    const live = await server("postgres", a.tmp);
+    try {
+      await sql(live.target, "CREATE TABLE notes (id bigserial PRIMARY KEY, body text NOT NULL) WITH (autovacuum_enabled = false); INSERT INTO notes (body) VALUES ('one')");
+      await sql(live.target, "VACUUM ANALYZE"); // no autovacuum takes a transaction id between the backups
+      patchConfig(a, (c) => (c.sources = [{ name: "conversations", kind: "postgres", url: "env:AGENT_PG_URL" }]));
+      const env = { AGENT_PG_URL: live.target };
+      const first = json(await a.run(["backup", "--skip-if-unchanged", "--json"], env));
+      expect(first.status).toBe("committed");
+      const { r, modules } = await loaded(["backup", "--skip-if-unchanged", "--json"], "pg-unchanged", env);
+      expect(r.code, r.stderr).toBe(0);
+      expect(json(r)).toMatchObject({ status: "unchanged", snapshot_id: first.snapshot_id });
+      expect(matching(modules, /node_modules\/pg\//)).not.toEqual([]); // the fingerprint loaded pg (and connected)
+      expect(matching(modules, /^NativeModule /)).not.toEqual([]); // the exit hook saw Node's list
+      expect(matching(modules, /undici/)).toEqual([]);
+      expect(modules.filter((m) => m.includes("navigator"))).toEqual([]);
+      await sql(live.target, "INSERT INTO notes (body) VALUES ('two')");
+      expect(json(await a.run(["backup", "--skip-if-unchanged", "--json"], env)).status).toBe("committed");
+    } finally {
+      await live.stop();
+    }
+  }, 180_000);
 });

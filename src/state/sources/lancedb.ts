@@ -5,7 +5,7 @@
  * into an empty folder and counting them there.
  */
 import { createHash } from "node:crypto";
-import { createReadStream, createWriteStream, existsSync, lstatSync, readdirSync } from "node:fs";
+import { createReadStream, createWriteStream, existsSync, lstatSync, readdirSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
@@ -74,7 +74,7 @@ function tableFingerprint(folder: string, name: string, version: number): string
 }
 
 /**
- * Every file of a table's folder as its path, inode, size, mtime and ctime: Lance never rewrites a file, but a program
+ * Every file under a folder (a table's, or the whole source's: fingerprint) as its path, mode, inode, size, mtime and ctime: Lance never rewrites a file, but a program
  * writing one in place under the same manifest (its mtime put back) still moves its ctime, and is then read again.
  * Files Lance adds or its cleanup removes read as a change too (a read, never a false "unchanged").
  */
@@ -141,23 +141,19 @@ export const lancedbDriver: SourceDriver = {
     }
   },
 
+  /**
+   * Read from the folder's files alone, without loading LanceDB (its native module was most of a nothing-changed
+   * check's time): every file under the folder as its path, mode, inode, size, mtime and ctime (filesOf). That holds
+   * whatever LanceDB would read there: a table is the files of its `<name>.lance` folder and its version is the newest
+   * manifest under `_versions`, the folder's catalog (`__manifest`) is a table too, and Lance never rewrites a file: a
+   * commit adds a manifest, a write adds data files, cleanup removes files; a program writing one in place still moves
+   * its ctime. So an equal listing is an equal state; a listing that differs (even only by a hint file) costs a
+   * capture, which compares each table's version manifest (tableFingerprint) and reuses what it stored.
+   */
   async fingerprint(_spec, folder) {
     try {
-      if (!existsSync(folder)) return null;
-      const db = await (await load()).lancedb.connect(folder);
-      const h = createHash("sha256").update("agentbak lancedb folder 1");
-      try {
-        for (const name of (await db.tableNames()).sort()) {
-          const t = await db.openTable(name);
-          const fp = tableFingerprint(folder, name, await t.version());
-          t.close();
-          if (!fp) return null;
-          h.update(`\0${fp}`);
-        }
-      } finally {
-        db.close();
-      }
-      return h.digest("hex");
+      if (!existsSync(folder) || !statSync(folder).isDirectory()) return null;
+      return createHash("sha256").update("agentbak lancedb folder 2\0").update(filesOf(folder)).digest("hex");
     } catch {
       return null; // the capture says why
     }

@@ -68,6 +68,29 @@ describe("listFiles", () => {
   });
 });
 
+describe("listFiles: real paths from one lstat per file and one realpath per folder", () => {
+  it("a file reached through a linked folder is judged where it really is: inside, listed with its real path; outside, refused", () => {
+    put("real/p.md");
+    symlinkSync(join(dir, "real"), join(dir, "via"));
+    symlinkSync(join(dir, "real/p.md"), join(dir, "filelink.md"));
+    const listed = listFiles(config(["via/*", "filelink.md"]), null);
+    expect(listed.map((l) => [l.file.slice(dir.length + 1), l.real!.slice(dir.length + 1)])).toEqual([
+      ["via/p.md", "real/p.md"],
+      ["filelink.md", "real/p.md"],
+    ]);
+    const outside = mkdtempSync(join(tmpdir(), "agentbak-outside-"));
+    writeFileSync(join(outside, "o.md"), "o");
+    symlinkSync(outside, join(dir, "out"));
+    expect(refused(() => listFiles(config(["out/*"]), null))).toMatchObject({ code: 2, message: expect.stringContaining(`out/o.md is a symbolic link to ${join(outside, "o.md")}`) });
+    rmSync(outside, { recursive: true, force: true });
+  });
+  it("a credential's file reached through a linked folder is still not read by the unchanged check", () => {
+    symlinkSync(dir, join(dir, "prompts", "up"));
+    const lc = config(["prompts/up/secret.key", "prompts/*.md"], { credentials: [{ name: "signer", ref: "file:secret.key" }] });
+    expect(readableFiles(lc, listFiles(lc, null)).map((f) => f.slice(dir.length + 1))).toEqual(["prompts/a.md", "prompts/b.md"]);
+  });
+});
+
 describe("readableFiles", () => {
   it("drops a credential's file from what the unchanged check reads", () => {
     const lc = config(["secret.key", "prompts/*.md"], { credentials: [{ name: "signer", ref: "file:secret.key" }] });
