@@ -6,6 +6,9 @@
  * READ): with 1 MiB reads a read buffer lived on while any slice of it did,
  * and the worker's array buffers climbed by tens of MiB between collections
  * (the bench's 1194 MiB database: 160-175 MiB peak, 104-109 MiB with 256 KiB).
+ * Format 7 (one read of the payload) holds each 4 MiB chunk until its digest
+ * is checked, and hands it on in 256 KiB copies: 123-124 MiB measured here
+ * (was 104), so the bound is 128 MiB; a payload held whole would be 300+.
  */
 import { execa } from "execa";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -26,9 +29,9 @@ beforeAll(async () => {
 }, 180_000);
 afterAll(() => a?.cleanup());
 
-it("a 192 MiB incompressible payload restores (through the payload worker) under 116 MiB of peak RSS (126 MiB with 1 MiB reads, 104 with 256 KiB)", async () => {
+it("a 192 MiB incompressible payload restores (through the payload worker) under 128 MiB of peak RSS (format 7: 123-124 MiB measured; 104 before it held a 4 MiB chunk)", async () => {
   const r = await a.run(["restore", "latest", "--target", join(a.tmp, "restored"), "--yes", "--allow-rollback", "--json"], {}, { rss: true });
   expect([0, 3], r.stderr).toContain(r.code);
   expect(r.maxRssKb).toBeGreaterThan(0);
-  expect(r.maxRssKb! / 1024).toBeLessThan(116);
+  expect(r.maxRssKb! / 1024).toBeLessThan(128);
 }, 180_000);
