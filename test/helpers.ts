@@ -224,3 +224,20 @@ export async function pausedAtStep(pid: number): Promise<boolean> {
   for (const end = Date.now() + 60_000; !stopped() && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
   return stopped();
 }
+
+/** An agent whose `models/adapter.bin` (3 MiB) is stored as chunks (the chunk store's edge tests). */
+export async function chunkedAgent(): Promise<TestAgent> {
+  const a = await makeAgent({ sizeMb: 1 });
+  mkdirSync(join(a.dir, "models"));
+  writeFileSync(join(a.dir, "models/adapter.bin"), randomBytes(3 * 1024 * 1024));
+  const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+  writeFileSync(a.config, JSON.stringify({ ...cfg, files: [...cfg.files, "models/*.bin"] }, null, 2));
+  return a;
+}
+
+/** The chunk objects of an agent in a folder repository (`<2 hex>/<64 hex>`), sorted. */
+export const chunkFiles = (a: TestAgent, agentDir = "tenants/acme/agents/billing-agent") =>
+  readdirSync(join(a.repo, agentDir, "chunks"), { recursive: true })
+    .map(String)
+    .filter((f) => /^[0-9a-f]{2}\/[0-9a-f]{64}$/.test(f))
+    .sort();

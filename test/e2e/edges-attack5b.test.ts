@@ -2,27 +2,11 @@
 // chunk store, the newest snapshot and an export's output, each case through the real binary on a real agent with a
 // 3 MiB file stored as chunks in a folder repository. See docs/security-edges.md, "Fifth attack (repository side)".
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { randomBytes } from "node:crypto";
 import { cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, type TestAgent } from "../helpers.js";
+import { chunkedAgent, chunkFiles, json, makeAgent, type TestAgent } from "../helpers.js";
 
 const AGENT_DIR = "tenants/acme/agents/billing-agent";
-
-/** An agent whose `models/adapter.bin` (3 MiB) is stored as chunks. */
-async function chunkedAgent(): Promise<TestAgent> {
-  const a = await makeAgent({ sizeMb: 1 });
-  mkdirSync(join(a.dir, "models"));
-  writeFileSync(join(a.dir, "models/adapter.bin"), randomBytes(3 * 1024 * 1024));
-  const cfg = JSON.parse(readFileSync(a.config, "utf8"));
-  writeFileSync(a.config, JSON.stringify({ ...cfg, files: [...cfg.files, "models/*.bin"] }, null, 2));
-  return a;
-}
-
-const chunkFiles = (a: TestAgent) =>
-  readdirSync(join(a.repo, AGENT_DIR, "chunks"), { recursive: true })
-    .map(String)
-    .filter((f) => /^[0-9a-f]{2}\/[0-9a-f]{64}$/.test(f));
 
 describe("[E1] a chunk deleted behind the known-chunks index", () => {
   let a: TestAgent;

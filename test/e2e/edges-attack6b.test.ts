@@ -10,26 +10,10 @@ import { randomBytes } from "node:crypto";
 import { appendFileSync, copyFileSync, cpSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { createServer, request, type Server } from "node:http";
 import { join } from "node:path";
-import { json, makeAgent, makeBucket, pausedAtStep, run, type TestAgent } from "../helpers.js";
+import { chunkedAgent, chunkFiles, json, makeAgent, makeBucket, pausedAtStep, run, type TestAgent } from "../helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 const AGENT_DIR = "tenants/acme/agents/billing-agent";
-
-/** An agent whose `models/adapter.bin` (3 MiB) is stored as chunks. */
-async function chunkedAgent(): Promise<TestAgent> {
-  const a = await makeAgent({ sizeMb: 1 });
-  mkdirSync(join(a.dir, "models"));
-  writeFileSync(join(a.dir, "models/adapter.bin"), randomBytes(3 * 1024 * 1024));
-  const cfg = JSON.parse(readFileSync(a.config, "utf8"));
-  writeFileSync(a.config, JSON.stringify({ ...cfg, files: [...cfg.files, "models/*.bin"] }, null, 2));
-  return a;
-}
-
-const chunkFiles = (a: TestAgent) =>
-  readdirSync(join(a.repo, AGENT_DIR, "chunks"), { recursive: true })
-    .map(String)
-    .filter((f) => /^[0-9a-f]{2}\/[0-9a-f]{64}$/.test(f))
-    .sort();
 
 /**
  * A proxy in front of the test gateway that passes every request through and rewrites each ListObjectsV2 answer's
