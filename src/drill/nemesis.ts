@@ -21,7 +21,7 @@
 import Database from "better-sqlite3";
 import { execa } from "execa";
 import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { join, relative } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { crashScenario, type ScenarioPlan } from "./scenarios.js";
 import { CheckLog } from "./checklog.js";
 import { eioCell, type RestoreChild } from "./eio.js";
@@ -125,10 +125,10 @@ function dropUnsynced(copy: Copy, base: string, shadow: string): string {
   for (const f of new Set([...filesUnder(copy.dir), ...synced, ...atStart])) {
     const dest = join(copy.dir, f);
     if (synced.has(f)) {
-      copyFileSync(join(shadow, f), dest);
+      putBack(join(shadow, f), dest);
       kept++;
     } else if (atStart.has(f)) {
-      copyFileSync(join(base, f), dest);
+      putBack(join(base, f), dest);
       reverted++;
     } else {
       rmSync(dest, { force: true });
@@ -150,6 +150,16 @@ function dropUnsynced(copy: Copy, base: string, shadow: string): string {
   return `un-fsynced writes dropped: ${kept} file(s) at their last fsync, ${reverted} back to the run's start, ${removed} never fsynced removed`;
 }
 
+/**
+ * A file of the copy replaced by its earlier content: the name is removed first, as a read-only file (git's packs,
+ * 0444) can not be opened for writing by its owner when not root; copyFileSync keeps the source's mode.
+ */
+function putBack(from: string, to: string): void {
+  mkdirSync(dirname(to), { recursive: true });
+  rmSync(to, { force: true });
+  copyFileSync(from, to);
+}
+
 /** The fault for a nemesis. `tools`: a folder for the built shim (shared by the drill's cells). */
 async function workerFault(nemesis: WorkerNemesis, tools: string): Promise<WorkerFault> {
   if (nemesis === "lost_write") {
@@ -162,7 +172,15 @@ async function workerFault(nemesis: WorkerNemesis, tools: string): Promise<Worke
         cpSync(copy.dir, base, { recursive: true });
         mkdirSync(shadow);
         if ("error" in shim) return { crashEnv: {}, restartEnv: {}, afterCrash: () => `error: ${shim.error}` };
-        return { crashEnv: { LD_PRELOAD: shim.so, AGENTBAK_FSYNC_ROOT: copy.dir, AGENTBAK_FSYNC_SHADOW: shadow }, restartEnv: {}, afterCrash: () => dropUnsynced(copy, base, shadow) };
+        // a file that can not be put back fails the cell naming it, never the whole drill
+        const afterCrash = () => {
+          try {
+            return dropUnsynced(copy, base, shadow);
+          } catch (e) {
+            return `error: the un-fsynced writes could not be dropped: ${(e as Error).message}`;
+          }
+        };
+        return { crashEnv: { LD_PRELOAD: shim.so, AGENTBAK_FSYNC_ROOT: copy.dir, AGENTBAK_FSYNC_SHADOW: shadow }, restartEnv: {}, afterCrash };
       },
     };
   }

@@ -33,6 +33,8 @@ srv.listen(Number(port), "127.0.0.1", () => {
 
 /** The namespace command for this user: root makes a network namespace, anyone else a user namespace with it. */
 const unshareArgs = () => (process.getuid?.() === 0 ? ["-n"] : ["-rn"]);
+/** How the namespace was made, for the report: as root, or inside a user namespace of its own. */
+const HOW = () => (process.getuid?.() === 0 ? "" : " inside a user namespace (unshare -rn: not root)");
 
 /** What the report says of the network: sealed or not (and why), and the connection attempts blocked. */
 export interface NetworkReport {
@@ -140,9 +142,9 @@ export class Seal {
     const unix_connected = [...unix].sort();
     if (unix_connected.length) {
       const named = unix_connected.slice(0, 5).join(", ") + (unix_connected.length > 5 ? ", …" : "");
-      return { sealed: false, detail: `the worker ran in its own network namespace (${this.runs} run(s)) but connected to ${unix_connected.length} unix socket(s) of the host's file system: ${named}`, egress_blocked: n, attempts, unix_connected };
+      return { sealed: false, detail: `the worker ran in its own network namespace${HOW()} (${this.runs} run(s)) but connected to ${unix_connected.length} unix socket(s) of the host's file system: ${named}`, egress_blocked: n, attempts, unix_connected };
     }
-    return { sealed: true, detail: `the worker ran in its own network namespace (${this.runs} run(s)); only the test sink was reachable`, egress_blocked: n, attempts, unix_connected };
+    return { sealed: true, detail: `the worker ran in its own network namespace${HOW()} (${this.runs} run(s)); only the test sink was reachable`, egress_blocked: n, attempts, unix_connected };
   }
 
   close(): void {

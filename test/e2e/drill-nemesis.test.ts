@@ -6,7 +6,7 @@
 // plain crash point and is caught by the lost-write cell.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
-import { execaSync } from "execa";
+import { execa, execaSync } from "execa";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { json, makeAgent, makeBucket, ROOT, writeSpec, type TestAgent } from "../helpers.js";
@@ -72,6 +72,33 @@ describe("drill nemeses", () => {
     const xml = readFileSync(join(a.tmp, "unsynced.xml"), "utf8");
     expect(xml).toMatch(/name="after_send_before_receipt × lost_write" time="[\d.]+">\s*<failure message="lost_write: exactly one effect: 2 effect/);
   });
+
+  it("lost_write as a user that is not root: the workspace's read-only git objects are put back (it failed the whole drill, 1, EACCES on copyfile)", async (ctx) => {
+    if (process.getuid?.() !== 0 || (await execa("sh", ["-c", "command -v setpriv"], { reject: false })).exitCode !== 0) return ctx.skip();
+    const b = await makeAgent({ sizeMb: 1, seed: 7 });
+    try {
+      expect((await b.run(["backup"])).code).toBe(0);
+      await execa("chown", ["-R", "nobody", b.tmp]);
+      // git's objects are 0444: a non-root owner can replace them only by name, never open them for writing
+      const ro = readdirSync(join(b.dir, "workspace/.git/objects"), { recursive: true }).map(String).filter((f) => /^[0-9a-f]{2}\/[0-9a-f]{38}$/.test(f));
+      expect(ro.length).toBeGreaterThan(0);
+      const spec = writeSpec(b.tmp, "nobody-lw", SPEC, (s) => {
+        s.crashPoints = ["after_send_before_receipt"];
+        s.sinkKill = false;
+        s.nemeses = { after_send_before_receipt: ["lost_write"] };
+      });
+      await execa("chown", ["nobody", spec]);
+      const args = ["drill", "latest", "--spec", spec, "--identity", b.identity, "--json", "--no-report"];
+      const r = await execa("setpriv", ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "node", join(ROOT, "bin/agentbak.js"), ...args], { cwd: b.dir, env: { ...process.env, ...b.env, NO_COLOR: "1", OPENAI_API_KEY: "x" }, reject: false, timeout: 170_000 });
+      expect([0, 3], r.stderr).toContain(r.exitCode);
+      const d = JSON.parse(r.stdout);
+      expect(cell(d, "after_send_before_receipt", "lost_write")).toMatchObject({ result: "recovered" });
+      // the report says how the worker was sealed: not root, inside a user namespace
+      if (d.network.sealed) expect(d.network.detail).toContain("inside a user namespace (unshare -rn: not root)");
+    } finally {
+      b.cleanup();
+    }
+  }, 180_000);
 
   it("enospc: the restore placed again on a tmpfs half the restored size stops naming the fault (contained), and the tmpfs is unmounted", async () => {
     const spec = writeSpec(a.tmp, "enospc", SPEC, (s) => {
