@@ -81,8 +81,11 @@ function tableFingerprint(folder: string, name: string, version: number): string
 function filesOf(table: string): string {
   const out: string[] = [];
   for (const rel of (readdirSync(table, { recursive: true }) as string[]).sort()) {
-    const st = lstatSync(join(table, rel), { bigint: true });
-    if (!st.isDirectory()) out.push([rel, st.mode, st.ino, st.size, st.mtimeNs, st.ctimeNs].join(" "));
+    const st = lstatSync(join(table, rel), { bigint: true, throwIfNoEntry: false });
+    // gone between the listing and its stat (a writer's temp file renamed into place): the folder changed while it
+    // was read; named, so this listing equals no earlier one (a read, never a false "unchanged")
+    if (!st) out.push(`${rel} vanished`);
+    else if (!st.isDirectory()) out.push([rel, st.mode, st.ino, st.size, st.mtimeNs, st.ctimeNs].join(" "));
   }
   return out.join("\n");
 }
