@@ -54,25 +54,26 @@ export interface Plaintext {
 function stages(s: PayloadSource, identities: AgeIdentity[], sink: Writable): { done: Promise<void>; digest: () => string; stop: () => void } {
   // a format-7 payload is read and checked chunk by chunk (CheckedPayload); an older one hashed whole as it is read
   const checked = s.chunks ? new CheckedPayload({ ...s, chunks: s.chunks }) : null;
-  const tap = new HashTap(s.size, "payload.age");
+  const tap = checked ? null : new HashTap(s.size, "payload.age");
   // reads of 256 KiB, not 1 MiB: a read buffer lives on while any slice of it does (age keeps the tail of one read to
   // complete its next chunk), and with 1 MiB reads the worker's array buffers climbed to 60-80 MiB between
   // collections, forced full ones included. Restore of the bench's 1194 MiB database: peak RSS 160-175 MiB with
   // 1 MiB reads (190-200 MiB before the young collections below), 104-109 MiB with these; CPU the same
   const read = checked ?? createReadStream(s.path, { start: s.offset, end: s.offset + s.size - 1, highWaterMark: READ });
   const rest = [new AgeDecryptStream(identities), boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload"), sink] as const;
-  const done = checked ? pipeline(checked, ...rest) : pipeline(read, tap, ...rest);
+  const done = tap ? pipeline(read, tap, ...rest) : pipeline(read, ...rest);
   done.catch(() => undefined); // the callers look at `done`; a stopped chain's rejection is not news
   // closing the source (no error: nothing emits one) makes the pipeline tear every stage down
-  return { done, digest: () => (checked ? checked.digest() : tap.digest()), stop: () => read.destroy() };
+  return { done, digest: () => (tap ?? checked!).digest(), stop: () => read.destroy() };
 }
 
 /**
  * The payload read chunk by chunk, each passed on only once its sha256 is the
  * one the signed manifest lists for it: nothing reaches age before its bytes
  * are checked, and the payload is read once. The chunk is read into one
- * buffer kept for the whole payload and handed on in fresh 256 KiB copies as
- * the next stage asks (pushing a whole chunk's pieces at once kept them alive
+ * buffer kept for the whole payload and handed on in fresh copies of one age
+ * chunk and its tag (PIECE, 64 KiB + 16) as the next stage asks (pushing a
+ * whole chunk's pieces at once kept them alive
  * across young collections: a 192 MiB restore peaked ~16 MiB higher,
  * test/e2e/restore-memory). A chunk that differs, or a payload cut short,
  * fails (code PAYLOAD_DIGEST: exit 13). Reads are synchronous, 4 MiB at most:

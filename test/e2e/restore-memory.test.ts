@@ -7,7 +7,7 @@
  * and the worker's array buffers climbed by tens of MiB between collections
  * (the bench's 1194 MiB database: 160-175 MiB peak, 104-109 MiB with 256 KiB).
  * Format 7 (one read of the payload) holds each 4 MiB chunk until its digest
- * is checked, and hands it on in 256 KiB copies: 123-124 MiB measured here
+ * is checked, and hands it on in 64 KiB copies: 123-124 MiB measured here
  * (was 104), so the bound is 128 MiB; a payload held whole would be 300+.
  */
 import { execa } from "execa";
