@@ -14,7 +14,7 @@ import { AgentbakError, Exit, ioErrno, ioError, verifyError } from "../errors.js
 import { applyDelta, filePagesRoot } from "../state/pages/index.js";
 import { isDatabase, type Component } from "./manifest.js";
 import { ensureDir, writeCacheFile } from "../fsutil.js";
-import { readPayload, verifyBundle, verifyHeader, type VerifiedBundle } from "./reader.js";
+import { checkPayload, readPayload, verifyBundle, verifyHeader, type VerifiedBundle } from "./reader.js";
 import { fileSha256 } from "./streams.js";
 import { homePaths } from "../home.js";
 
@@ -70,19 +70,21 @@ export function checkedPayloads(home: string): CheckedPayloads & { save(): void 
 }
 
 /** verifyBundle, but a payload `checked` remembers for this very file is not read again; remembered once verified. */
-export async function verifyRemembered(path: string, trust: Trust, checked?: CheckedPayloads): Promise<VerifiedBundle> {
+export async function verifyRemembered(path: string, trust: Trust, checked?: CheckedPayloads, o: { decrypting?: boolean } = {}): Promise<VerifiedBundle> {
   const h = verifyHeader(path, trust);
-  const v = checked?.has(path, h.manifest.payload.sha256) ? h : await verifyBundle(path, trust);
-  checked?.add(path, v.manifest.payload.sha256);
+  const v = checked?.has(path, h.manifest.payload.sha256) ? h : await verifyBundle(path, trust, undefined, undefined, o);
+  if (!v.payloadUnchecked) checked?.add(path, v.manifest.payload.sha256);
   return v;
 }
 
 /**
  * The parents of `v`, nearest first, each verified once (a payload in
- * `checked` is not read again).
+ * `checked` is not read again). `decrypting`: the caller rebuilds the
+ * databases through them (rebuildDatabases), and a format-7 payload is
+ * checked there, chunk by chunk as it is decrypted, instead of read twice.
  * @throws AgentbakError(13) naming the link that is missing or does not match.
  */
-export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: Trust, checked?: CheckedPayloads): Promise<VerifiedBundle[]> {
+export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: Trust, checked?: CheckedPayloads, o: { decrypting?: boolean } = {}): Promise<VerifiedBundle[]> {
   const out: VerifiedBundle[] = [];
   for (let cur = v; cur.manifest.parent; ) {
     const p = cur.manifest.parent;
@@ -97,7 +99,7 @@ export async function verifyChain(v: VerifiedBundle, links: LinkSource, trust: T
     }
     let pv: VerifiedBundle;
     try {
-      pv = await verifyRemembered(path, trust, checked);
+      pv = await verifyRemembered(path, trust, checked, o);
     } catch (e) {
       throw e instanceof AgentbakError ? new AgentbakError(e.code, `${what}: ${e.message}`) : e;
     }
@@ -137,18 +139,22 @@ export async function rebuildDatabases(v: VerifiedBundle, chain: VerifiedBundle[
   // per database: delta files, nearest first, and the whole copy they start from
   const stacks = new Map(deltas.map((c) => [c.name, [join(raw, c.path)]]));
   const bases = new Map<string, string>();
+  let read = 0;
   for (const [i, link] of chain.entries()) {
     if (bases.size === stacks.size) break;
+    read = i + 1;
     const want = link.manifest.components.filter((c) => isDatabase(c) && stacks.has(c.name) && !bases.has(c.name));
     for (const name of stacks.keys())
       if (!bases.has(name) && !want.some((c) => c.name === name)) throw verifyError(`chain: ${link.manifest.snapshot_id} has no database ${name}`);
     const dir = mkdtempSync(join(work, `link-${i}-`));
-    await readPayload(link, identities, dir, new Set(want.map((c) => c.path)));
+    await named(link, readPayload(link, identities, dir, new Set(want.map((c) => c.path))));
     for (const c of want) {
       if (c.kind === "sqlite") bases.set(c.name, join(dir, c.path));
       else stacks.get(c.name)!.push(join(dir, c.path));
     }
   }
+  // a link below the whole copies is not decrypted: a payload verifyChain left to decryption is checked here
+  for (const link of chain.slice(read)) if (link.payloadUnchecked) await named(link, checkPayload(link));
   const out = new Map<string, string>();
   for (const c of deltas) {
     const base = bases.get(c.name);
@@ -167,6 +173,15 @@ export async function rebuildDatabases(v: VerifiedBundle, chain: VerifiedBundle[
     out.set(c.name, file);
   }
   return out;
+}
+
+/** A link's check, its failure naming the link. */
+async function named(link: VerifiedBundle, p: Promise<unknown>): Promise<void> {
+  try {
+    await p;
+  } catch (e) {
+    throw e instanceof AgentbakError ? new AgentbakError(e.code, `chain: ${link.manifest.snapshot_id}: ${e.message}`) : e;
+  }
 }
 
 /** The digest a delta's manifest entry records for the whole rebuilt database: its pages root (format 4 on), or its sha256. */

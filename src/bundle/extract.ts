@@ -125,7 +125,8 @@ export async function checkDatabase(file: string, c: Component, asked: Integrity
  */
 export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity[], root: string, trust: Trust, from: { links: LinkSource; chunks?: ChunkSource | null }, integrity: IntegrityPolicy = "full", progress?: Progress): Promise<Extracted> {
   const m = v.manifest;
-  const chain = m.components.some((c) => c.kind === "sqlite-delta") ? await verifyChain(v, from.links, trust) : [];
+  // each link's payload is read once: a format-7 one checked chunk by chunk as rebuildDatabases decrypts it
+  const chain = m.components.some((c) => c.kind === "sqlite-delta") ? await verifyChain(v, from.links, trust, undefined, { decrypting: true }) : [];
   const raw = join(root, ".agentbak-raw");
   ensureDir(raw, 0o700);
   // the worker that will run a large database's integrity_check starts beside the payload's read (nothing for small ones)

@@ -10,12 +10,14 @@ import { trusts, type Trust } from "../crypto/trust.js";
 import { parseManifest, sha256hex, type Manifest } from "./manifest.js";
 import { readLayout, type BundleLayout } from "./outer.js";
 
-/** A bundle whose signature, manifest and payload digest verified. */
+/** A bundle whose signature and manifest verified (verifyHeader), and its payload digest too (reader.ts verifyBundle). */
 export interface VerifiedBundle {
   layout: BundleLayout;
   manifest: Manifest;
   manifestSha256: string;
   signer: { principal: string; fingerprint: string };
+  /** verifyBundle's `decrypting`: the payload's digest is left to readPayload, which checks each chunk as it reads it */
+  payloadUnchecked?: true;
 }
 
 /**

@@ -49,15 +49,24 @@ export async function fileRangeSha256(path: string, start: number, size: number)
 }
 
 /**
- * Full header check plus the payload digest (one read of the payload).
+ * Full header check plus the payload digest (one read of the payload). With `decrypting` (the caller goes on to
+ * readPayload), a format-7 payload's digest is left to that read, which checks each chunk before decrypting it
+ * (`payloadUnchecked`).
  * @throws AgentbakError(13) `payload.age: digest mismatch` when the payload is not the signed one.
  */
 export async function verifyBundle(path: string, trust: Trust, now = new Date(), progress: Progress = noProgress, o: { decrypting?: boolean } = {}): Promise<VerifiedBundle> {
   const v = verifyHeader(path, trust, now);
-  // `decrypting`: the caller goes on to readPayload, which checks a format-7 payload chunk by chunk as it reads it
-  // (each before it is decrypted): that one read is the check
-  if (o.decrypting && v.manifest.payload.chunks?.digests) return v;
-  const { payloadOffset: at, payloadSize: size } = v.layout;
+  if (o.decrypting && v.manifest.payload.chunks?.digests) return { ...v, payloadUnchecked: true };
+  await checkPayload(v, progress);
+  return v;
+}
+
+/**
+ * The payload digest of a bundle whose header verified (one read of the payload).
+ * @throws AgentbakError(13) `payload.age: digest mismatch` when the payload is not the signed one.
+ */
+export async function checkPayload(v: VerifiedBundle, progress: Progress = noProgress): Promise<void> {
+  const { path, payloadOffset: at, payloadSize: size } = v.layout;
   // hashed off this thread (or in one stream): counted when done, one step of the payload's size
   const counted = progress.stage("checking payload digest", size);
   // a bundle that lists its chunks' digests is hashed on two threads; one without (written before they were added) in one stream
@@ -65,7 +74,6 @@ export async function verifyBundle(path: string, trust: Trust, now = new Date(),
   if (c ? (await fileChunksSha256(path, at, size, c.size)) !== c.sha256 : (await fileRangeSha256(path, at, size)) !== v.manifest.payload.sha256)
     throw verifyError("payload.age: digest mismatch (not the payload the manifest signed)");
   counted(size);
-  return v;
 }
 
 /** What decrypting and checking the payload found. */

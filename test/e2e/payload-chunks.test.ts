@@ -4,9 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import { execa } from "execa";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, type TestAgent } from "../helpers.js";
+import { BIN, json, makeAgent, type TestAgent } from "../helpers.js";
 import { fileChunksSha256 } from "../../src/bundle/chunks.js";
 import { readChunk, readChunkSync, Truncated, type ChunkJob } from "../../src/bundle/chunk-table.js";
 import { closeSync, openSync, readSync } from "node:fs";
@@ -181,4 +181,45 @@ describe("payload chunk digests", () => {
       expect(await fileChunksSha256(whole, 0, 16 * K, K)).toBe(createHash("sha256").update(Buffer.concat(Array(16).fill(per))).digest("hex"));
     });
   });
+});
+
+describe("an incremental on a format-7 full snapshot", () => {
+  it("restore reads the parent's payload once: its chunks are checked as it is decrypted, not hashed in a pass of their own first", async () => {
+    const db = new Database(join(a.dir, "state/agent.sqlite"));
+    db.prepare("UPDATE attachments SET body = zeroblob(100) WHERE id = 1").run();
+    db.close();
+    const r = await a.run(["backup", "--incremental", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r).parent).toBe(m.snapshot_id);
+    // every read of every thread, each thread in a file of its own (no call split across lines), descriptors named
+    const dir = join(a.tmp, "strace-inc");
+    mkdirSync(dir);
+    const target = join(a.tmp, "restored-inc");
+    const s = await execa("strace", ["-ff", "-qq", "-y", "-s", "0", "-e", "trace=read,pread64,readv,preadv", "-o", join(dir, "t"), process.execPath, BIN, "restore", json(r).snapshot_id, "--target", target, "--yes", "--allow-rollback"], { cwd: a.dir, env: { ...a.env, NO_COLOR: "1" }, reject: false, stdin: "ignore" });
+    expect([0, 3], String(s.stderr)).toContain(s.exitCode);
+    let bytes = 0;
+    for (const f of readdirSync(dir))
+      for (const line of readFileSync(join(dir, f), "utf8").split("\n")) if (line.includes(`<${file}>`)) bytes += Math.max(0, Number(/= (-?\d+)$/.exec(line)?.[1] ?? 0));
+    // the whole payload once (and the header): twice the payload before (chain check, then decryption)
+    expect(bytes).toBeGreaterThanOrEqual(m.payload.size);
+    expect(bytes).toBeLessThan(m.payload.size + (1 << 20));
+    const restored = new Database(join(target, "state/agent.sqlite"), { readonly: true });
+    expect(restored.prepare("SELECT length(body) AS n FROM attachments WHERE id = 1").get()).toEqual({ n: 100 });
+    restored.close();
+    // a flipped byte in the parent's payload is still found before it is decrypted: 13 naming the link and the chunk
+    const whole = readFileSync(file);
+    const n = Math.ceil(m.payload.size / CHUNK);
+    const payloadAt = whole.length - 1024 - Math.ceil(m.payload.size / 512) * 512;
+    const flipped = Buffer.from(whole);
+    flipped[payloadAt + 5 * CHUNK + 100]! ^= 0x40;
+    writeFileSync(file, flipped);
+    try {
+      const bad = await a.run(["restore", json(r).snapshot_id, "--target", join(a.tmp, "restored-inc-bad"), "--yes", "--allow-rollback"]);
+      expect(bad.code, bad.stderr).toBe(13);
+      expect(bad.stderr.trim()).toBe(`agentbak: chain: ${m.snapshot_id}: payload.age: digest mismatch in chunk 6 of ${n} (not the payload the manifest signed)`);
+      expect(existsSync(join(a.tmp, "restored-inc-bad"))).toBe(false);
+    } finally {
+      writeFileSync(file, whole);
+    }
+  }, 180_000);
 });
