@@ -14,7 +14,7 @@ import { AgentbakError, Exit, ioErrno, ioError, verifyError } from "../errors.js
 import { applyDelta, filePagesRoot } from "../state/pages/index.js";
 import { isDatabase, type Component } from "./manifest.js";
 import { ensureDir, writeCacheFile } from "../fsutil.js";
-import { checkPayload, readPayload, verifyBundle, verifyHeader, type VerifiedBundle } from "./reader.js";
+import { checkPayload, readPayload, verifyHeader, type VerifiedBundle } from "./reader.js";
 import { fileSha256 } from "./streams.js";
 import { homePaths } from "../home.js";
 
@@ -69,10 +69,10 @@ export function checkedPayloads(home: string): CheckedPayloads & { save(): void 
   };
 }
 
-/** verifyBundle, but a payload `checked` remembers for this very file is not read again; remembered once verified. */
+/** verifyBundle (its header read and checked once), but a payload `checked` remembers for this very file is not read again; remembered once verified. */
 export async function verifyRemembered(path: string, trust: Trust, checked?: CheckedPayloads, o: { decrypting?: boolean } = {}): Promise<VerifiedBundle> {
   const h = verifyHeader(path, trust);
-  const v = checked?.has(path, h.manifest.payload.sha256) ? h : await verifyBundle(path, trust, undefined, undefined, o);
+  const v = checked?.has(path, h.manifest.payload.sha256) ? h : await checkPayload(h, undefined, o);
   if (!v.payloadUnchecked) checked?.add(path, v.manifest.payload.sha256);
   return v;
 }

@@ -55,17 +55,15 @@ export async function fileRangeSha256(path: string, start: number, size: number)
  * @throws AgentbakError(13) `payload.age: digest mismatch` when the payload is not the signed one.
  */
 export async function verifyBundle(path: string, trust: Trust, now = new Date(), progress: Progress = noProgress, o: { decrypting?: boolean } = {}): Promise<VerifiedBundle> {
-  const v = verifyHeader(path, trust, now);
-  if (o.decrypting && v.manifest.payload.chunks?.digests) return { ...v, payloadUnchecked: true };
-  await checkPayload(v, progress);
-  return v;
+  return checkPayload(verifyHeader(path, trust, now), progress, o);
 }
 
 /**
- * The payload digest of a bundle whose header verified (one read of the payload).
+ * verifyBundle's payload half, for a bundle whose header verified (one read of the payload).
  * @throws AgentbakError(13) `payload.age: digest mismatch` when the payload is not the signed one.
  */
-export async function checkPayload(v: VerifiedBundle, progress: Progress = noProgress): Promise<void> {
+export async function checkPayload(v: VerifiedBundle, progress: Progress = noProgress, o: { decrypting?: boolean } = {}): Promise<VerifiedBundle> {
+  if (o.decrypting && v.manifest.payload.chunks?.digests) return { ...v, payloadUnchecked: true };
   const { path, payloadOffset: at, payloadSize: size } = v.layout;
   // hashed off this thread (or in one stream): counted when done, one step of the payload's size
   const counted = progress.stage("checking payload digest", size);
@@ -74,6 +72,7 @@ export async function checkPayload(v: VerifiedBundle, progress: Progress = noPro
   if (c ? (await fileChunksSha256(path, at, size, c.size)) !== c.sha256 : (await fileRangeSha256(path, at, size)) !== v.manifest.payload.sha256)
     throw verifyError("payload.age: digest mismatch (not the payload the manifest signed)");
   counted(size);
+  return v;
 }
 
 /** What decrypting and checking the payload found. */

@@ -195,11 +195,17 @@ describe("an incremental on a format-7 full snapshot", () => {
     const dir = join(a.tmp, "strace-inc");
     mkdirSync(dir);
     const target = join(a.tmp, "restored-inc");
-    const s = await execa("strace", ["-ff", "-qq", "-y", "-s", "0", "-e", "trace=read,pread64,readv,preadv", "-o", join(dir, "t"), process.execPath, BIN, "restore", json(r).snapshot_id, "--target", target, "--yes", "--allow-rollback"], { cwd: a.dir, env: { ...a.env, NO_COLOR: "1" }, reject: false, stdin: "ignore" });
+    const s = await execa("strace", ["-ff", "-qq", "-y", "-s", "0", "-e", "trace=openat,read,pread64,readv,preadv", "-o", join(dir, "t"), process.execPath, BIN, "restore", json(r).snapshot_id, "--target", target, "--yes", "--allow-rollback"], { cwd: a.dir, env: { ...a.env, NO_COLOR: "1" }, reject: false, stdin: "ignore" });
     expect([0, 3], String(s.stderr)).toContain(s.exitCode);
     let bytes = 0;
+    let opens = 0;
     for (const f of readdirSync(dir))
-      for (const line of readFileSync(join(dir, f), "utf8").split("\n")) if (line.includes(`<${file}>`)) bytes += Math.max(0, Number(/= (-?\d+)$/.exec(line)?.[1] ?? 0));
+      for (const line of readFileSync(join(dir, f), "utf8").split("\n")) {
+        if (line.startsWith("openat(") && line.includes(`"${file}"`)) opens++;
+        else if (line.includes(`<${file}>`)) bytes += Math.max(0, Number(/= (-?\d+)$/.exec(line)?.[1] ?? 0));
+      }
+    // opened twice: its header read and checked once (verifyChain), its payload read once (decrypting it)
+    expect(opens).toBe(2);
     // the whole payload once (and the header): twice the payload before (chain check, then decryption)
     expect(bytes).toBeGreaterThanOrEqual(m.payload.size);
     expect(bytes).toBeLessThan(m.payload.size + (1 << 20));
