@@ -458,7 +458,6 @@ export class Repository {
     // a host that has not checked most of a tenant's records takes them from its summary, where their ETags still match
     const used = (k: string) => k.endsWith(".json") || (Boolean(o.status) && k.endsWith(".status")); // the records this listing reads
     if (!o.fresh) for (const t of tenants) await this.readSummary(t, trust, now, cache, tags, used);
-    const read = cache.reads;
     const out = await mapLimit(agents, 64, (a) => this.agentEntries(a, trust, now, cache, tags.get(keys.catalog(a)) ?? null, Boolean(o.fresh)));
     if (o.status && !o.fresh)
       await mapLimit(agents, 64, async (a) => {
@@ -466,7 +465,8 @@ export class Repository {
         if (body) status.set(`${a.tenant}/${a.agent}`, body);
       });
     cache.save(new Set(tags.keys()), (k) => tenants.some((t) => k.startsWith(keys.catalogs(t))));
-    if (o.signer && cache.reads - read > 0) for (const t of tenants) await this.writeSummary(t, cache, tags, o.signer, cache.reads - read);
+    // each tenant's by what this listing read of that tenant's: one whose records were all taken as checked is not written again
+    if (o.signer) for (const t of tenants) await this.writeSummary(t, cache, tags, o.signer, cache.readUnder(keys.catalogs(t)));
     return { entries: out.flat(), status };
   }
 
@@ -493,14 +493,15 @@ export class Repository {
 
   /**
    * Writes `tenant`'s summary: every record of its catalog folder this host holds checked at the ETag the LIST gave,
-   * signed with this host's key; when this listing read `read` records itself, enough of them (worthSummary), or there
-   * was no summary. Any listing host may write it and none waits for another: a reader uses an entry only while its
-   * record's ETag is unchanged, so an older summary written last costs readers requests, never a wrong listing.
+   * signed with this host's key; when this listing read `read` of the tenant's records itself (none: nothing new to
+   * say), and enough of them (worthSummary) or there was no summary. Any listing host may write it and none waits for
+   * another: a reader uses an entry only while its record's ETag is unchanged, so an older summary written last costs
+   * readers requests, never a wrong listing.
    */
   private async writeSummary(tenant: string, cache: CatalogCache, tags: Map<string, string>, signer: SigningKey, read: number): Promise<void> {
     const key = keys.catalogSummary(tenant);
     const records = cache.checked(keys.catalogs(tenant), tags).filter(([k]) => k !== key);
-    if (!records.length || (tags.has(key) && !worthSummary(read, records.length))) return;
+    if (!read || !records.length || (tags.has(key) && !worthSummary(read, records.length))) return;
     try {
       await this.writeJson(key, signRecord({ kind: SUMMARY_KIND, tenant, at: new Date().toISOString(), records }, signer, NS.receipt));
     } catch (e) {

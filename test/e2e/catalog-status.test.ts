@@ -199,4 +199,23 @@ describe("status --all from the status records", () => {
     expect(human.stdout).toContain("! gen\\x1b[2Jeration: seen");
     expect(human.stdout).not.toContain("\x1b");
   }, 60_000);
+
+  it("a listing writes the summary of a tenant whose records it read, never again that of a tenant whose records it had all checked", async () => {
+    const store = await a.store();
+    await counted(["snapshots", "--all"]); // every acme record checked on this host
+    const acme = await store.get(SUMMARY);
+    expect(acme).not.toBeNull();
+    for (const id of ["zeta-1", "zeta-2"]) {
+      const dir = join(a.tmp, id);
+      mkdirSync(dir);
+      generateAgent(dir, { recipient: a.recipient, sizeMb: 0.1, seed: 7, agentId: id, tenant: "zeta", repository: a.repo });
+      const b = await run(["backup"], { cwd: dir, env: a.env });
+      expect(b.code, b.stderr).toBe(0);
+    }
+    const { out, counts } = await counted(["snapshots", "--all"]);
+    expect(out.filter((e: any) => e.tenant === "zeta").map((e: any) => e.agent_id)).toEqual(["zeta-1", "zeta-2"]);
+    expect(counts.put).toBe(1); // zeta's summary (it read both its records); acme's, all taken as checked, is not written again
+    expect(JSON.parse(String(await store.get("tenants/zeta/catalog/_summary"))).records.map(([k]: [string]) => k)).toEqual(["tenants/zeta/catalog/zeta-1.json", "tenants/zeta/catalog/zeta-2.json"]);
+    expect(String(await store.get(SUMMARY))).toBe(String(acme));
+  }, 90_000);
 });
