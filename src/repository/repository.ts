@@ -835,14 +835,14 @@ export class Repository {
 
   // ---- writing snapshots ----
 
-  /** The next checkpoint sequence for `a`: above every sequence recorded here and `floor` (this host's watermark). */
   /** The sequence the last publish of `a` recorded (0 when none). */
   async recordedSequence(a: AgentRef): Promise<number> {
     return (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
   }
 
+  /** The next checkpoint sequence for `a`: above every sequence recorded here and `floor` (this host's watermark). */
   async nextSequence(a: AgentRef, trust: Trust, floor = 0): Promise<number> {
-    const rec = (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
+    const rec = await this.recordedSequence(a);
     const v1 = (await this.readJson<{ sequence: number }>(legacy.sequence(a.agent)))?.sequence ?? 0;
     const listed = Math.max(0, ...(await this.list(trust, a)).map((e) => e.sequence ?? 0));
     return Math.max(rec, v1, listed, floor) + 1;
@@ -886,7 +886,7 @@ export class Repository {
     const dir = snapshotsDir(a);
     const key = keys.bundle(dir, p.snapshotId);
     const path = `${this.location}/${key}`;
-    const seq = (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
+    const seq = await this.recordedSequence(a);
     if (p.sequence > seq) await this.writeJson(keys.sequence(a), { sequence: p.sequence, snapshot_id: p.snapshotId });
     if (p.idempotency) await this.writeJson(keys.idempotency(a, "backup", p.idempotency.key), { ...p.idempotency.receipt, path });
     for (const [db, ix] of p.indexes) await this.store.put(keys.pageIndex(dir, p.snapshotId, db), ix);
@@ -1124,7 +1124,7 @@ export class Repository {
       const changes = log === LOGS.report || STATUS_EVENTS.test(String(body.event));
       if (changes) await this.store.delete(keys.statusRecord(a));
       const entry = await this.appendLine({ key: log.key(a), head: log.head(a), ns: log.ns, headRecord: { kind: log.headKind, tenant: a.tenant, agent_id: a.agent } }, body, signingKey);
-      if (signingKey && Repository.statusWriter && (changes || !(await this.store.get(keys.statusRecord(a)))))
+      if (signingKey && Repository.statusWriter && (changes || !(await this.store.head(keys.statusRecord(a)))))
         await Repository.statusWriter(this, a, signingKey).catch((e: unknown) => {
           if (!(e instanceof AgentbakError)) throw e; // a record not written only costs the next status --all time
         });
