@@ -123,11 +123,6 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   }
 }
 
-/**
- * The newest snapshot's chunked source entries a source may reuse when its fingerprint did not change: the
- * incremental's parent, else the agent's latest verified snapshot (its header was read with the listing); only those
- * whose chunks this host's writer still holds (priorSources).
- */
 /** The object digests the agent's verified manifests sign, per chunk id: what a chunk already there must be to be adopted. */
 async function signedChunks(o: BackupOptions, a: AgentRef): Promise<Map<string, Set<string>>> {
   const out = new Map<string, Set<string>>();
@@ -136,6 +131,11 @@ async function signedChunks(o: BackupOptions, a: AgentRef): Promise<Map<string, 
   return out;
 }
 
+/**
+ * The newest snapshot's chunked source entries a source may reuse when its fingerprint did not change: the
+ * incremental's parent, else the agent's latest verified snapshot (its header was read with the listing); only those
+ * whose chunks this host's writer still holds (priorSources).
+ */
 async function reusableSources(o: BackupOptions, a: AgentRef, chosen: ParentChoice, writer: LazyWriter): Promise<PriorSources> {
   let m = chosen.parent?.header.manifest ?? null;
   if (!m)

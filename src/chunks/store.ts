@@ -216,8 +216,7 @@ export class ChunkStore {
     // stored again, never named by a new snapshot while it is missing; nor one whose size is not the one the index
     // holds (cut or grown in place): it is written again (a chunk damaged with its size kept is found by verify)
     const present = await this.listSizes();
-    const intact = new Set([...known.ids()].filter((id) => present.get(id) === known.get(id)?.size));
-    known.retain((id) => intact.has(id), await this.epoch());
+    known.retain((id) => present.get(id) === known.get(id)?.size, await this.epoch());
     return new ChunkWriter(this, key, known, StatCache.load(paths.stat), o.recipients, params, o.concurrency ?? 4, present, o.signed ?? (async () => new Map()));
   }
 

@@ -66,14 +66,19 @@ export class CatalogCache {
     return e && e.tag === tag ? e : null;
   }
 
-  /** records this process read and checked itself (not from a summary) */
-  reads = 0;
+  /** the keys of the records this process read and checked itself (not taken from a summary) */
+  private read = new Set<string>();
 
   /** Remembers a record that verified and agreed with its agent's objects (`read`: checked by this process, not taken from a summary). */
   set(key: string, e: CheckedRecord, read = true): void {
     this.entries.set(key, e);
     this.changed = true;
-    if (read) this.reads++;
+    if (read) this.read.add(key);
+  }
+
+  /** How many records under `prefix` (a tenant's catalog folder) this process read and checked itself. */
+  readUnder(prefix: string): number {
+    return [...this.read].filter((k) => k.startsWith(prefix)).length;
   }
 
   /** The checked records under `prefix` whose identity is the one `tags` gives now. */

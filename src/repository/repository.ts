@@ -458,7 +458,6 @@ export class Repository {
     // a host that has not checked most of a tenant's records takes them from its summary, where their ETags still match
     const used = (k: string) => k.endsWith(".json") || (Boolean(o.status) && k.endsWith(".status")); // the records this listing reads
     if (!o.fresh) for (const t of tenants) await this.readSummary(t, trust, now, cache, tags, used);
-    const read = cache.reads;
     const out = await mapLimit(agents, 64, (a) => this.agentEntries(a, trust, now, cache, tags.get(keys.catalog(a)) ?? null, Boolean(o.fresh)));
     if (o.status && !o.fresh)
       await mapLimit(agents, 64, async (a) => {
@@ -466,7 +465,8 @@ export class Repository {
         if (body) status.set(`${a.tenant}/${a.agent}`, body);
       });
     cache.save(new Set(tags.keys()), (k) => tenants.some((t) => k.startsWith(keys.catalogs(t))));
-    if (o.signer && cache.reads - read > 0) for (const t of tenants) await this.writeSummary(t, cache, tags, o.signer, cache.reads - read);
+    // each tenant's by what this listing read of that tenant's: one whose records were all taken as checked is not written again
+    if (o.signer) for (const t of tenants) await this.writeSummary(t, cache, tags, o.signer, cache.readUnder(keys.catalogs(t)));
     return { entries: out.flat(), status };
   }
 
@@ -493,14 +493,15 @@ export class Repository {
 
   /**
    * Writes `tenant`'s summary: every record of its catalog folder this host holds checked at the ETag the LIST gave,
-   * signed with this host's key; when this listing read `read` records itself, enough of them (worthSummary), or there
-   * was no summary. Any listing host may write it and none waits for another: a reader uses an entry only while its
-   * record's ETag is unchanged, so an older summary written last costs readers requests, never a wrong listing.
+   * signed with this host's key; when this listing read `read` of the tenant's records itself (none: nothing new to
+   * say), and enough of them (worthSummary) or there was no summary. Any listing host may write it and none waits for
+   * another: a reader uses an entry only while its record's ETag is unchanged, so an older summary written last costs
+   * readers requests, never a wrong listing.
    */
   private async writeSummary(tenant: string, cache: CatalogCache, tags: Map<string, string>, signer: SigningKey, read: number): Promise<void> {
     const key = keys.catalogSummary(tenant);
     const records = cache.checked(keys.catalogs(tenant), tags).filter(([k]) => k !== key);
-    if (!records.length || (tags.has(key) && !worthSummary(read, records.length))) return;
+    if (!read || !records.length || (tags.has(key) && !worthSummary(read, records.length))) return;
     try {
       await this.writeJson(key, signRecord({ kind: SUMMARY_KIND, tenant, at: new Date().toISOString(), records }, signer, NS.receipt));
     } catch (e) {
@@ -834,14 +835,14 @@ export class Repository {
 
   // ---- writing snapshots ----
 
-  /** The next checkpoint sequence for `a`: above every sequence recorded here and `floor` (this host's watermark). */
   /** The sequence the last publish of `a` recorded (0 when none). */
   async recordedSequence(a: AgentRef): Promise<number> {
     return (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
   }
 
+  /** The next checkpoint sequence for `a`: above every sequence recorded here and `floor` (this host's watermark). */
   async nextSequence(a: AgentRef, trust: Trust, floor = 0): Promise<number> {
-    const rec = (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
+    const rec = await this.recordedSequence(a);
     const v1 = (await this.readJson<{ sequence: number }>(legacy.sequence(a.agent)))?.sequence ?? 0;
     const listed = Math.max(0, ...(await this.list(trust, a)).map((e) => e.sequence ?? 0));
     return Math.max(rec, v1, listed, floor) + 1;
@@ -885,7 +886,7 @@ export class Repository {
     const dir = snapshotsDir(a);
     const key = keys.bundle(dir, p.snapshotId);
     const path = `${this.location}/${key}`;
-    const seq = (await this.readJson<{ sequence: number }>(keys.sequence(a)))?.sequence ?? 0;
+    const seq = await this.recordedSequence(a);
     if (p.sequence > seq) await this.writeJson(keys.sequence(a), { sequence: p.sequence, snapshot_id: p.snapshotId });
     if (p.idempotency) await this.writeJson(keys.idempotency(a, "backup", p.idempotency.key), { ...p.idempotency.receipt, path });
     for (const [db, ix] of p.indexes) await this.store.put(keys.pageIndex(dir, p.snapshotId, db), ix);
@@ -1123,7 +1124,7 @@ export class Repository {
       const changes = log === LOGS.report || STATUS_EVENTS.test(String(body.event));
       if (changes) await this.store.delete(keys.statusRecord(a));
       const entry = await this.appendLine({ key: log.key(a), head: log.head(a), ns: log.ns, headRecord: { kind: log.headKind, tenant: a.tenant, agent_id: a.agent } }, body, signingKey);
-      if (signingKey && Repository.statusWriter && (changes || !(await this.store.get(keys.statusRecord(a)))))
+      if (signingKey && Repository.statusWriter && (changes || !(await this.store.head(keys.statusRecord(a)))))
         await Repository.statusWriter(this, a, signingKey).catch((e: unknown) => {
           if (!(e instanceof AgentbakError)) throw e; // a record not written only costs the next status --all time
         });

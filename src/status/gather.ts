@@ -178,12 +178,17 @@ export interface AgentFacts {
 /** how many drills a status record keeps (status of one agent shows its whole report) */
 const FACT_DRILLS = 100;
 
+/** What status shows of a pending restore request (docs/monitoring.md), not its whole record. */
+const shownRequest = (r: AgentStatus["pending_requests"][number]): AgentStatus["pending_requests"][number] => ({ request_id: r.request_id, snapshot_id: r.snapshot_id, reason: r.reason, requested_at: r.requested_at, requested_by: r.requested_by });
+
 /** An agent's facts read from its objects (each verified). @throws AgentbakError as its reads do (10, 13 for a request record). */
 export async function agentFacts(repo: Repository, trust: Trust, a: AgentRef): Promise<AgentFacts> {
   const checks: StatusCheck[] = [];
   const check = (name: string, state: CheckState, detail: string) => checks.push({ name, state, detail });
   const drills = await drillHistory(repo, trust, a, check);
-  const pending = (await listRequests(repo, trust, a)).filter((r) => r.status === "pending");
+  const pending = (await listRequests(repo, trust, a))
+    .filter((r) => r.status === "pending")
+    .map(shownRequest);
   const unresolved = await lastRestore(repo, trust, a, check);
   await generationCheck(repo, trust, a, check);
   return {
@@ -200,10 +205,32 @@ export async function writeStatusRecord(repo: Repository, trust: Trust, a: Agent
   await repo.writeStatusRecord(a, { ...f, drills: f.drills.slice(-FACT_DRILLS) }, key);
 }
 
-/** The facts a verified status record holds; null when it is not of this shape (the agent's are read from its objects). */
+const isStr = (v: unknown): v is string => typeof v === "string";
+const isNum = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+/** Whether every item of `v` is an object whose fields pass `ok`. */
+const allOf = (v: unknown, ok: (o: Record<string, unknown>) => boolean) => Array.isArray(v) && v.every((o) => isObj(o) && ok(o));
+
+/**
+ * The facts a verified status record holds, each field of the type agentFacts gives it (a signed record is still the
+ * repository's text: its strings are escaped where printed, and a result, state or count of another type would be
+ * shown or judged as it is); null when it is not of this shape (the agent's are read from its objects).
+ */
 function factsOf(r: Record<string, unknown> | undefined): AgentFacts | null {
-  if (!r || !Array.isArray(r.drills) || !Array.isArray(r.checks) || !Array.isArray(r.pending_requests) || typeof r.unresolved_operations !== "object") return null;
-  return { drills: r.drills as DrillPoint[], checks: r.checks as StatusCheck[], pending_requests: r.pending_requests as AgentFacts["pending_requests"], unresolved_operations: r.unresolved_operations as AgentFacts["unresolved_operations"] };
+  if (!r) return null;
+  const drills = allOf(r.drills, (d) => isStr(d.at) && (d.result === "pass" || d.result === "fail") && (d.snapshot_id === null || isStr(d.snapshot_id)) && (d.rto_seconds === null || isNum(d.rto_seconds)) && Array.isArray(d.failed) && d.failed.every(isStr));
+  const checks = allOf(r.checks, (c) => isStr(c.name) && (c.state === "ok" || c.state === "warn" || c.state === "fail") && isStr(c.detail));
+  const pending = allOf(r.pending_requests, (p) => ["request_id", "snapshot_id", "reason", "requested_at", "requested_by"].every((f) => isStr(p[f])));
+  const u = r.unresolved_operations;
+  const unresolved = u === null || (isObj(u) && isStr(u.target) && isNum(u.generation) && isNum(u.operations) && isNum(u.unresolved));
+  if (!drills || !checks || !pending || !unresolved) return null;
+  const p = r.pending_requests as AgentFacts["pending_requests"];
+  return {
+    drills: r.drills as DrillPoint[],
+    checks: r.checks as StatusCheck[],
+    pending_requests: p.map(shownRequest), // whatever else a record holds
+    unresolved_operations: u as AgentFacts["unresolved_operations"],
+  };
 }
 
 async function agentStatus(i: GatherInput, t: StatusTarget, mine: CatalogEntry[], facts: AgentFacts, spool: AgentStatus["spool"], now: Date): Promise<AgentStatus> {

@@ -84,7 +84,7 @@ export class S3Store implements ObjectStore {
 
   /** Maps SDK errors to exit codes; names bucket and operation, never credentials. */
   private fail(op: string, key: string, e: unknown): AgentbakError {
-    if (e instanceof AgentbakError) return e; // said already (nextPage)
+    if (e instanceof AgentbakError) return e; // said already (nextPage, a changed object, a read cut short)
     const err = e as { name?: string; $metadata?: { httpStatusCode?: number }; code?: string; message?: string };
     const status = err.$metadata?.httpStatusCode;
     const where = `s3://${this.bucket}/${this.k(key)}`;
@@ -177,7 +177,6 @@ export class S3Store implements ObjectStore {
         if (!r.ContentRange?.startsWith(`bytes ${at}-`)) throw changed(`asked for bytes ${at}-, answered ${r.ContentRange ?? "the whole object"}`);
         body = r.Body as AsyncIterable<Buffer>;
       } catch (e) {
-        if (e instanceof AgentbakError) throw e;
         if ((e as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 412) throw changed("HTTP 412 on If-Match");
         throw this.fail("get", key, e);
       }
@@ -189,7 +188,7 @@ export class S3Store implements ObjectStore {
     try {
       for await (const c of s) parts.push(c);
     } catch (e) {
-      throw e instanceof AgentbakError ? e : this.fail("get", key, e);
+      throw this.fail("get", key, e);
     }
     return Buffer.concat(parts);
   }
@@ -212,7 +211,7 @@ export class S3Store implements ObjectStore {
       await pipeline(s, createWriteStream(file, { flags: "wx" }));
     } catch (e) {
       rmSync(file, { force: true });
-      throw e instanceof AgentbakError ? e : this.fail("download", key, e);
+      throw this.fail("download", key, e);
     }
   }
 

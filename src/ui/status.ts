@@ -28,14 +28,14 @@ export function statusLines(a: AgentStatus): string[] {
     `  snapshot    ${s ? `${s.snapshot_id} ${human(s.age_seconds)} ago` : "none verified"}${a.rpo_objective_seconds !== null ? ` (RPO ${human(a.rpo_objective_seconds)})` : ""}`,
     `  chain       ${a.chain ? `${a.chain.links} link(s), ${a.chain.verified} verified${a.chain.next_full_in !== null ? `; full due in ${a.chain.next_full_in} backup(s)` : ""}` : "-"}`,
     `  drill       ${d ? `${d.result} ${human(d.age_seconds)} ago${d.rto_seconds !== null ? `, RTO ${d.rto_seconds} s` : ""}${d.rto_objective_seconds !== null ? ` (objective ${d.rto_objective_seconds} s)` : ""}` : "none recorded"}${a.drill_every_seconds !== null ? `; every ${human(a.drill_every_seconds)}` : ""}`,
-    `  requests    ${a.pending_requests.length ? `${a.pending_requests.length} pending: ${a.pending_requests.map((r) => r.request_id).join(", ")}` : "none pending"}`,
+    `  requests    ${a.pending_requests.length ? `${a.pending_requests.length} pending: ${a.pending_requests.map((r) => safe(r.request_id)).join(", ")}` : "none pending"}`,
     u ? operationsLine(`  operations  ${u.unresolved} of ${u.operations} unresolved after the restore into `, safe(u.target)) : "  operations  no restore recorded",
     `  spool       ${a.spool ? `${a.spool.bundles} bundle(s), ${humanSize(a.spool.bytes)}` : "- (a folder repository does not spool)"}`,
     `  stored      ${humanSize(a.bytes)} in ${a.snapshots.length} verified snapshot(s)`,
   ];
   for (const c of a.checks) {
     if (c.state === "ok") continue;
-    const line = `  ${c.state === "fail" ? "✗" : "!"} ${c.name}: ${safe(c.detail)}`;
+    const line = `  ${c.state === "fail" ? "✗" : "!"} ${safe(c.name)}: ${safe(c.detail)}`;
     const target = u ? safe(u.target) : "";
     // the operations check ends in the restored folder: keep its name, and say what settles it
     if (c.name !== "operations" || !target || !line.endsWith(target)) lines.push(line);

@@ -14,6 +14,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // @ts-expect-error plain JS fixture
 import { generateAgent } from "../../fixtures/agent/generate.js";
 import { json, makeAgent, ROOT, run, type TestAgent } from "../helpers.js";
+import { loadSigningKey } from "../../src/crypto/keys.js";
+import { signRecord } from "../../src/crypto/signed.js";
+import { NS } from "../../src/crypto/sshsig.js";
 import { mcpStdio, tool } from "../agentapi-helpers.js";
 
 let a: TestAgent;
@@ -99,6 +102,8 @@ describe("status --all from the status records", () => {
     const [two, , billing] = out.agents;
     expect(two.last_drill).toMatchObject({ result: "pass" });
     expect(billing.pending_requests.map((p: any) => [p.request_id, p.reason])).toEqual([[requestId, "memory table corrupted"]]);
+    // the fields docs/monitoring.md names, not the whole request record (its decision, outcome, signature)
+    expect(Object.keys(billing.pending_requests[0]).sort()).toEqual(["reason", "request_id", "requested_at", "requested_by", "snapshot_id"]);
     expect(billing.checks.find((c: any) => c.name === "requests")).toMatchObject({ state: "warn" });
     // again: the marker and the fleet report, and the LISTs (v1 folders, tenants, the tenant's agents, its catalog folder)
     const warm = await counted(["status", "--all"]);
@@ -173,5 +178,44 @@ describe("status --all from the status records", () => {
     expect(edited.out).toEqual(warm.out);
     expect(edited.counts.get).toBe(2 + AGENTS.length); // the marker, the summary, each record read and checked
     expect(edited.counts.list).toBe(4 + AGENTS.length);
+  }, 90_000);
+
+  it("a status record signed by a trusted key is still the repository's text: a check name is shown escaped, a drill result of another kind has the agent read from its objects", async () => {
+    const store = await a.store();
+    const key = loadSigningKey(join(a.home, "signing-key"));
+    const resign = async (id: string, edit: (r: any) => void) => {
+      const { signature: _s, ...body } = JSON.parse(String(await store.get(statusKey(id))));
+      edit(body);
+      await store.put(statusKey(id), JSON.stringify(signRecord({ ...body, at: new Date().toISOString() }, key, NS.receipt)));
+    };
+    await resign("agent-2", (r) => r.checks.push({ name: "gen\x1b[2Jeration", state: "warn", detail: "seen" }));
+    await resign("billing-agent", (r) => (r.drills = [{ at: new Date().toISOString(), result: "\x1b[32mpass", snapshot_id: null, rto_seconds: 1, failed: [] }]));
+    const { out } = await counted(["status", "--all"]);
+    const billing = out.agents.find((s: any) => s.agent_id === "billing-agent");
+    expect(billing.drills).toEqual([]);
+    expect(facts(billing)).toEqual(facts(await alone("billing-agent")));
+    expect(out.agents.find((s: any) => s.agent_id === "agent-2").checks).toContainEqual({ name: "gen\x1b[2Jeration", state: "warn", detail: "seen" });
+    const human = await run(["status", "--all", "--repo", a.repo], { cwd: a.tmp, env: { ...a.env, NO_COLOR: "1" } });
+    expect(human.stdout).toContain("! gen\\x1b[2Jeration: seen");
+    expect(human.stdout).not.toContain("\x1b");
+  }, 60_000);
+
+  it("a listing writes the summary of a tenant whose records it read, never again that of a tenant whose records it had all checked", async () => {
+    const store = await a.store();
+    await counted(["snapshots", "--all"]); // every acme record checked on this host
+    const acme = await store.get(SUMMARY);
+    expect(acme).not.toBeNull();
+    for (const id of ["zeta-1", "zeta-2"]) {
+      const dir = join(a.tmp, id);
+      mkdirSync(dir);
+      generateAgent(dir, { recipient: a.recipient, sizeMb: 0.1, seed: 7, agentId: id, tenant: "zeta", repository: a.repo });
+      const b = await run(["backup"], { cwd: dir, env: a.env });
+      expect(b.code, b.stderr).toBe(0);
+    }
+    const { out, counts } = await counted(["snapshots", "--all"]);
+    expect(out.filter((e: any) => e.tenant === "zeta").map((e: any) => e.agent_id)).toEqual(["zeta-1", "zeta-2"]);
+    expect(counts.put).toBe(1); // zeta's summary (it read both its records); acme's, all taken as checked, is not written again
+    expect(JSON.parse(String(await store.get("tenants/zeta/catalog/_summary"))).records.map(([k]: [string]) => k)).toEqual(["tenants/zeta/catalog/zeta-1.json", "tenants/zeta/catalog/zeta-2.json"]);
+    expect(String(await store.get(SUMMARY))).toBe(String(acme));
   }, 90_000);
 });
