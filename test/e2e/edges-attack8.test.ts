@@ -2,8 +2,10 @@
 // wrote, tried through the real binary and server. Each case fails without its fix.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, type TestAgent } from "../helpers.js";
+import { mcpStdio, tool } from "../agentapi-helpers.js";
 import { patchConfig } from "../sourcekit.js";
 
 let a: TestAgent;
@@ -46,5 +48,31 @@ describe("[E12] iso8601 timers keep the shape the agent wrote", () => {
     expect(moved).toBeGreaterThanOrEqual(2000);
     expect(Math.abs(Date.parse(row.zoned) - Date.parse("2026-01-01T15:00:00+05:00") - moved)).toBeLessThan(1000);
     patchConfig(a, (c) => delete c.timers);
+  }, 120_000);
+});
+
+describe("[E6] a decision is written once", () => {
+  it("[E6] a denied request whose decision record was deleted from the repository is not pending again: approve, deny, requests and get_restore_request answer 13 naming the audit entry (was: listed pending, approved and restored; the log then held both a denial and an approval)", async () => {
+    expect((await a.run(["backup", "--json"])).code).toBe(0);
+    const c = await mcpStdio(a, ["--tier", "restore-request"]);
+    const req = await tool(c, "request_restore", { snapshot: "latest", reason: "roll back" });
+    expect(req.isError, req.text).toBe(false);
+    const id = req.data.request_id as string;
+    const denied = await a.run(["deny", id, "--reason", "no", "--yes"]);
+    expect(denied.code, denied.stderr).toBe(0);
+    rmSync(join(a.repo, `tenants/acme/agents/billing-agent/requests/${id}.decision.json`));
+    const target = join(a.tmp, "after-denial");
+    const approved = await a.run(["approve", id, "--yes", "--target", target, "--identity", a.identity]);
+    expect(approved.code, approved.stderr).toBe(13);
+    expect(approved.stderr).toMatch(/audit log entry \d+ records its decision, but .*\.decision\.json is missing/);
+    expect(existsSync(target)).toBe(false);
+    expect((await a.run(["requests"])).code).toBe(13);
+    expect((await a.run(["deny", id, "--reason", "again", "--yes"])).code).toBe(13);
+    const seen = await tool(c, "get_restore_request", { request_id: id });
+    expect(seen.isError).toBe(true);
+    expect(seen.text).toContain("records its decision");
+    await c.close();
+    const log = await a.run(["audit", "verify", "--json"]);
+    expect(log.code, log.stderr).toBe(0);
   }, 120_000);
 });
