@@ -20,6 +20,7 @@ import { resolve } from "node:path";
 import { hostname, userInfo } from "node:os";
 import type { LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
+import { verifyChainText } from "../crypto/chainlog.js";
 import { signRecord, verifyRecord } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
@@ -184,9 +185,30 @@ async function readRequest(repo: Repository, trust: Trust, a: AgentRef, id: stri
   const strip = (r: { record: Record<string, unknown> } | null) => (r ? (({ request_id: _i, ...rest }) => rest)(r.record) : null);
   const decision = strip(await readSigned(repo, trust, keys.requestDecision(a, id), KIND.decision, bound)) as RequestDecision | null;
   const outcome = strip(await readSigned(repo, trust, keys.requestOutcome(a, id), KIND.outcome, bound)) as RequestOutcome | null;
+  if (!decision) await noLoggedDecision(repo, trust, a, id, keys.requestDecision(a, id));
   const request = req.record as unknown as RestoreRequest;
   const status = decision?.decision === "denied" ? "denied" : outcome ? outcome.status : decision ? "approved" : "pending";
   return { status: { ...request, status, decision, outcome }, sha256: req.sha256 };
+}
+
+/**
+ * A request without a decision record must have none in the audit log either: a decision is written once, so one
+ * the log holds and the repository lacks was deleted, and reading the request as pending would let it be decided
+ * again (a denial approved, an approval's target changed).
+ * @throws AgentbakError(13) naming the decision the audit log holds (and whether the log itself verifies).
+ */
+async function noLoggedDecision(repo: Repository, trust: Trust, a: AgentRef, id: string, file: string): Promise<void> {
+  const text = await repo.auditLog(a);
+  const logged = text.split("\n").findIndex((l) => l.includes(`"request_id":${JSON.stringify(id)}`) && /"event":"restore-(approved|denied)"/.test(l));
+  if (logged < 0) return;
+  let damaged = "";
+  try {
+    verifyChainText(text, trust, NS.receipt, "audit log entry", { expect: { tenant: a.tenant, agent_id: a.agent } });
+  } catch (e) {
+    if (!(e instanceof AgentbakError)) throw e;
+    damaged = `; the audit log does not verify either: ${e.message}`;
+  }
+  throw verifyError(`restore request ${id}: audit log entry ${logged} records its decision, but ${file} is missing (deleted): it is not decided again${damaged}`);
 }
 
 /** Every request of `a`, oldest first. @throws as getRequest, for the first bad one. */

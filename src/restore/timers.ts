@@ -44,16 +44,31 @@ export function planTimers(timers: Timer[], created: Date, now: Date): TimerMove
   }));
 }
 
+/**
+ * SQL for the instant `strftime(…, args)` written in the shape of the text already in `c`: its separator (`T` or
+ * a space), its precision (minutes, seconds, milliseconds, a date alone) and its zone (`Z`, an offset kept as it
+ * was, or none). An agent compares these strings as text (`lease < datetime('now')`): a value rewritten from
+ * "2026-12-07 13:00:00" into "2026-12-07T12:00:00.000Z" sorts after every time of that day, so an expired lease
+ * would stay held until midnight.
+ */
+export function inShapeOf(c: string, args: string): string {
+  const offset = `CASE WHEN length(${c}) > 16 AND ${c} GLOB '*[+-][0-9][0-9]:[0-9][0-9]' THEN substr(${c}, -6) END`;
+  const time = `CASE WHEN substr(${c}, 20, 1) = '.' THEN '%H:%M:%f' WHEN substr(${c}, 17, 1) = ':' THEN '%H:%M:%S' ELSE '%H:%M' END`;
+  const fmt = `CASE WHEN length(${c}) = 10 THEN '%Y-%m-%d' ELSE '%Y-%m-%d' || substr(${c}, 11, 1) || ${time} END`;
+  const zone = `CASE WHEN ${c} GLOB '*[Zz]' THEN substr(${c}, -1) ELSE coalesce(${offset}, '') END`;
+  return `strftime(${fmt}, ${args}, coalesce(${offset}, '+00:00')) || ${zone}`;
+}
+
 /** The UPDATE for one move, and its parameter. Values that are not timestamps of the declared format are left alone. */
 function statement(m: TimerMove): { sql: string; param: number | string } {
   const c = q(m.column);
   const mine = isTimestamp(c, m.format);
   const iso = (expr: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', ${expr})`;
   if (m.mode === "shift") {
-    if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = ${iso(`${c}, :p`)} WHERE ${mine}`, param: `+${(m.shift_ms! / 1000).toFixed(3)} seconds` };
+    if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = ${inShapeOf(c, `${c}, :p`)} WHERE ${mine}`, param: `+${(m.shift_ms! / 1000).toFixed(3)} seconds` };
     return { sql: `UPDATE ${q(m.table)} SET ${c} = ${c} + :p WHERE ${mine}`, param: m.format === "epoch_s" ? m.shift_ms! / 1000 : m.shift_ms! };
   }
-  if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = :p WHERE ${mine} AND ${iso(c)} > ${iso(":p")}`, param: m.to as string };
+  if (m.format === "iso8601") return { sql: `UPDATE ${q(m.table)} SET ${c} = ${inShapeOf(c, ":p")} WHERE ${mine} AND ${iso(c)} > ${iso(":p")}`, param: m.to as string };
   return { sql: `UPDATE ${q(m.table)} SET ${c} = :p WHERE ${mine} AND ${c} > :p`, param: m.to as number };
 }
 
