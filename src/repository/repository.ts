@@ -19,7 +19,7 @@ import { ChunkStore, type SweepResult } from "../chunks/store.js";
 import { holdsCheckpoint, lineSha256, nextLine, verifyChainText, type ChainCheckpoint, type ChainVerifyResult } from "../crypto/chainlog.js";
 import { signRecord, verifyRecord, verifySigned } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
-import { trusts, type Trust } from "../crypto/trust.js";
+import type { Trust } from "../crypto/trust.js";
 import { crashStep } from "../crashpoint.js";
 import { doneBeforeInterrupt, interrupting, letInterruptsIn, onInterrupt, removeTree } from "../cleanup.js";
 import { AgentbakError, Exit, notFound, usageError, verifyError } from "../errors.js";
@@ -27,7 +27,7 @@ import { mapLimit } from "../limit.js";
 import { openStore } from "../storage/open.js";
 import type { ObjectStore } from "../storage/store.js";
 import { HeaderCache } from "./headercache.js";
-import { bundleTags, CATALOG_KIND, committedObjects, fromRecord, recordedObjects, summarize, type CatalogEntry, type CatalogRecord } from "./catalog.js";
+import { bundleTags, CATALOG_KIND, committedObjects, fromRecord, judgeSigner, recordedObjects, summarize, type CatalogEntry, type CatalogRecord } from "./catalog.js";
 import { CatalogCache, type CheckedRecord } from "./catalogcache.js";
 import { acquireLease, hostId, probeConditionalWrites, type Lease } from "./lease.js";
 import { readGenerations, reserveGeneration, type GenerationView, type Signing } from "./generation.js";
@@ -542,7 +542,7 @@ export class Repository {
     const key = keys.statusRecord(a);
     const hit = cache.get(key, tag);
     // an older record than one this host read (put back by whoever can write the repository) would hide what came since
-    if (hit) return trusts(trust, Buffer.from(hit.signer, "base64"), NS.receipt, now).trusted && !cache.older(key, (hit.record as { at?: unknown }).at) ? (hit.record as unknown as Record<string, unknown>) : null;
+    if (hit) return judgeSigner(trust, hit.signer, NS.receipt, now).trusted && !cache.older(key, (hit.record as { at?: unknown }).at) ? (hit.record as unknown as Record<string, unknown>) : null;
     try {
       const v = verifySigned(JSON.parse(String(await this.store.get(key))), trust, NS.receipt, STATUS_KIND, key, now);
       if (v.body.tenant !== a.tenant || v.body.agent_id !== a.agent) throw verifyError(`${key}: another agent's status record`);
@@ -575,7 +575,7 @@ export class Repository {
     const key = keys.catalog(a);
     const path = (id: string) => `${this.location}/${keys.bundle(dir, id)}`;
     const hit = tag && !fresh ? cache.get(key, tag) : null;
-    if (hit && trusts(trust, Buffer.from(hit.signer, "base64"), NS.receipt, now).trusted) {
+    if (hit && judgeSigner(trust, hit.signer, NS.receipt, now).trusted) {
       const listed = fromRecord(hit.record, a, recordedObjects(hit.record), trust, now, path);
       if (listed) return listed;
     }
