@@ -6,6 +6,7 @@
 // build before them) is read from its objects, never shown as fine; a catalog record older than the agent's
 // newest commit is detected on a host that has not checked it. The tenant's signed summary lets a new host list
 // with no per-agent request, and one edited is not used.
+import { createHash } from "node:crypto";
 import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
@@ -171,13 +172,22 @@ describe("status --all from the status records", () => {
     expect(cold.counts).toEqual({ get: 2, list: 4 }); // the marker and the summary
     const st = await counted(["status", "--all"], host());
     expect(st.counts).toEqual({ get: 3, list: 4 }); // and the fleet report
-    const sum = JSON.parse(String(await store.get(SUMMARY)));
-    for (const [, e] of sum.records) if (e.record.snapshots) for (const s of e.record.snapshots) s.label = "forged";
-    await store.put(SUMMARY, JSON.stringify(sum));
-    const edited = await counted(["snapshots", "--all"], host());
-    expect(edited.out).toEqual(warm.out);
-    expect(edited.counts.get).toBe(2 + AGENTS.length); // the marker, the summary, each record read and checked
-    expect(edited.counts.list).toBe(4 + AGENTS.length);
+    // the summary is its signed head (naming the records' SHA-256) on one line, then the records
+    const text = String(await store.get(SUMMARY));
+    const nl = text.indexOf("\n");
+    const head = JSON.parse(text.slice(0, nl));
+    expect(head.records_sha256).toBe(createHash("sha256").update(text.slice(nl + 1)).digest("hex"));
+    const records = JSON.parse(text.slice(nl + 1));
+    for (const [, e] of records) if (e.record.snapshots) for (const s of e.record.snapshots) s.label = "forged";
+    const forged = JSON.stringify(records);
+    // the records edited under the signed head; then the head's digest made to match them (its signature no longer does)
+    for (const h of [head, { ...head, records_sha256: createHash("sha256").update(forged).digest("hex") }]) {
+      await store.put(SUMMARY, `${JSON.stringify(h)}\n${forged}`);
+      const edited = await counted(["snapshots", "--all"], host());
+      expect(edited.out).toEqual(warm.out);
+      expect(edited.counts.get).toBe(2 + AGENTS.length); // the marker, the summary, each record read and checked
+      expect(edited.counts.list).toBe(4 + AGENTS.length);
+    }
   }, 90_000);
 
   it("a status record signed by a trusted key is still the repository's text: a check name is shown escaped, a drill result of another kind has the agent read from its objects", async () => {
