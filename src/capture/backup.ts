@@ -4,18 +4,19 @@
  * the instant between the hooks: databases, sources, files, workspace (instant.ts,
  * databases.ts, sources.ts, files.ts, workspace.ts) → payload beside the
  * inspection (databases.ts) → manifest (one pure function) → signed bundle →
- * published through the repository. This file holds the steps up to the unchanged check; take.ts the rest,
- * loaded only when a snapshot is taken.
+ * published through the repository. This file holds the steps up to the unchanged check, and the answer to a
+ * repeated idempotency key; take.ts the rest, loaded only when a snapshot is taken.
  */
 import type { LoadedConfig } from "../config/load.js";
 import { fingerprint } from "../crypto/sshsig.js";
+import { createHash } from "node:crypto";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
-import { usageError } from "../errors.js";
+import { ConflictError, usageError } from "../errors.js";
 import { type AgentRef, hasUnsafeText } from "../facts.js";
-import { replay, type BackupOptions, type BackupReceipt } from "./receipt.js";
+import type { BackupOptions, BackupReceipt } from "./receipt.js";
 import { unchanged } from "./unchanged.js";
 
-export { replay, type BackupOptions, type BackupReceipt, type Landed } from "./receipt.js";
+export type { BackupOptions, BackupReceipt, Landed } from "./receipt.js";
 
 /**
  * Runs one backup of the configured agent.
@@ -44,7 +45,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // the capture's modules (SQLite, the bundle writer, the inspection, git's capture) load only now: a backup that
     // finds nothing changed never compiles them
     const { takeSnapshot } = await import("./take.js");
-    return await takeSnapshot(lc, o, a, { staging, repoDir, listed, other, signer, sequence, newest });
+    return await takeSnapshot(lc, o, a, { staging, repoDir, listed, other, signer, sequence, newest, params: paramsDigest(o) });
   } catch (e) {
     // a repository renamed, deleted or unmounted under the run failed it at whatever step came next: say that (10)
     throw await o.repo.goneOr(e);
@@ -66,3 +67,17 @@ export async function unchangedBackup(lc: LoadedConfig, o: BackupOptions): Promi
   const { last } = await unchanged<BackupReceipt>(lc, { ...o, skipUnchanged: true }, { tenant: cfg.agent.tenant, agent: cfg.agent.id }, { repoDir, signer: fingerprint(o.signingKey.publicKey) });
   return last ? { ...last.receipt, repeated: false, status: "unchanged", warnings: [] } : null;
 }
+
+/** The digest of what a backup request asked for, beside its idempotency key. */
+export const paramsDigest = (o: Pick<BackupOptions, "label" | "incremental">) => createHash("sha256").update(JSON.stringify({ label: o.label ?? null, incremental: o.incremental ?? null })).digest("hex");
+
+/**
+ * The answer to a repeated idempotency key: the first receipt, marked repeated.
+ * @throws ConflictError (2) when the key was first used with another label or incremental choice.
+ */
+export function replay(prior: BackupReceipt, o: Pick<BackupOptions, "label" | "incremental" | "idempotencyKey">): BackupReceipt {
+  if (prior.params_sha256 && prior.params_sha256 !== paramsDigest(o))
+    throw new ConflictError(`idempotency key ${o.idempotencyKey} was first used with another label or incremental choice (snapshot ${prior.snapshot_id})`);
+  return { ...prior, repeated: true, status: "committed" };
+}
+

@@ -1,12 +1,10 @@
 /**
- * What a backup returns and is given (the receipt, the options), and the answer to a repeated idempotency key:
- * apart from the stage's modules so that the "nothing changed" path (backup.ts) loads none of the capture.
+ * What a backup returns and is given (the receipt, the options): types only, apart from the stage's modules so that
+ * the "nothing changed" path (backup.ts) loads none of the capture.
  */
-import { createHash } from "node:crypto";
 import type { NotCaptured } from "../bundle/manifest.js";
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
-import { ConflictError } from "../errors.js";
 import type { Repository } from "../repository/repository.js";
 import type { Progress } from "../progress.js";
 
@@ -79,19 +77,5 @@ export interface BackupOptions {
    * lost or take it again.
    */
   landed?: Landed;
-}
-
-
-/** The digest of what a backup request asked for, beside its idempotency key. */
-export const paramsDigest = (o: Pick<BackupOptions, "label" | "incremental">) => createHash("sha256").update(JSON.stringify({ label: o.label ?? null, incremental: o.incremental ?? null })).digest("hex");
-
-/**
- * The answer to a repeated idempotency key: the first receipt, marked repeated.
- * @throws ConflictError (2) when the key was first used with another label or incremental choice.
- */
-export function replay(prior: BackupReceipt, o: Pick<BackupOptions, "label" | "incremental" | "idempotencyKey">): BackupReceipt {
-  if (prior.params_sha256 && prior.params_sha256 !== paramsDigest(o))
-    throw new ConflictError(`idempotency key ${o.idempotencyKey} was first used with another label or incremental choice (snapshot ${prior.snapshot_id})`);
-  return { ...prior, repeated: true, status: "committed" };
 }
 

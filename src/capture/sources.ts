@@ -10,7 +10,7 @@ import { ensureDirIn } from "../fsutil.js";
 import { usageError } from "../errors.js";
 import { captureSource } from "../state/sources/index.js";
 import { arrowVectors } from "../state/sources/lancedb.js";
-import { inMemory, probeRecords, type RecallRecord } from "../state/sqlite/neighbours.js";
+import { probeRecords, type RecallRecord } from "../state/sqlite/neighbours.js";
 
 /**
  * Captures every state source (side by side, each at its own single instant)
@@ -80,7 +80,7 @@ async function lanceRecall(lc: LoadedConfig, staged: StagedFile[], reused: Compo
     }
     try {
       const v = await arrowVectors(f.file, r.column, r.id);
-      out.push({ store: `${r.store}.${r.table}`, kind: "lancedb", name: r.store, table: r.table, column: r.column, id_column: r.id, metric: r.metric, dimension: v.dimension, vectors: v.ids.length, rows_without_vector: v.nulls, vectors_without_row: null, probes: probeRecords(r, inMemory(v.ids, v.vectors, v.dimension)) });
+      out.push({ store: `${r.store}.${r.table}`, kind: "lancedb", name: r.store, table: r.table, column: r.column, id_column: r.id, metric: r.metric, dimension: v.dimension, vectors: v.ids.length, rows_without_vector: v.nulls, vectors_without_row: null, probes: probeRecords(r, v) });
     } catch (e) {
       throw usageError(`recall[${i}] (${r.store}.${r.table}): ${(e as Error).message}`);
     }

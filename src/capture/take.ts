@@ -4,12 +4,11 @@
  * published through the repository. The caller holds the agent's lock and owns `staging`.
  */
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
+import { readFileSync, rmSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname, join } from "node:path";
 import { checkedManifest, type Manifest, type ManifestInput, type NotCaptured } from "../bundle/manifest.js";
-import { checkedPayloads } from "../bundle/chain.js";
 import { writeBundleFile, type BundlePlan } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { strategyFor } from "../config/recovery.js";
@@ -25,7 +24,7 @@ import { captureInstant, type Captured } from "./instant.js";
 import { chunkSources, priorSources, type PriorSources } from "./sources.js";
 import { planDatabases, type DbPlan, type ParentChoice } from "./plan.js";
 import type { LazyWriter } from "../chunks/store.js";
-import { paramsDigest, type BackupOptions, type BackupReceipt } from "./receipt.js";
+import type { BackupOptions, BackupReceipt } from "./receipt.js";
 import { captureScope } from "./scope.js";
 import { rememberState } from "./unchanged.js";
 
@@ -37,7 +36,7 @@ type WrittenPayload = Awaited<ReturnType<typeof writeBesideInspection>>["written
  * fingerprint (`other`, from the unchanged check) for the next --skip-if-unchanged.
  * @throws AgentbakError: 10 database missing, 13 snapshot failed integrity_check, 14 secrets or refused dirty workspace, 1 hook failures
  */
-export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentRef, x: { staging: string; repoDir: string | null; listed: ListedFile[] | null; other: string | null; signer: string; sequence: number; newest: Manifest | undefined }): Promise<BackupReceipt> {
+export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentRef, x: { staging: string; repoDir: string | null; listed: ListedFile[] | null; other: string | null; signer: string; sequence: number; newest: Manifest | undefined; params: string }): Promise<BackupReceipt> {
   const { staging, repoDir, listed, other } = x;
   const cfg = lc.config;
   const removals: Promise<void>[] = [];
@@ -48,8 +47,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
   // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it). Not
   // with Object Lock: a reused chunk's retention is not extended yet, so a locked snapshot keeps its bytes in its own
   // locked bundle (docs/chunk-store.md)
-  let signed: Promise<Map<string, Set<string>>> | null = null;
-  const writer = o.chunks === false || cfg.objectLock ? null : o.repo.chunks(a).lazyWriter({ home: o.home, location: o.repo.location, scope: a, recipients: cfg.recipients, signed: () => (signed ??= signedChunks(o, a)) });
+  const writer = o.chunks === false || cfg.objectLock ? null : o.repo.chunkWriter(a, { home: o.home, recipients: cfg.recipients, trust: o.trust });
   // the stat cache answers (a large file not read, so not scanned) only after a backup that finished under this scan policy
   const scanned = scanRecord(o.home, o.repo.location, a);
   const chunks = writer ? { writer, statCache: scanned.trusted(cfg.secretScan.files) } : null;
@@ -101,7 +99,7 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
       ...receiptOf(manifest, signed.sha256, bundle.path),
       databases_read: dbs.length ? (held.taken.kind === "copy" ? "copy" : "in-place") : null,
       full_reason: plan.incremental && !manifest.parent ? plan.chosen.reason || plan.unindexed?.reason || null : null,
-      params_sha256: paramsDigest(o),
+      params_sha256: x.params,
       not_captured: scope.notCaptured,
       warnings,
     };
@@ -121,14 +119,6 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
         /* the block sums are a cache: nothing of theirs may keep the staging folder or the lock */
       }
   }
-}
-
-/** The object digests the agent's verified manifests sign, per chunk id: what a chunk already there must be to be adopted. */
-async function signedChunks(o: BackupOptions, a: AgentRef): Promise<Map<string, Set<string>>> {
-  const out = new Map<string, Set<string>>();
-  for (const s of await o.repo.list(o.trust, a))
-    for (const c of s.header?.manifest.components ?? []) for (const [id, sha256] of c.chunks ?? []) (out.get(id) ?? out.set(id, new Set()).get(id)!).add(sha256);
-  return out;
 }
 
 /**
@@ -264,14 +254,9 @@ async function publish(
     trust: o.trust,
     audit: { manifest_sha256: receipt.manifest_sha256, signer: manifest.signer.fingerprint },
     signingKey: o.signingKey,
+    // this host hashed that payload as it wrote it: the next incremental built on it need not read it again
+    checkedPayload: { sha256: manifest.payload.sha256, home: o.home },
   });
-  // this host hashed that payload as it wrote it (a folder repository links the very file): the next incremental
-  // built on it need not read it again
-  if (o.repo.store.inPlace && existsSync(published.path)) {
-    const checked = checkedPayloads(o.home);
-    checked.add(published.path, manifest.payload.sha256);
-    checked.save();
-  }
   commitSums(x.plan, x.dbs, x.written.components);
   return published.path;
 }

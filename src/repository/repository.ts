@@ -9,13 +9,14 @@
  * to a half-written bundle.
  */
 import { createHash, randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
 import { userInfo } from "node:os";
 import { verifyLayout, type VerifiedBundle } from "../bundle/header.js";
 import { readLayoutRanges } from "../bundle/outer.js";
 import { snapshotKind, type Manifest } from "../bundle/manifest.js";
 import type { LinkSource } from "../bundle/chain.js";
 import type { ChunkSource } from "../bundle/chunked.js";
-import { ChunkStore, type SweepResult } from "../chunks/store.js";
+import { ChunkStore, type LazyWriter, type SweepResult } from "../chunks/store.js";
 import { holdsCheckpoint, lineSha256, nextLine, verifyChainText, type ChainCheckpoint, type ChainVerifyResult } from "../crypto/chainlog.js";
 import { signRecord, verifyRecord, verifySigned } from "../crypto/signed.js";
 import { NS, type SigningKey } from "../crypto/sshsig.js";
@@ -809,6 +810,22 @@ export class Repository {
   }
 
   /**
+   * A backup's chunk writer for `a`, opened on first use (an agent without large state never opens one): a chunk
+   * already in the store is adopted only with a digest one of `a`'s verified manifests signs (listed once, when the
+   * first such chunk is met).
+   */
+  chunkWriter(a: AgentRef, o: { home: string; recipients: string[]; trust: Trust }): LazyWriter {
+    let signed: Promise<Map<string, Set<string>>> | null = null;
+    const signedChunks = async () => {
+      const out = new Map<string, Set<string>>();
+      for (const s of await this.list(o.trust, a))
+        for (const c of s.header?.manifest.components ?? []) for (const [id, sha256] of c.chunks ?? []) (out.get(id) ?? out.set(id, new Set()).get(id)!).add(sha256);
+      return out;
+    };
+    return this.chunks(a).lazyWriter({ home: o.home, location: this.location, scope: a, recipients: o.recipients, signed: () => (signed ??= signedChunks()) });
+  }
+
+  /**
    * Mark and sweep of `a`'s chunks under its agent lease (the caller holds it): every chunk no committed snapshot of
    * `a` lists, older than `graceMs`, is deleted, the lease checked before each delete. When a snapshot does not
    * verify its chunk list can not be trusted, so nothing is swept (and that is said).
@@ -905,6 +922,12 @@ export class Repository {
        * or take it again, whatever fails after it)
        */
       committed?: { note: string; path?: string };
+      /**
+       * the payload's digest, hashed by this host as it wrote the bundle, and this host's AGENTBAK_HOME: in a folder
+       * repository (which links the very file) it is remembered there, so chainHead's verification of an incremental
+       * built on this snapshot need not read the payload again
+       */
+      checkedPayload?: { sha256: string; home: string };
     },
   ): Promise<Snapshot> {
     // a Ctrl-C that came while the bundle was written (on a local disk, work that may never yield) ends the run
@@ -954,6 +977,11 @@ export class Repository {
     const s = (await this.list(p.trust, a)).find((e) => e.snapshot_id === p.snapshotId);
     if (!s) throw new AgentbakError(Exit.failure, `snapshot ${p.snapshotId} was committed but is not listed`);
     await this.writeCatalog(a, p.trust, p.signingKey);
+    if (p.checkedPayload && this.store.inPlace && existsSync(s.path)) {
+      const checked = (await import("../bundle/chain.js")).checkedPayloads(p.checkedPayload.home);
+      checked.add(s.path, p.checkedPayload.sha256);
+      checked.save();
+    }
     return s;
   }
 

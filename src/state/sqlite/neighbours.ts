@@ -156,10 +156,12 @@ export function inMemory(ids: VectorId[], vectors: Float32Array[], dimension: nu
 }
 
 /**
- * The probes of one store, each with its exact top-k over the store's vectors (one pass for all probes).
+ * The probes of one store, each with its exact top-k over the store's vectors (one pass for all probes): read from
+ * the store, or held in memory (a captured table's vectors, as inMemory takes them).
  * @throws Error when a given probe's width is not the store's
  */
-export function probeRecords(spec: ProbeSpec, src: VectorSource): RecallProbe[] {
+export function probeRecords(spec: ProbeSpec, from: VectorSource | { ids: VectorId[]; vectors: Float32Array[]; dimension: number }): RecallProbe[] {
+  const src = "scan" in from ? from : inMemory(from.ids, from.vectors, from.dimension);
   const probes: { id: VectorId | null; v: Float32Array; given: boolean }[] = spec.vectors
     ? spec.vectors.map((v) => ({ id: null, v: Float32Array.from(v), given: true }))
     : sampleIds(src.ids, spec.probes, spec.seed).map((id) => ({ id, v: src.vectorOf(id), given: false }));

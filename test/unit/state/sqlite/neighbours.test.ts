@@ -37,6 +37,8 @@ describe("exact neighbours", () => {
     const recs = probeRecords({ probes: 3, seed: "x", metric: "l2" }, inMemory(ids, vs, 2));
     expect(recs).toHaveLength(3);
     for (const r of recs) expect(r.neighbours[0]).toBe(r.id); // a sampled probe is its own nearest
+    // a captured table's vectors, given as they are held (no VectorSource made by the caller): the same records
+    expect(probeRecords({ probes: 3, seed: "x", metric: "l2" }, { ids, vectors: vs, dimension: 2 })).toEqual(recs);
   });
 
   it("refuses a given probe of another width", () => {
