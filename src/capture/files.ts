@@ -122,14 +122,15 @@ function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, real
       }
       throw wrap(e, `files: ${pattern}`);
     }
-    const rel = relative(lc.dir, f).split(sep).join("/") || ".";
-    if (literal && st.isDirectory()) throw usageError(`files: ${pattern} is a folder; name its files, or a glob such as ${rel}/**`);
+    // for messages only: not computed for each of an agent's thousands of files
+    const rel = () => relative(lc.dir, f).split(sep).join("/") || ".";
+    if (literal && st.isDirectory()) throw usageError(`files: ${pattern} is a folder; name its files, or a glob such as ${rel()}/**`);
     // a FIFO would block the backup forever, a device never ends: only regular files are captured
     if (!st.isFile()) {
       if (literal) throw usageError(`files: ${pattern} is ${st.isFIFO() ? "a FIFO" : st.isSocket() ? "a socket" : "a device"}, not a regular file`);
       continue;
     }
-    if (!isInside(real, realRoot)) throw usageError(`files: ${rel} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
+    if (!isInside(real, realRoot)) throw usageError(`files: ${rel()} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
     const why = reservedBy(f, reserved) ?? (real === f ? null : reservedBy(real, reserved));
     if (why && literal) throw usageError(`files: ${pattern} names ${why}; it is captured otherwise or never`);
     if (!why) out.push({ file: f, real, stat: st });
