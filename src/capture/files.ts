@@ -3,7 +3,7 @@
  * can change it), and their copies in staging.
  */
 import { createHash } from "node:crypto";
-import { copyFileSync, existsSync, lstatSync, readFileSync, realpathSync, statSync, type Stats } from "node:fs";
+import { copyFileSync, existsSync, lstatSync, readFileSync, realpathSync, statSync, type BigIntStats } from "node:fs";
 import { basename, dirname, join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
 import { chunkTuples, componentPath, type Component } from "../bundle/manifest.js";
@@ -26,6 +26,8 @@ export interface ListedFile {
   real?: string;
   /** why it can not be captured (a name that is not UTF-8): the backup warns instead of failing */
   problem?: string;
+  /** the file's stat as listed (through a link: its target's): the unchanged check's identity and times, not taken twice */
+  stat?: BigIntStats;
 }
 
 /** U+FFFD, what a file name's bytes that are not UTF-8 read as: such a name can not be opened again by the name read. */
@@ -82,7 +84,7 @@ function reservedBy(p: string, r: Reserved): string | null {
   if (SQLITE_SIDECAR.test(p) && r.databases.includes(p.replace(SQLITE_SIDECAR, ""))) return "a SQLite sidecar of a configured database";
   const dir = r.dirs.find(([d]) => isInside(p, d));
   if (dir) return dir[1];
-  return p.split(sep).includes(".git") ? "a .git folder" : null;
+  return p.includes(`${sep}.git${sep}`) || p.endsWith(`${sep}.git`) ? "a .git folder" : null;
 }
 
 /**
@@ -93,24 +95,25 @@ function reservedBy(p: string, r: Reserved): string | null {
  * folder (through a symbolic link, to a file or a folder).
  * @throws AgentbakError(2) as above, (10) for a literal path that does not exist.
  */
-function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, realRoot: string): { file: string; real?: string; problem?: string }[] {
+function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, realRoot: string): Omit<ListedFile, "pattern">[] {
   const literal = !isDynamicPattern(pattern);
   const found = literal
     ? [lc.resolve(pattern)]
     : // links are followed, so that every match is judged by where it really is (below)
       globSync(pattern, { cwd: lc.dir, absolute: true, onlyFiles: true, dot: true, followSymbolicLinks: true, ignore: ["**/.git/**", "**/node_modules/**"] }).map((f) => resolve(f)).sort();
-  const out: { file: string; real?: string; problem?: string }[] = [];
+  const out: Omit<ListedFile, "pattern">[] = [];
   // a file that is not a link is where its folder really is: one lstat per file and one realpath per folder, not a
   // realpath (an lstat per path component) and a stat per file (1,578 files: most of a nothing-changed listing)
   const realDirs = new Map<string, string>();
   const realDir = (d: string) => realDirs.get(d) ?? realDirs.set(d, realpathSync(d)).get(d)!;
   for (const f of found) {
     let real: string;
-    let st: Stats;
+    let st: BigIntStats;
     try {
-      const l = lstatSync(f);
+      // bigint: the unchanged check keeps this stat's nanosecond times (fileKey), so the file is not stat'ed again
+      const l = lstatSync(f, { bigint: true });
       real = l.isSymbolicLink() ? realpathSync(f) : join(realDir(dirname(f)), basename(f));
-      st = l.isSymbolicLink() ? statSync(real) : l;
+      st = l.isSymbolicLink() ? statSync(real, { bigint: true }) : l;
     } catch (e) {
       // a name the agent made of bytes that are not UTF-8 is listed, but can not be opened by the name read: named, not a failed backup
       if (!literal && (e as NodeJS.ErrnoException).code === "ENOENT" && f.includes(NOT_UTF8)) {
@@ -119,17 +122,18 @@ function expandFiles(lc: LoadedConfig, pattern: string, reserved: Reserved, real
       }
       throw wrap(e, `files: ${pattern}`);
     }
-    const rel = relative(lc.dir, f).split(sep).join("/") || ".";
-    if (literal && st.isDirectory()) throw usageError(`files: ${pattern} is a folder; name its files, or a glob such as ${rel}/**`);
+    // for messages only: not computed for each of an agent's thousands of files
+    const rel = () => relative(lc.dir, f).split(sep).join("/") || ".";
+    if (literal && st.isDirectory()) throw usageError(`files: ${pattern} is a folder; name its files, or a glob such as ${rel()}/**`);
     // a FIFO would block the backup forever, a device never ends: only regular files are captured
     if (!st.isFile()) {
       if (literal) throw usageError(`files: ${pattern} is ${st.isFIFO() ? "a FIFO" : st.isSocket() ? "a socket" : "a device"}, not a regular file`);
       continue;
     }
-    if (!isInside(real, realRoot)) throw usageError(`files: ${rel} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
-    const why = reservedBy(f, reserved) ?? reservedBy(real, reserved);
+    if (!isInside(real, realRoot)) throw usageError(`files: ${rel()} ${real !== f ? `is a symbolic link to ${real}, ` : "is "}outside the config folder ${lc.dir}`);
+    const why = reservedBy(f, reserved) ?? (real === f ? null : reservedBy(real, reserved));
     if (why && literal) throw usageError(`files: ${pattern} names ${why}; it is captured otherwise or never`);
-    if (!why) out.push({ file: f, real });
+    if (!why) out.push({ file: f, real, stat: st });
   }
   return out;
 }

@@ -16,7 +16,9 @@
  *     mixed agent were 0.35 s of a nothing-changed backup); ctime can not be set back by an unprivileged program,
  *     so a file rewritten to its old size and mtime (`touch -d`) is read again. `--no-stat-cache` reads every file
  *     (and records what it read). One of 512 KiB or more (a model adapter: reading 500 MB would be most of a
- *     nothing-changed backup) is compared by its device, inode, size, mtime and ctime themselves once settled;
+ *     nothing-changed backup) is compared by its device, inode, size, mtime and ctime themselves once settled.
+ *     The files' stats are the listing's own (one per file), and when every file is settled and all their identities
+ *     and times are the cache's summary's, the summary's digest answers without the cache's entries being parsed;
  *   - each state source: its fingerprint (a PostgreSQL snapshot and sequences,
  *     a LanceDB table version's manifest: docs/chunk-store.md);
  *   - the config file's bytes and the signing key.
@@ -25,7 +27,7 @@
  * this cheaply, or the caller asked for a snapshot of its own.
  */
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, openSync, readSync, realpathSync, statSync } from "node:fs";
+import { closeSync, existsSync, openSync, readSync, realpathSync, statSync, type BigIntStats } from "node:fs";
 import { writeCacheFile, readFileRegular } from "../fsutil.js";
 import type { LoadedConfig } from "../config/load.js";
 import { workspaceState } from "../state/workspace/workspace.js";
@@ -41,7 +43,8 @@ import type { BackupOptions } from "./receipt.js";
  * backup at its snapshot instant, under every write lock, so that its own
  * opening of them — which creates a -wal file — is part of what it records).
  */
-export async function otherState(lc: LoadedConfig, files: string[], signer: string, cache: StatCache): Promise<string | null> {
+export async function otherState(lc: LoadedConfig, files: string[], signer: string, cache: StatCache, listed?: Listed): Promise<string | null> {
+  const now = listed?.at ?? BigInt(Date.now()) * 1_000_000n;
   const h = createHash("sha256");
   const add = (...parts: (string | number | bigint)[]) => h.update(parts.join("\0") + "\n");
   add("config", lc.path, readFileRegular(lc.path, "utf8"), signer);
@@ -51,63 +54,130 @@ export async function otherState(lc: LoadedConfig, files: string[], signer: stri
   if (sources.includes(null)) return null; // a source whose state can not be read cheaply: always backed up
   lc.config.sources.forEach((s, i) => add("source", s.name, s.kind, sources[i]!));
   if (lc.config.workspace) add("workspace", (await workspaceState(lc.resolve(lc.config.workspace.path))).key);
-  const now = BigInt(Date.now()) * 1_000_000n;
-  for (const f of files) add("file", f, fileKey(f, now, cache));
+  add("files", filesDigest(files, now, cache, listed?.stats));
   cache.save();
   return h.digest("hex");
+}
+
+/**
+ * The listing's stats of the files (ListedFile.stat), and when it began in ns: "settled" is judged against a time
+ * taken before any stat, never after (a write in the same tick as the stat could go unseen).
+ */
+interface Listed {
+  stats: ReadonlyMap<string, BigIntStats>;
+  at: bigint;
+}
+
+/**
+ * The `files` part of the state: each file's path and key (fileKey), as one digest. When every file is settled and
+ * their paths, identities and times are exactly those of the stat cache's summary, the digest recorded with it is the
+ * one the keys would give (each key is the cached sha256, or for a large file its identity itself) and the cache's
+ * entries are not read at all (their JSON was most of the cache's cost: 1,578 files).
+ */
+function filesDigest(files: string[], now: bigint, cache: StatCache, listed?: ReadonlyMap<string, BigIntStats>): string {
+  const ids = createHash("sha256");
+  const stats = files.map((f) => {
+    const st = listed?.get(f) ?? statSync(f, { bigint: true });
+    const id = [st.dev, st.ino, st.size, st.mtimeNs, st.ctimeNs].join(" ");
+    // ctime can not be set back by a program: a file rewritten with its old mtime still gets a new ctime
+    const settled = now - st.mtimeNs > RACY_NS && now - st.ctimeNs > RACY_NS;
+    ids.update(`${f}\0${id}\0${settled ? 1 : 0}\n`);
+    return { f, id, settled, large: st.size >= BigInt(CHUNK_FROM) };
+  });
+  const allSettled = stats.every((x) => x.settled);
+  const idsDigest = ids.digest("hex");
+  const known = allSettled ? cache.summary(idsDigest) : undefined;
+  if (known) return known;
+  const h = createHash("sha256");
+  for (const x of stats) h.update(`${x.f}\0${fileKey(x, cache)}\n`);
+  const digest = h.digest("hex");
+  if (allSettled) cache.setSummary(idsDigest, digest);
+  return digest;
 }
 
 /** Within this of a file's mtime or ctime, its identity and times do not say it is unchanged (git's racy entries). */
 const RACY_NS = 2_000_000_000n;
 
 /** What a file holds, as the unchanged check compares it: a large file's identity and times, else its sha256 (from the stat cache when it answers). */
-function fileKey(f: string, now: bigint, cache: StatCache): string {
-  const st = statSync(f, { bigint: true });
-  const id = [st.dev, st.ino, st.size, st.mtimeNs, st.ctimeNs].join(" ");
-  // ctime can not be set back by a program: a file rewritten with its old mtime still gets a new ctime
-  const settled = now - st.mtimeNs > RACY_NS && now - st.ctimeNs > RACY_NS;
-  if (st.size >= BigInt(CHUNK_FROM) && settled) return `stat ${id}`;
-  const sha = cache.get(f, id) ?? createHash("sha256").update(readFileRegular(f)).digest("hex");
-  if (settled) cache.set(f, id, sha);
+function fileKey(x: { f: string; id: string; settled: boolean; large: boolean }, cache: StatCache): string {
+  if (x.large && x.settled) return `stat ${x.id}`;
+  const sha = cache.get(x.f, x.id) ?? createHash("sha256").update(readFileRegular(x.f)).digest("hex");
+  if (x.settled) cache.set(x.f, x.id, sha);
   return `sha256 ${sha}`;
 }
 
 /**
  * The unchanged check's stat cache of one agent's files (path → identity and times, sha256), kept in
- * AGENTBAK_HOME/cache. A damaged or foreign file is ignored (every file is read) and written anew; `trusted`
- * false (--no-stat-cache): nothing is answered from it, what is read is recorded.
+ * AGENTBAK_HOME/cache as one JSON object. A damaged or foreign file is ignored (every file is read) and written anew;
+ * `trusted` false (--no-stat-cache): nothing is answered from it, what is read is recorded.
+ * Its first member, under the key "" (no file's path), is a summary: the digest of every file's path, identity and
+ * times when all were settled, the files' digest they gave, and the sha256 of the rest of the file's text, so the
+ * summary answers only beside the very entries it was computed from. Read without parsing the entries, which are
+ * parsed only when the summary does not answer.
  */
 export class StatCache {
-  private readonly old = new Map<string, [string, string]>();
-  private readonly next: Record<string, [string, string]> = {};
+  private text: string | null = null;
+  private entries: Map<string, [string, string]> | null = null;
+  private readonly next = new Map<string, [string, string]>();
   private changed = false;
-  constructor(private readonly path: string, private readonly trusted: boolean) {
+  private sum: [string, string] | null = null;
+  private newSum: [string, string] | null = null;
+  constructor(
+    private readonly path: string,
+    private readonly trusted: boolean,
+  ) {
     try {
-      const o = JSON.parse(readFileRegular(path, "utf8")) as unknown;
-      if (o && typeof o === "object" && !Array.isArray(o))
-        for (const [k, v] of Object.entries(o)) if (Array.isArray(v) && v.length === 2 && typeof v[0] === "string" && /^[0-9a-f]{64}$/.test(String(v[1]))) this.old.set(k, [v[0], v[1] as string]);
+      this.text = readFileRegular(path, "utf8");
+      const m = SUMMARY.exec(this.text);
+      if (m && createHash("sha256").update(this.text.slice(m[0].length)).digest("hex") === m[3]) this.sum = [m[1]!, m[2]!];
     } catch {
       this.changed = true; // none yet, or unreadable: rebuilt
     }
   }
+  /** The files' digest recorded for exactly these paths, identities and times (all settled), if the cache holds it. */
+  summary(ids: string): string | undefined {
+    return this.trusted && this.sum?.[0] === ids ? this.sum[1] : undefined;
+  }
+  setSummary(ids: string, digest: string): void {
+    this.newSum = [ids, digest];
+    if (this.sum?.[0] !== ids || this.sum[1] !== digest) this.changed = true;
+  }
+  private old(): Map<string, [string, string]> {
+    if (this.entries) return this.entries;
+    this.entries = new Map();
+    try {
+      const o = JSON.parse(this.text ?? "") as unknown;
+      if (o && typeof o === "object" && !Array.isArray(o))
+        for (const [k, v] of Object.entries(o)) if (k && Array.isArray(v) && v.length === 2 && typeof v[0] === "string" && /^[0-9a-f]{64}$/.test(String(v[1]))) this.entries.set(k, [v[0], v[1] as string]);
+    } catch {
+      this.changed = true; // unreadable: rebuilt
+    }
+    return this.entries;
+  }
   get(path: string, id: string): string | undefined {
-    const e = this.trusted ? this.old.get(path) : undefined;
+    const e = this.trusted ? this.old().get(path) : undefined;
     return e && e[0] === id ? e[1] : undefined;
   }
   set(path: string, id: string, sha: string): void {
-    this.next[path] = [id, sha];
-    const e = this.old.get(path);
+    this.next.set(path, [id, sha]);
+    const e = this.old().get(path);
     if (!e || e[0] !== id || e[1] !== sha) this.changed = true;
   }
   save(): void {
-    if (!this.changed && Object.keys(this.next).length === this.old.size) return;
+    // the summary answered (nothing read, nothing set): the file stays as it is
+    if (!this.changed && (!this.entries || this.next.size === this.entries.size)) return;
+    const rest = JSON.stringify(Object.fromEntries(this.next)).slice(1); // '"path":[…],…}' or '}'
+    const head = this.newSum && this.next.size ? `{"":["${this.newSum[0]}","${this.newSum[1]}","${createHash("sha256").update(`,${rest}`).digest("hex")}"]` : "";
     try {
-      writeCacheFile(this.path, JSON.stringify(this.next));
+      writeCacheFile(this.path, head ? `${head},${rest}` : `{${rest}`);
     } catch {
       // a cache: the next check reads the files again
     }
   }
 }
+
+/** The stat cache's summary as its file begins: `{"":["<ids>","<files' digest>","<sha256 of the rest>"]`. */
+const SUMMARY = /^\{"":\["([0-9a-f]{64})","([0-9a-f]{64})","([0-9a-f]{64})"\]/;
 
 export function databasesState(lc: LoadedConfig): string {
   const h = createHash("sha256");
@@ -212,10 +282,12 @@ export async function unchangedSince<R extends { snapshot_id: string }>(lc: Load
 export async function unchanged<R extends { snapshot_id: string }>(lc: LoadedConfig, o: Pick<BackupOptions, "skipUnchanged" | "label" | "idempotencyKey" | "repo" | "home" | "statCache">, a: AgentRef, x: { repoDir: string | null; signer: string }) {
   const cfg = lc.config;
   const skippable = o.skipUnchanged && !o.label && !o.idempotencyKey && !cfg.hooks.pre.length && !cfg.hooks.post.length;
+  const at = BigInt(Date.now()) * 1_000_000n;
   const files = skippable ? listReadable(lc, x.repoDir) : null;
   const listed = files?.listed ?? null;
   const cache = new StatCache(homePaths(o.home).cache.statCache(cacheKey(o.repo.location, a)), o.statCache ?? true);
-  const other = files ? await otherState(lc, files.readable, x.signer, cache).catch(() => null) : null;
+  const stats = new Map(files?.listed.flatMap((l) => (l.stat ? [[l.file, l.stat] as const] : [])));
+  const other = files ? await otherState(lc, files.readable, x.signer, cache, { stats, at }).catch(() => null) : null;
   const last = other ? await unchangedSince<R>(lc, o.repo, o.home, a, other) : null;
   return { listed, other, last };
 }

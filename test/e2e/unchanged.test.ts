@@ -188,6 +188,25 @@ describe("backup --skip-if-unchanged", () => {
     expect((await skip()).status).toBe("committed");
   }, 90_000);
 
+  it("the stat cache's summary: while every file's identity and times are the recorded ones, its digest answers without the entries (a wrong one put there, its binding to the entries kept, is believed); --no-stat-cache does not use it", async () => {
+    const cacheFile = () => join(a.home, "cache", readdirSync(join(a.home, "cache")).find((f) => f.startsWith("stat-cache-"))!);
+    await new Promise((r) => setTimeout(r, 2100)); // every file settled: the summary is written
+    await skip();
+    expect((await skip()).status).toBe("unchanged");
+    const text = readFileSync(cacheFile(), "utf8");
+    const m = /^\{"":\["([0-9a-f]{64})","([0-9a-f]{64})","([0-9a-f]{64})"\]/.exec(text);
+    expect(m).not.toBeNull();
+    // the rest of the file is untouched, so its sha256 (the binding) still holds: only the summary's digest is wrong
+    expect(createHash("sha256").update(text.slice(m![0].length)).digest("hex")).toBe(m![3]);
+    writeFileSync(cacheFile(), text.replace(m![2]!, "0".repeat(64)));
+    expect((await skip()).status).toBe("committed");
+    // --no-stat-cache reads every file (the real state differs from that digest) and records the right summary
+    const paranoid = json(await a.run(["backup", "--skip-if-unchanged", "--no-stat-cache", "--json"]));
+    expect(paranoid.status).toBe("committed");
+    expect(readFileSync(cacheFile(), "utf8").slice(0, m![0].length)).toBe(m![0]);
+    expect((await skip()).status).toBe("unchanged");
+  }, 60_000);
+
   it("a damaged last-backup record is ignored (a snapshot is taken) and written anew", async () => {
     await skip();
     expect((await skip()).status).toBe("unchanged");
