@@ -60,7 +60,9 @@ function stages(s: PayloadSource, identities: AgeIdentity[], sink: Writable): { 
   // collections, forced full ones included. Restore of the bench's 1194 MiB database: peak RSS 160-175 MiB with
   // 1 MiB reads (190-200 MiB before the young collections below), 104-109 MiB with these; CPU the same
   const read = checked ?? createReadStream(s.path, { start: s.offset, end: s.offset + s.size - 1, highWaterMark: READ });
-  const rest = [new AgeDecryptStream(identities), boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload"), sink] as const;
+  // the plaintext in buffers of BATCH bytes, each of its own: the worker moves them to the reading thread as they are
+  // (a smaller payload's one buffer is its size: no 1 MiB for a few KiB)
+  const rest = [new AgeDecryptStream(identities), boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload", Math.max(1, Math.min(BATCH, s.tarSize))), sink] as const;
   const done = tap ? pipeline(read, tap, ...rest) : pipeline(read, ...rest);
   done.catch(() => undefined); // the callers look at `done`; a stopped chain's rejection is not news
   // closing the source (no error: nothing emits one) makes the pipeline tear every stage down
@@ -169,7 +171,7 @@ function onThisThread(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
 }
 
 /** What the worker says. */
-type FromWorker = { data: ArrayBuffer } | { end: true; digest: string } | { error: { message: string; code?: string; errno?: number; syscall?: string; path?: string } };
+type FromWorker = { data: ArrayBuffer; length: number } | { end: true; digest: string } | { error: { message: string; code?: string; errno?: number; syscall?: string; path?: string } };
 
 function inWorker(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
   const w = new Worker(join(ROOT, "dist", "packed", "payload-worker.js"), { resourceLimits: { maxOldGenerationSizeMb: 64, maxYoungGenerationSizeMb: 8 } });
@@ -193,7 +195,7 @@ function inWorker(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
   let ended = false;
   w.on("message", (m: FromWorker) => {
     if ("data" in m) {
-      if (out.push(Buffer.from(m.data))) w.postMessage(1);
+      if (out.push(Buffer.from(m.data, 0, m.length))) w.postMessage(1);
       else owed++;
     } else if ("end" in m) {
       ended = true;
@@ -240,18 +242,24 @@ export function serveWorker(port: { on(e: "message", f: (m: unknown) => void): u
     // every stage here makes fresh buffers (reads, age's plaintext, zstd's output, the batches), spent at once
     const collect = youngCollector(4 << 20);
     const send = (cb: () => void) => {
-      // an ArrayBuffer of its own, to be moved (a small Buffer may sit in Node's shared pool)
-      const batch = new ArrayBuffer(held);
-      const view = new Uint8Array(batch);
-      let at = 0;
-      for (const p of parts) {
-        view.set(p, at);
-        at += p.length;
+      // an ArrayBuffer of its own, to be moved: the decompressor's output buffer itself when the batch is one
+      // (its buffers are BATCH bytes, so never Node's shared pool), else a copy of the parts (a small Buffer may
+      // sit in the pool). Copying each 1 MiB batch was 10-20% of the worker's profile (ledger and blobs shapes)
+      const own = parts.length === 1 && parts[0]!.byteOffset === 0 && parts[0]!.buffer.byteLength >= BATCH;
+      const batch = own ? (parts[0]!.buffer as ArrayBuffer) : new ArrayBuffer(held);
+      if (!own) {
+        const view = new Uint8Array(batch);
+        let at = 0;
+        for (const p of parts) {
+          view.set(p, at);
+          at += p.length;
+        }
       }
+      const length = held;
       parts = [];
       held = 0;
       credits--;
-      port.postMessage({ data: batch }, [batch]);
+      port.postMessage({ data: batch, length }, [batch]);
       if (credits > 0) cb();
       else waiting = cb;
     };

@@ -279,37 +279,47 @@ export const zstdOutSize = () => zstdBinding().cStreamOutSize();
 
 /**
  * zstd decompression as a pipeline stage that makes output only as fast as
- * the next stage takes it (one block of at most 128 KiB at a time) and never
+ * the next stage takes it (one buffer of `outSize` bytes at a time) and never
  * more than `limit` bytes in all. zstd-napi's DecompressStream inflates each
  * whole input chunk at once, ignoring backpressure: a 40 KiB bomb reached
- * 1.1 GB before a cap downstream could stop it.
+ * 1.1 GB before a cap downstream could stop it. Each output is a buffer of its
+ * own (allocUnsafeSlow, filled before it is passed on; the last may be a
+ * shorter view of one): the payload worker moves them to the reading thread
+ * as they are, with no copy.
  * @throws Error (code OVERSIZE) past `limit`; Error for a corrupt or truncated frame or a window over 2^windowLogMax.
  */
-export function boundedDecompress(limit: number, windowLogMax: number, what: string) {
+export function boundedDecompress(limit: number, windowLogMax: number, what: string, outSize?: number) {
   return async function* decompress(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     const binding = zstdBinding();
     const dctx = new binding.DCtx();
     dctx.setParameter(binding.DParameter.windowLogMax, windowLogMax);
-    const blockSize = binding.dStreamOutSize();
+    const size = outSize ?? binding.dStreamOutSize();
+    let dst = Buffer.allocUnsafeSlow(size);
+    let filled = 0;
     let total = 0;
     let inFrame = false;
     for await (const chunk of source) {
       let src: Buffer = chunk;
       for (;;) {
-        const dst = Buffer.allocUnsafe(blockSize);
-        const [ret, produced, consumed] = dctx.decompressStream(dst, src);
+        const room = size - filled;
+        const [ret, produced, consumed] = dctx.decompressStream(dst.subarray(filled), src);
         src = src.subarray(consumed);
-        if (produced > 0) {
-          total += produced;
-          if (total > limit) throw Object.assign(new Error(`${what} exceeds its declared size of ${limit} bytes`), { code: "OVERSIZE" });
-          yield dst.subarray(0, produced);
+        filled += produced;
+        total += produced;
+        if (total > limit) throw Object.assign(new Error(`${what} exceeds its declared size of ${limit} bytes`), { code: "OVERSIZE" });
+        if (filled === size) {
+          yield dst;
+          dst = Buffer.allocUnsafeSlow(size);
+          filled = 0;
         }
-        if (src.length === 0 && (produced < dst.length || ret === 0)) {
+        // the input taken in, and zstd flushed all it could of it (room was left) or the frame ended
+        if (src.length === 0 && (produced < room || ret === 0)) {
           inFrame = ret !== 0;
           break;
         }
       }
     }
+    if (filled > 0) yield dst.subarray(0, filled);
     if (inFrame) throw new Error("stream ended in the middle of a zstd frame");
   };
 }

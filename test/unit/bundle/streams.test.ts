@@ -156,6 +156,19 @@ describe("zstd", () => {
     expect(Math.max(...back.map((b) => b.length))).toBeLessThanOrEqual(128 * 1024);
   });
 
+  it("boundedDecompress with an output size fills buffers of their own to it, a frame that ends on a boundary included", async () => {
+    const out = 64 << 10;
+    // 3 outputs exactly (the frame ends where a buffer does), then one that ends inside a buffer
+    for (const data of [Buffer.concat([noise(100_000, "e"), Buffer.alloc(3 * out - 100_000, 2)]), noise(3 * out + 5000, "f")]) {
+      const back = await parts(Readable.from(pieces(await compress(data), [999, 70_000])), boundedDecompress(data.length, 23, "x", out));
+      expect(Buffer.concat(back).equals(data)).toBe(true);
+      expect(back.map((b) => b.length)).toEqual(data.length === 3 * out ? [out, out, out] : [out, out, out, 5000]);
+      // each its own memory, at its start: the payload worker moves it to the reading thread without a copy
+      expect(back.map((b) => [b.byteOffset, b.buffer.byteLength])).toEqual(back.map(() => [0, out]));
+      expect(new Set(back.map((b) => b.buffer)).size).toBe(back.length);
+    }
+  });
+
   it("a bomb stops at its limit (OVERSIZE), having made little more than the limit", async () => {
     const bomb = execFileSync("sh", ["-c", "head -c 200000000 /dev/zero | zstd -1 -c"], { maxBuffer: 16 << 20 });
     expect(bomb.length).toBeLessThan(64 * 1024);
