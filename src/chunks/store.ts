@@ -216,7 +216,9 @@ export class ChunkStore {
     // stored again, never named by a new snapshot while it is missing; nor one whose size is not the one the index
     // holds (cut or grown in place): it is written again (a chunk damaged with its size kept is found by verify)
     const present = await this.listSizes();
-    known.retain((id) => present.get(id) === known.get(id)?.size, await this.epoch());
+    // (the intact ids listed first: a test called back from inside retain into the index is a call back up the stack)
+    const intact = new Set([...known.ids()].filter((id) => present.get(id) === known.get(id)?.size));
+    known.retain((id) => intact.has(id), await this.epoch());
     return new ChunkWriter(this, key, known, StatCache.load(paths.stat), o.recipients, params, o.concurrency ?? 4, present, o.signed ?? (async () => new Map()));
   }
 
