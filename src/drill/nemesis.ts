@@ -18,28 +18,19 @@
  * restore fault stopped the restore with an error naming it: no silent,
  * partial success) or failed, naming the nemesis and the first failed check.
  */
-import Database from "better-sqlite3";
 import { execa } from "execa";
 import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
+import { openDefensive } from "../state/sqlite/open.js";
 import { crashScenario, type ScenarioPlan } from "./scenarios.js";
 import { CheckLog } from "./checklog.js";
 import { eioCell, type RestoreChild } from "./eio.js";
 import { startFaultProxy, type StoreNemesis } from "./faultproxy.js";
+import type { NemesisCell } from "./matrix.js";
 import type { CrashPoint, WORKER_NEMESES } from "./spec.js";
 import type { Bench, Copy, ScenarioResult, WorkerFault } from "./worker.js";
 
 type WorkerNemesis = (typeof WORKER_NEMESES)[number];
-
-/** One cell of the matrix. */
-export interface NemesisCell {
-  scenario: string;
-  nemesis: string;
-  result: "recovered" | "contained" | "failed";
-  /** the first failed check, when failed */
-  check: string | null;
-  detail: string;
-}
 
 /** Where Debian and others put libfaketime. */
 const LIBFAKETIME = ["/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1", "/usr/local/lib/faketime/libfaketime.so.1"];
@@ -139,8 +130,7 @@ function dropUnsynced(copy: Copy, base: string, shadow: string): string {
   // as the restart would, so the invariants' read-only connections can read the state right after the crash
   for (const file of copy.dbs.values()) {
     try {
-      const db = new Database(file, { fileMustExist: true });
-      db.pragma("trusted_schema = OFF");
+      const db = openDefensive(file, { readonly: false });
       db.prepare("SELECT count(*) FROM sqlite_schema").get();
       db.close();
     } catch (e) {
