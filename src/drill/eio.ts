@@ -14,15 +14,8 @@ import { execa } from "execa";
 import { cpSync, existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { agentbakHome } from "../home.js";
+import type { NemesisCell } from "./matrix.js";
 
-/** Its cell of the nemesis matrix (nemesis.ts's NemesisCell). */
-interface NemesisCell {
-  scenario: string;
-  nemesis: string;
-  result: "recovered" | "contained" | "failed";
-  check: string | null;
-  detail: string;
-}
 
 /** The EIO shim: writes to files under $AGENTBAK_EIO_ROOT pass until $AGENTBAK_EIO_AFTER bytes, then fail with EIO (the first one touches $AGENTBAK_EIO_MARK). */
 const SHIM = String.raw`#define _GNU_SOURCE

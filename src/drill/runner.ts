@@ -29,7 +29,8 @@ import { networkChecks, Seal, sealUnavailable, type NetworkReport } from "./seal
 import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
-import { nemesisScenarios, restoreNemeses, type NemesisCell } from "./nemesis.js";
+import type { NemesisCell } from "./matrix.js";
+import { nemesisScenarios, restoreNemeses } from "./nemesis.js";
 import { upgradeScenarios, type UpgradeReport } from "./upgrade.js";
 import { makeReadOnly, type ScenarioResult } from "./worker.js";
 import type { Progress } from "../progress.js";
