@@ -19,14 +19,14 @@
  * partial success) or failed, naming the nemesis and the first failed check.
  */
 import { execa } from "execa";
-import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { openDefensive } from "../state/sqlite/open.js";
 import { crashScenario, type ScenarioPlan } from "./scenarios.js";
 import { CheckLog } from "./checklog.js";
 import { eioCell, type RestoreChild } from "./eio.js";
 import { startFaultProxy, type StoreNemesis } from "./faultproxy.js";
-import type { NemesisCell } from "./matrix.js";
+import { buildShim, restoreCell, type NemesisCell } from "./matrix.js";
 import type { CrashPoint, WORKER_NEMESES } from "./spec.js";
 import type { Bench, Copy, ScenarioResult, WorkerFault } from "./worker.js";
 
@@ -80,18 +80,6 @@ static void snap(int fd) {
 int fsync(int fd) { static int (*real)(int); if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync"); int r = real(fd); if (r == 0) snap(fd); return r; }
 int fdatasync(int fd) { static int (*real)(int); if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync"); int r = real(fd); if (r == 0) snap(fd); return r; }
 `;
-
-/** Builds the shim with the host's C compiler into `dir`. @returns its path, or why it could not be built. */
-async function buildShim(dir: string): Promise<{ so: string } | { error: string }> {
-  mkdirSync(dir, { recursive: true });
-  const src = join(dir, "fsync-shadow.c");
-  const so = join(dir, "fsync-shadow.so");
-  if (existsSync(so)) return { so };
-  writeFileSync(src, SHIM);
-  const r = await execa("cc", ["-shared", "-fPIC", "-O2", "-o", so, src, "-ldl", "-lpthread"], { reject: false, timeout: 60_000 }).catch((e: Error) => ({ exitCode: 127, stderr: e.message }));
-  if (r.exitCode !== 0) return { error: `the fsync shim needs a C compiler (cc): ${String(r.stderr).trim().split("\n").at(-1)?.slice(0, 200)}` };
-  return { so };
-}
 
 /** Every regular file under `dir`, relative. */
 const filesUnder = (dir: string): string[] =>
@@ -153,7 +141,7 @@ function putBack(from: string, to: string): void {
 /** The fault for a nemesis. `tools`: a folder for the built shim (shared by the drill's cells). */
 async function workerFault(nemesis: WorkerNemesis, tools: string): Promise<WorkerFault> {
   if (nemesis === "lost_write") {
-    const shim = await buildShim(tools);
+    const shim = await buildShim(tools, "fsync-shadow", SHIM, ["-ldl", "-lpthread"]);
     return {
       name: nemesis,
       arm(copy): ReturnType<WorkerFault["arm"]> {
@@ -161,7 +149,7 @@ async function workerFault(nemesis: WorkerNemesis, tools: string): Promise<Worke
         const shadow = `${copy.dir}.synced`;
         cpSync(copy.dir, base, { recursive: true });
         mkdirSync(shadow);
-        if ("error" in shim) return { crashEnv: {}, restartEnv: {}, afterCrash: () => `error: ${shim.error}` };
+        if ("error" in shim) return { crashEnv: {}, restartEnv: {}, afterCrash: () => `error: the fsync shim ${shim.error}` };
         // a file that can not be put back fails the cell naming it, never the whole drill
         const afterCrash = () => {
           try {
@@ -231,7 +219,7 @@ const NAMES: Record<StoreNemesis, RegExp> = {
 
 /** The bundle read again through a fault proxy in front of the repository's endpoint. */
 async function storeFault(b: Bench, nemesis: StoreNemesis, reads: StoreReads | null): Promise<NemesisCell> {
-  const cell = (result: NemesisCell["result"], check: string | null, detail: string): NemesisCell => ({ scenario: "restore", nemesis, result, check, detail });
+  const cell = restoreCell(nemesis);
   if (!reads) return cell("failed", `nemesis ${nemesis}`, `${nemesis}: needs a snapshot in an S3 repository with AGENTBAK_S3_ENDPOINT (plain http); not run`);
   const dir = join(b.tmp, `nemesis-${nemesis}`);
   mkdirSync(dir);
@@ -276,7 +264,7 @@ export async function restoreNemeses(b: Bench, place: Placement, reads: StoreRea
 
 /** The bundle placed again into a tmpfs half the size of the restored tree (root only: mount). */
 async function enospc(b: Bench, place: Placement): Promise<NemesisCell> {
-  const cell = (result: NemesisCell["result"], check: string | null, detail: string): NemesisCell => ({ scenario: "restore", nemesis: "enospc", result, check, detail });
+  const cell = restoreCell("enospc");
   if (process.getuid?.() !== 0) return cell("failed", "nemesis enospc", "enospc: needs root to mount a small tmpfs; not run");
   const size = Math.max(64 * 1024, Math.floor(treeBytes(b.restored) / 2));
   const dir = join(b.tmp, "nemesis-enospc");
