@@ -105,12 +105,24 @@ export function taskCompleted(inject: Inject, copy: Copy): boolean {
 /** Starts the worker, dying at `crashPoint` when given; `extraEnv` adds to its environment (a nemesis's LD_PRELOAD). */
 export type StartWorker = (crashPoint: string | null, extraEnv?: Record<string, string>) => ResultPromise<{ reject: false; stdin: "ignore" }>;
 
-/** Starts the spec's worker (or its upgrade) in the copy; the environment holds nothing of the drill host's but PATH. */
-export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string; seal?: Seal }): StartWorker {
+/**
+ * The argv of the spec's worker, or of its upgrade (`upgrade`: the upgrade's command when it has one, else the
+ * worker's): each argument after the program that starts with "." resolved against the spec's folder.
+ */
+function workerCommand(s: LoadedSpec, upgrade: boolean): string[] {
+  const { spec } = s;
+  const given = upgrade && spec.upgrade?.command ? spec.upgrade.command : spec.worker!.command;
+  return [given[0]!, ...given.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x))];
+}
+
+/**
+ * Starts the spec's worker (or its upgrade) in the copy, `args` after its own; the environment holds nothing of the
+ * drill host's but PATH.
+ */
+export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string; seal?: Seal; args?: string[] }): StartWorker {
   const { spec } = s;
   const worker = spec.worker!;
-  const given = o.upgrade && spec.upgrade?.command ? spec.upgrade.command : worker.command;
-  const resolved = [given[0]!, ...given.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x))];
+  const resolved = [...workerCommand(s, o.upgrade ?? false), ...(o.args ?? [])];
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     HOME: copy.dir,
