@@ -9,6 +9,7 @@
 import { createHash } from "node:crypto";
 import type { DB } from "./open.js";
 import { vec0Dimensions } from "./open.js";
+import { quoteIdent as q } from "./timestamps.js";
 
 export type Metric = "l2" | "cosine";
 export type VectorId = string | number;
@@ -127,10 +128,9 @@ export function sampleIds(ids: VectorId[], k: number, seed: string): VectorId[] 
 export const vectorDigest = (v: Float32Array): string => createHash("sha256").update(Buffer.from(v.buffer, v.byteOffset, v.byteLength)).digest("hex");
 /** A vector as base64 of float32 little-endian, and back. */
 export const vectorToBase64 = (v: Float32Array) => Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString("base64");
-export const vectorFromBase64 = (s: string) => {
-  const b = Buffer.from(s, "base64");
-  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length));
-};
+export const vectorFromBase64 = (s: string) => floatsOf(Buffer.from(s, "base64"));
+/** A blob of float32 little-endian values as a vector of its own (copied: a Float32Array needs its offset aligned). */
+export const floatsOf = (b: Buffer) => new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length));
 
 /** What a probe set names, as the config's `recall` entry gives it. */
 export interface ProbeSpec {
@@ -173,8 +173,6 @@ export function probeRecords(spec: ProbeSpec, src: VectorSource): RecallProbe[] 
   });
 }
 
-const q = (s: string) => `"${s.replace(/"/g, '""')}"`;
-
 /**
  * The live vectors of a `vec0` table's float column, read from its shadow tables (`<t>_rowids`, `<t>_vector_chunksNN`)
  * as plain SQLite, row by row (never all at once): a row's id is its text primary key, else its rowid.
@@ -193,7 +191,7 @@ export function vec0Vectors(db: DB, table: string, column: string): VectorSource
   const asId = (x: unknown): VectorId => (typeof x === "bigint" ? String(x) : (x as VectorId));
   const asVector = (id: VectorId, b: Buffer) => {
     if (b.length !== bytes) throw new Error(`vec0 table ${table}: the vector of ${id} has ${b.length} bytes, float[${col.dimension}] takes ${bytes}`);
-    return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + bytes));
+    return floatsOf(b);
   };
   const one = db.prepare(`${select} WHERE coalesce(r.id, r.rowid) = ?`);
   return {

@@ -3,7 +3,7 @@
 import { describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import * as sqliteVec from "sqlite-vec";
-import { distance, exactTopK, inMemory, probeRecords, sampleIds, vec0Recall, vec0Vectors, vectorDigest, type VectorSource } from "../../../../src/state/sqlite/neighbours.js";
+import { distance, exactTopK, floatsOf, inMemory, probeRecords, sampleIds, vec0Recall, vec0Vectors, vectorDigest, type VectorSource } from "../../../../src/state/sqlite/neighbours.js";
 
 const f = (...x: number[]) => Float32Array.from(x);
 
@@ -12,6 +12,16 @@ describe("exact neighbours", () => {
     expect(distance(f(0, 0), f(3, 4), "l2")).toBe(5);
     expect(distance(f(1, 0), f(0, 2), "cosine")).toBeCloseTo(1);
     expect(distance(f(1, 1), f(2, 2), "cosine")).toBeCloseTo(0);
+  });
+
+  it("reads a vector out of a blob at an unaligned offset, as a copy of its own", () => {
+    const blob = Buffer.alloc(1 + 8);
+    blob.writeFloatLE(1.5, 1);
+    blob.writeFloatLE(-2, 5);
+    const v = floatsOf(blob.subarray(1));
+    expect([...v]).toEqual([1.5, -2]);
+    blob.writeFloatLE(7, 1);
+    expect(v[0]).toBe(1.5);
   });
 
   it("orders by distance, then by id", () => {
