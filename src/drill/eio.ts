@@ -14,6 +14,7 @@ import { execa } from "execa";
 import { cpSync, existsSync, mkdirSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { agentbakHome } from "../home.js";
+import { childCli } from "../version.js";
 import { buildShim, restoreCell, type NemesisCell } from "./matrix.js";
 
 
@@ -78,8 +79,8 @@ export async function eioCell(child: RestoreChild | null, tools: string, dir: st
   const place = join(dir, "place");
   const mark = join(dir, "faulted");
   mkdirSync(place, { recursive: true });
-  // the same binary, as capture-child.ts runs it; a debugger port would clash
-  const cli = [...process.execArgv.filter((a) => !a.startsWith("--inspect")), process.argv[1]!];
+  // the same binary, as capture-child.ts runs it
+  const cli = childCli();
   const home = join(dir, "home");
   try {
     cpSync(agentbakHome(), home, { recursive: true });
