@@ -200,14 +200,18 @@ export async function nemesisScenarios(b: Bench, p: ScenarioPlan): Promise<{ sce
   return { scenarios, cells };
 }
 
-/** Places the bundle again into `root`, recording its checks in `log`. @returns whether it landed */
-export type Placement = (root: string, log: CheckLog) => Promise<boolean>;
+/**
+ * Places the bundle again into `root`, recording its checks in `log`: the drill's own verified bundle, or the bundle
+ * `file` (verified first; throws what verification throws). @returns whether it landed
+ */
+export type Placement = (root: string, log: CheckLog, file?: string) => Promise<boolean>;
 
-/** The bundle read again from its S3 repository through `endpoint` into `dir`, verified and placed; throws what the read or verification throws. */
+/** How the bundle is read again from its S3 repository (the object-store nemeses); absent for a folder or a file. */
 export interface StoreReads {
   /** the repository's own endpoint (AGENTBAK_S3_ENDPOINT) */
   endpoint: string;
-  place(endpoint: string, dir: string, log: CheckLog): Promise<boolean>;
+  /** the bundle read through `endpoint` into `file`; throws what the read throws */
+  fetch(endpoint: string, file: string): Promise<void>;
 }
 
 /** What an error must name for a store fault to count as contained. */
@@ -218,7 +222,7 @@ const NAMES: Record<StoreNemesis, RegExp> = {
 };
 
 /** The bundle read again through a fault proxy in front of the repository's endpoint. */
-async function storeFault(b: Bench, nemesis: StoreNemesis, reads: StoreReads | null): Promise<NemesisCell> {
+async function storeFault(b: Bench, nemesis: StoreNemesis, place: Placement, reads: StoreReads | null): Promise<NemesisCell> {
   const cell = restoreCell(nemesis);
   if (!reads) return cell("failed", `nemesis ${nemesis}`, `${nemesis}: needs a snapshot in an S3 repository with AGENTBAK_S3_ENDPOINT (plain http); not run`);
   const dir = join(b.tmp, `nemesis-${nemesis}`);
@@ -226,7 +230,9 @@ async function storeFault(b: Bench, nemesis: StoreNemesis, reads: StoreReads | n
   const proxy = await startFaultProxy(reads.endpoint, nemesis);
   const log = new CheckLog(Date.now(), {});
   try {
-    const landed = await reads.place(proxy.url, dir, log);
+    const file = join(dir, "bundle.agentbak");
+    await reads.fetch(proxy.url, file);
+    const landed = await place(join(dir, "root"), log, file);
     const failed = log.checks.find((c) => !c.ok && c.severity === "error");
     const seen = `${proxy.faulted} of ${proxy.seen} request(s) faulted`;
     if (landed && !failed) return proxy.faulted ? cell("recovered", null, `read, verified and placed through the fault (${seen})`) : cell("failed", `nemesis ${nemesis}`, `${nemesis}: the proxy saw no read to fault (${seen})`);
@@ -255,7 +261,7 @@ export async function restoreNemeses(b: Bench, place: Placement, reads: StoreRea
         ? await enospc(b, place)
         : nemesis === "eio"
           ? await eioCell(child, join(b.tmp, "nemesis-tools"), join(b.tmp, "nemesis-eio"), treeBytes(b.restored))
-          : await storeFault(b, nemesis as StoreNemesis, reads);
+          : await storeFault(b, nemesis as StoreNemesis, place, reads);
     cells.push(cell);
     b.log.add({ scenario: `restore~${nemesis}`, phase: "placement", name: `nemesis ${nemesis}`, ok: cell.result !== "failed", severity: "error", detail: cell.detail });
   }

@@ -30,7 +30,7 @@ import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
 import type { NemesisCell } from "./matrix.js";
-import { nemesisScenarios, restoreNemeses } from "./nemesis.js";
+import { nemesisScenarios, restoreNemeses, type Placement, type StoreReads } from "./nemesis.js";
 import { upgradeScenarios, type UpgradeReport } from "./upgrade.js";
 import { makeReadOnly, type ScenarioResult } from "./worker.js";
 import type { Progress } from "../progress.js";
@@ -99,7 +99,7 @@ export interface DrillOptions {
   /** `--source NAME=URL`: an empty server for a source instead of a throwaway one */
   sources?: string[];
   /** the bundle read again from its S3 repository through another endpoint (the object-store nemeses' fault proxy); absent for a folder or a file */
-  storeReads?: { endpoint: string; fetch(endpoint: string, file: string): Promise<void> };
+  storeReads?: StoreReads;
   /** how the `eio` nemesis runs `agentbak restore` of this bundle in a child: the identity file and config the drill was given */
   restoreChild?: { identity?: string; config?: string };
   /** `--upgrade-to`: the next version's command (argv), run after the restore (upgrade.ts) */
@@ -193,15 +193,8 @@ export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
     const nemeses = Object.keys(spec.nemeses).length ? await nemesisScenarios(bench, plan) : { scenarios: [], cells: [] };
     scenarios.scenarios.push(...nemeses.scenarios);
     o.progress?.stage("restore nemeses");
-    const reads = o.storeReads;
-    const viaStore = reads && {
-      endpoint: reads.endpoint,
-      async place(endpoint: string, dir: string, l: CheckLog) {
-        await reads.fetch(endpoint, join(dir, "bundle.agentbak"));
-        return (await extractInto(await verifyBundle(join(dir, "bundle.agentbak"), o.trust), o.identities, join(dir, "root"), o.trust, o.bundle, l)) !== null;
-      },
-    };
-    nemeses.cells.push(...(await restoreNemeses(bench, async (root, l) => (await extractInto(v, o.identities, root, o.trust, o.bundle, l)) !== null, viaStore ?? null, o.restoreChild ? { bundle: o.bundle.path, ...o.restoreChild } : null)));
+    const place: Placement = async (root, l, file) => (await extractInto(file ? await verifyBundle(file, o.trust) : v, o.identities, root, o.trust, o.bundle, l)) !== null;
+    nemeses.cells.push(...(await restoreNemeses(bench, place, o.storeReads ?? null, o.restoreChild ? { bundle: o.bundle.path, ...o.restoreChild } : null)));
     const network = spec.worker ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
     return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, network, ...scenarios, upgrade: up?.upgrade ?? null, nemeses: nemeses.cells });
   } finally {

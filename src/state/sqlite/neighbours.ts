@@ -97,10 +97,6 @@ export function exactTopKs(probes: Float32Array[], k: number, metric: Metric, sc
   return best;
 }
 
-/** The k nearest of `vectors` to `probe` (exactTopKs over arrays). */
-export const exactTopK = (probe: Float32Array, ids: VectorId[], vectors: Float32Array[], k: number, metric: Metric) =>
-  exactTopKs([probe], k, metric, (visit) => ids.forEach((id, i) => visit(id, vectors[i]!)))[0]!;
-
 /**
  * A seeded sample of `k` ids (all of them when fewer): the same seed and ids give the same sample.
  * The ids are sorted first, so the order they were read in does not matter.
