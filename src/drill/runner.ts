@@ -74,7 +74,7 @@ export interface DrillResult {
   objectives: { rpoMinutes?: number; rtoSeconds?: number } | null;
   /** recall parity per vector store (the spec's recall section; empty without one) */
   recall: StoreRecall[];
-  /** whether the worker ran sealed in its own network namespace, and the connections it tried; null without a worker */
+  /** whether the worker ran sealed in its own network namespace, and the connections it tried; null when no worker ran */
   network: NetworkReport | null;
 }
 
@@ -178,7 +178,7 @@ export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
     // a short folder name: a unix socket's path has room for 107 bytes
     if (spec.worker && !unsealed) ensureDir(join(tmp, "s"), 0o700);
     seal = spec.worker && !unsealed ? new Seal(join(tmp, "s")) : undefined;
-    const bench = { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log, seal };
+    const bench = { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log, seal, workers: { started: 0 } };
     const plan = {
       operations,
       // a config with a reconcile section has openOperations (the schema says so)
@@ -192,10 +192,11 @@ export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
     if (up) scenarios.scenarios.push(...up.scenarios);
     const nemeses = Object.keys(spec.nemeses).length ? await nemesisScenarios(bench, plan) : { scenarios: [], cells: [] };
     scenarios.scenarios.push(...nemeses.scenarios);
-    o.progress?.stage("restore nemeses");
+    if (spec.nemeses.restore?.length) o.progress?.stage("restore nemeses");
     const place: Placement = async (root, l, file) => (await extractInto(file ? await verifyBundle(file, o.trust) : v, o.identities, root, o.trust, o.bundle, l)) !== null;
     nemeses.cells.push(...(await restoreNemeses(bench, place, o.storeReads ?? null, o.restoreChild ? { bundle: o.bundle.path, ...o.restoreChild } : null)));
-    const network = spec.worker ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
+    // said only of a worker that ran: a spec with a worker and nothing that starts it makes no claim of its network
+    const network = bench.workers.started > 0 ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
     return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, network, ...scenarios, upgrade: up?.upgrade ?? null, nemeses: nemeses.cells });
   } finally {
     seal?.close();

@@ -36,7 +36,7 @@ async function versionOf(b: Bench, copy: Copy): Promise<string> {
   const given = b.spec.spec.upgrade?.version;
   if (given) return given;
   const sink = new TestSink();
-  const r = await workerStarter(b.spec, copy, { sinkUrl: await sink.start(), upgrade: true, seal: b.seal, args: ["--version"] })(null).finally(() => sink.stop());
+  const r = await workerStarter(b.spec, copy, { sinkUrl: await sink.start(), upgrade: true, seal: b.seal, args: ["--version"], workers: b.workers })(null).finally(() => sink.stop());
   const line = String(r.stdout).trim().split("\n")[0]?.trim().slice(0, 80);
   return r.exitCode === 0 && line ? line : "unknown";
 }
@@ -60,7 +60,7 @@ export async function upgradeScenarios(b: Bench, p: ScenarioPlan & { agentVersio
   // 1. the new version starts on the restored state: its own migration
   p.progress?.stage(`upgrade: ${upgrade.to.version} starts on the snapshot's state`);
   const sink = new TestSink();
-  const r = await workerStarter(b.spec, base, { sinkUrl: await sink.start(), upgrade: true, seal: b.seal })(null).finally(() => sink.stop());
+  const r = await workerStarter(b.spec, base, { sinkUrl: await sink.start(), upgrade: true, seal: b.seal, workers: b.workers })(null).finally(() => sink.stop());
   const first = b.dbs[0] ? base.dbs.get(spec.inject?.database ?? b.dbs[0].name) : undefined;
   upgrade.to.schema = first ? readVersion(first) : null;
   const want = spec.upgrade?.schemaVersion;

@@ -25,6 +25,8 @@ export interface Bench {
   log: CheckLog;
   /** the workers run sealed in their own network namespace (seal.ts); absent: unsealed */
   seal?: Seal;
+  /** how many times a worker (or its upgrade) was started: the report speaks of the network only when one ran */
+  workers: { started: number };
 }
 
 /** One scenario's outcome, as the report lists it. */
@@ -119,7 +121,7 @@ function workerCommand(s: LoadedSpec, upgrade: boolean): string[] {
  * Starts the spec's worker (or its upgrade) in the copy, `args` after its own; the environment holds nothing of the
  * drill host's but PATH.
  */
-export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string; seal?: Seal; args?: string[] }): StartWorker {
+export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string; seal?: Seal; args?: string[]; workers: { started: number } }): StartWorker {
   const { spec } = s;
   const worker = spec.worker!;
   const resolved = [...workerCommand(s, o.upgrade ?? false), ...(o.args ?? [])];
@@ -141,6 +143,7 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
     const set = Object.entries(extraEnv).map(([k, v]) => `${k}=${v}`);
     const own = set.length ? ["env", ...set, ...resolved] : resolved;
     const [cmd, ...args] = o.seal ? o.seal.wrap(own, o.sinkUrl) : own;
+    o.workers.started++;
     return stopOnInterrupt(
       execa(cmd!, args, {
         cwd: copy.dir,

@@ -87,6 +87,24 @@ describe("a sealed drill", () => {
   }, 120_000);
 });
 
+describe("a spec with a worker that nothing starts", () => {
+  it("makes no claim of the network: no worker ran (before: sealed: true, \"(0 run(s))\")", async () => {
+    const idle = writeSpec(a.tmp, "idle-worker", join(ROOT, "drills", "reference-agent.json"), (s) => {
+      s.crashPoints = [];
+      s.sinkKill = false;
+    });
+    const r = await drill(idle);
+    const j = json(r);
+    expect([0, 3], JSON.stringify(j.checks.filter((c: any) => !c.ok))).toContain(r.code);
+    expect(j.scenarios).toEqual([]);
+    expect(j.network).toBeNull();
+    expect(j.checks.filter((c: any) => c.scenario === "network")).toEqual([]);
+    const human = await a.run(["drill", "latest", "--spec", idle, "--identity", a.identity, "--no-report"]);
+    expect([0, 3]).toContain(human.code);
+    expect(human.stdout + human.stderr).not.toMatch(/sealed|restore nemeses/);
+  }, 120_000);
+});
+
 describe("where the worker can not be sealed (no unshare on the PATH)", () => {
   let bare: Record<string, string>;
   beforeAll(() => {
