@@ -18,3 +18,9 @@ function packageRoot(): string {
 
 export const ROOT = packageRoot();
 export const TOOL_VERSION: string = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).version;
+
+/**
+ * The arguments that run this same CLI (bin/agentbak.js, as this process was started) in a child of `process.execPath`:
+ * node's own flags travel with it (fault injection, --import probes), a debugger port would clash and is left out.
+ */
+export const childCli = (): string[] => [...process.execArgv.filter((a) => !a.startsWith("--inspect")), process.argv[1]!];

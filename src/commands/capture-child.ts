@@ -15,9 +15,7 @@
 import { spawn } from "node:child_process";
 import type { BackupReceipt } from "../capture/backup.js";
 import { AgentbakError, EXIT_NAMES, Exit, type ExitCode } from "../errors.js";
-
-/** The CLI this process runs (bin/agentbak.js): the child is the same binary. */
-const cli = () => process.argv[1]!;
+import { childCli } from "../version.js";
 
 /**
  * Runs `agentbak backup` for one config in a child process.
@@ -25,9 +23,8 @@ const cli = () => process.argv[1]!;
  * @throws AgentbakError with the child's exit status and its one-line message
  */
 export function backupInChild(config: string): Promise<BackupReceipt> {
-  // fault injection and --import probes travel with the child; a debugger port would clash
-  const execArgv = process.execArgv.filter((a) => !a.startsWith("--inspect"));
-  const child = spawn(process.execPath, [...execArgv, cli(), "backup", "-c", config, "--skip-if-unchanged", "--json"], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
+  // the child is the same binary (fault injection and --import probes travel with it)
+  const child = spawn(process.execPath, [...childCli(), "backup", "-c", config, "--skip-if-unchanged", "--json"], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NO_COLOR: "1" } });
   let out = "";
   let err = "";
   child.stdout.on("data", (d: Buffer) => (out += d));

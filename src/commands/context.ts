@@ -18,7 +18,7 @@ import { loadTrust, type Trust } from "../crypto/trust.js";
 import { notFound, usageError, wrap } from "../errors.js";
 import { Repository, type ResolveFilter, type Snapshot } from "../repository/repository.js";
 import { agentbakHome, homePaths } from "../home.js";
-import { type AgentRef } from "../facts.js";
+import { ID_PATTERN, type AgentRef } from "../facts.js";
 
 export interface GlobalOpts {
   config?: string;
@@ -73,6 +73,15 @@ export const isFileRef = (ref: string) => ref.endsWith(".agentbak") || ref.inclu
  * AGENTBAK_CONFIG (a fleet drill's agents are not that config's); `repositories`: open repositories shared by
  * location among the contexts of one process (serve --host: one handle, one store client per repository, not per agent). @throws AgentbakError(2) for a bad config or allowed_signers.
  */
+/**
+ * Checks a --tenant and --agent a command was given: an id no agent can have is the caller's mistake, never an empty listing.
+ * @throws AgentbakError(2) naming the flag, the value JSON-quoted (a control character or ESC shown escaped)
+ */
+export function checkIds(flags: { agent?: string; tenant?: string }): void {
+  for (const [k, v] of [["--tenant", flags.tenant], ["--agent", flags.agent]] as const)
+    if (v !== undefined && !ID_PATTERN.test(v)) throw usageError(`${k}: not an id: ${JSON.stringify(v.slice(0, 80))} (lowercase letters, digits, . _ - (max 64), starting with a letter or digit)`);
+}
+
 export function context(opts: GlobalOpts, o: { configless?: boolean; repositories?: Map<string, Promise<Repository>> } = {}): Context {
   const lc = o.configless ? undefined : loadConfigIfAny(opts.config);
   const home = agentbakHome();
@@ -111,6 +120,7 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
       return repoLocation ? ctx.repository() : undefined;
     },
     agentFilter(flags) {
+      checkIds(flags);
       return { tenant: flags.tenant ?? lc?.config.agent.tenant, agent: flags.agent ?? lc?.config.agent.id };
     },
     signingKey() {

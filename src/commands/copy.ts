@@ -5,10 +5,11 @@ import { placeError, usageError } from "../errors.js";
 import { Repository } from "../repository/repository.js";
 import { replicate, type CopyResult } from "../repository/replicate.js";
 import { isUrl } from "../storage/open.js";
-import { context } from "./context.js";
+import { checkIds, context } from "./context.js";
 import type { Progress } from "../progress.js";
 
 export async function copy(opts: { from: string; to: string; snapshots: string[]; agent?: string; tenant?: string; progress?: Progress }): Promise<CopyResult> {
+  checkIds(opts);
   const ctx = context({});
   const loc = (p: string) => (isUrl(p) ? p : resolve(p));
   const from = loc(opts.from);

@@ -2,7 +2,7 @@
 import { usageError } from "../errors.js";
 import { selectEntries, type CatalogEntry } from "../repository/repository.js";
 import { rpoWarning } from "../repository/retention.js";
-import { context, type GlobalOpts } from "./context.js";
+import { checkIds, context, type GlobalOpts } from "./context.js";
 
 export interface SnapshotsOptions extends GlobalOpts {
   all?: boolean;
@@ -23,6 +23,7 @@ export async function snapshots(opts: SnapshotsOptions): Promise<{ entries: Cata
   if (latest !== undefined && (!Number.isSafeInteger(latest) || latest < 1)) throw usageError(`--latest: not a positive whole number: ${opts.latest}`);
   if (opts.all && opts.agent) throw usageError("--all lists every agent: pass --all or --agent, not both");
   const ctx = context(opts);
+  if (opts.all) checkIds({ tenant: opts.tenant });
   const f = opts.all ? { tenant: opts.tenant } : ctx.agentFilter(opts);
   const all = await (await ctx.repository()).entries(ctx.trust, f, new Date(), { fresh: opts.fresh, signer: ctx.maybeSigningKey() });
   const cfg = ctx.lc?.config;

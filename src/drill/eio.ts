@@ -11,18 +11,12 @@
  * holds nothing (no half-placed tree); anything else fails the cell.
  */
 import { execa } from "execa";
-import { cpSync, existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { agentbakHome } from "../home.js";
+import { childCli } from "../version.js";
+import { buildShim, restoreCell, type NemesisCell } from "./matrix.js";
 
-/** Its cell of the nemesis matrix (nemesis.ts's NemesisCell). */
-interface NemesisCell {
-  scenario: string;
-  nemesis: string;
-  result: "recovered" | "contained" | "failed";
-  check: string | null;
-  detail: string;
-}
 
 /** The EIO shim: writes to files under $AGENTBAK_EIO_ROOT pass until $AGENTBAK_EIO_AFTER bytes, then fail with EIO (the first one touches $AGENTBAK_EIO_MARK). */
 const SHIM = String.raw`#define _GNU_SOURCE
@@ -77,20 +71,16 @@ const lastLine = (s: string): string => s.trim().split("\n").at(-1)?.slice(0, 30
  * @returns its cell (never throws for a fault)
  */
 export async function eioCell(child: RestoreChild | null, tools: string, dir: string, bytes: number): Promise<NemesisCell> {
-  const cell = (result: NemesisCell["result"], check: string | null, detail: string): NemesisCell => ({ scenario: "restore", nemesis: "eio", result, check, detail });
+  const cell = restoreCell("eio");
   if (!child) return cell("failed", "nemesis eio", "eio: needs a bundle file to restore; not run");
-  mkdirSync(tools, { recursive: true });
-  const so = join(tools, "eio.so");
-  if (!existsSync(so)) {
-    writeFileSync(join(tools, "eio.c"), SHIM);
-    const cc = await execa("cc", ["-shared", "-fPIC", "-O2", "-o", so, join(tools, "eio.c"), "-ldl"], { reject: false, timeout: 60_000 }).catch((e: Error) => ({ exitCode: 127, stderr: e.message }));
-    if (cc.exitCode !== 0) return cell("failed", "nemesis eio", `eio: the EIO shim needs a C compiler (cc): ${lastLine(String(cc.stderr))}`);
-  }
+  const shim = await buildShim(tools, "eio", SHIM, ["-ldl"]);
+  if ("error" in shim) return cell("failed", "nemesis eio", `eio: the EIO shim ${shim.error}`);
+  const { so } = shim;
   const place = join(dir, "place");
   const mark = join(dir, "faulted");
   mkdirSync(place, { recursive: true });
-  // the same binary, as capture-child.ts runs it; a debugger port would clash
-  const cli = [...process.execArgv.filter((a) => !a.startsWith("--inspect")), process.argv[1]!];
+  // the same binary, as capture-child.ts runs it
+  const cli = childCli();
   const home = join(dir, "home");
   try {
     cpSync(agentbakHome(), home, { recursive: true });

@@ -12,8 +12,12 @@ import type { FleetDrillResult } from "./fleet.js";
 // characters become visible escapes; in XML the markup characters become entities
 const esc = (s: string) => escapeUnsafe(s).replace(/[<>&"']/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;", "'": "&apos;" })[c]!);
 // ... and in the job summary (GitHub Markdown, HTML allowed) every character that could start markup, a link, an
-// image or a table cell is escaped, so a value can not add a link, fetch an image or end its cell
-const md = (s: string) => escapeUnsafe(s.slice(0, 200)).replace(/[\\`*_{}[\]()#+!|~<>&-]/g, (c) => (c === "<" ? "&lt;" : c === ">" ? "&gt;" : c === "&" ? "&amp;" : `\\${c}`));
+// image or a table cell is escaped, so a value can not add a link, fetch an image or end its cell; and what starts
+// one of GitHub's autolinks (`https://…`, `www.…`, `a@b.c`) is broken by an escape: a bare URL is shown, never a link
+const md = (s: string) =>
+  escapeUnsafe(s.slice(0, 200))
+    .replace(/[\\`*_{}[\]()#+!|~<>&-]/g, (c) => (c === "<" ? "&lt;" : c === ">" ? "&gt;" : c === "&" ? "&amp;" : `\\${c}`))
+    .replace(/:(?=\/\/)|(?<=www)\.|@/gi, (c) => `\\${c}`);
 
 /** One testcase: a pass, a failure, an error (the drill could not run) or skipped (a warning, or not checked here). */
 interface Case {
@@ -133,9 +137,9 @@ export function markdownSummary(r: DrillResult): string {
   const outcome = (c: DrillCheck) => (c.ok ? "pass" : c.severity === "error" ? "**FAIL**" : c.severity === "warning" ? "warn" : "not resolved here");
   const rows = r.checks.map((c) => `| ${md(c.scenario)} | ${md(c.phase)} | ${md(c.name)} | ${outcome(c)} | ${md(c.detail)} |`);
   return [
-    `### agentbak drill ${r.spec}: ${r.ok ? (r.warnings.length ? "passed with warnings" : "passed") : "FAILED"}`,
+    `### agentbak drill ${md(r.spec)}: ${r.ok ? (r.warnings.length ? "passed with warnings" : "passed") : "FAILED"}`,
     "",
-    `snapshot \`${r.snapshot_id}\` of ${r.agent_id} (sequence ${r.sequence}), recovery ${r.recovery_seconds}s, total ${r.total_seconds}s`,
+    `snapshot ${md(r.snapshot_id)} of ${md(r.agent_id)} (sequence ${r.sequence}), recovery ${r.recovery_seconds}s, total ${r.total_seconds}s`,
     "",
     ...(r.upgrade ? [`upgrade: snapshot of ${md(r.upgrade.from.version ?? "unknown")} under ${md(r.upgrade.to.version)}: ${r.upgrade.recovers ? "recovers" : `**does not recover** (${md(r.upgrade.failure ?? "")})`}`, ""] : []),
     ...(r.nemeses.length ? ["| scenario | nemesis | result | detail |", "|---|---|---|---|", ...r.nemeses.map((c) => `| ${md(c.scenario)} | ${md(c.nemesis)} | ${c.result === "failed" ? "**FAIL**" : c.result} | ${md(c.detail)} |`), ""] : []),
@@ -148,5 +152,6 @@ export function markdownSummary(r: DrillResult): string {
 
 /** The job summary of a drill that could not run. */
 export function markdownFailure(f: DrillFailure): string {
-  return [`### agentbak drill ${f.spec}: could not run`, "", `snapshot \`${f.ref}\`: ${md(f.message)} (exit ${f.exit_status}, ${f.code})`, ""].join("\n");
+  // the ref is what the job was given (a workflow input, perhaps the agent's): data like the rest
+  return [`### agentbak drill ${md(f.spec)}: could not run`, "", `snapshot ${md(f.ref)}: ${md(f.message)} (exit ${f.exit_status}, ${f.code})`, ""].join("\n");
 }

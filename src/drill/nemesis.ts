@@ -18,28 +18,19 @@
  * restore fault stopped the restore with an error naming it: no silent,
  * partial success) or failed, naming the nemesis and the first failed check.
  */
-import Database from "better-sqlite3";
 import { execa } from "execa";
-import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
+import { openDefensive } from "../state/sqlite/open.js";
 import { crashScenario, type ScenarioPlan } from "./scenarios.js";
 import { CheckLog } from "./checklog.js";
 import { eioCell, type RestoreChild } from "./eio.js";
 import { startFaultProxy, type StoreNemesis } from "./faultproxy.js";
+import { buildShim, restoreCell, type NemesisCell } from "./matrix.js";
 import type { CrashPoint, WORKER_NEMESES } from "./spec.js";
 import type { Bench, Copy, ScenarioResult, WorkerFault } from "./worker.js";
 
 type WorkerNemesis = (typeof WORKER_NEMESES)[number];
-
-/** One cell of the matrix. */
-export interface NemesisCell {
-  scenario: string;
-  nemesis: string;
-  result: "recovered" | "contained" | "failed";
-  /** the first failed check, when failed */
-  check: string | null;
-  detail: string;
-}
 
 /** Where Debian and others put libfaketime. */
 const LIBFAKETIME = ["/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1", "/usr/local/lib/faketime/libfaketime.so.1"];
@@ -90,18 +81,6 @@ int fsync(int fd) { static int (*real)(int); if (!real) real = (int (*)(int))dls
 int fdatasync(int fd) { static int (*real)(int); if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync"); int r = real(fd); if (r == 0) snap(fd); return r; }
 `;
 
-/** Builds the shim with the host's C compiler into `dir`. @returns its path, or why it could not be built. */
-async function buildShim(dir: string): Promise<{ so: string } | { error: string }> {
-  mkdirSync(dir, { recursive: true });
-  const src = join(dir, "fsync-shadow.c");
-  const so = join(dir, "fsync-shadow.so");
-  if (existsSync(so)) return { so };
-  writeFileSync(src, SHIM);
-  const r = await execa("cc", ["-shared", "-fPIC", "-O2", "-o", so, src, "-ldl", "-lpthread"], { reject: false, timeout: 60_000 }).catch((e: Error) => ({ exitCode: 127, stderr: e.message }));
-  if (r.exitCode !== 0) return { error: `the fsync shim needs a C compiler (cc): ${String(r.stderr).trim().split("\n").at(-1)?.slice(0, 200)}` };
-  return { so };
-}
-
 /** Every regular file under `dir`, relative. */
 const filesUnder = (dir: string): string[] =>
   existsSync(dir)
@@ -139,8 +118,7 @@ function dropUnsynced(copy: Copy, base: string, shadow: string): string {
   // as the restart would, so the invariants' read-only connections can read the state right after the crash
   for (const file of copy.dbs.values()) {
     try {
-      const db = new Database(file, { fileMustExist: true });
-      db.pragma("trusted_schema = OFF");
+      const db = openDefensive(file, { readonly: false });
       db.prepare("SELECT count(*) FROM sqlite_schema").get();
       db.close();
     } catch (e) {
@@ -163,7 +141,7 @@ function putBack(from: string, to: string): void {
 /** The fault for a nemesis. `tools`: a folder for the built shim (shared by the drill's cells). */
 async function workerFault(nemesis: WorkerNemesis, tools: string): Promise<WorkerFault> {
   if (nemesis === "lost_write") {
-    const shim = await buildShim(tools);
+    const shim = await buildShim(tools, "fsync-shadow", SHIM, ["-ldl", "-lpthread"]);
     return {
       name: nemesis,
       arm(copy): ReturnType<WorkerFault["arm"]> {
@@ -171,7 +149,7 @@ async function workerFault(nemesis: WorkerNemesis, tools: string): Promise<Worke
         const shadow = `${copy.dir}.synced`;
         cpSync(copy.dir, base, { recursive: true });
         mkdirSync(shadow);
-        if ("error" in shim) return { crashEnv: {}, restartEnv: {}, afterCrash: () => `error: ${shim.error}` };
+        if ("error" in shim) return { crashEnv: {}, restartEnv: {}, afterCrash: () => `error: the fsync shim ${shim.error}` };
         // a file that can not be put back fails the cell naming it, never the whole drill
         const afterCrash = () => {
           try {
@@ -222,14 +200,18 @@ export async function nemesisScenarios(b: Bench, p: ScenarioPlan): Promise<{ sce
   return { scenarios, cells };
 }
 
-/** Places the bundle again into `root`, recording its checks in `log`. @returns whether it landed */
-export type Placement = (root: string, log: CheckLog) => Promise<boolean>;
+/**
+ * Places the bundle again into `root`, recording its checks in `log`: the drill's own verified bundle, or the bundle
+ * `file` (verified first; throws what verification throws). @returns whether it landed
+ */
+export type Placement = (root: string, log: CheckLog, file?: string) => Promise<boolean>;
 
-/** The bundle read again from its S3 repository through `endpoint` into `dir`, verified and placed; throws what the read or verification throws. */
+/** How the bundle is read again from its S3 repository (the object-store nemeses); absent for a folder or a file. */
 export interface StoreReads {
   /** the repository's own endpoint (AGENTBAK_S3_ENDPOINT) */
   endpoint: string;
-  place(endpoint: string, dir: string, log: CheckLog): Promise<boolean>;
+  /** the bundle read through `endpoint` into `file`; throws what the read throws */
+  fetch(endpoint: string, file: string): Promise<void>;
 }
 
 /** What an error must name for a store fault to count as contained. */
@@ -240,15 +222,17 @@ const NAMES: Record<StoreNemesis, RegExp> = {
 };
 
 /** The bundle read again through a fault proxy in front of the repository's endpoint. */
-async function storeFault(b: Bench, nemesis: StoreNemesis, reads: StoreReads | null): Promise<NemesisCell> {
-  const cell = (result: NemesisCell["result"], check: string | null, detail: string): NemesisCell => ({ scenario: "restore", nemesis, result, check, detail });
+async function storeFault(b: Bench, nemesis: StoreNemesis, place: Placement, reads: StoreReads | null): Promise<NemesisCell> {
+  const cell = restoreCell(nemesis);
   if (!reads) return cell("failed", `nemesis ${nemesis}`, `${nemesis}: needs a snapshot in an S3 repository with AGENTBAK_S3_ENDPOINT (plain http); not run`);
   const dir = join(b.tmp, `nemesis-${nemesis}`);
   mkdirSync(dir);
   const proxy = await startFaultProxy(reads.endpoint, nemesis);
   const log = new CheckLog(Date.now(), {});
   try {
-    const landed = await reads.place(proxy.url, dir, log);
+    const file = join(dir, "bundle.agentbak");
+    await reads.fetch(proxy.url, file);
+    const landed = await place(join(dir, "root"), log, file);
     const failed = log.checks.find((c) => !c.ok && c.severity === "error");
     const seen = `${proxy.faulted} of ${proxy.seen} request(s) faulted`;
     if (landed && !failed) return proxy.faulted ? cell("recovered", null, `read, verified and placed through the fault (${seen})`) : cell("failed", `nemesis ${nemesis}`, `${nemesis}: the proxy saw no read to fault (${seen})`);
@@ -277,7 +261,7 @@ export async function restoreNemeses(b: Bench, place: Placement, reads: StoreRea
         ? await enospc(b, place)
         : nemesis === "eio"
           ? await eioCell(child, join(b.tmp, "nemesis-tools"), join(b.tmp, "nemesis-eio"), treeBytes(b.restored))
-          : await storeFault(b, nemesis as StoreNemesis, reads);
+          : await storeFault(b, nemesis as StoreNemesis, place, reads);
     cells.push(cell);
     b.log.add({ scenario: `restore~${nemesis}`, phase: "placement", name: `nemesis ${nemesis}`, ok: cell.result !== "failed", severity: "error", detail: cell.detail });
   }
@@ -286,7 +270,7 @@ export async function restoreNemeses(b: Bench, place: Placement, reads: StoreRea
 
 /** The bundle placed again into a tmpfs half the size of the restored tree (root only: mount). */
 async function enospc(b: Bench, place: Placement): Promise<NemesisCell> {
-  const cell = (result: NemesisCell["result"], check: string | null, detail: string): NemesisCell => ({ scenario: "restore", nemesis: "enospc", result, check, detail });
+  const cell = restoreCell("enospc");
   if (process.getuid?.() !== 0) return cell("failed", "nemesis enospc", "enospc: needs root to mount a small tmpfs; not run");
   const size = Math.max(64 * 1024, Math.floor(treeBytes(b.restored) / 2));
   const dir = join(b.tmp, "nemesis-enospc");

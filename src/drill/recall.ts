@@ -9,8 +9,9 @@
 import type { Manifest } from "../bundle/manifest.js";
 import { loadOptional } from "../optional.js";
 import { openLanceTable } from "../state/sources/lancedb.js";
-import { distance, RECALL_K, vec0RowGaps, vectorDigest, vectorFromBase64, type RecallRecord, type VectorId } from "../state/sqlite/neighbours.js";
+import { distance, floatsOf, RECALL_K, vec0RowGaps, vectorDigest, vectorFromBase64, type RecallRecord, type VectorId } from "../state/sqlite/neighbours.js";
 import { openDefensive, type DB } from "../state/sqlite/open.js";
+import { quoteIdent as q } from "../state/sqlite/timestamps.js";
 import type { CheckLog } from "./checklog.js";
 
 /** The spec's `recall` section (spec.ts). */
@@ -52,8 +53,7 @@ interface Asker {
   close(): void;
 }
 
-const q = (s: string) => `"${s.replace(/"/g, '""')}"`;
-const asVector = (b: unknown) => (Buffer.isBuffer(b) ? new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length)) : null);
+const asVector = (b: unknown) => (Buffer.isBuffer(b) ? floatsOf(b) : null);
 const asId = (x: unknown): VectorId => (typeof x === "bigint" ? Number(x) : typeof x === "number" ? x : String(x));
 
 /** sqlite-vec's own query path on a restored database (the extension loaded into a read-only, defensive connection). */

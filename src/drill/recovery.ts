@@ -93,7 +93,7 @@ export async function reconciliationScenarios(
         if (!round.fault && r.resolution === "escalated") b.log.unresolve(`${sc}: open operation ${r.idempotency_key} (${r.kind ?? "no kind"}, ${r.strategy}) escalated to a person: ${r.detail}`, `open_operation:${r.kind}`, "open_operation");
       });
       // the operator activates (accepting what is unresolved); the provider answers again
-      const start = workerStarter(b.spec, copy, { sinkUrl: url, seal: b.seal });
+      const start = workerStarter(b.spec, copy, { sinkUrl: url, seal: b.seal, workers: b.workers });
       const done = await runUntilDone(start, spec.restarts);
       res.restarts = done.runs;
       check("worker runs after reconciliation", done.finished, done.finished ? `finished after ${done.runs} run(s)` : `did not finish after ${done.runs} run(s); last ${done.last}`);
@@ -147,8 +147,8 @@ export async function splitBrainScenario(b: Bench): Promise<ScenarioResult> {
     // activation raised the generation; the provider has seen the restored agent's token
     sink.fence(GENERATION.restored);
     const [old, cur] = await Promise.all([
-      workerStarter(b.spec, stale, { sinkUrl: url, generation: GENERATION.stale, workerId: "pre-restore-worker", seal: b.seal })(null),
-      workerStarter(b.spec, fresh, { sinkUrl: url, generation: GENERATION.restored, seal: b.seal })(null),
+      workerStarter(b.spec, stale, { sinkUrl: url, generation: GENERATION.stale, workerId: "pre-restore-worker", seal: b.seal, workers: b.workers })(null),
+      workerStarter(b.spec, fresh, { sinkUrl: url, generation: GENERATION.restored, seal: b.seal, workers: b.workers })(null),
     ]);
     res.restarts = 1;
     const rejected = sink.requests.filter((q) => q.method === "POST" && q.status === 409);

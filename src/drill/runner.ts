@@ -29,7 +29,8 @@ import { networkChecks, Seal, sealUnavailable, type NetworkReport } from "./seal
 import { runScenarios, type ScenarioOutcome } from "./scenarios.js";
 import type { OperationReport } from "./recovery.js";
 import type { LoadedSpec } from "./spec.js";
-import { nemesisScenarios, restoreNemeses, type NemesisCell } from "./nemesis.js";
+import type { NemesisCell } from "./matrix.js";
+import { nemesisScenarios, restoreNemeses, type Placement, type StoreReads } from "./nemesis.js";
 import { upgradeScenarios, type UpgradeReport } from "./upgrade.js";
 import { makeReadOnly, type ScenarioResult } from "./worker.js";
 import type { Progress } from "../progress.js";
@@ -73,7 +74,7 @@ export interface DrillResult {
   objectives: { rpoMinutes?: number; rtoSeconds?: number } | null;
   /** recall parity per vector store (the spec's recall section; empty without one) */
   recall: StoreRecall[];
-  /** whether the worker ran sealed in its own network namespace, and the connections it tried; null without a worker */
+  /** whether the worker ran sealed in its own network namespace, and the connections it tried; null when no worker ran */
   network: NetworkReport | null;
 }
 
@@ -98,7 +99,7 @@ export interface DrillOptions {
   /** `--source NAME=URL`: an empty server for a source instead of a throwaway one */
   sources?: string[];
   /** the bundle read again from its S3 repository through another endpoint (the object-store nemeses' fault proxy); absent for a folder or a file */
-  storeReads?: { endpoint: string; fetch(endpoint: string, file: string): Promise<void> };
+  storeReads?: StoreReads;
   /** how the `eio` nemesis runs `agentbak restore` of this bundle in a child: the identity file and config the drill was given */
   restoreChild?: { identity?: string; config?: string };
   /** `--upgrade-to`: the next version's command (argv), run after the restore (upgrade.ts) */
@@ -177,7 +178,7 @@ export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
     // a short folder name: a unix socket's path has room for 107 bytes
     if (spec.worker && !unsealed) ensureDir(join(tmp, "s"), 0o700);
     seal = spec.worker && !unsealed ? new Seal(join(tmp, "s")) : undefined;
-    const bench = { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log, seal };
+    const bench = { spec: o.spec, restored, tmp, dbs: x.databases, invariants, log, seal, workers: { started: 0 } };
     const plan = {
       operations,
       // a config with a reconcile section has openOperations (the schema says so)
@@ -191,17 +192,11 @@ export async function runDrill(opts: DrillOptions): Promise<DrillResult> {
     if (up) scenarios.scenarios.push(...up.scenarios);
     const nemeses = Object.keys(spec.nemeses).length ? await nemesisScenarios(bench, plan) : { scenarios: [], cells: [] };
     scenarios.scenarios.push(...nemeses.scenarios);
-    o.progress?.stage("restore nemeses");
-    const reads = o.storeReads;
-    const viaStore = reads && {
-      endpoint: reads.endpoint,
-      async place(endpoint: string, dir: string, l: CheckLog) {
-        await reads.fetch(endpoint, join(dir, "bundle.agentbak"));
-        return (await extractInto(await verifyBundle(join(dir, "bundle.agentbak"), o.trust), o.identities, join(dir, "root"), o.trust, o.bundle, l)) !== null;
-      },
-    };
-    nemeses.cells.push(...(await restoreNemeses(bench, async (root, l) => (await extractInto(v, o.identities, root, o.trust, o.bundle, l)) !== null, viaStore ?? null, o.restoreChild ? { bundle: o.bundle.path, ...o.restoreChild } : null)));
-    const network = spec.worker ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
+    if (spec.nemeses.restore?.length) o.progress?.stage("restore nemeses");
+    const place: Placement = async (root, l, file) => (await extractInto(file ? await verifyBundle(file, o.trust) : v, o.identities, root, o.trust, o.bundle, l)) !== null;
+    nemeses.cells.push(...(await restoreNemeses(bench, place, o.storeReads ?? null, o.restoreChild ? { bundle: o.bundle.path, ...o.restoreChild } : null)));
+    // said only of a worker that ran: a spec with a worker and nothing that starts it makes no claim of its network
+    const network = bench.workers.started > 0 ? networkChecks(seal?.report() ?? null, unsealed, spec.seal?.maxEgressBlocked, log) : null;
     return finish({ integrity, schemas, cursors, credentials, recoverySeconds, recall, network, ...scenarios, upgrade: up?.upgrade ?? null, nemeses: nemeses.cells });
   } finally {
     seal?.close();

@@ -103,7 +103,7 @@ export async function crashScenario(b: Bench, sc: CrashPoint | "sink_kill", dir:
     return stopped;
   }
   const sink = new TestSink();
-  const start = workerStarter(b.spec, copy, { sinkUrl: await sink.start(), upgrade, seal: b.seal });
+  const start = workerStarter(b.spec, copy, { sinkUrl: await sink.start(), upgrade, seal: b.seal, workers: b.workers });
   const completed = () => taskCompleted(inject, copy);
   const armed = o.fault?.arm(copy) ?? { crashEnv: {}, restartEnv: {}, afterCrash: () => null };
   try {

@@ -84,9 +84,9 @@ export const DrillSpecSchema = z.strictObject({
   splitBrain: z._default(z.boolean(), false),
   /** who owns an unresolved difference: by category (open_operation, open_operation:<kind>, credential, check, a scenario) or default; beats the config's owners */
   owners: z._default(z.record(z.string(), z.string().check(z.minLength(1))), {}),
-  /** recall parity (recall.ts): the restored vector stores must answer the probes backup recorded; `stores`: which (`name.table`), default all */
   /** the sealed worker (seal.ts): `maxEgressBlocked` fails the drill (15) when its worker tried more connections than that */
   seal: z.optional(z.strictObject({ maxEgressBlocked: z.optional(z.int().check(z.minimum(0))) })),
+  /** recall parity (recall.ts): the restored vector stores must answer the probes backup recorded; `stores`: which (`name.table`), default all */
   recall: z.optional(z.strictObject({ threshold: z._default(z.number().check(z.minimum(0)).check(z.maximum(1)), 0.99), stores: z.optional(z.array(z.string()).check(z.minLength(1))) })),
 });
 

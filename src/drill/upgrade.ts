@@ -5,14 +5,13 @@
  * invariants, and every crash point replayed with that version's worker on
  * copies of the migrated state (scenarios `upgrade:<point>`).
  */
-import { execa } from "execa";
 import { join } from "node:path";
 import { openDefensive, userVersion } from "../state/sqlite/open.js";
 import { runInvariants } from "./invariants.js";
 import { crashScenario, type ScenarioPlan } from "./scenarios.js";
 import { TestSink } from "./sink.js";
 import type { CrashPoint } from "./spec.js";
-import { workerStarter, writableCopy, type Bench, type ScenarioResult } from "./worker.js";
+import { workerStarter, writableCopy, type Bench, type Copy, type ScenarioResult } from "./worker.js";
 
 /** What the report says about the upgrade. */
 export interface UpgradeReport {
@@ -29,14 +28,15 @@ export interface UpgradeReport {
 /** The crash points replayed under the new version: all but the two that are about the upgrade itself. */
 const replayed = (points: readonly CrashPoint[]) => points.filter((p) => p !== "during_migration" && p !== "old_backup_new_worker");
 
-/** The new version's name: the spec's, else what its command prints for --version (first line), else "unknown". */
-async function versionOf(b: Bench, command: string[], cwd: string): Promise<string> {
+/**
+ * The new version's name: the spec's, else what its command prints for --version (first line), else "unknown". The
+ * command runs as the upgrade's worker does (workerStarter: its environment, sealed when the drill is), on `copy`.
+ */
+async function versionOf(b: Bench, copy: Copy): Promise<string> {
   const given = b.spec.spec.upgrade?.version;
   if (given) return given;
-  const [cmd, ...args] = command.map((x) => (x.startsWith(".") ? b.spec.resolve(x) : x));
-  // with the environment the new version runs with (its spec env may be what makes it the new version)
-  const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: cwd, ...b.spec.spec.worker?.env, ...b.spec.spec.upgrade?.env };
-  const r = await execa(cmd!, [...args, "--version"], { cwd, env, extendEnv: false, reject: false, timeout: 10_000, stdin: "ignore" });
+  const sink = new TestSink();
+  const r = await workerStarter(b.spec, copy, { sinkUrl: await sink.start(), upgrade: true, seal: b.seal, args: ["--version"], workers: b.workers })(null).finally(() => sink.stop());
   const line = String(r.stdout).trim().split("\n")[0]?.trim().slice(0, 80);
   return r.exitCode === 0 && line ? line : "unknown";
 }
@@ -47,9 +47,8 @@ async function versionOf(b: Bench, command: string[], cwd: string): Promise<stri
  */
 export async function upgradeScenarios(b: Bench, p: ScenarioPlan & { agentVersion: string | null }): Promise<{ scenarios: ScenarioResult[]; upgrade: UpgradeReport }> {
   const { spec } = b.spec;
-  const command = spec.upgrade?.command ?? spec.worker!.command;
   const base = writableCopy(b.restored, join(b.tmp, "upgrade"), b.dbs);
-  const upgrade: UpgradeReport = { from: { version: p.agentVersion, schema: p.schemaVersion }, to: { version: await versionOf(b, command, base.dir), schema: null }, recovers: false, failure: null };
+  const upgrade: UpgradeReport = { from: { version: p.agentVersion, schema: p.schemaVersion }, to: { version: await versionOf(b, base), schema: null }, recovers: false, failure: null };
   const s0 = Date.now();
   const result: ScenarioResult = { scenario: "upgrade", ok: false, died_at_point: false, restarts: 0, effects: 0, receipt: null, seconds: 0 };
   const scenarios = [result];
@@ -61,7 +60,7 @@ export async function upgradeScenarios(b: Bench, p: ScenarioPlan & { agentVersio
   // 1. the new version starts on the restored state: its own migration
   p.progress?.stage(`upgrade: ${upgrade.to.version} starts on the snapshot's state`);
   const sink = new TestSink();
-  const r = await workerStarter(b.spec, base, { sinkUrl: await sink.start(), upgrade: true, seal: b.seal })(null).finally(() => sink.stop());
+  const r = await workerStarter(b.spec, base, { sinkUrl: await sink.start(), upgrade: true, seal: b.seal, workers: b.workers })(null).finally(() => sink.stop());
   const first = b.dbs[0] ? base.dbs.get(spec.inject?.database ?? b.dbs[0].name) : undefined;
   upgrade.to.schema = first ? readVersion(first) : null;
   const want = spec.upgrade?.schemaVersion;

@@ -25,6 +25,8 @@ export interface Bench {
   log: CheckLog;
   /** the workers run sealed in their own network namespace (seal.ts); absent: unsealed */
   seal?: Seal;
+  /** how many times a worker (or its upgrade) was started: the report speaks of the network only when one ran */
+  workers: { started: number };
 }
 
 /** One scenario's outcome, as the report lists it. */
@@ -105,12 +107,24 @@ export function taskCompleted(inject: Inject, copy: Copy): boolean {
 /** Starts the worker, dying at `crashPoint` when given; `extraEnv` adds to its environment (a nemesis's LD_PRELOAD). */
 export type StartWorker = (crashPoint: string | null, extraEnv?: Record<string, string>) => ResultPromise<{ reject: false; stdin: "ignore" }>;
 
-/** Starts the spec's worker (or its upgrade) in the copy; the environment holds nothing of the drill host's but PATH. */
-export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string; seal?: Seal }): StartWorker {
+/**
+ * The argv of the spec's worker, or of its upgrade (`upgrade`: the upgrade's command when it has one, else the
+ * worker's): each argument after the program that starts with "." resolved against the spec's folder.
+ */
+function workerCommand(s: LoadedSpec, upgrade: boolean): string[] {
+  const { spec } = s;
+  const given = upgrade && spec.upgrade?.command ? spec.upgrade.command : spec.worker!.command;
+  return [given[0]!, ...given.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x))];
+}
+
+/**
+ * Starts the spec's worker (or its upgrade) in the copy, `args` after its own; the environment holds nothing of the
+ * drill host's but PATH.
+ */
+export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; upgrade?: boolean; generation?: number; workerId?: string; seal?: Seal; args?: string[]; workers: { started: number } }): StartWorker {
   const { spec } = s;
   const worker = spec.worker!;
-  const given = o.upgrade && spec.upgrade?.command ? spec.upgrade.command : worker.command;
-  const resolved = [given[0]!, ...given.slice(1).map((x) => (x.startsWith(".") ? s.resolve(x) : x))];
+  const resolved = [...workerCommand(s, o.upgrade ?? false), ...(o.args ?? [])];
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     HOME: copy.dir,
@@ -129,6 +143,7 @@ export function workerStarter(s: LoadedSpec, copy: Copy, o: { sinkUrl: string; u
     const set = Object.entries(extraEnv).map(([k, v]) => `${k}=${v}`);
     const own = set.length ? ["env", ...set, ...resolved] : resolved;
     const [cmd, ...args] = o.seal ? o.seal.wrap(own, o.sinkUrl) : own;
+    o.workers.started++;
     return stopOnInterrupt(
       execa(cmd!, args, {
         cwd: copy.dir,

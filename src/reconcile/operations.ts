@@ -81,7 +81,9 @@ const NOT_UTF8 = "\uFFFD";
 const NOT_ASKED: ProbeOutcome = { state: "unknown", receipt: null, detail: "its idempotency key holds U+FFFD (bytes that are not UTF-8 in the database): not the key the agent sent, never asked", attempts: 0 };
 
 /**
- * Probes every operation (one after the other, each idempotency key once),
+ * Probes every operation (one after the other, each idempotency key once,
+ * all of them within timeout × attempts: the ones left when it runs out are
+ * not asked and stay unresolved),
  * then writes each outcome into the databases in `databases` (name ->
  * restored file) with the configured SQL, one transaction per operation.
  * @returns one result per operation of `ops`, in its order. An outcome the
@@ -91,9 +93,11 @@ const NOT_ASKED: ProbeOutcome = { state: "unknown", receipt: null, detail: "its 
 export async function reconcileOperations(ops: OpenOperation[], cfg: NonNullable<Config["reconcile"]>, openOps: OpenOpsQuery, probe: Probe, databases: Map<string, string>): Promise<OperationResult[]> {
   const asked = new Map<string, ProbeOutcome>();
   const results: OperationResult[] = [];
+  // the whole reconcile, every operation's attempts together, takes at most timeout × attempts (issue 32 point 8)
+  const deadline = Date.now() + cfg.timeoutSeconds * 1000 * cfg.attempts;
   for (const op of ops) {
     let o = asked.get(op.idempotency_key);
-    if (!o) asked.set(op.idempotency_key, (o = op.idempotency_key.includes(NOT_UTF8) ? NOT_ASKED : await probeWithRetries(probe, op, cfg.attempts)));
+    if (!o) asked.set(op.idempotency_key, (o = op.idempotency_key.includes(NOT_UTF8) ? NOT_ASKED : await probeWithRetries(probe, op, cfg.attempts, deadline)));
     const resolution = decide(op.strategy, o.state);
     const sharing = ops.filter((x) => x.idempotency_key === op.idempotency_key).length;
     const detail = sharing > 1 ? `${o.detail}; key shared by ${sharing} open operations: asked once, each decided by the strictest strategy of theirs (${op.strategy})` : o.detail;

@@ -33,8 +33,8 @@ export interface ProbeQuestion {
   kind: string | null;
 }
 
-/** One attempt at asking about one operation; never throws. */
-export type Probe = (q: ProbeQuestion) => Promise<ProbeAnswer>;
+/** One attempt at asking about one operation, given up after the configured timeout or `withinMs` if shorter; never throws. */
+export type Probe = (q: ProbeQuestion, withinMs?: number) => Promise<ProbeAnswer>;
 
 export interface ProbeOptions {
   /** the restored generation, sent as Agentbak-Generation (and AGENTBAK_GENERATION to a command) */
@@ -119,7 +119,8 @@ type Attempt = ProbeOptions & { timeoutMs: number };
 function httpProbe(http: { url: string; headers: Record<string, string> }, fields: string[], o: Attempt): Probe {
   const url = o.sinkUrl ? `${o.sinkUrl}/{idempotency_key}` : http.url;
   const missing = `provider answered 200 without ${fields.join(", ")} in a JSON body`;
-  return async (q) => {
+  return async (q, withinMs) => {
+    const ms = Math.min(o.timeoutMs, withinMs ?? Infinity);
     const headers: Record<string, string> = { accept: "application/json", "agentbak-generation": String(o.generation) };
     // the credential values this request carries: no message about it may hold one
     const secrets: string[] = [];
@@ -138,13 +139,13 @@ function httpProbe(http: { url: string; headers: Record<string, string> }, field
       return unknown((e as Error).message);
     }
     try {
-      res = await fetch(target, { headers, redirect: "manual", signal: AbortSignal.timeout(o.timeoutMs) });
+      res = await fetch(target, { headers, redirect: "manual", signal: AbortSignal.timeout(ms) });
       if (res.status !== 200) await res.body?.cancel();
       text = res.status === 200 ? await readCapped(res) : "";
     } catch (e) {
       const err = e as Error & { cause?: { code?: string } };
       // fetch's messages may quote a header value: only its code, else the message with every credential value cut out
-      const why = err.name === "TimeoutError" || err.name === "AbortError" ? `no answer within ${o.timeoutMs / 1000}s` : `request failed (${redact(err.cause?.code ?? err.message)})`;
+      const why = err.name === "TimeoutError" || err.name === "AbortError" ? `no answer within ${Math.round(ms / 100) / 10}s` : `request failed (${redact(err.cause?.code ?? err.message)})`;
       return unknown(why);
     }
     if (res.status === 404) return { state: "not_found", receipt: null, detail: "provider answered 404: no record of this key" };
@@ -172,7 +173,8 @@ async function readCapped(res: Response): Promise<string | null> {
 }
 
 function commandProbe(probe: { command: string[]; env: Record<string, string> }, fields: string[], o: Attempt): Probe {
-  return async (q) => {
+  return async (q, withinMs) => {
+    const ms = Math.min(o.timeoutMs, withinMs ?? Infinity);
     let env: Record<string, string>;
     try {
       const extra = Object.fromEntries(Object.entries(probe.env).map(([k, v]) => [k, withCredentials(v, `env ${k}`, o, [])]));
@@ -180,8 +182,8 @@ function commandProbe(probe: { command: string[]; env: Record<string, string> },
     } catch (e) {
       return unknown((e as Error).message);
     }
-    const r = await runContained(probe.command, { input: JSON.stringify({ id: q.id, idempotency_key: q.idempotency_key, kind: q.kind }), env, timeoutMs: o.timeoutMs, maxBytes: PROBE_ANSWER_MAX_BYTES });
-    if (r.timedOut) return unknown(`probe command gave no answer within ${o.timeoutMs / 1000}s (its process group was killed)`);
+    const r = await runContained(probe.command, { input: JSON.stringify({ id: q.id, idempotency_key: q.idempotency_key, kind: q.kind }), env, timeoutMs: ms, maxBytes: PROBE_ANSWER_MAX_BYTES });
+    if (r.timedOut) return unknown(`probe command gave no answer within ${Math.round(ms / 100) / 10}s (its process group was killed)`);
     if (r.tooLarge) return unknown(`probe command's answer is ${TOO_LARGE}`);
     if (r.startError) return unknown(`probe command could not start (${r.startError})`);
     if (r.exitCode !== 0) return unknown(`probe command exited ${r.exitCode ?? r.signal}`);
@@ -196,13 +198,17 @@ function commandProbe(probe: { command: string[]; env: Record<string, string> },
 
 /**
  * Asks until the answer is known, at most `attempts` times, waiting 250 ms,
- * 500 ms, 1 s ... (at most 4 s) between attempts.
+ * 500 ms, 1 s ... (at most 4 s) between attempts, never past `deadline` (ms
+ * since the epoch: the whole reconcile's time, shared by its operations): an
+ * attempt is cut to the time left, and none starts once it is gone.
  */
-export async function probeWithRetries(probe: Probe, q: ProbeQuestion, attempts: number): Promise<ProbeOutcome> {
+export async function probeWithRetries(probe: Probe, q: ProbeQuestion, attempts: number, deadline = Infinity): Promise<ProbeOutcome> {
   let last: ProbeAnswer = { state: "unknown", receipt: null, detail: "not asked" };
   for (let i = 0; i < attempts; i++) {
-    if (i) await new Promise((r) => setTimeout(r, Math.min(250 * 2 ** (i - 1), 4000)));
-    last = await probe(q);
+    if (i) await new Promise((r) => setTimeout(r, Math.max(0, Math.min(250 * 2 ** (i - 1), 4000, deadline - Date.now()))));
+    const left = deadline - Date.now();
+    if (left <= 0) return { ...last, detail: `${i ? `${last.detail}; not asked again` : "not asked"}: reconcile's time (timeout × attempts) ran out`, attempts: i };
+    last = await probe(q, left);
     if (last.state !== "unknown") return { ...last, attempts: i + 1 };
   }
   return { ...last, detail: `${last.detail} (after ${attempts} attempt${attempts > 1 ? "s" : ""})`, attempts };

@@ -79,7 +79,7 @@ describe("JUnit for CI", () => {
     await validate(junit);
     const [c] = testcases(readFileSync(junit, "utf8"));
     expect(c!.body).toMatch(/<error message="snapshot 20200101T000000000Z-deadbeef not found[^"]*" type="not_found">/);
-    expect(readFileSync(summary, "utf8")).toMatch(/agentbak drill checks-only: could not run[\s\S]*not found.*exit 10, not_found/);
+    expect(readFileSync(summary, "utf8")).toMatch(/agentbak drill checks\\-only: could not run[\s\S]*not found.*exit 10, not_found/);
   });
 
   it("an untrusted signing key: exit 13, and the XML says so", async () => {

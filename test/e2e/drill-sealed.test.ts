@@ -87,6 +87,24 @@ describe("a sealed drill", () => {
   }, 120_000);
 });
 
+describe("a spec with a worker that nothing starts", () => {
+  it("makes no claim of the network: no worker ran (before: sealed: true, \"(0 run(s))\")", async () => {
+    const idle = writeSpec(a.tmp, "idle-worker", join(ROOT, "drills", "reference-agent.json"), (s) => {
+      s.crashPoints = [];
+      s.sinkKill = false;
+    });
+    const r = await drill(idle);
+    const j = json(r);
+    expect([0, 3], JSON.stringify(j.checks.filter((c: any) => !c.ok))).toContain(r.code);
+    expect(j.scenarios).toEqual([]);
+    expect(j.network).toBeNull();
+    expect(j.checks.filter((c: any) => c.scenario === "network")).toEqual([]);
+    const human = await a.run(["drill", "latest", "--spec", idle, "--identity", a.identity, "--no-report"]);
+    expect([0, 3]).toContain(human.code);
+    expect(human.stdout + human.stderr).not.toMatch(/sealed|restore nemeses/);
+  }, 120_000);
+});
+
 describe("where the worker can not be sealed (no unshare on the PATH)", () => {
   let bare: Record<string, string>;
   beforeAll(() => {
@@ -98,19 +116,24 @@ describe("where the worker can not be sealed (no unshare on the PATH)", () => {
     bare = { PATH: bin };
   });
 
-  it("--require-sealed refuses (2) before running anything", async () => {
-    const before = hostConnections;
-    const r = await drill(spec("must-seal"), ["--require-sealed"], bare);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toContain("drill --require-sealed: the worker can not be sealed here (unshare -n -- ip link set lo up: not found); nothing was run");
-    expect(hostConnections).toBe(before);
-  });
+  // why the worker can not be sealed, as the drill reports it (the namespace command is unshare -n as root, -rn not)
+  let why = "";
 
-  it("without it, runs unsealed and says so", async () => {
+  it("without --require-sealed, runs unsealed and says so", async () => {
     const r = await drill(spec("unsealed"), [], bare);
     const j = json(r);
-    expect(j.network).toMatchObject({ sealed: false, egress_blocked: 0, detail: expect.stringContaining("unsealed: unshare") });
+    expect(j.network).toMatchObject({ sealed: false, egress_blocked: 0, detail: expect.stringMatching(/^unsealed: unshare -r?n -- ip link set lo up: not found$/) });
+    why = j.network.detail.slice("unsealed: ".length);
     expect(j.checks.find((c: any) => c.name === "sealed")).toMatchObject({ ok: false, severity: "info" });
     expect(hostConnections).toBeGreaterThan(0); // unsealed, the worker did reach the host's server
   }, 120_000);
+
+  it("--require-sealed refuses (2) before running anything, naming what the drill reported", async () => {
+    expect(why).not.toBe("");
+    const before = hostConnections;
+    const r = await drill(spec("must-seal"), ["--require-sealed"], bare);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(`drill --require-sealed: the worker can not be sealed here (${why}); nothing was run`);
+    expect(hostConnections).toBe(before);
+  });
 });

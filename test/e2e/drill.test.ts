@@ -74,7 +74,7 @@ describe("drill with the reference worker", () => {
     const xml = readFileSync(junit, "utf8");
     expect((xml.match(/<testcase /g) ?? []).length).toBe(d.checks.length);
     expect(xml).toContain('failures="0"');
-    expect(readFileSync(summary, "utf8")).toMatch(/### agentbak drill reference-agent: passed/);
+    expect(readFileSync(summary, "utf8")).toMatch(/### agentbak drill reference\\-agent: passed/);
     const entry = JSON.parse(readFileSync(await a.file(d.report_file), "utf8").trim().split("\n").at(-1)!);
     expect(entry).toMatchObject({ result: "pass", snapshot_id: d.snapshot_id, test_task_id: "drill-task-1", recovery_seconds: d.recovery_seconds });
     expect(entry.runtime.agent_version).toBe("1.4.2");

@@ -170,7 +170,7 @@ describe("[E2] agent text in the drill's CI files is data, not markup", () => {
 });
 
 describe("[E8] a probe's grandchild that leaves the process group (setsid) does not stretch reconcile", () => {
-  it("[E8] it holds stdout open for 60 s: each attempt still ends at the timeout, reconcile ends within keys x timeout (+ start-up)", async () => {
+  it("[E8] it holds stdout open for 60 s: each attempt still ends at the timeout, reconcile ends within attempts x timeout (+ start-up)", async () => {
     const pids = join(a.tmp, "setsid-pids");
     mkdirSync(pids);
     const script = join(a.tmp, "setsid-probe.mjs");
@@ -198,9 +198,12 @@ describe("[E8] a probe's grandchild that leaves the process group (setsid) does 
       const seconds = (Date.now() - t0) / 1000;
       const ops = json(r).operations as { outcome: string; detail: string }[];
       expect(ops.length).toBeGreaterThanOrEqual(1);
-      for (const o of ops) expect(o.detail).toMatch(/probe command gave no answer within 1s/);
-      // one attempt of 1 s per key, plus starting node and the restore's checks; never the grandchild's 60 s
-      expect(seconds).toBeLessThan(ops.length * 1 + 10);
+      // the first key's one attempt ends at the timeout; the whole reconcile has timeout x attempts = 1 s (tenth
+      // attack), so any other key is not asked
+      expect(ops[0]!.detail).toMatch(/probe command gave no answer within 1s/);
+      for (const o of ops.slice(1)) expect(o.detail).toMatch(/probe command gave no answer within [\d.]+s|^not asked: reconcile's time \(timeout × attempts\) ran out$/);
+      // plus starting node and the restore's checks; never the grandchild's 60 s
+      expect(seconds).toBeLessThan(1 + 10);
     } finally {
       for (const pid of readdirSync(pids).map(Number)) {
         try {

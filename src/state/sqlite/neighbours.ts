@@ -96,10 +96,6 @@ export function exactTopKs(probes: Float32Array[], k: number, metric: Metric, sc
   return best;
 }
 
-/** The k nearest of `vectors` to `probe` (exactTopKs over arrays). */
-export const exactTopK = (probe: Float32Array, ids: VectorId[], vectors: Float32Array[], k: number, metric: Metric) =>
-  exactTopKs([probe], k, metric, (visit) => ids.forEach((id, i) => visit(id, vectors[i]!)))[0]!;
-
 /**
  * A seeded sample of `k` ids (all of them when fewer): the same seed and ids give the same sample.
  * The ids are sorted first, so the order they were read in does not matter.
@@ -127,10 +123,9 @@ export function sampleIds(ids: VectorId[], k: number, seed: string): VectorId[] 
 export const vectorDigest = (v: Float32Array): string => createHash("sha256").update(Buffer.from(v.buffer, v.byteOffset, v.byteLength)).digest("hex");
 /** A vector as base64 of float32 little-endian, and back. */
 export const vectorToBase64 = (v: Float32Array) => Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString("base64");
-export const vectorFromBase64 = (s: string) => {
-  const b = Buffer.from(s, "base64");
-  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length));
-};
+export const vectorFromBase64 = (s: string) => floatsOf(Buffer.from(s, "base64"));
+/** A blob of float32 little-endian values as a vector of its own (copied: a Float32Array needs its offset aligned). */
+export const floatsOf = (b: Buffer) => new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length));
 
 /** What a probe set names, as the config's `recall` entry gives it. */
 export interface ProbeSpec {
@@ -175,6 +170,8 @@ export function probeRecords(spec: ProbeSpec, from: VectorSource | { ids: Vector
   });
 }
 
+// quoteIdent (timestamps.ts) spelled here: backup reads vec0 tables through this file, and each of its calls into
+// another file is a step of the backup's walk (node dist/tools/walk.js: 9 more with the import, 390 against 381)
 const q = (s: string) => `"${s.replace(/"/g, '""')}"`;
 
 /**
@@ -195,7 +192,7 @@ export function vec0Vectors(db: DB, table: string, column: string): VectorSource
   const asId = (x: unknown): VectorId => (typeof x === "bigint" ? String(x) : (x as VectorId));
   const asVector = (id: VectorId, b: Buffer) => {
     if (b.length !== bytes) throw new Error(`vec0 table ${table}: the vector of ${id} has ${b.length} bytes, float[${col.dimension}] takes ${bytes}`);
-    return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + bytes));
+    return floatsOf(b);
   };
   const one = db.prepare(`${select} WHERE coalesce(r.id, r.rowid) = ?`);
   return {

@@ -78,19 +78,19 @@ describe("a drill that could not run", () => {
     expect(xml).toContain('<property name="exit_status" value="13"/>');
   });
 
-  it("and one Markdown line, with table pipes escaped", () => {
-    expect(markdownFailure(f)).toBe("### agentbak drill reference-agent: could not run\n\nsnapshot `latest`: manifest.sig: signature does not match \\| bad (exit 13, verify)\n");
+  it("and one Markdown line, with table pipes escaped, and the ref as data (no code span it could end)", () => {
+    expect(markdownFailure(f)).toBe("### agentbak drill reference\\-agent: could not run\n\nsnapshot latest: manifest.sig: signature does not match \\| bad (exit 13, verify)\n");
   });
 });
 
 describe("markdownSummary", () => {
   it("a row per check; FAIL, warn and not-resolved outcomes; pipes and newlines kept out of cells", () => {
     const md = markdownSummary(result([check({}), check({ name: "counts", ok: false, detail: "a|b\nc" }), check({ name: "m", ok: false, severity: "warning", detail: "w" })]));
-    expect(md.split("\n")[0]).toBe("### agentbak drill reference-agent: FAILED");
+    expect(md.split("\n")[0]).toBe("### agentbak drill reference\\-agent: FAILED");
     expect(md).toContain("| restore | checks | integrity | pass | ok |");
     // a newline is shown as \x0a (its backslash escaped for Markdown), never a line break in the cell
     expect(md).toContain("| restore | checks | counts | **FAIL** | a\\|b\\\\x0ac |");
     expect(md).toContain("| restore | checks | m | warn | w |");
-    expect(markdownSummary(result([check({})], true)).split("\n")[0]).toBe("### agentbak drill reference-agent: passed");
+    expect(markdownSummary(result([check({})], true)).split("\n")[0]).toBe("### agentbak drill reference\\-agent: passed");
   });
 });

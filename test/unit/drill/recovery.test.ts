@@ -53,7 +53,7 @@ function bench(worker: Record<string, unknown> = {}, spec: Record<string, unknow
   db.close();
   makeReadOnly(restored);
   writeFileSync(join(dir, "spec.json"), JSON.stringify({ name: "r", invariants: [], worker: { command: ["node", WORKER], timeoutSeconds: 20, ...worker }, inject: INJECT, ...spec }));
-  return { spec: loadSpec(join(dir, "spec.json")), restored, tmp: dir, dbs: [{ name: "state", path: join(restored, "state.sqlite") }], invariants: [], log: new CheckLog(Date.now(), {}) };
+  return { spec: loadSpec(join(dir, "spec.json")), restored, tmp: dir, dbs: [{ name: "state", path: join(restored, "state.sqlite") }], invariants: [], log: new CheckLog(Date.now(), {}), workers: { started: 0 } };
 }
 const opsOf = (b: Bench) => {
   const db = new Database(b.dbs[0]!.path, { readonly: true });

@@ -35,7 +35,7 @@ function bench(spec: Record<string, unknown>): Bench {
   writeFileSync(join(dir, "one-task.sql"), "-- check: the test task is never completed twice\nSELECT task_id FROM events WHERE type = 'task.completed' GROUP BY task_id HAVING count(*) > 1\n");
   writeFileSync(join(dir, "spec.json"), JSON.stringify({ name: "t", invariants: ["one-task.sql"], worker: { command: ["node", WORKER], timeoutSeconds: 20 }, inject: INJECT, ...spec }));
   const s = loadSpec(join(dir, "spec.json"));
-  return { spec: s, restored, tmp: dir, dbs: [{ name: "state", path: join(restored, "state.sqlite") }], invariants: loadInvariants(dir, s.spec.invariants), log: new CheckLog(Date.now(), {}) };
+  return { spec: s, restored, tmp: dir, dbs: [{ name: "state", path: join(restored, "state.sqlite") }], invariants: loadInvariants(dir, s.spec.invariants), log: new CheckLog(Date.now(), {}), workers: { started: 0 } };
 }
 const plan = { operations: [], reconcile: null, sourceQueries: new Map(), schemaVersion: 3 };
 

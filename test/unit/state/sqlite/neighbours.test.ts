@@ -3,9 +3,11 @@
 import { describe, expect, it } from "vitest";
 import Database from "better-sqlite3";
 import * as sqliteVec from "sqlite-vec";
-import { distance, exactTopK, inMemory, probeRecords, sampleIds, vec0Recall, vec0Vectors, vectorDigest, type VectorSource } from "../../../../src/state/sqlite/neighbours.js";
+import { distance, exactTopKs, floatsOf, inMemory, probeRecords, sampleIds, vec0Recall, vec0Vectors, vectorDigest, type VectorSource } from "../../../../src/state/sqlite/neighbours.js";
 
 const f = (...x: number[]) => Float32Array.from(x);
+/** The k nearest of `vectors` to one probe, as backup finds them (exactTopKs over a pass of an in-memory store). */
+const topK = (probe: Float32Array, ids: number[], vectors: Float32Array[], k: number) => exactTopKs([probe], k, "l2", inMemory(ids, vectors, probe.length).scan)[0]!;
 
 describe("exact neighbours", () => {
   it("measures L2 and cosine distance", () => {
@@ -14,10 +16,20 @@ describe("exact neighbours", () => {
     expect(distance(f(1, 1), f(2, 2), "cosine")).toBeCloseTo(0);
   });
 
+  it("reads a vector out of a blob at an unaligned offset, as a copy of its own", () => {
+    const blob = Buffer.alloc(1 + 8);
+    blob.writeFloatLE(1.5, 1);
+    blob.writeFloatLE(-2, 5);
+    const v = floatsOf(blob.subarray(1));
+    expect([...v]).toEqual([1.5, -2]);
+    blob.writeFloatLE(7, 1);
+    expect(v[0]).toBe(1.5);
+  });
+
   it("orders by distance, then by id", () => {
     const ids = [30, 10, 20, 5];
     const vs = [f(1, 0), f(1, 0), f(0, 1), f(5, 5)];
-    expect(exactTopK(f(0, 0), ids, vs, 3, "l2").map((n) => n.id)).toEqual([10, 20, 30]);
+    expect(topK(f(0, 0), ids, vs, 3).map((n) => n.id)).toEqual([10, 20, 30]);
   });
 
   it("samples the same ids for the same seed whatever the read order, others for another seed", () => {
@@ -33,7 +45,7 @@ describe("exact neighbours", () => {
     const vs = ids.map((i) => f(Math.sin(i), Math.cos(i * 3)));
     const p = f(0.1, 0.2);
     const sorted = ids.map((id) => ({ id, distance: distance(p, vs[id]!, "l2") })).sort((a, b) => a.distance - b.distance || a.id - b.id).slice(0, 10);
-    expect(exactTopK(p, ids, vs, 10, "l2")).toEqual(sorted);
+    expect(topK(p, ids, vs, 10)).toEqual(sorted);
     const recs = probeRecords({ probes: 3, seed: "x", metric: "l2" }, inMemory(ids, vs, 2));
     expect(recs).toHaveLength(3);
     for (const r of recs) expect(r.neighbours[0]).toBe(r.id); // a sampled probe is its own nearest
