@@ -66,6 +66,9 @@ export interface AgentRef {
 
 /** Agent ids and tenants: also folder names in repositories and in AGENTBAK_HOME. */
 export const ID_PATTERN = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+/** The one line a flag (`--tenant`, `--agent`) outside ID_PATTERN is refused with; null for an id. */
+export const notAnId = (flag: string, v: string): string | null =>
+  ID_PATTERN.test(v) ? null : `${flag}: not an id: ${JSON.stringify(v.slice(0, 80))} (lowercase letters, digits, . _ - (max 64), starting with a letter or digit)`;
 
 /** A snapshot id as a pattern without anchors, for patterns that hold one (a repository key): its creation time (UTC, ISO 8601 basic, to the millisecond) and 8 random hex digits. */
 export const SNAPSHOT_ID_BODY = String.raw`\d{8}T\d{9}Z-[0-9a-f]{8}`;

@@ -11,7 +11,7 @@ import { TIERS, type Tier } from "../config/schema.js";
 import { notFound, usageError } from "../errors.js";
 import { createFileExclusive, writeFileAtomic, readFileRegular } from "../fsutil.js";
 import { homePaths } from "../home.js";
-import { ID_PATTERN } from "../facts.js";
+import { notAnId } from "../facts.js";
 
 /** A token as stored (and listed): never the token itself. */
 export interface TokenRecord {
@@ -50,7 +50,7 @@ function read(home: string, id: string): TokenRecord | null {
  * @throws AgentbakError(2) for a malformed tenant or agent id or an unknown tier.
  */
 export function createToken(home: string, scope: { tenant: string; agent: string; tier: string }): { token: string; record: TokenRecord } {
-  for (const [k, v] of [["--tenant", scope.tenant], ["--agent", scope.agent]] as const) if (!ID_PATTERN.test(v)) throw usageError(`${k}: not an id: ${JSON.stringify(v.slice(0, 80))} (lowercase letters, digits, . _ -)`);
+  for (const [k, v] of [["--tenant", scope.tenant], ["--agent", scope.agent]] as const) if (notAnId(k, v)) throw usageError(notAnId(k, v)!);
   if (!(TIERS as readonly string[]).includes(scope.tier)) throw usageError(`--tier: ${JSON.stringify(scope.tier)} is not one of ${TIERS.join(", ")}`);
   const hex = randomBytes(8).toString("hex");
   const token = `abk_${hex}_${randomBytes(32).toString("base64url")}`;

@@ -18,7 +18,7 @@ import { loadTrust, type Trust } from "../crypto/trust.js";
 import { notFound, usageError, wrap } from "../errors.js";
 import { Repository, type ResolveFilter, type Snapshot } from "../repository/repository.js";
 import { agentbakHome, homePaths } from "../home.js";
-import { ID_PATTERN, type AgentRef } from "../facts.js";
+import { notAnId, type AgentRef } from "../facts.js";
 
 export interface GlobalOpts {
   config?: string;
@@ -79,7 +79,7 @@ export const isFileRef = (ref: string) => ref.endsWith(".agentbak") || ref.inclu
  */
 export function checkIds(flags: { agent?: string; tenant?: string }): void {
   for (const [k, v] of [["--tenant", flags.tenant], ["--agent", flags.agent]] as const)
-    if (v !== undefined && !ID_PATTERN.test(v)) throw usageError(`${k}: not an id: ${JSON.stringify(v.slice(0, 80))} (lowercase letters, digits, . _ - (max 64), starting with a letter or digit)`);
+    if (v !== undefined && notAnId(k, v)) throw usageError(notAnId(k, v)!);
 }
 
 export function context(opts: GlobalOpts, o: { configless?: boolean; repositories?: Map<string, Promise<Repository>> } = {}): Context {

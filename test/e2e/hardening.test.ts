@@ -644,7 +644,7 @@ describe("[I] second sweep: FIFOs and devices, damaged records, secrets in messa
     refusedClearly(await t.run(["backup", "--label", "x\n2026 forged row"]), 2, /--label: at most 200 characters, none of them control characters/);
     refusedClearly(await t.run(["copy", "--from", t.repo, "--to", join(t.tmp, "copy-x"), "20200101T000000000Z-deadbeef"]), 10, /snapshot 20200101T000000000Z-deadbeef not found/);
     refusedClearly(await t.run(["copy", "--from", t.repo, "--to", join(t.repo, "tenants")]), 2, /is inside the source repository/);
-    refusedClearly(await t.run(["forget", "--agent", "a/b", "--keep-last", "1"]), 2, /agent "a\/b": lowercase letters/);
+    refusedClearly(await t.run(["forget", "--agent", "a/b", "--keep-last", "1"]), 2, /--agent: not an id: "a\/b" \(lowercase letters/);
     expect(existsSync(join(t.repo, "tenants/acme/agents/a"))).toBe(false);
     const slash = await t.run(["restore", "latest", "--target", "/", "--yes"], {}, quick);
     refusedClearly(slash, 2, /target \/ (is not empty|: can not)/);
