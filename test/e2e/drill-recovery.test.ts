@@ -77,7 +77,7 @@ describe("recovery scenarios with the reference worker", () => {
       ["reconcile_b", "never_arrived", "escalated", 0],
     ]);
     expect(ops["idem-task-open-3"].strategy).toBe("observe");
-    expect(d.checks.find((c: any) => c.scenario === "reconcile_fault_timeout" && c.name === "reconcile idem-task-open-1").detail).toMatch(/no answer within 0.5s \(after 2 attempts\)/);
+    expect(d.checks.find((c: any) => c.scenario === "reconcile_fault_timeout" && c.name === "reconcile idem-task-open-1").detail).toMatch(/no answer within 0\.[1-5]s \(after 2 attempts\)/); // the last attempt is cut to reconcile's time left (timeout × attempts in all)
     expect(d.checks.find((c: any) => c.scenario === "reconcile_fault_lost_answer" && c.name === "reconcile idem-task-open-1").detail).toMatch(/request failed/);
     expect(d.checks.filter((c: any) => c.scenario === "split_brain").map((c: any) => [c.name, c.ok])).toEqual(
       expect.arrayContaining([["stale write rejected", true], ["no stale write accepted", true], ["exactly one effect", true], ["restored generation finishes", true]]),
