@@ -177,7 +177,7 @@ export async function getRequest(repo: Repository, trust: Trust, a: AgentRef, id
 }
 
 /** getRequest, with the digest of the signed request that decisions and outcomes are bound to. */
-async function readRequest(repo: Repository, trust: Trust, a: AgentRef, id: string): Promise<{ status: RequestStatus; sha256: string }> {
+async function readRequest(repo: Repository, trust: Trust, a: AgentRef, id: string, auditLog = lazyAuditLog(repo, a)): Promise<{ status: RequestStatus; sha256: string }> {
   checkId(id);
   const req = await readSigned(repo, trust, keys.request(a, id), KIND.request, { request_id: id, tenant: a.tenant, agent_id: a.agent });
   if (!req) throw notFound(`restore request ${id} not found for ${a.tenant}/${a.agent} in ${repo.location}`);
@@ -185,7 +185,7 @@ async function readRequest(repo: Repository, trust: Trust, a: AgentRef, id: stri
   const strip = (r: { record: Record<string, unknown> } | null) => (r ? (({ request_id: _i, ...rest }) => rest)(r.record) : null);
   const decision = strip(await readSigned(repo, trust, keys.requestDecision(a, id), KIND.decision, bound)) as RequestDecision | null;
   const outcome = strip(await readSigned(repo, trust, keys.requestOutcome(a, id), KIND.outcome, bound)) as RequestOutcome | null;
-  if (!decision) await noLoggedDecision(repo, trust, a, id, keys.requestDecision(a, id));
+  if (!decision) noLoggedDecision(await auditLog(), trust, a, id, keys.requestDecision(a, id));
   const request = req.record as unknown as RestoreRequest;
   const status = decision?.decision === "denied" ? "denied" : outcome ? outcome.status : decision ? "approved" : "pending";
   return { status: { ...request, status, decision, outcome }, sha256: req.sha256 };
@@ -197,8 +197,7 @@ async function readRequest(repo: Repository, trust: Trust, a: AgentRef, id: stri
  * again (a denial approved, an approval's target changed).
  * @throws AgentbakError(13) naming the decision the audit log holds (and whether the log itself verifies).
  */
-async function noLoggedDecision(repo: Repository, trust: Trust, a: AgentRef, id: string, file: string): Promise<void> {
-  const text = await repo.auditLog(a);
+function noLoggedDecision(text: string, trust: Trust, a: AgentRef, id: string, file: string): void {
   const logged = text.split("\n").findIndex((l) => l.includes(`"request_id":${JSON.stringify(id)}`) && /"event":"restore-(approved|denied)"/.test(l));
   if (logged < 0) return;
   let damaged = "";
@@ -211,10 +210,17 @@ async function noLoggedDecision(repo: Repository, trust: Trust, a: AgentRef, id:
   throw verifyError(`restore request ${id}: audit log entry ${logged} records its decision, but ${file} is missing (deleted): it is not decided again${damaged}`);
 }
 
+/** `a`'s audit log, read on first use and then shared (one read for every undecided request of a listing). */
+function lazyAuditLog(repo: Repository, a: AgentRef): () => Promise<string> {
+  let text: Promise<string> | undefined;
+  return () => (text ??= repo.auditLog(a));
+}
+
 /** Every request of `a`, oldest first. @throws as getRequest, for the first bad one. */
 export async function listRequests(repo: Repository, trust: Trust, a: AgentRef): Promise<RequestStatus[]> {
   const ids = (await repo.store.list(keys.requests(a))).map((k) => k.slice(keys.requests(a).length).replace(/\.json$/, "")).filter((id) => REQUEST_ID.test(id));
-  return Promise.all(ids.sort().map((id) => getRequest(repo, trust, a, id)));
+  const log = lazyAuditLog(repo, a);
+  return Promise.all(ids.sort().map(async (id) => (await readRequest(repo, trust, a, id, log)).status));
 }
 
 /** Writes the decision unless one exists. @returns the decision that stands (verified). */
