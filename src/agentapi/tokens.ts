@@ -50,7 +50,10 @@ function read(home: string, id: string): TokenRecord | null {
  * @throws AgentbakError(2) for a malformed tenant or agent id or an unknown tier.
  */
 export function createToken(home: string, scope: { tenant: string; agent: string; tier: string }): { token: string; record: TokenRecord } {
-  for (const [k, v] of [["--tenant", scope.tenant], ["--agent", scope.agent]] as const) if (notAnId(k, v)) throw usageError(notAnId(k, v)!);
+  for (const [k, v] of [["--tenant", scope.tenant], ["--agent", scope.agent]] as const) {
+    const why = notAnId(k, v);
+    if (why) throw usageError(why);
+  }
   if (!(TIERS as readonly string[]).includes(scope.tier)) throw usageError(`--tier: ${JSON.stringify(scope.tier)} is not one of ${TIERS.join(", ")}`);
   const hex = randomBytes(8).toString("hex");
   const token = `abk_${hex}_${randomBytes(32).toString("base64url")}`;

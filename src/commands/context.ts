@@ -65,6 +65,17 @@ export interface Context {
   openRef(ref: string, f?: ResolveFilter): Promise<BundleRef>;
 }
 
+/**
+ * Checks a --tenant and --agent a command was given: an id no agent can have is the caller's mistake, never an empty listing.
+ * @throws AgentbakError(2) naming the flag, the value JSON-quoted (a control character or ESC shown escaped)
+ */
+export function checkIds(flags: { agent?: string; tenant?: string }): void {
+  for (const [k, v] of [["--tenant", flags.tenant], ["--agent", flags.agent]] as const) {
+    const why = v === undefined ? null : notAnId(k, v);
+    if (why) throw usageError(why);
+  }
+}
+
 /** A reference names a bundle file (rather than a snapshot in a repository). */
 export const isFileRef = (ref: string) => ref.endsWith(".agentbak") || ref.includes("/");
 
@@ -73,15 +84,6 @@ export const isFileRef = (ref: string) => ref.endsWith(".agentbak") || ref.inclu
  * AGENTBAK_CONFIG (a fleet drill's agents are not that config's); `repositories`: open repositories shared by
  * location among the contexts of one process (serve --host: one handle, one store client per repository, not per agent). @throws AgentbakError(2) for a bad config or allowed_signers.
  */
-/**
- * Checks a --tenant and --agent a command was given: an id no agent can have is the caller's mistake, never an empty listing.
- * @throws AgentbakError(2) naming the flag, the value JSON-quoted (a control character or ESC shown escaped)
- */
-export function checkIds(flags: { agent?: string; tenant?: string }): void {
-  for (const [k, v] of [["--tenant", flags.tenant], ["--agent", flags.agent]] as const)
-    if (v !== undefined && notAnId(k, v)) throw usageError(notAnId(k, v)!);
-}
-
 export function context(opts: GlobalOpts, o: { configless?: boolean; repositories?: Map<string, Promise<Repository>> } = {}): Context {
   const lc = o.configless ? undefined : loadConfigIfAny(opts.config);
   const home = agentbakHome();
