@@ -82,9 +82,9 @@ export class CatalogCache {
     return [...this.read].filter((k) => k.startsWith(prefix)).length;
   }
 
-  /** The checked records under `prefix` whose identity is the one `tags` gives now. */
+  /** The checked records under `prefix` whose identity is the one `tags` gives now, by key (the order reads finished in is not stable). */
   checked(prefix: string, tags: Map<string, string>): [string, CheckedRecord][] {
-    return [...this.entries].filter(([k, e]) => k.startsWith(prefix) && tags.get(k) === e.tag);
+    return [...this.entries].filter(([k, e]) => k.startsWith(prefix) && tags.get(k) === e.tag).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   }
 
   /**
