@@ -3,9 +3,11 @@
 # and a RADOS Gateway on 127.0.0.1:7480, all state under one folder, and
 # creates an S3 user. Prints the environment the S3 tests read.
 #   test/s3/ceph-start.sh DIR      (stop with test/s3/ceph-stop.sh DIR)
+# A second cluster beside CI's: CEPH_RGW_PORT=7580 CEPH_MON_V2_PORT=3400 CEPH_MON_V1_PORT=6889
 set -euo pipefail
 D=${1:?usage: ceph-start.sh DIR}
 PORT=${CEPH_RGW_PORT:-7480}
+MON="[v2:127.0.0.1:${CEPH_MON_V2_PORT:-3300},v1:127.0.0.1:${CEPH_MON_V1_PORT:-6789}]"
 ACCESS=agentbaktestaccess
 SECRET=agentbaktestsecretkey0123456789abcdef
 rm -rf "$D"
@@ -15,7 +17,7 @@ CONF="$D/ceph.conf"
 cat > "$CONF" <<CONF
 [global]
 fsid = $FSID
-mon host = [v2:127.0.0.1:3300,v1:127.0.0.1:6789]
+mon host = $MON
 public network = 127.0.0.0/8
 auth cluster required = none
 auth service required = none
@@ -47,7 +49,7 @@ rgw enable usage log = false
 CONF
 T="timeout 60"
 ceph-authtool --create-keyring "$D/keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
-monmaptool --create --addv a "[v2:127.0.0.1:3300,v1:127.0.0.1:6789]" --fsid "$FSID" "$D/monmap" >/dev/null
+monmaptool --create --addv a "$MON" --fsid "$FSID" "$D/monmap" >/dev/null
 ceph-mon -c "$CONF" --mkfs -i a --monmap "$D/monmap" --keyring "$D/keyring"
 ceph-mon -c "$CONF" -i a
 OSD_UUID=$(cat /proc/sys/kernel/random/uuid)
