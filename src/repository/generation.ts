@@ -39,6 +39,8 @@ export interface GenerationView {
   unreachable: { location: string; reason: string }[];
   /** the highest generation rests only on log entries no key this host trusts signed; entries a delete marker hides: named, and counted */
   warnings: string[];
+  /** the highest generation was issued more than once (by restores in repositories that could not reach each other): who holds it, named; null when once */
+  forked: string | null;
 }
 
 /** Whom entries are checked against, and the key a new entry is signed with (none: unsigned). */
@@ -128,7 +130,23 @@ export async function readGenerations(repo: Repository, a: AgentRef, open: OpenR
   const doubted = found.find((f) => f.rec.log.top === highest && f.rec.log.topDoubt);
   const warnings = highest > vouched && doubted ? [doubtWarning(a, doubted.repo.location, highest, doubted.rec.log.topDoubt!)] : [];
   for (const f of found) for (const n of f.rec.log.hidden) warnings.push(hiddenWarning(a, f.repo.location, n));
-  return { highest, seen: found.map((f) => ({ location: f.repo.location, generation: f.rec.generation })), unreachable, warnings };
+  return { highest, seen: found.map((f) => ({ location: f.repo.location, generation: f.rec.generation })), unreachable, warnings, forked: forkOf(found, highest) };
+}
+
+/**
+ * Whether generation `n` was issued more than once: the repositories' entries for it name different restores
+ * (a copied entry keeps what it names, whatever its chain). @returns the restores holding it, named, or null.
+ */
+function forkOf(found: { rec: GenerationRecord }[], n: number): string | null {
+  const issued = new Map<string, string>();
+  for (const f of found) {
+    const b = f.rec.log.entries.get(n);
+    if (!b) continue;
+    const e = JSON.parse(String(b)) as Record<string, unknown>; // readLog parsed and checked it
+    const id = JSON.stringify([e.issued_in, e.target, e.snapshot_id, e.at]);
+    if (!issued.has(id)) issued.set(id, `to ${String(e.target)} from ${String(e.issued_in)} at ${String(e.at)}`);
+  }
+  return issued.size > 1 ? `generation ${n} was issued ${issued.size} times (${[...issued.values()].join("; ")}), by restores that could not reach each other's repository` : null;
 }
 
 const hiddenWarning = (a: AgentRef, location: string, n: number) =>

@@ -123,8 +123,10 @@ export async function activate(t: Target, o: ActivateOptions): Promise<ActivateR
     return policyError(reason);
   };
   if (repo) {
-    const cur = await repo.generation(a, t.trust);
+    const view = await repo.generations(a, t.trust);
+    const cur = view.highest;
     if (cur !== rec.generation) throw await refuse(`generation ${rec.generation} of ${rec.agent_id} is superseded by generation ${cur}; this restore must not ${suspended ? "be activated" : "keep running: stop it"}`);
+    if (view.forked) throw await refuse(`${view.forked}: no holder of it may run; ${suspended ? "restore again to issue a generation above it" : "stop it, and restore again"}`);
   }
   if (!suspended) return { ...base, activated: false, already_active: true };
   if (unresolved.length && o.acceptUnresolved === undefined) {
@@ -198,5 +200,6 @@ export async function fenceCheck(target: string, generation: number, trust: Trus
   // a number above the current one was never issued: not "superseded", and never accepted
   if (generation > current) throw policyError(`fenced: generation ${generation} of ${rec.agent_id} is unknown: never issued (current generation is ${current})`);
   if (generation !== current) throw policyError(`fenced: generation ${generation} of ${rec.agent_id} is superseded (current generation is ${current})`);
+  if (view.forked && view.highest === generation) throw policyError(`fenced: ${view.forked}: no holder of it is current; restore again to issue generation ${generation + 1}`);
   return { agent_id: rec.agent_id, generation, current, ok: true, warnings: [...view.unreachable.map(unreachableWarning), ...view.warnings] };
 }

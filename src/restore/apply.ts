@@ -207,7 +207,7 @@ function fileIdentity(p: string): string {
 
 /** Writes a restore's markers into the staged root: its signed record, its generation, and SUSPENDED (a restored agent starts suspended). @returns the record's sha256. */
 async function writeMarkers(root: string, target: string, record: Omit<TargetRecord, "kind">, key: SigningKey | null): Promise<string> {
-  const sha = writeTargetRecord(root, record, key);
+  const sha = writeTargetRecord(root, { ...record, target }, key);
   writeFileAtomic(join(root, MARKER_DIR, "generation"), `${record.generation}\n`);
   writeFileAtomic(
     join(root, MARKER_DIR, SUSPENDED),

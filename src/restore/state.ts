@@ -5,8 +5,8 @@
  */
 import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
-import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, realpathSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { NS, signMessage, verifyMessage, type SigningKey } from "../crypto/sshsig.js";
 import { trusts, type Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, notFound } from "../errors.js";
@@ -32,6 +32,8 @@ export interface TargetRecord {
   databases?: { name: string; path: string }[];
   /** the config the restore ran with: reconcile and activate use it when none is named */
   config?: string | null;
+  /** the folder restored into (absolute): the record is not another folder's (absent in records before the twelfth attack) */
+  target?: string;
 }
 
 /** What `agentbak reconcile` records inside the target (.agentbak/reconcile.json, signed): one result per open operation, in the restore record's order. */
@@ -140,7 +142,19 @@ export function openTarget(target: string, trust: Trust): Target {
   const remedy = "restore the snapshot again into a new folder (with a signing key)";
   checkSignature(restorePath(target), record as unknown as Record<string, unknown>, trust, remedy);
   if (record.kind !== "restore-record") throw new AgentbakError(Exit.verify, `${restorePath(target)} is a signed ${String(record.kind)}, not a restore record; ${remedy}`);
+  if (record.target !== undefined && !sameFolder(record.target, target))
+    throw new AgentbakError(Exit.verify, `${restorePath(target)} belongs to the restore into ${record.target}, not ${resolve(target)} (moved in from there, or the folder moved); ${remedy}`);
   return { dir: target, record, digest: recordDigest(record), trust };
+}
+
+/** Whether `recorded` (absolute) names the folder `dir`: the same path, or the same folder through a link. */
+function sameFolder(recorded: string, dir: string): boolean {
+  if (resolve(dir) === recorded) return true;
+  try {
+    return realpathSync(recorded) === realpathSync(dir);
+  } catch {
+    return false;
+  }
 }
 
 export const isSuspended = (target: string) => existsSync(join(target, MARKER_DIR, SUSPENDED));

@@ -165,7 +165,7 @@ export function sourceError(name: string, e: unknown, url?: string, doing?: stri
       /* not a URL: nothing more to take out */
     }
   }
-  return new AgentbakError(e instanceof AgentbakError ? e.code : Exit.failure, `source ${name}: ${doing ? `${doing}: ` : ""}${redactUrls(msg.split("\n")[0]!)}`, { cause: e });
+  return new AgentbakError(e instanceof AgentbakError ? e.code : Exit.failure, `source ${name}: ${doing ? `${doing}: ` : ""}${redactUrls(e instanceof AgentbakError ? msg : msg.split("\n")[0]!)}`, { cause: e });
 }
 
 /** A free TCP port on 127.0.0.1 (the kernel's choice). */

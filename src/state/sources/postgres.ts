@@ -54,6 +54,9 @@ const LOCK_NOT_AVAILABLE = "55P03";
 const USER_TABLES = `SELECT n.nspname AS schema, c.relname AS table FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE c.relkind IN ('r', 'p') AND n.nspname = ANY($1) ORDER BY 1, 2`;
 
+const USER_SEQUENCES = `SELECT n.nspname AS schema, c.relname AS seq FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE c.relkind = 'S' AND n.nspname = ANY($1) ORDER BY 1, 2`;
+
 let pgModule: typeof pg | undefined;
 /**
  * pg, loaded on first use. pg 8 probes for Cloudflare Workers as it loads: with no global `navigator` (Node 20 has
@@ -76,6 +79,9 @@ async function loadPg(): Promise<typeof pg> {
 async function connect(url: string): Promise<pg.Client> {
   const pgm = await loadPg();
   const c = new pgm.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
+  // a server that goes away while the client waits between queries (for pg_dump) emits an error with no query to
+  // reject: unheard, it ends the process with a stack; the query or dump that fails next says what happened
+  c.on("error", () => undefined);
   await c.connect();
   return c;
 }
@@ -92,6 +98,18 @@ async function countRows(c: pg.Client, schemas: string[], lockTimeout?: string):
       out[`${t.schema}.${t.table}`] = Number((await c.query(`SELECT count(*) AS n FROM ${rel}`)).rows[0].n);
     } catch (e) {
       if ((e as { code?: string }).code === LOCK_NOT_AVAILABLE) throw lockedError(`table ${rel} is locked by another session: not granted within ${lockTimeout} (lockTimeoutSeconds)`);
+      throw e;
+    }
+  }
+  // pg_dump bounds only its LOCK TABLE of tables, then reads each sequence with no lock timeout: a sequence another
+  // session holds (ALTER SEQUENCE ... RENAME in an open transaction) would keep it waiting for ever. Read here under
+  // the capture's lock_timeout, each stays share-locked by this transaction until pg_dump has read it.
+  for (const q of (await c.query<{ schema: string; seq: string }>(USER_SEQUENCES, [schemas])).rows) {
+    const rel = `${ident(q.schema)}.${ident(q.seq)}`;
+    try {
+      await c.query(`SELECT last_value FROM ${rel}`);
+    } catch (e) {
+      if ((e as { code?: string }).code === LOCK_NOT_AVAILABLE) throw lockedError(`sequence ${rel} is locked by another session: not granted within ${lockTimeout} (lockTimeoutSeconds)`);
       throw e;
     }
   }
@@ -129,7 +147,7 @@ const lockTimeoutMs = (seconds = DEFAULT_LOCK_TIMEOUT_SECONDS) => Math.max(1, Ma
  */
 function dumpError(r: { exitCode?: number; signal?: string; stderr: unknown }, lockTimeout: string): AgentbakError {
   const text = String(r.stderr).trim();
-  const rel = text.match(/timeout[\s\S]*Query was: LOCK TABLE (.+) IN ACCESS SHARE MODE/)?.[1];
+  const rel = text.match(/timeout[\s\S]*Query was: LOCK TABLE ([\s\S]+?) IN ACCESS SHARE MODE/)?.[1];
   if (rel) return lockedError(`table ${rel} is locked by another session: pg_dump's lock not granted within ${lockTimeout} (lockTimeoutSeconds)`);
   return new AgentbakError(Exit.failure, `pg_dump exited ${r.exitCode ?? r.signal}: ${text.split("\n")[0]}`);
 }
