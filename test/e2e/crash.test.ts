@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { heldLeases, json, makeAgent, type TestAgent } from "../helpers.js";
+import { heldLeases, json, makeAgent, STORE, type TestAgent } from "../helpers.js";
 import { CRASH_STEPS } from "../../dist/crashpoint.js";
 
 let a: TestAgent;
@@ -63,6 +63,9 @@ describe("kill -9 during restore", () => {
 });
 
 describe("I/O faults", () => {
+  // the faults of a local disk under a local repository, or of a file helper: the same work in both test projects
+  // (their repository is a local folder even in the "s3" one), so they run in the local project only
+  const localDisk = it.skipIf(STORE === "s3");
   const mnt = () => join(a.tmp, "mnt");
   async function mount(opts: string): Promise<boolean> {
     mkdirSync(mnt(), { recursive: true });
@@ -79,7 +82,7 @@ describe("I/O faults", () => {
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
   };
 
-  it("[T29] ENOSPC at every stage of a backup (tmpfs of growing size): exit 1 naming errno and path, staging and lock removed, nothing listed that does not verify", async (ctx) => {
+  localDisk("[T29] ENOSPC at every stage of a backup (tmpfs of growing size): exit 1 naming errno and path, staging and lock removed, nothing listed that does not verify", async (ctx) => {
     if (!(await mount("size=64k"))) return ctx.skip();
     await umount();
     // incompressible rows, so the payload and the bundle need as much room as the database copy
@@ -124,7 +127,7 @@ describe("I/O faults", () => {
     }
   });
 
-  it("[T29] the one full-write helper every writer uses: on a full disk it fails with ENOSPC where a single write(2) comes back short", async (ctx) => {
+  localDisk("[T29] the one full-write helper every writer uses: on a full disk it fails with ENOSPC where a single write(2) comes back short", async (ctx) => {
     if (!(await mount("size=64k"))) return ctx.skip();
     try {
       const { openSync, writeSync, closeSync } = await import("node:fs");
@@ -147,7 +150,7 @@ describe("I/O faults", () => {
     }
   });
 
-  it("[T29] the flush-behind file sink (bundles, restored components): every byte in order across short writes and background fdatasyncs, ENOSPC from a full disk, never over an existing file", async (ctx) => {
+  localDisk("[T29] the flush-behind file sink (bundles, restored components): every byte in order across short writes and background fdatasyncs, ENOSPC from a full disk, never over an existing file", async (ctx) => {
     const { FlushBehindFile } = await import("../../dist/fsutil.js");
     const { pipeline } = await import("node:stream/promises");
     const { Readable } = await import("node:stream");
@@ -193,7 +196,7 @@ describe("I/O faults", () => {
     expect(readdirSync(a.tmp).filter((e) => e.startsWith(".agentbak-restore-"))).toEqual([]);
   });
 
-  it("[T29] EIO at each stage of a backup (injected read/write errors): exit 1 naming errno and the file, staging and lock removed, nothing new listed", async () => {
+  localDisk("[T29] EIO at each stage of a backup (injected read/write errors): exit 1 naming errno and the file, staging and lock removed, nothing new listed", async () => {
     // a local repository in both test projects: these are faults of a local disk
     const repo = join(a.tmp, "eio-repo");
     const { Repository } = await import("../../dist/repository/repository.js");

@@ -3,14 +3,17 @@
 // dependency, no LanceDB or AWS SDK; its size and npm's warnings), then backing
 // up, verifying and drilling a real agent with it and asking its MCP server;
 // the optional LanceDB named when missing and found once installed beside it.
-// (One install: each compiles the native modules, and an `npm ci --omit=dev`
-// of the same tree checked nothing this one does not.)
-// Slow: native modules are compiled when their prebuilt binaries can not be
-// downloaded (here: 6 to 13 minutes per install on two shared cores).
+// (One install: an `npm ci --omit=dev` of the same tree checked nothing this
+// one does not.) The native modules' install scripts run (prebuild-install)
+// and take the checkout's own compiled binaries as prebuilt archives from a
+// local folder, as they take a downloaded one on a host that reaches GitHub:
+// compiling sqlite3.c and zstd again took 3 to 13 minutes on two shared cores
+// and asserted nothing more (the size a compiling install leaves is still
+// counted: `compileLeftoversMb`).
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { execa } from "execa";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { json, makeAgent, ROOT, type TestAgent } from "../helpers.js";
 
@@ -27,7 +30,37 @@ function sizes(dir: string): { mb: number; intermediateMb: number } {
   return { mb: kb([dir]) / 1024, intermediateMb: found.length ? kb(found) / 1024 : 0 };
 }
 
-it("npm install -g of the packed tarball: no dev dependency, no LanceDB or AWS SDK, <= 80 MB (du of the prefix, node-gyp intermediates included), no install-script warning; SQLite agents work, a lancedb source or S3 repository says what to install (2), LanceDB works once installed", { timeout: 1_800_000 }, async () => {
+/** The native modules agentbak depends on: the binary their build leaves, and prebuild-install's runtime and ABI for it (zstd-napi: `-r napi`, its package's napi_versions). */
+const NATIVE = [
+  { name: "better-sqlite3", binary: "better_sqlite3.node", runtime: "node", abi: process.versions.modules },
+  { name: "zstd-napi", binary: "binding.node", runtime: "napi", abi: "8" },
+];
+const kb = (dir: string) => Number(execFileSync("du", ["-sk", dir], { encoding: "utf8" }).split("\t")[0]);
+
+/**
+ * The checkout's compiled native modules (npm ci built them for this node) as the archives prebuild-install looks
+ * for in `npm_config_<package>_local_prebuilds` before downloading or compiling (prebuild-install/util.js
+ * localPrebuild: `<name>-v<version>-<runtime>-v<abi>-<platform><libc>-<arch>.tar.gz`). @returns the env naming them.
+ */
+function localPrebuilds(dir: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const m of NATIVE) {
+    const version = JSON.parse(readFileSync(join(ROOT, "node_modules", m.name, "package.json"), "utf8")).version;
+    const stage = join(dir, m.name);
+    mkdirSync(join(stage, "build", "Release"), { recursive: true });
+    copyFileSync(join(ROOT, "node_modules", m.name, "build", "Release", m.binary), join(stage, "build", "Release", m.binary));
+    execFileSync("tar", ["-czf", join(dir, `${m.name}-v${version}-${m.runtime}-v${m.abi}-${process.platform}-${process.arch}.tar.gz`), "-C", stage, "build"]);
+    env[`npm_config_${m.name.replace(/-/g, "_")}_local_prebuilds`] = dir;
+  }
+  return env;
+}
+
+/** MB a compiling install leaves in the native modules' build folders beyond what `installed` has (the checkout's build, compiled by npm ci, minus the installed one): 0 when this install compiled them itself. */
+function compileLeftoversMb(installed: string): number {
+  return NATIVE.reduce((sum, m) => sum + Math.max(0, kb(join(ROOT, "node_modules", m.name, "build")) - kb(join(installed, "node_modules", m.name, "build"))) / 1024, 0);
+}
+
+it("npm install -g of the packed tarball: no dev dependency, no LanceDB or AWS SDK, <= 80 MB (du of the prefix, with what compiling the native modules leaves), no install-script warning; SQLite agents work, a lancedb source or S3 repository says what to install (2), LanceDB works once installed", { timeout: 1_800_000 }, async () => {
   const pack = join(a.tmp, "pack");
   const prefix = join(a.tmp, "prefix");
   mkdirSync(pack);
@@ -35,7 +68,9 @@ it("npm install -g of the packed tarball: no dev dependency, no LanceDB or AWS S
   const p = await execa("npm", ["pack", "--ignore-scripts", "--pack-destination", pack], { cwd: ROOT, reject: false });
   expect(p.exitCode, p.stderr).toBe(0);
   const tgz = join(pack, String(p.stdout).trim().split("\n").at(-1)!);
-  const npmEnv = { npm_config_prefix: prefix, npm_config_audit: "false", npm_config_fund: "false", CI: "true", JOBS: "max" };
+  const prebuilds = join(a.tmp, "prebuilds");
+  mkdirSync(prebuilds);
+  const npmEnv = { npm_config_prefix: prefix, npm_config_audit: "false", npm_config_fund: "false", CI: "true", JOBS: "max", ...localPrebuilds(prebuilds) };
   // the two native modules' install scripts allowed by name, as docs/operator-guide.md says: no warning
   const g = await execa("npm", ["install", "-g", "--prefer-offline", "--allow-scripts=better-sqlite3,zstd-napi", tgz], { env: npmEnv, reject: false });
   expect(g.exitCode, String(g.stderr).slice(-3000)).toBe(0);
@@ -49,9 +84,11 @@ it("npm install -g of the packed tarball: no dev dependency, no LanceDB or AWS S
   expect(existsSync(join(installed, "dist", "cli.js"))).toBe(false);
   expect(existsSync(join(prefix, "share", "man", "man1", "agentbak.1"))).toBe(true); // npm's link to dist/agentbak.1, which "files" names
   const s = sizes(prefix);
-  console.log(`global install: ${s.mb.toFixed(1)} MB, of which ${s.intermediateMb.toFixed(1)} MB node-gyp intermediates (native modules compiled here: no prebuilt binary could be downloaded)`);
-  // issue 34's goal for the whole prefix: 89.5 MB when the packages esbuild bundles into dist/packed were installed too
-  expect(s.mb).toBeLessThanOrEqual(80);
+  const leftovers = compileLeftoversMb(installed);
+  console.log(`global install: ${s.mb.toFixed(1)} MB, of which ${s.intermediateMb.toFixed(1)} MB node-gyp intermediates; ${leftovers.toFixed(1)} MB more had the native modules been compiled here`);
+  // issue 34's goal for the whole prefix: 89.5 MB when the packages esbuild bundles into dist/packed were installed too;
+  // the bound holds for an install that compiles the native modules (a host with no prebuilt binary) as for this one
+  expect(s.mb + leftovers).toBeLessThanOrEqual(80);
 
   const bin = join(prefix, "bin", "agentbak");
   const agentbak = (args: string[]) => execa(bin, args, { cwd: a.dir, env: { ...a.env, NO_COLOR: "1" }, reject: false });
