@@ -23,12 +23,12 @@ import { AgentbakError, ConflictError, Exit, formatIssues, hasCause, policyError
 import { NOT_CAPTURED_REASONS } from "../bundle/manifest.js";
 import { TOOL_VERSION } from "../version.js";
 import { mcpOverHttp } from "./mcp.js";
-import { INPUTS, lowerTier, type AgentService, type Caller, type Operation, type Results, type Tier } from "./service.js";
+import { INPUTS, lowerTier, MAX_MESSAGE_BYTES, type AgentService, type Caller, type Operation, type Results, type Tier } from "./service.js";
 import { authenticate } from "./tokens.js";
 import type { StatusReport } from "../status/gather.js";
 
 /** The largest request body accepted (413 beyond it). */
-export const MAX_BODY_BYTES = 64 * 1024;
+export const MAX_BODY_BYTES = MAX_MESSAGE_BYTES;
 /**
  * The most JSON-RPC messages one MCP request may carry (400 beyond it): each
  * tool call in a batch is an operation, and an audit entry, of its own; the

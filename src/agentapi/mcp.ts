@@ -7,10 +7,11 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
-import type { ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
+import { JSONRPCMessageSchema, type ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
+import { PassThrough } from "node:stream";
 import { AgentbakError, Exit } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
-import { allows, INPUTS, NEEDS, type AgentService, type Caller, type Operation } from "./service.js";
+import { allows, INPUTS, MAX_MESSAGE_BYTES, NEEDS, type AgentService, type Caller, type Operation } from "./service.js";
 
 // reading never changes anything; the two writes only add (a snapshot, a request) and without a key repeat
 const READ: ToolAnnotations = { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false };
@@ -65,13 +66,62 @@ export function mcpServer(service: AgentService, caller: Caller): McpServer {
   return server;
 }
 
-/** Serves MCP on stdin/stdout until the client closes stdin. */
-export async function serveStdio(service: AgentService, caller: Caller): Promise<void> {
+/** Why a refused line was refused: too large, not JSON, or not one JSON-RPC 2.0 message. */
+const TOO_LARGE = `a message larger than ${MAX_MESSAGE_BYTES / 1024} KiB: not read (one JSON-RPC message per line, at most ${MAX_MESSAGE_BYTES / 1024} KiB)`;
+
+/**
+ * Serves MCP on stdin/stdout until the client closes stdin. Lines are framed
+ * here, not by the SDK (which buffers a line up to 10 MiB, then closes: the
+ * server exited 0 in silence), and each one that is not a JSON-RPC 2.0
+ * message the SDK would take is answered with the JSON-RPC error (-32700 not
+ * JSON, -32600 too large, a batch, an id that is not a string or an integer;
+ * with its id when it has one of those) and one line to `log`, never quoting
+ * the agent's bytes. A line over MAX_MESSAGE_BYTES (HTTP's body limit) is not
+ * kept past that size.
+ */
+export async function serveStdio(service: AgentService, caller: Caller, log: (line: string) => void): Promise<void> {
   const server = mcpServer(service, caller);
-  const transport = new StdioServerTransport();
+  const lines = new PassThrough();
+  const transport = new StdioServerTransport(lines, process.stdout);
   const closed = new Promise<void>((resolve) => {
     transport.onclose = resolve;
-    process.stdin.once("end", () => void server.close());
+  });
+  const refuse = (code: number, why: string, id: string | number | null = null) => {
+    log(`mcp: refused a message on stdin: ${why}`);
+    process.stdout.write(JSON.stringify({ jsonrpc: "2.0", id, error: { code, message: why } }) + "\n");
+  };
+  const message = (bytes: Buffer) => {
+    const text = bytes.toString("utf8").replace(/\r$/, "");
+    if (!text.trim()) return;
+    let m: unknown;
+    try {
+      m = JSON.parse(text);
+    } catch {
+      return refuse(-32700, "not JSON (one JSON-RPC message per line)");
+    }
+    if (JSONRPCMessageSchema.safeParse(m).success) return void lines.write(text + "\n");
+    const id = (m as { id?: unknown } | null)?.id;
+    const usable = typeof id === "string" || Number.isSafeInteger(id) ? (id as string | number) : null;
+    refuse(-32600, Array.isArray(m) ? "a batch: send one JSON-RPC message per line" : "not a JSON-RPC 2.0 message (an id is a string or an integer)", usable);
+  };
+  // the line being read: its pieces, its size, and whether it is already too large (then its bytes are dropped)
+  let pieces: Buffer[] = [];
+  let size = 0;
+  process.stdin.on("data", (chunk: Buffer) => {
+    for (let at = 0; ; ) {
+      const nl = chunk.indexOf(10, at);
+      const end = nl === -1 ? chunk.length : nl;
+      size += end - at;
+      pieces = size > MAX_MESSAGE_BYTES ? [] : [...pieces, chunk.subarray(at, end)];
+      if (nl === -1) break;
+      if (size > MAX_MESSAGE_BYTES) refuse(-32600, TOO_LARGE);
+      else message(Buffer.concat(pieces));
+      [pieces, size, at] = [[], 0, nl + 1];
+    }
+  });
+  process.stdin.once("end", () => {
+    lines.end();
+    void server.close();
   });
   await server.connect(transport);
   await closed;

@@ -72,6 +72,9 @@ const normal = [(s: string) => !isAbsolute(s) || posix.normalize(s) === s, "a pa
  * this interface does not know (`snapshot_id` for `snapshot`, a typo) is refused naming it, never dropped so
  * that the request silently means something else (a restore request for the latest snapshot).
  */
+/** The largest message an agent may send: a request body over HTTP (413 beyond it), a line of MCP on stdio (-32600). */
+export const MAX_MESSAGE_BYTES = 64 * 1024;
+
 export const INPUTS = {
   create_backup: z.strictObject({
     idempotency_key: key.optional().describe("the same key again returns the first receipt; another label or incremental choice with it is refused (409)"),

@@ -23,5 +23,5 @@ export async function mcp(opts: McpOptions): Promise<void> {
   const h = agentHandle(opts.config);
   const tier = parseTier(opts.tier ?? h.lc.config.agentInterface?.tier ?? "read");
   const service = new AgentService([h], opts.log);
-  await serveStdio(service, { tenant: h.lc.config.agent.tenant, agent: h.lc.config.agent.id, tier, by: `mcp-stdio ${localActor()}`, transport: "mcp-stdio" });
+  await serveStdio(service, { tenant: h.lc.config.agent.tenant, agent: h.lc.config.agent.id, tier, by: `mcp-stdio ${localActor()}`, transport: "mcp-stdio" }, opts.log);
 }
