@@ -2,7 +2,7 @@
  * Facts the whole house shares, spelled once, low in the house (a base
  * module: it imports nothing of ours): unsafe text, URL redaction, the agent
  * ref and id patterns, snapshot and request ids, SQLite's sidecar files and
- * the reconcile strategies.
+ * the reconcile strategies (and which one an open operation of a kind gets).
  */
 import { randomBytes } from "node:crypto";
 
@@ -97,3 +97,11 @@ export const sidecarOf = (database: string, kind: (typeof SQLITE_SIDECARS)[numbe
 /** How an open operation is reconciled by idempotency key: ask, never resend; resend with the same key when the provider has no record; a person decides. */
 export const STRATEGIES = ["observe", "retry-safe", "escalate"] as const;
 export type Strategy = (typeof STRATEGIES)[number];
+
+/**
+ * The strategy for an open operation of `kind` (config openOperations): its own in `strategies`, else the default
+ * (observe when nothing is configured). The kind is the agent's data: only a key the config itself has counts (a kind
+ * named "constructor" is not Object's).
+ */
+export const strategyFor = (kind: string | null | undefined, ops: { strategies: Record<string, Strategy>; defaultStrategy: Strategy } | undefined): Strategy =>
+  (kind != null && ops && Object.hasOwn(ops.strategies, kind) ? ops.strategies[kind] : undefined) ?? ops?.defaultStrategy ?? "observe";

@@ -8,7 +8,6 @@
  * repeated idempotency key; take.ts the rest, loaded only when a snapshot is taken.
  */
 import type { LoadedConfig } from "../config/load.js";
-import { fingerprint } from "../crypto/sshsig.js";
 import { createHash } from "node:crypto";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { ConflictError, usageError } from "../errors.js";
@@ -31,7 +30,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
   const a: AgentRef = { tenant: cfg.agent.tenant, agent: cfg.agent.id };
   const repoDir = o.repo.store.inPlace ? o.repo.location : null;
   // the signer, as the manifest names it and the unchanged check fingerprints it
-  const signer = fingerprint(o.signingKey.publicKey);
+  const signer = o.signingKey.fingerprint;
   // before the lease: an agent whose state did not change costs reads only, no lease grant written (docs/fleet.md)
   const { listed, other, last } = await unchanged<BackupReceipt>(lc, o, a, { repoDir, signer });
   if (last) return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
@@ -64,7 +63,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
 export async function unchangedBackup(lc: LoadedConfig, o: BackupOptions): Promise<BackupReceipt | null> {
   const cfg = lc.config;
   const repoDir = o.repo.store.inPlace ? o.repo.location : null;
-  const { last } = await unchanged<BackupReceipt>(lc, { ...o, skipUnchanged: true }, { tenant: cfg.agent.tenant, agent: cfg.agent.id }, { repoDir, signer: fingerprint(o.signingKey.publicKey) });
+  const { last } = await unchanged<BackupReceipt>(lc, { ...o, skipUnchanged: true }, { tenant: cfg.agent.tenant, agent: cfg.agent.id }, { repoDir, signer: o.signingKey.fingerprint });
   return last ? { ...last.receipt, repeated: false, status: "unchanged", warnings: [] } : null;
 }
 

@@ -12,7 +12,7 @@ import { isDatabase, type Component, type Manifest } from "../bundle/manifest.js
 import { readPayload, verifyBundle, type VerifiedBundle } from "../bundle/reader.js";
 import { writeBundleFile, writeComponents, type StagedComponent } from "../bundle/writer.js";
 import type { AgeIdentity } from "../crypto/age.js";
-import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
+import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { verifyError } from "../errors.js";
@@ -89,7 +89,7 @@ export async function compact(repo: Repository, s: Snapshot, trust: Trust, ids: 
       snapshot_id: id,
       parent: null,
       compacted_from: { snapshot_id: m.snapshot_id, manifest_sha256: v.manifestSha256 },
-      signer: { fingerprint: fingerprint(key.publicKey), principal },
+      signer: { fingerprint: key.fingerprint, principal },
       components: [...written.components, ...m.components.filter((c) => c.chunks)],
       payload: written.payload,
     };

@@ -15,7 +15,7 @@ import type { Manifest } from "../bundle/manifest.js";
 import { verifyBundle } from "../bundle/reader.js";
 import { writeBundleFile, writeComponents } from "../bundle/writer.js";
 import type { AgeIdentity } from "../crypto/age.js";
-import { fingerprint, type SigningKey } from "../crypto/sshsig.js";
+import type { SigningKey } from "../crypto/sshsig.js";
 import type { Trust } from "../crypto/trust.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import { placeError, usageError, verifyError } from "../errors.js";
@@ -82,7 +82,7 @@ export async function exportBundle(
     // each component as the snapshot signed it (a rebuilt database: checked against its pages root as it was rebuilt)
     for (const [i, c] of inPayload.entries())
       if (c.kind !== "sqlite-delta" && written.components[i]!.sha256 !== c.sha256) throw verifyError(`export: component ${c.path} does not match its signed sha256`);
-    const signer = { fingerprint: fingerprint(o.key.publicKey), principal: o.principal };
+    const signer = { fingerprint: o.key.fingerprint, principal: o.principal };
     const manifest: Manifest = { ...m, parent: null, signer, components: written.components, payload: written.payload };
     const signed = await writeBundleFile(manifest, o.key, plan);
     place(plan.path, out);

@@ -94,10 +94,3 @@ export const liveness = z.optional(z.strictObject({
   command: z.optional(z.array(z.string().check(z.minLength(1))).check(z.minLength(1))),
   timeoutSeconds: z._default(z.number().check(z.positive()).check(z.maximum(60)), 3),
 }).check(z.refine((l) => l.pidFile || l.http || l.command, "name a pidFile, an http URL or a command")));
-
-/**
- * The strategy for an open operation of `kind`: its own in `strategies`, else the default (observe when nothing is configured).
- * The kind is the agent's data: only a key the config itself has counts (a kind named "constructor" is not Object's).
- */
-export const strategyFor = (kind: string | null | undefined, ops: z.infer<typeof openOperations>): Strategy =>
-  (kind != null && ops && Object.hasOwn(ops.strategies, kind) ? ops.strategies[kind] : undefined) ?? ops?.defaultStrategy ?? "observe";

@@ -11,11 +11,13 @@ const KEYTYPE = "ssh-ed25519";
 /** Namespaces bound into every signature. */
 export const NS = { manifest: "agentbak-manifest", report: "agentbak-report", receipt: "agentbak-receipt" } as const;
 
-/** An Ed25519 signing key: 32-byte seed and 32-byte public key. */
+/** An Ed25519 signing key: 32-byte seed and 32-byte public key, and the public key's fingerprint (taken once, where the key is made). */
 export interface SigningKey {
   seed: Buffer;
   publicKey: Buffer;
   comment: string;
+  /** `SHA256:...`, as ssh-keygen prints it (fingerprint) */
+  fingerprint: string;
 }
 
 function sshString(b: Uint8Array | string): Buffer {
@@ -86,11 +88,8 @@ function publicKeyObject(pub: Uint8Array): KeyObject {
 /** Generates an Ed25519 key. */
 export function generateSigningKey(comment: string): SigningKey {
   const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-  return {
-    seed: privateKey.export({ format: "der", type: "pkcs8" }).subarray(PKCS8_ED25519.length),
-    publicKey: publicKey.export({ format: "der", type: "spki" }).subarray(SPKI_ED25519.length),
-    comment,
-  };
+  const pub = publicKey.export({ format: "der", type: "spki" }).subarray(SPKI_ED25519.length);
+  return { seed: privateKey.export({ format: "der", type: "pkcs8" }).subarray(PKCS8_ED25519.length), publicKey: pub, comment, fingerprint: fingerprint(pub) };
 }
 
 function armor(label: string, body: Buffer): string {
@@ -151,7 +150,7 @@ export function parsePrivateKey(text: string): SigningKey {
   const pub = Buffer.from(p.string());
   const sk = p.string();
   if (pub.length !== 32 || sk.length !== 64) throw new Error("malformed ssh-ed25519 private key");
-  return { seed: Buffer.from(sk.subarray(0, 32)), publicKey: pub, comment: p.string().toString() };
+  return { seed: Buffer.from(sk.subarray(0, 32)), publicKey: pub, comment: p.string().toString(), fingerprint: fingerprint(pub) };
 }
 
 function signedData(namespace: string, message: Uint8Array): Buffer {

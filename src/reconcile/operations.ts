@@ -6,12 +6,12 @@
  * are asked about once and reconciled by the strictest strategy of theirs.
  * Shared by `agentbak reconcile`, `agentbak activate` and the drill.
  */
-import { STRICTNESS, strategyFor } from "../config/recovery.js";
+import { STRICTNESS } from "../config/recovery.js";
 import type { Config } from "../config/schema.js";
 import { openOperationRows } from "../state/inspect/inspect.js";
 import { openDefensive, type DB } from "../state/sqlite/open.js";
 import { probeWithRetries, type Probe, type ProbeOutcome, type ProbeState } from "./probe.js";
-import { type Strategy } from "../facts.js";
+import { strategyFor, type Strategy } from "../facts.js";
 
 /** An open operation as a snapshot recorded it, with its strategy settled. */
 export interface OpenOperation {

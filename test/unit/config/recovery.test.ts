@@ -1,6 +1,7 @@
 // The recovery protocol's config keys: a probe's URL carries no credential, identifiers are plain, durations parse, liveness names a check, and strategyFor only takes the config's own keys.
 import { describe, expect, it } from "vitest";
-import { compatible, cut, liveness, objectives, openOperations, PROBE_ENV_NAME, reconcile, STRICTNESS, strategyFor, timers } from "../../../src/config/recovery.js";
+import { compatible, cut, liveness, objectives, openOperations, PROBE_ENV_NAME, reconcile, STRICTNESS, timers } from "../../../src/config/recovery.js";
+import { strategyFor } from "../../../src/facts.js";
 import * as z from "../../../src/zod.js";
 
 const issues = (schema: z.ZodMiniType, v: unknown) => {

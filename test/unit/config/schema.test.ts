@@ -1,7 +1,7 @@
 // The config schema: defaults, strict keys, and the cross-key rules (names unique, references to databases that exist).
 import { describe, expect, it } from "vitest";
 import { ConfigSchema, configuredEmbeddings } from "../../../src/config/schema.js";
-import { strategyFor } from "../../../src/config/recovery.js";
+import { strategyFor } from "../../../src/facts.js";
 
 const base = {
   agent: { id: "a", tenant: "t" },
