@@ -474,15 +474,18 @@ export class Repository {
    */
   async listing(trust: Trust, f: { tenant?: string; agent?: string } = {}, now = new Date(), o: ListingOptions & { status?: boolean } = {}): Promise<{ entries: CatalogEntry[]; status: Map<string, Record<string, unknown>> }> {
     const status = new Map<string, Record<string, unknown>>();
-    if (f.agent || (await this.store.folders("agents/")).length) return { entries: (await this.list(trust, f, now)).map(catalogEntry), status }; // layout v1 folders: listed whole
-    const tenants = (f.tenant ? [f.tenant] : await this.store.folders("tenants/")).filter((t) => ID_PATTERN.test(t));
+    // the LISTs at once, not one after the other (each is a round trip to a bucket): layout v1's folder, the tenants, then each tenant's agents and records
+    const [v1, named] = f.agent ? [[], []] : await Promise.all([this.store.folders("agents/"), f.tenant ? [f.tenant] : this.store.folders("tenants/")]);
+    if (f.agent || v1.length) return { entries: (await this.list(trust, f, now)).map(catalogEntry), status }; // layout v1 folders: listed whole
+    const tenants = named.filter((t) => ID_PATTERN.test(t));
     const agents: AgentRef[] = [];
     const tags = new Map<string, string>();
-    for (const tenant of tenants) {
-      const [folders, tagged] = await Promise.all([this.store.folders(`tenants/${tenant}/agents/`), this.store.tagged(keys.catalogs(tenant))]);
+    const listed = await mapLimit(tenants, 16, (tenant) => Promise.all([this.store.folders(`tenants/${tenant}/agents/`), this.store.tagged(keys.catalogs(tenant))]));
+    tenants.forEach((tenant, i) => {
+      const [folders, tagged] = listed[i]!;
       for (const [k, t] of tagged) tags.set(k, t.tag);
       for (const agent of folders) if (isAgentRef({ tenant, agent })) agents.push({ tenant, agent });
-    }
+    });
     const cache = new CatalogCache(this.home, this.store.url);
     // a host that has not checked most of a tenant's records takes them from its summary, where their ETags still match
     const used = (k: string) => k.endsWith(".json") || (Boolean(o.status) && k.endsWith(".status")); // the records this listing reads

@@ -20,7 +20,8 @@
  *   --agents N      default 1000
  *   --snapshots S   per agent, default 20
  *   --db-kib K      the real agent's database, default 16
- * The repository is a new bucket on AGENTBAK_BENCH_S3_ENDPOINT when set, else a folder.
+ * The repository is a new bucket on AGENTBAK_BENCH_S3_ENDPOINT when set, else a folder; `--keep` keeps it (and
+ * the run's folder with the signing home) for listings by hand.
  */
 import { execa } from "execa";
 import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -43,6 +44,8 @@ export interface ListingOptions {
   agents: number;
   snapshots: number;
   dbKiB: number;
+  /** keep the bucket (and print its URL) for runs by hand after the bench: profiles, a build against another */
+  keep?: boolean;
   log: (s: string) => void;
 }
 
@@ -178,6 +181,7 @@ export async function listingBench(o: ListingOptions): Promise<{ lines: string[]
     ];
     return { lines, json: { repository: repo, agents: o.agents, snapshots: rows[0]![1].n, rows: rows.map(([what, r]) => ({ what, ...r })) } };
   } finally {
-    await drop();
+    if (o.keep) o.log(`kept the repository ${repo} (home ${o.home}); delete the bucket when done`);
+    else await drop();
   }
 }

@@ -296,7 +296,7 @@ async function main(): Promise<void> {
     await execa("node", [bin, "keygen", "--out", home], { env });
     const recipient = readFileSync(join(home, "age-recipient.txt"), "utf8").trim();
     if (flag("fleet") && arg("only", "") === "list") {
-      const r = await listingBench({ tmp, env, home, recipient, agents: Number(arg("agents", "1000")), snapshots: Number(arg("snapshots", "20")), dbKiB: Number(arg("db-kib", "16")), log });
+      const r = await listingBench({ tmp, env, home, recipient, agents: Number(arg("agents", "1000")), snapshots: Number(arg("snapshots", "20")), dbKiB: Number(arg("db-kib", "16")), keep, log });
       const uptime = (await execa("uptime")).stdout.trim();
       process.stdout.write([`${new Date().toISOString()}, commit ${(await machine()).commit}, ${uptime}`, "", ...r.lines].join("\n") + "\n");
       const jsonFile = arg("json", "");

@@ -1,5 +1,6 @@
 // The parts of the S3 store that need no gateway: parsing s3://BUCKET/PREFIX and refusing bad keys before any request.
 // Requests against a real gateway: test/e2e/store.test.ts (conformance) and test/e2e/s3.test.ts (outage).
+import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import { parseS3Url, S3Store } from "../../../src/storage/s3.js";
 import { AgentbakError } from "../../../src/errors.js";
@@ -37,6 +38,19 @@ describe("S3Store without a gateway", () => {
         expect(e).toBeInstanceOf(AgentbakError);
         expect((e as AgentbakError).code).toBe(2);
       }
+    } finally {
+      delete process.env.AGENTBAK_S3_ENDPOINT;
+    }
+  });
+});
+
+describe("S3Store's SDK load", () => {
+  it("a store that only reads never loads the multipart upload package (its load is CPU every listing paid); the client is loaded", async () => {
+    const loaded = (pkg: string) => Object.keys(createRequire(import.meta.url).cache).some((k) => k.includes(`/node_modules/${pkg}/`));
+    process.env.AGENTBAK_S3_ENDPOINT = "http://127.0.0.1:9";
+    try {
+      await new S3Store("s3://bucket/p").init();
+      expect([loaded("@aws-sdk/client-s3"), loaded("@aws-sdk/lib-storage")]).toEqual([true, false]);
     } finally {
       delete process.env.AGENTBAK_S3_ENDPOINT;
     }
