@@ -85,6 +85,17 @@ export class UnreachableError extends AgentbakError {
   }
 }
 
+/**
+ * A payload that is not the one its manifest signed (a chunk's digest or the whole one differs, or it is cut short):
+ * a verification failure (13). A drill can not run on it, however far its read had gone when this was found.
+ */
+export class PayloadMismatch extends AgentbakError {
+  constructor(message: string) {
+    super(Exit.verify, message);
+    this.name = "PayloadMismatch";
+  }
+}
+
 /** Whether `err`, or an error it wraps, is an instance of `cls` (wrap() keeps the original as the cause). */
 export function hasCause(err: unknown, cls: abstract new (...args: never[]) => Error): boolean {
   for (let e = err, depth = 0; e && depth < 10; e = (e as Error).cause, depth++) if (e instanceof cls) return true;

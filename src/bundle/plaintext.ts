@@ -13,7 +13,7 @@ import { createHash } from "node:crypto";
 import { Readable, Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { Worker } from "node:worker_threads";
-import { AgeDecryptStream, type AgeIdentity } from "../crypto/age.js";
+import { AgeDecryptStream, AgeOpener, type AgeIdentity } from "../crypto/age.js";
 import { AgentbakError, Exit } from "../errors.js";
 import { ROOT } from "../version.js";
 import { boundedDecompress, HashTap, youngCollector } from "./streams.js";
@@ -27,8 +27,6 @@ const BATCH = 1 << 20;
 const CREDITS = 2;
 /** The payload is read in pieces of this size. */
 const READ = 256 << 10;
-/** A checked chunk is handed on in copies of this size (one age chunk and its tag), each spent soon after. */
-const PIECE = (64 << 10) + 16;
 
 /** Where the payload is and what it must come to. */
 export interface PayloadSource {
@@ -52,59 +50,117 @@ export interface Plaintext {
 
 /** The chain of stages, on whichever thread runs it; `stop` ends it early (the reader went away). */
 function stages(s: PayloadSource, identities: AgeIdentity[], sink: Writable): { done: Promise<void>; digest: () => string; stop: () => void } {
-  // a format-7 payload is read and checked chunk by chunk (CheckedPayload); an older one hashed whole as it is read
-  const checked = s.chunks ? new CheckedPayload({ ...s, chunks: s.chunks }) : null;
-  const tap = checked ? null : new HashTap(s.size, "payload.age");
-  // reads of 256 KiB, not 1 MiB: a read buffer lives on while any slice of it does (age keeps the tail of one read to
-  // complete its next chunk), and with 1 MiB reads the worker's array buffers climbed to 60-80 MiB between
-  // collections, forced full ones included. Restore of the bench's 1194 MiB database: peak RSS 160-175 MiB with
-  // 1 MiB reads (190-200 MiB before the young collections below), 104-109 MiB with these; CPU the same
-  const read = checked ?? createReadStream(s.path, { start: s.offset, end: s.offset + s.size - 1, highWaterMark: READ });
   // the plaintext in buffers of BATCH bytes, each of its own: the worker moves them to the reading thread as they are
   // (a smaller payload's one buffer is its size: no 1 MiB for a few KiB)
-  const rest = [new AgeDecryptStream(identities), boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload", Math.max(1, Math.min(BATCH, s.tarSize))), sink] as const;
-  const done = tap ? pipeline(read, tap, ...rest) : pipeline(read, ...rest);
-  done.catch(() => undefined); // the callers look at `done`; a stopped chain's rejection is not news
+  const rest = [boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload", Math.max(1, Math.min(BATCH, s.tarSize))), sink] as const;
+  if (s.chunks) {
+    // format 7: read, checked chunk by chunk and decrypted in one stage (CheckedPlaintext)
+    const checked = new CheckedPlaintext({ ...s, chunks: s.chunks }, identities);
+    const done = pipeline(checked, ...rest);
+    done.catch(() => undefined); // the callers look at `done`; a stopped chain's rejection is not news
+    return { done, digest: () => checked.digest(), stop: () => checked.destroy() };
+  }
+  // an older payload is hashed whole as it is read. Reads of 256 KiB, not 1 MiB: a read buffer lives on while any
+  // slice of it does (age keeps the tail of one read to complete its next chunk), and with 1 MiB reads the worker's
+  // array buffers climbed to 60-80 MiB between collections, forced full ones included. Restore of the bench's
+  // 1194 MiB database: peak RSS 160-175 MiB with 1 MiB reads (190-200 MiB before the young collections below),
+  // 104-109 MiB with these; CPU the same
+  const tap = new HashTap(s.size, "payload.age");
+  const read = createReadStream(s.path, { start: s.offset, end: s.offset + s.size - 1, highWaterMark: READ });
+  const done = pipeline(read, tap, new AgeDecryptStream(identities), ...rest);
+  done.catch(() => undefined);
   // closing the source (no error: nothing emits one) makes the pipeline tear every stage down
-  return { done, digest: () => (tap ?? checked!).digest(), stop: () => read.destroy() };
+  return { done, digest: () => tap.digest(), stop: () => read.destroy() };
 }
 
+/** age's sealed chunk: 64 KiB of plaintext and its tag. */
+const SEALED = (64 << 10) + 16;
+
 /**
- * The payload read chunk by chunk, each passed on only once its sha256 is the
- * one the signed manifest lists for it: nothing reaches age before its bytes
- * are checked, and the payload is read once. The chunk is read into one
- * buffer kept for the whole payload and handed on in fresh copies of one age
- * chunk and its tag (PIECE, 64 KiB + 16) as the next stage asks (pushing a
- * whole chunk's pieces at once kept them alive
- * across young collections: a 192 MiB restore peaked ~16 MiB higher,
- * test/e2e/restore-memory). A chunk that differs, or a payload cut short,
- * fails (code PAYLOAD_DIGEST: exit 13). Reads are synchronous, 4 MiB at most:
- * on the payload worker, or on the calling thread for a payload under 32 MiB.
+ * A format-7 payload's plaintext: payload.age read a chunk (4 MiB) at a time
+ * into one buffer kept for the whole payload, each chunk's sha256 compared
+ * with the one the signed manifest lists before any of its bytes reaches age,
+ * then its sealed chunks opened where they lie (AgeOpener), one per read of
+ * this stream. The one sealed chunk that straddles two chunks is copied
+ * aside, across the read of the next (64 KiB of each 4 MiB). No view of the
+ * buffer leaves this class: each plaintext is a new buffer, and age is handed
+ * the bytes only for the call that opens them, so refilling the buffer can
+ * not change bytes anything still holds (the ciphertext was copied twice
+ * before: into 64 KiB pieces, then age joined each piece's carried part).
+ * A chunk that differs, or a payload cut short, fails (code PAYLOAD_DIGEST:
+ * exit 13). Reads are synchronous, 4 MiB at most: on the payload worker, or
+ * on the calling thread for a payload under 32 MiB.
  */
-export class CheckedPayload extends Readable {
+export class CheckedPlaintext extends Readable {
   private readonly hold: Buffer;
+  /** a sealed chunk that crosses from one chunk into the next, put together */
+  private readonly carry = Buffer.allocUnsafeSlow(SEALED);
+  private readonly age: AgeOpener;
   private fd: number | null = null;
+  /** chunks read so far; the last one read is in `hold`, from payload offset `start`, `filled` bytes */
   private index = 0;
+  private start = 0;
   private filled = 0;
-  private at = 0;
-  constructor(private readonly s: PayloadSource & { chunks: NonNullable<PayloadSource["chunks"]> }) {
+  /** the payload offset of the next byte age has not taken */
+  private pos = 0;
+  constructor(
+    private readonly s: PayloadSource & { chunks: NonNullable<PayloadSource["chunks"]> },
+    identities: AgeIdentity[],
+  ) {
     super({ highWaterMark: READ });
     this.hold = Buffer.allocUnsafeSlow(Math.min(s.chunks.size, s.size));
+    this.age = new AgeOpener(identities);
   }
   override _read(): void {
     try {
-      if (this.at === this.filled && !this.next()) return;
-      const end = Math.min(this.filled, this.at + PIECE);
-      this.push(Buffer.from(this.hold.subarray(this.at, end)));
-      this.at = end;
+      let plain: Buffer | null;
+      do plain = this.next();
+      while (plain?.length === 0); // an empty final chunk (an empty tar): nothing to pass on
+      this.push(plain);
     } catch (e) {
       this.destroy(e as Error);
     }
   }
-  /** Reads and checks the next chunk; false when the payload has ended (pushed null). */
-  private next(): boolean {
+  /** The next sealed chunk's plaintext, or null at the payload's end. */
+  private next(): Buffer | null {
+    if (!this.age.keyed) this.header();
+    if (this.pos === this.s.size) return (this.age.finish(), null);
+    const len = Math.min(SEALED, this.s.size - this.pos);
+    const plain = this.age.open(this.sealedAt(len), this.pos + len === this.s.size);
+    this.pos += len;
+    return plain;
+  }
+  /** age's header and nonce, from the first chunk (or more, for a header longer than a chunk: copied as it grows). */
+  private header(): void {
+    let head = Buffer.alloc(0);
+    for (;;) {
+      const rest = this.hold.subarray(this.pos - this.start, this.filled);
+      const buf = head.length ? Buffer.concat([head, rest]) : rest;
+      const used = this.age.header(buf, this.index === this.s.chunks.digests.length);
+      if (used !== null) return void (this.pos += used - head.length);
+      head = Buffer.from(buf);
+      this.pos = this.start + this.filled;
+      this.readChunk();
+    }
+  }
+  /** `len` bytes from `pos`: a view of the held chunk when they lie in it, else put together in `carry` across reads. */
+  private sealedAt(len: number): Buffer {
+    if (this.pos === this.start + this.filled) this.readChunk();
+    const at = this.pos - this.start;
+    if (at + len <= this.filled) return this.hold.subarray(at, at + len);
+    // it crosses into the next chunk (or more, were a chunk shorter than a sealed one): put together across the reads
+    for (let got = 0, a = at; ; a = 0) {
+      const n = Math.min(len - got, this.filled - a);
+      this.hold.copy(this.carry, got, a, a + n);
+      got += n;
+      if (got === len) return this.carry.subarray(0, len);
+      this.readChunk();
+    }
+  }
+  /** Reads the next chunk into `hold` and checks its digest against the signed list. */
+  private readChunk(): void {
     const { chunks: c, size, offset } = this.s;
-    if (this.index === c.digests.length) return (this.push(null), false);
+    if (this.index === c.digests.length) throw mismatch(`payload.age: more bytes than its ${c.digests.length} listed chunks`);
     this.fd ??= openSync(this.s.path, "r");
     const start = this.index * c.size;
     const len = Math.min(c.size, size - start);
@@ -114,18 +170,17 @@ export class CheckedPayload extends Readable {
     if (createHash("sha256").update(this.hold.subarray(0, len)).digest("hex") !== c.digests[this.index])
       throw mismatch(`payload.age: digest mismatch in chunk ${this.index + 1} of ${c.digests.length} (not the payload the manifest signed)`);
     this.index++;
+    this.start = start;
     this.filled = len;
-    this.at = 0;
-    return true;
   }
   override _destroy(err: Error | null, cb: (e: Error | null) => void): void {
     if (this.fd !== null) closeSync(this.fd);
     this.fd = null;
     cb(err);
   }
-  /** the signed sha256 once every chunk was read and checked, else "" */
+  /** the signed sha256 once every chunk was read, checked and decrypted, else "" */
   digest(): string {
-    return this.index === this.s.chunks.digests.length && this.at === this.filled ? this.s.chunks.signed : "";
+    return this.index === this.s.chunks.digests.length && this.pos === this.s.size ? this.s.chunks.signed : "";
   }
 }
 

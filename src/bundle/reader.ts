@@ -13,7 +13,7 @@ import { pipeline } from "node:stream/promises";
 import * as tar from "tar-stream";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
-import { AgentbakError, ioErrno, ioError, noKey, verifyError } from "../errors.js";
+import { AgentbakError, ioErrno, ioError, noKey, PayloadMismatch, verifyError } from "../errors.js";
 import { clipName } from "./manifest.js";
 import { plaintext } from "./plaintext.js";
 import { fileChunksSha256 } from "./chunks.js";
@@ -70,7 +70,7 @@ export async function checkPayload(v: VerifiedBundle, progress: Progress = noPro
   // a bundle that lists its chunks' digests is hashed on two threads; one without (written before they were added) in one stream
   const c = v.manifest.payload.chunks;
   if (c ? (await fileChunksSha256(path, at, size, c.size)) !== c.sha256 : (await fileRangeSha256(path, at, size)) !== v.manifest.payload.sha256)
-    throw verifyError("payload.age: digest mismatch (not the payload the manifest signed)");
+    throw new PayloadMismatch("payload.age: digest mismatch (not the payload the manifest signed)");
   counted(size);
   return v;
 }
@@ -143,13 +143,13 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
   } catch (e) {
     if (e instanceof AgentbakError) throw e;
     const err = e as NodeJS.ErrnoException;
-    if (err.code === "PAYLOAD_DIGEST") throw verifyError(err.message);
+    if (err.code === "PAYLOAD_DIGEST") throw new PayloadMismatch(err.message);
     if (err.code === "NO_IDENTITY") throw noKey(`payload.age: ${err.message} (recipients: ${v.manifest.recipients.join(", ")})`);
     // a failed read is the bundle's file; a failed write (or mkdir) is where components were going
     if (ioErrno(err)) throw ioError(err, err.path ?? (err.syscall === "read" || !destDir ? v.layout.path : destDir));
     throw verifyError(`payload: ${err.message}`);
   }
-  if (payloadDigest() !== v.manifest.payload.sha256) throw verifyError("payload.age: changed while being read");
+  if (payloadDigest() !== v.manifest.payload.sha256) throw new PayloadMismatch("payload.age: changed while being read");
   if (tarTap.bytes !== v.manifest.payload.tar_size) throw verifyError(`payload: decompressed to ${tarTap.bytes} bytes, manifest says ${v.manifest.payload.tar_size}`);
   for (const p of expected.keys()) if (!seen.has(p)) throw verifyError(`payload: component ${p} missing`);
   return { components: found };

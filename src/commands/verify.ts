@@ -36,13 +36,16 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
   const ctx = context(opts);
   const b = await ctx.openRef(ref, ctx.agentFilter(opts));
   try {
-    const v = await verifyBundle(b.path, ctx.trust, undefined, opts.progress);
+    const deep = Boolean(opts.identity || process.env.AGENTBAK_IDENTITY || process.env.AGENTBAK_IDENTITY_FILE);
+    // with keys, a payload that lists its chunks' digests (format 7) is read once: each chunk checked as the extraction
+    // below reads it, before it is decrypted; its check is said once that read has ended
+    const v = await verifyBundle(b.path, ctx.trust, undefined, opts.progress, { decrypting: deep });
+    const payload: Check = { name: "payload", ok: true, detail: payloadDetail(v.manifest.payload, v.payloadUnchecked) };
     const checks: Check[] = [
       { name: "signature", ok: true, detail: `signed by ${v.signer.principal} (${v.signer.fingerprint}), namespace agentbak-manifest` },
       { name: "manifest", ok: true, detail: "canonical JSON, schema valid" },
-      { name: "payload", ok: true, detail: payloadDetail(v.manifest.payload) },
+      ...(v.payloadUnchecked ? [] : [payload]),
     ];
-    const deep = Boolean(opts.identity || process.env.AGENTBAK_IDENTITY || process.env.AGENTBAK_IDENTITY_FILE);
     // without keys: every chunk the manifest lists is there with its size (with keys the extraction below reads each
     // one, checks its digest before decrypting it, and the whole component's sha256)
     const chunked = deep ? null : await verifyChunked(v.manifest, b.chunks);
@@ -60,7 +63,9 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
       try {
         // loaded only here: the deep checks bring SQLite, git and the payload's decoders, which a check without keys never uses
         const { extractAndCheck } = await import("../bundle/extract.js");
-        checks.push(...(await extractAndCheck(v, ids, join(tmp, "root"), ctx.trust, b, undefined, opts.progress)).checks);
+        const x = await extractAndCheck(v, ids, join(tmp, "root"), ctx.trust, b, undefined, opts.progress);
+        if (v.payloadUnchecked) checks.push(payload);
+        checks.push(...x.checks);
       } finally {
         removeTree(tmp);
         unregister();
@@ -73,8 +78,8 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
   }
 }
 
-/** What the payload check compared: the chunk digests' root when the manifest lists one, else the whole sha256. */
-function payloadDetail(p: Manifest["payload"]): string {
+/** What the payload check compared: the chunk digests' root when the manifest lists one, else the whole sha256; `asRead`: each chunk as it was decrypted. */
+function payloadDetail(p: Manifest["payload"], asRead?: boolean): string {
   const what = p.chunks ? `sha256 of each ${p.chunks.size >> 20} MiB chunk (root ${p.chunks.sha256.slice(0, 16)}…)` : `sha256 ${p.sha256.slice(0, 16)}…`;
-  return `${what} matches, ${p.size} bytes`;
+  return `${what} matches, ${p.size} bytes${asRead ? ", each chunk checked as it was read, before it was decrypted" : ""}`;
 }

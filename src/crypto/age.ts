@@ -274,92 +274,134 @@ export class AgeEncryptStream extends Transform {
 }
 
 /**
- * A Transform that decrypts an age file with `identities`. Errors (stream
- * 'error'): `not an age v1 file`, `no identity matched any of the file's
- * recipients` (code NO_IDENTITY), `invalid header MAC`, `payload chunk N failed
- * authentication`, `truncated age payload`, `trailing data after final chunk`.
+ * age decryption in steps, for a reader that holds the file's bytes itself:
+ * the header (with the payload nonce), then each sealed chunk opened where it
+ * lies. Each plaintext is a new buffer (node's decipher writes into none of
+ * the caller's): nothing handed in is referenced once a call returns. Errors
+ * (thrown): `not an age v1 file`, `no identity matched any of the file's
+ * recipients` (code NO_IDENTITY), `invalid header MAC`, `payload chunk N
+ * failed authentication`, `truncated age payload`, `trailing data after
+ * final chunk`.
  */
-export class AgeDecryptStream extends Transform {
-  private buf: Buffer = Buffer.alloc(0);
+export class AgeOpener {
   private key: Buffer | null = null;
   private counter = 0;
   private done = false;
 
-  constructor(private readonly identities: AgeIdentity[]) {
+  constructor(private readonly identities: AgeIdentity[]) {}
+
+  /** the header was read and a file key unwrapped */
+  get keyed(): boolean {
+    return this.key !== null;
+  }
+
+  /**
+   * Reads the header and the payload nonce at the start of `buf`.
+   * @param final no byte follows `buf` in the file
+   * @returns the bytes they took, or null when more are needed (never when `final`)
+   */
+  header(buf: Buffer, final: boolean): number | null {
+    let h: ReturnType<typeof parseHeader>;
+    try {
+      h = parseHeader(buf);
+    } catch (e) {
+      throw ageError((e as Error).message);
+    }
+    if (!h || buf.length < h.length + 16) {
+      if (final) throw ageError("truncated age header");
+      return null;
+    }
+    let fileKey: Buffer | null;
+    try {
+      fileKey = unwrapFileKey(h.stanzas, this.identities);
+    } catch (e) {
+      throw ageError((e as Error).message);
+    }
+    if (!fileKey) throw ageError("no identity matched any of the file's recipients", "NO_IDENTITY");
+    const mac = createHmac("sha256", hkdf(fileKey, Buffer.alloc(0), "header")).update(h.macInput).digest();
+    if (!timingSafeEqual(mac, h.mac)) throw ageError("invalid header MAC");
+    this.key = hkdf(fileKey, buf.subarray(h.length, h.length + 16), "payload");
+    return h.length + 16;
+  }
+
+  /**
+   * Opens the next sealed chunk (64 KiB + 16, or the shorter last one).
+   * @param end nothing follows it in the file: it may be the final chunk
+   */
+  open(sealed: Buffer, end: boolean): Buffer {
+    if (this.done) throw ageError("trailing data after final chunk");
+    let plain = end ? openOnce(this.key!, chunkNonce(this.counter, true), sealed) : null;
+    if (plain) this.done = true;
+    else {
+      plain = openOnce(this.key!, chunkNonce(this.counter, false), sealed);
+      if (!plain || plain.length < CHUNK) throw ageError(`payload chunk ${this.counter} failed authentication`);
+    }
+    if (this.done && plain.length === 0 && this.counter > 0) throw ageError("empty final chunk");
+    this.counter++;
+    return plain;
+  }
+
+  /** At the file's end. @throws Error `truncated age payload` when its final chunk was not opened */
+  finish(): void {
+    if (!this.done) throw ageError("truncated age payload");
+  }
+}
+
+function ageError(msg: string, code?: string): Error {
+  const e = new Error(msg) as NodeJS.ErrnoException;
+  if (code) e.code = code;
+  return e;
+}
+
+/** A Transform that decrypts an age file with `identities` (AgeOpener's steps; its errors as the stream's 'error'). */
+export class AgeDecryptStream extends Transform {
+  private buf: Buffer = Buffer.alloc(0);
+  private readonly age: AgeOpener;
+
+  constructor(identities: AgeIdentity[]) {
     super();
+    this.age = new AgeOpener(identities);
   }
 
-  private fail(msg: string, code?: string): Error {
-    const e = new Error(msg) as NodeJS.ErrnoException;
-    if (code) e.code = code;
-    return e;
-  }
-
-  private openChunk(sealed: Buffer, last: boolean): Buffer | null {
-    return openOnce(this.key!, chunkNonce(this.counter, last), sealed);
-  }
-
-  private drain(final: boolean): Error | null {
-    if (!this.key) {
-      let h: ReturnType<typeof parseHeader>;
-      try {
-        h = parseHeader(this.buf);
-      } catch (e) {
-        return this.fail((e as Error).message);
-      }
-      if (!h) return final ? this.fail("truncated age header") : null;
-      if (this.buf.length < h.length + 16) return final ? this.fail("truncated age header") : null;
-      let fileKey: Buffer | null;
-      try {
-        fileKey = unwrapFileKey(h.stanzas, this.identities);
-      } catch (e) {
-        return this.fail((e as Error).message);
-      }
-      if (!fileKey) return this.fail("no identity matched any of the file's recipients", "NO_IDENTITY");
-      const mac = createHmac("sha256", hkdf(fileKey, Buffer.alloc(0), "header")).update(h.macInput).digest();
-      if (!timingSafeEqual(mac, h.mac)) return this.fail("invalid header MAC");
-      this.key = hkdf(fileKey, this.buf.subarray(h.length, h.length + 16), "payload");
-      this.buf = this.buf.subarray(h.length + 16);
+  private drain(final: boolean): void {
+    if (!this.age.keyed) {
+      const used = this.age.header(this.buf, final);
+      if (used === null) return;
+      this.buf = this.buf.subarray(used);
     }
     const sealedSize = CHUNK + TAG;
+    // a whole sealed chunk is kept until a byte after it arrives (or the file ends): only then is it known not to be the last
     while (this.buf.length > sealedSize || (final && this.buf.length > 0)) {
-      if (this.done) return this.fail("trailing data after final chunk");
       const take = Math.min(sealedSize, this.buf.length);
-      const sealed = this.buf.subarray(0, take);
-      const isTail = take === this.buf.length;
-      let plain = isTail && final ? this.openChunk(sealed, true) : null;
-      if (plain) this.done = true;
-      else {
-        plain = this.openChunk(sealed, false);
-        if (!plain) return this.fail(`payload chunk ${this.counter} failed authentication`);
-        if (plain.length < CHUNK) return this.fail(`payload chunk ${this.counter} failed authentication`);
-      }
-      if (this.done && plain.length === 0 && this.counter > 0) return this.fail("empty final chunk");
-      this.counter++;
+      const plain = this.age.open(this.buf.subarray(0, take), final && take === this.buf.length);
       this.buf = this.buf.subarray(take);
       this.push(plain); // each chunk as it is (concatenating them would copy every byte once more)
     }
-    if (final && !this.done) return this.fail("truncated age payload");
-    return null;
+    if (final) this.age.finish();
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
-    const sealedSize = CHUNK + TAG;
-    const need = sealedSize - this.buf.length;
-    if (this.key && this.buf.length > 0 && chunk.length > need) {
-      // the carried part of a chunk is completed from this one (a copy of at most one chunk) and opened: more
-      // bytes follow it, so it is not the last; the rest is opened where it lies instead of being appended
-      if (this.done) return cb(this.fail("trailing data after final chunk"));
-      const plain = this.openChunk(Buffer.concat([this.buf, chunk.subarray(0, need)]), false);
-      if (!plain || plain.length < CHUNK) return cb(this.fail(`payload chunk ${this.counter} failed authentication`));
-      this.counter++;
-      this.push(plain);
-      this.buf = chunk.subarray(need);
-    } else this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
-    cb(this.drain(false));
+    try {
+      const need = CHUNK + TAG - this.buf.length;
+      if (this.age.keyed && this.buf.length > 0 && chunk.length > need) {
+        // the carried part of a chunk is completed from this one (a copy of at most one chunk) and opened: more
+        // bytes follow it, so it is not the last; the rest is opened where it lies instead of being appended
+        this.push(this.age.open(Buffer.concat([this.buf, chunk.subarray(0, need)]), false));
+        this.buf = chunk.subarray(need);
+      } else this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+      this.drain(false);
+      cb();
+    } catch (e) {
+      cb(e as Error);
+    }
   }
 
   override _flush(cb: TransformCallback): void {
-    cb(this.drain(true));
+    try {
+      this.drain(true);
+      cb();
+    } catch (e) {
+      cb(e as Error);
+    }
   }
 }

@@ -15,6 +15,7 @@ import { describeDifference, type RuntimeDifference } from "../bundle/runtime.js
 import { restoreSources } from "../bundle/sources.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
+import { PayloadMismatch } from "../errors.js";
 import { checkCredentials } from "../state/secrets/credentials.js";
 import { driverFor, type Throwaway } from "../state/sources/index.js";
 import { foreignKeyCheck, openDefensive, userVersion, vec0Dimensions } from "../state/sqlite/open.js";
@@ -28,7 +29,8 @@ type Db = { name: string; path: string };
  * Extracts and checks the bundle into `root` (reading the identities as it
  * starts), recording each of its checks.
  * @returns what landed where, or null when extraction failed (recorded as the check "extract")
- * @throws AgentbakError(12) when no identity decrypts it: the drill can not run
+ * @throws AgentbakError(12) when no identity decrypts it, PayloadMismatch (13) when its payload is not the signed one:
+ *   the drill can not run
  */
 export async function extractInto(v: VerifiedBundle, identities: () => AgeIdentity[], root: string, trust: Trust, from: { links: LinkSource; chunks?: ChunkSource | null }, log: CheckLog, progress?: Progress): Promise<Extracted | null> {
   let x: Extracted;
@@ -36,7 +38,8 @@ export async function extractInto(v: VerifiedBundle, identities: () => AgeIdenti
     x = await extractAndCheck(v, identities(), root, trust, from, undefined, progress);
   } catch (e) {
     const err = e as { code?: number; message: string };
-    if (err.code === 12) throw e;
+    // no key, or a bundle whose own payload is not the signed one (checked as it is decrypted): the drill can not run
+    if (err.code === 12 || e instanceof PayloadMismatch) throw e;
     log.add({ scenario: "restore", name: "extract", ok: false, severity: "error", detail: err.message });
     return null;
   }

@@ -6,7 +6,7 @@ import { execa } from "execa";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { BIN, json, makeAgent, type TestAgent } from "../helpers.js";
+import { BIN, json, makeAgent, ROOT, type TestAgent } from "../helpers.js";
 import { fileChunksSha256 } from "../../src/bundle/chunks.js";
 import { readChunk, readChunkSync, Truncated, type ChunkJob } from "../../src/bundle/chunk-table.js";
 import { closeSync, openSync, readSync } from "node:fs";
@@ -102,6 +102,50 @@ describe("payload chunk digests", () => {
     expect((db.prepare("SELECT count(*) AS n, sum(length(body)) AS bytes FROM attachments").get() as any)).toEqual({ n: 48, bytes: 48 << 20 });
     db.close();
   }, 120_000);
+
+  it("verify --identity and drill read the payload once, each chunk checked as it is decrypted; a flipped byte is still 13 naming the chunk", async () => {
+    // every read of every thread of one run, in files of their own per thread: the bytes read from `bundle`
+    const traced = async (name: string, args: string[], bundle: string) => {
+      const dir = join(a.tmp, `strace-${name}`);
+      mkdirSync(dir);
+      const s = await execa("strace", ["-ff", "-qq", "-y", "-s", "0", "-e", "trace=read,pread64,readv,preadv", "-o", join(dir, "t"), process.execPath, BIN, ...args], { cwd: a.dir, env: { ...a.env, NO_COLOR: "1" }, reject: false, stdin: "ignore" });
+      let bytes = 0;
+      for (const f of readdirSync(dir))
+        for (const line of readFileSync(join(dir, f), "utf8").split("\n")) if (line.includes(`<${bundle}>`)) bytes += Math.max(0, Number(/= (-?\d+)$/.exec(line)?.[1] ?? 0));
+      return { code: s.exitCode, stdout: String(s.stdout), stderr: String(s.stderr), bytes };
+    };
+    const spec = join(ROOT, "drills", "checks-only.json");
+    const v = await traced("verify", ["verify", file, "--identity", a.identity, "--json"], file);
+    expect(v.code, v.stderr).toBe(0);
+    // the payload once and the header: twice the payload before (its digest in a pass of its own, then decrypting it)
+    expect(v.bytes).toBeGreaterThanOrEqual(m.payload.size);
+    expect(v.bytes).toBeLessThan(m.payload.size + (1 << 20));
+    const checks = JSON.parse(v.stdout).checks as { name: string; detail: string }[];
+    expect(checks.slice(0, 4).map((c) => c.name)).toEqual(["signature", "manifest", "payload", "components"]);
+    expect(checks[2]!.detail).toMatch(/^sha256 of each 4 MiB chunk \(root [0-9a-f]{16}…\) matches, \d+ bytes, each chunk checked as it was read, before it was decrypted$/);
+    const d = await traced("drill", ["drill", file, "--spec", spec, "--identity", a.identity, "--no-report", "--json"], file);
+    expect([0, 3], d.stderr).toContain(d.code);
+    expect(d.bytes).toBeGreaterThanOrEqual(m.payload.size);
+    expect(d.bytes).toBeLessThan(m.payload.size + (1 << 20));
+    expect(JSON.parse(d.stdout).checks.find((c: any) => c.name === "components").ok).toBe(true);
+    // a flipped byte in a middle chunk: found as it is read, before age sees it; the drill can not run (13), as when
+    // the payload was hashed in a pass of its own, and its log says nothing passed
+    const b = readFileSync(file);
+    const n = Math.ceil(m.payload.size / CHUNK);
+    const payloadAt = b.length - 1024 - Math.ceil(m.payload.size / 512) * 512;
+    const flipped = join(a.tmp, "flipped-deep.agentbak");
+    const x = Buffer.from(b);
+    x[payloadAt + 5 * CHUNK + 100]! ^= 0x40;
+    writeFileSync(flipped, x);
+    const message = `payload.age: digest mismatch in chunk 6 of ${n} (not the payload the manifest signed)`;
+    const bad = await a.run(["verify", flipped, "--identity", a.identity]);
+    expect(bad.code, bad.stderr).toBe(13);
+    expect(bad.stderr.trim()).toBe(`agentbak: ${message}`);
+    const badDrill = await a.run(["drill", flipped, "--spec", spec, "--identity", a.identity, "--no-report", "--json"]);
+    expect(badDrill.code, badDrill.stderr).toBe(13);
+    expect(badDrill.stdout + badDrill.stderr).toContain(message);
+    expect(badDrill.stdout).not.toMatch(/"ok":\s*true/);
+  }, 180_000);
 
   it("a signed list that does not add up to the signed root, or one in a format-6 manifest, is refused (13) before any chunk is read", async () => {
     const bad = [

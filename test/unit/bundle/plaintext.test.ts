@@ -7,6 +7,9 @@
  * of about 1 MiB, moved, sent only while the reader has given credit, then
  * the digest, or the error with its code. (Starting the worker itself needs
  * dist/: test/e2e/restore.test.ts runs both with AGENTBAK_PAYLOAD_WORKER.)
+ * And a format-7 payload (CheckedPlaintext): every chunk checked against its
+ * listed digest before age sees it, at chunk sizes that cut age's header and
+ * sealed chunks every way.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
@@ -17,12 +20,13 @@ import { join } from "node:path";
 import { buffer } from "node:stream/consumers";
 import { MessageChannel } from "node:worker_threads";
 import { generateIdentity, type AgeIdentity } from "../../../src/crypto/age.js";
-import { plaintext, serveWorker, type PayloadSource } from "../../../src/bundle/plaintext.js";
+import { CheckedPlaintext, plaintext, serveWorker, type PayloadSource } from "../../../src/bundle/plaintext.js";
 
 let tmp: string;
 let id: AgeIdentity;
 let src: PayloadSource;
 let ageBytes: Buffer;
+let zstBytes: Buffer;
 const plain = Buffer.concat([createCipheriv("aes-128-ctr", Buffer.alloc(16, 5), Buffer.alloc(16)).update(Buffer.alloc(2 << 20)), Buffer.from("state ".repeat(200_000))]);
 const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
@@ -30,7 +34,9 @@ beforeAll(() => {
   tmp = mkdtempSync(join(tmpdir(), "agentbak-plaintext-"));
   id = generateIdentity();
   writeFileSync(join(tmp, "plain"), plain);
-  ageBytes = execFileSync("sh", ["-c", `zstd -q -c plain | age -r ${id.recipient}`], { cwd: tmp, maxBuffer: 64 << 20 });
+  zstBytes = execFileSync("zstd", ["-q", "-c", "plain"], { cwd: tmp, maxBuffer: 64 << 20 });
+  writeFileSync(join(tmp, "plain.zst"), zstBytes);
+  ageBytes = execFileSync("age", ["-r", id.recipient, "plain.zst"], { cwd: tmp, maxBuffer: 64 << 20 });
   // the payload sits inside a bigger file, as payload.age does in a bundle
   writeFileSync(join(tmp, "bundle"), Buffer.concat([Buffer.alloc(2048, 1), ageBytes, Buffer.alloc(1024, 2)]));
   src = { path: join(tmp, "bundle"), offset: 2048, size: ageBytes.length, tarSize: plain.length };
@@ -131,5 +137,68 @@ describe("serveWorker, the worker's side", () => {
     } finally {
       s.close();
     }
+  });
+});
+
+describe("a format-7 payload: checked chunk by chunk as it is decrypted (CheckedPlaintext)", () => {
+  /** the payload's chunk list for chunks of `size` bytes, as the signed manifest has it */
+  const listed = (bytes: Buffer, size: number) => {
+    const digests: string[] = [];
+    for (let at = 0; at < bytes.length; at += size) digests.push(sha(bytes.subarray(at, at + size)));
+    return { size, digests, signed: sha(bytes) };
+  };
+  /** every piece kept until the end, then joined: a piece that was a view of the reader's buffer would have changed */
+  const all = async (r: CheckedPlaintext) => {
+    const pieces: Buffer[] = [];
+    for await (const p of r) pieces.push(p as Buffer);
+    return { pieces, bytes: Buffer.concat(pieces) };
+  };
+  const age = (chunkSize: number, patch: (b: Buffer) => void = () => undefined) => {
+    const bytes = Buffer.from(ageBytes);
+    patch(bytes);
+    const path = join(tmp, `checked-${chunkSize}`);
+    writeFileSync(path, Buffer.concat([Buffer.alloc(512, 3), bytes]));
+    return new CheckedPlaintext({ path, offset: 512, size: bytes.length, tarSize: plain.length, chunks: listed(ageBytes, chunkSize) }, [id]);
+  };
+
+  // 4 MiB (the payload in one chunk); one sealed chunk exactly; cuts inside sealed chunks; chunks shorter than a sealed
+  // one; chunks shorter than age's header (~200 bytes: the header is put together across chunks)
+  it.each([4 << 20, 65552, 100_000, 65551, 40_000, 777, 97])("chunks of %i bytes: age's plaintext whole, each piece its own, the signed digest at the end", async (size) => {
+    expect(ageBytes.length).toBeGreaterThan(3 * 65552);
+    const r = age(size);
+    const { pieces, bytes } = await all(r);
+    expect(bytes.equals(zstBytes)).toBe(true);
+    // one sealed chunk per piece: 64 KiB, the last shorter
+    expect(pieces.slice(0, -1).every((p) => p.length === 64 << 10)).toBe(true);
+    expect(r.digest()).toBe(sha(ageBytes));
+  });
+
+  it("a byte changed in a chunk is the chunk's digest mismatch (age never sees it), at any size", async () => {
+    for (const [size, at] of [[100_000, 250_000], [97, 5], [4 << 20, ageBytes.length - 1]] as const) {
+      const e = await all(age(size, (b) => (b[at]! ^= 1))).then(() => null, (x: NodeJS.ErrnoException) => x);
+      const n = Math.ceil(ageBytes.length / size);
+      expect([e?.code, e?.message]).toEqual(["PAYLOAD_DIGEST", `payload.age: digest mismatch in chunk ${Math.floor(at / size) + 1} of ${n} (not the payload the manifest signed)`]);
+    }
+  });
+
+  it("a payload cut short is named as such; a wrong identity is NO_IDENTITY, after the first chunk's check", async () => {
+    const path = join(tmp, "checked-short");
+    writeFileSync(path, ageBytes.subarray(0, 150_000));
+    const short = new CheckedPlaintext({ path, offset: 0, size: ageBytes.length, tarSize: plain.length, chunks: listed(ageBytes, 100_000) }, [id]);
+    const e = await all(short).then(() => null, (x: NodeJS.ErrnoException) => x);
+    expect([e?.code, e?.message]).toEqual(["PAYLOAD_DIGEST", `payload.age: ends inside chunk 2 of ${Math.ceil(ageBytes.length / 100_000)} (truncated)`]);
+    const whole = join(tmp, "checked-whole");
+    writeFileSync(whole, ageBytes);
+    const none = await all(new CheckedPlaintext({ path: whole, offset: 0, size: ageBytes.length, tarSize: plain.length, chunks: listed(ageBytes, 100_000) }, [generateIdentity()])).then(() => null, (x: NodeJS.ErrnoException) => x);
+    expect(none?.code).toBe("NO_IDENTITY");
+  });
+
+  it("through plaintext(): the decompressed bytes and the signed digest", async () => {
+    const path = join(tmp, "checked-plain");
+    writeFileSync(path, ageBytes);
+    const s7: PayloadSource = { path, offset: 0, size: ageBytes.length, tarSize: plain.length, chunks: listed(ageBytes, 100_000) };
+    const p = plaintext(s7, [id]);
+    expect((await buffer(p.stream)).equals(plain)).toBe(true);
+    expect(p.digest()).toBe(sha(ageBytes));
   });
 });
