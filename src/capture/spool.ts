@@ -85,6 +85,6 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
   downUntil.delete(o.location);
   const f = await settleSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey }, receipt, o.idempotencyKey);
   if (f instanceof Error) receipt.warnings.push(`spooled snapshots of ${a.tenant}/${a.agent} not uploaded yet: ${f.message}`);
-  else for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside (not uploaded, not deleted) in ${q.path}: ${q.problem}`);
+  else for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside ${q.earlier ? "by an earlier run " : ""}(not uploaded, not deleted) in ${q.path}: ${q.problem}`);
   return receipt;
 }

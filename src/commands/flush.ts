@@ -1,6 +1,7 @@
 /** `agentbak flush`: upload the bundles spooled while a repository was unreachable. */
 import { Repository } from "../repository/repository.js";
 import { allSpools, flushSpool, openSpool, spools, type FlushResult } from "../repository/spool.js";
+export { markReported } from "../repository/spool.js";
 import { context, type GlobalOpts } from "./context.js";
 
 /**

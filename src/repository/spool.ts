@@ -9,7 +9,10 @@
  * A spooled bundle that does not verify (damaged on this host's disk) is set
  * aside at flush, never deleted: moved to the agent's quarantine folder in the
  * spool with the reason beside it, together with the snapshots built on it;
- * the others still upload. One flush of an agent runs at a time (the spool's
+ * the others still upload. A set-aside bundle is named by every flush until
+ * one has told the operator: its note gets `reported_at` once `flush` has
+ * written its output (a flush killed before that leaves it unreported, and
+ * the next flush names it). One flush of an agent runs at a time (the spool's
  * agent lock): a second waits, then finds what is left.
  *
  * A spool also remembers, per agent, the highest sequence committed in the
@@ -26,6 +29,7 @@ import { isUrl } from "../storage/open.js";
 import { keys, SPOOL_RECORD } from "./layout.js";
 import { Repository, type Snapshot } from "./repository.js";
 import { removeTree } from "../cleanup.js";
+import { crashStep } from "../crashpoint.js";
 import { homePaths } from "../home.js";
 import { notFound } from "../errors.js";
 import { type AgentRef } from "../facts.js";
@@ -38,7 +42,60 @@ export interface FlushResult {
   /** snapshots the remote already held (an earlier flush that died before cleaning up, or another flush) */
   already: string[];
   /** spooled snapshots that do not verify (or build on one that does not): set aside, not uploaded, not deleted */
-  quarantined: { snapshot_id: string; problem: string; path: string }[];
+  quarantined: { snapshot_id: string; problem: string; path: string; earlier?: true }[];
+}
+
+/** A set-aside bundle's note (`quarantine/<id>.problem.json`). */
+interface ProblemNote {
+  snapshot_id: string;
+  problem: string;
+  quarantined_at: string;
+  /** the process that set it aside: while it runs, its own output names the bundle */
+  pid?: number;
+  /** when a flush's output named it: later flushes do not name it again */
+  reported_at?: string;
+}
+
+const NOTE = /^tenants\/([^/]+)\/agents\/([^/]+)\/quarantine\/([^/]+)\.problem\.json$/;
+
+const running = (pid: number | undefined) => {
+  if (!pid || pid === process.pid) return pid === process.pid;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+};
+
+/**
+ * The bundles an earlier run set aside whose notes no output has named yet (that run was killed before it
+ * reported, or was a backup): what flush names again, as `earlier`.
+ */
+async function unreported(spool: Repository, o: { tenant?: string; agent?: string }): Promise<FlushResult["quarantined"]> {
+  const out: FlushResult["quarantined"] = [];
+  for (const k of (await spool.store.list("tenants/")).sort()) {
+    const m = NOTE.exec(k);
+    if (!m || (o.tenant && m[1] !== o.tenant) || (o.agent && m[2] !== o.agent)) continue;
+    const n = await spool.readJson<ProblemNote>(k);
+    if (!n || n.reported_at || running(n.pid)) continue;
+    const bundle = keys.quarantine({ tenant: m[1]!, agent: m[2]! }, m[3]!);
+    const kept = await spool.store.head(bundle);
+    out.push({ snapshot_id: n.snapshot_id ?? m[3], problem: n.problem ?? "(no reason recorded)", path: `${spool.location}/${kept ? bundle : k}`, earlier: true });
+  }
+  return out;
+}
+
+/** Marks in their notes that `f`'s set-aside bundles were named to the operator: later flushes do not repeat them. */
+export async function markReported(f: FlushResult): Promise<void> {
+  if (!f.quarantined.length) return;
+  const spool = await Repository.open(f.spool);
+  const at = new Date().toISOString();
+  for (const q of f.quarantined) {
+    const rel = q.path.slice(f.spool.length + 1).replace(/\.agentbak$/, ".problem.json");
+    const n = await spool.readJson<ProblemNote>(rel);
+    if (n && !n.reported_at) await spool.writeJson(rel, { ...n, reported_at: at });
+  }
 }
 
 /** Whether backups to `location` spool when it can not be reached: object storage, not a folder. */
@@ -86,6 +143,7 @@ export async function allSpools(home: string): Promise<{ remote: string; spool: 
 export async function flushSpool(spool: Repository, remote: Repository, trust: Trust, o: { tenant?: string; agent?: string; signingKey: SigningKey | null; waitMs?: number }): Promise<FlushResult> {
   spool.refresh();
   const res: FlushResult = { remote: remote.location, spool: spool.location, flushed: [], already: [], quarantined: [] };
+  res.quarantined.push(...(await unreported(spool, o)));
   const waiting = await spool.list(trust, {});
   await bindRemote(spool, remote, waiting.length);
   const agents = new Map<string, AgentRef>();
@@ -160,10 +218,11 @@ async function quarantine(spool: Repository, s: Snapshot, problem: string): Prom
     removeTree(tmp);
   }
   const note = keys.quarantineNote(a, s.snapshot_id);
-  await spool.writeJson(note, { snapshot_id: s.snapshot_id, problem, quarantined_at: new Date().toISOString() });
+  await spool.writeJson(note, { snapshot_id: s.snapshot_id, problem, quarantined_at: new Date().toISOString(), pid: process.pid } satisfies ProblemNote);
   for (const k of await spool.store.list(keys.idempotencyRecords(a, "backup")))
     if ((await spool.readJson<{ snapshot_id?: string }>(k))?.snapshot_id === s.snapshot_id) await spool.store.delete(k);
   await spool.remove(s);
+  crashStep("flush-set-aside");
   return { snapshot_id: s.snapshot_id, problem, path: `${spool.location}/${kept ? key : note}` };
 }
 

@@ -54,11 +54,15 @@ export function requests(list: RequestStatus[]): void {
   table(["REQUEST", "STATUS", "SNAPSHOT", "ASKED", "BY", "REASON"], list.map((r) => [r.request_id, r.status, r.snapshot_id, r.requested_at, r.requested_by, r.reason.slice(0, 60)]));
 }
 
+/** One set-aside spooled bundle, as flush and backup name it. */
+export const setAside = (q: FlushResult["quarantined"][number]) =>
+  `spooled snapshot ${q.snapshot_id} does not verify, set aside ${q.earlier ? "by an earlier run that did not report it " : ""}(not uploaded, not deleted) in ${q.path}: ${q.problem}`;
+
 export function flushed(list: FlushResult[]): void {
   if (!list.length) ok("nothing spooled");
   for (const f of list) {
     ok(`${f.flushed.length} spooled snapshot(s) uploaded to ${f.remote}${f.already.length ? `, ${f.already.length} already there` : ""} (spool ${f.spool})`);
-    for (const q of f.quarantined) warn(`spooled snapshot ${q.snapshot_id} does not verify, set aside (not uploaded, not deleted) in ${q.path}: ${q.problem}`);
+    for (const q of f.quarantined) warn(setAside(q));
   }
 }
 

@@ -517,6 +517,33 @@ describe.skipIf(!endpoint)("[E10] the spool: a damaged bundle is set aside, the 
     const audit = String(await (await storeAt(repo)).get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
     for (const id of ids) expect(audit.filter((e) => e.event === "copy" && e.snapshot_id === id).length, id).toBe(1);
   });
+
+  it("[E10] a flush killed (SIGKILL) right after it set a damaged bundle aside: the next flush names it (escaped, 3), the later ones upload once; then it is not repeated", async () => {
+    const ids = await offline(3);
+    const victim = ids[1]!;
+    flipByte(join(spoolRoot(), SNAPS, `${victim}.agentbak`), -3000);
+    const killed = await a.run(["flush", "--json"], { ...up(), AGENTBAK_CRASH_STEP: "flush-set-aside" });
+    expect(killed.code, killed.stderr).toBe(-1); // killed by the signal: no exit code, nothing reported
+    expect(killed.stdout).toBe("");
+    const note = join(spoolRoot(), "tenants/acme/agents/billing-agent/quarantine", `${victim}.problem.json`);
+    // agent-controlled text can reach the note's reason (a bundle's own words): never raw on the terminal
+    writeFileSync(note, JSON.stringify({ ...JSON.parse(readFileSync(note, "utf8")), problem: "digest mismatch \x1b[31mred\u202e" }));
+    const next = await a.run(["flush"], up());
+    expect(next.code, next.stderr).toBe(3);
+    expect(next.stderr).toContain(`spooled snapshot ${victim} does not verify, set aside by an earlier run that did not report it (not uploaded, not deleted)`);
+    expect(next.stderr).toContain("digest mismatch \\x1b[31mred\\u202e");
+    expect(next.stderr).not.toMatch(/[\x1b\u202e]/);
+    expect(next.stdout + next.stderr).toMatch(/[12] spooled snapshot\(s\) uploaded/);
+    expect(JSON.parse(readFileSync(note, "utf8")).reported_at).toEqual(expect.any(String));
+    const commits = ((await (await storeAt(repo)).list(`${SNAPS}/`)) as string[]).filter((k) => k.endsWith(".commit"));
+    for (const id of [ids[0]!, ids[2]!]) expect(commits.filter((k) => k.includes(id)).length, id).toBe(1);
+    expect(await remote()).not.toContain(victim);
+    expect(spooled()).toEqual([]);
+    // named once: the flush after says nothing of it
+    const after = await a.run(["flush", "--json"], up());
+    expect(after.code, after.stderr).toBe(0);
+    expect(json(after)).toEqual([expect.objectContaining({ flushed: [], quarantined: [] })]);
+  });
 });
 
 /** One HTTP request over a real socket with exactly these headers (fetch does not let a caller set Host). */
