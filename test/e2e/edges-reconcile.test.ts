@@ -176,7 +176,7 @@ describe("[E3] reconciliation is per operation, never per key", () => {
     const script = join(a.tmp, "wide-probe.mjs");
     // 30 000 characters fit under 65 536 when characters are counted; the bytes (90 000) do not
     writeFileSync(script, `process.stdout.write(JSON.stringify({ state: "completed", receipt: "\\u20ac".repeat(30000) }));`);
-    const cmd = configVariant("e3-wide-command", (c) => (c.reconcile.probe = { command: ["node", script] }));
+    const cmd = configVariant("e3-wide-command", (c) => ((c.reconcile.probe = { command: ["node", script] }), (c.reconcile.timeoutSeconds = 20))); // not a test of time: every key asked however slow node starts
     const t = await restore("e3-wide-command");
     const r = await a.run(["reconcile", "--target", t, "-c", cmd, "--json"]);
     expect(r.code, r.stderr).toBe(EXIT.warnings);
@@ -220,7 +220,7 @@ describe("[E3] reconciliation is per operation, never per key", () => {
     // a command probe printing more than 64 KiB: the same
     const script = join(a.tmp, "big-probe.mjs");
     writeFileSync(script, `process.stdout.write(JSON.stringify({ state: "completed", receipt: "r", pad: "C".repeat(100 * 1024) }));`);
-    const cmd = configVariant("e3-big-command", (c) => (c.reconcile.probe = { command: ["node", script] }));
+    const cmd = configVariant("e3-big-command", (c) => ((c.reconcile.probe = { command: ["node", script] }), (c.reconcile.timeoutSeconds = 20))); // not a test of time: every key asked however slow node starts
     const t2 = await restore("e3-large-command");
     const r2 = await a.run(["reconcile", "--target", t2, "-c", cmd, "--json"]);
     expect(r2.code, r2.stderr).toBe(EXIT.warnings);

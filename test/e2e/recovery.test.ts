@@ -248,7 +248,9 @@ describe("restore -> reconcile -> activate", () => {
        else if (n === "3") console.log("hello");
        else process.exit(7);`,
     );
-    const cfg = patchConfig(a, (c) => (c.reconcile.probe = { command: ["node", script] }), join(a.tmp, "command-probe.json"));
+    // not a test of time: a whole reconcile (4 keys, retries of the unknown ones, a node start each) may take
+    // longer than the suite's 1 s × attempts on a loaded machine, and keys not asked in time would be "not asked"
+    const cfg = patchConfig(a, (c) => ((c.reconcile.probe = { command: ["node", script] }), (c.reconcile.timeoutSeconds = 20)), join(a.tmp, "command-probe.json"));
     const t = join(a.tmp, "t5");
     await a.run(["restore", "latest", "--target", t, "--yes"]);
     const r = await a.run(["reconcile", "--target", t, "-c", cfg, "--json"]);
