@@ -24,8 +24,14 @@ function loaded(): Set<string> {
   const specs: string[] = [];
   const meta = JSON.parse(read("dist/packed-meta.json")) as Meta;
   for (const o of Object.values(meta.outputs)) specs.push(...o.imports.filter((i) => i.external).map((i) => i.path));
-  for (const f of readdirSync(join(ROOT, "dist/packed")).filter((f) => f.endsWith(".js")))
-    specs.push(...[...read(`dist/packed/${f}`).matchAll(/createRequire\(import\.meta\.url\)\("([^"]+)"\)/g)].map((m) => m[1]!));
+  for (const f of readdirSync(join(ROOT, "dist/packed")).filter((f) => f.endsWith(".js"))) {
+    const text = read(`dist/packed/${f}`);
+    specs.push(...[...text.matchAll(/createRequire\(import\.meta\.url\)\("([^"]+)"\)/g)].map((m) => m[1]!));
+    // a require made once (`var require2 = createRequire(import.meta.url)`; the pack's banner's own is __agentbakRequire),
+    // then called or asked to resolve: `require2("@aws-sdk/client-s3")`, `require2.resolve("@aws-sdk/lib-storage")`
+    for (const [, name] of text.matchAll(/\b(?:var|const|let) (\w+) = createRequire\(import\.meta\.url\)/g))
+      specs.push(...[...text.matchAll(new RegExp(`\\b${name}(?:\\.resolve)?\\("([^"]+)"\\)`, "g"))].map((m) => m[1]!));
+  }
   for (const f of readdirSync(join(ROOT, "fixtures/agent")).filter((f) => f.endsWith(".js")))
     specs.push(...[...read(`fixtures/agent/${f}`).matchAll(/^import .* from "([^".][^"]*)";$/gm)].map((m) => m[1]!));
   return new Set(specs.filter((s) => !isBuiltin(s)).map(packageOf));
