@@ -92,26 +92,25 @@ async function connect(url: string): Promise<pg.Client> {
  */
 async function countRows(c: pg.Client, schemas: string[], lockTimeout?: string): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
-  for (const t of (await c.query<{ schema: string; table: string }>(USER_TABLES, [schemas])).rows) {
-    const rel = `${ident(t.schema)}.${ident(t.table)}`;
+  /** `sql` on `what` (a table or sequence, quoted) under the session's lock_timeout. @throws AgentbakError(11) naming it when its lock was not granted */
+  const underLock = async (what: string, sql: string) => {
     try {
-      out[`${t.schema}.${t.table}`] = Number((await c.query(`SELECT count(*) AS n FROM ${rel}`)).rows[0].n);
+      return await c.query(sql);
     } catch (e) {
-      if ((e as { code?: string }).code === LOCK_NOT_AVAILABLE) throw lockedError(`table ${rel} is locked by another session: not granted within ${lockTimeout} (lockTimeoutSeconds)`);
+      if ((e as { code?: string }).code === LOCK_NOT_AVAILABLE) throw lockedError(`${what} is locked by another session: not granted within ${lockTimeout} (lockTimeoutSeconds)`);
       throw e;
     }
+  };
+  for (const t of (await c.query<{ schema: string; table: string }>(USER_TABLES, [schemas])).rows) {
+    const rel = `${ident(t.schema)}.${ident(t.table)}`;
+    out[`${t.schema}.${t.table}`] = Number((await underLock(`table ${rel}`, `SELECT count(*) AS n FROM ${rel}`)).rows[0].n);
   }
   // pg_dump bounds only its LOCK TABLE of tables, then reads each sequence with no lock timeout: a sequence another
   // session holds (ALTER SEQUENCE ... RENAME in an open transaction) would keep it waiting for ever. Read here under
   // the capture's lock_timeout, each stays share-locked by this transaction until pg_dump has read it.
   for (const q of (await c.query<{ schema: string; seq: string }>(USER_SEQUENCES, [schemas])).rows) {
     const rel = `${ident(q.schema)}.${ident(q.seq)}`;
-    try {
-      await c.query(`SELECT last_value FROM ${rel}`);
-    } catch (e) {
-      if ((e as { code?: string }).code === LOCK_NOT_AVAILABLE) throw lockedError(`sequence ${rel} is locked by another session: not granted within ${lockTimeout} (lockTimeoutSeconds)`);
-      throw e;
-    }
+    await underLock(`sequence ${rel}`, `SELECT last_value FROM ${rel}`);
   }
   return out;
 }
