@@ -112,7 +112,8 @@ export async function serveStdio(service: AgentService, caller: Caller, log: (li
       const nl = chunk.indexOf(10, at);
       const end = nl === -1 ? chunk.length : nl;
       size += end - at;
-      pieces = size > MAX_MESSAGE_BYTES ? [] : [...pieces, chunk.subarray(at, end)];
+      if (size > MAX_MESSAGE_BYTES) pieces = [];
+      else pieces.push(chunk.subarray(at, end));
       if (nl === -1) break;
       if (size > MAX_MESSAGE_BYTES) refuse(-32600, TOO_LARGE);
       else message(Buffer.concat(pieces));
