@@ -96,6 +96,17 @@ export interface TestAgent {
   cleanup(): void;
 }
 
+/** makeAgent({ sizeMb: 1 }) with one committed backup: the set-up most attack files share. @throws naming the backup's exit and stderr when it fails (its folder removed) */
+export async function backedUpAgent(): Promise<TestAgent> {
+  const a = await makeAgent({ sizeMb: 1 });
+  const r = await a.run(["backup"]);
+  if (r.code !== 0) {
+    a.cleanup();
+    throw new Error(`backup exited ${r.code}: ${r.stderr}`);
+  }
+  return a;
+}
+
 /** A fresh agent folder with its own AGENTBAK_HOME (throwaway keys) and an initialised repository. */
 export async function makeAgent(opts: { sizeMb?: number; seed?: number; agentId?: string; tenant?: string } = {}): Promise<TestAgent> {
   const tmp = mkdtempSync(join(tmpdir(), "agentbak-test-"));

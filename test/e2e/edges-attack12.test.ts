@@ -6,7 +6,7 @@ import { execa } from "execa";
 import pg from "pg";
 import { cpSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, makeAgent, secondHome, type TestAgent } from "../helpers.js";
+import { json, backedUpAgent, makeAgent, secondHome, type TestAgent } from "../helpers.js";
 import { patchConfig, server, sql, type Server } from "../sourcekit.js";
 
 const EXIT = { failure: 1, verify: 13, locked: 11, policy: 14 };
@@ -21,8 +21,7 @@ describe("[E13] activate trusts a restore record only in the folder it was resto
     return json(r).generation as number;
   };
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
   }, 120_000);
   afterAll(() => a?.cleanup());
 
@@ -63,8 +62,7 @@ describe("[E5] one generation issued twice by restores that could not reach each
   let a: TestAgent;
   const t = (n: string) => join(a.tmp, n);
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
   }, 120_000);
   afterAll(() => a?.cleanup());
 

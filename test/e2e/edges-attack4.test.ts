@@ -8,7 +8,7 @@ import { execa } from "execa";
 import { execFileSync } from "node:child_process";
 import { cpSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { BIN, json, makeAgent, ROOT, type RunResult, type TestAgent, secondHome } from "../helpers.js";
+import { BIN, json, backedUpAgent, makeAgent, ROOT, type RunResult, type TestAgent, secondHome } from "../helpers.js";
 
 const AGENT_DIR = "tenants/acme/agents/billing-agent";
 
@@ -25,8 +25,7 @@ describe("[E5] a generation log entry that is no regular file is damage (13), no
   const entry = (g: number) => join(a.repo, AGENT_DIR, "generations", `${String(g).padStart(16, "0")}.json`);
 
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
     for (const g of [1, 2]) {
       const r = await a.run(["restore", "latest", "--target", t(`g${g}`), "--yes", "--json"], secondHome(a, `restorer-${g}`));
       expect([0, 3], r.stderr).toContain(r.code);
@@ -67,8 +66,7 @@ describe("[E7] report verify keeps this host's trusted state as audit verify doe
   const drill = () => a.run(["drill", "latest", "--spec", join(ROOT, "drills/checks-only.json"), "--identity", a.identity]);
 
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
   }, 120_000);
   afterAll(() => a?.cleanup());
 

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { request as httpRequest } from "node:http";
 import { join } from "node:path";
 import { api, makeToken, mcpHttp, startServer, tool } from "../agentapi-helpers.js";
-import { closedPort, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
+import { closedPort, json, backedUpAgent, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 
@@ -152,8 +152,7 @@ describe("[E11] statuses the server answers that openapi.json did not list", () 
 describe("[E1] an agent's plan_restore tells nothing of what exists on the server's host", () => {
   let a: TestAgent;
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
   }, 120_000);
   afterAll(() => a?.cleanup());
 
@@ -186,8 +185,7 @@ describe("[E1] an agent's plan_restore tells nothing of what exists on the serve
 describe("[E1] what an agent reads names no folder of the server's host", () => {
   let a: TestAgent;
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
   }, 120_000);
   afterAll(() => a?.cleanup());
 

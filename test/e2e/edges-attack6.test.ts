@@ -8,7 +8,7 @@ import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, st
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { mcpStdio, tool } from "../agentapi-helpers.js";
-import { json, makeAgent, run, type TestAgent } from "../helpers.js";
+import { json, backedUpAgent, makeAgent, run, type TestAgent } from "../helpers.js";
 import { patchConfig, server, sql, type Server } from "../sourcekit.js";
 import { manifestOf } from "../craft.js";
 
@@ -100,8 +100,7 @@ describe("[E6] a restore request's target is restored only where it says", () =>
   let agent: Client;
   const ask = async (target: string) => tool(agent, "request_restore", { snapshot: "latest", reason: "attack6", target });
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
     agent = await mcpStdio(a, ["--tier", "restore-request"]);
   }, 120_000);
   afterAll(async () => {

@@ -10,7 +10,7 @@ import { randomBytes } from "node:crypto";
 import { appendFileSync, copyFileSync, cpSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { createServer, request, type Server } from "node:http";
 import { join } from "node:path";
-import { chunkedAgent, chunkFiles, json, makeAgent, makeBucket, pausedAtStep, run, type TestAgent } from "../helpers.js";
+import { chunkedAgent, chunkFiles, json, backedUpAgent, makeAgent, makeBucket, pausedAtStep, run, type TestAgent } from "../helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 const AGENT_DIR = "tenants/acme/agents/billing-agent";
@@ -205,8 +205,7 @@ describe("[E1] a bundle written over in place by another agent's, under its cata
 describe("[E5] a restore whose target appears while the bundle is extracted", () => {
   let a: TestAgent;
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
   }, 120_000);
   afterAll(() => a?.cleanup());
 

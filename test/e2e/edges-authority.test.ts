@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { json, makeAgent, makeBucket, ROOT, run, storeAt, type TestAgent, secondHome } from "../helpers.js";
+import { json, backedUpAgent, makeAgent, makeBucket, ROOT, run, storeAt, type TestAgent, secondHome } from "../helpers.js";
 import { mcpStdio, tool } from "../agentapi-helpers.js";
 import { nextLine } from "../../dist/crypto/chainlog.js";
 import { generateSigningKey } from "../../dist/crypto/sshsig.js";
@@ -29,8 +29,7 @@ describe("[E5] fencing generations belong to the agent", () => {
   const fence = (target: string, generation: number, env: Record<string, string> = {}) => a.run(["fence", "check", "--target", target, "--generation", String(generation)], env);
 
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
     b = t("repo-b");
     host2 = secondHome(a, "home-2");
   }, 120_000);
@@ -126,8 +125,7 @@ describe("[E5] the generation log: a generation is not lowered from the reposito
   const fence = (target: string, generation: number, env: Record<string, string> = {}) => a.run(["fence", "check", "--target", target, "--generation", String(generation)], { ...freshHost(), ...env });
 
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
     b = t("repo-b");
   }, 120_000);
   afterAll(() => a?.cleanup());
@@ -429,8 +427,7 @@ describe("[E7] the audit log can be verified", () => {
   };
 
   beforeAll(async () => {
-    a = await makeAgent({ sizeMb: 1 });
-    expect((await a.run(["backup"])).code).toBe(0);
+    a = await backedUpAgent();
     expect([0, 3]).toContain((await a.run(["restore", "latest", "--target", join(a.tmp, "t1"), "--yes"])).code);
     log = join(a.repo, AGENT_DIR, "audit.jsonl");
     head = join(a.repo, AGENT_DIR, "audit.head.json");
