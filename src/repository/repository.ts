@@ -1156,7 +1156,8 @@ export class Repository {
     const warnings: string[] = [];
     let head: LogVerifyResult["head"] = null;
     if (headRaw === undefined) {
-      if (chain.entries) warnings.push(`${headFile} is missing in ${this.location} (a log written before agentbak kept one, or removed): entries cut off the end of the log can not be detected from the repository alone`);
+      // an emptied log warns too: no entry was ever written without its head record
+      warnings.push(`${headFile} is missing in ${this.location} (a log written before agentbak kept one, or removed): entries cut off the end of the log can not be detected from the repository alone`);
     } else {
       const what = `${headFile} in ${this.location}`;
       const h = verifyRecord(headRaw, trust, log.ns, log.headKind, what);

@@ -6,9 +6,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { BIN, backedUpAgent, type TestAgent } from "../helpers.js";
+import { BIN, backedUpAgent, secondHome, type TestAgent } from "../helpers.js";
 import { makeToken, startServer, type Server } from "../agentapi-helpers.js";
 
 const AGENT = "tenants/acme/agents/billing-agent";
@@ -178,5 +178,35 @@ describe("[E11] HTTP: a body that is not UTF-8 is refused, never stored with U+F
     const good = await post("/v1/restores", Buffer.from(`{"snapshot":"${snap}","reason":"r\u00ff"}`), "a13-utf8-ok");
     expect(good.status).toBe(202);
     expect((await good.json()).reason).toBe("r\u00ff");
+  });
+});
+
+describe("[E7] audit verify on a host that never verified the log", () => {
+  it("[E7] a log emptied with its head record removed warns (3) as one cut with its head removed does, where it answered '0 entries verified' (0) in silence", async () => {
+    const t = await backedUpAgent();
+    try {
+      // one audited operation: a restore request through mcp on stdio
+      const m = new RawMcp(t, ["--tier", "restore-request"]);
+      const snap = snapshotsOf(t)[0]!.replace(/\.commit$/, "");
+      await m.write(INIT + line({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "request_restore", arguments: { snapshot: snap, reason: "a13" } } }));
+      m.p.stdin.end();
+      expect(await m.exited, m.err).toBe(0);
+      const dir = join(t.repo, AGENT);
+      expect(auditLines(t)).toBeGreaterThan(0);
+      rmSync(join(dir, "audit.head.json"));
+      const fresh = secondHome(t, "fresh-host");
+      // cut to nothing: the file is there, empty
+      writeFileSync(join(dir, "audit.jsonl"), "");
+      const r = await t.run(["audit", "verify"], fresh);
+      expect(r.code, r.stderr).toBe(3);
+      expect(r.stderr).toContain("audit.head.json is missing");
+      expect(r.stderr).toContain("entries cut off the end of the log can not be detected from the repository alone");
+      // the same in --json: the warning, no entries
+      const j = await t.run(["audit", "verify", "--json"], fresh);
+      expect(j.code).toBe(3);
+      expect(JSON.parse(j.stdout)).toMatchObject({ entries: 0, warnings: [expect.stringContaining("audit.head.json is missing")] });
+    } finally {
+      t.cleanup();
+    }
   });
 });
