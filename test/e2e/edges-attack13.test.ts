@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { BIN, backedUpAgent, secondHome, type TestAgent } from "../helpers.js";
 import { makeToken, startServer, type Server } from "../agentapi-helpers.js";
@@ -205,6 +205,37 @@ describe("[E7] audit verify on a host that never verified the log", () => {
       const j = await t.run(["audit", "verify", "--json"], fresh);
       expect(j.code).toBe(3);
       expect(JSON.parse(j.stdout)).toMatchObject({ entries: 0, warnings: [expect.stringContaining("audit.head.json is missing")] });
+    } finally {
+      t.cleanup();
+    }
+  });
+});
+
+describe("[E4] verify of a chain link replaced by another agent's genuine bundle", () => {
+  it("[E4] verify <that link> is 13 naming it as another agent's bundle in its place, never the other agent's chain", async () => {
+    const t = await backedUpAgent();
+    try {
+      expect((await t.run(["backup", "--incremental"])).code).toBe(0);
+      expect((await t.run(["backup", "--incremental"])).code).toBe(0);
+      const mine = readdirSync(join(t.repo, AGENT, "snapshots")).filter((f) => f.endsWith(".agentbak")).sort();
+      expect(mine).toHaveLength(3);
+      const other = join(t.dir, "other-agent.json");
+      const c = JSON.parse(readFileSync(t.config, "utf8"));
+      c.agent.id = "other-agent";
+      writeFileSync(other, JSON.stringify(c, null, 2));
+      expect((await t.run(["backup", "-c", other])).code).toBe(0);
+      expect((await t.run(["backup", "-c", other, "--incremental"])).code).toBe(0);
+      const theirs = readdirSync(join(t.repo, "tenants/acme/agents/other-agent/snapshots")).filter((f) => f.endsWith(".agentbak")).sort();
+      copyFileSync(join(t.repo, "tenants/acme/agents/other-agent/snapshots", theirs[1]!), join(t.repo, AGENT, "snapshots", mine[1]!));
+      const link = mine[1]!.replace(/\.agentbak$/, "");
+      const r = await t.run(["verify", link]);
+      expect(r.code, r.stderr).toBe(13);
+      expect(r.stderr).toContain(`snapshot ${link}: manifest names another snapshot, agent or tenant than where it is stored`);
+      for (const f of theirs) expect(r.stderr).not.toContain(f.replace(/\.agentbak$/, ""));
+      // its child names it the same way, through the chain
+      const leaf = await t.run(["verify", mine[2]!.replace(/\.agentbak$/, "")]);
+      expect(leaf.code).toBe(13);
+      expect(leaf.stderr).toContain(`parent snapshot ${link} of`);
     } finally {
       t.cleanup();
     }
