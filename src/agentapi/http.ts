@@ -18,6 +18,7 @@ import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { HTTPException } from "hono/http-exception";
+import { isUtf8 } from "node:buffer";
 import type { AddressInfo } from "node:net";
 import { AgentbakError, ConflictError, Exit, formatIssues, hasCause, policyError, UnreachableError, usageError } from "../errors.js";
 import { NOT_CAPTURED_REASONS } from "../bundle/manifest.js";
@@ -272,6 +273,12 @@ export function buildApp(service: AgentService, o: { home: string; listenHost: s
   app.use("/mcp", auth);
   app.use("/metrics", auth);
   if (!o.ui) app.use("/", auth);
+  // after the token is checked: JSON is UTF-8, a body that is not is refused, never read with U+FFFD in its bytes' place (into a signed record)
+  app.use("*", async (c, next) => {
+    if (c.req.method === "POST" && c.req.raw.body && !isUtf8(new Uint8Array(await c.req.arrayBuffer())))
+      return c.json(errorBody(usageError("request body is not UTF-8 (JSON is UTF-8)")), 400);
+    await next();
+  });
   if (o.render) statusRoutes(app, service, o.render, o.log);
 
   const call = <K extends Operation>(c: Context<Env>, op: K, input: unknown): Promise<Results[K]> => service.call(c.get("caller"), op, input);

@@ -7,7 +7,8 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
-import { JSONRPCMessageSchema, type ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
+import { JSONRPCMessageSchema, type JSONRPCMessage, type ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
+import { isUtf8 } from "node:buffer";
 import { PassThrough } from "node:stream";
 import { AgentbakError, Exit } from "../errors.js";
 import { TOOL_VERSION } from "../version.js";
@@ -86,11 +87,27 @@ export async function serveStdio(service: AgentService, caller: Caller, log: (li
   const closed = new Promise<void>((resolve) => {
     transport.onclose = resolve;
   });
+  // the requests handed to the SDK and not yet answered: once stdin ends, each is answered before the transport closes
+  const open = new Map<string | number, number>();
+  let drained: () => void = () => undefined;
+  const settle = (id: string | number) => {
+    const n = (open.get(id) ?? 1) - 1;
+    if (n > 0) open.set(id, n);
+    else open.delete(id);
+    if (!open.size) drained();
+  };
+  const send = transport.send.bind(transport);
+  transport.send = async (m: JSONRPCMessage) => {
+    await send(m);
+    if (!("method" in m) && "id" in m && m.id !== undefined && m.id !== null) settle(m.id);
+  };
   const refuse = (code: number, why: string, id: string | number | null = null) => {
     log(`mcp: refused a message on stdin: ${why}`);
     process.stdout.write(JSON.stringify({ jsonrpc: "2.0", id, error: { code, message: why } }) + "\n");
   };
   const message = (bytes: Buffer) => {
+    // JSON is UTF-8: bytes that are not are refused, never read with U+FFFD in their place
+    if (!isUtf8(bytes)) return refuse(-32700, "not UTF-8 (one JSON-RPC message per line, in UTF-8)");
     const text = bytes.toString("utf8").replace(/\r$/, "");
     if (!text.trim()) return;
     let m: unknown;
@@ -99,12 +116,23 @@ export async function serveStdio(service: AgentService, caller: Caller, log: (li
     } catch {
       return refuse(-32700, "not JSON (one JSON-RPC message per line)");
     }
-    if (JSONRPCMessageSchema.safeParse(m).success) return void lines.write(text + "\n");
+    const parsed = JSONRPCMessageSchema.safeParse(m);
+    if (parsed.success) {
+      const p = parsed.data;
+      if ("method" in p && "id" in p) open.set(p.id, (open.get(p.id) ?? 0) + 1);
+      // a cancelled request is never answered (the SDK drops its result): not waited for
+      if ("method" in p && p.method === "notifications/cancelled" && !("id" in p)) {
+        const id = (p.params as { requestId?: unknown } | undefined)?.requestId;
+        if ((typeof id === "string" || typeof id === "number") && open.has(id)) settle(id);
+      }
+      return void lines.write(text + "\n");
+    }
     const id = (m as { id?: unknown } | null)?.id;
     const usable = typeof id === "string" || Number.isSafeInteger(id) ? (id as string | number) : null;
     refuse(-32600, Array.isArray(m) ? "a batch: send one JSON-RPC message per line" : "not a JSON-RPC 2.0 message (an id is a string or an integer)", usable);
   };
-  // the line being read: its pieces, its size, and whether it is already too large (then its bytes are dropped)
+  // the line being read: its pieces, its size, and whether it is already too large (then its bytes are dropped); a
+  // line's CR before its LF is not counted, so a 64 KiB message is read whichever line ending the client uses
   let pieces: Buffer[] = [];
   let size = 0;
   process.stdin.on("data", (chunk: Buffer) => {
@@ -112,17 +140,21 @@ export async function serveStdio(service: AgentService, caller: Caller, log: (li
       const nl = chunk.indexOf(10, at);
       const end = nl === -1 ? chunk.length : nl;
       size += end - at;
-      if (size > MAX_MESSAGE_BYTES) pieces = [];
+      if (size > MAX_MESSAGE_BYTES + 1) pieces = [];
       else pieces.push(chunk.subarray(at, end));
       if (nl === -1) break;
-      if (size > MAX_MESSAGE_BYTES) refuse(-32600, TOO_LARGE);
-      else message(Buffer.concat(pieces));
+      const whole = size <= MAX_MESSAGE_BYTES + 1 ? Buffer.concat(pieces) : null;
+      if (!whole || whole.length - (whole.at(-1) === 13 ? 1 : 0) > MAX_MESSAGE_BYTES) refuse(-32600, TOO_LARGE);
+      else message(whole);
       [pieces, size, at] = [[], 0, nl + 1];
     }
   });
   process.stdin.once("end", () => {
+    if (size) log(`mcp: stdin closed in the middle of a message (${size} bytes after the last newline): not read`);
     lines.end();
-    void server.close();
+    const close = () => void server.close();
+    if (!open.size) return close();
+    drained = close;
   });
   await server.connect(transport);
   await closed;

@@ -8,6 +8,8 @@ import { verifyChain } from "../bundle/chain.js";
 import { verifyChunked } from "../bundle/chunked.js";
 import { verifyBundle } from "../bundle/reader.js";
 import { pidDir } from "../fsutil.js";
+import { verifyError } from "../errors.js";
+import { MISPLACED } from "../repository/repository.js";
 import { context, type GlobalOpts } from "./context.js";
 import { removeOnInterrupt, removeTree } from "../cleanup.js";
 import type { Progress } from "../progress.js";
@@ -36,6 +38,8 @@ export async function verify(ref: string, opts: VerifyOptions): Promise<VerifyRe
   const ctx = context(opts);
   const b = await ctx.openRef(ref, ctx.agentFilter(opts));
   try {
+    // a genuine bundle of another agent or snapshot in this one's place: named as such, before its own chain is followed
+    if (b.snapshot?.problem === MISPLACED) throw verifyError(`snapshot ${b.snapshot.snapshot_id}: ${MISPLACED}`);
     const deep = Boolean(opts.identity || process.env.AGENTBAK_IDENTITY || process.env.AGENTBAK_IDENTITY_FILE);
     // with keys, a payload that lists its chunks' digests (format 7) is read once: each chunk checked as the extraction
     // below reads it, before it is decrypted; its check is said once that read has ended

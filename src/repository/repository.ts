@@ -39,6 +39,9 @@ import { raiseCommittedIn, readCommittedIn } from "../state/watermark.js";
 export type { CatalogEntry } from "./catalog.js";
 
 /** A catalog entry and what the repository needs to read it. */
+/** The listing's problem for a bundle whose signed manifest names another snapshot, agent or tenant than its place. */
+export const MISPLACED = "manifest names another snapshot, agent or tenant than where it is stored";
+
 export interface Snapshot extends CatalogEntry {
   /** the snapshots folder key and the bundle key */
   dir: string;
@@ -696,7 +699,7 @@ export class Repository {
       label: m.label,
       size: h.size,
       status: mismatch ? "invalid" : expired ? "expired" : "ok",
-      problem: mismatch ? "manifest names another snapshot, agent or tenant than where it is stored" : expired ? `expired at ${m.expires_at}` : null,
+      problem: mismatch ? MISPLACED : expired ? `expired at ${m.expires_at}` : null,
       problem_code: mismatch ? Exit.verify : expired ? Exit.policy : null,
       signer: v.signer.principal,
       schema_version: m.schema_version,
@@ -1156,7 +1159,8 @@ export class Repository {
     const warnings: string[] = [];
     let head: LogVerifyResult["head"] = null;
     if (headRaw === undefined) {
-      if (chain.entries) warnings.push(`${headFile} is missing in ${this.location} (a log written before agentbak kept one, or removed): entries cut off the end of the log can not be detected from the repository alone`);
+      // an emptied log warns too: no entry was ever written without its head record
+      warnings.push(`${headFile} is missing in ${this.location} (a log written before agentbak kept one, or removed): entries cut off the end of the log can not be detected from the repository alone`);
     } else {
       const what = `${headFile} in ${this.location}`;
       const h = verifyRecord(headRaw, trust, log.ns, log.headKind, what);
