@@ -199,6 +199,20 @@ export function pidAlive(pid: number): boolean {
 }
 
 /**
+ * When process `pid` started (clock ticks since boot: field 22 of /proc/<pid>/stat), or null where that can not be
+ * read (the process is gone, or no /proc). With the pid it names one process: pids are reused, start times are not.
+ */
+export function processStart(pid: number): string | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // after "(comm) ": state is field 3, so starttime (22) is the 20th
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19] ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/**
  * Creates a private folder `<parent>/<tag>-<pid>-<random>`. The owner's pid is
  * in the name from the first instant, so a folder left by kill -9 is always
  * recognisable to sweepDead.

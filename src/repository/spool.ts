@@ -30,6 +30,7 @@ import { keys, SPOOL_RECORD } from "./layout.js";
 import { Repository, type Snapshot } from "./repository.js";
 import { removeTree } from "../cleanup.js";
 import { crashStep } from "../crashpoint.js";
+import { pidAlive, processStart } from "../fsutil.js";
 import { homePaths } from "../home.js";
 import { notFound } from "../errors.js";
 import { type AgentRef } from "../facts.js";
@@ -52,20 +53,19 @@ interface ProblemNote {
   quarantined_at: string;
   /** the process that set it aside: while it runs, its own output names the bundle */
   pid?: number;
+  /** when that process started (processStart): a process given the same pid since is not it */
+  pid_started?: string;
   /** when a flush's output named it: later flushes do not name it again */
   reported_at?: string;
 }
 
 const NOTE = /^tenants\/([^/]+)\/agents\/([^/]+)\/quarantine\/([^/]+)\.problem\.json$/;
 
-const running = (pid: number | undefined) => {
-  if (!pid || pid === process.pid) return pid === process.pid;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
+/** Whether the process that wrote a note still runs: its pid alive and, when the note has it, started when it did. */
+const running = (n: ProblemNote): boolean => {
+  if (!n.pid || !pidAlive(n.pid)) return false;
+  const started = processStart(n.pid);
+  return n.pid_started === undefined || started === null || started === n.pid_started;
 };
 
 /**
@@ -78,7 +78,7 @@ async function unreported(spool: Repository, o: { tenant?: string; agent?: strin
     const m = NOTE.exec(k);
     if (!m || (o.tenant && m[1] !== o.tenant) || (o.agent && m[2] !== o.agent)) continue;
     const n = await spool.readJson<ProblemNote>(k);
-    if (!n || n.reported_at || running(n.pid)) continue;
+    if (!n || n.reported_at || running(n)) continue;
     const bundle = keys.quarantine({ tenant: m[1]!, agent: m[2]! }, m[3]!);
     const kept = await spool.store.head(bundle);
     out.push({ snapshot_id: n.snapshot_id ?? m[3], problem: n.problem ?? "(no reason recorded)", path: `${spool.location}/${kept ? bundle : k}`, earlier: true });
@@ -218,7 +218,7 @@ async function quarantine(spool: Repository, s: Snapshot, problem: string): Prom
     removeTree(tmp);
   }
   const note = keys.quarantineNote(a, s.snapshot_id);
-  await spool.writeJson(note, { snapshot_id: s.snapshot_id, problem, quarantined_at: new Date().toISOString(), pid: process.pid } satisfies ProblemNote);
+  await spool.writeJson(note, { snapshot_id: s.snapshot_id, problem, quarantined_at: new Date().toISOString(), pid: process.pid, pid_started: processStart(process.pid) ?? undefined } satisfies ProblemNote);
   for (const k of await spool.store.list(keys.idempotencyRecords(a, "backup")))
     if ((await spool.readJson<{ snapshot_id?: string }>(k))?.snapshot_id === s.snapshot_id) await spool.store.delete(k);
   await spool.remove(s);

@@ -30,7 +30,7 @@ import { buildPlan, type PlannedSource, type RestorePlan } from "./plan.js";
 import { appendReceipt } from "./receipt.js";
 import { applyTimers, planTimers } from "./timers.js";
 import { evaluatePolicy } from "./policy.js";
-import { MARKER_DIR, SUSPENDED, writeTargetRecord, type TargetRecord } from "./state.js";
+import { MARKER_DIR, restoredFolder, SUSPENDED, writeTargetRecord, type TargetRecord } from "./state.js";
 import { raiseTrustedState, readTrustedState } from "../state/watermark.js";
 import { doneBeforeInterrupt, letInterruptsIn, removeOnInterrupt, removeTree } from "../cleanup.js";
 import { agentbakHome } from "../home.js";
@@ -207,7 +207,8 @@ function fileIdentity(p: string): string {
 
 /** Writes a restore's markers into the staged root: its signed record, its generation, and SUSPENDED (a restored agent starts suspended). @returns the record's sha256. */
 async function writeMarkers(root: string, target: string, record: Omit<TargetRecord, "kind">, key: SigningKey | null): Promise<string> {
-  const sha = writeTargetRecord(root, { ...record, target }, key);
+  // the folder itself, not a path through a link that may later point at a copy of it
+  const sha = writeTargetRecord(root, { ...record, target: restoredFolder(target) }, key);
   writeFileAtomic(join(root, MARKER_DIR, "generation"), `${record.generation}\n`);
   writeFileAtomic(
     join(root, MARKER_DIR, SUSPENDED),

@@ -6,7 +6,7 @@
 import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
 import { existsSync, realpathSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { NS, signMessage, verifyMessage, type SigningKey } from "../crypto/sshsig.js";
 import { trusts, type Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, notFound } from "../errors.js";
@@ -32,7 +32,7 @@ export interface TargetRecord {
   databases?: { name: string; path: string }[];
   /** the config the restore ran with: reconcile and activate use it when none is named */
   config?: string | null;
-  /** the folder restored into (absolute): the record is not another folder's (absent in records before the twelfth attack) */
+  /** the folder restored into (absolute, every link on its path followed): the record is not another folder's, nor a copy reached through a link (absent in records before the twelfth attack) */
   target?: string;
 }
 
@@ -142,20 +142,26 @@ export function openTarget(target: string, trust: Trust): Target {
   const remedy = "restore the snapshot again into a new folder (with a signing key)";
   checkSignature(restorePath(target), record as unknown as Record<string, unknown>, trust, remedy);
   if (record.kind !== "restore-record") throw new AgentbakError(Exit.verify, `${restorePath(target)} is a signed ${String(record.kind)}, not a restore record; ${remedy}`);
-  if (record.target !== undefined && !sameFolder(record.target, target))
-    throw new AgentbakError(Exit.verify, `${restorePath(target)} belongs to the restore into ${record.target}, not ${resolve(target)} (moved in from there, or the folder moved); ${remedy}`);
+  if (record.target !== undefined && record.target !== realDir(target))
+    throw new AgentbakError(Exit.verify, `${restorePath(target)} belongs to the restore into ${record.target}, not ${realDir(target)} (moved in from there, or the folder moved); ${remedy}`);
   return { dir: target, record, digest: recordDigest(record), trust };
 }
 
-/** Whether `recorded` (absolute) names the folder `dir`: the same path, or the same folder through a link. */
-function sameFolder(recorded: string, dir: string): boolean {
-  if (resolve(dir) === recorded) return true;
+/**
+ * The folder `dir` is, every link on its path followed: what a restore record names, and what it is compared
+ * with. Never the record's own path followed at check time: a link on it, pointed elsewhere later, would make
+ * the record another folder's (a copy's).
+ */
+const realDir = (dir: string): string => {
   try {
-    return realpathSync(recorded) === realpathSync(dir);
+    return realpathSync(dir);
   } catch {
-    return false;
+    return resolve(dir);
   }
-}
+};
+
+/** The folder a restore into `target` (absent, or an empty folder; its parent exists) places the agent at, links followed: what its record names. */
+export const restoredFolder = (target: string): string => join(realDir(dirname(target)), basename(target));
 
 export const isSuspended = (target: string) => existsSync(join(target, MARKER_DIR, SUSPENDED));
 
