@@ -10,6 +10,7 @@ import type { VerifiedBundle } from "../bundle/reader.js";
 import type { LoadedConfig } from "../config/load.js";
 import type { ChainHead, Snapshot } from "../repository/repository.js";
 import type { InspectInput } from "../state/inspect/inspect.js";
+import type { ReadMode } from "../state/inspect/read.js";
 import { pageIndexKey, signedIndex, SnapshotSums, type DeltaBase, type PageIndex } from "../state/pages/index.js";
 import type { AgentRef } from "../facts.js";
 
@@ -89,16 +90,8 @@ function parentIndexes(parent: Parent | null, dbs: string[], key: Buffer): { par
   }
   return { parents, unindexed };
 }
-/**
- * How the databases are read at the instant:
- * - "copy": each copied whole into staging (an incremental then writes its delta from the copy);
- * - "in-place": an incremental the integrity policy does not check reads the live pages inside the snapshot's read
- *   transactions and copies only what changed;
- * - "pinned": a full snapshot keeps the snapshots open; the payload streams the pinned pages and the inspection
- *   worker checks them at the same instant; no copy is written.
- * "in-place" and "pinned" fall back to "copy" at the instant when the databases do not allow them (cut.ts).
- */
-export type ReadMode = "copy" | "in-place" | "pinned";
+/** How the databases are read at the instant (state/inspect/read.ts): "in-place" and "pinned" fall back to "copy" when the databases do not allow them. */
+export type { ReadMode };
 
 /** The read mode for these databases: `withIndex`, how many have a usable parent page index. */
 export function chooseReadMode(p: { databases: number; withIndex: number; integrityChecked: boolean }): ReadMode {
