@@ -8,18 +8,15 @@ import { writeComponents, type StagedComponent, type StagedFile } from "../bundl
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Progress } from "../progress.js";
 import { verifyError } from "../errors.js";
-import { writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
-import { inspectInWorker, type InspectResult } from "../state/inspect/inspect.js";
-import { pinnedHead, readInstant, releasePinned, type Taken } from "../state/inspect/read.js";
+import type { Delta } from "../state/inspect/incremental.js";
+import type { InspectResult } from "../state/inspect/inspect.js";
+import { pinnedHead, readInstant, releasePinned, stageCopies, type Taken } from "../state/inspect/read.js";
 import { HeadHashed, sealIndex } from "../state/pages/index.js";
 import type { SecretFinding } from "../state/secrets/scan.js";
 import type { CopyJob, Cut, InPlaceViews } from "../state/sqlite/cut.js";
 import type { PageSource } from "../state/sqlite/pagefile.js";
 import type { DbPlan } from "./plan.js";
 import { join } from "node:path";
-
-/** Where this snapshot's block sums of database `name` are written (none when their folder can not be made). */
-const sumsFile = (plan: DbPlan, name: string) => plan.sums.partial(name);
 
 export { releasePinned, type Taken } from "../state/inspect/read.js";
 
@@ -72,21 +69,11 @@ function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan: boole
   };
   if (taken.kind === "in-place") for (const d of dbs) takeDelta(d, taken.deltas.get(d.name)!);
   if (taken.kind === "pinned") for (const d of dbs) d.pages = hashedPages(d, taken.views);
-  const inspection =
-    taken.kind === "in-place"
-      ? Promise.resolve(taken.inspected)
-      : taken.kind === "pinned"
-        ? taken.live.start()
-        : inspectInWorker({
-            ...plan.inspect,
-            dbs: dbs.map((d) => (plan.parents.has(d.name) ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: plan.key, sumsFile: sumsFile(plan, d.name) })),
-          });
+  // copies: their inspection in a worker, and beside it the delta of each with a parent page index
+  const copies = taken.kind === "copy" ? stageCopies(plan, dbs.map((d) => ({ name: d.name, file: d.copy })), scan) : null;
+  for (const d of dbs) if (copies?.deltas.has(d.name)) takeDelta(d, copies.deltas.get(d.name)!);
+  const inspection = taken.kind === "in-place" ? Promise.resolve(taken.inspected) : taken.kind === "pinned" ? taken.live.start() : copies!.inspection;
   inspection.catch(() => undefined); // awaited by finishDatabases; no unhandled rejection meanwhile
-  // an incremental's page index decides what goes in, so it is made here, beside the inspection worker's integrity_check
-  for (const d of dbs) {
-    const parent = plan.parents.get(d.name);
-    if (parent && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, parent, plan.bases.get(d.name) ?? null, join(plan.dir, `${d.name}.delta`), { scan, seal: { key: plan.key, parentId: plan.parentId! } }));
-  }
   const staged = dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : d.pages ? { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, pages: d.pages } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy }));
   return { staged, inspection, findings };
 }

@@ -3,14 +3,16 @@
  * as one operation: each copied into staging; an incremental's changed pages read in place inside the snapshot's
  * read transactions (deltasInPlace); or a full snapshot's pages kept pinned, the inspection worker joining the same
  * instant (inspectPinned). "in-place" and "pinned" fall back to a copy when the databases do not allow them
- * (sqlite/cut.ts: Instant). In state/inspect/, above sqlite/ and pages/, whose parts it puts together.
+ * (sqlite/cut.ts: Instant). Then the copies are staged beside their inspection (stageCopies). In state/inspect/,
+ * above sqlite/ and pages/, whose parts it puts together.
  */
 import { databasesIdentity, openInstant, type CopyJob, type Cut, type InPlaceViews } from "../sqlite/cut.js";
 import { namedSource } from "../sqlite/livesnap.js";
 import { splitPage } from "../sqlite/pagefile.js";
 import { HeadHashed, type DeltaBase, type PageIndex, type SnapshotSums } from "../pages/index.js";
-import { deltasInPlace, type Delta } from "./incremental.js";
-import { inspectPinned, type InspectInput, type InspectResult } from "./inspect.js";
+import { join } from "node:path";
+import { deltasInPlace, writeDeltaOf, type Delta } from "./incremental.js";
+import { inspectInWorker, inspectPinned, type InspectInput, type InspectResult } from "./inspect.js";
 
 /**
  * How the databases are read at the instant:
@@ -97,4 +99,26 @@ export function pinnedHead(views: InPlaceViews, name: string): HeadHashed {
   const v = views.get(name)!;
   const named = namedSource(v.snap, `database ${name}: reading ${v.src}`);
   return new HeadHashed(named, mainShare(named.pageCount, named.pageSize));
+}
+
+/**
+ * The copies the instant wrote, staged: their inspection begun in a worker (integrity_check, counts, the secret scan,
+ * and for a copy without a parent page index its page index and block sums in the same read), and meanwhile, here,
+ * the delta of each copy with one (`scan`: its changed pages scanned for secrets), in `copies` order.
+ * @returns the inspection (a rejection is the caller's to await) and the deltas by database
+ * @throws what writing a delta throws (the inspection goes on; its rejection is caught)
+ */
+export function stageCopies(r: InstantRead, copies: { name: string; file: string }[], scan: boolean): { inspection: Promise<InspectResult>; deltas: Map<string, Delta> } {
+  const inspection = inspectInWorker({
+    ...r.inspect,
+    dbs: copies.map((c) => (r.parents.has(c.name) ? { name: c.name, file: c.file, scan: false } : { name: c.name, file: c.file, indexKey: r.key, sumsFile: r.sums.partial(c.name) })),
+  });
+  inspection.catch(() => undefined); // awaited by the caller; no unhandled rejection meanwhile
+  // an incremental's page index decides what goes in, so it is made here, beside the inspection worker's integrity_check
+  const deltas = new Map<string, Delta>();
+  for (const c of copies) {
+    const parent = r.parents.get(c.name);
+    if (parent) deltas.set(c.name, writeDeltaOf(c.file, c.name, parent, r.bases.get(c.name) ?? null, join(r.dir, `${c.name}.delta`), { scan, seal: { key: r.key, parentId: r.parentId! } }));
+  }
+  return { inspection, deltas };
 }
