@@ -34,9 +34,14 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
   // before the lease: an agent whose state did not change costs reads only, no lease grant written (docs/fleet.md)
   const { listed, other, last } = await unchanged<BackupReceipt>(lc, o, a, { repoDir, signer });
   if (last) return { ...last.receipt, repeated: false, status: "unchanged", warnings: [] };
-  // the agent's lock, what dead runs left swept, and the receipt an idempotency key already recorded, else the
-  // sequence and the agent's newest manifest
-  const { lock, prior, sequence, newest } = await o.repo.beginBackup<BackupReceipt>(a, { waitMs: o.waitMs ?? 0, idempotencyKey: o.idempotencyKey, trust: o.trust, sequenceFloor: o.sequenceFloor });
+  // the repository answers once: the agent's lock, what dead runs left swept, and the receipt an idempotency key
+  // already recorded, else the sequence, the agent's newest manifest, an incremental's chain head, and the chunk
+  // writer with the source entries it may reuse. No chunks with Object Lock: a reused chunk's retention is not
+  // extended yet, so a locked snapshot keeps its bytes in its own locked bundle (docs/chunk-store.md)
+  const incremental = o.incremental ?? cfg.incremental.enabled;
+  const chunks = o.chunks === false || cfg.objectLock ? null : { recipients: cfg.recipients, sources: cfg.sources.length > 0 };
+  const begun = await o.repo.beginBackup<BackupReceipt>(a, { waitMs: o.waitMs ?? 0, idempotencyKey: o.idempotencyKey, trust: o.trust, sequenceFloor: o.sequenceFloor, home: o.home, incremental: incremental ? cfg.databases.map((d) => d.name) : null, chunks });
+  const { lock, prior } = begun;
   const staging = o.repo.store.tempDir(`backup-${a.agent}`);
   const unregister = removeOnInterrupt(staging);
   try {
@@ -44,7 +49,7 @@ export async function runBackup(lc: LoadedConfig, o: BackupOptions): Promise<Bac
     // the capture's modules (SQLite, the bundle writer, the inspection, git's capture) load only now: a backup that
     // finds nothing changed never compiles them
     const { takeSnapshot } = await import("./take.js");
-    return await takeSnapshot(lc, o, a, { staging, repoDir, listed, other, signer, sequence, newest, params: paramsDigest(o) });
+    return await takeSnapshot(lc, o, a, { staging, repoDir, listed, other, signer, begun, incremental, params: paramsDigest(o) });
   } catch (e) {
     // a repository renamed, deleted or unmounted under the run failed it at whatever step came next: say that (10)
     throw await o.repo.goneOr(e);

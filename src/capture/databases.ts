@@ -8,33 +8,17 @@ import { writeComponents, type StagedComponent, type StagedFile } from "../bundl
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Progress } from "../progress.js";
 import { verifyError } from "../errors.js";
-import { deltasInPlace, writeDeltaOf, type Delta } from "../state/inspect/incremental.js";
-import { inspectInWorker, inspectPinned, type InspectResult } from "../state/inspect/inspect.js";
+import type { Delta } from "../state/inspect/incremental.js";
+import type { InspectResult } from "../state/inspect/inspect.js";
+import { pinnedHead, readInstant, releasePinned, stageCopies, type Taken } from "../state/inspect/read.js";
 import { HeadHashed, sealIndex } from "../state/pages/index.js";
 import type { SecretFinding } from "../state/secrets/scan.js";
-import { openInstant, type CopyJob, type Cut, type InPlaceViews } from "../state/sqlite/cut.js";
-import { namedSource } from "../state/sqlite/livesnap.js";
-import { splitPage, type PageSource } from "../state/sqlite/pagefile.js";
+import type { CopyJob, Cut, InPlaceViews } from "../state/sqlite/cut.js";
+import type { PageSource } from "../state/sqlite/pagefile.js";
 import type { DbPlan } from "./plan.js";
-import { databasesState } from "./unchanged.js";
-import type { LoadedConfig } from "../config/load.js";
 import { join } from "node:path";
 
-/**
- * Of a full snapshot read in place, the share of the keyed page hashes made on the thread that streams the
- * payload; the inspection worker makes the rest. Measured on the 1194 MiB bench database (commit message).
- */
-const FULL_MAIN_SHARE = 0.35;
-/** Of a full snapshot read in place, the last page of the share hashed on the thread that streams the payload. */
-const mainShare = (pageCount: number, pageSize: number) => splitPage(pageCount, pageSize, FULL_MAIN_SHARE);
-/** Where this snapshot's block sums of database `name` are written (none when their folder can not be made). */
-const sumsFile = (plan: DbPlan, name: string) => plan.sums.partial(name);
-
-/** What the instant left: copies in staging, the deltas read in place, or the snapshots kept open (pinned) and their inspection. */
-export type Taken =
-  | { kind: "copy" }
-  | { kind: "in-place"; deltas: Map<string, Delta>; inspected: InspectResult }
-  | { kind: "pinned"; views: InPlaceViews; live: Awaited<ReturnType<typeof inspectPinned>>; release(): void };
+export { releasePinned, type Taken } from "../state/inspect/read.js";
 
 /** One database on its way through the pipeline; each step fills in its part. */
 export interface DbRecord {
@@ -58,43 +42,15 @@ export interface DbRecord {
 }
 
 /**
- * Reads every database at one instant as the plan says; "pinned" and "in-place" fall back to a copy when the
- * databases do not allow them (cut.ts: Instant). With `fingerprint`, the databases' part of the unchanged
- * fingerprint (unchanged.ts) is read at the instant itself, when every write lock is held (`dbState`, else null).
- * A "pinned" result must be released (releasePinned) whatever happens next.
+ * Reads every database at one instant as the plan says (state/inspect/read.ts: readInstant), and begins one record
+ * each. With `fingerprint`, the databases' part of the unchanged fingerprint (unchanged.ts) is read at the instant
+ * itself, when every write lock is held (`dbState`, else null). A "pinned" result must be released (releasePinned)
+ * whatever happens next.
  */
-export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: string })[], waitMs: number, fingerprint: LoadedConfig | null): Promise<{ cut: Cut; taken: Taken; dbs: DbRecord[]; dbState: string | null }> {
-  const inst = await openInstant(jobs, waitMs);
-  let taken: Taken = { kind: "copy" };
-  let dbState: string | null = null;
-  try {
-    if (fingerprint && inst.allLocked) dbState = databasesState(fingerprint);
-    // a full snapshot kept in place: the inspection worker's connections join the instant before the locks go
-    if (plan.mode === "pinned" && inst.pinnable) {
-      const views = inst.views();
-      const dbs = [...views].map(([name, v]) => ({ name, file: v.src, pages: v.snap.pinned(), indexKey: plan.key, indexAfter: mainShare(v.snap.pageCount, v.snap.pageSize), sumsFile: sumsFile(plan, name) }));
-      const live = await inspectPinned({ ...plan.inspect, dbs }, new Map([...views].map(([n, v]) => [n, v.db])));
-      taken = { kind: "pinned", views, live, release: inst.keep() };
-    }
-    inst.releaseLocks();
-    // an incremental's changed pages, read while every read transaction still holds the instant
-    if (plan.mode === "in-place" && inst.readable) taken = { kind: "in-place", ...(await deltasInPlace(inst.views(), { parents: plan.parents, bases: plan.bases, key: plan.key, parentId: plan.parentId!, dir: plan.dir, inspect: plan.inspect })) };
-    if (taken.kind === "copy") await inst.copy();
-  } catch (e) {
-    await releasePinned(taken).catch(() => undefined);
-    throw e;
-  } finally {
-    inst.close();
-  }
+export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: string })[], waitMs: number, fingerprint: boolean): Promise<{ cut: Cut; taken: Taken; dbs: DbRecord[]; dbState: string | null }> {
+  const { cut, taken, dbState } = await readInstant(plan, jobs, waitMs, fingerprint);
   const dbs = jobs.map((j): DbRecord => ({ name: j.name, target: j.target, copy: j.dest, pages: null, indexRoot: null, stored: null, delta: null, inspected: null, sums: false, head: null }));
-  return { cut: inst.cut(), taken, dbs, dbState };
-}
-
-/** Closes the snapshots a "pinned" read kept open, once its inspection has settled (the worker reads their descriptors). */
-export async function releasePinned(t: Taken): Promise<void> {
-  if (t.kind !== "pinned") return;
-  await t.live.settled();
-  t.release();
+  return { cut, taken, dbs, dbState };
 }
 
 /**
@@ -113,30 +69,18 @@ function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan: boole
   };
   if (taken.kind === "in-place") for (const d of dbs) takeDelta(d, taken.deltas.get(d.name)!);
   if (taken.kind === "pinned") for (const d of dbs) d.pages = hashedPages(d, taken.views);
-  const inspection =
-    taken.kind === "in-place"
-      ? Promise.resolve(taken.inspected)
-      : taken.kind === "pinned"
-        ? taken.live.start()
-        : inspectInWorker({
-            ...plan.inspect,
-            dbs: dbs.map((d) => (plan.parents.has(d.name) ? { name: d.name, file: d.copy, scan: false } : { name: d.name, file: d.copy, indexKey: plan.key, sumsFile: sumsFile(plan, d.name) })),
-          });
+  // copies: their inspection in a worker, and beside it the delta of each with a parent page index
+  const copies = taken.kind === "copy" ? stageCopies(plan, dbs.map((d) => ({ name: d.name, file: d.copy })), scan) : null;
+  for (const d of dbs) if (copies?.deltas.has(d.name)) takeDelta(d, copies.deltas.get(d.name)!);
+  const inspection = taken.kind === "in-place" ? Promise.resolve(taken.inspected) : taken.kind === "pinned" ? taken.live.start() : copies!.inspection;
   inspection.catch(() => undefined); // awaited by finishDatabases; no unhandled rejection meanwhile
-  // an incremental's page index decides what goes in, so it is made here, beside the inspection worker's integrity_check
-  for (const d of dbs) {
-    const parent = plan.parents.get(d.name);
-    if (parent && !d.delta) takeDelta(d, writeDeltaOf(d.copy, d.name, parent, plan.bases.get(d.name) ?? null, join(plan.dir, `${d.name}.delta`), { scan, seal: { key: plan.key, parentId: plan.parentId! } }));
-  }
   const staged = dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : d.pages ? { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, pages: d.pages } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy }));
   return { staged, inspection, findings };
 }
 
 /** The pinned pages of `d`, whose first share is hashed here as the payload streams it (the worker hashes the rest). */
 function hashedPages(d: DbRecord, views: InPlaceViews): HeadHashed {
-  const v = views.get(d.name)!;
-  const named = namedSource(v.snap, `database ${d.name}: reading ${v.src}`);
-  return (d.head = new HeadHashed(named, mainShare(named.pageCount, named.pageSize)));
+  return (d.head = pinnedHead(views, d.name));
 }
 
 /**

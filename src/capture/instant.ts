@@ -75,7 +75,7 @@ export async function captureInstant(lc: LoadedConfig, plan: DbPlan, scope: Capt
     ensureDirIn(staging, join(staging, "db"));
     if (cfg.databases.length) {
       const jobs = cfg.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path), dest: join(staging, "db", `${d.name}.sqlite`), target: scope.targets.databases.get(d.name)! }));
-      Object.assign(got, await readAtInstant(plan, jobs, o.waitMs || cfg.cut.waitSeconds * 1000, o.fingerprint ? lc : null));
+      Object.assign(got, await readAtInstant(plan, jobs, o.waitMs || cfg.cut.waitSeconds * 1000, o.fingerprint));
       o.held.taken = got.taken;
     }
     if (cfg.sources.length) {

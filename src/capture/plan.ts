@@ -8,18 +8,11 @@ import { join } from "node:path";
 import { isDatabase, type Manifest } from "../bundle/manifest.js";
 import type { VerifiedBundle } from "../bundle/reader.js";
 import type { LoadedConfig } from "../config/load.js";
-import type { Trust } from "../crypto/trust.js";
-import type { Repository, Snapshot } from "../repository/repository.js";
+import type { ChainHead, Snapshot } from "../repository/repository.js";
 import type { InspectInput } from "../state/inspect/inspect.js";
+import type { ReadMode } from "../state/inspect/read.js";
 import { pageIndexKey, signedIndex, SnapshotSums, type DeltaBase, type PageIndex } from "../state/pages/index.js";
 import type { AgentRef } from "../facts.js";
-
-/** What choosing a parent reads: the repository, the trust it is verified with, AGENTBAK_HOME (the digests already checked). */
-interface ParentContext {
-  repo: Repository;
-  trust: Trust;
-  home: string;
-}
 
 /** The snapshot an incremental builds on, verified, and its stored page index of each database that has one. */
 export interface Parent {
@@ -45,10 +38,12 @@ export interface Unindexed {
 /** No parent: the backup was not asked to be incremental. */
 const NO_PARENT: ParentChoice = { parent: null, reason: "", link: 0, routine: true };
 
-/** The parent for an incremental: the latest snapshot, if its whole chain verifies and is short enough; or why not. */
-async function chooseParent(o: ParentContext, a: AgentRef, fullEvery: number, dbs: string[]): Promise<ParentChoice> {
+/**
+ * The parent for an incremental: the chain's head (Repository.beginBackup read it), if its whole chain verifies and
+ * is short enough; or why not.
+ */
+function chooseParent(head: ChainHead, fullEvery: number): ParentChoice {
   // a full snapshot starts a sound chain and the warning names the link that does not verify
-  const head = await o.repo.chainHead(a, o.trust, o.home, dbs);
   if (!head) return { parent: null, reason: "no verified snapshot to build on", link: 0, routine: true };
   if ("unusable" in head) return { parent: null, reason: head.unusable, link: 0 };
   if (head.links + 1 > fullEvery) return { parent: null, reason: `a full snapshot is due after ${fullEvery} incrementals`, link: 0, routine: true };
@@ -95,16 +90,8 @@ function parentIndexes(parent: Parent | null, dbs: string[], key: Buffer): { par
   }
   return { parents, unindexed };
 }
-/**
- * How the databases are read at the instant:
- * - "copy": each copied whole into staging (an incremental then writes its delta from the copy);
- * - "in-place": an incremental the integrity policy does not check reads the live pages inside the snapshot's read
- *   transactions and copies only what changed;
- * - "pinned": a full snapshot keeps the snapshots open; the payload streams the pinned pages and the inspection
- *   worker checks them at the same instant; no copy is written.
- * "in-place" and "pinned" fall back to "copy" at the instant when the databases do not allow them (cut.ts).
- */
-export type ReadMode = "copy" | "in-place" | "pinned";
+/** How the databases are read at the instant (state/inspect/read.ts): "in-place" and "pinned" fall back to "copy" when the databases do not allow them. */
+export type { ReadMode };
 
 /** The read mode for these databases: `withIndex`, how many have a usable parent page index. */
 export function chooseReadMode(p: { databases: number; withIndex: number; integrityChecked: boolean }): ReadMode {
@@ -142,22 +129,22 @@ export interface DbPlan {
 }
 
 /**
- * Chooses the parent (when an incremental is asked for), reads its page indexes, opens the block sums, and chooses
- * the read mode; a full snapshot instead of the incremental asked for, and a database stored whole, are warnings
- * unless routine. The block sums are closed, and those of a snapshot not published removed, by the caller's `closers`
- * whatever happens.
+ * Chooses the parent when an incremental is asked for (by the option, else the config: `o.incremental`) from `head`,
+ * the chain's head the repository read, judges its page indexes, opens the block sums, and chooses the read mode; a
+ * full snapshot instead of the incremental asked for, and a database stored whole, are warnings unless routine. The
+ * block sums are closed, and those of a snapshot not published removed, by the caller's `closers` whatever happens.
  */
-export async function planDatabases(
+export function planDatabases(
   lc: LoadedConfig,
-  o: ParentContext & { incremental?: boolean },
+  o: { home: string; location: string; incremental: boolean },
   a: AgentRef,
-  x: { snapshotId: string; staging: string; closers: (() => void)[]; warnings: string[] },
-): Promise<DbPlan> {
+  x: { snapshotId: string; staging: string; closers: (() => void)[]; warnings: string[]; head: ChainHead },
+): DbPlan {
   const { snapshotId, staging, closers } = x;
   const cfg = lc.config;
-  const incremental = o.incremental ?? cfg.incremental.enabled;
+  const { incremental } = o;
   const names = cfg.databases.map((d) => d.name);
-  const chosen = incremental ? await chooseParent(o, a, cfg.incremental.fullEvery, names) : NO_PARENT;
+  const chosen = incremental ? chooseParent(x.head, cfg.incremental.fullEvery) : NO_PARENT;
   // a full snapshot that fullEvery asks for, or the first one, is routine (in the receipt); one forced by a chain that does not verify is a warning
   if (incremental && !chosen.parent && !chosen.routine) x.warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
   const key = pageIndexKey(o.home);
@@ -168,7 +155,7 @@ export async function planDatabases(
     const c = databaseOf(chosen.parent!.header.manifest, name)!;
     of.set(name, { sha256: c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256, pageSize: ix.pageSize, pageCount: ix.pageCount });
   }
-  const at = { home: o.home, repo: o.repo.location, tenant: a.tenant, agent: a.agent };
+  const at = { home: o.home, repo: o.location, tenant: a.tenant, agent: a.agent };
   const sums = new SnapshotSums(at, names, snapshotId, chosen.parent ? { snapshotId: chosen.parent.snapshot.snapshot_id, dbs: of } : null, key);
   closers.push(() => sums.close());
   // a database stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning

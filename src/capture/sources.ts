@@ -1,7 +1,7 @@
 /** The state sources stage: PostgreSQL, Redis, vector tables and the like, each captured by its driver. */
 import { statSync } from "node:fs";
 import { join } from "node:path";
-import { chunkRefs, chunkTuples, type Component, type Manifest } from "../bundle/manifest.js";
+import { chunkTuples, type Component, type Manifest } from "../bundle/manifest.js";
 import { LARGE_STATE } from "../chunks/fastcdc.js";
 import type { LazyWriter } from "../chunks/store.js";
 import type { StagedFile } from "../bundle/writer.js";
@@ -98,19 +98,8 @@ export interface CapturedSources {
   recall: RecallRecord[];
 }
 
-/** A prior snapshot's chunked source entries that carry a fingerprint, by payload path: what a capture may reuse. */
+/** A prior snapshot's chunked source entries that carry a fingerprint, by payload path: what a capture may reuse (Repository.beginBackup). */
 export type PriorSources = ReadonlyMap<string, Component>;
-
-/**
- * The source entries of `m` (the agent's newest snapshot) that a capture may reuse: chunked, fingerprinted, and every
- * chunk still known to this host's chunk writer (which forgets what a sweep removed), so a reused entry never names a
- * chunk that is gone.
- */
-export async function priorSources(m: Manifest | null, w: Pick<LazyWriter, "holds">): Promise<PriorSources> {
-  const out = new Map<string, Component>();
-  for (const c of m?.components ?? []) if (c.fingerprint && c.chunks && (await w.holds(chunkRefs(c)!))) out.set(c.path, c);
-  return out;
-}
 
 /**
  * Stores each captured source file of at least the minimum chunk (a PostgreSQL dump, a LanceDB table's stream) as

@@ -12,7 +12,7 @@ import { checkedManifest, type Manifest, type ManifestInput, type NotCaptured } 
 import { writeBundleFile, type BundlePlan } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { crashStep } from "../crashpoint.js";
-import { AgentbakError, policyError, usageError } from "../errors.js";
+import { policyError, usageError } from "../errors.js";
 import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { type AgentRef, newSnapshotId, strategyFor } from "../facts.js";
 import { warmInspection, type InspectResult } from "../state/inspect/inspect.js";
@@ -20,9 +20,9 @@ import { scanValue, type SecretFinding } from "../state/secrets/scan.js";
 import { commitSums, releasePinned, writeBesideInspection, type DbRecord, type Taken } from "./databases.js";
 import type { ListedFile } from "./files.js";
 import { captureInstant, type Captured } from "./instant.js";
-import { chunkSources, priorSources, type PriorSources } from "./sources.js";
+import { chunkSources } from "./sources.js";
 import { planDatabases, type DbPlan, type ParentChoice } from "./plan.js";
-import type { LazyWriter } from "../chunks/store.js";
+import type { BackupStart } from "../repository/repository.js";
 import type { BackupOptions, BackupReceipt } from "./receipt.js";
 import { captureScope } from "./scope.js";
 import { rememberState } from "./unchanged.js";
@@ -35,18 +35,21 @@ type WrittenPayload = Awaited<ReturnType<typeof writeBesideInspection>>["written
  * fingerprint (`other`, from the unchanged check) for the next --skip-if-unchanged.
  * @throws AgentbakError: 10 database missing, 13 snapshot failed integrity_check, 14 secrets or refused dirty workspace, 1 hook failures
  */
-export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentRef, x: { staging: string; repoDir: string | null; listed: ListedFile[] | null; other: string | null; signer: string; sequence: number; newest: Manifest | undefined; params: string }): Promise<BackupReceipt> {
+export async function takeSnapshot(
+  lc: LoadedConfig,
+  o: BackupOptions,
+  a: AgentRef,
+  x: { staging: string; repoDir: string | null; listed: ListedFile[] | null; other: string | null; signer: string; begun: BackupStart<BackupReceipt>; incremental: boolean; params: string },
+): Promise<BackupReceipt> {
   const { staging, repoDir, listed, other } = x;
+  const { sequence, newest, head, writer, reusable } = x.begun;
   const cfg = lc.config;
   const removals: Promise<void>[] = [];
   /** run at the end whatever happened: open block sums closed, and those of a snapshot not published removed */
   const closers: (() => void)[] = [];
   /** how the instant read the databases: snapshots kept open (pinned) are released at the end whatever happened */
   const held: { taken: Taken } = { taken: { kind: "copy" } };
-  // the agent's chunk writer, opened when the first large file is met (an agent without one never opens it). Not
-  // with Object Lock: a reused chunk's retention is not extended yet, so a locked snapshot keeps its bytes in its own
-  // locked bundle (docs/chunk-store.md)
-  const writer = o.chunks === false || cfg.objectLock ? null : o.repo.chunkWriter(a, { home: o.home, recipients: cfg.recipients, trust: o.trust });
+  // the agent's chunk writer (beginBackup), opened when the first large file is met (an agent without one never opens it)
   // the stat cache answers (a large file not read, so not scanned) only after a backup that finished under this scan policy
   const scanned = scanRecord(o.home, o.repo.location, a);
   const chunks = writer ? { writer, statCache: scanned.trusted(cfg.secretScan.files) } : null;
@@ -58,11 +61,10 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
     const warnings: string[] = [];
     const created = new Date();
     const snapshotId = newSnapshotId(created);
-    const plan = await planDatabases(lc, o, a, { snapshotId, staging, closers, warnings });
+    const plan = planDatabases(lc, { home: o.home, location: o.repo.location, incremental: x.incremental }, a, { snapshotId, staging, closers, warnings, head });
     if (plan.mode === "pinned") await warmed;
     const scope = captureScope(lc, staging, o.home, warnings);
-    const prior = chunks && cfg.sources.length ? await reusableSources(o, a, plan.chosen, chunks.writer) : null;
-    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks, priorSources: prior, held });
+    const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks, priorSources: chunks && cfg.sources.length ? reusable : null, held });
     // large source files (a dump, a table) go into the chunk store as well
     if (chunks && got.sources.staged.length) {
       const c = await chunkSources(got.sources.staged, chunks.writer);
@@ -80,13 +82,13 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
 
     o.progress?.stage("checking snapshot and writing bundle");
     const others = [...got.sources.staged, ...got.files, ...got.ws.staged];
-    const { staged, bundle, written, ins, findings } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, prior: x.newest, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off", chunked: got.chunked });
+    const { staged, bundle, written, ins, findings } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, prior: newest, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off", chunked: got.chunked });
     applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
     applyScanPolicy(cfg.secretScan.databases, findings, warnings);
     warnings.push(...ins.timerWarnings);
     crashStep("payload-written");
 
-    const manifest = manifestFor(lc, o, a, { signer: x.signer, sequence: x.sequence, snapshotId, created, chosen: plan.chosen, got, written, ins, notCaptured: scope.notCaptured });
+    const manifest = manifestFor(lc, o, a, { signer: x.signer, sequence, snapshotId, created, chosen: plan.chosen, got, written, ins, notCaptured: scope.notCaptured });
     applyScanPolicy("refuse", scanValue(manifest, "manifest"), warnings);
     o.progress?.stage("signing and writing bundle");
     // staged copies are no longer needed: removed in the background now, so their unflushed pages are dropped
@@ -118,23 +120,6 @@ export async function takeSnapshot(lc: LoadedConfig, o: BackupOptions, a: AgentR
         /* the block sums are a cache: nothing of theirs may keep the staging folder or the lock */
       }
   }
-}
-
-/**
- * The newest snapshot's chunked source entries a source may reuse when its fingerprint did not change: the
- * incremental's parent, else the agent's latest verified snapshot (its header was read with the listing); only those
- * whose chunks this host's writer still holds (priorSources).
- */
-async function reusableSources(o: BackupOptions, a: AgentRef, chosen: ParentChoice, writer: LazyWriter): Promise<PriorSources> {
-  let m = chosen.parent?.header.manifest ?? null;
-  if (!m)
-    try {
-      m = (await o.repo.resolve("latest", o.trust, a)).header?.manifest ?? null;
-    } catch (e) {
-      if (!(e instanceof AgentbakError)) throw e; // none yet, or none that verifies: every source is captured
-    }
-  if (!m?.components.some((c) => c.fingerprint)) return new Map();
-  return priorSources(m, writer);
 }
 
 /**

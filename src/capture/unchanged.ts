@@ -27,12 +27,13 @@
  * this cheaply, or the caller asked for a snapshot of its own.
  */
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, openSync, readSync, realpathSync, statSync, type BigIntStats } from "node:fs";
+import { statSync, type BigIntStats } from "node:fs";
 import { writeCacheFile, readFileRegular } from "../fsutil.js";
 import type { LoadedConfig } from "../config/load.js";
 import { workspaceState } from "../state/workspace/workspace.js";
 import { homePaths } from "../home.js";
-import { sidecarOf, type AgentRef } from "../facts.js";
+import { type AgentRef } from "../facts.js";
+import { databasesIdentity } from "../state/sqlite/cut.js";
 import type { Repository } from "../repository/repository.js";
 import { CHUNK_FROM, listReadable } from "./files.js";
 import type { BackupOptions } from "./receipt.js";
@@ -179,51 +180,10 @@ export class StatCache {
 /** The stat cache's summary as its file begins: `{"":["<ids>","<files' digest>","<sha256 of the rest>"]`. */
 const SUMMARY = /^\{"":\["([0-9a-f]{64})","([0-9a-f]{64})","([0-9a-f]{64})"\]/;
 
-export function databasesState(lc: LoadedConfig): string {
-  const h = createHash("sha256");
-  const add = (...parts: (string | number | bigint)[]) => h.update(parts.join("\0") + "\n");
-  for (const d of lc.config.databases) {
-    // SQLite keeps the -wal and -journal beside the real file when the configured path is a symbolic link
-    const p = real(lc.resolve(d.path));
-    // its ctime too: bytes written in place with the old mtime put back (size and header kept) still move it
-    add("db", d.name, ...identity(p, 100), ctimeOf(p));
-    add("wal", ...identity(sidecarOf(p, "wal"), 32));
-    add("journal", ...identity(sidecarOf(p, "journal"), 0));
-  }
-  return h.digest("hex");
-}
+/** The databases' part of the state: their files' identity (state/sqlite: databasesIdentity). */
+export const databasesState = (lc: LoadedConfig): string => databasesIdentity(lc.config.databases.map((d) => ({ name: d.name, src: lc.resolve(d.path) })));
 
 export const stateKey = (other: string, databases: string) => createHash("sha256").update(`${other}\0${databases}`).digest("hex");
-
-function real(p: string): string {
-  try {
-    return realpathSync(p);
-  } catch {
-    return p; // missing: recorded as absent
-  }
-}
-
-/** A file's ctime in ns (a program can not set it back), or "absent". */
-function ctimeOf(path: string): string {
-  return existsSync(path) ? String(statSync(path, { bigint: true }).ctimeNs) : "absent";
-}
-
-/** A file's identity, size, modification time and first `head` bytes (or "absent"). */
-function identity(path: string, head: number): (string | bigint)[] {
-  if (!existsSync(path)) return ["absent"];
-  const st = statSync(path, { bigint: true });
-  const buf = Buffer.alloc(head);
-  if (head) {
-    const fd = openSync(path, "r");
-    try {
-      readSync(fd, buf, 0, head, 0);
-    } finally {
-      closeSync(fd);
-    }
-  }
-  // not the -wal's ctime: SQLite opened as root chowns the -wal file on every open, which changes it and nothing else
-  return [st.dev, st.ino, st.size, st.mtimeNs, buf.toString("hex")];
-}
 
 /** What the last snapshot of an agent from this host recorded. */
 export interface LastBackup<R> {

@@ -10,7 +10,7 @@ import type { LinkSource } from "../bundle/chain.js";
 import type { ChunkSource } from "../bundle/chunked.js";
 import { ChunkStore } from "../chunks/store.js";
 import { LocalStore } from "../storage/local.js";
-import { loadConfigIfAny, repositoryLocation, type LoadedConfig } from "../config/load.js";
+import { loadNamed, type LoadedConfig } from "../config/load.js";
 import type { AgeIdentity } from "../crypto/age.js";
 import { loadIdentities, loadSigningKey } from "../crypto/keys.js";
 import type { SigningKey } from "../crypto/sshsig.js";
@@ -85,7 +85,7 @@ export const isFileRef = (ref: string) => ref.endsWith(".agentbak") || ref.inclu
  * location among the contexts of one process (serve --host: one handle, one store client per repository, not per agent). @throws AgentbakError(2) for a bad config or allowed_signers.
  */
 export function context(opts: GlobalOpts, o: { configless?: boolean; repositories?: Map<string, Promise<Repository>> } = {}): Context {
-  const lc = o.configless ? undefined : loadConfigIfAny(opts.config);
+  const { lc, location: repoLocation } = loadNamed(opts, o.configless);
   const home = agentbakHome();
   const signers = lc?.config.signing.allowedSigners ? lc.resolve(lc.config.signing.allowedSigners) : undefined;
   const readTrust = () => {
@@ -99,7 +99,6 @@ export function context(opts: GlobalOpts, o: { configless?: boolean; repositorie
   const stamp = () => [signers ?? homePaths(home).allowedSigners, homePaths(home).revokedSigners].map((f) => statSync(f, { throwIfNoEntry: false })?.mtimeMs ?? "-").join("|");
   let trust = readTrust();
   let trustStamp = stamp();
-  const repoLocation = repositoryLocation(opts.repo, lc);
   const repositories = o.repositories ?? new Map<string, Promise<Repository>>();
   const keyFile = lc?.config.signing.key ? lc.resolve(lc.config.signing.key) : undefined;
   let key: SigningKey | undefined;

@@ -74,6 +74,16 @@ export function loadConfigIfAny(flag?: string): LoadedConfig | undefined {
 }
 
 /**
+ * What a command's flags name, read together: the config (`configless`: none, not even ./agentbak.json or
+ * AGENTBAK_CONFIG) and the repository's location (repositoryLocation).
+ * @throws AgentbakError(2) for a bad config
+ */
+export function loadNamed(flags: { config?: string; repo?: string }, configless = false): { lc: LoadedConfig | undefined; location: string | undefined } {
+  const lc = configless ? undefined : loadConfigIfAny(flags.config);
+  return { lc, location: repositoryLocation(flags.repo, lc) };
+}
+
+/**
  * The repository location: flag, then AGENTBAK_REPOSITORY, then config
  * (folders resolved: the flag and environment against the working folder,
  * the config's against the config's folder); undefined when none is named.

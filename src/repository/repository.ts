@@ -13,7 +13,7 @@ import { existsSync } from "node:fs";
 import { userInfo } from "node:os";
 import { verifyLayout, type VerifiedBundle } from "../bundle/header.js";
 import { readLayoutRanges } from "../bundle/outer.js";
-import { snapshotKind, type Manifest } from "../bundle/manifest.js";
+import { chunkRefs, snapshotKind, type Component, type Manifest } from "../bundle/manifest.js";
 import type { LinkSource } from "../bundle/chain.js";
 import type { ChunkSource } from "../bundle/chunked.js";
 import { ChunkStore, type LazyWriter, type SweepResult } from "../chunks/store.js";
@@ -170,6 +170,25 @@ export function selectEntries<E extends CatalogEntry>(list: E[], f: { label?: st
  * call: 10-12 ms of a 200-snapshot listing.)
  */
 export const ordinal = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+/** The head of an agent's chain an incremental builds on (chainHead), why it can not be used, or null: none verifies. */
+export type ChainHead = { snapshot: Snapshot; header: VerifiedBundle; links: number; indexes: Map<string, Buffer | null> } | { unusable: string } | null;
+
+/** What a backup knows once it has begun (Repository.beginBackup). */
+export interface BackupStart<T> {
+  lock: Lock;
+  /** the receipt the idempotency key recorded: nothing is to be written */
+  prior: T | undefined;
+  sequence: number;
+  /** the agent's newest verified manifest */
+  newest: Manifest | undefined;
+  /** an incremental's chain head (null: none was asked for, or none verifies) */
+  head: ChainHead;
+  /** the agent's chunk writer, opened on first use (null: none asked for) */
+  writer: LazyWriter | null;
+  /** the latest snapshot's source entries a source whose fingerprint did not change reuses, by payload path */
+  reusable: ReadonlyMap<string, Component>;
+}
 
 export class Repository {
   /** what list() read, by scope: "" for the whole repository, an agent's folder for a list of that agent */
@@ -367,30 +386,67 @@ export class Repository {
   }
 
   /**
-   * Begins a backup of `a`: takes its agent lock (lock), removes what runs that died left behind (sweep), and reads the
-   * receipt `idempotencyKey` already recorded (idempotent), else the sequence the new snapshot takes (nextSequence:
-   * under the lock, nothing else of `a` is published meanwhile) and the agent's newest verified manifest (of the listing
-   * nextSequence read: it sizes the room kept for the new one's). A failure after the lock releases it.
-   * @returns the lock, and the receipt recorded for the key (then nothing is to be written, `sequence` is 0 and no
-   *   manifest is read)
-   * @throws what lock, sweep, idempotent and nextSequence throw (goneOr: "not found" when the repository went away meanwhile)
+   * Begins a backup of `a`, answering at once what the later stages would otherwise ask piecemeal: takes its agent
+   * lock (lock), removes what runs that died left behind (sweep), and reads the receipt `idempotencyKey` already
+   * recorded (idempotent), else the sequence the new snapshot takes (nextSequence: under the lock, nothing else of `a`
+   * is published meanwhile), the agent's newest verified manifest (of the listing nextSequence read: it sizes the room
+   * kept for the new one's), for an incremental (`incremental`: its databases) the head of the chain to build on with
+   * its page indexes (chainHead), and with `chunks` the agent's chunk writer, opened on first use, and the newest
+   * snapshot's source entries a source whose fingerprint did not change may reuse (reusableSources). A failure after
+   * the lock releases it.
+   * @returns the lock, and the receipt recorded for the key (then nothing is to be written, `sequence` is 0 and
+   *   nothing else is read)
+   * @throws what lock, sweep, idempotent, nextSequence and chainHead throw (goneOr: "not found" when the repository
+   *   went away meanwhile)
    */
   async beginBackup<T extends { snapshot_id: string }>(
     a: AgentRef,
-    o: { waitMs: number; idempotencyKey?: string; trust: Trust; sequenceFloor?: number },
-  ): Promise<{ lock: Lock; prior: T | undefined; sequence: number; newest: Manifest | undefined }> {
+    o: {
+      waitMs: number;
+      idempotencyKey?: string;
+      trust: Trust;
+      sequenceFloor?: number;
+      /** AGENTBAK_HOME: the chain's checked payload digests, the chunk writer's index */
+      home: string;
+      /** an incremental is asked for: the databases whose page indexes its parent's chain head is read with */
+      incremental: string[] | null;
+      /** large files are stored as chunks (encrypted to `recipients`); `sources`: the agent has state sources */
+      chunks: { recipients: string[]; sources: boolean } | null;
+    },
+  ): Promise<BackupStart<T>> {
     const lock = await this.lock(a, "agent", o.waitMs);
     try {
       crashStep("locked");
       await this.sweep(a);
       const prior = o.idempotencyKey ? await this.idempotent<T>(a, o.idempotencyKey, o.trust) : undefined;
-      if (prior) return { lock, prior, sequence: 0, newest: undefined };
+      if (prior) return { lock, prior, sequence: 0, newest: undefined, head: null, writer: null, reusable: new Map() };
       const sequence = await this.nextSequence(a, o.trust, o.sequenceFloor);
-      return { lock, prior, sequence, newest: (await this.list(o.trust, a)).filter((e) => e.header).at(-1)?.header?.manifest };
+      const newest = (await this.list(o.trust, a)).filter((e) => e.header).at(-1)?.header?.manifest;
+      const head = o.incremental ? await this.chainHead(a, o.trust, o.home, o.incremental) : null;
+      const writer = o.chunks ? this.chunkWriter(a, { home: o.home, recipients: o.chunks.recipients, trust: o.trust }) : null;
+      const reusable = writer && o.chunks?.sources ? await this.reusableSources(a, o.trust, writer) : new Map<string, Component>();
+      return { lock, prior, sequence, newest, head, writer, reusable };
     } catch (e) {
       await lock.release().catch(() => undefined);
       throw await this.goneOr(e);
     }
+  }
+
+  /**
+   * The chunked source entries of `a`'s latest verified snapshot that a source may reuse when its fingerprint did not
+   * change: fingerprinted, and every chunk still known to this host's chunk writer (which forgets what a sweep
+   * removed), so a reused entry never names a chunk that is gone. None when no snapshot verifies.
+   */
+  private async reusableSources(a: AgentRef, trust: Trust, writer: LazyWriter): Promise<Map<string, Component>> {
+    let m: Manifest | null = null;
+    try {
+      m = (await this.resolve("latest", trust, a)).header?.manifest ?? null;
+    } catch (e) {
+      if (!(e instanceof AgentbakError)) throw e; // none yet, or none that verifies: every source is captured
+    }
+    const out = new Map<string, Component>();
+    for (const c of m?.components ?? []) if (c.fingerprint && c.chunks && (await writer.holds(chunkRefs(c)!))) out.set(c.path, c);
+    return out;
   }
 
   /** Takes the lease whose grants live in `folder` (see lock). */
@@ -754,7 +810,7 @@ export class Repository {
    * missing or malformed), for the caller to judge against that digest.
    * @returns the head, why it is unusable, or null when no snapshot verifies
    */
-  async chainHead(a: AgentRef, trust: Trust, home: string, dbs: string[]): Promise<{ snapshot: Snapshot; header: VerifiedBundle; links: number; indexes: Map<string, Buffer | null> } | { unusable: string } | null> {
+  async chainHead(a: AgentRef, trust: Trust, home: string, dbs: string[]): Promise<ChainHead> {
     const newest = (await this.list(trust, a)).at(-1);
     if (newest?.status === "invalid") return { unusable: `chain of ${newest.snapshot_id} is not usable (${newest.problem})` };
     let latest: Snapshot;

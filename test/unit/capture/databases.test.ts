@@ -46,14 +46,14 @@ const count = (f: string) => {
 describe("readAtInstant", () => {
   it("copies each database as of one instant into its job's dest, one record each, and reads the fingerprint under the locks", async () => {
     const a = agent();
-    const r = await readAtInstant(copyPlan, a.jobs, 2000, a.lc);
+    const r = await readAtInstant(copyPlan, a.jobs, 2000, true);
     expect(r.taken).toEqual({ kind: "copy" });
     expect(r.cut).toMatchObject({ method: "write-locks", databases: ["ledger", "state"] });
     expect(r.dbs.map((d) => [d.name, d.target, d.copy, d.delta, d.inspected])).toEqual(a.jobs.map((j) => [j.name, j.target, j.dest, null, null]));
     expect(count(a.jobs[0]!.dest)).toBe(10);
     expect(r.dbState).toBe(databasesState(a.lc));
     await releasePinned(r.taken);
-    expect((await readAtInstant(copyPlan, a.jobs.map((j) => ({ ...j, dest: `${j.dest}.2` })), 2000, null)).dbState).toBeNull();
+    expect((await readAtInstant(copyPlan, a.jobs.map((j) => ({ ...j, dest: `${j.dest}.2` })), 2000, false)).dbState).toBeNull();
   });
 
   it("a write lock held past the wait is exit 11 naming the database; nothing is left open, so the agent writes on", async () => {
@@ -61,7 +61,7 @@ describe("readAtInstant", () => {
     const agentConn = new Database(a.jobs[0]!.src);
     agentConn.exec("BEGIN IMMEDIATE");
     const t0 = Date.now();
-    await expect(readAtInstant(copyPlan, a.jobs, 300, null)).rejects.toMatchObject({ code: 11, message: expect.stringContaining("state") });
+    await expect(readAtInstant(copyPlan, a.jobs, 300, false)).rejects.toMatchObject({ code: 11, message: expect.stringContaining("state") });
     expect(Date.now() - t0).toBeLessThan(5000);
     agentConn.exec("ROLLBACK");
     agentConn.close();
@@ -76,7 +76,7 @@ describe("readAtInstant", () => {
 describe("finishDatabases", () => {
   it("takes each database's page index and integrity result from the inspection", async () => {
     const a = agent();
-    const r = await readAtInstant(copyPlan, a.jobs, 2000, null);
+    const r = await readAtInstant(copyPlan, a.jobs, 2000, false);
     const ins = inspectSnapshot({ dbs: r.dbs.map((d) => ({ name: d.name, file: d.copy, indexKey: key })), cursors: {}, scan: "off" });
     finishDatabases(copyPlan, r.dbs, ins);
     for (const d of r.dbs) {
@@ -88,7 +88,7 @@ describe("finishDatabases", () => {
 
   it("a snapshot that fails integrity_check is exit 13 naming the database and the first problems", async () => {
     const a = agent(400);
-    const r = await readAtInstant(copyPlan, a.jobs, 2000, null);
+    const r = await readAtInstant(copyPlan, a.jobs, 2000, false);
     // damage the table's b-tree in the copy of "ledger": a page in the middle overwritten with noise
     const fd = openSync(r.dbs[1]!.copy, "r+");
     writeSync(fd, randomBytes(4096), 0, 4096, 4096 * 5);
