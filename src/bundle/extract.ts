@@ -13,10 +13,9 @@ import type { Trust } from "../crypto/trust.js";
 import { ioErrno, ioError, verifyError } from "../errors.js";
 import { integrityCheckInWorker, warmInspection } from "../state/inspect/inspect.js";
 import { openDefensive, sqliteError, tableCounts, userVersion, type DB } from "../state/sqlite/open.js";
-import { rebuildWorkspace, treeDigest } from "../state/workspace/workspace.js";
 import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
 import { imageDigest, integrityAttested, isDatabase, isSource, type Component } from "./manifest.js";
-import { driverFor, type SourceFile, type SourceKind } from "../state/sources/index.js";
+import type { SourceFile, SourceKind } from "../state/sources/index.js";
 import { readPayload, type VerifiedBundle } from "./reader.js";
 import { extractChunked, type ChunkSource } from "./chunked.js";
 import { ensureDir } from "../fsutil.js";
@@ -194,6 +193,8 @@ function checkedDetail(how: Established, asked: IntegrityPolicy, c: Component): 
 async function workspaceAndSources(m: VerifiedBundle["manifest"], raw: string, root: string, sources: ExtractedSource[]): Promise<Check[]> {
   const checks: Check[] = [];
   if (m.workspace) {
+    // loaded only for a snapshot with a workspace (git, the tree walk), as the source drivers are only for one with sources
+    const { rebuildWorkspace, treeDigest } = await import("../state/workspace/workspace.js");
     const bundle = join(raw, "workspace/repo.bundle");
     const patch = m.components.some((c) => c.path === "workspace/changes.patch") ? join(raw, "workspace/changes.patch") : null;
     const dest = join(root, m.workspace.path);
@@ -208,6 +209,8 @@ async function workspaceAndSources(m: VerifiedBundle["manifest"], raw: string, r
     if (d.sha256 !== m.workspace.tree_sha256) throw verifyError(`workspace: rebuilt tree does not match the manifest (${d.files} files, ${m.workspace.files} recorded)`);
     checks.push({ name: "workspace", ok: true, detail: `commit ${m.workspace.commit.slice(0, 12)}, ${d.files} files, tree digest matches` });
   }
+  if (!sources.length) return checks;
+  const { driverFor } = await import("../state/sources/index.js");
   for (const src of sources) {
     const detail = await driverFor(src.kind).check(src.name, src.files);
     checks.push({ name: `source:${src.name}`, ok: true, detail: `${src.kind}: ${detail}` });

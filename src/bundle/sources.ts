@@ -4,7 +4,7 @@
  * source is restored with the time elapsed since its own snapshot.
  */
 import { usageError, wrap } from "../errors.js";
-import { driverFor, sourceError, targetIsFolder, type SourceKind } from "../state/sources/index.js";
+import type { SourceKind } from "../state/sources/index.js";
 import type { ExtractedSource } from "./extract.js";
 import type { Manifest } from "./manifest.js";
 
@@ -61,6 +61,9 @@ export async function restoreSources(m: Manifest, extracted: ExtractedSource[], 
     if (!s) throw usageError(`--allow-nonempty-source ${name}: the snapshot has no source named "${name}"`);
     if (s.kind !== "redis") throw usageError(`--allow-nonempty-source ${name}: only a redis source can be restored beside other keys; a ${s.kind} source goes only into an empty target`);
   }
+  if (!extracted.length) return [];
+  // the drivers (and the client programs they start) load only for a snapshot with sources: a restore of databases and files never needs them
+  const { driverFor, sourceError, targetIsFolder } = await import("../state/sources/index.js");
   for (const x of extracted) {
     const target = targets.get(x.name)!;
     // a target that can not be reached or read is one line naming the source and the client's code, never its URL

@@ -20,12 +20,11 @@ import { ensureDir, fsyncDir, fsyncTree, pidDir, sweepDead, writeFileAtomic } fr
 import type { Repository } from "../repository/repository.js";
 import { keys } from "../repository/layout.js";
 import { unreachableWarning } from "../repository/generation.js";
-import { checkCredentials } from "../state/secrets/credentials.js";
+import type { checkCredentials } from "../state/secrets/credentials.js";
 import { isSource, embeddingChanges, type Manifest } from "../bundle/manifest.js";
 import { manifestSources, parseSourceFlags, restoreSources, type SourceOutcome } from "../bundle/sources.js";
 import { configuredEmbeddings } from "../config/schema.js";
-import { resolveReference } from "../state/sources/index.js";
-import { settleOperations } from "../reconcile/operations.js";
+import type { OpenOperation } from "../reconcile/operations.js";
 import { buildPlan, type PlannedSource, type RestorePlan } from "./plan.js";
 import { appendReceipt } from "./receipt.js";
 import { applyTimers, planTimers } from "./timers.js";
@@ -178,8 +177,10 @@ function removeEmptyDirs(dir: string): void {
  * credential reference resolved here (relative files against `refRoot`);
  * LanceDB folders go inside the restored root. URLs stay out of the plan.
  */
-function sourceTargets(m: Manifest, flags: Map<string, string>, target: string, refRoot: string) {
+async function sourceTargets(m: Manifest, flags: Map<string, string>, target: string, refRoot: string) {
   const urls = new Map<string, string>();
+  // the source drivers load only for a snapshot with a source to resolve (restore's fixed cost: docs/performance.md)
+  const resolveReference = manifestSources(m).some((s) => s.path === null && !flags.has(s.name)) ? (await import("../state/sources/index.js")).resolveReference : null;
   const planned: PlannedSource[] = manifestSources(m).map((s) => {
     const records = m.components.filter((c) => c.name === s.name && isSource(c)).reduce((n, c) => n + Object.values(c.records ?? {}).reduce((a, b) => a + b, 0), 0);
     const base = { name: s.name, kind: s.kind, records, snapshot_at: s.snapshot_at };
@@ -188,7 +189,7 @@ function sourceTargets(m: Manifest, flags: Map<string, string>, target: string, 
     if (flag) urls.set(s.name, flag);
     else {
       try {
-        urls.set(s.name, resolveReference(s.ref ?? "", refRoot));
+        urls.set(s.name, resolveReference!(s.ref ?? "", refRoot));
       } catch {
         return { ...base, into: s.ref ?? "(no reference)", resolved: false };
       }
@@ -298,7 +299,9 @@ function stagingBeside(target: string): string {
 
 /** The snapshot's credential references as checked at `target`, or all "unchecked" (`unchecked`: why, e.g. an agent's plan). */
 async function credentialsAt(refs: Manifest["credentials"], target: string, unchecked: string | undefined, how: Parameters<typeof checkCredentials>[2]) {
-  return unchecked ? refs.map((c) => ({ name: c.name, ref: c.ref, status: "unchecked" as const, detail: unchecked })) : await checkCredentials(refs, target, how);
+  if (unchecked) return refs.map((c) => ({ name: c.name, ref: c.ref, status: "unchecked" as const, detail: unchecked }));
+  // the checker (and the programs a `command:` check runs) loads only for a snapshot that names credentials
+  return refs.length ? (await import("../state/secrets/credentials.js")).checkCredentials(refs, target, how) : [];
 }
 
 /** The warning for a source's keys that expired since the snapshot (not restored). */
@@ -351,8 +354,9 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   // the agent's generation: the repository's record, the replicas copy linked it with, and this host's trusted state
   const gens = repo ? await repo.generations(a, o.trust) : null;
   const nextGen = Math.max(gens?.highest ?? 0, seen.generation) + 1;
-  const sources = sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
-  const operations = settleOperations(m.open_operations, cfg?.openOperations);
+  const sources = await sourceTargets(m, parseSourceFlags(o.sources, m), target, o.lc?.dir ?? process.cwd());
+  // reconcile's module (its probes start programs) loads only for a snapshot with open operations
+  const operations: OpenOperation[] = m.open_operations.length ? (await import("../reconcile/operations.js")).settleOperations(m.open_operations, cfg?.openOperations) : [];
   const plan = buildPlan(m, o.bundle.path, target, credentials, policy, nextGen, now, { operations, timers: planTimers(cfg?.timers ?? [], new Date(m.created_at), now), sources: sources.planned });
   const missing = credentials.filter((c) => c.status === "missing").map((c) => `credential ${c.name} (${c.ref}) is missing here`);
   const warnings = [...policy.warnings, ...policy.needs_approval, ...missing, ...(gens?.unreachable ?? []).map(unreachableWarning), ...(gens?.warnings ?? [])];

@@ -3,7 +3,8 @@
 // packed CLI (dist/packed) the sources esbuild put in it (its "// path"
 // markers), so a heavy module pulled in eagerly again fails here whatever the
 // machine's load (the times themselves are in `npm run bench -- --only startup`).
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import Database from "better-sqlite3";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { json, makeAgent, STORE, type TestAgent } from "../helpers.js";
@@ -62,6 +63,33 @@ describe.skipIf(STORE !== "local")("what a command loads", () => {
     expect(matching(modules, /^dist\/repository\/repository\.js$/)).not.toEqual([]);
     expect(matching(modules, /^dist\/bundle\/header\.js$/)).not.toEqual([]);
     expect(matching(modules, /node_modules\/(tar-stream|streamx|execa|better-sqlite3)\/|^dist\/bundle\/(reader|plaintext|writer)\.js$|^dist\/state\/pages\/|^node:worker_threads$/)).toEqual([]);
+  });
+
+  it("restore of a database-only agent (no sources, credentials, open operations or workspace): no execa, source drivers, credential checker, reconcile probes or workspace code", async () => {
+    // an agent of one SQLite database, as the bench's ledger and blobs shapes (the test agent has all four of the others)
+    const dir = join(a.tmp, "db-only");
+    mkdirSync(join(dir, "state"), { recursive: true });
+    const db = new Database(join(dir, "state/ledger.sqlite"));
+    db.exec("CREATE TABLE ledger (id INTEGER PRIMARY KEY, memo TEXT); CREATE INDEX ledger_memo ON ledger (memo)");
+    const insert = db.prepare("INSERT INTO ledger (memo) VALUES (?)");
+    db.transaction(() => {
+      for (let i = 0; i < 5000; i++) insert.run(`entry ${i}`);
+    })();
+    db.close();
+    const config = join(dir, "agentbak.json");
+    writeFileSync(config, JSON.stringify({ agent: { id: "db-only", tenant: "t1" }, repository: a.repo, recipients: [a.recipient], databases: [{ name: "ledger", path: "state/ledger.sqlite" }], files: [], credentials: [] }));
+    const env = { AGENTBAK_CONFIG: config };
+    const backup = await a.run(["backup", "--json"], env);
+    expect(backup.code, backup.stderr).toBe(0);
+    const target = join(a.tmp, "db-only-restored");
+    const { r, modules } = await loaded(["restore", "latest", "--target", target, "--yes", "--json"], "restore", env);
+    expect(r.code, r.stderr).toBe(0);
+    expect(json(r).restored).toBe(true);
+    const restored = new Database(join(target, "state/ledger.sqlite"), { readonly: true });
+    expect(restored.prepare("SELECT count(*) AS n, max(memo) AS last FROM ledger").get()).toEqual({ n: 5000, last: "entry 999" });
+    restored.close();
+    expect(matching(modules, /^dist\/bundle\/(reader|plaintext|extract)\.js$/)).toHaveLength(3); // the hook saw restore's own modules
+    expect(matching(modules, /node_modules\/(execa|cross-spawn|signal-exit)\/|^dist\/state\/(sources\/(index|common|postgres|redis|lancedb)|secrets\/credentials|workspace\/workspace)\.js$|^dist\/reconcile\/|^dist\/contained\.js$/)).toEqual([]);
   });
 
   it("backup --skip-if-unchanged with nothing changed: the fingerprint's modules, none of the capture's (SQLite, execa, the bundle writer, the inspection)", async () => {
