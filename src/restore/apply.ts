@@ -324,8 +324,7 @@ export async function runRestore(o: RestoreOptions): Promise<RestoreResult> {
   const expectAgent = o.expectAgent ?? cfg?.agent.id;
   // a restore decrypts the payload (a dry run does not): a format-7 payload is checked chunk by chunk as it is read
   const v = await verifyBundle(o.bundle.path, o.trust, now, o.progress, { decrypting: !o.dryRun });
-  const m = v.manifest;
-  const a = { tenant: m.tenant, agent: m.agent_id };
+  const m = v.manifest, a = { tenant: m.tenant, agent: m.agent_id };
   const seen = readTrustedState(agentbakHome(), a);
   const policy = evaluatePolicy({
     manifest: m,
