@@ -15,7 +15,7 @@ import { integrityCheckInWorker, warmInspection } from "../state/inspect/inspect
 import { openDefensive, sqliteError, tableCounts, userVersion, type DB } from "../state/sqlite/open.js";
 import { rebuildWorkspace, treeDigest } from "../state/workspace/workspace.js";
 import { rebuildDatabases, verifyChain, type LinkSource } from "./chain.js";
-import { attestedCheck, imageDigest, integrityAttested, isDatabase, isSource, type Component } from "./manifest.js";
+import { imageDigest, integrityAttested, isDatabase, isSource, type Component } from "./manifest.js";
 import { driverFor, type SourceFile, type SourceKind } from "../state/sources/index.js";
 import { readPayload, type VerifiedBundle } from "./reader.js";
 import { extractChunked, type ChunkSource } from "./chunked.js";
@@ -185,7 +185,7 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
 
 /** What a database's check established, for people: under the default, why integrity_check was or was not re-run. */
 function checkedDetail(how: Established, asked: IntegrityPolicy, c: Component): string {
-  if (how === "attested") return `attested at backup: ${attestedCheck(c) === "index_digest" ? "quick_check and the index digests (every index holds exactly its table's entries, no UNIQUE duplicates)" : "integrity_check"} passed on these exact bytes (${c.kind === "sqlite-delta" ? "pages root" : "sha256"} ${imageDigest(c).slice(0, 12)}, signed in the manifest), not re-run; row counts are those of the same bytes; user_version matches the manifest`;
+  if (how === "attested") return `attested at backup: ${c.integrity_checked === imageDigest(c) ? "integrity_check" : "quick_check and the index digests (every index holds exactly its table's entries, no UNIQUE duplicates)"} passed on these exact bytes (${c.kind === "sqlite-delta" ? "pages root" : "sha256"} ${imageDigest(c).slice(0, 12)}, signed in the manifest), not re-run; row counts are those of the same bytes; user_version matches the manifest`;
   if (how === "digest") return "sha256 matches the signed digest (--integrity digest); user_version matches the manifest";
   const why = asked !== "attested" ? "" : c.integrity_checked === undefined && c.index_digest_checked === undefined ? " (re-run: no integrity check at backup is attested for this image)" : ` (re-run: the manifest's ${c.integrity_checked !== undefined ? "integrity_checked" : "index_digest_checked"} names other bytes than this image)`;
   return `${how} ok${why}; row counts and user_version match the manifest`;
