@@ -12,6 +12,7 @@ import { pipeline } from "node:stream/promises";
 import { AgentbakError, Exit, notFound, UnreachableError, usageError } from "../errors.js";
 import { pidDir, sweepDead } from "../fsutil.js";
 import { loadOptional } from "../optional.js";
+import { scanListPage, type ListPage } from "./s3-list.js";
 import { checkKey, type ObjectStore, type UploadOptions } from "./store.js";
 
 /** Parses `s3://bucket/prefix`. */
@@ -240,17 +241,43 @@ export class S3Store implements ObjectStore {
     const seen = new Set<string>();
     let token: string | undefined;
     do {
-      let r;
-      try {
-        r = await this.client.send(new this.sdk.ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.k(prefix), ContinuationToken: token, MaxKeys: 1000 }));
-      } catch (e) {
-        throw this.fail("list", prefix, e);
-      }
+      const r = await this.listPage(prefix, token);
       // the time too: the same bytes put back (an ETag is their MD5) are another write
-      for (const o of r.Contents ?? []) if (o.Key) out.push([o.Key.slice(this.prefix.length), { tag: `${o.ETag ?? ""}:${o.LastModified?.getTime() ?? 0}`, size: Number(o.Size ?? 0) }]);
-      token = this.nextPage(seen, r.IsTruncated, r.NextContinuationToken, prefix);
+      for (const o of r.objects) out.push([o.key.slice(this.prefix.length), { tag: `${o.etag}:${o.lastModified}`, size: o.size }]);
+      token = this.nextPage(seen, r.truncated, r.next, prefix);
     } while (token);
     return new Map(out.sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0)));
+  }
+
+  /**
+   * One ListObjectsV2 page, sent, signed and retried by the client as any request, its body read by scanListPage
+   * and not by the SDK's deserializer (which then reads an empty body; an error answer it reads as before).
+   * @throws AgentbakError as `fail` maps the client's errors; AgentbakError(1) for a page that is not readable XML
+   */
+  private async listPage(prefix: string, token: string | undefined, delimiter?: string): Promise<ListPage> {
+    const cmd = new this.sdk.ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.k(prefix), ContinuationToken: token, MaxKeys: 1000, ...(delimiter ? { Delimiter: delimiter } : {}) });
+    let page: ListPage | undefined;
+    cmd.middlewareStack.add(
+      (next) => async (args) => {
+        const out = await next(args);
+        const res = out.response as { statusCode?: number; body?: AsyncIterable<Buffer> | Uint8Array };
+        if (res.statusCode !== undefined && res.statusCode >= 200 && res.statusCode < 300 && res.body) {
+          const parts: Buffer[] = [];
+          for await (const c of res.body as AsyncIterable<Buffer>) parts.push(c);
+          page = scanListPage(Buffer.concat(parts).toString("utf8"));
+          res.body = new Uint8Array(0);
+        }
+        return out;
+      },
+      { step: "deserialize", priority: "low", name: "agentbakListPage" },
+    );
+    try {
+      await this.client.send(cmd);
+    } catch (e) {
+      throw this.fail("list", prefix, e);
+    }
+    if (!page) throw new AgentbakError(Exit.failure, `list s3://${this.bucket}/${this.k(prefix)}: the store answered without a listing`);
+    return page;
   }
 
   /**
@@ -309,14 +336,9 @@ export class S3Store implements ObjectStore {
     const seen = new Set<string>();
     let token: string | undefined;
     do {
-      let r;
-      try {
-        r = await this.client.send(new this.sdk.ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.k(prefix), Delimiter: "/", ContinuationToken: token, MaxKeys: 1000 }));
-      } catch (e) {
-        throw this.fail("list", prefix, e);
-      }
-      for (const p of r.CommonPrefixes ?? []) if (p.Prefix) out.push(p.Prefix.slice(this.k(prefix).length).replace(/\/$/, ""));
-      token = this.nextPage(seen, r.IsTruncated, r.NextContinuationToken, prefix);
+      const r = await this.listPage(prefix, token, "/");
+      for (const p of r.prefixes) out.push(p.slice(this.k(prefix).length).replace(/\/$/, ""));
+      token = this.nextPage(seen, r.truncated, r.next, prefix);
     } while (token);
     return out.sort();
   }

@@ -118,6 +118,28 @@ describe.each(backends)("object store conformance: %s", (_name, make, skip) => {
   });
 });
 
+describe.skipIf(!endpoint)("S3 listings read without the SDK's deserializer (scanListPage)", () => {
+  it("hostile keys come back exactly, with the ETag, time and size the SDK's own deserializer reads, in list, tagged and folders", async () => {
+    const b = `conf-x-${randomBytes(4).toString("hex")}`;
+    await makeBucket(b);
+    process.env.AGENTBAK_S3_ENDPOINT = endpoint;
+    const s = await new S3Store(`s3://${b}/p`).init();
+    const hostile = ["a&b/x", "amp&amp;/lit", "lt<gt>/<Key>k</Key>", `q"'/z`, "emoji😀/é日本", "ctrl\u0001\u001f/k", "cr\rlf\n/k", "tab\t/k", "sp /k ", "ent&#x41;;/&lt;"];
+    for (const k of hostile) await s.put(k, `v-${k}`);
+    const sorted = [...hostile].sort();
+    expect(await s.list("")).toEqual(sorted);
+    expect(await s.folders("")).toEqual(sorted.map((k) => k.slice(0, k.indexOf("/"))));
+    const { S3Client, ListObjectsV2Command } = await import("@aws-sdk/client-s3");
+    const c = new S3Client({ endpoint, region: process.env.AWS_REGION ?? "us-east-1", forcePathStyle: true });
+    const r = await c.send(new ListObjectsV2Command({ Bucket: b, Prefix: "p/" }));
+    const sdk = new Map((r.Contents ?? []).map((o) => [o.Key!.slice(2), { tag: `${o.ETag}:${o.LastModified!.getTime()}`, size: Number(o.Size) }]));
+    expect(sdk.size).toBe(hostile.length);
+    expect(await s.tagged("")).toEqual(sdk);
+    expect([...(await s.tagged(""))].map(([k, t]) => [k, t.size])).toEqual(sorted.map((k) => [k, Buffer.byteLength(`v-${k}`)]));
+    await expect(s.list("nothing/")).resolves.toEqual([]);
+  });
+});
+
 describe.skipIf(!endpoint)("hidden: objects a delete marker hides in a versioned bucket", () => {
   it("names each hidden key with its newest kept version's bytes; objects present, or deleted with their versions, are not hidden", async () => {
     const b = `conf-v-${randomBytes(4).toString("hex")}`;
