@@ -33,7 +33,7 @@ import type { LoadedConfig } from "../config/load.js";
 import { workspaceState } from "../state/workspace/workspace.js";
 import { homePaths } from "../home.js";
 import { type AgentRef } from "../facts.js";
-import { databasesIdentity } from "../state/sqlite/cut.js";
+import { databasesIdentity } from "../state/sqlite/identity.js";
 import type { Repository } from "../repository/repository.js";
 import { CHUNK_FROM, listReadable } from "./files.js";
 import type { BackupOptions } from "./receipt.js";

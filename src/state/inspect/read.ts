@@ -6,7 +6,8 @@
  * (sqlite/cut.ts: Instant). Then the copies are staged beside their inspection (stageCopies). In state/inspect/,
  * above sqlite/ and pages/, whose parts it puts together.
  */
-import { databasesIdentity, openInstant, type CopyJob, type Cut, type InPlaceViews } from "../sqlite/cut.js";
+import { openInstant, type CopyJob, type Cut, type InPlaceViews } from "../sqlite/cut.js";
+import { databasesIdentity } from "../sqlite/identity.js";
 import { namedSource } from "../sqlite/livesnap.js";
 import { splitPage } from "../sqlite/pagefile.js";
 import { HeadHashed, type DeltaBase, type PageIndex, type SnapshotSums } from "../pages/index.js";
