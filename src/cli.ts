@@ -724,7 +724,7 @@ function addAgentRequests(program: Command, result: { code: ExitCode }): void {
     const { flush, markReported } = await import("./commands/flush.js");
     const r = await flush(o);
     await show(o, r, (await agentUi()).flushed);
-    if (r.some((f) => f.quarantined.length)) result.code = Exit.warnings; // a damaged spooled bundle was set aside
+    if (r.some((f) => f.quarantined.length || f.warnings.length)) result.code = Exit.warnings; // a damaged spooled bundle was set aside
     // only once the output named them: a flush killed before this leaves them for the next one to name
     for (const f of r) await markReported(f);
   });

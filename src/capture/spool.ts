@@ -15,7 +15,7 @@
  * fails after it.
  */
 import type { LoadedConfig } from "../config/load.js";
-import { hasCause, UnreachableError } from "../errors.js";
+import { hasCause, UnreachableError, wrap } from "../errors.js";
 import { Repository } from "../repository/repository.js";
 import { remoteReceipt, settleSpool, spoolFor } from "../repository/spool.js";
 import { hostWatermark, raiseBackupWatermark } from "../state/watermark.js";
@@ -77,7 +77,10 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
     const known = o.idempotencyKey ? await remoteReceipt<BackupReceipt>(spool, a, o.idempotencyKey) : undefined;
     if (known) return replay(known, o);
     // into the spool every file goes into the payload: its flush uploads bundles, not chunks
-    const r = await runBackup(lc, { ...o, repo: spool, chunks: false });
+    const r = await runBackup(lc, { ...o, repo: spool, chunks: false }).catch((x: unknown) => {
+      // the spool is this host's own folder: its failure (read-only, immutable, full) is named as the spool's
+      throw wrap(x, `repository ${o.location} is unreachable (${(e as Error).message}), and spooling the backup into ${spool.location} failed; nothing was committed or spooled (what was spooled before stays there)`);
+    });
     const note = `repository ${o.location} is unreachable (${(e as Error).message}); the signed bundle waits in ${spool.location} for the next backup or "agentbak flush"`;
     return { ...r, status: "spooled", warnings: [...r.warnings, note] };
   }
@@ -85,6 +88,9 @@ async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBack
   downUntil.delete(o.location);
   const f = await settleSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey }, receipt, o.idempotencyKey);
   if (f instanceof Error) receipt.warnings.push(`spooled snapshots of ${a.tenant}/${a.agent} not uploaded yet: ${f.message}`);
-  else for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside ${q.earlier ? "by an earlier run " : ""}(not uploaded, not deleted) in ${q.path}: ${q.problem}`);
+  else {
+    for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside ${q.earlier ? "by an earlier run " : ""}(not uploaded, not deleted) in ${q.path}: ${q.problem}`);
+    receipt.warnings.push(...f.warnings);
+  }
   return receipt;
 }

@@ -44,6 +44,8 @@ export interface FlushResult {
   already: string[];
   /** spooled snapshots that do not verify (or build on one that does not): set aside, not uploaded, not deleted */
   quarantined: { snapshot_id: string; problem: string; path: string; earlier?: true }[];
+  /** uploaded (or already there), but their spooled copy could not be removed: each names the snapshot, why, and that it stays */
+  warnings: string[];
 }
 
 /** A set-aside bundle's note (`quarantine/<id>.problem.json`). */
@@ -142,7 +144,7 @@ export async function allSpools(home: string): Promise<{ remote: string; spool: 
  */
 export async function flushSpool(spool: Repository, remote: Repository, trust: Trust, o: { tenant?: string; agent?: string; signingKey: SigningKey | null; waitMs?: number }): Promise<FlushResult> {
   spool.refresh();
-  const res: FlushResult = { remote: remote.location, spool: spool.location, flushed: [], already: [], quarantined: [] };
+  const res: FlushResult = { remote: remote.location, spool: spool.location, flushed: [], already: [], quarantined: [], warnings: [] };
   res.quarantined.push(...(await unreported(spool, o)));
   const waiting = await spool.list(trust, {});
   await bindRemote(spool, remote, waiting.length);
@@ -166,7 +168,10 @@ export async function flushSpool(spool: Repository, remote: Repository, trust: T
         // the key now answers from the remote, with the remote's path
         const committed = key ? await remote.idempotent<{ snapshot_id: string; sequence: number }>(a, key, trust) : undefined;
         await noteCommitted(spool, a, committed ?? { snapshot_id: s.snapshot_id, sequence: s.sequence! }, committed ? key! : undefined);
-        await spool.remove(s);
+        // committed in the remote whatever happens here: a spooled copy that can not be removed is said, not a failure
+        await spool.remove(s).catch((e: unknown) => {
+          res.warnings.push(`spooled snapshot ${s.snapshot_id} is committed in ${remote.location}, but its spooled copy could not be removed (${(e as Error).message}): it stays in ${spool.location}, and the next flush finds it already there`);
+        });
       }
     } finally {
       await lock.release();

@@ -254,7 +254,17 @@ export class LocalStore implements ObjectStore {
   }
 
   async delete(key: string): Promise<boolean> {
-    rmSync(this.path(key), { force: true });
+    const p = this.path(key);
+    try {
+      unlinkSync(p);
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT") return true;
+      // a file that can not be unlinked (EPERM in an immutable folder, EROFS) says so: rmSync's fallback to
+      // removing a folder turned that into "ENOTDIR … scandir '<file>'"
+      if (code !== "EISDIR") throw e;
+      rmSync(p, { force: true });
+    }
     return true;
   }
 

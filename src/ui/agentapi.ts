@@ -63,6 +63,7 @@ export function flushed(list: FlushResult[]): void {
   for (const f of list) {
     ok(`${f.flushed.length} spooled snapshot(s) uploaded to ${f.remote}${f.already.length ? `, ${f.already.length} already there` : ""} (spool ${f.spool})`);
     for (const q of f.quarantined) warn(setAside(q));
+    for (const w of f.warnings) warn(w);
   }
 }
 

@@ -67,7 +67,7 @@ describe.skipIf(!endpoint)("spool", () => {
   it("agentbak flush uploads it into the real repository, verified; the key then answers from there", async () => {
     const f = await a.run(["flush", "--json"], up());
     expect(f.code, f.stderr).toBe(0);
-    expect(json(f)).toEqual([{ remote: repo, spool: expect.stringContaining(join(a.home, "spool")), flushed: [offline.snapshot_id], already: [], quarantined: [] }]);
+    expect(json(f)).toEqual([{ remote: repo, spool: expect.stringContaining(join(a.home, "spool")), flushed: [offline.snapshot_id], already: [], quarantined: [], warnings: [] }]);
     expect(await remote()).toEqual([first.snapshot_id, offline.snapshot_id]);
     expect(spooled()).toEqual([]);
     const listed = json(await a.run(["snapshots", "--json"], up())).find((s: any) => s.snapshot_id === offline.snapshot_id);
