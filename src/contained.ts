@@ -4,6 +4,7 @@
  * the caller passes (never this process's, so never AGENTBAK_IDENTITY), a
  * deadline that kills the whole group, and a cap on what it may print.
  */
+import { isUtf8 } from "node:buffer";
 import { execa } from "execa";
 import { stopOnInterrupt } from "./cleanup.js";
 
@@ -27,6 +28,8 @@ export interface ContainedResult {
   exitCode: number | null;
   signal: string | null;
   stdout: string;
+  /** stdout's bytes are not UTF-8 (`stdout` then holds U+FFFD where they were): not what the command wrote */
+  notUtf8: boolean;
   /** the deadline passed: its process group was killed */
   timedOut: boolean;
   /** it printed more than maxBytes: its process group was killed */
@@ -79,7 +82,8 @@ export async function runContained(command: string[], o: ContainedOptions): Prom
   try {
     const r = await child;
     const startError = r.exitCode === undefined && !r.signal && !timedOut && !r.isMaxBuffer ? ((r as { code?: string }).code ?? "could not start") : null;
-    return { exitCode: r.exitCode ?? null, signal: r.signal ?? null, stdout: Buffer.from(r.stdout ?? new Uint8Array()).toString("utf8"), timedOut, tooLarge: Boolean(r.isMaxBuffer), startError };
+    const out = Buffer.from(r.stdout ?? new Uint8Array());
+    return { exitCode: r.exitCode ?? null, signal: r.signal ?? null, stdout: out.toString("utf8"), notUtf8: !isUtf8(out), timedOut, tooLarge: Boolean(r.isMaxBuffer), startError };
   } finally {
     clearTimeout(timer);
     killGroup();

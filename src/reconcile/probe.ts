@@ -9,6 +9,7 @@
  * environment) at the moment of the request and never appear in an answer,
  * a detail or an error.
  */
+import { isUtf8 } from "node:buffer";
 import { basicEnv, CONTAINED_MAX_BYTES, runContained } from "../contained.js";
 import { CREDENTIAL_PLACEHOLDER } from "../config/recovery.js";
 import type { Config } from "../config/schema.js";
@@ -50,6 +51,8 @@ type ReconcileConfig = NonNullable<Config["reconcile"]>;
 /** The most of a provider's answer (HTTP body, or a command's stdout) a probe reads. */
 export const PROBE_ANSWER_MAX_BYTES = CONTAINED_MAX_BYTES;
 const TOO_LARGE = `larger than ${PROBE_ANSWER_MAX_BYTES / 1024} KiB: not read`;
+/** An answer whose bytes are not UTF-8: decoded, its receipt would hold U+FFFD, not what the provider sent. */
+const NOT_UTF8 = "not UTF-8: not read (a receipt decoded from it would not be the provider's)";
 
 const unknown = (detail: string): ProbeAnswer => ({ state: "unknown", receipt: null, detail });
 
@@ -131,7 +134,7 @@ function httpProbe(http: { url: string; headers: Record<string, string> }, field
     }
     const redact = (m: string) => secrets.reduce((t, x) => (x ? t.split(x).join("[credential]") : t), m);
     let res: Response;
-    let text: string | null;
+    let body: Buffer | null;
     let target: string;
     try {
       target = fill(url, q);
@@ -141,7 +144,7 @@ function httpProbe(http: { url: string; headers: Record<string, string> }, field
     try {
       res = await fetch(target, { headers, redirect: "manual", signal: AbortSignal.timeout(ms) });
       if (res.status !== 200) await res.body?.cancel();
-      text = res.status === 200 ? await readCapped(res) : "";
+      body = res.status === 200 ? await readCapped(res) : Buffer.alloc(0);
     } catch (e) {
       const err = e as Error & { cause?: { code?: string } };
       // fetch's messages may quote a header value: only its code, else the message with every credential value cut out
@@ -150,14 +153,15 @@ function httpProbe(http: { url: string; headers: Record<string, string> }, field
     }
     if (res.status === 404) return { state: "not_found", receipt: null, detail: "provider answered 404: no record of this key" };
     if (res.status !== 200) return unknown(`provider answered ${res.status}`);
-    if (text === null) return unknown(`provider's answer is ${TOO_LARGE}`);
-    const receipt = receiptOf(parse(text), fields);
+    if (body === null) return unknown(`provider's answer is ${TOO_LARGE}`);
+    if (!isUtf8(body)) return unknown(`provider's answer is ${NOT_UTF8}`);
+    const receipt = receiptOf(parse(body.toString("utf8")), fields);
     return receipt === null ? unknown(missing) : { state: "completed", receipt, detail: "provider answered 200 with a receipt" };
   };
 }
 
-/** A response body as text, or null when it is over PROBE_ANSWER_MAX_BYTES (the rest is not read). */
-async function readCapped(res: Response): Promise<string | null> {
+/** A response body, or null when it is over PROBE_ANSWER_MAX_BYTES (the rest is not read). */
+async function readCapped(res: Response): Promise<Buffer | null> {
   if (Number(res.headers.get("content-length") ?? 0) > PROBE_ANSWER_MAX_BYTES) {
     await res.body?.cancel();
     return null;
@@ -169,7 +173,7 @@ async function readCapped(res: Response): Promise<string | null> {
     if (n > PROBE_ANSWER_MAX_BYTES) return null; // leaving the loop cancels the stream
     chunks.push(c);
   }
-  return Buffer.concat(chunks).toString("utf8");
+  return Buffer.concat(chunks);
 }
 
 function commandProbe(probe: { command: string[]; env: Record<string, string> }, fields: string[], o: Attempt): Probe {
@@ -187,6 +191,7 @@ function commandProbe(probe: { command: string[]; env: Record<string, string> },
     if (r.tooLarge) return unknown(`probe command's answer is ${TOO_LARGE}`);
     if (r.startError) return unknown(`probe command could not start (${r.startError})`);
     if (r.exitCode !== 0) return unknown(`probe command exited ${r.exitCode ?? r.signal}`);
+    if (r.notUtf8) return unknown(`probe command's answer is ${NOT_UTF8}`);
     const a = parse(r.stdout) as { state?: unknown } | null;
     const receipt = receiptOf(a, fields);
     if (a?.state === "completed" && receipt !== null) return { state: "completed", receipt, detail: "probe command: completed" };

@@ -1,12 +1,68 @@
-// Issue 32, the fifteenth attack (docs/security-edges.md "Fifteenth attack"): the spool made immutable under a
-// backup and a flush. Each case failed on the build before its fix, through the real binary, a real immutable
-// folder (chattr +i: the tests run as root, which modes do not stop) and the S3 gateway of AGENTBAK_TEST_S3_ENDPOINT.
+// Issue 32, the fifteenth attack (docs/security-edges.md "Fifteenth attack"): probe answers that are not UTF-8, the
+// spool made immutable under a backup and a flush. Each case failed on the build before its fix, through the real
+// binary, real probe processes and an HTTP provider on 127.0.0.1, real SQLite files, a real immutable folder
+// (chattr +i: the tests run as root, which modes do not stop) and the S3 gateway of AGENTBAK_TEST_S3_ENDPOINT.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
 import { join } from "node:path";
-import { closedPort, json, makeAgent, makeBucket, SNAPS, type TestAgent } from "../helpers.js";
+import Database from "better-sqlite3";
+import { backedUpAgent, closedPort, json, makeAgent, makeBucket, SNAPS, type TestAgent } from "../helpers.js";
+
+describe("[E3] a provider's answer that is not UTF-8 is not a receipt", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await backedUpAgent();
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  /** Restores into `name`, reconciles with `probe` in the config, @returns the result and the open delivery's row. */
+  async function reconcileWith(name: string, probe: unknown) {
+    const c = JSON.parse(readFileSync(a.config, "utf8"));
+    c.reconcile.probe = probe;
+    const cfg = join(a.dir, `${name}.json`);
+    writeFileSync(cfg, JSON.stringify(c, null, 2));
+    const t = join(a.tmp, name);
+    const r0 = await a.run(["restore", "latest", "--target", t, "--yes"]);
+    expect([0, 3], r0.stderr).toContain(r0.code);
+    const r = await a.run(["reconcile", "--target", t, "-c", cfg, "--json"]);
+    const db = new Database(join(t, "state/agent.sqlite"), { readonly: true });
+    const row = db.prepare("SELECT status, provider_receipt FROM deliveries WHERE idempotency_key = 'idem-task-open-1'").get();
+    db.close();
+    return { r, row };
+  }
+
+  it("[E3] a command probe answering completed with 0xff 0xfe in its receipt: unknown, nothing recorded (3)", async () => {
+    const script = join(a.tmp, "not-utf8.mjs");
+    writeFileSync(script, `process.stdout.write(Buffer.concat([Buffer.from('{"state":"completed","receipt":"r'), Buffer.from([0xff, 0xfe]), Buffer.from('x","extra":"e"}')]));`);
+    const { r, row } = await reconcileWith("e3-command", { command: [process.execPath, script] });
+    // before the fix: exit 0, "completed -> completed, recorded by onCompleted", provider_receipt 'r\ufffd\ufffdx' (signed in the receipt)
+    expect(r.code, r.stderr).toBe(3);
+    expect(json(r).operations[0]).toMatchObject({ outcome: "unknown", receipt: null, resolved: false });
+    expect(json(r).operations[0].detail).toContain("probe command's answer is not UTF-8: not read");
+    expect(row).toEqual({ status: "attempted", provider_receipt: null });
+  });
+
+  it("[E3] an HTTP provider answering 200 with an overlong '/' (C0 AF) in its receipt: unknown, nothing recorded (3)", async () => {
+    const srv = createServer((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(Buffer.concat([Buffer.from('{"receipt":"h'), Buffer.from([0xc0, 0xaf]), Buffer.from('","other":"o"}')]));
+    });
+    await new Promise<void>((ok) => srv.listen(0, "127.0.0.1", ok));
+    try {
+      const port = (srv.address() as { port: number }).port;
+      const { r, row } = await reconcileWith("e3-http", { http: { url: `http://127.0.0.1:${port}/v1/{idempotency_key}`, headers: {} } });
+      expect(r.code, r.stderr).toBe(3);
+      expect(json(r).operations[0]).toMatchObject({ outcome: "unknown", receipt: null, resolved: false });
+      expect(json(r).operations[0].detail).toContain("provider's answer is not UTF-8: not read");
+      expect(row).toEqual({ status: "attempted", provider_receipt: null });
+    } finally {
+      srv.close();
+    }
+  });
+});
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 

@@ -48,7 +48,7 @@ const started = (f: string) => `while [ ! -s ${f} ]; do sleep 0.01; done`;
 describe("runContained", () => {
   it("gives the command its input and reports its exit status and stdout (stderr is not captured)", async () => {
     const r = await runContained(["sh", "-c", "tr a-z A-Z; echo oops >&2; exit 3"], { input: "probe says hi", env, timeoutMs: 10_000 });
-    expect(r).toEqual({ exitCode: 3, signal: null, stdout: "PROBE SAYS HI", timedOut: false, tooLarge: false, startError: null });
+    expect(r).toEqual({ exitCode: 3, signal: null, stdout: "PROBE SAYS HI", notUtf8: false, timedOut: false, tooLarge: false, startError: null });
   });
 
   it("sees only the environment passed: never this process's AGENTBAK_IDENTITY", async () => {
