@@ -5,7 +5,7 @@
  */
 import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
-import { existsSync, realpathSync } from "node:fs";
+import { existsSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { NS, signMessage, verifyMessage, type SigningKey } from "../crypto/sshsig.js";
 import { trusts, type Trust } from "../crypto/trust.js";
@@ -142,7 +142,7 @@ export function openTarget(target: string, trust: Trust): Target {
   const remedy = "restore the snapshot again into a new folder (with a signing key)";
   checkSignature(restorePath(target), record as unknown as Record<string, unknown>, trust, remedy);
   if (record.kind !== "restore-record") throw new AgentbakError(Exit.verify, `${restorePath(target)} is a signed ${String(record.kind)}, not a restore record; ${remedy}`);
-  if (record.target !== undefined && record.target !== realDir(target))
+  if (record.target !== undefined && record.target !== realDir(target) && !sameFolder(record.target, target))
     throw new AgentbakError(Exit.verify, `${restorePath(target)} belongs to the restore into ${record.target}, not ${realDir(target)} (moved in from there, or the folder moved); ${remedy}`);
   return { dir: target, record, digest: recordDigest(record), trust };
 }
@@ -157,6 +157,22 @@ const realDir = (dir: string): string => {
     return realpathSync(dir);
   } catch {
     return resolve(dir);
+  }
+};
+
+/**
+ * Whether `b` is the folder the record names, `a`, reached through a bind mount (which no realpath follows): the
+ * same device and inode, with `a` still reached without a link (a link put on the record's path since would make
+ * any folder "the same": the copy it points at). A copy, or another folder put at either path, is another inode.
+ */
+const sameFolder = (a: string, b: string): boolean => {
+  try {
+    if (realpathSync(a) !== a) return false;
+    const x = statSync(a);
+    const y = statSync(b);
+    return x.isDirectory() && x.dev === y.dev && x.ino === y.ino;
+  } catch {
+    return false;
   }
 };
 

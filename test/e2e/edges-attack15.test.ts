@@ -5,11 +5,41 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execa } from "execa";
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { backedUpAgent, closedPort, json, makeAgent, makeBucket, SNAPS, type TestAgent } from "../helpers.js";
+
+const ACCEPT = ["--yes", "--accept-unresolved", "--reason", "attack15"];
+
+describe("[E5] the folder restored into, reached through a bind mount, is that folder", () => {
+  let a: TestAgent;
+  const t = (n: string) => join(a.tmp, n);
+  beforeAll(async () => {
+    a = await backedUpAgent();
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E5] restored into P/x, P bind-mounted at B: activate --target B/x activates (same device and inode); a copy beside it is still 13", async (ctx) => {
+    mkdirSync(t("P"));
+    mkdirSync(t("B"));
+    const r = await a.run(["restore", "latest", "--target", t("P/x"), "--yes", "--json"]);
+    expect([0, 3], r.stderr).toContain(r.code);
+    if ((await execa("mount", ["--bind", t("P"), t("B")], { reject: false })).exitCode !== 0) ctx.skip();
+    try {
+      cpSync(t("P/x"), t("P/copy"), { recursive: true });
+      const copy = await a.run(["activate", "--target", t("B/copy"), ...ACCEPT]);
+      expect(copy.code, copy.stderr).toBe(13);
+      // before the fix: 13, "belongs to the restore into <P/x>, not <B/x> (moved in from there, or the folder moved)" - the very folder
+      const act = await a.run(["activate", "--target", t("B/x"), ...ACCEPT]);
+      expect(act.code, act.stderr).toBe(3);
+      expect(act.stderr).toContain(`activated billing-agent at generation ${json(r).generation}`);
+    } finally {
+      await execa("umount", [t("B")], { reject: false });
+    }
+  });
+});
 
 describe("[E3] a provider's answer that is not UTF-8 is not a receipt", () => {
   let a: TestAgent;
