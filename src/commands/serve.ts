@@ -140,7 +140,10 @@ function backupOnSchedule(agents: readonly HostAgent[], handles: readonly AgentH
     let ok = false;
     try {
       // an idle agent is answered here (a stat-level read); a changed one is captured in a child process
-      const r = (await idle(h)) ?? (await backupInChild(h.lc.path));
+      const quiet = await idle(h);
+      // a SIGTERM that came during the unchanged check starts no capture: stop() waits for those already running only
+      if (!quiet && stopped) return log(`backup ${who}: not started: the server is stopping`);
+      const r = quiet ?? (await backupInChild(h.lc.path));
       ok = true;
       if (r.status !== "unchanged") log(`backup ${who}: ${r.status} ${r.snapshot_id} (${r.kind}, ${r.size} bytes)${r.warnings.length ? `; ${r.warnings.join("; ")}` : ""}`);
     } catch (e) {

@@ -12,9 +12,9 @@
  * read and checked afresh. Whoever can read that key can read AGENTBAK_HOME's
  * signing key too.
  */
-import { createHash, createHmac, timingSafeEqual } from "node:crypto";
+import { createHash, createHmac, timingSafeEqual, type Hmac } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { writeCacheFile } from "../fsutil.js";
+import { writeCacheFileInSlices } from "../fsutil.js";
 import { homePaths } from "../home.js";
 import { makeKey } from "./headercache.js";
 import type { CatalogRecord } from "./catalog.js";
@@ -30,6 +30,14 @@ const MAC_PREFIX = "agentbak catalog cache 1\0";
 /** the length of the MAC line's hex digest (HMAC-SHA256) */
 const MAC_HEX = 64;
 const mac = (key: Buffer, body: string | Buffer) => createHmac("sha256", key).update(MAC_PREFIX).update(body).digest("hex");
+
+/** Each of `parts`, added to the MAC `h` as it is passed on. */
+function* macced(h: Hmac, parts: Iterable<string>): Iterable<string> {
+  for (const p of parts) {
+    h.update(p);
+    yield p;
+  }
+}
 
 export class CatalogCache {
   private entries = new Map<string, CheckedRecord>();
@@ -109,19 +117,28 @@ export class CatalogCache {
     this.changed = this.entries.delete(key) || this.changed;
   }
 
+  /** The cache file's body in pieces: the text of JSON.stringify({ url, entries, marks }), one entry at a time. */
+  private *parts(): Iterable<string> {
+    yield `{"url":${JSON.stringify(this.url)},"entries":[`;
+    let i = 0;
+    for (const e of this.entries) yield (i++ ? "," : "") + JSON.stringify(e);
+    yield '],"marks":[';
+    i = 0;
+    for (const m of this.marks) yield (i++ ? "," : "") + JSON.stringify(m);
+    yield "]}";
+  }
+
   /** Drops the entries of the tenants listed (`listed`) whose keys are not in `live`, and writes the cache if anything changed. */
   save(live: Set<string>, listed: (key: string) => boolean): void {
     for (const k of this.entries.keys()) if (listed(k) && !live.has(k)) this.drop(k);
     if (!this.file || !this.changed) return;
     try {
       this.key ??= makeKey(this.keyFile!);
-      const body = JSON.stringify({ url: this.url, entries: [...this.entries], marks: [...this.marks] });
-      // the MAC line and the body written into one buffer: a joined string, flattened and then copied to bytes,
-      // held some 20 MB more at a new host's peak RSS (1,000 agents; docs/performance.md)
-      const bytes = Buffer.allocUnsafe(MAC_HEX + 1 + Buffer.byteLength(body));
-      bytes.write(body, MAC_HEX + 1);
-      bytes.write(`${mac(this.key, bytes.subarray(MAC_HEX + 1))}\n`, 0);
-      writeCacheFile(this.file, bytes);
+      // written in slices, an entry's JSON at a time, the MAC over them filled in last: the whole JSON (and its bytes,
+      // or a joined copy) held at once set a new host's peak RSS at 1,000 agents (docs/performance.md, Fleet). The
+      // bytes are JSON.stringify's of { url, entries, marks }, as the constructor reads them.
+      const h = createHmac("sha256", this.key).update(MAC_PREFIX);
+      writeCacheFileInSlices(this.file, MAC_HEX + 1, macced(h, this.parts()), () => `${h.digest("hex")}\n`);
     } catch {
       /* a cache that can not be written only costs time */
     }

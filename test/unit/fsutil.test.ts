@@ -28,6 +28,7 @@ import {
   tempSibling,
   writeAll,
   writeCacheFile,
+  writeCacheFileInSlices,
   writeFileAtomic,
 } from "../../src/fsutil.js";
 import { closeSync, openSync } from "node:fs";
@@ -138,6 +139,28 @@ describe("atomic and exclusive writes", () => {
     expect(readFileSync(join(d, "c", "known"), "utf8")).toBe("abc");
     expect(statSync(join(d, "c", "known")).mode & 0o777).toBe(0o600);
     expect(readdirSync(join(d, "c"))).toEqual(["known"]);
+  });
+
+  it("writeCacheFileInSlices writes the head last and every part in order, across slices and parts larger than one; a head of the wrong length leaves the old file", () => {
+    const d = fresh();
+    const p = join(d, "c", "sliced");
+    // parts around the 1 MiB slice: small ones, one that straddles a slice's end, one larger than a slice, multi-byte UTF-8
+    const parts = ["{", "é".repeat(300_000), "x".repeat(700_000), "→".repeat(500_000), "y".repeat(3 << 20), "}"];
+    let seen = 0;
+    function* counted() {
+      for (const x of parts) {
+        seen += x.length;
+        yield x;
+      }
+    }
+    // the head is asked for after the last part: it sees them all
+    writeCacheFileInSlices(p, 5, counted(), () => `${String(seen % 10_000).padStart(4, "0")}\n`);
+    const want = Buffer.concat([Buffer.from(`${String(parts.join("").length % 10_000).padStart(4, "0")}\n`), Buffer.from(parts.join(""))]);
+    expect(readFileSync(p).equals(want)).toBe(true);
+    expect(statSync(p).mode & 0o777).toBe(0o600);
+    expect(() => writeCacheFileInSlices(p, 5, ["new"], () => "toolong\n")).toThrow(/not 5/);
+    expect(readFileSync(p).equals(want)).toBe(true);
+    expect(readdirSync(join(d, "c"))).toEqual(["sliced"]);
   });
 
   it("createFileExclusive never overwrites: the second is EEXIST, the first's bytes stay, no temp is left", () => {

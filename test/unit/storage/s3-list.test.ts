@@ -89,4 +89,15 @@ describe("scanListPage", () => {
     expect(refused(page(`<IsTruncated>maybe</IsTruncated>`))).toMatch(/IsTruncated "maybe"/);
     expect(refused(page(`<Contents><Key>k</Key><LastModified>yesterday</LastModified></Contents>`))).toMatch(/LastModified "yesterday"/);
   });
+
+  it("reads a page in time linear in its size: 6,000 entries and 6,000 prefixes, a CDATA key among them, each where it was", () => {
+    // each element's search for a CDATA section ran to the page's end: 0.43-0.58 s for one page of 1,000 entries, some 19 s here (8.4 s at 4,000)
+    const keys = Array.from({ length: 6000 }, (_, i) => `p/agent-${String(i).padStart(4, "0")}.json`);
+    const body = keys.map((k, i) => entry(i === 4500 ? `<![CDATA[${k}]]>` : k)).join("") + keys.map((k) => `<CommonPrefixes><Prefix>${k}/</Prefix></CommonPrefixes>`).join("");
+    const t = Date.now();
+    const p = scanListPage(page(`<IsTruncated>false</IsTruncated>${body}`));
+    expect(Date.now() - t).toBeLessThan(5000);
+    expect(p.objects.map((o) => o.key)).toEqual(keys);
+    expect(p.prefixes).toEqual(keys.map((k) => `${k}/`));
+  });
 });
