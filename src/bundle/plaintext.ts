@@ -25,6 +25,8 @@ export const WORKER_FROM = 32 << 20;
 /** Plaintext moves to the calling thread in batches of about this size, at most CREDITS of them unread. */
 const BATCH = 1 << 20;
 const CREDITS = 2;
+/** Batch buffers given back that the worker keeps for reuse, at most. */
+const FREE = 8;
 /** The payload is read in pieces of this size. */
 const READ = 256 << 10;
 
@@ -46,13 +48,15 @@ export interface PayloadSource {
 export interface Plaintext {
   stream: Readable;
   digest: () => string;
+  /** a buffer of the stream that nothing holds a view of any more: the worker decompresses into it again */
+  giveBack?: (b: Buffer) => void;
 }
 
 /** The chain of stages, on whichever thread runs it; `stop` ends it early (the reader went away). */
-function stages(s: PayloadSource, identities: AgeIdentity[], sink: Writable): { done: Promise<void>; digest: () => string; stop: () => void } {
+function stages(s: PayloadSource, identities: AgeIdentity[], sink: Writable, reuse?: () => Buffer | undefined): { done: Promise<void>; digest: () => string; stop: () => void } {
   // the plaintext in buffers of BATCH bytes, each of its own: the worker moves them to the reading thread as they are
   // (a smaller payload's one buffer is its size: no 1 MiB for a few KiB)
-  const rest = [boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload", Math.max(1, Math.min(BATCH, s.tarSize))), sink] as const;
+  const rest = [boundedDecompress(s.tarSize, WINDOW_LOG_MAX, "decompressed payload", Math.max(1, Math.min(BATCH, s.tarSize)), reuse), sink] as const;
   if (s.chunks) {
     // format 7: read, checked chunk by chunk and decrypted in one stage (CheckedPlaintext)
     const checked = new CheckedPlaintext({ ...s, chunks: s.chunks }, identities);
@@ -271,7 +275,13 @@ function inWorker(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
     if (!ended) out.destroy(new AgentbakError(Exit.failure, `payload worker thread stopped (exit ${code}) before the payload ended`));
   });
   w.postMessage({ source: s, identities: identities.map((i) => ({ secret: i.secret, recipient: i.recipient })), credits: CREDITS });
-  return { stream: out, digest: () => digest };
+  // a whole batch buffer moved back (the worker's own, BATCH bytes): it decompresses into it again
+  const giveBack = (b: Buffer) => {
+    if (ended || b.byteOffset !== 0 || b.buffer.byteLength !== BATCH) return;
+    const ab = b.buffer as ArrayBuffer;
+    w.postMessage({ back: ab }, [ab]);
+  };
+  return { stream: out, digest: () => digest, giveBack };
 }
 
 /**
@@ -282,7 +292,13 @@ function inWorker(s: PayloadSource, identities: AgeIdentity[]): Plaintext {
 export function serveWorker(port: { on(e: "message", f: (m: unknown) => void): unknown; postMessage(m: unknown, t?: ArrayBuffer[]): void }): void {
   let credits = 0;
   let waiting: (() => void) | null = null;
+  // batch buffers the reading thread gave back, for the decompressor's next outputs
+  const free: Buffer[] = [];
   port.on("message", (m) => {
+    if (m !== null && typeof m === "object" && "back" in m) {
+      if (free.length < FREE) free.push(Buffer.from((m as { back: ArrayBuffer }).back));
+      return;
+    }
     if (typeof m === "number") {
       credits += m;
       const w = waiting;
@@ -336,6 +352,7 @@ export function serveWorker(port: { on(e: "message", f: (m: unknown) => void): u
       source,
       identities.map((i) => ({ secret: Buffer.from(i.secret), recipient: i.recipient })),
       sink,
+      () => free.pop(),
     );
     done.then(
       () => port.postMessage({ end: true, digest: digest() }),

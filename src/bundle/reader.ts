@@ -8,16 +8,15 @@ import { noProgress, type Progress } from "../progress.js";
 import { createHash } from "node:crypto";
 import { open } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { Writable } from "node:stream";
-import { pipeline } from "node:stream/promises";
-import * as tar from "tar-stream";
+import { finished, pipeline } from "node:stream/promises";
 import type { AgeIdentity } from "../crypto/age.js";
 import type { Trust } from "../crypto/trust.js";
 import { AgentbakError, ioErrno, ioError, noKey, PayloadMismatch, verifyError } from "../errors.js";
 import { clipName } from "./manifest.js";
 import { plaintext } from "./plaintext.js";
 import { fileChunksSha256 } from "./chunks.js";
-import { ByteCounter, HashTap, youngCollector } from "./streams.js";
+import { ByteCounter, youngCollector } from "./streams.js";
+import { PayloadUntar, type Member, type TarHeader } from "./untar.js";
 import { ensureDir, FlushBehindFile } from "../fsutil.js";
 
 export type { Trust };
@@ -98,49 +97,32 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
   const collect = youngCollector(4 << 20);
   const tarTap = new ByteCounter(v.manifest.payload.tar_size, "decompressed payload", (n) => (counted(n), collect(n)));
   let payloadDigest = () => "";
-  const extract = tar.extract();
-  extract.on("entry", (header, stream, next) => {
-    stream.on("error", () => undefined); // the extract's own error carries the reason
-    const fail = (m: string) => {
-      stream.resume();
-      extract.destroy(verifyError(`payload: ${m}`));
-    };
+  let giveBack: ((b: Buffer) => void) | undefined;
+  const entry = (header: TarHeader): Member => {
     const name = header.name;
     const shown = clipName(name);
     const c = expected.get(name);
-    if (header.type !== "file") return fail(`member ${shown} is a ${String(header.type).slice(0, 20)}, only regular files are accepted`);
-    if (!c) return fail(`member ${shown} is not listed in the manifest`);
-    if (seen.has(name)) return fail(`member ${shown} appears twice`);
-    if (header.size !== c.size) return fail(`member ${shown} declares ${header.size} bytes, manifest says ${c.size}`);
+    const fail = (m: string) => verifyError(`payload: ${m}`);
+    if (header.type !== "file") throw fail(`member ${shown} is a ${String(header.type).slice(0, 20)}, only regular files are accepted`);
+    if (!c) throw fail(`member ${shown} is not listed in the manifest`);
+    if (seen.has(name)) throw fail(`member ${shown} appears twice`);
+    if (header.size !== c.size) throw fail(`member ${shown} declares ${header.size} bytes, manifest says ${c.size}`);
     seen.add(name);
-    const tap = new HashTap(c.size, name);
     const dest = destDir && (!only || only.has(name)) ? join(destDir, name) : null;
-    let sink: Writable;
-    try {
-      sink = dest ? (ensureDir(dirname(dest)), new FlushBehindFile(dest, 0o600)) : new Writable({ write: (_c, _e, cb) => cb() });
-    } catch (e) {
-      stream.resume();
-      return extract.destroy(ioError(e, dest!));
-    }
-    pipeline(stream, tap, sink).then(
-      () => {
-        const sha = tap.digest();
-        if (sha !== c.sha256) return extract.destroy(verifyError(`component ${name}: digest mismatch`));
-        found.push({ path: name, sha256: sha, size: tap.bytes });
-        next();
-      },
-      // a full or failing disk is not a bad bundle
-      (e: Error) => extract.destroy(e instanceof AgentbakError ? e : dest && ioErrno(e) ? ioError(e, dest) : verifyError(`component ${name}: ${e.message}`)),
-    );
-  });
+    return memberSink(c, dest, (sha) => found.push({ path: name, sha256: sha, size: c.size }));
+  };
+  const extract = new PayloadUntar(entry, (b) => giveBack?.(b));
   try {
     // read, payload digest, age and zstd: on a worker thread for a large payload (bundle/plaintext.ts)
     const { chunks, sha256: signed } = v.manifest.payload;
     const listed = chunks?.digests ? { chunks: { size: chunks.size, digests: chunks.digests, signed } } : {};
     const p = plaintext({ path: v.layout.path, offset: v.layout.payloadOffset, size: v.layout.payloadSize, tarSize: v.manifest.payload.tar_size, ...listed }, identities);
     payloadDigest = p.digest;
+    giveBack = p.giveBack;
     await pipeline(p.stream, tarTap, extract);
   } catch (e) {
+    // the pipeline ends on the first error: a member's file still open is closed before the caller removes its folder
+    if (!extract.closed) await finished(extract.destroy()).catch(() => undefined);
     if (e instanceof AgentbakError) throw e;
     const err = e as NodeJS.ErrnoException;
     if (err.code === "PAYLOAD_DIGEST") throw new PayloadMismatch(err.message);
@@ -155,3 +137,58 @@ export async function readPayload(v: VerifiedBundle, identities: AgeIdentity[], 
   return { components: found };
 }
 
+
+/**
+ * One member's bytes: hashed as they arrive and (with `dest`) written to a new file; at its end the file is
+ * closed and the digest compared with the manifest's.
+ */
+function memberSink(c: { path: string; sha256: string }, dest: string | null, ok: (sha: string) => void): Member {
+  const hash = createHash("sha256");
+  let sink: FlushBehindFile | null = null;
+  let failed: Error | null = null;
+  // a full or failing disk is not a bad bundle
+  const ioFail = (e: Error) => (e instanceof AgentbakError ? e : dest && ioErrno(e) ? ioError(e, dest) : verifyError(`component ${c.path}: ${e.message}`));
+  if (dest) {
+    try {
+      ensureDir(dirname(dest));
+      sink = new FlushBehindFile(dest, 0o600);
+    } catch (e) {
+      throw ioError(e, dest);
+    }
+    sink.on("error", (e) => void (failed ??= ioFail(e)));
+  }
+  const check = () => {
+    if (failed) throw failed;
+  };
+  return {
+    data(view, done) {
+      hash.update(view);
+      if (!sink) return done();
+      sink.write(view, (e) => done(e));
+    },
+    async ready() {
+      check();
+      const s = sink;
+      // its writes backed up: on until they drain (or the file fails and closes: `failed` says why)
+      if (s?.writableNeedDrain && !s.closed)
+        await new Promise<void>((resolve) => {
+          const go = () => (s.off("drain", go), s.off("close", go), resolve());
+          s.on("drain", go).on("close", go);
+        });
+      check();
+    },
+    async abort() {
+      if (sink && !sink.closed) await finished(sink.destroy()).catch(() => undefined);
+    },
+    async end() {
+      if (sink) {
+        // as pipeline() waited for it: the file written and closed
+        await finished(sink.end()).catch((e: Error) => void (failed ??= ioFail(e)));
+      }
+      check();
+      const sha = hash.digest("hex");
+      if (sha !== c.sha256) throw verifyError(`component ${c.path}: digest mismatch`);
+      ok(sha);
+    },
+  };
+}

@@ -288,13 +288,18 @@ export const zstdOutSize = () => zstdBinding().cStreamOutSize();
  * as they are, with no copy.
  * @throws Error (code OVERSIZE) past `limit`; Error for a corrupt or truncated frame or a window over 2^windowLogMax.
  */
-export function boundedDecompress(limit: number, windowLogMax: number, what: string, outSize?: number) {
+export function boundedDecompress(limit: number, windowLogMax: number, what: string, outSize?: number, reuse?: () => Buffer | undefined) {
   return async function* decompress(source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
     const binding = zstdBinding();
     const dctx = new binding.DCtx();
     dctx.setParameter(binding.DParameter.windowLogMax, windowLogMax);
     const size = outSize ?? binding.dStreamOutSize();
-    let dst = Buffer.allocUnsafeSlow(size);
+    // a buffer given back (of this size) is decompressed into again: a fresh one costs its page faults
+    const fresh = () => {
+      const b = reuse?.();
+      return b && b.length === size ? b : Buffer.allocUnsafeSlow(size);
+    };
+    let dst = fresh();
     let filled = 0;
     let total = 0;
     let inFrame = false;
@@ -309,7 +314,7 @@ export function boundedDecompress(limit: number, windowLogMax: number, what: str
         if (total > limit) throw Object.assign(new Error(`${what} exceeds its declared size of ${limit} bytes`), { code: "OVERSIZE" });
         if (filled === size) {
           yield dst;
-          dst = Buffer.allocUnsafeSlow(size);
+          dst = fresh();
           filled = 0;
         }
         // the input taken in, and zstd flushed all it could of it (room was left) or the frame ended
