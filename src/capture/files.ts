@@ -232,14 +232,15 @@ function stageFile(s: CaptureScope, { file: f, path, rel, pattern }: SmallFile):
   }
   const scanner = scannerFor(s, rel);
   if (scanner) atPath(dest, () => scanPieces(dest, scanner));
+  found(s, scanner);
   return { path, kind: "file", name: rel, file: dest, target: rel };
 }
 
 /** Bytes a staged file is read at a time for its scan. */
 const SCAN_PIECE = 1024 * 1024;
 
-/** Reads a file into a scanner in pieces (memory does not grow with its size) and ends it into the scope's findings. */
-function scanPieces(file: string, scanner: Scanning): void {
+/** Reads a file into a scanner in pieces: memory does not grow with its size. */
+function scanPieces(file: string, scanner: TextScanner): void {
   const fd = openSync(file, "r");
   try {
     const buf = Buffer.allocUnsafe(SCAN_PIECE);
@@ -247,7 +248,6 @@ function scanPieces(file: string, scanner: Scanning): void {
   } finally {
     closeSync(fd);
   }
-  scanner.end();
 }
 
 /**
@@ -276,7 +276,7 @@ async function storePacked(s: CaptureScope, w: LazyWriter, small: SmallFile[]): 
       }
       const scanner = scannerFor(s, f.rel);
       scanner?.push(b);
-      scanner?.end();
+      found(s, scanner);
       read.push({ f, sha256: createHash("sha256").update(b).digest("hex"), offset, size: b.length });
       offset += b.length;
       yield b;
@@ -294,22 +294,17 @@ async function storePacked(s: CaptureScope, w: LazyWriter, small: SmallFile[]): 
   return { components, empty };
 }
 
-/** A scan of one file in pieces: push() each in order, then end() adds its findings to the scope's. */
-interface Scanning {
-  push(piece: Uint8Array): void;
-  end(): void;
+/**
+ * The scan of a `files` file (`rel` in messages), or null when the policy is off: the one place the files stage
+ * applies its scan policy. The file is scanned in pieces as it is read (TextScanner: a token across two pieces is
+ * found), never held whole; its end() gives the findings, which the caller adds to the scope's (found()).
+ */
+function scannerFor(s: CaptureScope, rel: string): TextScanner | null {
+  return s.lc.config.secretScan.files === "off" ? null : new TextScanner(`files: ${rel}`);
 }
 
-/**
- * The scan of a `files` file (`rel` in messages) into the scope's findings, or null when the policy is off: the one
- * place the files stage applies its scan policy. The file is scanned in pieces as it is read (TextScanner: a token
- * across two pieces is found), never held whole.
- */
-function scannerFor(s: CaptureScope, rel: string): Scanning | null {
-  if (s.lc.config.secretScan.files === "off") return null;
-  const t = new TextScanner(`files: ${rel}`);
-  return { push: (b) => t.push(b), end: () => void s.findings.files.push(...t.end()) };
-}
+/** Adds a finished scan's findings to the scope's. */
+const found = (s: CaptureScope, scanner: TextScanner | null) => void (scanner && s.findings.files.push(...scanner.end()));
 
 /** The manifest entry of a file stored as chunks (`skip`: where a packed file starts in its first chunk). */
 function fileEntry(f: Pick<SmallFile, "path" | "rel">, r: { sha256: string; size: number }, chunks: ChunkRef[], skip?: number): Component {
@@ -323,11 +318,11 @@ async function storeChunked(s: CaptureScope, w: LazyWriter, f: SmallFile, statCa
   try {
     // read and scanned in the same pass, piece by piece, under this run's policy: remembered even when the cache
     // could not answer; not read (nor scanned) when the cache answers
-    r = await w.putFile(f.file, { statCache, remember: true, tap: scanner ? (b) => scanner.push(b) : undefined });
+    r = await w.putFile(f.file, { statCache, remember: true, tap: scanner ?? undefined });
   } catch (e) {
     throw ioErrno(e) ? ioError(e, f.file) : wrap(e, `files: ${f.pattern}`);
   }
   if (r.stats.changedWhileRead) s.warnings.push(`files: ${f.rel} changed while it was read; stored as read`);
-  if (!r.stats.fromStatCache) scanner?.end();
+  if (!r.stats.fromStatCache) found(s, scanner);
   return fileEntry(f, r, r.chunks);
 }

@@ -62,7 +62,13 @@ export interface PutStats {
 export interface PutFileOptions {
   statCache?: boolean;
   remember?: boolean;
-  tap?: (piece: Uint8Array) => void;
+  /** given each piece of the file as it is read and cut (putFile), as data: e.g. a secret scanner */
+  tap?: PieceSink;
+}
+
+/** What takes a file's pieces in order as they are read (each valid only during the call). */
+export interface PieceSink {
+  push(piece: Uint8Array): void;
 }
 
 /**
@@ -490,7 +496,7 @@ export class ChunkWriter {
     }
   }
 
-  private async putChunks(input: AsyncIterable<Buffer>, tap?: (piece: Uint8Array) => void): Promise<StoredFile & { stats: PutStats }> {
+  private async putChunks(input: AsyncIterable<Buffer>, tap?: PieceSink): Promise<StoredFile & { stats: PutStats }> {
     const whole = createHash("sha256");
     const stats: PutStats = { read: 0, newChunks: 0, newBytes: 0, reusedChunks: 0, fromStatCache: false, changedWhileRead: false };
     const refs: (ChunkRef | Promise<ChunkRef>)[] = [];
@@ -498,7 +504,7 @@ export class ChunkWriter {
     try {
       for await (const view of input) {
         whole.update(view);
-        tap?.(view);
+        tap?.push(view);
         stats.read += view.length;
         const id = chunkId(this.key, view);
         const known = this.known.get(id) ?? this.pending.get(id);
