@@ -2,10 +2,10 @@
  * Durable file-system primitives: write to a temp name, fsync, rename, fsync
  * the directory. Shared by keys, repository and restore.
  */
-import { closeSync, constants, existsSync, fstatSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants, existsSync, fstatSync, fsyncSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, realpathSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from "node:fs";
 import { close, fdatasync, open, writev } from "node:fs";
 import { open as openAsync } from "node:fs/promises";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { basename, dirname, join, sep } from "node:path";
 import { Writable } from "node:stream";
 import { execFileSync } from "node:child_process";
@@ -89,6 +89,24 @@ export function readFileRegular(path: string, encoding?: "utf8"): Buffer | strin
   const fd = openRegular(path);
   try {
     return atPath(path, () => (encoding ? readFileSync(fd, encoding) : readFileSync(fd)));
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * The sha256 (hex) of a regular file (openRegular), read 1 MiB at a time: memory does not grow with its size.
+ * @throws what openRegular throws; a read error with its path (atPath)
+ */
+export function sha256FileRegular(path: string): string {
+  const fd = openRegular(path);
+  try {
+    const h = createHash("sha256");
+    const buf = Buffer.allocUnsafe(1024 * 1024);
+    atPath(path, () => {
+      for (let n; (n = readSync(fd, buf, 0, buf.length, null)) > 0; ) h.update(buf.subarray(0, n));
+    });
+    return h.digest("hex");
   } finally {
     closeSync(fd);
   }

@@ -3,7 +3,7 @@
  * can change it), and their copies in staging.
  */
 import { createHash } from "node:crypto";
-import { copyFileSync, existsSync, lstatSync, readFileSync, realpathSync, statSync, type BigIntStats } from "node:fs";
+import { closeSync, copyFileSync, existsSync, lstatSync, openSync, readFileSync, readSync, realpathSync, statSync, type BigIntStats } from "node:fs";
 import { basename, dirname, join, relative, resolve, sep } from "node:path";
 import { globSync, isDynamicPattern } from "tinyglobby";
 import { chunkTuples, componentPath, type Component } from "../bundle/manifest.js";
@@ -15,7 +15,7 @@ import { ioErrno, ioError, usageError, wrap } from "../errors.js";
 import { SQLITE_SIDECAR } from "../facts.js";
 import { atPath, ensureDirIn, isInside } from "../fsutil.js";
 import { agentbakHome } from "../home.js";
-import { scanText } from "../state/secrets/scan.js";
+import { TextScanner } from "../state/secrets/scan.js";
 import { credentialFiles, type CaptureScope } from "./scope.js";
 
 /** One file a `files` pattern names: the pattern (for messages) and the file's absolute path. */
@@ -221,7 +221,7 @@ export async function captureFiles(s: CaptureScope, given: ListedFile[] | null, 
   return { staged: packed.empty.map((f) => stageFile(s, f)), chunked: [...chunked, ...packed.components] };
 }
 
-/** Copies one file into staging and scans it. @returns its staged component */
+/** Copies one file into staging and scans it (read in pieces: scanPieces). @returns its staged component */
 function stageFile(s: CaptureScope, { file: f, path, rel, pattern }: SmallFile): StagedFile {
   const dest = join(s.staging, path);
   ensureDirIn(s.staging, join(dest, ".."));
@@ -230,8 +230,24 @@ function stageFile(s: CaptureScope, { file: f, path, rel, pattern }: SmallFile):
   } catch (e) {
     throw ioErrno(e) ? ioError(e, dest) : wrap(e, `files: ${pattern}`);
   }
-  scanFile(s, rel, () => atPath(dest, () => readFileSync(dest)));
+  const scanner = scannerFor(s, rel);
+  if (scanner) atPath(dest, () => scanPieces(dest, scanner));
+  found(s, scanner);
   return { path, kind: "file", name: rel, file: dest, target: rel };
+}
+
+/** Bytes a staged file is read at a time for its scan. */
+const SCAN_PIECE = 1024 * 1024;
+
+/** Reads a file into a scanner in pieces: memory does not grow with its size. */
+function scanPieces(file: string, scanner: TextScanner): void {
+  const fd = openSync(file, "r");
+  try {
+    const buf = Buffer.allocUnsafe(SCAN_PIECE);
+    for (let n; (n = readSync(fd, buf, 0, SCAN_PIECE, null)) > 0; ) scanner.push(buf.subarray(0, n));
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /**
@@ -258,7 +274,9 @@ async function storePacked(s: CaptureScope, w: LazyWriter, small: SmallFile[]): 
         empty.push(f);
         continue;
       }
-      scanFile(s, f.rel, () => b);
+      const scanner = scannerFor(s, f.rel);
+      scanner?.push(b);
+      found(s, scanner);
       read.push({ f, sha256: createHash("sha256").update(b).digest("hex"), offset, size: b.length });
       offset += b.length;
       yield b;
@@ -277,12 +295,16 @@ async function storePacked(s: CaptureScope, w: LazyWriter, small: SmallFile[]): 
 }
 
 /**
- * Scans a `files` file (`rel` in messages) into the scope's findings, unless the policy is off (then `bytes`, what
- * reads it, is not called): the one place the files stage applies its scan policy.
+ * The scan of a `files` file (`rel` in messages), or null when the policy is off: the one place the files stage
+ * applies its scan policy. The file is scanned in pieces as it is read (TextScanner: a token across two pieces is
+ * found), never held whole; its end() gives the findings, which the caller adds to the scope's (found()).
  */
-function scanFile(s: CaptureScope, rel: string, bytes: () => Buffer): void {
-  if (s.lc.config.secretScan.files !== "off") s.findings.files.push(...scanText(bytes(), `files: ${rel}`));
+function scannerFor(s: CaptureScope, rel: string): TextScanner | null {
+  return s.lc.config.secretScan.files === "off" ? null : new TextScanner(`files: ${rel}`);
 }
+
+/** Adds a finished scan's findings to the scope's. */
+const found = (s: CaptureScope, scanner: TextScanner | null) => void (scanner && s.findings.files.push(...scanner.end()));
 
 /** The manifest entry of a file stored as chunks (`skip`: where a packed file starts in its first chunk). */
 function fileEntry(f: Pick<SmallFile, "path" | "rel">, r: { sha256: string; size: number }, chunks: ChunkRef[], skip?: number): Component {
@@ -292,13 +314,15 @@ function fileEntry(f: Pick<SmallFile, "path" | "rel">, r: { sha256: string; size
 /** Stores one large file as chunks; @returns its manifest entry. @throws its read errors (named), the store's errors */
 async function storeChunked(s: CaptureScope, w: LazyWriter, f: SmallFile, statCache: boolean): Promise<Component> {
   let r: Awaited<ReturnType<ChunkWriter["putFile"]>>;
+  const scanner = scannerFor(s, f.rel);
   try {
-    // read (and scanned below) now, under this run's policy: remembered even when the cache could not answer
-    r = await w.putFile(f.file, { statCache, remember: true });
+    // read and scanned in the same pass, piece by piece, under this run's policy: remembered even when the cache
+    // could not answer; not read (nor scanned) when the cache answers
+    r = await w.putFile(f.file, { statCache, remember: true, tap: scanner ?? undefined });
   } catch (e) {
     throw ioErrno(e) ? ioError(e, f.file) : wrap(e, `files: ${f.pattern}`);
   }
   if (r.stats.changedWhileRead) s.warnings.push(`files: ${f.rel} changed while it was read; stored as read`);
-  if (!r.stats.fromStatCache) scanFile(s, f.rel, () => atPath(f.file, () => readFileSync(f.file)));
+  if (!r.stats.fromStatCache) found(s, scanner);
   return fileEntry(f, r, r.chunks);
 }

@@ -28,7 +28,7 @@
  */
 import { createHash } from "node:crypto";
 import { statSync, type BigIntStats } from "node:fs";
-import { writeCacheFile, readFileRegular } from "../fsutil.js";
+import { writeCacheFile, readFileRegular, sha256FileRegular } from "../fsutil.js";
 import type { LoadedConfig } from "../config/load.js";
 import { workspaceState } from "../state/workspace/workspace.js";
 import { homePaths } from "../home.js";
@@ -102,7 +102,7 @@ const RACY_NS = 2_000_000_000n;
 /** What a file holds, as the unchanged check compares it: a large file's identity and times, else its sha256 (from the stat cache when it answers). */
 function fileKey(x: { f: string; id: string; settled: boolean; large: boolean }, cache: StatCache): string {
   if (x.large && x.settled) return `stat ${x.id}`;
-  const sha = cache.get(x.f, x.id) ?? createHash("sha256").update(readFileRegular(x.f)).digest("hex");
+  const sha = cache.get(x.f, x.id) ?? sha256FileRegular(x.f);
   if (x.settled) cache.set(x.f, x.id, sha);
   return `sha256 ${sha}`;
 }

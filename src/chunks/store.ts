@@ -58,6 +58,19 @@ export interface PutStats {
   changedWhileRead: boolean;
 }
 
+/** How putFile stores a file (ChunkWriter.putFile). */
+export interface PutFileOptions {
+  statCache?: boolean;
+  remember?: boolean;
+  /** given each piece of the file as it is read and cut (putFile), as data: e.g. a secret scanner */
+  tap?: PieceSink;
+}
+
+/** What takes a file's pieces in order as they are read (each valid only during the call). */
+export interface PieceSink {
+  push(piece: Uint8Array): void;
+}
+
 /**
  * The agent's lease for maintenance: a sweep checks it before every delete
  * and stops (with the lease's error) once it is lost.
@@ -435,9 +448,11 @@ export class ChunkWriter {
    * @param o.statCache false: the stat cache may not answer (the file is read), as for files made for this run (a dump)
    * @param o.remember whether a file read is recorded in the stat cache for the next run (default: `statCache`);
    *   a file read while the cache may not answer (the first backup under a scan policy) is still worth remembering
+   * @param o.tap given each piece of the file as it is read and cut (a chunk, at most `max` bytes, valid only
+   *   during the call), in order: the secret scan reads the file in the same pass; not called when the cache answers
    * @throws the file's read errors (ENOENT, EISDIR, EIO: with its path), the store's errors
    */
-  async putFile(path: string, o: { statCache?: boolean; remember?: boolean } = {}): Promise<StoredFile & { stats: PutStats }> {
+  async putFile(path: string, o: PutFileOptions = {}): Promise<StoredFile & { stats: PutStats }> {
     const useCache = o.statCache ?? true;
     const remember = o.remember ?? useCache;
     const fh = await open(path, "r");
@@ -450,7 +465,7 @@ export class ChunkWriter {
         const chunks = refs as ChunkRef[];
         return { sha256: hit.sha256, size: Number(st.size), chunks, stats: { read: 0, newChunks: 0, newBytes: 0, reusedChunks: chunks.length, fromStatCache: true, changedWhileRead: false } };
       }
-      const r = await this.withBuffer((buf) => this.putChunks(handleChunks(fh, this.params, buf)));
+      const r = await this.withBuffer((buf) => this.putChunks(handleChunks(fh, this.params, buf), o.tap));
       const after = await fh.stat({ bigint: true });
       const changed = after.size !== st.size || after.mtimeNs !== st.mtimeNs || after.ctimeNs !== st.ctimeNs || BigInt(r.size) !== st.size;
       if (remember && !changed)
@@ -481,7 +496,7 @@ export class ChunkWriter {
     }
   }
 
-  private async putChunks(input: AsyncIterable<Buffer>): Promise<StoredFile & { stats: PutStats }> {
+  private async putChunks(input: AsyncIterable<Buffer>, tap?: PieceSink): Promise<StoredFile & { stats: PutStats }> {
     const whole = createHash("sha256");
     const stats: PutStats = { read: 0, newChunks: 0, newBytes: 0, reusedChunks: 0, fromStatCache: false, changedWhileRead: false };
     const refs: (ChunkRef | Promise<ChunkRef>)[] = [];
@@ -489,6 +504,7 @@ export class ChunkWriter {
     try {
       for await (const view of input) {
         whole.update(view);
+        tap?.push(view);
         stats.read += view.length;
         const id = chunkId(this.key, view);
         const known = this.known.get(id) ?? this.pending.get(id);
@@ -589,7 +605,7 @@ export class LazyWriter {
   }
 
   /** Stores one file as chunks through the writer, opened now if it was not (ChunkWriter.putFile). */
-  async putFile(path: string, o: { statCache?: boolean; remember?: boolean } = {}): ReturnType<ChunkWriter["putFile"]> {
+  async putFile(path: string, o: PutFileOptions = {}): ReturnType<ChunkWriter["putFile"]> {
     return (await this.get()).putFile(path, o);
   }
 

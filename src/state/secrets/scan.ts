@@ -103,6 +103,140 @@ export function scanText(bytes: Buffer, where: string, limit = 20): SecretFindin
   return out;
 }
 
+/** A long line is scanned this many bytes at a time (a binary file's "line" can be the whole file). */
+export const SCAN_WINDOW = 1024 * 1024;
+
+/**
+ * Bytes a line's next window keeps of what was scanned before it: a token of up to this many bytes is found
+ * wherever the pieces or windows split it (the formats' matches are under 200 bytes; a private-key header with
+ * kilobytes of words between BEGIN and PRIVATE KEY is the only longer match, and is not looked for across a split).
+ */
+export const SCAN_OVERLAP = 4096;
+
+/** Each token format, global (to look past a match that is not whole in a window), and whether it ends on \b. */
+const WINDOWED = TOKEN_PATTERNS.map((p) => ({ prefix: p.prefix, g: new RegExp(p.re.source, "g"), trailing: p.re.source.endsWith("\\b") }));
+
+/**
+ * The first token format (in TOKEN_PATTERNS order, below `below`) matched in `text`, part of one line: a match at
+ * its first character when the text does not start its line (`fromStart` false), or one ending at its end on a word
+ * boundary when the line goes on (`toEnd` false), is not taken: the character before or after it is not seen here
+ * (the window before or after, which overlaps this one, judges it). @returns its index, or `below` when none is
+ */
+function firstKind(text: string, fromStart: boolean, toEnd: boolean, below: number): number {
+  for (let i = 0; i < below; i++) {
+    const p = WINDOWED[i]!;
+    if (!text.includes(p.prefix)) continue;
+    p.g.lastIndex = 0;
+    for (let m; (m = p.g.exec(text)); ) {
+      const end = m.index + m[0].length;
+      if ((fromStart || m.index > 0) && (toEnd || !p.trailing || end < text.length)) return i;
+      p.g.lastIndex = m.index + 1;
+    }
+  }
+  return below;
+}
+
+/** Bytes scanned at a time: small strings, collected young, never one the size of a file. */
+const SCAN_PART = 64 * 1024;
+
+/** How many newlines `b` holds. */
+function newlines(b: Uint8Array): number {
+  let n = 0;
+  for (let i = b.indexOf(10); i >= 0; i = b.indexOf(10, i + 1)) n++;
+  return n;
+}
+
+/**
+ * scanText over a file read in pieces of any size, holding at most a window and an overlap of it (SCAN_WINDOW,
+ * SCAN_OVERLAP): the findings are scanText's for the whole file, however it was split. push() each piece in
+ * order (the scanner keeps no reference to it), then end().
+ */
+export class TextScanner {
+  private readonly out: SecretFinding[] = [];
+  /** the current line's number */
+  private line = 1;
+  /** the current line's bytes not yet scanned to its end (latin1), from its start when `fromStart` */
+  private carry = "";
+  private fromStart = true;
+  /** the first format found in the current line so far (its index), TOKEN_PATTERNS.length when none */
+  private best = TOKEN_PATTERNS.length;
+
+  /** @throws Error when the window is not larger than the overlap */
+  constructor(
+    private readonly where: string,
+    private readonly limit = 20,
+    private readonly window = SCAN_WINDOW,
+    private readonly overlap = SCAN_OVERLAP,
+  ) {
+    if (window <= overlap + 1) throw new Error(`a scan window of ${window} bytes is not larger than its overlap (${overlap})`);
+  }
+
+  /** Scans the next piece of the file (in parts of at most SCAN_PART bytes: no large string is made of it). */
+  push(piece: Uint8Array): void {
+    const b = Buffer.from(piece.buffer, piece.byteOffset, piece.length);
+    for (let at = 0; at < b.length && this.out.length < this.limit; at += SCAN_PART) this.part(b.subarray(at, at + SCAN_PART));
+  }
+
+  private part(b: Buffer): void {
+    const text = this.carry + b.toString("latin1");
+    if (!PREFILTER.test(text)) {
+      // no token format's prefix (PREFILTER: one pass, where nine Buffer.indexOf passes took twice the CPU on the
+      // mixed bench's adapters) in the line's tail and these bytes: no match ends here. The lines are counted; of
+      // the current one, only what a later match may start in is kept
+      const lastNl = b.lastIndexOf(10);
+      if (lastNl >= 0) {
+        this.endLine();
+        this.line += newlines(b) - 1;
+        this.carry = "";
+        this.fromStart = true;
+      }
+      const from = Math.max(lastNl + 1, b.length - this.overlap - 1);
+      this.keepTail(this.carry + b.toString("latin1", from), this.fromStart && from === lastNl + 1);
+      return;
+    }
+    let from = 0;
+    for (let nl = text.indexOf("\n"); nl >= 0 && this.out.length < this.limit; nl = text.indexOf("\n", from)) {
+      this.best = firstKind(text.slice(from, nl), from > 0 || this.fromStart, true, this.best);
+      this.endLine();
+      from = nl + 1;
+    }
+    this.keep(text.slice(from), from > 0 || this.fromStart);
+  }
+
+  /** Keeps at most the overlap of a line's tail in which nothing matched (`fromStart`: it starts its line). */
+  private keepTail(tail: string, fromStart: boolean): void {
+    this.carry = tail.length > this.overlap + 1 ? tail.slice(tail.length - this.overlap - 1) : tail;
+    this.fromStart = fromStart && this.carry.length === tail.length;
+  }
+
+  /** @returns the findings, at most `limit`, each named `<where> line N` */
+  end(): SecretFinding[] {
+    if (this.out.length < this.limit && this.carry) this.best = firstKind(this.carry, this.fromStart, true, this.best);
+    this.endLine();
+    this.carry = "";
+    return this.out;
+  }
+
+  /** Ends the current line: its finding, if any, recorded. */
+  private endLine(): void {
+    if (this.best < TOKEN_PATTERNS.length && this.out.length < this.limit) this.out.push({ where: `${this.where} line ${this.line}`, kind: TOKEN_PATTERNS[this.best]!.name });
+    this.best = TOKEN_PATTERNS.length;
+    this.line++;
+  }
+
+  /** Keeps the current line's unscanned tail: past a window, it is scanned now and only its overlap kept. */
+  private keep(tail: string, fromStart: boolean): void {
+    if (tail.length > this.window) {
+      if (RAW_PATTERN.test(tail)) this.best = firstKind(tail, fromStart, false, this.best);
+      this.carry = tail.slice(tail.length - this.overlap - 1);
+      this.fromStart = false;
+    } else {
+      this.carry = tail;
+      this.fromStart = fromStart;
+    }
+  }
+}
+
 /**
  * A test for names that commonly hold secrets (gitignore-style patterns: `*`
  * and `?` within a name, `**` across folders; a pattern without `/` matches a
