@@ -167,7 +167,7 @@ describe("restore --integrity", () => {
   }, 180_000);
 });
 
-describe("restore's default: integrity_check attested at backup for these bytes, or re-run", () => {
+describe("restore's default: the backup's integrity check attested for these bytes, or integrity_check re-run", () => {
   const restore = (bundle: string, target: string, ...more: string[]) => a.run(["restore", bundle, "--target", join(a.tmp, target), "--yes", "--allow-rollback", "--json", ...more]);
   const detail = (r: { stdout: string }) => json(r).checks.find((c: any) => c.name === "integrity:state").detail as string;
   /** the integrity record of the newest restore receipt in the agent's audit log */
@@ -177,12 +177,13 @@ describe("restore's default: integrity_check attested at backup for these bytes,
   };
   const breakIndex = "PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql='CREATE INDEX tasks_status ON tasks(kind)' WHERE name='tasks_status';";
 
-  it("a full snapshot's manifest attests its integrity_check for its sha256; the default restore does not re-run it and says so in its output and signed receipt", async () => {
-    const db = manifestOf(good).components.find((c: any) => c.kind === "sqlite");
-    expect(db.integrity_checked).toBe(db.sha256);
+  it("a full snapshot's manifest (format 8) attests its index digest check for its sha256; the default restore does not re-run a check and says which passed in its output and signed receipt", async () => {
+    const m = manifestOf(good);
+    const db = m.components.find((c: any) => c.kind === "sqlite");
+    expect([m.format_version, db.index_digest_checked, db.integrity_checked]).toEqual([8, db.sha256, undefined]);
     const r = await restore(good, "attested");
     expect([0, 3], r.stderr).toContain(r.code);
-    expect(detail(r)).toMatch(/^attested at backup: integrity_check passed on these exact bytes \(sha256 [0-9a-f]{12}, signed in the manifest\), not re-run/);
+    expect(detail(r)).toMatch(/^attested at backup: quick_check and the index digests \(every index holds exactly its table's entries, no UNIQUE duplicates\) passed on these exact bytes \(sha256 [0-9a-f]{12}, signed in the manifest\), not re-run/);
     expect((await receipt()).integrity).toEqual({ state: "attested" });
     expect(sha(readFileSync(join(a.tmp, "attested", db.target)))).toBe(db.sha256);
     await restore(good, "attested-full", "--integrity", "full");
@@ -193,12 +194,12 @@ describe("restore's default: integrity_check attested at backup for these bytes,
     const run = (target: string, ...more: string[]) => a.run(["restore", good, "--target", join(a.tmp, target), "--yes", "--allow-rollback", ...more]);
     const def = await run("human-default");
     expect([0, 3], def.stderr).toContain(def.code);
-    expect((def.stdout + def.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual([expect.stringMatching(/^✓ integrity:state: attested at backup: integrity_check passed on these exact bytes/)]);
+    expect((def.stdout + def.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual([expect.stringMatching(/^✓ integrity:state: attested at backup: quick_check and the index digests .* passed on these exact bytes/)]);
     const full = await run("human-full", "--integrity", "full");
     expect((full.stdout + full.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual(["✓ integrity:state: integrity_check ok; row counts and user_version match the manifest"]);
   });
 
-  it("the attestation is what the default relies on: an index broken under a signed attestation for the broken bytes restores by default, and --integrity full refuses it (13)", async () => {
+  it("the attestation is what the default relies on: an index broken under a signed attestation for the broken bytes restores by default (integrity_checked, as bundles before format 8 attest), and --integrity full refuses it (13)", async () => {
     // only the signer can make this bundle (it is re-signed with the agent's key): the attestation is as trusted as the signer
     const forged = await rebundle(a, good, breakIndex, "forged-attestation", (x) => {
       const c = x.components.find((y: any) => y.kind === "sqlite");
@@ -206,7 +207,7 @@ describe("restore's default: integrity_check attested at backup for these bytes,
     });
     const def = await restore(forged, "forged-default");
     expect([0, 3], def.stderr).toContain(def.code);
-    expect(detail(def)).toMatch(/^attested at backup/);
+    expect(detail(def)).toMatch(/^attested at backup: integrity_check passed on these exact bytes/);
     const full = await restore(forged, "forged-full", "--integrity", "full");
     expect(full.code, full.stderr).toBe(13);
     expect(full.stderr.split("\n")[0]).toMatch(/database state: integrity_check: row \d+ missing from index tasks_status/);
@@ -222,12 +223,12 @@ describe("restore's default: integrity_check attested at backup for these bytes,
     const sound = await rebundle(a, good, "UPDATE messages SET content = content || '!' WHERE rowid = 1;", "sound-change");
     const r = await restore(sound, "sound");
     expect([0, 3], r.stderr).toContain(r.code);
-    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: the manifest's integrity_checked names other bytes than this image\)/);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: the manifest's index_digest_checked names other bytes than this image\)/);
     expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
-    const none = await rebundle(a, good, "UPDATE messages SET content = content || '?' WHERE rowid = 1;", "no-attestation", (x) => delete x.components.find((y: any) => y.kind === "sqlite").integrity_checked);
+    const none = await rebundle(a, good, "UPDATE messages SET content = content || '?' WHERE rowid = 1;", "no-attestation", (x) => delete x.components.find((y: any) => y.kind === "sqlite").index_digest_checked);
     const n = await restore(none, "none");
     expect([0, 3], n.stderr).toContain(n.code);
-    expect(detail(n)).toMatch(/^integrity_check ok \(re-run: no integrity_check at backup is attested for this image\)/);
+    expect(detail(n)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
   });
 
   it("an incremental between integrity checks attests nothing and its default restore runs integrity_check; a checked incremental is attested by its rebuilt pages root", async () => {
@@ -237,10 +238,10 @@ describe("restore's default: integrity_check attested at backup for these bytes,
     expect(inc.databases_read).toBe("in-place"); // link 1 of integrityEvery 5: no integrity_check at backup
     const c = manifestOf(await a.file(inc.path)).components.find((x: any) => x.name === "state");
     expect(c.kind).toBe("sqlite-delta");
-    expect(c.integrity_checked).toBeUndefined();
+    expect([c.integrity_checked, c.index_digest_checked]).toEqual([undefined, undefined]);
     const r = await restore(inc.snapshot_id, "between-checks");
     expect([0, 3], r.stderr).toContain(r.code);
-    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: no integrity_check at backup is attested for this image\)/);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
     expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
     const cfg = JSON.parse(readFileSync(a.config, "utf8"));
     writeFileSync(a.config, JSON.stringify({ ...cfg, incremental: { ...cfg.incremental, integrityEvery: 1 } }));
@@ -249,10 +250,28 @@ describe("restore's default: integrity_check attested at backup for these bytes,
     expect(checked.databases_read).toBe("copy");
     const d = manifestOf(await a.file(checked.path)).components.find((x: any) => x.name === "state");
     expect(d.kind).toBe("sqlite-delta");
-    expect(d.integrity_checked).toBe(d.full_pages_sha256);
+    expect(d.index_digest_checked).toBe(d.full_pages_sha256);
     const r2 = await restore(checked.snapshot_id, "checked-link");
     expect([0, 3], r2.stderr).toContain(r2.code);
-    expect(detail(r2)).toMatch(/^attested at backup: integrity_check passed on these exact bytes \(pages root [0-9a-f]{12}/);
+    expect(detail(r2)).toMatch(/^attested at backup: quick_check and the index digests .* passed on these exact bytes \(pages root [0-9a-f]{12}/);
     expect((await receipt()).integrity).toEqual({ state: "attested" });
   });
+});
+
+describe("backup's integrity check: quick_check and the index digests", () => {
+  it("refuses (13) a database whose index does not hold its table's entries, as integrity_check finds it, naming the index; nothing is published", async () => {
+    const t = await makeAgent();
+    try {
+      const file = join(t.dir, "state/agent.sqlite");
+      await execa("sqlite3", [file, "PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql='CREATE INDEX tasks_status ON tasks(kind)' WHERE name='tasks_status';"]);
+      expect((await execa("sqlite3", [file, "PRAGMA quick_check"])).stdout).toBe("ok");
+      expect((await execa("sqlite3", [file, "PRAGMA integrity_check"])).stdout).toMatch(/row \d+ missing from index tasks_status/);
+      const r = await t.run(["backup"]);
+      expect(r.code, r.stderr).toBe(13);
+      expect(r.stderr.split("\n")[0]).toBe("agentbak: database state: snapshot failed quick_check + index digests: index tasks_status does not hold the entries of table tasks's rows (their digests differ)");
+      expect(json(await t.run(["snapshots", "--json"]))).toEqual([]);
+    } finally {
+      await t.cleanup();
+    }
+  }, 180_000);
 });
