@@ -167,7 +167,7 @@ describe("restore --integrity", () => {
   }, 180_000);
 });
 
-describe("restore's default: the backup's integrity check attested for these bytes, or integrity_check re-run", () => {
+describe("restore's default: integrity_check attested at backup for these bytes, or re-run", () => {
   const restore = (bundle: string, target: string, ...more: string[]) => a.run(["restore", bundle, "--target", join(a.tmp, target), "--yes", "--allow-rollback", "--json", ...more]);
   const detail = (r: { stdout: string }) => json(r).checks.find((c: any) => c.name === "integrity:state").detail as string;
   /** the integrity record of the newest restore receipt in the agent's audit log */
@@ -177,13 +177,12 @@ describe("restore's default: the backup's integrity check attested for these byt
   };
   const breakIndex = "PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql='CREATE INDEX tasks_status ON tasks(kind)' WHERE name='tasks_status';";
 
-  it("a full snapshot's manifest (format 8) attests its index digest check for its sha256; the default restore does not re-run a check and says which passed in its output and signed receipt", async () => {
-    const m = manifestOf(good);
-    const db = m.components.find((c: any) => c.kind === "sqlite");
-    expect([m.format_version, db.index_digest_checked, db.integrity_checked]).toEqual([8, db.sha256, undefined]);
+  it("a full snapshot's manifest attests its integrity_check for its sha256; the default restore does not re-run it and says so in its output and signed receipt", async () => {
+    const db = manifestOf(good).components.find((c: any) => c.kind === "sqlite");
+    expect(db.integrity_checked).toBe(db.sha256);
     const r = await restore(good, "attested");
     expect([0, 3], r.stderr).toContain(r.code);
-    expect(detail(r)).toMatch(/^attested at backup: quick_check and the index digests \(every index holds exactly its table's entries, no UNIQUE duplicates\) passed on these exact bytes \(sha256 [0-9a-f]{12}, signed in the manifest\), not re-run/);
+    expect(detail(r)).toMatch(/^attested at backup: integrity_check passed on these exact bytes \(sha256 [0-9a-f]{12}, signed in the manifest\), not re-run/);
     expect((await receipt()).integrity).toEqual({ state: "attested" });
     expect(sha(readFileSync(join(a.tmp, "attested", db.target)))).toBe(db.sha256);
     await restore(good, "attested-full", "--integrity", "full");
@@ -194,12 +193,12 @@ describe("restore's default: the backup's integrity check attested for these byt
     const run = (target: string, ...more: string[]) => a.run(["restore", good, "--target", join(a.tmp, target), "--yes", "--allow-rollback", ...more]);
     const def = await run("human-default");
     expect([0, 3], def.stderr).toContain(def.code);
-    expect((def.stdout + def.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual([expect.stringMatching(/^✓ integrity:state: attested at backup: quick_check and the index digests .* passed on these exact bytes/)]);
+    expect((def.stdout + def.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual([expect.stringMatching(/^✓ integrity:state: attested at backup: integrity_check passed on these exact bytes/)]);
     const full = await run("human-full", "--integrity", "full");
     expect((full.stdout + full.stderr).split("\n").filter((l) => l.startsWith("✓ integrity:"))).toEqual(["✓ integrity:state: integrity_check ok; row counts and user_version match the manifest"]);
   });
 
-  it("the attestation is what the default relies on: an index broken under a signed attestation for the broken bytes restores by default (integrity_checked, as bundles before format 8 attest), and --integrity full refuses it (13)", async () => {
+  it("the attestation is what the default relies on: an index broken under a signed attestation for the broken bytes restores by default, and --integrity full refuses it (13)", async () => {
     // only the signer can make this bundle (it is re-signed with the agent's key): the attestation is as trusted as the signer
     const forged = await rebundle(a, good, breakIndex, "forged-attestation", (x) => {
       const c = x.components.find((y: any) => y.kind === "sqlite");
@@ -207,7 +206,7 @@ describe("restore's default: the backup's integrity check attested for these byt
     });
     const def = await restore(forged, "forged-default");
     expect([0, 3], def.stderr).toContain(def.code);
-    expect(detail(def)).toMatch(/^attested at backup: integrity_check passed on these exact bytes/);
+    expect(detail(def)).toMatch(/^attested at backup/);
     const full = await restore(forged, "forged-full", "--integrity", "full");
     expect(full.code, full.stderr).toBe(13);
     expect(full.stderr.split("\n")[0]).toMatch(/database state: integrity_check: row \d+ missing from index tasks_status/);
@@ -223,9 +222,9 @@ describe("restore's default: the backup's integrity check attested for these byt
     const sound = await rebundle(a, good, "UPDATE messages SET content = content || '!' WHERE rowid = 1;", "sound-change");
     const r = await restore(sound, "sound");
     expect([0, 3], r.stderr).toContain(r.code);
-    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: the manifest's index_digest_checked names other bytes than this image\)/);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: the manifest's integrity_checked names other bytes than this image\)/);
     expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
-    const none = await rebundle(a, good, "UPDATE messages SET content = content || '?' WHERE rowid = 1;", "no-attestation", (x) => delete x.components.find((y: any) => y.kind === "sqlite").index_digest_checked);
+    const none = await rebundle(a, good, "UPDATE messages SET content = content || '?' WHERE rowid = 1;", "no-attestation", (x) => delete x.components.find((y: any) => y.kind === "sqlite").integrity_checked);
     const n = await restore(none, "none");
     expect([0, 3], n.stderr).toContain(n.code);
     expect(detail(n)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
@@ -238,7 +237,7 @@ describe("restore's default: the backup's integrity check attested for these byt
     expect(inc.databases_read).toBe("in-place"); // link 1 of integrityEvery 5: no integrity_check at backup
     const c = manifestOf(await a.file(inc.path)).components.find((x: any) => x.name === "state");
     expect(c.kind).toBe("sqlite-delta");
-    expect([c.integrity_checked, c.index_digest_checked]).toEqual([undefined, undefined]);
+    expect(c.integrity_checked).toBeUndefined();
     const r = await restore(inc.snapshot_id, "between-checks");
     expect([0, 3], r.stderr).toContain(r.code);
     expect(detail(r)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
@@ -250,17 +249,78 @@ describe("restore's default: the backup's integrity check attested for these byt
     expect(checked.databases_read).toBe("copy");
     const d = manifestOf(await a.file(checked.path)).components.find((x: any) => x.name === "state");
     expect(d.kind).toBe("sqlite-delta");
-    expect(d.index_digest_checked).toBe(d.full_pages_sha256);
+    expect(d.integrity_checked).toBe(d.full_pages_sha256);
     const r2 = await restore(checked.snapshot_id, "checked-link");
     expect([0, 3], r2.stderr).toContain(r2.code);
-    expect(detail(r2)).toMatch(/^attested at backup: quick_check and the index digests .* passed on these exact bytes \(pages root [0-9a-f]{12}/);
+    expect(detail(r2)).toMatch(/^attested at backup: integrity_check passed on these exact bytes \(pages root [0-9a-f]{12}/);
     expect((await receipt()).integrity).toEqual({ state: "attested" });
   });
 });
 
-describe("backup's integrity check: quick_check and the index digests", () => {
-  it("refuses (13) a database whose index does not hold its table's entries, as integrity_check finds it, naming the index; nothing is published", async () => {
-    const t = await makeAgent();
+describe("a database of INDEX_DIGEST_FROM (8 MiB) and more, with an index: quick_check and the index digests at backup (format 8)", () => {
+  let big: TestAgent;
+  let full: string;
+  const restore = (bundle: string, target: string, ...more: string[]) => big.run(["restore", bundle, "--target", join(big.tmp, target), "--yes", "--allow-rollback", "--json", ...more]);
+  const detail = (r: { stdout: string }) => json(r).checks.find((c: any) => c.name === "integrity:state").detail as string;
+  const receipt = async () => {
+    const lines = String(await (await big.store()).get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
+    return lines.filter((l) => l.event === "restore").at(-1).receipt;
+  };
+  beforeAll(async () => {
+    big = await makeAgent({ sizeMb: 12 });
+    const b = json(await big.run(["backup", "--json"]));
+    full = await big.file(b.path);
+  }, 180_000);
+  afterAll(() => big?.cleanup());
+
+  it("the manifest (format 8) attests the index digest check for its sha256, not integrity_check; the default restore does not re-run a check and says which passed, in its output and signed receipt", async () => {
+    const m = manifestOf(full);
+    const db = m.components.find((c: any) => c.kind === "sqlite");
+    expect(db.size).toBeGreaterThanOrEqual(8 * 1024 * 1024);
+    expect([m.format_version, db.index_digest_checked, db.integrity_checked]).toEqual([8, db.sha256, undefined]);
+    const r = await restore(full, "attested");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(detail(r)).toMatch(/^attested at backup: quick_check and the index digests \(every index holds exactly its table's entries, no UNIQUE duplicates\) passed on these exact bytes \(sha256 [0-9a-f]{12}, signed in the manifest\), not re-run/);
+    expect((await receipt()).integrity).toEqual({ state: "attested" });
+    expect(sha(readFileSync(join(big.tmp, "attested", db.target)))).toBe(db.sha256);
+    const f = await restore(full, "attested-full", "--integrity", "full");
+    expect(detail(f)).toBe("integrity_check ok; row counts and user_version match the manifest");
+    expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
+  }, 180_000);
+
+  it("an attestation for other bytes, or none, falls back to integrity_check and says why", async () => {
+    const sound = await rebundle(big, full, "UPDATE messages SET content = content || '!' WHERE rowid = 1;", "sound-change");
+    const r = await restore(sound, "sound");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: the manifest's index_digest_checked names other bytes than this image\)/);
+    const none = await rebundle(big, full, "UPDATE messages SET content = content || '?' WHERE rowid = 1;", "no-attestation", (x) => delete x.components.find((y: any) => y.kind === "sqlite").index_digest_checked);
+    const n = await restore(none, "none");
+    expect([0, 3], n.stderr).toContain(n.code);
+    expect(detail(n)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
+  }, 180_000);
+
+  it("a checked incremental is attested by its rebuilt pages root under the index digest check; one between checks attests nothing", async () => {
+    const change = () => execa("sqlite3", [join(big.dir, "state/agent.sqlite"), "UPDATE messages SET content = content || ' (edited)' WHERE rowid % 50 = 0;"]);
+    await change();
+    const inc = json(await big.run(["backup", "--incremental", "--json"]));
+    expect(inc.databases_read).toBe("in-place");
+    const c = manifestOf(await big.file(inc.path)).components.find((x: any) => x.name === "state");
+    expect([c.kind, c.integrity_checked, c.index_digest_checked]).toEqual(["sqlite-delta", undefined, undefined]);
+    const cfg = JSON.parse(readFileSync(big.config, "utf8"));
+    writeFileSync(big.config, JSON.stringify({ ...cfg, incremental: { ...cfg.incremental, integrityEvery: 1 } }));
+    await change();
+    const checked = json(await big.run(["backup", "--incremental", "--json"]));
+    expect(checked.databases_read).toBe("copy");
+    const m = manifestOf(await big.file(checked.path));
+    const d = m.components.find((x: any) => x.name === "state");
+    expect([m.format_version, d.kind, d.index_digest_checked, d.integrity_checked]).toEqual([8, "sqlite-delta", d.full_pages_sha256, undefined]);
+    const r2 = await restore(checked.snapshot_id, "checked-link");
+    expect([0, 3], r2.stderr).toContain(r2.code);
+    expect(detail(r2)).toMatch(/^attested at backup: quick_check and the index digests .* passed on these exact bytes \(pages root [0-9a-f]{12}/);
+  }, 180_000);
+
+  it("refuses (13) a database whose index does not hold its table's entries, as integrity_check finds it, naming the check and the index; nothing is published", async () => {
+    const t = await makeAgent({ sizeMb: 12 });
     try {
       const file = join(t.dir, "state/agent.sqlite");
       await execa("sqlite3", [file, "PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql='CREATE INDEX tasks_status ON tasks(kind)' WHERE name='tasks_status';"]);

@@ -6,7 +6,7 @@ import Database from "better-sqlite3";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { backupIntegrityCheck } from "../../../../src/state/sqlite/indexdigest.js";
+import { backupIntegrityCheck, INDEX_DIGEST_FROM } from "../../../../src/state/sqlite/indexdigest.js";
 import { integrityCheck, openDefensive } from "../../../../src/state/sqlite/open.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "agentbak-indexdigest-"));
@@ -40,11 +40,11 @@ function behindIndex(file: string, name: string, change: string, sqlAfter?: stri
   db.close();
 }
 
-/** quick_check, integrity_check and the backup's check of a file, read as the backup reads it. */
-function checks(file: string) {
+/** quick_check, integrity_check and the backup's check of a file, read as the backup reads it (the index digests at any size: `from` 0). */
+function checks(file: string, from = 0) {
   const db = openDefensive(file);
   try {
-    return { quick: integrityCheck(db, "quick_check"), full: integrityCheck(db), backup: backupIntegrityCheck(db) };
+    return { quick: integrityCheck(db, "quick_check"), full: integrityCheck(db), backup: backupIntegrityCheck(db, from) };
   } finally {
     db.close();
   }
@@ -145,5 +145,16 @@ describe("backupIntegrityCheck", () => {
     expect(c.backup.method).toBe("integrity_check");
     expect(c.backup.result).toEqual(c.full);
     expect(c.full).not.toEqual(["ok"]);
+  });
+
+  it("runs integrity_check (attested as before, bundle format unchanged) for a database with no index, and for one below INDEX_DIGEST_FROM, where it costs no more", () => {
+    const noIndex = make("CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB); INSERT INTO t VALUES (1, x'00'), (2, x'01');");
+    expect(checks(noIndex).backup).toEqual({ result: ["ok"], method: "integrity_check" });
+    const small = make(LEDGER);
+    expect(checks(small, INDEX_DIGEST_FROM).backup).toEqual({ result: ["ok"], method: "integrity_check" });
+    behindIndex(small, "ledger_account", "UPDATE ledger SET account = 'acct-zzzzzz' WHERE id = 1234");
+    expect(checks(small, INDEX_DIGEST_FROM).backup).toEqual({ result: checks(small).full, method: "integrity_check" });
+    const large = make(`${LEDGER} CREATE TABLE pad (b BLOB); WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ${INDEX_DIGEST_FROM / 4096 + 16}) INSERT INTO pad SELECT randomblob(3500) FROM s;`);
+    expect(checks(large, INDEX_DIGEST_FROM).backup).toEqual({ result: ["ok"], method: "index_digest" });
   });
 });
