@@ -260,6 +260,7 @@ describe("restore's default: integrity_check attested at backup for these bytes,
 describe("a database of INDEX_DIGEST_FROM (8 MiB) and more, with an index: quick_check and the index digests at backup (format 8)", () => {
   let big: TestAgent;
   let full: string;
+  let fullId: string;
   const restore = (bundle: string, target: string, ...more: string[]) => big.run(["restore", bundle, "--target", join(big.tmp, target), "--yes", "--allow-rollback", "--json", ...more]);
   const detail = (r: { stdout: string }) => json(r).checks.find((c: any) => c.name === "integrity:state").detail as string;
   const receipt = async () => {
@@ -270,6 +271,7 @@ describe("a database of INDEX_DIGEST_FROM (8 MiB) and more, with an index: quick
     big = await makeAgent({ sizeMb: 12 });
     const b = json(await big.run(["backup", "--json"]));
     full = await big.file(b.path);
+    fullId = b.snapshot_id;
   }, 180_000);
   afterAll(() => big?.cleanup());
 
@@ -286,6 +288,18 @@ describe("a database of INDEX_DIGEST_FROM (8 MiB) and more, with an index: quick
     const f = await restore(full, "attested-full", "--integrity", "full");
     expect(detail(f)).toBe("integrity_check ok; row counts and user_version match the manifest");
     expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
+  }, 180_000);
+
+  it("export leaves index_digest_checked out and stays format 4; its restore re-runs integrity_check", async () => {
+    const out = join(big.tmp, "exported", "full.agentbak");
+    const e = await big.run(["export", fullId, "-o", out, "--identity", big.identity, "--json"]);
+    expect(e.code, e.stderr).toBe(0);
+    expect(json(e).format_version).toBe(4);
+    const db = manifestOf(out).components.find((c: any) => c.kind === "sqlite");
+    expect([db.index_digest_checked, db.integrity_checked]).toEqual([undefined, undefined]);
+    const r = await restore(out, "exported-restore");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
   }, 180_000);
 
   it("an attestation for other bytes, or none, falls back to integrity_check and says why", async () => {
