@@ -51,8 +51,9 @@ export interface Extracted {
  * `quick` runs quick_check (no index cross-checks) and the counts; `digest`
  * trusts the digest alone — the file is then the same bytes as the database
  * the backup read. `attested` (restore's default) is `full` except where the
- * signed manifest attests that integrity_check passed at backup on exactly
- * this image (`integrity_checked` equal to its digest): that check's result
+ * signed manifest attests that integrity_check, or the index digest check
+ * (state/sqlite/indexdigest.ts: the same findings in sequential reads), passed at backup on exactly
+ * this image (`integrity_checked` or `index_digest_checked` equal to its digest): that check's result
  * is already known for these bytes, and so are the row counts, which were
  * read off the same image. Drills and verify always run `full`.
  */
@@ -183,9 +184,9 @@ export async function extractAndCheck(v: VerifiedBundle, identities: AgeIdentity
 
 /** What a database's check established, for people: under the default, why integrity_check was or was not re-run. */
 function checkedDetail(how: Established, asked: IntegrityPolicy, c: Component): string {
-  if (how === "attested") return `attested at backup: integrity_check passed on these exact bytes (${c.kind === "sqlite-delta" ? "pages root" : "sha256"} ${imageDigest(c).slice(0, 12)}, signed in the manifest), not re-run; row counts are those of the same bytes; user_version matches the manifest`;
+  if (how === "attested") return `attested at backup: ${c.integrity_checked === imageDigest(c) ? "integrity_check" : "quick_check and the index digests (every index holds exactly its table's entries, no UNIQUE duplicates)"} passed on these exact bytes (${c.kind === "sqlite-delta" ? "pages root" : "sha256"} ${imageDigest(c).slice(0, 12)}, signed in the manifest), not re-run; row counts are those of the same bytes; user_version matches the manifest`;
   if (how === "digest") return "sha256 matches the signed digest (--integrity digest); user_version matches the manifest";
-  const why = asked !== "attested" ? "" : c.integrity_checked === undefined ? " (re-run: no integrity_check at backup is attested for this image)" : " (re-run: the manifest's integrity_checked names other bytes than this image)";
+  const why = asked !== "attested" ? "" : c.integrity_checked === undefined && c.index_digest_checked === undefined ? " (re-run: no integrity check at backup is attested for this image)" : ` (re-run: the manifest's ${c.integrity_checked !== undefined ? "integrity_checked" : "index_digest_checked"} names other bytes than this image)`;
   return `${how} ok${why}; row counts and user_version match the manifest`;
 }
 

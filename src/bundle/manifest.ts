@@ -17,11 +17,14 @@ export const FORMAT = "agentbak-bundle";
  * `layout_padding`, 5 a component's `chunks` (its bytes in the agent's chunk
  * store, docs/chunk-store.md), 6 a component's `chunk_skip` (a small file packed
  * with others: its bytes are a range of its chunks' plaintext), 7 `payload.chunks.digests` (each 4 MiB chunk's
- * digest, so a reader checks each chunk before decrypting it, in the same read): a tool that knows only an older one refuses a
+ * digest, so a reader checks each chunk before decrypting it, in the same read), 8 a database's `index_digest_checked`
+ * (the backup's integrity check was quick_check and the index digests, not integrity_check): a tool that knows only an older one refuses a
  * newer bundle as newer (exit 14) rather than as an invalid manifest (13).
  * Versions 1 to 4 are still read.
  */
-export const FORMAT_VERSION = 7;
+export const FORMAT_VERSION = 8;
+/** What a bundle whose payload lists its chunks' digests (or with a recall record), and no `index_digest_checked`, is written as: the format 7 of before. */
+export const CHUNK_LIST_FORMAT_VERSION = 7;
 /** What a bundle with a packed small file or a source's fingerprint (and no payload chunk list) is written as: the format 6 of before. */
 export const PACKED_FORMAT_VERSION = 6;
 /** What a bundle with chunked components but no packed (ranged) one is written as: the format 5 of before. */
@@ -68,6 +71,13 @@ export const ComponentSchema = z.strictObject({
    * checks) and in bundles made before it was recorded. A restore whose image has that digest knows the check's result
    */
   integrity_checked: z.optional(sha),
+  /**
+   * a database (format 8 on): the digest of the image, as for `integrity_checked`, on which the backup's index digest check
+   * passed instead (state/sqlite/indexdigest.ts: `PRAGMA quick_check`, every index's entries equal to those its table's
+   * rows make by a keyed multiset digest, every UNIQUE index without two equal keys — what integrity_check establishes,
+   * in sequential reads). A restore whose image has that digest knows that check's result
+   */
+  index_digest_checked: z.optional(sha),
   page_size: z.optional(int),
   page_count: z.optional(int),
   changed_pages: z.optional(int),
@@ -241,7 +251,13 @@ export type Component = z.infer<typeof ComponentSchema>;
 export const imageDigest = (c: Component): string => (c.kind === "sqlite-delta" ? (c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256) : c.sha256);
 
 /** Whether the backup's integrity_check is attested, in the signed manifest, for exactly the image `c` restores. */
-export const integrityAttested = (c: Component): boolean => c.integrity_checked !== undefined && c.integrity_checked === imageDigest(c);
+export const integrityAttested = (c: Component): boolean => attestedCheck(c) !== null;
+
+/** Which backup check the signed manifest attests for exactly the image `c` restores, if one. */
+export function attestedCheck(c: Component): "integrity_check" | "index_digest" | null {
+  const image = imageDigest(c);
+  return c.integrity_checked === image ? "integrity_check" : c.index_digest_checked === image ? "index_digest" : null;
+}
 
 /** A chunk as the restoring side needs it (the store's ChunkRef). */
 export interface ChunkRef {
@@ -375,8 +391,10 @@ export interface CapturedDatabase {
   records: Record<string, number>;
   schemaVersion: number;
   pageIndexSha256: string;
-  /** the digest of the image integrity_check passed on (written sha256, or the delta's full_pages_sha256), if it ran */
+  /** the digest of the image the integrity check passed on (written sha256, or the delta's full_pages_sha256), if it ran */
   integrityChecked?: string;
+  /** which check that was (state/sqlite/indexdigest.ts); integrity_check when not said */
+  integrityMethod?: "integrity_check" | "index_digest";
   /** virtual tables not counted (their module is not loaded here) */
   virtualTables?: string[];
   embedding?: { model: string; dimension: number };
@@ -428,7 +446,7 @@ export function buildManifest(i: ManifestInput): Manifest {
     schema_version: d.schemaVersion,
     page_index_sha256: d.pageIndexSha256,
     ...(d.delta ?? {}),
-    ...(d.integrityChecked ? { integrity_checked: d.integrityChecked } : {}),
+    ...(d.integrityChecked ? (d.integrityMethod === "index_digest" ? { index_digest_checked: d.integrityChecked } : { integrity_checked: d.integrityChecked }) : {}),
     ...(d.virtualTables?.length ? { virtual_tables: d.virtualTables } : {}),
     ...(d.embedding ? { embedding: d.embedding } : {}),
   }));
@@ -556,6 +574,8 @@ export function parseManifest(bytes: Buffer, digest = sha256hex(bytes)): Manifes
     if (c[other] !== undefined) throw new Error(`manifest.components: ${other} in a format version ${m.format_version} manifest (component ${c.path})`);
     if (c.kind === "sqlite-delta" && c[want] === undefined) throw new Error(`manifest.components: sqlite-delta component ${c.path} has no ${want}`);
     if (c.integrity_checked !== undefined && !isDatabase(c)) throw new Error(`manifest.components: integrity_checked on ${c.kind} component ${c.path} (databases only)`);
+    if (c.index_digest_checked !== undefined && (!isDatabase(c) || m.format_version < 8))
+      throw new Error(`manifest.components: index_digest_checked ${isDatabase(c) ? `in a format version ${m.format_version} manifest (added in version 8;` : `on ${c.kind} component (databases only;`} component ${c.path})`);
   }
   checkPlacement(m);
   valid.add(digest);

@@ -16,7 +16,7 @@ import * as tar from "tar-stream";
 import { AgeEncryptStream } from "../crypto/age.js";
 import { NS, signMessage, type SigningKey } from "../crypto/sshsig.js";
 import { AgentbakError, ioErrno, ioError } from "../errors.js";
-import { CHUNKED_FORMAT_VERSION, encodeManifest, FORMAT_VERSION, MAX_MANIFEST, PACKED_FORMAT_VERSION, PLAIN_FORMAT_VERSION, sha256hex, type Component, type Manifest } from "./manifest.js";
+import { CHUNK_LIST_FORMAT_VERSION, CHUNKED_FORMAT_VERSION, encodeManifest, FORMAT_VERSION, MAX_MANIFEST, PACKED_FORMAT_VERSION, PLAIN_FORMAT_VERSION, sha256hex, type Component, type Manifest } from "./manifest.js";
 import { BLOCK, tarBlocks, tarEnd, tarHeader, tarPadding } from "./outer.js";
 import { BufferPool, ByteCounter, HashTap, LIST_FROM, PAYLOAD_CHUNK, pooledFileStream, youngCollector, ZstdCompress, zstdOutSize } from "./streams.js";
 import { pageRuns, type PageSource } from "../state/sqlite/pagefile.js";
@@ -194,8 +194,8 @@ export async function writeComponents(path: string, key: SigningKey, staged: Sta
 export async function writeBundleFile(draft: Manifest, key: SigningKey, plan: BundlePlan): Promise<{ bytes: Buffer; sha256: string }> {
   // a bundle whose components are all in its payload is the format-4 bundle of before; one that lists chunks is format 5,
   // and one with a packed small file (a range of its chunks) or a source's fingerprint format 6
-  // and one whose payload lists its chunks' digests (LIST_FROM bytes and more) format 7
-  const format_version = draft.payload.chunks?.digests || draft.recall ? FORMAT_VERSION : draft.components.some((c) => c.chunk_skip !== undefined || c.fingerprint !== undefined) ? PACKED_FORMAT_VERSION : draft.components.some((c) => c.chunks) ? CHUNKED_FORMAT_VERSION : PLAIN_FORMAT_VERSION;
+  // and one whose payload lists its chunks' digests (LIST_FROM bytes and more) format 7, one with index_digest_checked 8
+  const format_version = draft.components.some((c) => c.index_digest_checked !== undefined) ? FORMAT_VERSION : draft.payload.chunks?.digests || draft.recall ? CHUNK_LIST_FORMAT_VERSION : draft.components.some((c) => c.chunk_skip !== undefined || c.fingerprint !== undefined) ? PACKED_FORMAT_VERSION : draft.components.some((c) => c.chunks) ? CHUNKED_FORMAT_VERSION : PLAIN_FORMAT_VERSION;
   const { layout_padding: _p, ...unpadded } = { ...draft, format_version };
   const fitted = fitManifest(unpadded, plan.manifestRoom);
   const mbytes = encodeManifest(fitted ?? unpadded);

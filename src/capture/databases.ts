@@ -98,7 +98,8 @@ export function finishDatabases(plan: DbPlan, dbs: DbRecord[], ins: InspectResul
     }
     if (!d.delta) d.sums = d.inspected.sumsWritten === true;
     const ic = d.inspected.integrity;
-    if (ic.length !== 1 || (ic[0] !== "ok" && ic[0] !== "skipped")) throw verifyError(`database ${d.name}: snapshot failed integrity_check: ${ic.slice(0, 3).join("; ")}`);
+    const how = d.inspected.integrityMethod === "index_digest" ? "quick_check + index digests" : "integrity_check";
+    if (ic.length !== 1 || (ic[0] !== "ok" && ic[0] !== "skipped")) throw verifyError(`database ${d.name}: snapshot failed ${how}: ${ic.slice(0, 3).join("; ")}`);
   }
 }
 

@@ -78,6 +78,8 @@ export async function exportBundle(
     const v = await verifyBundle(bundle.path, o.trust, undefined, o.progress);
     const m = v.manifest;
     const { staged, inPayload } = await stageWhole(v, bundle, o.identities, { staging, trust: o.trust, inline: true, progress: o.progress });
+    // the index digest check's attestation is format 8: an export stays format 4, so it is left out (a restore of it re-runs integrity_check)
+    for (const s of staged) delete s.index_digest_checked;
     const { bundle: plan, written } = await writeComponents(join(staging, "bundle.agentbak"), o.key, staged, m.recipients, { prior: m, progress: o.progress, listChunks: false }); // format 4: no payload chunk list (format 7)
     // each component as the snapshot signed it (a rebuilt database: checked against its pages root as it was rebuilt)
     for (const [i, c] of inPayload.entries())

@@ -184,8 +184,9 @@ function manifestFor(
       records: d.inspected!.records,
       schemaVersion: d.inspected!.schemaVersion,
       pageIndexSha256: d.indexRoot!,
-      // integrity_check ran on the image this component restores (the copy, the pinned pages, or the copy a delta was made from)
+      // the integrity check ran on the image this component restores (the copy, the pinned pages, or the copy a delta was made from)
       integrityChecked: d.inspected!.integrity.length === 1 && d.inspected!.integrity[0] === "ok" ? (d.delta?.meta.full_pages_sha256 ?? x.written.components[i]!.sha256) : undefined,
+      integrityMethod: d.inspected!.integrityMethod,
       virtualTables: d.inspected!.virtualTables,
       embedding: cfg.databases.find((c) => c.name === d.name)?.embedding,
     })),

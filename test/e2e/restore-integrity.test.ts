@@ -227,7 +227,7 @@ describe("restore's default: integrity_check attested at backup for these bytes,
     const none = await rebundle(a, good, "UPDATE messages SET content = content || '?' WHERE rowid = 1;", "no-attestation", (x) => delete x.components.find((y: any) => y.kind === "sqlite").integrity_checked);
     const n = await restore(none, "none");
     expect([0, 3], n.stderr).toContain(n.code);
-    expect(detail(n)).toMatch(/^integrity_check ok \(re-run: no integrity_check at backup is attested for this image\)/);
+    expect(detail(n)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
   });
 
   it("an incremental between integrity checks attests nothing and its default restore runs integrity_check; a checked incremental is attested by its rebuilt pages root", async () => {
@@ -240,7 +240,7 @@ describe("restore's default: integrity_check attested at backup for these bytes,
     expect(c.integrity_checked).toBeUndefined();
     const r = await restore(inc.snapshot_id, "between-checks");
     expect([0, 3], r.stderr).toContain(r.code);
-    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: no integrity_check at backup is attested for this image\)/);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
     expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
     const cfg = JSON.parse(readFileSync(a.config, "utf8"));
     writeFileSync(a.config, JSON.stringify({ ...cfg, incremental: { ...cfg.incremental, integrityEvery: 1 } }));
@@ -255,4 +255,97 @@ describe("restore's default: integrity_check attested at backup for these bytes,
     expect(detail(r2)).toMatch(/^attested at backup: integrity_check passed on these exact bytes \(pages root [0-9a-f]{12}/);
     expect((await receipt()).integrity).toEqual({ state: "attested" });
   });
+});
+
+describe("a database of INDEX_DIGEST_FROM (8 MiB) and more, with an index: quick_check and the index digests at backup (format 8)", () => {
+  let big: TestAgent;
+  let full: string;
+  let fullId: string;
+  const restore = (bundle: string, target: string, ...more: string[]) => big.run(["restore", bundle, "--target", join(big.tmp, target), "--yes", "--allow-rollback", "--json", ...more]);
+  const detail = (r: { stdout: string }) => json(r).checks.find((c: any) => c.name === "integrity:state").detail as string;
+  const receipt = async () => {
+    const lines = String(await (await big.store()).get("tenants/acme/agents/billing-agent/audit.jsonl")).trim().split("\n").map((l) => JSON.parse(l));
+    return lines.filter((l) => l.event === "restore").at(-1).receipt;
+  };
+  beforeAll(async () => {
+    big = await makeAgent({ sizeMb: 12 });
+    const b = json(await big.run(["backup", "--json"]));
+    full = await big.file(b.path);
+    fullId = b.snapshot_id;
+  }, 180_000);
+  afterAll(() => big?.cleanup());
+
+  it("the manifest (format 8) attests the index digest check for its sha256, not integrity_check; the default restore does not re-run a check and says which passed, in its output and signed receipt", async () => {
+    const m = manifestOf(full);
+    const db = m.components.find((c: any) => c.kind === "sqlite");
+    expect(db.size).toBeGreaterThanOrEqual(8 * 1024 * 1024);
+    expect([m.format_version, db.index_digest_checked, db.integrity_checked]).toEqual([8, db.sha256, undefined]);
+    const r = await restore(full, "attested");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(detail(r)).toMatch(/^attested at backup: quick_check and the index digests \(every index holds exactly its table's entries, no UNIQUE duplicates\) passed on these exact bytes \(sha256 [0-9a-f]{12}, signed in the manifest\), not re-run/);
+    expect((await receipt()).integrity).toEqual({ state: "attested" });
+    expect(sha(readFileSync(join(big.tmp, "attested", db.target)))).toBe(db.sha256);
+    const f = await restore(full, "attested-full", "--integrity", "full");
+    expect(detail(f)).toBe("integrity_check ok; row counts and user_version match the manifest");
+    expect((await receipt()).integrity).toEqual({ state: "integrity_check" });
+  }, 180_000);
+
+  it("export leaves index_digest_checked out and stays format 4; its restore re-runs integrity_check", async () => {
+    const out = join(big.tmp, "exported", "full.agentbak");
+    const e = await big.run(["export", fullId, "-o", out, "--identity", big.identity, "--json"]);
+    expect(e.code, e.stderr).toBe(0);
+    expect(json(e).format_version).toBe(4);
+    const db = manifestOf(out).components.find((c: any) => c.kind === "sqlite");
+    expect([db.index_digest_checked, db.integrity_checked]).toEqual([undefined, undefined]);
+    const r = await restore(out, "exported-restore");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
+  }, 180_000);
+
+  it("an attestation for other bytes, or none, falls back to integrity_check and says why", async () => {
+    const sound = await rebundle(big, full, "UPDATE messages SET content = content || '!' WHERE rowid = 1;", "sound-change");
+    const r = await restore(sound, "sound");
+    expect([0, 3], r.stderr).toContain(r.code);
+    expect(detail(r)).toMatch(/^integrity_check ok \(re-run: the manifest's index_digest_checked names other bytes than this image\)/);
+    const none = await rebundle(big, full, "UPDATE messages SET content = content || '?' WHERE rowid = 1;", "no-attestation", (x) => delete x.components.find((y: any) => y.kind === "sqlite").index_digest_checked);
+    const n = await restore(none, "none");
+    expect([0, 3], n.stderr).toContain(n.code);
+    expect(detail(n)).toMatch(/^integrity_check ok \(re-run: no integrity check at backup is attested for this image\)/);
+  }, 180_000);
+
+  it("a checked incremental is attested by its rebuilt pages root under the index digest check; one between checks attests nothing", async () => {
+    const change = () => execa("sqlite3", [join(big.dir, "state/agent.sqlite"), "UPDATE messages SET content = content || ' (edited)' WHERE rowid % 50 = 0;"]);
+    await change();
+    const inc = json(await big.run(["backup", "--incremental", "--json"]));
+    expect(inc.databases_read).toBe("in-place");
+    const c = manifestOf(await big.file(inc.path)).components.find((x: any) => x.name === "state");
+    expect([c.kind, c.integrity_checked, c.index_digest_checked]).toEqual(["sqlite-delta", undefined, undefined]);
+    const cfg = JSON.parse(readFileSync(big.config, "utf8"));
+    writeFileSync(big.config, JSON.stringify({ ...cfg, incremental: { ...cfg.incremental, integrityEvery: 1 } }));
+    await change();
+    const checked = json(await big.run(["backup", "--incremental", "--json"]));
+    expect(checked.databases_read).toBe("copy");
+    const m = manifestOf(await big.file(checked.path));
+    const d = m.components.find((x: any) => x.name === "state");
+    expect([m.format_version, d.kind, d.index_digest_checked, d.integrity_checked]).toEqual([8, "sqlite-delta", d.full_pages_sha256, undefined]);
+    const r2 = await restore(checked.snapshot_id, "checked-link");
+    expect([0, 3], r2.stderr).toContain(r2.code);
+    expect(detail(r2)).toMatch(/^attested at backup: quick_check and the index digests .* passed on these exact bytes \(pages root [0-9a-f]{12}/);
+  }, 180_000);
+
+  it("refuses (13) a database whose index does not hold its table's entries, as integrity_check finds it, naming the check and the index; nothing is published", async () => {
+    const t = await makeAgent({ sizeMb: 12 });
+    try {
+      const file = join(t.dir, "state/agent.sqlite");
+      await execa("sqlite3", [file, "PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql='CREATE INDEX tasks_status ON tasks(kind)' WHERE name='tasks_status';"]);
+      expect((await execa("sqlite3", [file, "PRAGMA quick_check"])).stdout).toBe("ok");
+      expect((await execa("sqlite3", [file, "PRAGMA integrity_check"])).stdout).toMatch(/row \d+ missing from index tasks_status/);
+      const r = await t.run(["backup"]);
+      expect(r.code, r.stderr).toBe(13);
+      expect(r.stderr.split("\n")[0]).toBe("agentbak: database state: snapshot failed quick_check + index digests: index tasks_status does not hold the entries of table tasks's rows (their digests differ)");
+      expect(json(await t.run(["snapshots", "--json"]))).toEqual([]);
+    } finally {
+      await t.cleanup();
+    }
+  }, 180_000);
 });

@@ -312,8 +312,8 @@ describe("restore policy refusals (exit 14, target untouched)", () => {
       await refused([out], /expired at/);
     }
     const out = join(a.tmp, "v4.agentbak");
-    await craft({ baseManifest: manifestOf(second.path), payloadAge: payload, keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.format_version = 8) });
-    await refused([out], /format version 8 is newer than this tool supports \(7\)/);
+    await craft({ baseManifest: manifestOf(second.path), payloadAge: payload, keyFile: join(a.home, "signing-key"), out, patch: (m) => (m.format_version = 9) });
+    await refused([out], /format version 9 is newer than this tool supports \(8\)/);
     const ff = join(a.tmp, "ff.agentbak");
     await craft({ baseManifest: manifestOf(second.path), payloadAge: payload, keyFile: join(a.home, "signing-key"), out: ff, patch: (m) => (m.sequence = 2 ** 53) });
     await refused([ff], /sequence 9007199254740992 is beyond the safe integer range/);

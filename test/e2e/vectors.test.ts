@@ -158,7 +158,7 @@ const hostile: Hostile[] = [
   // a sidecar member and a second component on the database's target are refused at manifest parse: verify needs no identity
   { name: "wal-sidecar-member", threat: 22, verify: 13, deep: 13, restore: 13, re: /component "db\/state\.sqlite-wal" targets "state\/agent\.sqlite-wal", a SQLite sidecar of a restored database/ },
   { name: "target-collision", threat: 16, verify: 13, deep: 13, restore: 13, re: /component "files\/state\/agent\.sqlite" and component "db\/state\.sqlite" both restore to "state\/agent\.sqlite"/ },
-  { name: "newer-format-version", threat: 25, verify: 14, deep: 14, restore: 14, re: /bundle format version 99 is newer than this tool supports \(7\)/ },
+  { name: "newer-format-version", threat: 25, verify: 14, deep: 14, restore: 14, re: /bundle format version 99 is newer than this tool supports \(8\)/ },
   // verify checks integrity, not policy; restore refuses
   { name: "expired", threat: 10, verify: 0, deep: 0, restore: 14, re: /expired at 2020-02-01T00:00:00\.000Z/ },
   { name: "zstd-bomb", threat: 19, verify: 0, deep: 13, restore: 13, re: /decompressed payload exceeds its declared size of \d+ bytes/ },

@@ -1,5 +1,5 @@
 /**
- * Inspection of snapshot copies: integrity_check, row counts, schema version,
+ * Inspection of snapshot copies: the integrity check (sqlite/indexdigest.ts), row counts, schema version,
  * cursors, open operations, timer columns and the secret scan. The copies are
  * immutable once made, so this runs in a worker thread while the payload is
  * being written; nothing is published unless it passes. Its own wing, above
@@ -18,6 +18,7 @@ import { readPages, withPages } from "../sqlite/pagefile.js";
 import { nameSuspicious, PageScanner, scanFilePages } from "../secrets/pagescan.js";
 import type { SecretFinding } from "../secrets/scan.js";
 import { integrityCheck, openDefensive, tableCounts, userVersion, type DB } from "../sqlite/open.js";
+import { backupIntegrityCheck, type IntegrityMethod } from "../sqlite/indexdigest.js";
 import { vec0Recall, type RecallRecord, type RecallSpec } from "../sqlite/neighbours.js";
 import { describeOtherFormat, otherFormat, type TimerFormat } from "../sqlite/timestamps.js";
 
@@ -26,7 +27,7 @@ export interface InspectInput {
    * `indexKey`: compute the page index here (full backups), in the same read as the scan;
    * `sumsFile`: and write the block sums (state/pages/blocks.ts) there.
    * `scan: false`: leave this database's secret scan to the caller (incrementals scan changed pages only).
-   * `integrity: false`: no integrity_check (an incremental the integrity policy does not check); reported as "skipped".
+   * `integrity: false`: no integrity check (an incremental the integrity policy does not check); reported as "skipped".
    * `indexAfter`: the page index here holds only the pages after this one; the caller hashes the first ones (a
    * full snapshot read in place: its payload's thread hashes them as it streams them, sharing the work).
    * `pages`: the pages of a pinned live snapshot (a full snapshot read in place), read instead of `file`, which is
@@ -43,7 +44,8 @@ export interface InspectInput {
 }
 
 export interface InspectResult {
-  dbs: { name: string; schemaVersion: number; records: Record<string, number>; virtualTables: string[]; integrity: string[]; index?: PageIndex; sumsWritten?: boolean }[];
+  /** `integrity`: ["ok"], ["skipped"] or what failed; `integrityMethod`: the check that ran (sqlite/indexdigest.ts) */
+  dbs: { name: string; schemaVersion: number; records: Record<string, number>; virtualTables: string[]; integrity: string[]; integrityMethod?: IntegrityMethod; index?: PageIndex; sumsWritten?: boolean }[];
   cursors: Record<string, string | number | null>;
   openOperations: { id: string | number | null; idempotency_key: string; kind?: string | null }[];
   /** timer columns a restore with this config would not move as declared (values of another format, a missing column) */
@@ -117,10 +119,11 @@ export function inspectSnapshot(input: InspectInput, pinned?: Map<string, DB>, c
     else if (scan) suspicious = scanFilePages(from);
     const { db, close } = connect(d.name, d.file);
     try {
-      const integrity = d.integrity === false ? ["skipped"] : integrityCheck(db);
+      const checked = d.integrity === false ? { result: ["skipped"], method: undefined } : backupIntegrityCheck(db);
+      const integrity = checked.result;
       const sound = integrity[0] === "ok" || integrity[0] === "skipped";
       const counted = sound ? tableCounts(db, census) : { counts: {}, skipped: [] };
-      out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: counted.counts, virtualTables: counted.skipped, integrity, index, sumsWritten });
+      out.dbs.push({ name: d.name, schemaVersion: userVersion(db), records: counted.counts, virtualTables: counted.skipped, integrity, integrityMethod: checked.method, index, sumsWritten });
       if (scan && sound) out.findings.push(...nameSuspicious(db, d.name, suspicious));
     } finally {
       close();

@@ -16,7 +16,7 @@
 import { INDEX_INTERIOR, INDEX_LEAF, TABLE_INTERIOR, TABLE_LEAF } from "../sqlite/btree.js";
 import { openDefensive, type DB } from "../sqlite/open.js";
 import { readListedPages, readPages, withPages, type PageSource } from "../sqlite/pagefile.js";
-import { detectSecret, RAW_PATTERN, scanDatabase, type SecretFinding } from "./scan.js";
+import { detectSecret, RAW_PATTERN, scanDatabase, TOKEN_PATTERNS, type SecretFinding } from "./scan.js";
 
 /** Cells with a larger payload are scanned raw along their chain instead of being reassembled in memory. */
 const REASSEMBLE_MAX = 4 << 20;
@@ -24,6 +24,8 @@ const REASSEMBLE_MAX = 4 << 20;
 const CARRY = 256;
 
 const BTREE = [TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR, TABLE_INTERIOR];
+/** The b-tree pages that hold values of their own (page() parses these; table interiors hold only rowids). */
+const VALUE_PAGES = [TABLE_LEAF, INDEX_LEAF, INDEX_INTERIOR];
 
 export interface PageScanHeader {
   pageSize: number;
@@ -51,6 +53,12 @@ function serialSize(t: number): number {
   return [0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0][t] ?? 0;
 }
 
+/** Every token format's literal prefix as bytes (ASCII: the same in UTF-8 and latin1). */
+const PREFIXES = TOKEN_PATTERNS.map((p) => Buffer.from(p.prefix, "latin1"));
+
+/** Whether `v` holds any token format's literal prefix: what detectSecret needs before it can match. */
+const mayHoldToken = (v: Buffer): boolean => PREFIXES.some((p) => v.includes(p));
+
 /** Whether any text or BLOB value of a record (`payload`) matches a token format. */
 function recordHasSecret(payload: Buffer): boolean {
   const [hs, n] = varint(payload, 0, payload.length);
@@ -62,7 +70,8 @@ function recordHasSecret(payload: Buffer): boolean {
     p += m;
     const len = serialSize(t);
     // text (odd types from 13) as UTF-8; BLOBs (even types from 12) as latin1, which keeps an ASCII token intact
-    if (t >= 12 && body + len <= payload.length && detectSecret(payload.toString(t % 2 ? "utf8" : "latin1", body, body + len))) return true;
+    // a value none of whose bytes holds a format's literal prefix can not match (a native search, no string made)
+    if (t >= 12 && body + len <= payload.length && mayHoldToken(payload.subarray(body, body + len)) && detectSecret(payload.toString(t % 2 ? "utf8" : "latin1", body, body + len))) return true;
     body += len;
   }
   return false;
@@ -106,8 +115,11 @@ export class PageScanner {
 
   /**
    * Scans a run of whole pages held in `buf` (the first is page `first`):
-   * one regular-expression pass over the bytes picks the pages worth parsing;
-   * every b-tree page is still walked for cells that spill to overflow pages.
+   * one regular-expression pass over the bytes of the pages that hold values
+   * (leaf and index pages: what page() parses) picks the ones worth parsing;
+   * every b-tree page is still walked for cells that spill to overflow pages,
+   * whose values are checked whole (so overflow pages, most of a database of
+   * large BLOBs, are not passed over by the expression as well).
    */
   pages(buf: Buffer, first: number): void {
     const ps = this.header.pageSize;
@@ -115,17 +127,24 @@ export class PageScanner {
     // 64 KiB strings: short-lived young-generation objects, where 4 MiB ones would pile up in the large-object space
     const per = Math.max(1, Math.floor(65536 / ps));
     const re = new RegExp(RAW_PATTERN.source, "g");
-    for (let at = 0; at < count; at += per) {
-      const n = Math.min(per, count - at);
-      const text = buf.toString("latin1", at * ps, (at + n) * ps);
+    const holdsValues = (i: number) => VALUE_PAGES.includes(buf[i * ps + (first + i === 1 ? 100 : 0)]!);
+    for (let at = 0; at < count; ) {
+      // a stretch of up to `per` pages that hold values, or of pages that do not (not passed over)
+      const values = holdsValues(at);
+      let n = 1;
+      while (n < per && at + n < count && holdsValues(at + n) === values) n++;
       const candidates = new Set<number>();
-      re.lastIndex = 0;
-      for (let m = re.exec(text); m; m = re.exec(text)) {
-        const i = Math.floor(m.index / ps);
-        candidates.add(i);
-        re.lastIndex = (i + 1) * ps; // one hit is enough for a page
+      if (values) {
+        const text = buf.toString("latin1", at * ps, (at + n) * ps);
+        re.lastIndex = 0;
+        for (let m = re.exec(text); m; m = re.exec(text)) {
+          const i = Math.floor(m.index / ps);
+          candidates.add(i);
+          re.lastIndex = (i + 1) * ps; // one hit is enough for a page
+        }
       }
       for (let i = 0; i < n; i++) this.page(buf.subarray((at + i) * ps, (at + i + 1) * ps), first + at + i, candidates.has(i));
+      at += n;
     }
   }
 

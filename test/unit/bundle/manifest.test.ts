@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import canonicalize from "canonicalize";
-import { encodeManifest, integrityAttested, parseManifest, rememberValidManifest } from "../../../src/bundle/manifest.js";
+import { attestedCheck, encodeManifest, integrityAttested, parseManifest, rememberValidManifest } from "../../../src/bundle/manifest.js";
 import { createHash } from "node:crypto";
 
 const base = {
@@ -55,7 +55,7 @@ describe("manifest", () => {
   });
 
   it("refuses a newer format version with a policy error naming both versions", () => {
-    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 8 })!))).toThrow(/version 8 .*\(7\)/);
+    expect(() => parseManifest(Buffer.from(canonicalize({ ...base, format_version: 9 })!))).toThrow(/version 9 .*\(8\)/);
   });
 
   it("reads format versions 1 and 2; payload.chunks only in 2, where it was added", () => {
@@ -68,9 +68,22 @@ describe("manifest", () => {
   });
 
   it("a newer format version is refused even when its bytes were remembered as valid (a header cache another version wrote)", () => {
-    const newer = Buffer.from(canonicalize({ ...base, format_version: 8 })!);
+    const newer = Buffer.from(canonicalize({ ...base, format_version: 9 })!);
     rememberValidManifest(createHash("sha256").update(newer).digest("hex"));
-    expect(() => parseManifest(newer)).toThrow(/version 8 .*\(7\)/);
+    expect(() => parseManifest(newer)).toThrow(/version 9 .*\(8\)/);
+  });
+
+  it("index_digest_checked: on a database from format version 8 on, attested for the image it names; refused before 8 and on a file", () => {
+    const db = (v: number, extra: Record<string, string>, kind = "sqlite") =>
+      Buffer.from(canonicalize({ ...base, format_version: v, components: [{ path: "db/state.sqlite", kind, name: "state", sha256: "a".repeat(64), size: 10, target: "state/agent.sqlite", ...extra }] })!);
+    const c = parseManifest(db(8, { index_digest_checked: "a".repeat(64) })).components[0]!;
+    expect([integrityAttested(c), attestedCheck(c)]).toEqual([true, "index_digest"]);
+    const other = parseManifest(db(8, { index_digest_checked: "b".repeat(64) })).components[0]!;
+    expect([integrityAttested(other), attestedCheck(other)]).toEqual([false, null]);
+    const old = parseManifest(db(7, { integrity_checked: "a".repeat(64) })).components[0]!;
+    expect(attestedCheck(old)).toBe("integrity_check");
+    expect(() => parseManifest(db(7, { index_digest_checked: "a".repeat(64) }))).toThrow(/index_digest_checked in a format version 7 manifest \(added in version 8; component db\/state.sqlite\)/);
+    expect(() => parseManifest(db(8, { index_digest_checked: "a".repeat(64) }, "file"))).toThrow(/index_digest_checked on file component \(databases only; component db\/state.sqlite\)/);
   });
 
   it("a delta records its rebuilt database's pages root from format version 4 on, its sha256 before; never both, never neither", () => {
