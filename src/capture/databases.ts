@@ -134,7 +134,7 @@ export async function writeBesideInspection(
   return { staged, bundle: out.bundle, written: out.written, ins, findings: [...ins.findings, ...st.findings] };
 }
 
-/** Keeps this snapshot's block sums on this host for the next incremental, once it is published. */
-export function commitSums(plan: DbPlan, dbs: DbRecord[], written: { sha256: string }[]): void {
-  dbs.forEach((d, i) => d.sums && plan.sums.commit(d.name, d.delta?.meta.full_pages_sha256 ?? written[i]!.sha256, d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize));
+/** This snapshot's block sums to keep on this host for the next incremental once it is published (DbPlan.sums.finish): each database's whose were written, with its digest and page size. */
+export function keptSums(dbs: DbRecord[], written: { sha256: string }[]): { db: string; sha256: string; pageSize: number }[] {
+  return dbs.flatMap((d, i) => (d.sums ? [{ db: d.name, sha256: d.delta?.meta.full_pages_sha256 ?? written[i]!.sha256, pageSize: d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize }] : []));
 }
