@@ -100,8 +100,9 @@ export function finishDatabases(dbs: DbRecord[], ins: InspectResult, sealed: Map
  * Writes the payload (the databases, staged here, then `others`) while the inspection (integrity_check, counts,
  * cursors, open operations, the secret scan) reads the databases at their instant in a worker thread, then takes its
  * results into the records; the agent's newest manifest (`o.prior`) sizes the room kept for this one's.
- * @returns what was staged and written, the bundle's plan, the inspection, and every possible secret it and the
- *   deltas found in the databases (the caller applies the policy)
+ * @returns what was staged and written, the bundle's plan, the inspection, every possible secret it and the
+ *   deltas found in the databases (the caller applies the policy), and the block sums to keep once the snapshot is
+ *   published (keptSums)
  * @throws AgentbakError(13) for a database whose snapshot failed integrity_check
  */
 export async function writeBesideInspection(
@@ -125,10 +126,10 @@ export async function writeBesideInspection(
   // the instant is no longer needed once the inspection settled: a pinned read is released (the WAL can be checkpointed past it)
   const { ins, sealed } = await settleInspection(plan, taken, st.staged);
   finishDatabases(dbs, ins, sealed);
-  return { staged, bundle: out.bundle, written: out.written, ins, findings: [...ins.findings, ...st.findings] };
+  return { staged, bundle: out.bundle, written: out.written, ins, findings: [...ins.findings, ...st.findings], kept: keptSums(dbs, out.written.components) };
 }
 
 /** This snapshot's block sums to keep on this host for the next incremental once it is published (DbPlan.sums.finish): each database's whose were written, with its digest and page size. */
-export function keptSums(dbs: DbRecord[], written: { sha256: string }[]): { db: string; sha256: string; pageSize: number }[] {
+function keptSums(dbs: DbRecord[], written: { sha256: string }[]): { db: string; sha256: string; pageSize: number }[] {
   return dbs.flatMap((d, i) => (d.sums ? [{ db: d.name, sha256: d.delta?.meta.full_pages_sha256 ?? written[i]!.sha256, pageSize: d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize }] : []));
 }

@@ -17,7 +17,7 @@ import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { type AgentRef, newSnapshotId, strategyFor } from "../facts.js";
 import { warmInspection, type InspectResult } from "../state/inspect/inspect.js";
 import { scanValue, type SecretFinding } from "../state/secrets/scan.js";
-import { keptSums, releasePinned, writeBesideInspection, type DbRecord, type Taken } from "./databases.js";
+import { releasePinned, writeBesideInspection, type DbRecord, type Taken } from "./databases.js";
 import { storeSourceFiles, type ListedFile } from "./files.js";
 import { captureInstant, type Captured } from "./instant.js";
 import { planDatabases, type DbPlan, type ParentChoice } from "./plan.js";
@@ -26,8 +26,8 @@ import type { BackupOptions, BackupReceipt } from "./receipt.js";
 import { captureScope } from "./scope.js";
 import { rememberState } from "./unchanged.js";
 
-/** What the payload writer returns: each component's digest and size, and the payload's. */
-type WrittenPayload = Awaited<ReturnType<typeof writeBesideInspection>>["written"];
+/** What the payload writer returns: each component's digest and size, and the payload's (`written`), and the block sums to keep. */
+type WrittenPayload = Awaited<ReturnType<typeof writeBesideInspection>>;
 
 /**
  * Takes the snapshot: captures the state, writes and checks the bundle, publishes it, and records the state's
@@ -45,7 +45,7 @@ export async function takeSnapshot(
   const cfg = lc.config;
   const removals: Promise<void>[] = [];
   /** this snapshot's block sums (the plan opened them): ended whatever happened, kept only once it is published */
-  const sums: { of: DbPlan["sums"] | null; kept: ReturnType<typeof keptSums> | null } = { of: null, kept: null };
+  const sums: { of: DbPlan["sums"] | null; kept: WrittenPayload["kept"] | null } = { of: null, kept: null };
   /** how the instant read the databases: snapshots kept open (pinned) are released at the end whatever happened */
   const held: { taken: Taken } = { taken: { kind: "copy" } };
   // the agent's chunk writer (beginBackup), opened when the first large file is met (an agent without one never opens it)
@@ -82,7 +82,7 @@ export async function takeSnapshot(
 
     o.progress?.stage("checking snapshot and writing bundle");
     const others = [...got.sources.staged, ...got.files, ...got.ws.staged];
-    const { staged, bundle, written, ins, findings } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, prior: newest, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off", chunked: got.chunked });
+    const { staged, bundle, written, ins, findings, kept } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, prior: newest, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off", chunked: got.chunked });
     applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
     applyScanPolicy(cfg.secretScan.databases, findings, warnings);
     warnings.push(...ins.timerWarnings);
@@ -105,7 +105,7 @@ export async function takeSnapshot(
       warnings,
     };
     const path = await publish(lc, o, a, { receipt, manifest, bundle, dbs });
-    sums.kept = keptSums(dbs, written.components);
+    sums.kept = kept;
     scanned.finished(cfg.secretScan.files);
     if (other) rememberState(lc, o.home, o.repo.location, a, { other, databases: got.dbState }, { sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
     return { ...receipt, path };
@@ -160,7 +160,7 @@ function manifestFor(
   lc: LoadedConfig,
   o: BackupOptions,
   a: AgentRef,
-  x: { signer: string; sequence: number; snapshotId: string; created: Date; chosen: ParentChoice; got: Captured; written: WrittenPayload; ins: InspectResult; notCaptured: NotCaptured[] },
+  x: { signer: string; sequence: number; snapshotId: string; created: Date; chosen: ParentChoice; got: Captured; written: WrittenPayload["written"]; ins: InspectResult; notCaptured: NotCaptured[] },
 ): Manifest {
   const cfg = lc.config;
   const { dbs, ws, cut, sources } = x.got;
@@ -212,7 +212,8 @@ function manifestFor(
 
 /**
  * Publishes the signed bundle through the repository (the commit marker makes it exist), which keeps the payload's
- * digest, already checked, for the next incremental on this host (the caller keeps the block sums: keptSums).
+ * digest, already checked, for the next incremental on this host (the caller keeps the block sums the payload
+ * writer named: `kept`).
  * @returns where the bundle is in the repository
  */
 async function publish(
