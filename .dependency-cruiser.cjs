@@ -22,7 +22,7 @@
  *   sqlite/ (SQLite files and connections) <- secrets/, pages/ <- inspect/;
  *   secrets/ <- workspace/; sources/ alone; the root files (discover, watermark)
  *   read sqlite/ at most. The page engine (pages/) is seen from outside through
- *   pages/index.ts only, and inside it delta.ts -> blocks.ts, pageindex.ts.
+ *   pages/index.ts only, and inside it delta.ts, snapshot.ts -> blocks.ts, pageindex.ts.
  */
 const BASE = "^src/(errors|facts|fsutil|cleanup|contained|crashpoint|duration|home|optional|progress|version|zod|limit)\\.ts$";
 const layer = (name, allowed) => ({

@@ -1,8 +1,9 @@
 // Shared test helpers: temp agents with throwaway keys, and the real binary.
 import { execa } from "execa";
+import { afterAll, beforeAll } from "vitest";
 import { randomBytes } from "node:crypto";
 import { createServer } from "node:net";
-import { cpSync, existsSync, mkdtempSync, rmSync, readFileSync, readdirSync, mkdirSync, writeFileSync } from "node:fs";
+import { closeSync, cpSync, existsSync, mkdtempSync, openSync, readSync, rmSync, readFileSync, readdirSync, mkdirSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 // @ts-expect-error plain JS fixture
@@ -105,6 +106,39 @@ export async function backedUpAgent(): Promise<TestAgent> {
     throw new Error(`backup exited ${r.code}: ${r.stderr}`);
   }
   return a;
+}
+
+/**
+ * A backedUpAgent() for the describe this is called in: made before its tests (beforeAll), removed after them
+ * (afterAll). `a`: the agent, once made; `t(name)`: a path in its temp folder.
+ */
+export function describeBackedUpAgent(): { readonly a: TestAgent; t(name: string): string } {
+  let agent: TestAgent | undefined;
+  beforeAll(async () => {
+    agent = await backedUpAgent();
+  }, 120_000);
+  afterAll(() => agent?.cleanup());
+  return {
+    get a() {
+      if (!agent) throw new Error("the describe's agent is made in its beforeAll: use it inside a test");
+      return agent;
+    },
+    t: (name) => join(agent!.tmp, name),
+  };
+}
+
+/** Flips one bit of `file` at `offset` (from the end when negative), in place. */
+export function flipByte(file: string, offset: number): void {
+  const fd = openSync(file, "r+");
+  try {
+    const at = offset < 0 ? statSync(file).size + offset : offset;
+    const b = Buffer.alloc(1);
+    readSync(fd, b, 0, 1, at);
+    b[0]! ^= 0x10;
+    writeSync(fd, b, 0, 1, at);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** A fresh agent folder with its own AGENTBAK_HOME (throwaway keys) and an initialised repository. */

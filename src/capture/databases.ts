@@ -8,12 +8,11 @@ import { writeComponents, type StagedComponent, type StagedFile } from "../bundl
 import type { SigningKey } from "../crypto/sshsig.js";
 import type { Progress } from "../progress.js";
 import { verifyError } from "../errors.js";
-import type { Delta } from "../state/inspect/incremental.js";
 import type { InspectResult } from "../state/inspect/inspect.js";
-import { pinnedHead, readInstant, releasePinned, stageCopies, type Taken } from "../state/inspect/read.js";
-import { HeadHashed, sealIndex } from "../state/pages/index.js";
+import { readInstant, settleInspection, stageTaken, type Staged, type Taken } from "../state/inspect/read.js";
+import type { HeadHashed } from "../state/pages/index.js";
 import type { SecretFinding } from "../state/secrets/scan.js";
-import type { CopyJob, Cut, InPlaceViews } from "../state/sqlite/cut.js";
+import type { CopyJob, Cut } from "../state/sqlite/cut.js";
 import type { PageSource } from "../state/sqlite/pagefile.js";
 import type { DbPlan } from "./plan.js";
 import { join } from "node:path";
@@ -54,47 +53,42 @@ export async function readAtInstant(plan: DbPlan, jobs: (CopyJob & { target: str
 }
 
 /**
- * Starts the inspection of what the instant took and stages each database: a delta (incrementals), the pinned
- * pages (hashed here as the payload streams them), or the copy.
- * @returns the staged components, in database order, and the inspection (awaited by finishDatabases)
+ * Stages each database from what the instant took (state/inspect/read.ts: stageTaken, its inspection started): a delta
+ * (incrementals), the pinned pages (their head hashed as the payload streams them), or the copy.
+ * @returns the staged components, in database order, what was staged (settled by settleInspection), and every
+ *   possible secret the deltas found
  */
-function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan: boolean): { staged: StagedComponent[]; inspection: Promise<InspectResult>; findings: SecretFinding[] } {
+function stageDatabases(plan: DbPlan, dbs: DbRecord[], taken: Taken, scan: boolean): { components: StagedComponent[]; staged: Staged; findings: SecretFinding[] } {
   const findings: SecretFinding[] = [];
-  const takeDelta = (d: DbRecord, x: Delta) => {
-    d.indexRoot = x.ix.root;
-    d.stored = x.stored;
-    d.delta = { file: x.file, pages: x.pages, meta: x.meta };
-    d.sums = x.sums;
-    findings.push(...x.findings);
-  };
-  if (taken.kind === "in-place") for (const d of dbs) takeDelta(d, taken.deltas.get(d.name)!);
-  if (taken.kind === "pinned") for (const d of dbs) d.pages = hashedPages(d, taken.views);
-  // copies: their inspection in a worker, and beside it the delta of each with a parent page index
-  const copies = taken.kind === "copy" ? stageCopies(plan, dbs.map((d) => ({ name: d.name, file: d.copy })), scan) : null;
-  for (const d of dbs) if (copies?.deltas.has(d.name)) takeDelta(d, copies.deltas.get(d.name)!);
-  const inspection = taken.kind === "in-place" ? Promise.resolve(taken.inspected) : taken.kind === "pinned" ? taken.live.start() : copies!.inspection;
-  inspection.catch(() => undefined); // awaited by finishDatabases; no unhandled rejection meanwhile
-  const staged = dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : d.pages ? { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, pages: d.pages } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy }));
-  return { staged, inspection, findings };
-}
-
-/** The pinned pages of `d`, whose first share is hashed here as the payload streams it (the worker hashes the rest). */
-function hashedPages(d: DbRecord, views: InPlaceViews): HeadHashed {
-  return (d.head = pinnedHead(views, d.name));
+  const staged = stageTaken(plan, taken, dbs.map((d) => ({ name: d.name, file: d.copy })), scan);
+  for (const d of dbs) {
+    const x = staged.deltas.get(d.name);
+    if (x) {
+      d.indexRoot = x.ix.root;
+      d.stored = x.stored;
+      d.delta = { file: x.file, pages: x.pages, meta: x.meta };
+      d.sums = x.sums;
+      findings.push(...x.findings);
+    }
+    d.pages = d.head = staged.heads.get(d.name) ?? null;
+  }
+  const components = dbs.map((d): StagedComponent => (d.delta ? { path: `db/${d.name}.delta`, kind: "sqlite-delta", name: d.name, file: d.delta.file } : d.pages ? { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, pages: d.pages } : { path: `db/${d.name}.sqlite`, kind: "sqlite", name: d.name, file: d.copy }));
+  return { components, staged, findings };
 }
 
 /**
- * Takes the inspection's results into the records: each database's page index (the head hashed here joined to the
- * worker's), whether its block sums were written, and its integrity_check.
+ * Takes the inspection's results into the records: each database's page index as sealed (`sealed`, by
+ * settleInspection: the head hashed here joined to the worker's), whether its block sums were written, and its
+ * integrity_check.
  * @throws AgentbakError(13) for a database whose snapshot failed integrity_check
  */
-export function finishDatabases(plan: DbPlan, dbs: DbRecord[], ins: InspectResult): void {
+export function finishDatabases(dbs: DbRecord[], ins: InspectResult, sealed: Map<string, { stored: Buffer; root: string }>): void {
   for (const d of dbs) {
     d.inspected = ins.dbs.find((x) => x.name === d.name)!;
-    if (d.inspected.index && !d.stored) {
-      const sealed = sealIndex(d.inspected.index, plan.key, d.head);
-      d.stored = sealed.stored;
-      d.indexRoot = sealed.root;
+    const seal = d.stored ? undefined : sealed.get(d.name);
+    if (seal) {
+      d.stored = seal.stored;
+      d.indexRoot = seal.root;
     }
     if (!d.delta) d.sums = d.inspected.sumsWritten === true;
     const ic = d.inspected.integrity;
@@ -107,8 +101,9 @@ export function finishDatabases(plan: DbPlan, dbs: DbRecord[], ins: InspectResul
  * Writes the payload (the databases, staged here, then `others`) while the inspection (integrity_check, counts,
  * cursors, open operations, the secret scan) reads the databases at their instant in a worker thread, then takes its
  * results into the records; the agent's newest manifest (`o.prior`) sizes the room kept for this one's.
- * @returns what was staged and written, the bundle's plan, the inspection, and every possible secret it and the
- *   deltas found in the databases (the caller applies the policy)
+ * @returns what was staged and written, the bundle's plan, the inspection, every possible secret it and the
+ *   deltas found in the databases (the caller applies the policy), and the block sums to keep once the snapshot is
+ *   published (keptSums)
  * @throws AgentbakError(13) for a database whose snapshot failed integrity_check
  */
 export async function writeBesideInspection(
@@ -119,23 +114,23 @@ export async function writeBesideInspection(
   o: { prior: Manifest | undefined; signingKey: SigningKey; recipients: string[]; scan: boolean; progress?: Progress; chunked: Component[] },
 ) {
   const st = stageDatabases(plan, dbs, taken, o.scan);
-  const staged = [...st.staged, ...others];
+  const staged = [...st.components, ...others];
   // the manifest lists the chunked components too (their bytes are in the chunk store, not the payload); the agent's
   // newest manifest (`prior`, read when the backup began) sizes the room kept for this one's
   let out: Awaited<ReturnType<typeof writeComponents>>;
   try {
     out = await writeComponents(join(plan.dir, "..", `${plan.snapshotId}.agentbak`), o.signingKey, staged, o.recipients, { stored: o.chunked, prior: o.prior, progress: o.progress });
   } finally {
-    await st.inspection.catch(() => undefined);
+    await st.staged.inspection.catch(() => undefined);
   }
   o.progress?.stage("finishing snapshot checks");
-  const ins = await st.inspection;
-  await releasePinned(taken); // the instant is no longer needed: the WAL can be checkpointed past it
-  finishDatabases(plan, dbs, ins);
-  return { staged, bundle: out.bundle, written: out.written, ins, findings: [...ins.findings, ...st.findings] };
+  // the instant is no longer needed once the inspection settled: a pinned read is released (the WAL can be checkpointed past it)
+  const { ins, sealed } = await settleInspection(plan, taken, st.staged);
+  finishDatabases(dbs, ins, sealed);
+  return { staged, bundle: out.bundle, written: out.written, ins, findings: [...ins.findings, ...st.findings], kept: keptSums(dbs, out.written.components) };
 }
 
-/** Keeps this snapshot's block sums on this host for the next incremental, once it is published. */
-export function commitSums(plan: DbPlan, dbs: DbRecord[], written: { sha256: string }[]): void {
-  dbs.forEach((d, i) => d.sums && plan.sums.commit(d.name, d.delta?.meta.full_pages_sha256 ?? written[i]!.sha256, d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize));
+/** This snapshot's block sums to keep on this host for the next incremental once it is published (DbPlan.sums.finish): each database's whose were written, with its digest and page size. */
+function keptSums(dbs: DbRecord[], written: { sha256: string }[]): { db: string; sha256: string; pageSize: number }[] {
+  return dbs.flatMap((d, i) => (d.sums ? [{ db: d.name, sha256: d.delta?.meta.full_pages_sha256 ?? written[i]!.sha256, pageSize: d.delta?.meta.page_size ?? d.pages?.pageSize ?? d.inspected!.index!.pageSize }] : []));
 }

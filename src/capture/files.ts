@@ -306,10 +306,22 @@ function scannerFor(s: CaptureScope, rel: string): TextScanner | null {
 /** Adds a finished scan's findings to the scope's. */
 const found = (s: CaptureScope, scanner: TextScanner | null) => void (scanner && s.findings.files.push(...scanner.end()));
 
+/**
+ * The manifest entry of what was stored as chunks: `head` (path, kind, name, and a source's facts), its digest and
+ * size, `tail`, and its chunk list (`skip`: where a packed file starts in its first chunk). The one place the files
+ * stage writes an entry's chunks, for its own files and the sources' (storeSourceFiles).
+ */
+function chunkedEntry(head: Omit<Component, "sha256" | "size">, r: { sha256: string; size: number }, tail: Partial<Component>, chunks: ChunkRef[], skip?: number): Component {
+  return { ...head, sha256: r.sha256, size: r.size, ...tail, chunks: chunkTuples(chunks), ...(skip === undefined ? {} : { chunk_skip: skip }) };
+}
+
 /** The manifest entry of a file stored as chunks (`skip`: where a packed file starts in its first chunk). */
 function fileEntry(f: Pick<SmallFile, "path" | "rel">, r: { sha256: string; size: number }, chunks: ChunkRef[], skip?: number): Component {
-  return { path: f.path, kind: "file", name: f.rel, sha256: r.sha256, size: r.size, target: f.rel, chunks: chunkTuples(chunks), ...(skip === undefined ? {} : { chunk_skip: skip }) };
+  return chunkedEntry({ path: f.path, kind: "file", name: f.rel }, r, { target: f.rel }, chunks, skip);
 }
+
+/** Stores one file whole as chunks through the writer: the one place the files stage does (putFile). */
+const storeFile = (w: LazyWriter, file: string, o: Parameters<LazyWriter["putFile"]>[1]) => w.putFile(file, o);
 
 /** Stores one large file as chunks; @returns its manifest entry. @throws its read errors (named), the store's errors */
 async function storeChunked(s: CaptureScope, w: LazyWriter, f: SmallFile, statCache: boolean): Promise<Component> {
@@ -318,11 +330,33 @@ async function storeChunked(s: CaptureScope, w: LazyWriter, f: SmallFile, statCa
   try {
     // read and scanned in the same pass, piece by piece, under this run's policy: remembered even when the cache
     // could not answer; not read (nor scanned) when the cache answers
-    r = await w.putFile(f.file, { statCache, remember: true, tap: scanner ?? undefined });
+    r = await storeFile(w, f.file, { statCache, remember: true, tap: scanner ?? undefined });
   } catch (e) {
     throw ioErrno(e) ? ioError(e, f.file) : wrap(e, `files: ${f.pattern}`);
   }
   if (r.stats.changedWhileRead) s.warnings.push(`files: ${f.rel} changed while it was read; stored as read`);
   if (!r.stats.fromStatCache) found(s, scanner);
   return fileEntry(f, r, r.chunks);
+}
+
+/**
+ * Stores each captured source file of at least the minimum chunk (a PostgreSQL dump, a LanceDB table's stream) as
+ * chunks, as this stage stores a large file: an unchanged one costs no new chunk. It was made for this run, so the
+ * stat cache is not used.
+ * @returns what stays in the payload, and the manifest entries of what went into the chunk store
+ */
+export async function storeSourceFiles(staged: StagedFile[], writer: LazyWriter): Promise<{ staged: StagedFile[]; chunked: Component[] }> {
+  const out: { staged: StagedFile[]; chunked: Component[] } = { staged: [], chunked: [] };
+  for (const s of staged) {
+    if (statSync(s.file).size < CHUNK_FROM) {
+      // in the payload: nothing to reuse, so no fingerprint (it is written only beside chunks, format 6)
+      const { fingerprint: _fp, ...inPayload } = s;
+      out.staged.push(inPayload);
+      continue;
+    }
+    const r = await storeFile(writer, s.file, { statCache: false });
+    const { file: _f, pages: _p, ...meta } = s;
+    out.chunked.push(chunkedEntry(meta, r, {}, r.chunks));
+  }
+  return out;
 }

@@ -11,7 +11,7 @@ import type { LoadedConfig } from "../config/load.js";
 import type { ChainHead, Snapshot } from "../repository/repository.js";
 import type { InspectInput } from "../state/inspect/inspect.js";
 import type { ReadMode } from "../state/inspect/read.js";
-import { pageIndexKey, signedIndex, SnapshotSums, type DeltaBase, type PageIndex } from "../state/pages/index.js";
+import { openSnapshotPages, type DeltaBase, type PageIndex, type ParentDatabase, type SnapshotSums } from "../state/pages/index.js";
 import type { AgentRef } from "../facts.js";
 
 /** The snapshot an incremental builds on, verified, and its stored page index of each database that has one. */
@@ -54,41 +54,46 @@ function chooseParent(head: ChainHead, fullEvery: number): ParentChoice {
 /** The database component `db` of a manifest, if it has one. */
 const databaseOf = (m: Manifest, db: string) => m.components.find((x) => x.name === db && isDatabase(x));
 
+/** Why the parent's page index of database `db` can not be built on: missing, malformed, or not the one its manifest signed. */
+const missingIndex = (id: string, db: string): Unindexed => ({ reason: `the page index of database ${db} in ${id} is missing or does not match its manifest`, routine: false });
+
 /**
- * The parent's page index of database `db`, judged from what is stored (`stored`, null when none is): usable when
- * it matches the pages root the parent's manifest signed.
- * @returns it, or why it can not be used
+ * What the parent's manifest `m` says of database `db`'s page index, given what is stored (`stored`, null when none
+ * is): the index to check against the pages root the manifest signed (the page engine checks it: openSnapshotPages),
+ * or why there is none to build on.
  */
-export function judgeParentIndex(m: Manifest, db: string, stored: Buffer | null, key: Buffer): PageIndex | Unindexed {
+export function parentEntry(m: Manifest, db: string, stored: Buffer | null): ParentDatabase | Unindexed {
   const id = m.snapshot_id;
   // before format 4 an index held keyed page hashes, which no pages root is made of: a full snapshot after upgrading is routine
   if (m.format_version < 4) return { reason: `${id} was made by an earlier agentbak (bundle format ${m.format_version}), whose page index an incremental can not build on`, routine: true };
   const c = databaseOf(m, db);
   // a database added to the config since the parent: stored whole, as expected
   if (!c) return { reason: `database ${db} is not in ${id} (added since)`, routine: true };
-  const missing = { reason: `the page index of database ${db} in ${id} is missing or does not match its manifest`, routine: false };
-  if (!stored || !c.page_index_sha256) return missing;
-  try {
-    // the manifest signs the pages root of the index's digests; one sealed under another key (another host made the
-    // parent, or this host's key was replaced) takes every page as changed, and no sums are used
-    return signedIndex(stored, key, c.page_index_sha256) ?? missing;
-  } catch {
-    return missing;
-  }
+  if (!stored || !c.page_index_sha256) return missingIndex(id, db);
+  return { stored, root: c.page_index_sha256, sha256: c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256 };
 }
 
 /**
- * The parent's usable page indexes of `dbs`, and the reason one is not usable (a warning's before a routine one).
+ * The page engine opened for this snapshot (openSnapshotPages: the key, the parent's checked page indexes, the block
+ * sums), the parent's usable page indexes of `dbs`, and the reason one is not usable (a warning's before a routine one).
  */
-function parentIndexes(parent: Parent | null, dbs: string[], key: Buffer): { parents: Map<string, PageIndex>; unindexed: Unindexed | null } {
+export function parentPages(parent: Parent | null, dbs: string[], at: { home: string; repo: string; tenant: string; agent: string }, snapshotId: string) {
+  const entries = new Map<string, ParentDatabase>();
+  const verdicts = new Map<string, Unindexed>();
+  for (const db of parent ? dbs : []) {
+    const e = parentEntry(parent!.header.manifest, db, parent!.indexes.get(db) ?? null);
+    if ("reason" in e) verdicts.set(db, e);
+    else entries.set(db, e);
+  }
+  const pages = openSnapshotPages(at, dbs, snapshotId, parent ? { snapshotId: parent.snapshot.snapshot_id, dbs: entries } : null);
   const parents = new Map<string, PageIndex>();
   let unindexed: Unindexed | null = null;
   for (const db of parent ? dbs : []) {
-    const ix = judgeParentIndex(parent!.header.manifest, db, parent!.indexes.get(db) ?? null, key);
+    const ix = pages.indexes.get(db) ?? verdicts.get(db) ?? missingIndex(parent!.snapshot.snapshot_id, db);
     if ("hashes" in ix) parents.set(db, ix);
     else if (!unindexed || (unindexed.routine && !ix.routine)) unindexed = ix;
   }
-  return { parents, unindexed };
+  return { key: pages.key, sums: pages.sums, parents, unindexed };
 }
 /** How the databases are read at the instant (state/inspect/read.ts): "in-place" and "pinned" fall back to "copy" when the databases do not allow them. */
 export type { ReadMode };
@@ -130,34 +135,24 @@ export interface DbPlan {
 
 /**
  * Chooses the parent when an incremental is asked for (by the option, else the config: `o.incremental`) from `head`,
- * the chain's head the repository read, judges its page indexes, opens the block sums, and chooses the read mode; a
- * full snapshot instead of the incremental asked for, and a database stored whole, are warnings unless routine. The
- * block sums are closed, and those of a snapshot not published removed, by the caller's `closers` whatever happens.
+ * the chain's head the repository read, opens the page engine for this snapshot (its parent's page indexes judged, the
+ * block sums), and chooses the read mode; a full snapshot instead of the incremental asked for, and a database stored
+ * whole, are warnings unless routine. The caller ends the block sums (`sums.finish`) whatever happens.
  */
 export function planDatabases(
   lc: LoadedConfig,
   o: { home: string; location: string; incremental: boolean },
   a: AgentRef,
-  x: { snapshotId: string; staging: string; closers: (() => void)[]; warnings: string[]; head: ChainHead },
+  x: { snapshotId: string; staging: string; warnings: string[]; head: ChainHead },
 ): DbPlan {
-  const { snapshotId, staging, closers } = x;
+  const { snapshotId, staging } = x;
   const cfg = lc.config;
   const { incremental } = o;
   const names = cfg.databases.map((d) => d.name);
   const chosen = incremental ? chooseParent(x.head, cfg.incremental.fullEvery) : NO_PARENT;
   // a full snapshot that fullEvery asks for, or the first one, is routine (in the receipt); one forced by a chain that does not verify is a warning
   if (incremental && !chosen.parent && !chosen.routine) x.warnings.push(`full snapshot instead of an incremental: ${chosen.reason}`);
-  const key = pageIndexKey(o.home);
-  const { parents, unindexed } = parentIndexes(chosen.parent, names, key);
-  // the parent's digest and shape of each database with a usable index: its block sums, when this host kept them
-  const of = new Map<string, { sha256: string; pageSize: number; pageCount: number }>();
-  for (const [name, ix] of parents) {
-    const c = databaseOf(chosen.parent!.header.manifest, name)!;
-    of.set(name, { sha256: c.full_pages_sha256 ?? c.full_sha256 ?? c.sha256, pageSize: ix.pageSize, pageCount: ix.pageCount });
-  }
-  const at = { home: o.home, repo: o.location, tenant: a.tenant, agent: a.agent };
-  const sums = new SnapshotSums(at, names, snapshotId, chosen.parent ? { snapshotId: chosen.parent.snapshot.snapshot_id, dbs: of } : null, key);
-  closers.push(() => sums.close());
+  const { key, sums, parents, unindexed } = parentPages(chosen.parent, names, { home: o.home, repo: o.location, tenant: a.tenant, agent: a.agent }, snapshotId);
   // a database stored whole: after an upgrade routinely (in the receipt), a damaged or missing index with a warning
   if (unindexed && !unindexed.routine) x.warnings.push(`${unindexed.reason}: stored whole`);
   const mode = chooseReadMode({ databases: cfg.databases.length, withIndex: parents.size, integrityChecked: integrityChecked(chosen.link, !!chosen.parent, cfg.incremental.integrityEvery) });

@@ -1,9 +1,6 @@
 /** The state sources stage: PostgreSQL, Redis, vector tables and the like, each captured by its driver. */
-import { statSync } from "node:fs";
 import { join } from "node:path";
-import { chunkTuples, type Component, type Manifest } from "../bundle/manifest.js";
-import { LARGE_STATE } from "../chunks/fastcdc.js";
-import type { LazyWriter } from "../chunks/store.js";
+import type { Component, Manifest } from "../bundle/manifest.js";
 import type { StagedFile } from "../bundle/writer.js";
 import type { LoadedConfig } from "../config/load.js";
 import { ensureDirIn } from "../fsutil.js";
@@ -100,24 +97,3 @@ export interface CapturedSources {
 
 /** A prior snapshot's chunked source entries that carry a fingerprint, by payload path: what a capture may reuse (Repository.beginBackup). */
 export type PriorSources = ReadonlyMap<string, Component>;
-
-/**
- * Stores each captured source file of at least the minimum chunk (a PostgreSQL dump, a LanceDB table's stream) as
- * chunks: an unchanged one costs no new chunk. It was made for this run, so the stat cache is not used.
- * @returns what stays in the payload, and the manifest entries of what went into the chunk store
- */
-export async function chunkSources(staged: StagedFile[], writer: LazyWriter): Promise<{ staged: StagedFile[]; chunked: Component[] }> {
-  const out: { staged: StagedFile[]; chunked: Component[] } = { staged: [], chunked: [] };
-  for (const s of staged) {
-    if (statSync(s.file).size < LARGE_STATE.min) {
-      // in the payload: nothing to reuse, so no fingerprint (it is written only beside chunks, format 6)
-      const { fingerprint: _fp, ...inPayload } = s;
-      out.staged.push(inPayload);
-      continue;
-    }
-    const r = await writer.putFile(s.file, { statCache: false });
-    const { file: _f, pages: _p, ...meta } = s;
-    out.chunked.push({ ...meta, sha256: r.sha256, size: r.size, chunks: chunkTuples(r.chunks) });
-  }
-  return out;
-}

@@ -16,9 +16,8 @@
  */
 import type { LoadedConfig } from "../config/load.js";
 import { hasCause, UnreachableError, wrap } from "../errors.js";
-import { Repository } from "../repository/repository.js";
-import { remoteReceipt, settleSpool, spoolFor } from "../repository/spool.js";
-import { hostWatermark, raiseBackupWatermark } from "../state/watermark.js";
+import type { Repository } from "../repository/repository.js";
+import { backupTarget, remoteReceipt, settleBackup, type BackupTarget } from "../repository/spool.js";
 import { replay, runBackup, type BackupOptions, type BackupReceipt, type Landed } from "./backup.js";
 import { type AgentRef } from "../facts.js";
 
@@ -41,56 +40,54 @@ export interface SpoolingBackupOptions extends Omit<BackupOptions, "repo"> {
 /**
  * Runs one backup into the repository, or into its local spool when the
  * repository is unreachable; then uploads what waited in the spool (a failure
- * there is a warning: the new snapshot is committed either way).
+ * there is a warning: the new snapshot is committed either way). Where it goes
+ * and the sequence floor are answered once, before (backupTarget), and settled
+ * once, after (settleBackup: the spool uploaded, this host's watermark raised).
  * @throws what runBackup throws, except that an unreachable object store spools instead.
  */
-export async function backupOrSpool(lc: LoadedConfig, opts: SpoolingBackupOptions): Promise<BackupReceipt> {
+export async function backupOrSpool(lc: LoadedConfig, o: SpoolingBackupOptions): Promise<BackupReceipt> {
   const a: AgentRef = { tenant: lc.config.agent.tenant, agent: lc.config.agent.id };
-  // the next sequence is above what this host has backed up or restored, whatever the repository says
-  const o = { ...opts, sequenceFloor: Math.max(opts.sequenceFloor ?? 0, hostWatermark(opts.home, a)) };
-  const r = await backupOrSpoolAbove(lc, a, o);
-  raiseBackupWatermark(o.home, a, r.sequence);
-  return r;
+  const down = (downUntil.get(o.location) ?? 0) > Date.now() ? new UnreachableError(`${o.location} was unreachable moments ago; trying it again in at most ${RETRY_AFTER_MS / 1000} s`) : null;
+  const t = await backupTarget(o.repositories, o.location, { home: o.home, fresh: o.fresh, a, trust: o.trust, floor: o.sequenceFloor, down });
+  const { receipt, reached } = await backupInto(lc, a, o, t);
+  if (reached && t.spool) downUntil.delete(o.location);
+  const f = await settleBackup(t, o.trust, { ...a, signingKey: o.signingKey }, receipt, { home: o.home, reached, idempotencyKey: o.idempotencyKey });
+  if (f instanceof Error) receipt.warnings.push(`spooled snapshots of ${a.tenant}/${a.agent} not uploaded yet: ${f.message}`);
+  else if (f) {
+    for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside ${q.earlier ? "by an earlier run " : ""}(not uploaded, not deleted) in ${q.path}: ${q.problem}`);
+    receipt.warnings.push(...f.warnings);
+  }
+  return receipt;
 }
 
-async function backupOrSpoolAbove(lc: LoadedConfig, a: AgentRef, o: SpoolingBackupOptions): Promise<BackupReceipt> {
+/**
+ * The backup into the target's repository or, when it is unreachable (before or during the backup), into its spool.
+ * @returns the receipt, and whether it was committed in the repository itself (`reached`)
+ */
+async function backupInto(lc: LoadedConfig, a: AgentRef, o: SpoolingBackupOptions, t: BackupTarget): Promise<{ receipt: BackupReceipt; reached: boolean }> {
   // a folder repository is written directly: what fails, fails the backup
-  const spool = await spoolFor(o.home, o.location);
-  let remote: Repository;
-  let receipt: BackupReceipt;
   const landed: Landed = {};
   try {
-    if (spool && (downUntil.get(o.location) ?? 0) > Date.now()) throw new UnreachableError(`${o.location} was unreachable moments ago; trying it again in at most ${RETRY_AFTER_MS / 1000} s`);
-    remote = await Repository.shared(o.repositories, o.location, { home: o.home, fresh: o.fresh });
-    // spooled snapshots (and the sequence last committed) come before this one
-    const floor = spool ? Math.max(o.sequenceFloor ?? 0, (await spool.nextSequence(a, o.trust)) - 1) : o.sequenceFloor;
-    receipt = await runBackup(lc, { ...o, repo: remote, sequenceFloor: floor, landed });
+    if (t.unreachable) throw t.unreachable;
+    return { receipt: await runBackup(lc, { ...o, repo: t.remote!, sequenceFloor: t.remoteFloor, landed }), reached: true };
   } catch (e) {
+    const spool = t.spool;
     if (!spool || !hasCause(e, UnreachableError)) throw e;
     // committed, then the repository went away (its audit entry or the lock's release failed): the snapshot is there,
     // and a second one in the spool would be a duplicate reported as the only one
     if (landed.path) {
       const r = landed.receipt!;
-      return { ...r, path: landed.path, warnings: [...r.warnings, `snapshot ${r.snapshot_id} is committed in ${o.location}; then the repository became unreachable (${(e as Error).message}), so its audit entry or lock release may be missing`] };
+      return { receipt: { ...r, path: landed.path, warnings: [...r.warnings, `snapshot ${r.snapshot_id} is committed in ${o.location}; then the repository became unreachable (${(e as Error).message}), so its audit entry or lock release may be missing`] }, reached: false };
     }
     if (!downUntil.has(o.location) || downUntil.get(o.location)! <= Date.now()) downUntil.set(o.location, Date.now() + RETRY_AFTER_MS);
     const known = o.idempotencyKey ? await remoteReceipt<BackupReceipt>(spool, a, o.idempotencyKey) : undefined;
-    if (known) return replay(known, o);
+    if (known) return { receipt: replay(known, o), reached: false };
     // into the spool every file goes into the payload: its flush uploads bundles, not chunks
-    const r = await runBackup(lc, { ...o, repo: spool, chunks: false }).catch((x: unknown) => {
+    const r = await runBackup(lc, { ...o, repo: spool, sequenceFloor: t.floor, chunks: false }).catch((x: unknown) => {
       // the spool is this host's own folder: its failure (read-only, immutable, full) is named as the spool's
       throw wrap(x, `repository ${o.location} is unreachable (${(e as Error).message}), and spooling the backup into ${spool.location} failed; nothing was committed or spooled (what was spooled before stays there)`);
     });
     const note = `repository ${o.location} is unreachable (${(e as Error).message}); the signed bundle waits in ${spool.location} for the next backup or "agentbak flush"`;
-    return { ...r, status: "spooled", warnings: [...r.warnings, note] };
+    return { receipt: { ...r, status: "spooled", warnings: [...r.warnings, note] }, reached: false };
   }
-  if (!spool) return receipt;
-  downUntil.delete(o.location);
-  const f = await settleSpool(spool, remote, o.trust, { ...a, signingKey: o.signingKey }, receipt, o.idempotencyKey);
-  if (f instanceof Error) receipt.warnings.push(`spooled snapshots of ${a.tenant}/${a.agent} not uploaded yet: ${f.message}`);
-  else {
-    for (const q of f.quarantined) receipt.warnings.push(`spooled snapshot ${q.snapshot_id} does not verify, set aside ${q.earlier ? "by an earlier run " : ""}(not uploaded, not deleted) in ${q.path}: ${q.problem}`);
-    receipt.warnings.push(...f.warnings);
-  }
-  return receipt;
 }

@@ -17,18 +17,17 @@ import { ensureDir, writeCacheFile } from "../fsutil.js";
 import { type AgentRef, newSnapshotId, strategyFor } from "../facts.js";
 import { warmInspection, type InspectResult } from "../state/inspect/inspect.js";
 import { scanValue, type SecretFinding } from "../state/secrets/scan.js";
-import { commitSums, releasePinned, writeBesideInspection, type DbRecord, type Taken } from "./databases.js";
-import type { ListedFile } from "./files.js";
+import { releasePinned, writeBesideInspection, type DbRecord, type Taken } from "./databases.js";
+import { storeSourceFiles, type ListedFile } from "./files.js";
 import { captureInstant, type Captured } from "./instant.js";
-import { chunkSources } from "./sources.js";
 import { planDatabases, type DbPlan, type ParentChoice } from "./plan.js";
 import type { BackupStart } from "../repository/repository.js";
 import type { BackupOptions, BackupReceipt } from "./receipt.js";
 import { captureScope } from "./scope.js";
 import { rememberState } from "./unchanged.js";
 
-/** What the payload writer returns: each component's digest and size, and the payload's. */
-type WrittenPayload = Awaited<ReturnType<typeof writeBesideInspection>>["written"];
+/** What the payload writer returns: each component's digest and size, and the payload's (`written`), and the block sums to keep. */
+type WrittenPayload = Awaited<ReturnType<typeof writeBesideInspection>>;
 
 /**
  * Takes the snapshot: captures the state, writes and checks the bundle, publishes it, and records the state's
@@ -45,8 +44,8 @@ export async function takeSnapshot(
   const { sequence, newest, head, writer, reusable } = x.begun;
   const cfg = lc.config;
   const removals: Promise<void>[] = [];
-  /** run at the end whatever happened: open block sums closed, and those of a snapshot not published removed */
-  const closers: (() => void)[] = [];
+  /** this snapshot's block sums (the plan opened them): ended whatever happened, kept only once it is published */
+  const sums: { of: DbPlan["sums"] | null; kept: WrittenPayload["kept"] | null } = { of: null, kept: null };
   /** how the instant read the databases: snapshots kept open (pinned) are released at the end whatever happened */
   const held: { taken: Taken } = { taken: { kind: "copy" } };
   // the agent's chunk writer (beginBackup), opened when the first large file is met (an agent without one never opens it)
@@ -61,13 +60,14 @@ export async function takeSnapshot(
     const warnings: string[] = [];
     const created = new Date();
     const snapshotId = newSnapshotId(created);
-    const plan = planDatabases(lc, { home: o.home, location: o.repo.location, incremental: x.incremental }, a, { snapshotId, staging, closers, warnings, head });
+    const plan = planDatabases(lc, { home: o.home, location: o.repo.location, incremental: x.incremental }, a, { snapshotId, staging, warnings, head });
+    sums.of = plan.sums;
     if (plan.mode === "pinned") await warmed;
     const scope = captureScope(lc, staging, o.home, warnings);
     const got = await captureInstant(lc, plan, scope, { repoDir, listed, waitMs: o.waitMs ?? 0, fingerprint: !!other, progress: o.progress, chunks, priorSources: chunks && cfg.sources.length ? reusable : null, held });
-    // large source files (a dump, a table) go into the chunk store as well
+    // large source files (a dump, a table) go into the chunk store as well, as the files stage stores a large file
     if (chunks && got.sources.staged.length) {
-      const c = await chunkSources(got.sources.staged, chunks.writer);
+      const c = await storeSourceFiles(got.sources.staged, chunks.writer);
       got.sources.staged = c.staged;
       got.chunked.push(...c.chunked);
     }
@@ -82,7 +82,7 @@ export async function takeSnapshot(
 
     o.progress?.stage("checking snapshot and writing bundle");
     const others = [...got.sources.staged, ...got.files, ...got.ws.staged];
-    const { staged, bundle, written, ins, findings } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, prior: newest, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off", chunked: got.chunked });
+    const { staged, bundle, written, ins, findings, kept } = await writeBesideInspection(plan, got.dbs, got.taken, others, { ...o, prior: newest, recipients: cfg.recipients, scan: cfg.secretScan.databases !== "off", chunked: got.chunked });
     applyScanPolicy("refuse", scanValue(cfg, "config"), warnings);
     applyScanPolicy(cfg.secretScan.databases, findings, warnings);
     warnings.push(...ins.timerWarnings);
@@ -104,7 +104,8 @@ export async function takeSnapshot(
       not_captured: scope.notCaptured,
       warnings,
     };
-    const path = await publish(lc, o, a, { receipt, manifest, bundle, plan, dbs, written });
+    const path = await publish(lc, o, a, { receipt, manifest, bundle, dbs });
+    sums.kept = kept;
     scanned.finished(cfg.secretScan.files);
     if (other) rememberState(lc, o.home, o.repo.location, a, { other, databases: got.dbState }, { sequence: manifest.sequence, expires_at: manifest.expires_at, receipt: { ...receipt, path } });
     return { ...receipt, path };
@@ -113,12 +114,11 @@ export async function takeSnapshot(
     await writer?.save();
     await releasePinned(held.taken);
     await Promise.allSettled(removals);
-    for (const c of closers)
-      try {
-        c();
-      } catch {
-        /* the block sums are a cache: nothing of theirs may keep the staging folder or the lock */
-      }
+    try {
+      sums.of?.finish(sums.kept);
+    } catch {
+      /* the block sums are a cache: nothing of theirs may keep the staging folder or the lock */
+    }
   }
 }
 
@@ -160,7 +160,7 @@ function manifestFor(
   lc: LoadedConfig,
   o: BackupOptions,
   a: AgentRef,
-  x: { signer: string; sequence: number; snapshotId: string; created: Date; chosen: ParentChoice; got: Captured; written: WrittenPayload; ins: InspectResult; notCaptured: NotCaptured[] },
+  x: { signer: string; sequence: number; snapshotId: string; created: Date; chosen: ParentChoice; got: Captured; written: WrittenPayload["written"]; ins: InspectResult; notCaptured: NotCaptured[] },
 ): Manifest {
   const cfg = lc.config;
   const { dbs, ws, cut, sources } = x.got;
@@ -212,15 +212,16 @@ function manifestFor(
 }
 
 /**
- * Publishes the signed bundle through the repository (the commit marker makes it exist), then keeps what the next
- * incremental on this host builds on: the payload's digest, already checked, and the block sums.
+ * Publishes the signed bundle through the repository (the commit marker makes it exist), which keeps the payload's
+ * digest, already checked, for the next incremental on this host (the caller keeps the block sums the payload
+ * writer named: `kept`).
  * @returns where the bundle is in the repository
  */
 async function publish(
   lc: LoadedConfig,
   o: BackupOptions,
   a: AgentRef,
-  x: { receipt: Omit<BackupReceipt, "path">; manifest: Manifest; bundle: BundlePlan; plan: DbPlan; dbs: DbRecord[]; written: WrittenPayload },
+  x: { receipt: Omit<BackupReceipt, "path">; manifest: Manifest; bundle: BundlePlan; dbs: DbRecord[] },
 ): Promise<string> {
   const { receipt, manifest } = x;
   const ol = lc.config.objectLock;
@@ -242,7 +243,6 @@ async function publish(
     // this host hashed that payload as it wrote it: the next incremental built on it need not read it again
     checkedPayload: { sha256: manifest.payload.sha256, home: o.home },
   });
-  commitSums(x.plan, x.dbs, x.written.components);
   return published.path;
 }
 

@@ -32,7 +32,8 @@ import { removeTree } from "../cleanup.js";
 import { crashStep } from "../crashpoint.js";
 import { pidAlive, processStart } from "../fsutil.js";
 import { homePaths } from "../home.js";
-import { notFound } from "../errors.js";
+import { hasCause, notFound, UnreachableError } from "../errors.js";
+import { hostWatermark, raiseBackupWatermark } from "../state/watermark.js";
 import { type AgentRef } from "../facts.js";
 
 export interface FlushResult {
@@ -239,12 +240,62 @@ export async function noteCommitted(spool: Repository, a: AgentRef, receipt: { s
 }
 
 /**
+ * Where a backup of `a` to the repository at `location` goes, answered once before it (backupTarget): the spool when
+ * the repository is object storage (else null: a folder never spools), the repository itself or why it can not be
+ * reached, and the sequence floors.
+ */
+export interface BackupTarget {
+  spool: Repository | null;
+  /** the repository, opened (null: unreachable, `unreachable` says why; only ever with a spool) */
+  remote: Repository | null;
+  unreachable: Error | null;
+  /** the next sequence is above this: the caller's floor and this host's watermark (what it has backed up or restored) */
+  floor: number;
+  /** and into the remote, above what waits in the spool (and the sequence last committed) as well */
+  remoteFloor: number;
+}
+
+/**
+ * Opens what a backup of `a` to `location` needs, before it: this host's watermark read as the sequence floor, the
+ * spool (object storage only), then the repository from the process's open ones (`opened`, Repository.shared) unless
+ * it was found unreachable moments ago (`down`: why), and the spool's last sequence.
+ * @throws what opening them throws, except that an unreachable object store is answered (`unreachable`)
+ */
+export async function backupTarget(opened: Map<string, Promise<Repository>>, location: string, o: { home: string; fresh?: boolean; a: AgentRef; trust: Trust; floor?: number; down: Error | null }): Promise<BackupTarget> {
+  // the next sequence is above what this host has backed up or restored, whatever the repository says
+  const floor = Math.max(o.floor ?? 0, hostWatermark(o.home, o.a));
+  const spool = await spoolFor(o.home, location);
+  try {
+    if (spool && o.down) throw o.down;
+    const remote = await Repository.shared(opened, location, { home: o.home, fresh: o.fresh });
+    // spooled snapshots (and the sequence last committed) come before this one
+    const remoteFloor = spool ? Math.max(floor, (await spool.nextSequence(o.a, o.trust)) - 1) : floor;
+    return { spool, remote, unreachable: null, floor, remoteFloor };
+  } catch (e) {
+    if (!spool || !hasCause(e, UnreachableError)) throw e;
+    return { spool, remote: null, unreachable: e as Error, floor, remoteFloor: floor };
+  }
+}
+
+/**
+ * After a backup (`receipt`) into the target: when it committed to the remote (`reached`) and there is a spool, the
+ * spool records it and uploads what waited in it (settleSpool); then this host's watermark rises to its sequence.
+ * @returns the flush, the error that stopped it (the new snapshot is committed either way), or null when none ran
+ * @throws what recording the commit in the spool or the watermark throws
+ */
+export async function settleBackup(t: BackupTarget, trust: Trust, a: AgentRef & { signingKey: SigningKey }, receipt: { snapshot_id: string; sequence: number }, o: { home: string; reached: boolean; idempotencyKey?: string }): Promise<FlushResult | Error | null> {
+  const f = o.reached && t.spool && t.remote ? await settleSpool(t.spool, t.remote, trust, a, receipt, o.idempotencyKey) : null;
+  raiseBackupWatermark(o.home, a, receipt.sequence);
+  return f;
+}
+
+/**
  * After a backup committed to the remote: the spool records it (noteCommitted), then uploads what waited in it
  * (flushSpool).
  * @returns the flush, or the error that stopped it: the new snapshot is committed either way
  * @throws what recording the commit in the spool throws
  */
-export async function settleSpool(spool: Repository, remote: Repository, trust: Trust, a: AgentRef & { signingKey: SigningKey }, receipt: { snapshot_id: string; sequence: number }, idempotencyKey?: string): Promise<FlushResult | Error> {
+async function settleSpool(spool: Repository, remote: Repository, trust: Trust, a: AgentRef & { signingKey: SigningKey }, receipt: { snapshot_id: string; sequence: number }, idempotencyKey?: string): Promise<FlushResult | Error> {
   await noteCommitted(spool, a, receipt, idempotencyKey);
   return flushSpool(spool, remote, trust, { tenant: a.tenant, agent: a.agent, signingKey: a.signingKey, waitMs: 0 }).catch((e: unknown) => e as Error);
 }

@@ -6,11 +6,11 @@
 import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
 import { existsSync, realpathSync, statSync } from "node:fs";
-import { basename, dirname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { NS, signMessage, verifyMessage, type SigningKey } from "../crypto/sshsig.js";
 import { trusts, type Trust } from "../crypto/trust.js";
 import { AgentbakError, Exit, notFound } from "../errors.js";
-import { writeFileAtomic, readFileRegular } from "../fsutil.js";
+import { readFileRegular, realTarget, writeFileAtomic } from "../fsutil.js";
 import type { OpenOperation, OperationResult } from "../reconcile/operations.js";
 
 /** Files inside a restored target. */
@@ -142,23 +142,20 @@ export function openTarget(target: string, trust: Trust): Target {
   const remedy = "restore the snapshot again into a new folder (with a signing key)";
   checkSignature(restorePath(target), record as unknown as Record<string, unknown>, trust, remedy);
   if (record.kind !== "restore-record") throw new AgentbakError(Exit.verify, `${restorePath(target)} is a signed ${String(record.kind)}, not a restore record; ${remedy}`);
-  if (record.target !== undefined && record.target !== realDir(target) && !sameFolder(record.target, target))
-    throw new AgentbakError(Exit.verify, `${restorePath(target)} belongs to the restore into ${record.target}, not ${realDir(target)} (moved in from there, or the folder moved); ${remedy}`);
+  if (record.target !== undefined && record.target !== restoredFolder(target) && !sameFolder(record.target, target))
+    throw new AgentbakError(Exit.verify, `${restorePath(target)} belongs to the restore into ${record.target}, not ${restoredFolder(target)} (moved in from there, or the folder moved); ${remedy}`);
   return { dir: target, record, digest: recordDigest(record), trust };
 }
 
 /**
- * The folder `dir` is, every link on its path followed: what a restore record names, and what it is compared
- * with. Never the record's own path followed at check time: a link on it, pointed elsewhere later, would make
- * the record another folder's (a copy's).
+ * The folder a restore into `target` places the agent at, and the folder a record is checked in: `target` with every
+ * link on its path followed (fsutil realTarget: the real path of its deepest part that exists, joined with the rest,
+ * as the restore request's check reads a proposed folder). Never the record's own path followed at check time: a
+ * link on it, pointed elsewhere later, would make the record another folder's (a copy's). A restore's target is
+ * absent or an empty folder under a parent that exists when its record is written, so it is the parent's real path
+ * joined with the name; a checked one exists, so it is its own real path.
  */
-const realDir = (dir: string): string => {
-  try {
-    return realpathSync(dir);
-  } catch {
-    return resolve(dir);
-  }
-};
+export const restoredFolder = (target: string): string => realTarget(resolve(target));
 
 /**
  * Whether `b` is the folder the record names, `a`, reached through a bind mount (which no realpath follows): the
@@ -175,9 +172,6 @@ const sameFolder = (a: string, b: string): boolean => {
     return false;
   }
 };
-
-/** The folder a restore into `target` (absent, or an empty folder; its parent exists) places the agent at, links followed: what its record names. */
-export const restoredFolder = (target: string): string => join(realDir(dirname(target)), basename(target));
 
 export const isSuspended = (target: string) => existsSync(join(target, MARKER_DIR, SUSPENDED));
 

@@ -6,24 +6,20 @@ import { execa } from "execa";
 import pg from "pg";
 import { cpSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { json, backedUpAgent, makeAgent, secondHome, type TestAgent } from "../helpers.js";
+import { json, describeBackedUpAgent, makeAgent, secondHome, type TestAgent } from "../helpers.js";
 import { patchConfig, server, sql, type Server } from "../sourcekit.js";
 
 const EXIT = { failure: 1, verify: 13, locked: 11, policy: 14 };
 const ACCEPT = ["--yes", "--accept-unresolved", "--reason", "attack12"];
 
 describe("[E13] activate trusts a restore record only in the folder it was restored into", () => {
-  let a: TestAgent;
-  const t = (n: string) => join(a.tmp, n);
+  const shared = describeBackedUpAgent();
+  const t = shared.t;
   const restore = async (target: string, extra: string[] = []) => {
-    const r = await a.run(["restore", "latest", "--target", target, "--yes", "--json", ...extra]);
+    const r = await shared.a.run(["restore", "latest", "--target", target, "--yes", "--json", ...extra]);
     expect([0, 3], r.stderr).toContain(r.code); // 3: the fixture's credentials are absent here
     return json(r).generation as number;
   };
-  beforeAll(async () => {
-    a = await backedUpAgent();
-  }, 120_000);
-  afterAll(() => a?.cleanup());
 
   it("[E13] the newer restore's whole .agentbak moved into an older, superseded one is refused (13) naming both folders, never activated at the newer generation", async () => {
     expect(await restore(t("older"))).toBe(1);
@@ -31,27 +27,27 @@ describe("[E13] activate trusts a restore record only in the folder it was resto
     rmSync(join(t("older"), ".agentbak"), { recursive: true });
     cpSync(join(t("newer"), ".agentbak"), join(t("older"), ".agentbak"), { recursive: true });
     for (const args of [["activate", "--target", t("older"), ...ACCEPT], ["reconcile", "--target", t("older")]]) {
-      const r = await a.run(args);
+      const r = await shared.a.run(args);
       expect(r.code, r.stderr).toBe(EXIT.verify);
       expect(r.stderr).toContain(`${join(t("older"), ".agentbak/restore.json")} belongs to the restore into ${t("newer")}, not ${t("older")}`);
     }
     // the genuine one still activates
-    const ok = await a.run(["activate", "--target", t("newer"), ...ACCEPT]);
+    const ok = await shared.a.run(["activate", "--target", t("newer"), ...ACCEPT]);
     expect(ok.code, ok.stderr).toBe(3); // activated, with the accepted operation named
     expect(ok.stderr).toContain("activated billing-agent at generation 2");
   });
 
   it("[E13] another agent's restore record moved in is refused (13), never 'activated other-agent' over this agent's files", async () => {
-    const other = join(a.dir, "other-agent.json");
-    const c = JSON.parse(readFileSync(a.config, "utf8"));
+    const other = join(shared.a.dir, "other-agent.json");
+    const c = JSON.parse(readFileSync(shared.a.config, "utf8"));
     c.agent.id = "other-agent";
     writeFileSync(other, JSON.stringify(c, null, 2));
-    expect((await a.run(["backup", "-c", other])).code).toBe(0);
+    expect((await shared.a.run(["backup", "-c", other])).code).toBe(0);
     await restore(t("other"), ["-c", other]);
     await restore(t("mine"));
     rmSync(join(t("mine"), ".agentbak"), { recursive: true });
     cpSync(join(t("other"), ".agentbak"), join(t("mine"), ".agentbak"), { recursive: true });
-    const r = await a.run(["activate", "--target", t("mine"), ...ACCEPT]);
+    const r = await shared.a.run(["activate", "--target", t("mine"), ...ACCEPT]);
     expect(r.code, r.stderr).toBe(EXIT.verify);
     expect(r.stderr).toContain(`belongs to the restore into ${t("other")}, not ${t("mine")}`);
     expect(r.stderr).not.toContain("activated other-agent");
@@ -59,45 +55,41 @@ describe("[E13] activate trusts a restore record only in the folder it was resto
 });
 
 describe("[E5] one generation issued twice by restores that could not reach each other's repository", () => {
-  let a: TestAgent;
-  const t = (n: string) => join(a.tmp, n);
-  beforeAll(async () => {
-    a = await backedUpAgent();
-  }, 120_000);
-  afterAll(() => a?.cleanup());
+  const shared = describeBackedUpAgent();
+  const t = shared.t;
 
   it("[E5] after both are reachable again, neither holder is current: fence check 14 and activate 14 naming both; the next restore is above them", async () => {
     const b = t("repo-b");
-    expect((await a.run(["copy", "--from", a.repo, "--to", b])).code).toBe(0);
-    const fresh = (n: string) => secondHome(a, n);
+    expect((await shared.a.run(["copy", "--from", shared.a.repo, "--to", b])).code).toBe(0);
+    const fresh = (n: string) => secondHome(shared.a, n);
     // the copy away: a restore from the original names it (3) and issues 1
     renameSync(b, `${b}.away`);
-    let r = await a.run(["restore", "latest", "--target", t("s1"), "--yes", "--json"]);
+    let r = await shared.a.run(["restore", "latest", "--target", t("s1"), "--yes", "--json"]);
     expect(r.code, r.stderr).toBe(3);
     expect(json(r).generation).toBe(1);
     // the original away, another host: a restore from the copy names it and issues 1 too
     renameSync(`${b}.away`, b);
-    renameSync(a.repo, `${a.repo}.away`);
+    renameSync(shared.a.repo, `${shared.a.repo}.away`);
     const h2 = fresh("h2");
-    r = await a.run(["restore", "latest", "--repo", b, "--target", t("s2"), "--yes", "--json"], h2);
+    r = await shared.a.run(["restore", "latest", "--repo", b, "--target", t("s2"), "--yes", "--json"], h2);
     expect(r.code, r.stderr).toBe(3);
     expect(json(r).generation).toBe(1);
-    renameSync(`${a.repo}.away`, a.repo);
+    renameSync(`${shared.a.repo}.away`, shared.a.repo);
     // both reachable: each holder of generation 1 is fenced, from either repository and either host
-    for (const [target, env, repo] of [["s1", {}, a.repo], ["s2", h2, b], ["s1", fresh("h3"), b], ["s2", fresh("h4"), a.repo]] as const) {
-      const f = await a.run(["fence", "check", "--repo", repo, "--target", t(target), "--generation", "1"], env);
+    for (const [target, env, repo] of [["s1", {}, shared.a.repo], ["s2", h2, b], ["s1", fresh("h3"), b], ["s2", fresh("h4"), shared.a.repo]] as const) {
+      const f = await shared.a.run(["fence", "check", "--repo", repo, "--target", t(target), "--generation", "1"], env);
       expect(f.code, f.stderr).toBe(EXIT.policy);
       expect(f.stderr).toMatch(/generation 1 was issued 2 times \(to .*s[12] from .*; to .*s[12] from .*\)/);
       expect(f.stderr).toContain("no holder of it is current");
     }
-    const act = await a.run(["activate", "--target", t("s1"), ...ACCEPT]);
+    const act = await shared.a.run(["activate", "--target", t("s1"), ...ACCEPT]);
     expect(act.code, act.stderr).toBe(EXIT.policy);
     expect(act.stderr).toContain("generation 1 was issued 2 times");
     // a restore issues one above both, and that one is current everywhere
-    r = await a.run(["restore", "latest", "--target", t("s3"), "--yes", "--json"]);
+    r = await shared.a.run(["restore", "latest", "--target", t("s3"), "--yes", "--json"]);
     expect([0, 3]).toContain(r.code);
     expect(json(r).generation).toBe(2);
-    for (const repo of [a.repo, b]) expect((await a.run(["fence", "check", "--repo", repo, "--target", t("s3"), "--generation", "2"], fresh(`h5${repo.length}`))).code).toBe(0);
+    for (const repo of [shared.a.repo, b]) expect((await shared.a.run(["fence", "check", "--repo", repo, "--target", t("s3"), "--generation", "2"], fresh(`h5${repo.length}`))).code).toBe(0);
   });
 });
 

@@ -6,23 +6,19 @@ import { execa } from "execa";
 import { randomBytes } from "node:crypto";
 import { closeSync, cpSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, statSync, symlinkSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { backedUpAgent, closedPort, json, makeAgent, makeBucket, SNAPS, type TestAgent } from "../helpers.js";
+import { closedPort, describeBackedUpAgent, flipByte, json, makeAgent, makeBucket, SNAPS, type TestAgent } from "../helpers.js";
 
 const ACCEPT = ["--yes", "--accept-unresolved", "--reason", "attack14"];
 
 describe("[E5] the restore record names the folder itself, not a path through a link", () => {
-  let a: TestAgent;
-  const t = (n: string) => join(a.tmp, n);
-  beforeAll(async () => {
-    a = await backedUpAgent();
-  }, 120_000);
-  afterAll(() => a?.cleanup());
+  const shared = describeBackedUpAgent();
+  const t = shared.t;
 
   it("[E5] restored through a linked parent, the link then pointed at a copy of the folder: the copy is refused (13), the folder restored into activates", async () => {
     mkdirSync(t("P1"));
     mkdirSync(t("P2"));
     symlinkSync(t("P1"), t("L"));
-    const r = await a.run(["restore", "latest", "--target", t("L/x"), "--yes", "--json"]);
+    const r = await shared.a.run(["restore", "latest", "--target", t("L/x"), "--yes", "--json"]);
     expect([0, 3], r.stderr).toContain(r.code);
     expect(json(r).generation).toBe(1);
     // a second copy of the restored agent, and the link moved to it
@@ -30,11 +26,11 @@ describe("[E5] the restore record names the folder itself, not a path through a 
     unlinkSync(t("L"));
     symlinkSync(t("P2"), t("L"));
     // before the fix the copy activated ("activated billing-agent at generation 1") and the real one was 13
-    const copy = await a.run(["activate", "--target", t("P2/x"), ...ACCEPT]);
+    const copy = await shared.a.run(["activate", "--target", t("P2/x"), ...ACCEPT]);
     expect(copy.code, copy.stderr).toBe(13);
     expect(copy.stderr).toContain(`belongs to the restore into ${t("P1/x")}, not ${t("P2/x")}`);
     expect(copy.stderr).not.toContain("activated");
-    const real = await a.run(["activate", "--target", t("P1/x"), ...ACCEPT]);
+    const real = await shared.a.run(["activate", "--target", t("P1/x"), ...ACCEPT]);
     expect(real.code, real.stderr).toBe(3); // activated, the fixture's open operation accepted unresolved
     expect(real.stderr).toContain("activated billing-agent at generation 1");
   });
@@ -42,23 +38,23 @@ describe("[E5] the restore record names the folder itself, not a path through a 
   it("[E5] the parent restored into moved away and replaced by a link to a copy: the copy is refused (13) under the very path restored into", async () => {
     mkdirSync(t("R1"));
     mkdirSync(t("R2"));
-    const r = await a.run(["restore", "latest", "--target", t("R1/x"), "--yes", "--json"]);
+    const r = await shared.a.run(["restore", "latest", "--target", t("R1/x"), "--yes", "--json"]);
     expect([0, 3], r.stderr).toContain(r.code);
     cpSync(t("R1/x"), t("R2/x"), { recursive: true });
     renameSync(t("R1"), t("R1.moved"));
     symlinkSync(t("R2"), t("R1"));
     // before the fix the path matched the record as text, and the copy activated
-    const copy = await a.run(["activate", "--target", t("R1/x"), ...ACCEPT]);
+    const copy = await shared.a.run(["activate", "--target", t("R1/x"), ...ACCEPT]);
     expect(copy.code, copy.stderr).toBe(13);
     expect(copy.stderr).toContain(`belongs to the restore into ${t("R1/x")}, not ${t("R2/x")}`);
   });
 
   it("[E5] a folder reached through a link to it, or named with a trailing slash or '..', is the same folder", async () => {
     mkdirSync(t("Q"));
-    const r = await a.run(["restore", "latest", "--target", `${t("Q")}/./y/../z/`, "--yes", "--json"]);
+    const r = await shared.a.run(["restore", "latest", "--target", `${t("Q")}/./y/../z/`, "--yes", "--json"]);
     expect([0, 3], r.stderr).toContain(r.code);
     symlinkSync(t("Q"), t("LQ"));
-    const act = await a.run(["activate", "--target", `${t("LQ/z")}/`, ...ACCEPT]);
+    const act = await shared.a.run(["activate", "--target", `${t("LQ/z")}/`, ...ACCEPT]);
     expect(act.code, act.stderr).toBe(3);
     expect(act.stderr).toContain(`activated billing-agent at generation ${json(r).generation}`);
   });
@@ -66,19 +62,6 @@ describe("[E5] the restore record names the folder itself, not a path through a 
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
 
-/** Flips one byte of `file` at `offset` (from the end when negative). */
-function flipByte(file: string, offset: number): void {
-  const fd = openSync(file, "r+");
-  try {
-    const at = offset < 0 ? statSync(file).size + offset : offset;
-    const b = Buffer.alloc(1);
-    readSync(fd, b, 0, 1, at);
-    b[0]! ^= 0x10;
-    writeSync(fd, b, 0, 1, at);
-  } finally {
-    closeSync(fd);
-  }
-}
 
 describe.skipIf(!endpoint)("[E10] a set-aside note's pid taken by another process", () => {
   let a: TestAgent;

@@ -11,7 +11,7 @@ import { createServer } from "node:net";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import { BIN, closedPort, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
+import { BIN, closedPort, flipByte, json, makeAgent, makeBucket, SNAPS, storeAt, type TestAgent } from "../helpers.js";
 import { api, makeToken, mcpHttp, mcpStdio, startServer, tool, type Server } from "../agentapi-helpers.js";
 
 const endpoint = process.env.AGENTBAK_TEST_S3_ENDPOINT;
@@ -32,19 +32,6 @@ function auditEntries(repo: string): any[] {
   return readFileSync(f, "utf8").trim().split("\n").map((l) => JSON.parse(l)).filter((e) => e.event === "agent-interface");
 }
 
-/** Flips one bit of a file at `offset` (from the end when negative), in place. */
-function flipByte(file: string, offset: number): void {
-  const fd = openSync(file, "r+");
-  try {
-    const at = offset < 0 ? statSync(file).size + offset : offset;
-    const b = Buffer.alloc(1);
-    readSync(fd, b, 0, 1, at);
-    b[0]! ^= 0x10;
-    writeSync(fd, b, 0, 1, at);
-  } finally {
-    closeSync(fd);
-  }
-}
 
 describe("[E1] a server never reports a lost checkpoint as committed (folder repository)", () => {
   let a: TestAgent;

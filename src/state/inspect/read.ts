@@ -3,14 +3,16 @@
  * as one operation: each copied into staging; an incremental's changed pages read in place inside the snapshot's
  * read transactions (deltasInPlace); or a full snapshot's pages kept pinned, the inspection worker joining the same
  * instant (inspectPinned). "in-place" and "pinned" fall back to a copy when the databases do not allow them
- * (sqlite/cut.ts: Instant). Then the copies are staged beside their inspection (stageCopies). In state/inspect/,
+ * (sqlite/cut.ts: Instant). Then what was taken is staged for the payload in one call whatever the mode (stageTaken:
+ * the copies beside their inspection), and the inspection settled in one (settleInspection: a pinned read released,
+ * the page indexes sealed). In state/inspect/,
  * above sqlite/ and pages/, whose parts it puts together.
  */
 import { openInstant, type CopyJob, type Cut, type InPlaceViews } from "../sqlite/cut.js";
 import { databasesIdentity } from "../sqlite/identity.js";
 import { namedSource } from "../sqlite/livesnap.js";
 import { splitPage } from "../sqlite/pagefile.js";
-import { HeadHashed, type DeltaBase, type PageIndex, type SnapshotSums } from "../pages/index.js";
+import { HeadHashed, sealIndex, type DeltaBase, type PageIndex, type SnapshotSums } from "../pages/index.js";
 import { join } from "node:path";
 import { deltasInPlace, writeDeltaOf, type Delta } from "./incremental.js";
 import { inspectInWorker, inspectPinned, type InspectInput, type InspectResult } from "./inspect.js";
@@ -96,10 +98,52 @@ export async function releasePinned(t: Taken): Promise<void> {
 }
 
 /** The pinned pages of database `name`, whose first share is hashed as the payload streams them (the worker hashes the rest). */
-export function pinnedHead(views: InPlaceViews, name: string): HeadHashed {
+function pinnedHead(views: InPlaceViews, name: string): HeadHashed {
   const v = views.get(name)!;
   const named = namedSource(v.snap, `database ${name}: reading ${v.src}`);
   return new HeadHashed(named, mainShare(named.pageCount, named.pageSize));
+}
+
+/** What the instant took, staged for the payload: the deltas, the pinned pages (their head hashed as they stream), and the inspection under way. */
+export interface Staged {
+  /** an incremental's delta of each database that has one */
+  deltas: Map<string, Delta>;
+  /** the pinned pages of each database of a "pinned" read, whose first share is hashed as the payload streams them */
+  heads: Map<string, HeadHashed>;
+  /** the inspection (a rejection is the caller's to await: settleInspection) */
+  inspection: Promise<InspectResult>;
+}
+
+/**
+ * Stages what the instant took, whatever the mode: the in-place read's deltas and inspection as they are; a pinned
+ * read's pages (hashed heads) with its inspection started; the copies (`copies`, in database order) staged beside their
+ * inspection (stageCopies).
+ * @throws what writing a delta throws (the inspection goes on; its rejection is caught)
+ */
+export function stageTaken(r: InstantRead, taken: Taken, copies: { name: string; file: string }[], scan: boolean): Staged {
+  if (taken.kind === "in-place") return { deltas: taken.deltas, heads: new Map(), inspection: Promise.resolve(taken.inspected) };
+  if (taken.kind === "pinned") {
+    const heads = new Map(copies.map((c) => [c.name, pinnedHead(taken.views, c.name)]));
+    const inspection = taken.live.start();
+    inspection.catch(() => undefined); // awaited by settleInspection; no unhandled rejection meanwhile
+    return { deltas: new Map(), heads, inspection };
+  }
+  return { ...stageCopies(r, copies, scan), heads: new Map() };
+}
+
+/**
+ * The inspection of what the instant took, settled: awaited, a pinned read released once it has (the WAL can then be
+ * checkpointed past the instant), and the page index the inspection made of each database without a delta sealed
+ * under this host's key, its head hashed on this thread (`heads`) joined to the worker's digests (sealIndex).
+ * @returns the inspection and the sealed indexes by database
+ * @throws the inspection's failure
+ */
+export async function settleInspection(r: Pick<InstantRead, "key">, taken: Taken, staged: Staged): Promise<{ ins: InspectResult; sealed: Map<string, { stored: Buffer; root: string }> }> {
+  const ins = await staged.inspection;
+  await releasePinned(taken);
+  const sealed = new Map<string, { stored: Buffer; root: string }>();
+  for (const d of ins.dbs) if (d.index && !staged.deltas.has(d.name)) sealed.set(d.name, sealIndex(d.index, r.key, staged.heads.get(d.name)));
+  return { ins, sealed };
 }
 
 /**
@@ -109,7 +153,7 @@ export function pinnedHead(views: InPlaceViews, name: string): HeadHashed {
  * @returns the inspection (a rejection is the caller's to await) and the deltas by database
  * @throws what writing a delta throws (the inspection goes on; its rejection is caught)
  */
-export function stageCopies(r: InstantRead, copies: { name: string; file: string }[], scan: boolean): { inspection: Promise<InspectResult>; deltas: Map<string, Delta> } {
+function stageCopies(r: InstantRead, copies: { name: string; file: string }[], scan: boolean): { inspection: Promise<InspectResult>; deltas: Map<string, Delta> } {
   const inspection = inspectInWorker({
     ...r.inspect,
     dbs: copies.map((c) => (r.parents.has(c.name) ? { name: c.name, file: c.file, scan: false } : { name: c.name, file: c.file, indexKey: r.key, sumsFile: r.sums.partial(c.name) })),

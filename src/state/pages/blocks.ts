@@ -397,7 +397,7 @@ type SumsBase = NonNullable<ReturnType<BlockSumsStore["base"]>>;
 /**
  * A snapshot's block sums of each of an agent's databases (a BlockSumsStore each): the sums this host kept of the
  * parent's databases, opened as the deltas' bases; where this snapshot's are written (partial), kept once it is
- * published (commit); close, whatever happened, closes the parent's and removes what was not kept.
+ * published (commit); close, whatever happened, closes the parent's and removes what was not kept; finish does both.
  */
 export class SnapshotSums {
   private readonly stores: Map<string, BlockSumsStore>;
@@ -429,6 +429,19 @@ export class SnapshotSums {
   /** Keeps this snapshot's sums of `db` (its database's digest and page size) for the next incremental. Best effort. */
   commit(db: string, sha256: string, pageSize: number): void {
     this.stores.get(db)!.commit(this.snapshotId, sha256, pageSize);
+  }
+
+  /**
+   * Ends this snapshot's block sums, whatever happened: `kept` (once the snapshot is published: each database whose
+   * sums were written, with its digest and page size) are kept for the next incremental (commit), then the parent's
+   * are closed and the rest removed (close).
+   */
+  finish(kept: { db: string; sha256: string; pageSize: number }[] | null): void {
+    try {
+      for (const k of kept ?? []) this.commit(k.db, k.sha256, k.pageSize);
+    } finally {
+      this.close();
+    }
   }
 
   /** Closes the parent's sums and removes this snapshot's that were not kept. */

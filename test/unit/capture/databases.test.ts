@@ -10,7 +10,8 @@ import { finishDatabases, readAtInstant, releasePinned } from "../../../src/capt
 import type { DbPlan } from "../../../src/capture/plan.js";
 import { databasesState } from "../../../src/capture/unchanged.js";
 import { loadConfig } from "../../../src/config/load.js";
-import { inspectSnapshot } from "../../../src/state/inspect/inspect.js";
+import { inspectSnapshot, type InspectResult } from "../../../src/state/inspect/inspect.js";
+import { settleInspection, type Taken } from "../../../src/state/inspect/read.js";
 import { decodeIndex, indexPages, pagesRoot } from "../../../src/state/pages/index.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "agentbak-databases-"));
@@ -73,12 +74,16 @@ describe("readAtInstant", () => {
   });
 });
 
+/** The copies' inspection settled as the stage settles it (settleInspection: the page indexes sealed under `key`). */
+const settled = (taken: Taken, ins: InspectResult) => settleInspection({ key }, taken, { deltas: new Map(), heads: new Map(), inspection: Promise.resolve(ins) });
+
 describe("finishDatabases", () => {
   it("takes each database's page index and integrity result from the inspection", async () => {
     const a = agent();
     const r = await readAtInstant(copyPlan, a.jobs, 2000, false);
     const ins = inspectSnapshot({ dbs: r.dbs.map((d) => ({ name: d.name, file: d.copy, indexKey: key })), cursors: {}, scan: "off" });
-    finishDatabases(copyPlan, r.dbs, ins);
+    const { sealed } = await settled(r.taken, ins);
+    finishDatabases(r.dbs, ins, sealed);
     for (const d of r.dbs) {
       expect(d.inspected!.integrity).toEqual(["ok"]);
       expect(d.indexRoot).toBe(pagesRoot(indexPages(d.copy)));
@@ -94,6 +99,7 @@ describe("finishDatabases", () => {
     writeSync(fd, randomBytes(4096), 0, 4096, 4096 * 5);
     closeSync(fd);
     const ins = inspectSnapshot({ dbs: r.dbs.map((d) => ({ name: d.name, file: d.copy })), cursors: {}, scan: "off" });
-    expect(() => finishDatabases(copyPlan, r.dbs, ins)).toThrow(expect.objectContaining({ code: 13, message: expect.stringMatching(/^database ledger: snapshot failed integrity_check: ./) }));
+    const { sealed } = await settled(r.taken, ins);
+    expect(() => finishDatabases(r.dbs, ins, sealed)).toThrow(expect.objectContaining({ code: 13, message: expect.stringMatching(/^database ledger: snapshot failed integrity_check: ./) }));
   });
 });

@@ -5,7 +5,7 @@
  * one result per open operation; anything else is exit 13 naming the file and
  * what to do, a folder with no record is 10.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -14,7 +14,7 @@ import { parseAllowedSigners, type Trust } from "../../../src/crypto/trust.js";
 import { AgentbakError } from "../../../src/errors.js";
 import type { OpenOperation, OperationResult } from "../../../src/reconcile/operations.js";
 import {
-  isSuspended, MARKER_DIR, openTarget, operationStatus, readReconcileRecord, readTargetRecord, recordDigest, summarize, SUSPENDED, writeReconcileRecord, writeTargetRecord,
+  isSuspended, MARKER_DIR, openTarget, operationStatus, restoredFolder, readReconcileRecord, readTargetRecord, recordDigest, summarize, SUSPENDED, writeReconcileRecord, writeTargetRecord,
   type TargetRecord,
 } from "../../../src/restore/state.js";
 
@@ -141,5 +141,21 @@ describe("summarize", () => {
     expect(summarize(three, [result(three[0]!, "completed"), result(three[1]!, "unknown")])).toEqual({ operations: 3, completed: 1, retry: 0, escalated: 0, unknown: 1, unresolved: 2 });
     expect(summarize(three, [result(three[0]!, "retry"), result(three[1]!, "escalated"), result(three[2]!, "completed")])).toEqual({ operations: 3, completed: 1, retry: 1, escalated: 1, unknown: 0, unresolved: 1 });
     expect(operationStatus(three, [result(three[0]!, "retry")]).map((x) => x.result?.resolution ?? null)).toEqual(["retry", null, null]);
+  });
+});
+
+describe("restoredFolder (what a restore record names, and what it is checked against)", () => {
+  it("is the folder with every link on its path followed: absent under a linked parent, existing, or named with '..' and a trailing slash", () => {
+    const root = realpathSync(mkdtempSync(join(dir, "folder-")));
+    mkdirSync(join(root, "P"));
+    symlinkSync(join(root, "P"), join(root, "L"));
+    // a restore's target: absent, its parent reached through a link
+    expect(restoredFolder(join(root, "L", "x"))).toBe(join(root, "P", "x"));
+    // the folder once restored, reached through the link, or spelled another way: the same folder
+    mkdirSync(join(root, "P", "x"));
+    expect(restoredFolder(join(root, "L", "x"))).toBe(join(root, "P", "x"));
+    expect(restoredFolder(`${join(root, "L")}/./y/../x/`)).toBe(join(root, "P", "x"));
+    // a parent not made yet: the deepest folder that exists is followed, the rest kept (a missing folder is not resolved as text only)
+    expect(restoredFolder(join(root, "L", "new", "x"))).toBe(join(root, "P", "new", "x"));
   });
 });

@@ -205,5 +205,16 @@ describe("SnapshotSums (a snapshot's block sums of each database)", () => {
     expect(s2.bases.get("main")!.out).toBe(join(main.dir, "S2.partial"));
     s2.close(); // not published: S1's sums stay, nothing of S2's
     expect(readdirSync(main.dir)).toEqual([`S1-${"ab".repeat(8)}-4096.sums`]);
+    // finish: what a backup does at its end; S3 published keeps its sums of "main" only, S4 not published keeps none
+    const s3 = new SnapshotSums(at, ["main", "other"], "S3", null, key);
+    copyFileSync(sumsOf(before), s3.partial("main")!);
+    writeFileSync(s3.partial("other")!, "never kept");
+    s3.finish([{ db: "main", sha256: "ef".repeat(32), pageSize: 4096 }]);
+    expect(readdirSync(main.dir)).toEqual([`S3-${"ef".repeat(8)}-4096.sums`]);
+    expect(readdirSync(other.dir)).toEqual([]);
+    const s4 = new SnapshotSums(at, ["main"], "S4", null, key);
+    writeFileSync(s4.partial("main")!, "not published");
+    s4.finish(null);
+    expect(readdirSync(main.dir)).toEqual([`S3-${"ef".repeat(8)}-4096.sums`]);
   });
 });
