@@ -120,6 +120,17 @@ const unspelled = (h: AgentHandle, text: string): string => {
   return spools(h.location) ? t : t.split(h.location).join("the repository's folder");
 };
 
+/**
+ * The server's one log line for a backup that wrote: a scheduled one of `serve --host` or an agent's checkpoint
+ * (`by`: the caller; a repeated idempotency key's answer says so), with every warning its receipt carries, so
+ * an operator reads of a spooled bundle set aside while the server runs. Null for an unchanged run. The log escapes the line (ui/agentapi.ts): a warning may
+ * hold agent-controlled text, such as a file's name.
+ */
+export function backupLine(who: string, r: Pick<BackupReceipt, "status" | "snapshot_id" | "kind" | "size" | "warnings" | "repeated">, by?: string): string | null {
+  if (r.status === "unchanged") return null;
+  return `backup ${who}${by ? ` (checkpoint by ${by})` : ""}: ${r.status} ${r.snapshot_id} (${r.kind}, ${r.size} bytes${r.repeated ? ", the answer to a repeated idempotency key" : ""})${r.warnings.length ? `; ${r.warnings.join("; ")}` : ""}`;
+}
+
 /** Whether `tier` includes `need`. */
 export const allows = (tier: Tier, need: Tier) => TIERS.indexOf(tier) >= TIERS.indexOf(need);
 /** The lower of two tiers. */
@@ -182,7 +193,7 @@ export class AgentService {
 
   /**
    * @param handles the agents this service acts for (one per config)
-   * @param log where a line goes when an audit entry can not be written (the server's stderr)
+   * @param log the server's log (its stderr): each checkpoint that wrote, with its warnings (backupLine), and an audit entry that could not be written
    * @throws AgentbakError(2) when two handles are for the same agent
    */
   constructor(handles: AgentHandle[], private readonly log: (line: string) => void = () => undefined) {
@@ -260,6 +271,9 @@ export class AgentService {
         });
         // only a run asked to skip an unchanged state answers "unchanged", and a checkpoint never asks
         if (receipt.status === "unchanged") throw new AgentbakError(Exit.failure, "internal error: a checkpoint was skipped as unchanged");
+        // the operator hears of it while the server runs, as of a scheduled backup: a set-aside spooled bundle, a changed file
+        const line = backupLine(`${a.tenant}/${a.agent}`, receipt, caller.by);
+        if (line) this.log(line);
         return { ...receipt, status: receipt.status };
       }
       case "get_backup": {

@@ -1,7 +1,7 @@
 /** `agentbak serve` (and `agentbak mcp --listen`): the agent interface over HTTP, for the agents whose configs it is given. */
 import { buildApp, isLoopback, parseListen, startHttp, type StatusRender } from "../agentapi/http.js";
 import { onTerminate } from "../cleanup.js";
-import { AgentService, type AgentHandle } from "../agentapi/service.js";
+import { AgentService, backupLine, type AgentHandle } from "../agentapi/service.js";
 import { TIERS, type Tier } from "../config/schema.js";
 import { usageError } from "../errors.js";
 import { context } from "./context.js";
@@ -145,7 +145,8 @@ function backupOnSchedule(agents: readonly HostAgent[], handles: readonly AgentH
       if (!quiet && stopped) return log(`backup ${who}: not started: the server is stopping`);
       const r = quiet ?? (await backupInChild(h.lc.path));
       ok = true;
-      if (r.status !== "unchanged") log(`backup ${who}: ${r.status} ${r.snapshot_id} (${r.kind}, ${r.size} bytes)${r.warnings.length ? `; ${r.warnings.join("; ")}` : ""}`);
+      const line = backupLine(who, r);
+      if (line) log(line);
     } catch (e) {
       log(`backup ${who}: failed: ${(e as Error).message}`);
     } finally {

@@ -10,6 +10,7 @@ import { createServer } from "node:http";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { backedUpAgent, closedPort, json, makeAgent, makeBucket, SNAPS, type TestAgent } from "../helpers.js";
+import { api, makeToken, startServer } from "../agentapi-helpers.js";
 
 const ACCEPT = ["--yes", "--accept-unresolved", "--reason", "attack15"];
 
@@ -164,5 +165,37 @@ describe.skipIf(!endpoint)("[E10] a spool folder that can not be written", () =>
     expect(json(last)[0]).toMatchObject({ flushed: [], already: [first], warnings: [] });
     const list = json(await a.run(["snapshots", "--json"], up()));
     expect(list.map((s: { snapshot_id: string }) => s.snapshot_id)).toEqual([first]);
+  });
+});
+
+describe("[E10] a checkpoint's warnings reach the server's log, as a scheduled backup's do", () => {
+  let a: TestAgent;
+  beforeAll(async () => {
+    a = await makeAgent({ sizeMb: 1 });
+  }, 120_000);
+  afterAll(() => a?.cleanup());
+
+  it("[E10] POST /v1/backups whose receipt warns (a possible secret in a file the agent named with ESC and U+202E): the log names it, escaped", async () => {
+    // the cheapest warning a checkpoint gives: secretScan.files warn; the agent chose the file's name
+    mkdirSync(join(a.dir, "notes"));
+    writeFileSync(join(a.dir, "notes", "ev\x1b[31mil\u202e.txt"), `key = ${"AKIA" + "ABCDEFGHIJKLMNOP"}\n`);
+    const cfg = JSON.parse(readFileSync(a.config, "utf8"));
+    writeFileSync(a.config, JSON.stringify({ ...cfg, files: [...cfg.files, "notes/*"], secretScan: { ...cfg.secretScan, files: "warn" } }, null, 2));
+    const tok = await makeToken(a, "acme", "billing-agent", "checkpoint");
+    const srv = await startServer(a, ["-c", a.config]);
+    try {
+      const r = await api(srv.url, tok.token, "POST", "/v1/backups", { body: { label: "warned" } });
+      expect(r.status, JSON.stringify(r.body)).toBe(201);
+      expect(r.body.warnings).toEqual([expect.stringMatching(/^possible secret \(.*\) in .*notes\/ev\x1b\[31mil\u202e\.txt/)]);
+      // before: only the request line (POST "/v1/backups" 201); the operator heard of the warning after the server stopped, if ever
+      const head = `backup acme/billing-agent (checkpoint by ${tok.id}): committed ${r.body.snapshot_id} (full, `;
+      // the server's stderr may reach this process after its answer: wait for the line a little
+      for (let i = 0; i < 100 && !srv.log().includes(head); i++) await new Promise((res) => setTimeout(res, 50));
+      const line = srv.log().split("\n").find((l) => l.includes(head));
+      expect(line ?? srv.log()).toMatch(/; possible secret \(.*\) in .*notes\/ev\\x1b\[31mil\\u202e\.txt/);
+      expect(srv.log()).not.toMatch(/[\x1b\u202e]/);
+    } finally {
+      await srv.stop();
+    }
   });
 });
