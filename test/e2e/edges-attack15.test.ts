@@ -9,31 +9,27 @@ import { cpSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "nod
 import { createServer } from "node:http";
 import { join } from "node:path";
 import Database from "better-sqlite3";
-import { backedUpAgent, closedPort, json, makeAgent, makeBucket, SNAPS, type TestAgent } from "../helpers.js";
+import { closedPort, describeBackedUpAgent, json, makeAgent, makeBucket, SNAPS, type TestAgent } from "../helpers.js";
 import { api, makeToken, startServer } from "../agentapi-helpers.js";
 
 const ACCEPT = ["--yes", "--accept-unresolved", "--reason", "attack15"];
 
 describe("[E5] the folder restored into, reached through a bind mount, is that folder", () => {
-  let a: TestAgent;
-  const t = (n: string) => join(a.tmp, n);
-  beforeAll(async () => {
-    a = await backedUpAgent();
-  }, 120_000);
-  afterAll(() => a?.cleanup());
+  const s = describeBackedUpAgent();
+  const t = s.t;
 
   it("[E5] restored into P/x, P bind-mounted at B: activate --target B/x activates (same device and inode); a copy beside it is still 13", async (ctx) => {
     mkdirSync(t("P"));
     mkdirSync(t("B"));
-    const r = await a.run(["restore", "latest", "--target", t("P/x"), "--yes", "--json"]);
+    const r = await s.a.run(["restore", "latest", "--target", t("P/x"), "--yes", "--json"]);
     expect([0, 3], r.stderr).toContain(r.code);
     if ((await execa("mount", ["--bind", t("P"), t("B")], { reject: false })).exitCode !== 0) ctx.skip();
     try {
       cpSync(t("P/x"), t("P/copy"), { recursive: true });
-      const copy = await a.run(["activate", "--target", t("B/copy"), ...ACCEPT]);
+      const copy = await s.a.run(["activate", "--target", t("B/copy"), ...ACCEPT]);
       expect(copy.code, copy.stderr).toBe(13);
       // before the fix: 13, "belongs to the restore into <P/x>, not <B/x> (moved in from there, or the folder moved)" - the very folder
-      const act = await a.run(["activate", "--target", t("B/x"), ...ACCEPT]);
+      const act = await s.a.run(["activate", "--target", t("B/x"), ...ACCEPT]);
       expect(act.code, act.stderr).toBe(3);
       expect(act.stderr).toContain(`activated billing-agent at generation ${json(r).generation}`);
     } finally {
@@ -43,22 +39,18 @@ describe("[E5] the folder restored into, reached through a bind mount, is that f
 });
 
 describe("[E3] a provider's answer that is not UTF-8 is not a receipt", () => {
-  let a: TestAgent;
-  beforeAll(async () => {
-    a = await backedUpAgent();
-  }, 120_000);
-  afterAll(() => a?.cleanup());
+  const s = describeBackedUpAgent();
 
   /** Restores into `name`, reconciles with `probe` in the config, @returns the result and the open delivery's row. */
   async function reconcileWith(name: string, probe: unknown) {
-    const c = JSON.parse(readFileSync(a.config, "utf8"));
+    const c = JSON.parse(readFileSync(s.a.config, "utf8"));
     c.reconcile.probe = probe;
-    const cfg = join(a.dir, `${name}.json`);
+    const cfg = join(s.a.dir, `${name}.json`);
     writeFileSync(cfg, JSON.stringify(c, null, 2));
-    const t = join(a.tmp, name);
-    const r0 = await a.run(["restore", "latest", "--target", t, "--yes"]);
+    const t = join(s.a.tmp, name);
+    const r0 = await s.a.run(["restore", "latest", "--target", t, "--yes"]);
     expect([0, 3], r0.stderr).toContain(r0.code);
-    const r = await a.run(["reconcile", "--target", t, "-c", cfg, "--json"]);
+    const r = await s.a.run(["reconcile", "--target", t, "-c", cfg, "--json"]);
     const db = new Database(join(t, "state/agent.sqlite"), { readonly: true });
     const row = db.prepare("SELECT status, provider_receipt FROM deliveries WHERE idempotency_key = 'idem-task-open-1'").get();
     db.close();
@@ -66,7 +58,7 @@ describe("[E3] a provider's answer that is not UTF-8 is not a receipt", () => {
   }
 
   it("[E3] a command probe answering completed with 0xff 0xfe in its receipt: unknown, nothing recorded (3)", async () => {
-    const script = join(a.tmp, "not-utf8.mjs");
+    const script = join(s.a.tmp, "not-utf8.mjs");
     writeFileSync(script, `process.stdout.write(Buffer.concat([Buffer.from('{"state":"completed","receipt":"r'), Buffer.from([0xff, 0xfe]), Buffer.from('x","extra":"e"}')]));`);
     const { r, row } = await reconcileWith("e3-command", { command: [process.execPath, script] });
     // before the fix: exit 0, "completed -> completed, recorded by onCompleted", provider_receipt 'r\ufffd\ufffdx' (signed in the receipt)
